@@ -1,0 +1,14 @@
+// Package ftrma holds the values shared by every layer of the ftrma runtime: the
+// rank type and the error values that callers test with errors.Is.
+//
+// ftrma is a fault-tolerant one-sided communication runtime: MPI-style
+// passive-target RMA windows and the ULFM failure API, over TCP, shared memory
+// and RDMA verbs, started by the ftrun launcher. The layers, lowest first:
+//
+//	transport/          the one-sided + control-message interface; tcp/, memnet/ implement it
+//	launcher/           job start-up, rendezvous, supervision (cmd/ftrun is its front end)
+//	comm/               communicator: ranks, collectives, the per-process runtime
+//	window/             RMA windows: put/get/atomics, flush, locks
+//
+// Lower packages never import higher ones.
+package ftrma

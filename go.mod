@@ -1,0 +1,3 @@
+module github.com/ftrma/ftrma
+
+go 1.26

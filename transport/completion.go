@@ -1,0 +1,154 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Completion tracks the operations one rank has posted toward one peer: which
+// sequence numbers are complete, which failed, and whether the peer is down.
+// Transports embed one per peer and share its Wait, so every transport waits the
+// same way: spin briefly on the completed counter, then park.
+//
+// Sequence numbers are handed out by Next under the poster's own lock (so their
+// order is the order on the wire) and completed in order by Complete.
+type Completion struct {
+	posted atomic.Uint64 // last sequence handed out by Next
+	done   atomic.Uint64 // last sequence completed; done <= posted
+
+	mu      sync.Mutex    // guards errs, down and wake
+	errs    []seqErr      // failed operations not yet reported, in sequence order
+	down    error         // non-nil once the peer is down: pending and later operations fail
+	wake    chan struct{} // closed when done advances while waiters > 0, then replaced
+	waiters atomic.Int32  // goroutines parked in Wait
+}
+
+type seqErr struct {
+	seq Seq
+	err error
+}
+
+// Next hands out the next sequence number. Call it under the lock that orders
+// posting toward the peer.
+func (c *Completion) Next() Seq { return Seq(c.posted.Add(1)) }
+
+// Posted returns the last sequence handed out.
+func (c *Completion) Posted() Seq { return Seq(c.posted.Load()) }
+
+// Completed returns the last sequence completed.
+func (c *Completion) Completed() Seq { return Seq(c.done.Load()) }
+
+// Complete marks seq, and all before it, complete; err, if non-nil, is the
+// failure of seq itself and is reported by the next Wait or Flush that covers it.
+func (c *Completion) Complete(seq Seq, err error) {
+	if err != nil {
+		c.mu.Lock()
+		c.errs = append(c.errs, seqErr{seq, err})
+		c.mu.Unlock()
+	}
+	c.done.Store(uint64(seq))
+	if c.waiters.Load() > 0 {
+		c.mu.Lock()
+		if c.wake != nil {
+			close(c.wake)
+			c.wake = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Fail marks the peer down: every pending and later Wait returns err, which
+// should wrap ftrma.ErrProcFailed. Only the first call has an effect; it
+// reports whether it was the first.
+func (c *Completion) Fail(err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down != nil {
+		return false
+	}
+	c.down = err
+	if c.wake != nil {
+		close(c.wake)
+		c.wake = nil
+	}
+	return true
+}
+
+// Down returns the error given to Fail, or nil while the peer is up.
+func (c *Completion) Down() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down
+}
+
+// Wait blocks until seq is complete, spinning for up to spin before parking.
+// It returns the first unreported failure of an operation up to seq, the
+// peer-down error if seq could not complete, or ctx's error.
+func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) error {
+	if Seq(c.done.Load()) < seq && spin > 0 {
+		deadline := time.Now().Add(spin)
+		for i := 0; Seq(c.done.Load()) < seq; i++ {
+			if i&63 == 63 && time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	for {
+		c.mu.Lock()
+		if Seq(c.done.Load()) >= seq {
+			err := c.takeErrs(seq)
+			c.mu.Unlock()
+			return err
+		}
+		if c.down != nil {
+			err := c.down
+			c.mu.Unlock()
+			return err
+		}
+		if c.wake == nil {
+			c.wake = make(chan struct{})
+		}
+		wake := c.wake
+		c.waiters.Add(1)
+		c.mu.Unlock()
+		select {
+		case <-wake:
+			c.waiters.Add(-1)
+		case <-ctx.Done():
+			c.waiters.Add(-1)
+			if Seq(c.done.Load()) >= seq {
+				continue
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// takeErrs removes and returns (joined) the reported failures up to seq.
+// The caller holds c.mu.
+func (c *Completion) takeErrs(seq Seq) error {
+	if len(c.errs) == 0 {
+		return nil
+	}
+	var errs []error
+	i := 0
+	for ; i < len(c.errs) && c.errs[i].seq <= seq; i++ {
+		errs = append(errs, c.errs[i].err)
+	}
+	c.errs = c.errs[i:]
+	return errors.Join(errs...)
+}
+
+// ErrPeerDown wraps ftrma.ErrProcFailed with the cause of a lost peer.
+func ErrPeerDown(peer ftrma.Rank, cause error) error {
+	if cause == nil {
+		return &ftrma.OpError{Op: "transport", Rank: peer, Err: ftrma.ErrProcFailed}
+	}
+	return &ftrma.OpError{Op: "transport", Rank: peer, Err: fmt.Errorf("%w: %v", ftrma.ErrProcFailed, cause)}
+}

@@ -1,0 +1,145 @@
+// Package transport defines the one interface every ftrma transport implements:
+// registered memory, one-sided operations posted asynchronously toward a peer,
+// per-peer completion, small control messages, and fencing.
+//
+// The concrete transports live in sub-packages (tcp, memnet, and later shm and
+// verbs). Only the launcher, commands and tests name one; comm/ and window/ see
+// this interface alone.
+//
+// A caller's duties, in order:
+//
+//  1. Set the receiver with SetReceiver before peers may send to this rank.
+//  2. Register the memory peers may touch; publish the returned Key.
+//  3. Post operations with Write, Read, CompareAndSwap64 and FetchAndAdd64. Each
+//     returns a per-peer sequence number; the operation is complete when
+//     Wait(ctx, peer, seq) or Flush(ctx, peer) returns nil.
+//  4. Fence a peer that has been declared failed: nothing it sends lands after
+//     Fence returns.
+//  5. Close the transport.
+//
+// Example:
+//
+//	var old uint64
+//	seq, err := t.CompareAndSwap64(peer, key, 0, 0, 1, &old)
+//	if err == nil {
+//		err = t.Wait(ctx, peer, seq) // old now holds the value before the swap
+//	}
+package transport
+
+import (
+	"context"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Key names a registered region to peers, like an RDMA rkey. Keys are small,
+// never zero, and not reused while the transport is open.
+type Key uint32
+
+// MaxKey is the largest key a transport hands out; window/ packs a key into the
+// top bits of a dynamic-window address.
+const MaxKey Key = 1<<24 - 1
+
+// Seq numbers the operations posted toward one peer, starting at 1. Operations
+// toward one peer complete in order: when sequence s is complete, so is every
+// sequence before it.
+type Seq uint64
+
+// Caps describes what a transport does natively.
+type Caps uint32
+
+const (
+	// CapOneSided: Write and Read execute without the target's CPU (RDMA,
+	// shared memory). Without it the target's progress goroutine executes them.
+	CapOneSided Caps = 1 << iota
+	// CapNativeAtomics: CompareAndSwap64 and FetchAndAdd64 are executed by
+	// hardware and are atomic with respect to the owner's own CPU atomics.
+	CapNativeAtomics
+	// CapOrdered: operations posted toward one peer take effect at the target in
+	// posting order.
+	CapOrdered
+	// CapRemoteCompletion: a completed Write is visible in the target's memory,
+	// not merely handed to the network.
+	CapRemoteCompletion
+)
+
+// Has reports whether every capability in x is present.
+func (c Caps) Has(x Caps) bool { return c&x == x }
+
+// MaxControlMessage is the largest control message every transport carries.
+const MaxControlMessage = 64 << 10
+
+// Receiver takes what a transport delivers. Its methods are called from the
+// transport's progress goroutines, possibly concurrently for different peers but
+// in order for one peer; they must not block and must not call Wait or Flush.
+type Receiver interface {
+	// HandleMessage delivers a control message from peer. msg is valid only for
+	// the duration of the call.
+	HandleMessage(from ftrma.Rank, msg []byte)
+	// HandlePeerDown reports that the connection to peer is gone (the peer
+	// exited or was fenced); every operation toward it fails with
+	// ftrma.ErrProcFailed. It is called at most once per peer.
+	HandlePeerDown(peer ftrma.Rank, err error)
+}
+
+// Transport is the one-sided communication layer of one rank.
+//
+// All methods may be called from any goroutine. Posting methods never block on
+// the network for longer than it takes to queue the operation (they may wait for
+// in-flight space, which a failing peer releases).
+type Transport interface {
+	// Rank is this process's rank; Size the number of ranks in the job.
+	Rank() ftrma.Rank
+	Size() int
+	// Caps reports the transport's native capabilities.
+	Caps() Caps
+
+	// Register exposes mem to every peer and returns the key they name it by.
+	// The caller keeps mem alive and must not move it until Deregister returns.
+	// For atomic operations mem must be 8-byte aligned (atomics at offsets that
+	// are not are refused with ftrma.ErrMisaligned).
+	Register(mem []byte) (Key, error)
+	// Deregister withdraws a region. Operations arriving afterwards fail with
+	// ftrma.ErrUnknownRegion; Deregister waits for operations executing on the
+	// region to finish.
+	Deregister(key Key) error
+
+	// Write posts a copy of src into peer's region key at offset off. src is
+	// copied or sent before Write returns; the caller may reuse it at once.
+	Write(peer ftrma.Rank, key Key, off uint64, src []byte) (Seq, error)
+	// Read posts a read of len(dst) bytes from peer's region into dst. dst
+	// belongs to the transport until the operation completes.
+	Read(peer ftrma.Rank, key Key, off uint64, dst []byte) (Seq, error)
+	// CompareAndSwap64 posts an atomic compare-and-swap of the 8-byte word at
+	// off: if it equals old it becomes new. The prior value is stored in
+	// *result, which belongs to the transport until completion.
+	CompareAndSwap64(peer ftrma.Rank, key Key, off uint64, old, new uint64, result *uint64) (Seq, error)
+	// FetchAndAdd64 posts an atomic add of delta to the 8-byte word at off and
+	// stores the prior value in *result (which may be nil).
+	FetchAndAdd64(peer ftrma.Rank, key Key, off uint64, delta uint64, result *uint64) (Seq, error)
+
+	// Wait blocks until operation seq toward peer, and every one before it, is
+	// complete. It returns the first error of an operation up to seq not yet
+	// reported by Wait or Flush, ftrma.ErrProcFailed if the peer is down, or
+	// ctx's error.
+	Wait(ctx context.Context, peer ftrma.Rank, seq Seq) error
+	// Flush waits until every operation posted toward peer so far is complete,
+	// with the errors of Wait.
+	Flush(ctx context.Context, peer ftrma.Rank) error
+
+	// Send posts a control message of at most MaxControlMessage bytes to peer.
+	// msg is copied; messages to one peer arrive in order, after the operations
+	// posted before them.
+	Send(peer ftrma.Rank, msg []byte) error
+	// SetReceiver installs the receiver of control messages and peer-down
+	// events. Call it once, before peers send.
+	SetReceiver(r Receiver)
+
+	// Fence cuts peer off: when Fence returns, nothing peer sends can touch
+	// local memory or be delivered, and every operation toward peer fails with
+	// ftrma.ErrProcFailed. Fencing is permanent.
+	Fence(peer ftrma.Rank) error
+	// Close fences every peer, releases the transport's resources and waits for
+	// its goroutines. Operations after Close fail with ftrma.ErrClosed.
+	Close() error
+}
