@@ -17,7 +17,8 @@ import (
 // same way: spin briefly on the completed counter, then park.
 //
 // Sequence numbers are handed out by Next under the poster's own lock (so their
-// order is the order on the wire) and completed in order by Complete.
+// order is the order on the wire) and completed in order by Complete, from one
+// goroutine at a time.
 type Completion struct {
 	posted atomic.Uint64 // last sequence handed out by Next
 	done   atomic.Uint64 // last sequence completed; done <= posted
@@ -44,7 +45,8 @@ func (c *Completion) Posted() Seq { return Seq(c.posted.Load()) }
 // Completed returns the last sequence completed.
 func (c *Completion) Completed() Seq { return Seq(c.done.Load()) }
 
-// Complete marks seq, and all before it, complete; err, if non-nil, is the
+// Complete marks seq, and all before it, complete (a sequence at or below the
+// completed one changes nothing but may report err); err, if non-nil, is the
 // failure of seq itself and is reported by the next Wait or Flush that covers it.
 func (c *Completion) Complete(seq Seq, err error) {
 	if err != nil {
@@ -52,7 +54,9 @@ func (c *Completion) Complete(seq Seq, err error) {
 		c.errs = append(c.errs, seqErr{seq, err})
 		c.mu.Unlock()
 	}
-	c.done.Store(uint64(seq))
+	if uint64(seq) > c.done.Load() {
+		c.done.Store(uint64(seq))
+	}
 	if c.waiters.Load() > 0 {
 		c.mu.Lock()
 		if c.wake != nil {
@@ -101,12 +105,17 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 	}
 	for {
 		c.mu.Lock()
+		// Announce the waiter before reading done: Complete stores done before
+		// reading waiters, so one of the two sees the other.
+		c.waiters.Add(1)
 		if Seq(c.done.Load()) >= seq {
+			c.waiters.Add(-1)
 			err := c.takeErrs(seq)
 			c.mu.Unlock()
 			return err
 		}
 		if c.down != nil {
+			c.waiters.Add(-1)
 			err := c.down
 			c.mu.Unlock()
 			return err
@@ -115,7 +124,6 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 			c.wake = make(chan struct{})
 		}
 		wake := c.wake
-		c.waiters.Add(1)
 		c.mu.Unlock()
 		select {
 		case <-wake:

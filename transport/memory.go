@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,8 @@ import (
 // Read and the atomics (tcp, memnet) run them through Memory, which checks every
 // access against the registered regions and their bounds.
 //
-// Accesses that are 8-byte aligned at both ends are done a word at a time with
-// atomic loads and stores, so a reader never sees a torn aligned word, and the
+// Accesses whose target memory is 8-byte aligned at both ends are done a word at
+// a time with atomic loads and stores, so a reader never sees a torn aligned word, and the
 // atomics are sync/atomic operations, atomic with respect to the owner's own.
 // The zero Memory is ready to use.
 type Memory struct {
@@ -83,12 +84,9 @@ func (m *Memory) Write(key Key, off uint64, src []byte) error {
 	if err != nil {
 		return err
 	}
-	if aligned(dst, src) {
-		n := len(src) / 8
-		d := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(dst))), n)
-		s := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(src))), n)
+	if d := words(dst); d != nil {
 		for i := range d {
-			atomic.StoreUint64(&d[i], s[i])
+			atomic.StoreUint64(&d[i], binary.NativeEndian.Uint64(src[8*i:]))
 		}
 		return nil
 	}
@@ -104,12 +102,9 @@ func (m *Memory) Read(key Key, off uint64, dst []byte) error {
 	if err != nil {
 		return err
 	}
-	if aligned(dst, src) {
-		n := len(src) / 8
-		d := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(dst))), n)
-		s := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(src))), n)
+	if s := words(src); s != nil {
 		for i := range s {
-			d[i] = atomic.LoadUint64(&s[i])
+			binary.NativeEndian.PutUint64(dst[8*i:], atomic.LoadUint64(&s[i]))
 		}
 		return nil
 	}
@@ -149,14 +144,13 @@ func (m *Memory) FetchAndAdd64(key Key, off uint64, delta uint64) (uint64, error
 	return atomic.AddUint64(w, delta) - delta, nil
 }
 
-// aligned reports whether a word-wise copy between a and b is possible: both
-// start on an 8-byte boundary and the length is a multiple of 8.
-func aligned(a, b []byte) bool {
-	if len(a) == 0 || len(a)%8 != 0 {
-		return false
+// words views registered memory b as 8-byte words when it starts on an 8-byte
+// boundary and its length is a multiple of 8, and returns nil otherwise.
+func words(b []byte) []uint64 {
+	if len(b) == 0 || len(b)%8 != 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		return nil
 	}
-	return uintptr(unsafe.Pointer(unsafe.SliceData(a)))%8 == 0 &&
-		uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }
 
 // Status codes carry the target's verdict on an operation over a wire. They are

@@ -124,7 +124,8 @@ type Transport interface {
 	// ctx's error.
 	Wait(ctx context.Context, peer ftrma.Rank, seq Seq) error
 	// Flush waits until every operation posted toward peer so far is complete,
-	// with the errors of Wait.
+	// with the errors of Wait. Toward a peer that is down it returns
+	// ftrma.ErrProcFailed even when nothing is pending.
 	Flush(ctx context.Context, peer ftrma.Rank) error
 
 	// Send posts a control message of at most MaxControlMessage bytes to peer.

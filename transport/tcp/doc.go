@@ -1,0 +1,32 @@
+// Package tcp is ftrma's fallback transport: one authenticated TCP connection
+// per pair of ranks, length-prefixed frames, and one-sided operations emulated
+// at the target.
+//
+// The target's progress goroutine for each connection executes Write, Read,
+// CompareAndSwap64 and FetchAndAdd64 against the regions registered in its
+// transport.Memory (bounds-checked, atomics with sync/atomic) and answers; the
+// origin completes its operations in order from the answers. Caps says so: the
+// transport is ordered and remotely complete, but not one-sided.
+//
+// Latency: a Go goroutine woken by the netpoller costs several microseconds, so
+// the transport busy-polls its sockets for a short while (Config.Spin): a rank
+// waiting in Wait or Flush reads its connection itself, and a target keeps
+// reading for Spin after each request it served. Ranks that outnumber the host's
+// cores should not spin (the launcher sets Spin negative then).
+//
+// Batching: posting goroutines write frames straight to the socket, and frames
+// posted while another goroutine is writing are gathered and written together
+// by it; a target answers everything it read in one batch with one write.
+//
+// Security: every connection proves the job secret in both directions with an
+// HMAC-SHA256 challenge–response before any frame is accepted; a connection that
+// fails is closed and logged.
+//
+// Use:
+//
+//  1. Listen(cfg) on every rank and publish Addr() (the launcher's rendezvous).
+//  2. Connect(ctx, addrs) with every rank's address; it returns when the
+//     connections to all peers are up. Rank i dials every rank above it.
+//  3. SetReceiver, Register, post operations, Flush, as for any transport.
+//  4. Close.
+package tcp

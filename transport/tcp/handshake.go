@@ -1,0 +1,117 @@
+package tcp
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The handshake proves, in both directions, knowledge of the job secret without
+// sending it (HMAC-SHA256 challenge–response):
+//
+//	dialer   -> acceptor: magic[8] | from u32 | to u32 | nonceD[32]
+//	acceptor -> dialer:   nonceA[32] | HMAC(secret, "acceptor" | from | to | nonceD | nonceA)
+//	dialer   -> acceptor: HMAC(secret, "dialer" | from | to | nonceA | nonceD)
+//	acceptor -> dialer:   1 byte, 1 = accepted
+//
+// A connection that fails any step is closed and logged by the acceptor.
+var magic = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '1'}
+
+const (
+	nonceLen         = 32
+	macLen           = sha256.Size
+	handshakeTimeout = 5 * time.Second
+)
+
+var errAuth = errors.New("tcp: authentication failed")
+
+func mac(secret []byte, role string, from, to uint32, n1, n2 []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(role))
+	var ids [8]byte
+	binary.BigEndian.PutUint32(ids[:], from)
+	binary.BigEndian.PutUint32(ids[4:], to)
+	h.Write(ids[:])
+	h.Write(n1)
+	h.Write(n2)
+	return h.Sum(nil)
+}
+
+// dialHandshake runs the dialer's side on conn: rank from connecting to rank to.
+func dialHandshake(conn net.Conn, secret []byte, from, to uint32) error {
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
+	hello := make([]byte, 8+4+4+nonceLen)
+	copy(hello, magic[:])
+	binary.BigEndian.PutUint32(hello[8:], from)
+	binary.BigEndian.PutUint32(hello[12:], to)
+	nonceD := hello[16:]
+	rand.Read(nonceD)
+	if _, err := conn.Write(hello); err != nil {
+		return err
+	}
+	reply := make([]byte, nonceLen+macLen)
+	if _, err := io.ReadFull(conn, reply); err != nil {
+		return fmt.Errorf("%w: %v", errAuth, err)
+	}
+	nonceA := reply[:nonceLen]
+	if !hmac.Equal(reply[nonceLen:], mac(secret, "acceptor", from, to, nonceD, nonceA)) {
+		return fmt.Errorf("%w: peer does not know the job secret", errAuth)
+	}
+	if _, err := conn.Write(mac(secret, "dialer", from, to, nonceA, nonceD)); err != nil {
+		return err
+	}
+	var ok [1]byte
+	if _, err := io.ReadFull(conn, ok[:]); err != nil || ok[0] != 1 {
+		return fmt.Errorf("%w: refused by rank %d", errAuth, to)
+	}
+	return nil
+}
+
+// acceptHandshake runs the acceptor's side on conn for rank self, and returns
+// the authenticated peer's rank. accept decides whether a proven peer may
+// connect (it refuses duplicates and fenced ranks).
+func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, accept func(from uint32) error) (uint32, error) {
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
+	hello := make([]byte, 8+4+4+nonceLen)
+	if _, err := io.ReadFull(conn, hello); err != nil {
+		return 0, fmt.Errorf("%w: short hello: %v", errAuth, err)
+	}
+	if [8]byte(hello[:8]) != magic {
+		return 0, fmt.Errorf("%w: bad magic", errAuth)
+	}
+	from, to := binary.BigEndian.Uint32(hello[8:]), binary.BigEndian.Uint32(hello[12:])
+	if to != self || int(from) >= size || from == self {
+		return 0, fmt.Errorf("%w: hello names ranks %d->%d", errAuth, from, to)
+	}
+	nonceD := hello[16:]
+	reply := make([]byte, nonceLen, nonceLen+macLen)
+	rand.Read(reply)
+	nonceA := reply[:nonceLen]
+	reply = append(reply, mac(secret, "acceptor", from, to, nonceD, nonceA)...)
+	if _, err := conn.Write(reply); err != nil {
+		return 0, err
+	}
+	proof := make([]byte, macLen)
+	if _, err := io.ReadFull(conn, proof); err != nil {
+		return 0, fmt.Errorf("%w: no proof: %v", errAuth, err)
+	}
+	if !hmac.Equal(proof, mac(secret, "dialer", from, to, nonceA, nonceD)) {
+		return 0, fmt.Errorf("%w: connection claiming rank %d does not know the job secret", errAuth, from)
+	}
+	if err := accept(from); err != nil {
+		conn.Write([]byte{0})
+		return 0, err
+	}
+	if _, err := conn.Write([]byte{1}); err != nil {
+		return 0, err
+	}
+	return from, nil
+}

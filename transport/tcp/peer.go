@@ -1,0 +1,516 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// peer is this rank's side of the connection to one other rank (or, for
+// self, the loopback path that executes operations inline).
+type peer struct {
+	t      *Transport
+	rank   ftrma.Rank
+	self   bool
+	comp   transport.Completion
+	ready  chan struct{} // closed once the connection is attached (or for self)
+	downed atomic.Bool   // set once by down: the peer is cut off for good
+
+	conn *net.TCPConn    // set once by attach, before ready is closed
+	rc   syscall.RawConn // conn's raw access
+	fd   int             // conn's descriptor; read only under rmu while !rclosed
+
+	smu      sync.Mutex // guards the send side: sbuf, spare, writing, handoff*, serr
+	sbuf     []byte     // framed bytes waiting to be written, in posting order
+	spare    []byte     // a drained buffer kept for reuse
+	writing  bool       // a goroutine owns the socket's write side
+	handoff  []byte     // unwritten rest left to the writer goroutine (owns writing)
+	handbuf  []byte     // the whole buffer handoff is a suffix of, for reuse
+	serr     error      // non-nil once the peer is down: posts fail with it
+	wakeWrit chan struct{}
+
+	pmu   sync.Mutex // guards pend
+	pend  []pending  // outstanding reads and atomics, in sequence order
+	phead int        // pend[phead:] are outstanding
+
+	rmu      sync.Mutex // the read token: guards everything below
+	rbuf     []byte     // received bytes; rbuf[:rlen] not yet parsed
+	rlen     int
+	rclosed  bool         // no more reads or processing: the peer is down
+	reply    []byte       // answers gathered while processing one batch
+	lastReq  uint64       // highest request sequence executed
+	lastAns  uint64       // highest request sequence answered
+	lastServ atomic.Int64 // unix nanoseconds of the last request served
+}
+
+// pending is an outstanding read or atomic awaiting its answer.
+type pending struct {
+	seq    transport.Seq
+	dst    []byte  // read destination
+	res    *uint64 // atomic result, may be nil
+	atomic bool
+}
+
+func newPeer(t *Transport, r ftrma.Rank) *peer {
+	p := &peer{t: t, rank: r, self: r == t.cfg.Rank, ready: make(chan struct{}), wakeWrit: make(chan struct{}, 1)}
+	if p.self {
+		close(p.ready)
+	}
+	return p
+}
+
+// attach installs an authenticated connection and starts its goroutines.
+func (p *peer) attach(conn *net.TCPConn) error {
+	conn.SetNoDelay(true)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var fd int
+	rc.Control(func(f uintptr) { fd = int(f) })
+	p.smu.Lock()
+	if p.downed.Load() || p.conn != nil {
+		p.smu.Unlock()
+		return fmt.Errorf("rank %d is fenced or already connected", p.rank)
+	}
+	p.conn, p.rc, p.fd = conn, rc, fd
+	p.rbuf = make([]byte, 256<<10)
+	p.smu.Unlock()
+	p.t.wg.Add(2)
+	go p.readLoop()
+	go p.writeLoopGoroutine()
+	close(p.ready)
+	return nil
+}
+
+// post queues one operation frame; its sequence is handed out under smu, so
+// sequence order is wire order.
+func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data []byte, pd pending) (transport.Seq, error) {
+	if p.self {
+		return p.postSelf(typ, key, off, a, b, data, pd)
+	}
+	p.smu.Lock()
+	if p.serr != nil {
+		err := p.serr
+		p.smu.Unlock()
+		return 0, err
+	}
+	if p.conn == nil {
+		p.smu.Unlock()
+		return 0, &ftrma.OpError{Op: "post", Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
+	}
+	seq := p.comp.Next()
+	if typ != frameWrite {
+		pd.seq = seq
+		p.pmu.Lock()
+		p.pend = append(p.pend, pd)
+		p.pmu.Unlock()
+	}
+	p.sbuf = appendOp(p.sbuf, typ, uint64(seq), uint32(key), off, a, b, data)
+	if err := p.kickLocked(true); err != nil {
+		p.down(err, false)
+	}
+	return seq, nil
+}
+
+// postSelf executes an operation toward this rank inline.
+func (p *peer) postSelf(typ byte, key transport.Key, off uint64, a, b uint64, data []byte, pd pending) (transport.Seq, error) {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	m := &p.t.mem
+	var v uint64
+	var err error
+	switch typ {
+	case frameWrite:
+		err = m.Write(key, off, data)
+	case frameRead:
+		err = m.Read(key, off, pd.dst)
+	case frameCAS:
+		v, err = m.CompareAndSwap64(key, off, a, b)
+	case frameFAdd:
+		v, err = m.FetchAndAdd64(key, off, a)
+	}
+	if err == nil && pd.res != nil {
+		*pd.res = v
+	}
+	seq := p.comp.Next()
+	p.comp.Complete(seq, p.opErr(err))
+	return seq, nil
+}
+
+func (p *peer) opErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ftrma.OpError{Op: "rma", Rank: p.rank, Err: err}
+}
+
+// sendMsg queues a control message.
+func (p *peer) sendMsg(msg []byte) error {
+	if p.self {
+		if r := p.t.receiver(); r != nil {
+			r.HandleMessage(p.rank, msg)
+		}
+		return nil
+	}
+	p.smu.Lock()
+	if p.serr != nil {
+		err := p.serr
+		p.smu.Unlock()
+		return err
+	}
+	if p.conn == nil {
+		p.smu.Unlock()
+		return &ftrma.OpError{Op: "send", Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
+	}
+	p.sbuf = appendMsg(p.sbuf, msg)
+	if err := p.kickLocked(true); err != nil {
+		p.down(err, false)
+		return transport.ErrPeerDown(p.rank, err)
+	}
+	return nil
+}
+
+// kickLocked starts writing sbuf unless another goroutine is writing. Called
+// with smu held; returns with it released. A caller that must not block on
+// the socket (the receive path) passes mayBlock false: what the socket does
+// not take at once is left to the writer goroutine.
+func (p *peer) kickLocked(mayBlock bool) error {
+	if p.writing || len(p.sbuf) == 0 || p.serr != nil {
+		p.smu.Unlock()
+		return nil
+	}
+	p.writing = true
+	for {
+		buf := p.sbuf
+		p.sbuf, p.spare = p.spare[:0], nil
+		p.smu.Unlock()
+		n, err := p.tryWrite(buf)
+		if err == nil && n < len(buf) {
+			if !mayBlock {
+				p.smu.Lock()
+				p.handoff, p.handbuf = buf[n:], buf
+				p.smu.Unlock()
+				select {
+				case p.wakeWrit <- struct{}{}:
+				default:
+				}
+				return nil
+			}
+			_, err = p.conn.Write(buf[n:])
+		}
+		p.smu.Lock()
+		if err != nil {
+			p.writing = false
+			p.smu.Unlock()
+			return err
+		}
+		p.spare = buf[:0]
+		if len(p.sbuf) == 0 {
+			p.writing = false
+			p.smu.Unlock()
+			return nil
+		}
+	}
+}
+
+// tryWrite writes as much of buf as the socket takes without blocking.
+func (p *peer) tryWrite(buf []byte) (int, error) {
+	var n int
+	var werr error
+	err := p.rc.Write(func(fd uintptr) bool {
+		for n < len(buf) {
+			m, err := syscall.Write(int(fd), buf[n:])
+			if err == syscall.EINTR {
+				continue
+			}
+			if err == syscall.EAGAIN {
+				return true
+			}
+			if err != nil {
+				werr = err
+				return true
+			}
+			n += m
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	return n, werr
+}
+
+// writeLoopGoroutine finishes writes the receive path could not complete
+// without blocking.
+func (p *peer) writeLoopGoroutine() {
+	defer p.t.wg.Done()
+	for {
+		select {
+		case <-p.wakeWrit:
+		case <-p.t.done:
+			return
+		}
+		p.smu.Lock()
+		h, hb := p.handoff, p.handbuf
+		p.handoff, p.handbuf = nil, nil
+		p.smu.Unlock()
+		if h == nil {
+			continue
+		}
+		_, err := p.conn.Write(h)
+		p.smu.Lock()
+		if err == nil {
+			p.spare = hb[:0]
+			p.writing = false
+			err = p.kickLocked(true)
+		} else {
+			p.writing = false
+			p.smu.Unlock()
+		}
+		if err != nil {
+			p.down(err, false)
+			return
+		}
+	}
+}
+
+// readLoop is the connection's progress goroutine: it reads and serves frames
+// until the connection breaks, polling for Spin after each request served.
+func (p *peer) readLoop() {
+	defer p.t.wg.Done()
+	var rerr error
+	err := p.rc.Read(func(uintptr) bool {
+		for {
+			p.rmu.Lock()
+			n, err := p.pollLocked()
+			p.rmu.Unlock()
+			if err != nil {
+				rerr = err
+				return true
+			}
+			if n > 0 {
+				continue
+			}
+			if p.t.spin == 0 || time.Duration(time.Now().UnixNano()-p.lastServ.Load()) > p.t.spin {
+				return false // park in the netpoller until readable
+			}
+		}
+	})
+	if rerr == nil {
+		rerr = err
+	}
+	if rerr == nil {
+		rerr = io.EOF
+	}
+	p.down(rerr, false)
+}
+
+// poll reads the connection from the waiting goroutine itself until seq is
+// complete or spin has passed: a waiter that reads its own answer saves the
+// netpoller's wake-up.
+func (p *peer) poll(seq transport.Seq, spin time.Duration) {
+	deadline := time.Now().Add(spin)
+	for i := 0; p.comp.Completed() < seq; i++ {
+		if p.rmu.TryLock() {
+			n, err := p.pollLocked()
+			p.rmu.Unlock()
+			if err != nil {
+				p.down(err, false)
+				return
+			}
+			if n > 0 {
+				continue
+			}
+		}
+		if i&7 == 7 && time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+var errClosedRead = fmt.Errorf("connection closed")
+
+// pollLocked reads what the socket holds without blocking and serves every
+// complete frame. It returns the bytes read (0 when there were none). The
+// caller holds rmu.
+func (p *peer) pollLocked() (int, error) {
+	if p.rclosed {
+		return 0, errClosedRead
+	}
+	if p.rlen == len(p.rbuf) {
+		return 0, fmt.Errorf("%w: receive buffer full", errFrame)
+	}
+	n, err := syscall.Read(p.fd, p.rbuf[p.rlen:])
+	for err == syscall.EINTR {
+		n, err = syscall.Read(p.fd, p.rbuf[p.rlen:])
+	}
+	if err == syscall.EAGAIN {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	p.rlen += n
+	off := 0
+	for {
+		f, m, err := parseFrame(p.rbuf[off:p.rlen])
+		if err != nil {
+			return 0, err
+		}
+		if m == 0 {
+			break
+		}
+		if err := p.serve(&f); err != nil {
+			return 0, err
+		}
+		off += m
+	}
+	if off > 0 {
+		p.rlen = copy(p.rbuf, p.rbuf[off:p.rlen])
+	}
+	// Make room for the next frame if it is larger than the buffer.
+	if p.rlen >= 4 {
+		need := 4 + int(uint32(p.rbuf[0])<<24|uint32(p.rbuf[1])<<16|uint32(p.rbuf[2])<<8|uint32(p.rbuf[3]))
+		if need > len(p.rbuf) && need <= 4+maxFrame {
+			nb := make([]byte, need)
+			copy(nb, p.rbuf[:p.rlen])
+			p.rbuf = nb
+		}
+	}
+	if p.lastReq > p.lastAns {
+		p.reply = appendDone(p.reply, p.lastReq)
+		p.lastAns = p.lastReq
+	}
+	if len(p.reply) > 0 {
+		p.smu.Lock()
+		p.sbuf = append(p.sbuf, p.reply...)
+		p.reply = p.reply[:0]
+		if err := p.kickLocked(false); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// serve executes or completes one frame. The caller holds rmu.
+func (p *peer) serve(f *frame) error {
+	m := &p.t.mem
+	switch f.typ {
+	case frameWrite, frameRead, frameCAS, frameFAdd:
+		if f.seq <= p.lastReq {
+			return fmt.Errorf("%w: request sequence %d after %d", errFrame, f.seq, p.lastReq)
+		}
+		p.lastReq = f.seq
+		p.lastServ.Store(time.Now().UnixNano())
+		key := transport.Key(f.key)
+		switch f.typ {
+		case frameWrite:
+			if err := m.Write(key, f.off, f.data); err != nil {
+				p.reply = appendReply(p.reply, frameWriteErr, f.seq, transport.StatusOf(err), 0, nil)
+				p.lastAns = f.seq
+			}
+		case frameRead:
+			at := len(p.reply)
+			p.reply = appendHeader(p.reply, frameReadReply, fixedLen[frameReadReply]+int(f.a))
+			p.reply = binary.BigEndian.AppendUint64(p.reply, f.seq)
+			p.reply = append(p.reply, transport.StatusOK)
+			p.reply = slices.Grow(p.reply, int(f.a))[:len(p.reply)+int(f.a)]
+			if err := m.Read(key, f.off, p.reply[len(p.reply)-int(f.a):]); err != nil {
+				p.reply = appendReply(p.reply[:at], frameReadReply, f.seq, transport.StatusOf(err), 0, nil)
+			}
+			p.lastAns = f.seq
+		case frameCAS, frameFAdd:
+			var v uint64
+			var err error
+			if f.typ == frameCAS {
+				v, err = m.CompareAndSwap64(key, f.off, f.a, f.b)
+			} else {
+				v, err = m.FetchAndAdd64(key, f.off, f.a)
+			}
+			p.reply = appendReply(p.reply, frameAtomicReply, f.seq, transport.StatusOf(err), v, nil)
+			p.lastAns = f.seq
+		}
+	case frameMsg:
+		if r := p.t.receiver(); r != nil {
+			r.HandleMessage(p.rank, f.data)
+		}
+	case frameDone:
+		if f.seq > uint64(p.comp.Posted()) {
+			return fmt.Errorf("%w: completion of unposted sequence %d", errFrame, f.seq)
+		}
+		p.comp.Complete(transport.Seq(f.seq), nil)
+	case frameWriteErr:
+		if f.seq > uint64(p.comp.Posted()) {
+			return fmt.Errorf("%w: completion of unposted sequence %d", errFrame, f.seq)
+		}
+		p.comp.Complete(transport.Seq(f.seq), p.opErr(transport.ErrOfStatus(f.status)))
+	case frameReadReply, frameAtomicReply:
+		p.pmu.Lock()
+		if p.phead == len(p.pend) || uint64(p.pend[p.phead].seq) != f.seq || p.pend[p.phead].atomic != (f.typ == frameAtomicReply) {
+			p.pmu.Unlock()
+			return fmt.Errorf("%w: unexpected answer to sequence %d", errFrame, f.seq)
+		}
+		pd := p.pend[p.phead]
+		p.pend[p.phead] = pending{}
+		p.phead++
+		if p.phead == len(p.pend) {
+			p.pend, p.phead = p.pend[:0], 0
+		}
+		p.pmu.Unlock()
+		err := transport.ErrOfStatus(f.status)
+		if err == nil {
+			if f.typ == frameReadReply {
+				if len(f.data) != len(pd.dst) {
+					return fmt.Errorf("%w: read answer of %d bytes for %d", errFrame, len(f.data), len(pd.dst))
+				}
+				copy(pd.dst, f.data)
+			} else if pd.res != nil {
+				*pd.res = f.a
+			}
+		}
+		p.comp.Complete(pd.seq, p.opErr(err))
+	}
+	return nil
+}
+
+// down cuts the peer off for good: no more reads or processing, posts fail,
+// pending operations fail, the connection closes. quiet skips the receiver's
+// HandlePeerDown (used by Close). It must not be called with rmu or smu held.
+func (p *peer) down(cause error, quiet bool) {
+	if p.downed.Swap(true) {
+		return
+	}
+	err := transport.ErrPeerDown(p.rank, cause)
+	p.rmu.Lock()
+	p.rclosed = true
+	p.rmu.Unlock()
+	p.smu.Lock()
+	p.serr = err
+	conn := p.conn
+	p.smu.Unlock()
+	p.comp.Fail(err)
+	if conn != nil {
+		conn.Close()
+	}
+	if !quiet && !p.t.closed.Load() {
+		if cause != errFenced {
+			p.t.cfg.Logf("tcp: rank %d: lost rank %d: %v", p.t.cfg.Rank, p.rank, cause)
+		}
+		if r := p.t.receiver(); r != nil {
+			r.HandlePeerDown(p.rank, err)
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// Config configures a TCP transport. The zero value of each field means its
+// default.
+type Config struct {
+	// Rank is this process's rank and Size the number of ranks.
+	Rank ftrma.Rank
+	Size int
+	// Secret is the job secret every connection must prove. Required.
+	Secret []byte
+	// ListenAddr is the address to listen on; default "127.0.0.1:0".
+	ListenAddr string
+	// Spin is how long a waiter busy-polls its connection before parking, and
+	// how long a target keeps polling after serving a request. Default 50µs;
+	// negative disables busy-polling.
+	Spin time.Duration
+	// Logf logs refused connections and broken peers; default log.Printf.
+	Logf func(format string, args ...any)
+}
+
+const defaultSpin = 50 * time.Microsecond
+
+// Transport is a TCP transport.Transport.
+type Transport struct {
+	cfg  Config
+	spin time.Duration
+	mem  transport.Memory
+	ln   net.Listener
+
+	peers []*peer // indexed by rank; peers[cfg.Rank] is the loopback peer
+
+	recv    atomic.Pointer[receiverBox]
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close
+	wg      sync.WaitGroup
+	closeMu sync.Mutex // serializes Close
+}
+
+type receiverBox struct{ r transport.Receiver }
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Listen creates the transport and starts accepting authenticated connections.
+func Listen(cfg Config) (*Transport, error) {
+	if cfg.Size < 1 || cfg.Rank < 0 || int(cfg.Rank) >= cfg.Size {
+		return nil, fmt.Errorf("tcp: rank %d of size %d: %w", cfg.Rank, cfg.Size, ftrma.ErrRankOutOfRange)
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, fmt.Errorf("tcp: empty job secret: %w", ftrma.ErrInvalid)
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	spin := cfg.Spin
+	if spin == 0 {
+		spin = defaultSpin
+	} else if spin < 0 {
+		spin = 0
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listen: %w", err)
+	}
+	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{})}
+	t.peers = make([]*peer, cfg.Size)
+	for r := range t.peers {
+		t.peers[r] = newPeer(t, ftrma.Rank(r))
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// Addr returns the address peers connect to.
+func (t *Transport) Addr() string { return t.ln.Addr().String() }
+
+// Rank returns this process's rank.
+func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
+
+// Size returns the number of ranks.
+func (t *Transport) Size() int { return t.cfg.Size }
+
+// Caps reports an ordered, remotely complete, emulated transport.
+func (t *Transport) Caps() transport.Caps {
+	return transport.CapOrdered | transport.CapRemoteCompletion
+}
+
+// Connect dials every rank above this one and waits until every peer is
+// connected (the ranks below dial this one). addrs[i] is rank i's Addr.
+func (t *Transport) Connect(ctx context.Context, addrs []string) error {
+	if len(addrs) != t.cfg.Size {
+		return fmt.Errorf("tcp: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
+	}
+	errc := make(chan error, t.cfg.Size)
+	for r := int(t.cfg.Rank) + 1; r < t.cfg.Size; r++ {
+		go func(r int) { errc <- t.dial(ctx, ftrma.Rank(r), addrs[r]) }(r)
+	}
+	for r := int(t.cfg.Rank) + 1; r < t.cfg.Size; r++ {
+		if err := <-errc; err != nil {
+			return err
+		}
+	}
+	for _, p := range t.peers {
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: waiting for rank %d to connect: %w", p.rank, ctx.Err())
+		case <-t.done:
+			return ftrma.ErrClosed
+		}
+	}
+	return nil
+}
+
+func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			err = dialHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), uint32(r))
+			if err == nil {
+				return t.peers[r].attach(conn.(*net.TCPConn))
+			}
+			conn.Close()
+			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: connect to rank %d: %w", r, ctx.Err())
+		}
+	}
+}
+
+func (t *Transport) acceptLoop() {
+	defer t.wg.Done()
+	backoff := time.Millisecond
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			if t.closed.Load() {
+				return
+			}
+			t.cfg.Logf("tcp: rank %d: accept: %v", t.cfg.Rank, err)
+			select {
+			case <-time.After(backoff):
+			case <-t.done:
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = time.Millisecond
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			from, err := acceptHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), t.cfg.Size, t.mayAccept)
+			if err == nil {
+				err = t.peers[from].attach(conn.(*net.TCPConn))
+			}
+			if err != nil {
+				t.cfg.Logf("tcp: rank %d: refused connection from %s: %v", t.cfg.Rank, conn.RemoteAddr(), err)
+				conn.Close()
+			}
+		}()
+	}
+}
+
+// mayAccept refuses a second connection from a rank, or one from a rank
+// that was fenced or that this rank dials itself.
+func (t *Transport) mayAccept(from uint32) error {
+	if ftrma.Rank(from) > t.cfg.Rank {
+		return fmt.Errorf("rank %d must be dialed, not accepted", from)
+	}
+	p := t.peers[from]
+	if p.downed.Load() {
+		return fmt.Errorf("rank %d is fenced", from)
+	}
+	select {
+	case <-p.ready:
+		return fmt.Errorf("rank %d is already connected", from)
+	default:
+	}
+	return nil
+}
+
+func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
+	if t.closed.Load() {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrClosed}
+	}
+	if r < 0 || int(r) >= len(t.peers) {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	return t.peers[r], nil
+}
+
+// Register exposes mem to every peer.
+func (t *Transport) Register(mem []byte) (transport.Key, error) {
+	if t.closed.Load() {
+		return 0, ftrma.ErrClosed
+	}
+	return t.mem.Register(mem)
+}
+
+// Deregister withdraws a region.
+func (t *Transport) Deregister(key transport.Key) error { return t.mem.Deregister(key) }
+
+// Write posts a write; src is copied before Write returns. Writes larger than
+// 1 MiB are split into several operations; the returned sequence is the last.
+func (t *Transport) Write(r ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
+	p, err := t.peer("write", r)
+	if err != nil {
+		return 0, err
+	}
+	var seq transport.Seq
+	for first := true; first || len(src) > 0; first = false {
+		n := min(len(src), maxChunk)
+		if seq, err = p.post(frameWrite, key, off, 0, 0, src[:n], pending{}); err != nil {
+			return 0, err
+		}
+		src, off = src[n:], off+uint64(n)
+	}
+	return seq, nil
+}
+
+// Read posts a read into dst, which belongs to the transport until the
+// operation completes.
+func (t *Transport) Read(r ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
+	p, err := t.peer("read", r)
+	if err != nil {
+		return 0, err
+	}
+	var seq transport.Seq
+	for first := true; first || len(dst) > 0; first = false {
+		n := min(len(dst), maxChunk)
+		if seq, err = p.post(frameRead, key, off, uint64(n), 0, nil, pending{dst: dst[:n]}); err != nil {
+			return 0, err
+		}
+		dst, off = dst[n:], off+uint64(n)
+	}
+	return seq, nil
+}
+
+// CompareAndSwap64 posts a compare-and-swap; *result receives the prior value.
+func (t *Transport) CompareAndSwap64(r ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	p, err := t.peer("compare-and-swap", r)
+	if err != nil {
+		return 0, err
+	}
+	return p.post(frameCAS, key, off, old, new, nil, pending{res: result, atomic: true})
+}
+
+// FetchAndAdd64 posts a fetch-and-add; *result, if not nil, receives the prior value.
+func (t *Transport) FetchAndAdd64(r ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	p, err := t.peer("fetch-and-add", r)
+	if err != nil {
+		return 0, err
+	}
+	return p.post(frameFAdd, key, off, delta, 0, nil, pending{res: result, atomic: true})
+}
+
+// Wait blocks until seq toward r is complete, polling the connection for up to
+// Config.Spin before parking.
+func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) error {
+	p, err := t.peer("wait", r)
+	if err != nil {
+		return err
+	}
+	if p.comp.Completed() < seq && t.spin > 0 && !p.self {
+		p.poll(seq, t.spin)
+	}
+	return p.comp.Wait(ctx, seq, 0)
+}
+
+// Flush waits until every operation posted toward r is complete. Toward a
+// peer that is down it fails even when nothing is pending.
+func (t *Transport) Flush(ctx context.Context, r ftrma.Rank) error {
+	p, err := t.peer("flush", r)
+	if err != nil {
+		return err
+	}
+	if err := p.comp.Down(); err != nil {
+		return err
+	}
+	return t.Wait(ctx, r, p.comp.Posted())
+}
+
+// Send posts a control message; msg is copied.
+func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
+	p, err := t.peer("send", r)
+	if err != nil {
+		return err
+	}
+	if len(msg) > transport.MaxControlMessage {
+		return &ftrma.OpError{Op: "send", Rank: r, Err: fmt.Errorf("%w: message of %d bytes exceeds %d", ftrma.ErrInvalid, len(msg), transport.MaxControlMessage)}
+	}
+	return p.sendMsg(msg)
+}
+
+// SetReceiver installs the receiver of control messages and peer-down events.
+func (t *Transport) SetReceiver(r transport.Receiver) { t.recv.Store(&receiverBox{r}) }
+
+func (t *Transport) receiver() transport.Receiver {
+	if b := t.recv.Load(); b != nil {
+		return b.r
+	}
+	return nil
+}
+
+// Fence cuts r off: its connection is closed, nothing it sent is executed or
+// delivered after Fence returns, operations toward it fail, and it cannot
+// connect again.
+func (t *Transport) Fence(r ftrma.Rank) error {
+	p, err := t.peer("fence", r)
+	if err != nil {
+		return err
+	}
+	if p.self {
+		return &ftrma.OpError{Op: "fence", Rank: r, Err: fmt.Errorf("%w: cannot fence self", ftrma.ErrInvalid)}
+	}
+	p.down(errFenced, false)
+	return nil
+}
+
+var errFenced = errors.New("fenced")
+
+// Close fences every peer, stops accepting, and waits for the transport's
+// goroutines.
+func (t *Transport) Close() error {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.ln.Close()
+	for _, p := range t.peers {
+		if !p.self {
+			p.down(ftrma.ErrClosed, true)
+		}
+	}
+	close(t.done)
+	t.wg.Wait()
+	return nil
+}

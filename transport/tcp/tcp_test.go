@@ -1,0 +1,460 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+var secret = []byte("test secret, 32 bytes long......")
+
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logSink) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logSink) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// cluster starts n connected transports in this process.
+func cluster(t *testing.T, n int, spin time.Duration) ([]*Transport, *logSink) {
+	t.Helper()
+	logs := &logSink{}
+	ts := make([]*Transport, n)
+	addrs := make([]string, n)
+	for r := range ts {
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logf: logs.logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[r], addrs[r] = tr, tr.Addr()
+		t.Cleanup(func() { tr.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, n)
+	for _, tr := range ts {
+		go func() { errc <- tr.Connect(ctx, addrs) }()
+	}
+	for range ts {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts, logs
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// words returns an 8-byte aligned byte slice.
+func words(n int) []byte {
+	w := make([]uint64, (n+7)/8)
+	return unsafeBytes(w)[:n]
+}
+
+func TestWriteReadSizes(t *testing.T) {
+	for _, spin := range []time.Duration{-1, 0} {
+		ts, _ := cluster(t, 3, spin)
+		ctx := testCtx(t)
+		mem := words(4 << 20)
+		key, err := ts[1].Register(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{1, 7, 8, 100, 4096, 65536, 1<<20 + 3, 4 << 20} {
+			src := make([]byte, size)
+			for i := range src {
+				src[i] = byte(i*7 + size)
+			}
+			if _, err := ts[0].Write(1, key, 0, src); err != nil {
+				t.Fatal(err)
+			}
+			if err := ts[0].Flush(ctx, 1); err != nil {
+				t.Fatalf("size %d: flush: %v", size, err)
+			}
+			dst := make([]byte, size)
+			seq, err := ts[2].Read(1, key, 0, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ts[2].Wait(ctx, 1, seq); err != nil {
+				t.Fatalf("size %d: wait: %v", size, err)
+			}
+			if !bytes.Equal(src, dst) {
+				t.Fatalf("spin %v size %d: read back differs", spin, size)
+			}
+		}
+	}
+}
+
+func TestAtomicsFromManyRanks(t *testing.T) {
+	const n, iters = 4, 500
+	ts, _ := cluster(t, n, -1)
+	ctx := testCtx(t)
+	mem := words(16)
+	key, _ := ts[0].Register(mem)
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := ts[r]
+			for range iters {
+				if _, err := tr.FetchAndAdd64(0, key, 0, 1, nil); err != nil {
+					errc <- err
+					return
+				}
+				for {
+					var old uint64
+					seq, err := tr.Read(0, key, 8, unsafeBytes([]uint64{0})) // keep reads in the mix
+					if err == nil {
+						err = tr.Wait(ctx, 0, seq)
+					}
+					var cur [1]uint64
+					if err == nil {
+						seq, err = tr.Read(0, key, 8, unsafeBytes(cur[:]))
+					}
+					if err == nil {
+						err = tr.Wait(ctx, 0, seq)
+					}
+					if err == nil {
+						seq, err = tr.CompareAndSwap64(0, key, 8, cur[0], cur[0]+1, &old)
+					}
+					if err == nil {
+						err = tr.Wait(ctx, 0, seq)
+					}
+					if err != nil {
+						errc <- err
+						return
+					}
+					if old == cur[0] {
+						break
+					}
+				}
+			}
+			errc <- tr.Flush(ctx, 0)
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := unsafeWords(mem)
+	if got[0] != n*iters || got[1] != n*iters {
+		t.Fatalf("counters = %d, %d; want %d", got[0], got[1], n*iters)
+	}
+}
+
+func TestRemoteErrors(t *testing.T) {
+	ts, _ := cluster(t, 2, -1)
+	ctx := testCtx(t)
+	key, _ := ts[1].Register(words(64))
+	var res uint64
+	cases := []struct {
+		name string
+		post func() (transport.Seq, error)
+		want error
+	}{
+		{"write beyond end", func() (transport.Seq, error) { return ts[0].Write(1, key, 60, make([]byte, 8)) }, ftrma.ErrOutOfBounds},
+		{"read beyond end", func() (transport.Seq, error) { return ts[0].Read(1, key, 1<<40, make([]byte, 1)) }, ftrma.ErrOutOfBounds},
+		{"unknown region", func() (transport.Seq, error) { return ts[0].Write(1, key+7, 0, []byte{1}) }, ftrma.ErrUnknownRegion},
+		{"misaligned cas", func() (transport.Seq, error) { return ts[0].CompareAndSwap64(1, key, 4, 0, 1, &res) }, ftrma.ErrMisaligned},
+		{"misaligned fadd", func() (transport.Seq, error) { return ts[0].FetchAndAdd64(1, key, 12, 1, &res) }, ftrma.ErrMisaligned},
+		{"atomic beyond end", func() (transport.Seq, error) { return ts[0].FetchAndAdd64(1, key, 64, 1, &res) }, ftrma.ErrOutOfBounds},
+	}
+	for _, c := range cases {
+		seq, err := c.post()
+		if err == nil {
+			err = ts[0].Wait(ctx, 1, seq)
+		}
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	// A failed operation does not poison the connection.
+	if _, err := ts[0].Write(1, key, 0, []byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx, 1); err != nil {
+		t.Fatalf("flush after errors: %v", err)
+	}
+	if _, err := ts[0].Write(5, key, 0, nil); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+		t.Fatalf("write to rank 5: %v", err)
+	}
+	if err := ts[0].Send(1, make([]byte, transport.MaxControlMessage+1)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("oversized message: %v", err)
+	}
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	msgs  []string
+	down  []ftrma.Rank
+	onMsg func(from ftrma.Rank, msg []byte)
+	got   chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{got: make(chan struct{}, 1024)} }
+
+func (r *recorder) HandleMessage(from ftrma.Rank, msg []byte) {
+	if r.onMsg != nil {
+		r.onMsg(from, msg)
+	}
+	r.mu.Lock()
+	r.msgs = append(r.msgs, fmt.Sprintf("%d:%s", from, msg))
+	r.mu.Unlock()
+	r.got <- struct{}{}
+}
+
+func (r *recorder) HandlePeerDown(peer ftrma.Rank, err error) {
+	r.mu.Lock()
+	r.down = append(r.down, peer)
+	r.mu.Unlock()
+	r.got <- struct{}{}
+}
+
+func TestMessagesFollowWrites(t *testing.T) {
+	ts, _ := cluster(t, 2, 0)
+	mem := words(8)
+	key, _ := ts[1].Register(mem)
+	rec := newRecorder()
+	seen := make(chan byte, 100)
+	rec.onMsg = func(ftrma.Rank, []byte) { seen <- mem[0] }
+	ts[1].SetReceiver(rec)
+	for i := 1; i <= 100; i++ {
+		if _, err := ts[0].Write(1, key, 0, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Send(1, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 100; i++ {
+		select {
+		case v := <-seen:
+			if int(v) != i {
+				t.Fatalf("message %d saw memory %d: control message overtook a write", i, v)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("messages not delivered")
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, m := range rec.msgs {
+		if m != fmt.Sprintf("0:%d", i+1) {
+			t.Fatalf("message %d = %q: out of order", i, m)
+		}
+	}
+}
+
+func TestPeerDownFailsPending(t *testing.T) {
+	ts, _ := cluster(t, 2, -1)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	ts[0].SetReceiver(rec)
+	key, _ := ts[1].Register(words(8))
+	ts[1].Close() // like a killed process: the kernel closes its sockets
+	select {
+	case <-rec.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no peer-down event")
+	}
+	seq, err := ts[0].Write(1, key, 0, []byte{1})
+	if err == nil {
+		err = ts[0].Wait(ctx, 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write to closed peer: %v, want ErrProcFailed", err)
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("flush to closed peer: %v, want ErrProcFailed", err)
+	}
+	if _, err := ts[1].Write(0, key, 0, nil); !errors.Is(err, ftrma.ErrClosed) {
+		t.Fatalf("write on closed transport: %v, want ErrClosed", err)
+	}
+}
+
+func TestFenceDropsLateWrites(t *testing.T) {
+	ts, _ := cluster(t, 2, -1)
+	ctx := testCtx(t)
+	mem := words(8)
+	key, _ := ts[0].Register(mem)
+	if _, err := ts[1].Write(0, key, 0, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Flush(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever rank 1 posts now must not land.
+	ts[1].Write(0, key, 0, []byte{2})
+	if err := ts[1].Flush(ctx, 0); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("flush toward fencing rank: %v, want ErrProcFailed", err)
+	}
+	if mem[0] != 1 {
+		t.Fatalf("memory = %d after fence: a late write landed", mem[0])
+	}
+	// A fenced rank cannot connect again, even with the secret.
+	conn, err := net.Dial("tcp", ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := dialHandshake(conn, secret, 1, 0); err == nil {
+		t.Fatal("fenced rank reconnected")
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("flush toward fenced rank: %v", err)
+	}
+}
+
+func TestRefusesConnectionWithoutSecret(t *testing.T) {
+	ts, logs := cluster(t, 2, -1)
+	ctx := testCtx(t)
+	mem := words(8)
+	key, _ := ts[0].Register(mem)
+
+	// Wrong secret: refused and logged.
+	conn, err := net.Dial("tcp", ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dialHandshake(conn, []byte("wrong"), 1, 0); err == nil {
+		t.Fatal("connection with a wrong secret was accepted")
+	}
+	conn.Close()
+
+	// No handshake at all, just a frame.
+	conn, err = net.Dial("tcp", ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write(appendOp(make([]byte, 0, 64), frameWrite, 1, uint32(key), 0, 0, 0, make([]byte, 64)))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, _ := conn.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("unauthenticated connection got an answer")
+	}
+	conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.contains("refused connection") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !logs.contains("refused connection") {
+		t.Fatal("refused connection was not logged")
+	}
+	if mem[0] != 0 {
+		t.Fatal("an unauthenticated write landed")
+	}
+	// The job's own connection still works.
+	if _, err := ts[1].Write(0, key, 0, []byte{5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Flush(ctx, 0); err != nil || mem[0] != 5 {
+		t.Fatalf("write after refusals: %v, mem %d", err, mem[0])
+	}
+}
+
+func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
+	// Rank 1 of 2 is played by hand: it authenticates, then sends garbage.
+	logs := &logSink{}
+	tr, err := Listen(Config{Rank: 0, Size: 2, Secret: secret, Spin: -1, Logf: logs.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	rec := newRecorder()
+	tr.SetReceiver(rec)
+	mem := words(8)
+	if _, err := tr.Register(mem); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", tr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := dialHandshake(conn, secret, 1, 0); err == nil {
+		t.Fatal("rank 1 must be dialed by rank 0, yet the handshake passed")
+	}
+	conn.Close()
+
+	tr2, err := Listen(Config{Rank: 1, Size: 2, Secret: secret, Spin: -1, Logf: logs.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	tr2.SetReceiver(newRecorder())
+	// Rank 0 dials rank 1; rank 1's side is replaced by a raw listener.
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := raw.Accept()
+		if err == nil {
+			if _, err := acceptHandshake(c, secret, 1, 2, func(uint32) error { return nil }); err == nil {
+				accepted <- c
+				return
+			}
+			c.Close()
+		}
+		close(accepted)
+	}()
+	ctx := testCtx(t)
+	if err := tr.Connect(ctx, []string{tr.Addr(), raw.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	c := <-accepted
+	if c == nil {
+		t.Fatal("raw handshake failed")
+	}
+	defer c.Close()
+	c.Write([]byte{0, 0, 0, 2, 99, 1})
+	select {
+	case <-rec.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("garbage did not bring the connection down")
+	}
+	if err := tr.Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("flush toward garbage peer: %v", err)
+	}
+	if mem[0] != 0 {
+		t.Fatal("garbage touched memory")
+	}
+}
