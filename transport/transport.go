@@ -133,7 +133,8 @@ type Transport interface {
 	// posted before them.
 	Send(peer ftrma.Rank, msg []byte) error
 	// SetReceiver installs the receiver of control messages and peer-down
-	// events. Call it once, before peers send.
+	// events. Messages and events that arrived before it was set are held (a
+	// bounded number) and delivered to it first, in order.
 	SetReceiver(r Receiver)
 
 	// Fence cuts peer off: when Fence returns, nothing peer sends can touch

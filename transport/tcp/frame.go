@@ -9,15 +9,16 @@ import (
 // Frames on a connection: a 4-byte big-endian length of what follows, a 1-byte
 // type, then the type's fields. Type numbers are append-only.
 const (
-	frameWrite       byte = 1 // seq u64, key u32, off u64, data...
-	frameRead        byte = 2 // seq u64, key u32, off u64, n u32
-	frameCAS         byte = 3 // seq u64, key u32, off u64, old u64, new u64
-	frameFAdd        byte = 4 // seq u64, key u32, off u64, delta u64
-	frameMsg         byte = 5 // data...
-	frameDone        byte = 6 // seq u64: every operation through seq is complete
-	frameWriteErr    byte = 7 // seq u64, status u8
-	frameReadReply   byte = 8 // seq u64, status u8, data...
-	frameAtomicReply byte = 9 // seq u64, status u8, value u64
+	frameWrite       byte = 1  // seq u64, key u32, off u64, data...
+	frameRead        byte = 2  // seq u64, key u32, off u64, n u32
+	frameCAS         byte = 3  // seq u64, key u32, off u64, old u64, new u64
+	frameFAdd        byte = 4  // seq u64, key u32, off u64, delta u64
+	frameMsg         byte = 5  // data...
+	frameDone        byte = 6  // seq u64: every operation through seq is complete
+	frameWriteErr    byte = 7  // seq u64, status u8
+	frameReadReply   byte = 8  // seq u64, status u8, data...
+	frameAtomicReply byte = 9  // seq u64, status u8, value u64
+	frameBye         byte = 10 // the sender is closing its transport on purpose
 )
 
 const (
@@ -42,6 +43,7 @@ var fixedLen = [...]int{
 	frameWriteErr:    1 + 8 + 1,
 	frameReadReply:   1 + 8 + 1,
 	frameAtomicReply: 1 + 8 + 1 + 8,
+	frameBye:         1,
 }
 
 // variable reports whether a frame type carries trailing data.

@@ -105,6 +105,8 @@ func FuzzParseFrame(f *testing.F) {
 			again = appendMsg(nil, fr.data)
 		case frameDone:
 			again = appendDone(nil, fr.seq)
+		case frameBye:
+			again = appendHeader(nil, frameBye, 1)
 		default:
 			again = appendReply(nil, fr.typ, fr.seq, fr.status, fr.a, fr.data)
 		}

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,7 +51,12 @@ type peer struct {
 	lastReq  uint64       // highest request sequence executed
 	lastAns  uint64       // highest request sequence answered
 	lastServ atomic.Int64 // unix nanoseconds of the last request served
+	early    [][]byte     // control messages that arrived before SetReceiver
+	lateDown error        // a peer-down event that happened before SetReceiver
 }
+
+// maxEarly bounds the control messages held for a receiver not yet set.
+const maxEarly = 4096
 
 // pending is an outstanding read or atomic awaiting its answer.
 type pending struct {
@@ -338,7 +344,10 @@ func (p *peer) poll(seq transport.Seq, spin time.Duration) {
 	}
 }
 
-var errClosedRead = fmt.Errorf("connection closed")
+var (
+	errClosedRead = errors.New("connection closed")
+	errBye        = errors.New("peer closed its transport")
+)
 
 // pollLocked reads what the socket holds without blocking and serves every
 // complete frame. It returns the bytes read (0 when there were none). The
@@ -446,7 +455,11 @@ func (p *peer) serve(f *frame) error {
 	case frameMsg:
 		if r := p.t.receiver(); r != nil {
 			r.HandleMessage(p.rank, f.data)
+		} else if len(p.early) < maxEarly {
+			p.early = append(p.early, slices.Clone(f.data))
 		}
+	case frameBye:
+		return errBye
 	case frameDone:
 		if f.seq > uint64(p.comp.Posted()) {
 			return fmt.Errorf("%w: completion of unposted sequence %d", errFrame, f.seq)
@@ -486,6 +499,26 @@ func (p *peer) serve(f *frame) error {
 	return nil
 }
 
+// goodbye tells the peer this side closes on purpose and stops writing, then
+// waits up to linger for the peer to close its side, so that nothing either
+// side sent before is lost to a reset.
+func (p *peer) goodbye(linger time.Duration) {
+	p.smu.Lock()
+	if p.serr != nil || p.conn == nil {
+		p.smu.Unlock()
+		return
+	}
+	p.sbuf = appendHeader(p.sbuf, frameBye, fixedLen[frameBye])
+	err := p.kickLocked(true)
+	if err == nil {
+		p.conn.CloseWrite()
+	}
+	deadline := time.Now().Add(linger)
+	for !p.downed.Load() && err == nil && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // down cuts the peer off for good: no more reads or processing, posts fail,
 // pending operations fail, the connection closes. quiet skips the receiver's
 // HandlePeerDown (used by Close). It must not be called with rmu or smu held.
@@ -506,10 +539,16 @@ func (p *peer) down(cause error, quiet bool) {
 		conn.Close()
 	}
 	if !quiet && !p.t.closed.Load() {
-		if cause != errFenced {
+		if cause != errFenced && cause != errBye {
 			p.t.cfg.Logf("tcp: rank %d: lost rank %d: %v", p.t.cfg.Rank, p.rank, cause)
 		}
-		if r := p.t.receiver(); r != nil {
+		p.rmu.Lock()
+		r := p.t.receiver()
+		if r == nil {
+			p.lateDown = err
+		}
+		p.rmu.Unlock()
+		if r != nil {
 			r.HandlePeerDown(p.rank, err)
 		}
 	}

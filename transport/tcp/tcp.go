@@ -319,7 +319,30 @@ func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
 }
 
 // SetReceiver installs the receiver of control messages and peer-down events.
-func (t *Transport) SetReceiver(r transport.Receiver) { t.recv.Store(&receiverBox{r}) }
+// Messages and events that arrived before it are delivered to it first, in
+// order.
+func (t *Transport) SetReceiver(r transport.Receiver) {
+	for _, p := range t.peers {
+		p.rmu.Lock()
+	}
+	t.recv.Store(&receiverBox{r})
+	var downs []*peer
+	for _, p := range t.peers {
+		if r != nil {
+			for _, m := range p.early {
+				r.HandleMessage(p.rank, m)
+			}
+			if p.lateDown != nil {
+				downs = append(downs, p)
+			}
+		}
+		p.early = nil
+		p.rmu.Unlock()
+	}
+	for _, p := range downs {
+		r.HandlePeerDown(p.rank, p.lateDown)
+	}
+}
 
 func (t *Transport) receiver() transport.Receiver {
 	if b := t.recv.Load(); b != nil {
@@ -345,8 +368,10 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 
 var errFenced = errors.New("fenced")
 
-// Close fences every peer, stops accepting, and waits for the transport's
-// goroutines.
+// Close tells every peer it is leaving (a goodbye frame, then half-closing
+// and waiting up to a second for the peer to close its side, so that nothing
+// in flight is lost), cuts every peer off, stops accepting, and waits for the
+// transport's goroutines.
 func (t *Transport) Close() error {
 	t.closeMu.Lock()
 	defer t.closeMu.Unlock()
@@ -354,11 +379,18 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.ln.Close()
+	var wg sync.WaitGroup
 	for _, p := range t.peers {
 		if !p.self {
-			p.down(ftrma.ErrClosed, true)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.goodbye(time.Second)
+				p.down(ftrma.ErrClosed, true)
+			}()
 		}
 	}
+	wg.Wait()
 	close(t.done)
 	t.wg.Wait()
 	return nil

@@ -1,0 +1,40 @@
+// Package window implements MPI-3 passive-target RMA windows over an ftrma
+// transport: Put, Get, Accumulate, GetAccumulate, FetchAndOp, CompareAndSwap,
+// their request-based forms, Flush, and shared and exclusive locks.
+//
+// The operations mirror MPI's one for one. A window is created collectively
+// over a communicator (Allocate, Create, CreateDynamic) and is at once in a
+// shared lock-all epoch: every rank may access every other rank's memory
+// without calling Lock first. Operations are posted asynchronously and
+// complete at Flush (or Wait on a Request); PutSync is a blocking Put that
+// returns once the data is visible at the target.
+//
+// Locks are lock words at the target changed by remote compare-and-swap and
+// fetch-and-add, so they need no action from the target. Displacements are in
+// bytes. In a dynamic window they are addresses returned by Attach, plus a byte
+// offset.
+//
+// Errors (test with errors.Is): ftrma.ErrRankOutOfRange for a target outside
+// the communicator, ftrma.ErrOutOfBounds for an access beyond the target's
+// window, ftrma.ErrMisaligned for an atomic at a displacement that is not a
+// multiple of 8, ErrFreed (which is also ftrma.ErrClosed) for any use of a
+// freed window, ftrma.ErrLockHeld for Free, or a second Lock, while this rank
+// holds a lock, ftrma.ErrNotLocked for Unlock without Lock, ftrma.ErrInvalid
+// for an unsupported operation, and ftrma.ErrProcFailed when the target's
+// process is gone.
+//
+// A rank's duties:
+//
+//  1. w, err := window.Allocate(ctx, c, size) on every rank of c.
+//  2. Post operations toward any rank; call Flush (or FlushAll) before relying
+//     on their effect or reading their results.
+//  3. Take Lock/Unlock where ranks must exclude each other.
+//  4. w.Free(ctx) on every rank, holding no lock.
+//
+// Example (a counter at rank 0, incremented by every rank):
+//
+//	w, _ := window.Allocate(ctx, c, 8)
+//	var old int64
+//	w.FetchAndOp(0, 0, 1, &old, window.Sum)
+//	w.Flush(ctx, 0) // old holds the value before this rank's increment
+package window
