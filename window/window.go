@@ -574,7 +574,7 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 			return nil
 		}
 		if lt == Shared { // an exclusive holder: take the increment back
-			seq, err = w.t.FetchAndAdd64(target, ctl, lockWordOff, ^uint64(sharedOne - 1), nil)
+			seq, err = w.t.FetchAndAdd64(target, ctl, lockWordOff, ^uint64(sharedOne-1), nil)
 			if err == nil {
 				err = w.t.Wait(ctx, target, seq)
 			}

@@ -144,7 +144,7 @@ func PutGetThird(ctx context.Context, c window.Comm, sizes []int) error {
 	n := c.Size()
 	me := int(c.Rank())
 	for _, size := range sizes {
-		src := (me + n - 2) % n    // whose pattern I read back from rank me-1
+		src := (me + n - 2) % n // whose pattern I read back from rank me-1
 		data := pattern(me, size)
 		if err := w.Put(ftrma.Rank((me+1)%n), 0, data); err != nil {
 			return err
