@@ -138,6 +138,15 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 	}
 }
 
+// Flush waits for every sequence posted so far, as Wait; toward a peer that is
+// down it fails even when nothing is pending.
+func (c *Completion) Flush(ctx context.Context, spin time.Duration) error {
+	if err := c.Down(); err != nil {
+		return err
+	}
+	return c.Wait(ctx, c.Posted(), spin)
+}
+
 // takeErrs removes and returns (joined) the reported failures up to seq.
 // The caller holds c.mu.
 func (c *Completion) takeErrs(seq Seq) error {

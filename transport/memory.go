@@ -16,8 +16,11 @@ import (
 // access against the registered regions and their bounds.
 //
 // Accesses whose target memory is 8-byte aligned at both ends are done a word at
-// a time with atomic loads and stores, so a reader never sees a torn aligned word, and the
-// atomics are sync/atomic operations, atomic with respect to the owner's own.
+// a time with whole-word loads and stores, so a reader never sees a torn aligned
+// word (Go's memory model guarantees that a word-sized access is never torn;
+// race-detector builds use sync/atomic so the detector sees the
+// synchronization), and the atomics are sync/atomic operations, atomic with
+// respect to the owner's own.
 // The zero Memory is ready to use.
 type Memory struct {
 	mu      sync.RWMutex // guards regions and last; readers are executing operations
@@ -85,9 +88,7 @@ func (m *Memory) Write(key Key, off uint64, src []byte) error {
 		return err
 	}
 	if d := words(dst); d != nil {
-		for i := range d {
-			atomic.StoreUint64(&d[i], binary.NativeEndian.Uint64(src[8*i:]))
-		}
+		storeWords(d, src)
 		return nil
 	}
 	copy(dst, src)

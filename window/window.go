@@ -601,7 +601,12 @@ func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 	if !held {
 		return &ftrma.OpError{Op: name, Rank: target, Err: ftrma.ErrNotLocked}
 	}
-	flushErr := w.t.Flush(ctx, target)
+	// On an ordered transport the release is posted behind the epoch's
+	// operations and one wait covers both; otherwise flush first.
+	var flushErr error
+	if !w.t.Caps().Has(transport.CapOrdered) {
+		flushErr = w.t.Flush(ctx, target)
+	}
 	delta := ^uint64(sharedOne - 1)
 	if lt == Exclusive {
 		delta = -exclusiveWord(w.rank)

@@ -13,12 +13,17 @@ import (
 type kind uint8
 
 const (
-	kindOp      kind = iota + 1 // a one-sided operation to execute at the receiver
-	kindReply                   // the receiver's answer to an operation it posted
-	kindMessage                 // a control message for the Receiver
-	kindBye                     // the sender fenced the receiver or closed: the link is gone (a TCP FIN or RST)
-	kindDown                    // local event, never on a link: call Receiver.HandlePeerDown
+	kindOp       kind = iota + 1 // a one-sided operation to execute at the receiver
+	kindReply                    // the receiver's answer to an operation it posted
+	kindMessage                  // a control message for the Receiver
+	kindBye                      // the sender fenced the receiver or closed: the link is gone (a TCP FIN or RST)
+	kindDown                     // local event, never on a link: call Receiver.HandlePeerDown
+	kindReceiver                 // local event, never on a link: a receiver was set, deliver what is held
 )
+
+// maxHeld bounds the control messages held per peer while no receiver has
+// been set; later ones are dropped.
+const maxHeld = 4096
 
 // opKind names a one-sided operation.
 type opKind uint8
@@ -212,12 +217,15 @@ func (t *Transport) run() {
 // wait for an operation under way and stop every later one. Receiver methods
 // are called without locks held.
 func (t *Transport) handle(m *msg) {
-	if m.kind == kindDown {
-		if t.dead.Load() != nil {
-			return
+	switch m.kind {
+	case kindDown:
+		if t.dead.Load() == nil {
+			t.deliver(m)
 		}
-		if r := t.receiver(); r != nil {
-			r.HandlePeerDown(m.from, m.err)
+		return
+	case kindReceiver:
+		if b := t.rcv.Load(); b != nil && len(t.held) > 0 {
+			t.flushHeld(b.r)
 		}
 		return
 	}
@@ -236,19 +244,78 @@ func (t *Transport) handle(m *msg) {
 		t.mu.Unlock()
 	case kindMessage:
 		t.mu.Unlock()
-		if r := t.receiver(); r != nil {
-			r.HandleMessage(m.from, m.body)
-		}
+		t.deliver(m)
 	case kindBye:
 		err := transport.ErrPeerDown(m.from, errReset)
 		lost := t.peerLostLocked(m.from, err)
 		t.mu.Unlock()
-		if r := t.receiver(); lost && r != nil {
-			r.HandlePeerDown(m.from, err)
+		if lost {
+			t.deliver(&msg{kind: kindDown, from: m.from, err: err})
 		}
 	default:
 		t.mu.Unlock()
 		panic("memnet: message of unknown kind")
+	}
+}
+
+// deliver hands a control message or peer-down event to the receiver. While
+// no receiver has ever been set it is held instead (messages up to maxHeld
+// per peer); held ones go first, in order, once one is. A receiver set to nil
+// drops them.
+func (t *Transport) deliver(m *msg) {
+	b := t.rcv.Load()
+	if b == nil {
+		t.hold(m)
+		return
+	}
+	if len(t.held) > 0 {
+		t.flushHeld(b.r)
+	}
+	if b.r == nil {
+		return
+	}
+	switch m.kind {
+	case kindMessage:
+		b.r.HandleMessage(m.from, m.body)
+	case kindDown:
+		b.r.HandlePeerDown(m.from, m.err)
+	}
+}
+
+// hold keeps m for a receiver not yet set.
+func (t *Transport) hold(m *msg) {
+	if m.kind == kindMessage {
+		if t.heldN == nil {
+			t.heldN = make([]int, len(t.net.ends))
+		}
+		if t.heldN[m.from] >= maxHeld {
+			return
+		}
+		t.heldN[m.from]++
+	}
+	t.held = append(t.held, msg{kind: m.kind, from: m.from, body: m.body, err: m.err})
+}
+
+// flushHeld delivers the held messages and events to r (dropping them if r
+// is nil), except messages from peers that went down, or everything if this
+// endpoint died, since they were held.
+func (t *Transport) flushHeld(r transport.Receiver) {
+	held := t.held
+	t.held, t.heldN = nil, nil
+	for i := range held {
+		m := &held[i]
+		t.mu.Lock()
+		ok := t.dead.Load() == nil && (m.kind == kindDown || t.down[m.from] == nil)
+		t.mu.Unlock()
+		if !ok || r == nil {
+			continue
+		}
+		switch m.kind {
+		case kindMessage:
+			r.HandleMessage(m.from, m.body)
+		case kindDown:
+			r.HandlePeerDown(m.from, m.err)
+		}
 	}
 }
 

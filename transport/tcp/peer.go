@@ -30,13 +30,15 @@ type peer struct {
 	rc   syscall.RawConn // conn's raw access
 	fd   int             // conn's descriptor; read only under rmu while !rclosed
 
-	smu      sync.Mutex // guards the send side: sbuf, spare, writing, handoff*, serr
-	sbuf     []byte     // framed bytes waiting to be written, in posting order
-	spare    []byte     // a drained buffer kept for reuse
-	writing  bool       // a goroutine owns the socket's write side
-	handoff  []byte     // unwritten rest left to the writer goroutine (owns writing)
-	handbuf  []byte     // the whole buffer handoff is a suffix of, for reuse
-	serr     error      // non-nil once the peer is down: posts fail with it
+	smu      sync.Mutex  // guards the send side: sbuf, spare, writing, handoff*, serr
+	sbuf     []byte      // framed bytes waiting to be written, in posting order
+	spare    []byte      // a drained buffer kept for reuse
+	writing  bool        // a goroutine owns the socket's write side
+	handoff  []byte      // unwritten rest left to the writer goroutine (owns writing)
+	handbuf  []byte      // the whole buffer handoff is a suffix of, for reuse
+	serr     error       // non-nil once the peer is down: posts fail with it
+	held     bool        // sbuf holds operation frames waiting for a batch
+	nudge    *time.Timer // sends held frames nudgeAfter after the first was held
 	wakeWrit chan struct{}
 
 	pmu   sync.Mutex // guards pend
@@ -51,6 +53,7 @@ type peer struct {
 	lastReq  uint64       // highest request sequence executed
 	lastAns  uint64       // highest request sequence answered
 	lastServ atomic.Int64 // unix nanoseconds of the last request served
+	partial  atomic.Bool  // rbuf holds part of a frame
 	early    [][]byte     // control messages that arrived before SetReceiver
 	lateDown error        // a peer-down event that happened before SetReceiver
 }
@@ -71,6 +74,8 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 	if p.self {
 		close(p.ready)
 	}
+	p.nudge = time.AfterFunc(time.Hour, p.kick)
+	p.nudge.Stop()
 	return p
 }
 
@@ -122,10 +127,35 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		p.pmu.Unlock()
 	}
 	p.sbuf = appendOp(p.sbuf, typ, uint64(seq), uint32(key), off, a, b, data)
+	if len(p.sbuf) < batchBytes {
+		// Hold the frame for more: Wait, Flush, a control message, a full
+		// batch or the nudge timer sends it.
+		if !p.held {
+			p.held = true
+			p.nudge.Reset(nudgeAfter)
+		}
+		p.smu.Unlock()
+		return seq, nil
+	}
 	if err := p.kickLocked(true); err != nil {
 		p.down(err, false)
 	}
 	return seq, nil
+}
+
+// Batching: operation frames are held until this many bytes are queued, or
+// until someone waits for them, or nudgeAfter has passed.
+const (
+	batchBytes = 64 << 10
+	nudgeAfter = time.Millisecond
+)
+
+// kick writes out whatever is queued.
+func (p *peer) kick() {
+	p.smu.Lock()
+	if err := p.kickLocked(true); err != nil {
+		p.down(err, false)
+	}
 }
 
 // postSelf executes an operation toward this rank inline.
@@ -196,6 +226,7 @@ func (p *peer) kickLocked(mayBlock bool) error {
 		return nil
 	}
 	p.writing = true
+	p.held = false
 	for {
 		buf := p.sbuf
 		p.sbuf, p.spare = p.spare[:0], nil
@@ -307,7 +338,7 @@ func (p *peer) readLoop() {
 			if n > 0 {
 				continue
 			}
-			if p.t.spin == 0 || time.Duration(time.Now().UnixNano()-p.lastServ.Load()) > p.t.spin {
+			if p.t.spin == 0 || !p.busy() {
 				return false // park in the netpoller until readable
 			}
 		}
@@ -319,6 +350,14 @@ func (p *peer) readLoop() {
 		rerr = io.EOF
 	}
 	p.down(rerr, false)
+}
+
+// busy reports whether the progress goroutine should keep polling instead of
+// parking: it served a request within the last Spin, or a frame is partly
+// received (the rest follows within microseconds). Called under rmu or by the
+// progress goroutine between polls.
+func (p *peer) busy() bool {
+	return p.partial.Load() || time.Duration(time.Now().UnixNano()-p.lastServ.Load()) <= p.t.spin
 }
 
 // poll reads the connection from the waiting goroutine itself until seq is
@@ -390,6 +429,7 @@ func (p *peer) pollLocked() (int, error) {
 	if off > 0 {
 		p.rlen = copy(p.rbuf, p.rbuf[off:p.rlen])
 	}
+	p.partial.Store(p.rlen > 0)
 	// Make room for the next frame if it is larger than the buffer.
 	if p.rlen >= 4 {
 		need := 4 + int(uint32(p.rbuf[0])<<24|uint32(p.rbuf[1])<<16|uint32(p.rbuf[2])<<8|uint32(p.rbuf[3]))
@@ -510,10 +550,19 @@ func (p *peer) goodbye(linger time.Duration) {
 	}
 	p.sbuf = appendHeader(p.sbuf, frameBye, fixedLen[frameBye])
 	err := p.kickLocked(true)
-	if err == nil {
-		p.conn.CloseWrite()
-	}
 	deadline := time.Now().Add(linger)
+	// Another goroutine may still be writing what was queued before the
+	// goodbye: half-close only once everything is out.
+	for err == nil && time.Now().Before(deadline) {
+		p.smu.Lock()
+		drained := !p.writing && len(p.sbuf) == 0
+		p.smu.Unlock()
+		if drained {
+			p.conn.CloseWrite()
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 	for !p.downed.Load() && err == nil && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Microsecond)
 	}
@@ -527,6 +576,7 @@ func (p *peer) down(cause error, quiet bool) {
 		return
 	}
 	err := transport.ErrPeerDown(p.rank, cause)
+	p.nudge.Stop()
 	p.rmu.Lock()
 	p.rclosed = true
 	p.rmu.Unlock()

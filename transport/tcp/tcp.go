@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -70,6 +71,9 @@ func Listen(cfg Config) (*Transport, error) {
 		cfg.Logf = log.Printf
 	}
 	spin := cfg.Spin
+	if v, err := time.ParseDuration(os.Getenv("FTRMA_SPIN_HACK")); err == nil {
+		spin = v
+	}
 	if spin == 0 {
 		spin = defaultSpin
 	} else if spin < 0 {
@@ -287,8 +291,11 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 	if err != nil {
 		return err
 	}
-	if p.comp.Completed() < seq && t.spin > 0 && !p.self {
-		p.poll(seq, t.spin)
+	if p.comp.Completed() < seq && !p.self {
+		p.kick()
+		if t.spin > 0 {
+			p.poll(seq, t.spin)
+		}
 	}
 	return p.comp.Wait(ctx, seq, 0)
 }

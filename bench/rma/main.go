@@ -1,0 +1,347 @@
+// Command rma compares ftrma's one-sided operations over TCP with Open MPI
+// 4.1's (osc pt2pt over btl tcp), side by side in one run. Run it from the
+// module root:
+//
+//	go run ./bench/rma -quick -json out.json
+//
+// It builds cmd/ftrun and bench/rma/rank (the ftrma side) and compiles
+// bench/rma/mpi/rma_bench.c with mpicc (the Open MPI side, installing Open MPI
+// with apt-get when mpicc is missing), then runs the two systems in
+// alternation, round after round, and reports per benchmark and size the
+// median over the rounds. See bench/README.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma/bench/internal/result"
+)
+
+const usage = `Usage: go run ./bench/rma [flags]
+
+Measures one-sided (RMA) operations between two ranks on this machine, ftrma
+over TCP against Open MPI 4.1 over TCP, interleaving the two systems round by
+round (A, B, A, B, ...) and reporting the median over rounds.
+
+Rank 0 is the origin, rank 1 the passive target that holds the window:
+  put_lat   Put of SIZE bytes + Flush, microseconds per operation
+  get_lat   Get of SIZE bytes + Flush, microseconds
+  cas_lat   8-byte compare-and-swap + Flush, microseconds
+  fadd_lat  8-byte fetch-and-add + Flush, microseconds
+  lock_lat  exclusive Lock + Unlock with nothing inside, microseconds
+  put_rate  64 Puts of 8 bytes then one Flush, operations per second
+
+Open MPI runs with --mca pml ob1 --mca btl self,tcp --mca osc pt2pt on lo.
+If mpicc is missing, the openmpi-bin and libopenmpi-dev packages are installed
+with apt-get (needs root); if that fails, only ftrma is measured.
+
+Exit status: 0 when every requested system gave results, 3 when some system
+is missing (results of the others are still printed and written), 1 when
+none gave results, 2 on bad flags.
+
+Flags:
+`
+
+// giveUpAfter is how many failed runs in a row make the driver stop running
+// a system, so that a hanging system cannot stretch -quick past its budget.
+const giveUpAfter = 2
+
+func main() {
+	os.Exit(run())
+}
+
+type options struct {
+	quick     bool
+	jsonPath  string
+	rounds    int
+	only      string
+	timeout   time.Duration
+	ftrunArgs string
+	verbose   bool
+}
+
+func parseFlags() (options, error) {
+	var o options
+	fs := flag.NewFlagSet("rma", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	fs.BoolVar(&o.quick, "quick", false, "measure sizes 8, 64, 1K, 16K, 64K, 1M with fewer iterations and rounds (under 5 minutes);\nwithout it every power of two from 8 B to 1 MiB")
+	fs.StringVar(&o.jsonPath, "json", "", "write the medians to `FILE` as a JSON array of {bench,size,system,value,unit}")
+	fs.IntVar(&o.rounds, "rounds", 0, "number of rounds `N`, each running every system once (default 7 with -quick, 11 without)")
+	fs.StringVar(&o.only, "only", "", "measure only `SYSTEM`: "+sysFtrma+" or "+sysOpenMPI)
+	fs.DurationVar(&o.timeout, "timeout", 0, "kill a run of one system after this long (default 1m with -quick, 10m without);\na system that fails twice in a row is not run again")
+	fs.StringVar(&o.ftrunArgs, "ftrun-args", "", "extra space-separated `ARGS` for ftrun, placed before -n 2")
+	fs.BoolVar(&o.verbose, "v", false, "print every round's values, not just the medians")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.only {
+	case "", sysFtrma, sysOpenMPI:
+	default:
+		return o, fmt.Errorf("-only %q: want %s or %s", o.only, sysFtrma, sysOpenMPI)
+	}
+	if o.rounds < 0 {
+		return o, errors.New("-rounds must be positive")
+	}
+	if o.rounds == 0 {
+		o.rounds = 11
+		if o.quick {
+			o.rounds = 7
+		}
+	}
+	if o.timeout <= 0 {
+		o.timeout = 10 * time.Minute
+		if o.quick {
+			o.timeout = time.Minute
+		}
+	}
+	return o, nil
+}
+
+func run() int {
+	o, err := parseFlags()
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rma:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	goBin, root, err := findModule(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rma:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "bench-rma-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rma:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+
+	// Set both systems up at once: apt-get and go build overlap.
+	want := []string{sysFtrma, sysOpenMPI}
+	if o.only != "" {
+		want = []string{o.only}
+	}
+	fmt.Printf("bench/rma: setting up %s in %s\n", strings.Join(want, " and "), dir)
+	systems := make([]*system, len(want))
+	logs := make([]bytes.Buffer, len(want))
+	var wg sync.WaitGroup
+	for i, name := range want {
+		wg.Go(func() {
+			switch name {
+			case sysFtrma:
+				systems[i] = setupFtrma(ctx, goBin, root, dir, strings.Fields(o.ftrunArgs))
+			case sysOpenMPI:
+				systems[i] = setupOpenMPI(ctx, dir, &logs[i])
+			}
+		})
+	}
+	wg.Wait()
+	var ready []*system
+	for i, s := range systems {
+		io.Copy(os.Stdout, &logs[i])
+		if s.missing != "" {
+			fmt.Printf("MISSING: %s will not be measured: %s\n", s.name, s.missing)
+			continue
+		}
+		for _, n := range s.notes {
+			fmt.Printf("%s: %s\n", s.name, n)
+		}
+		ready = append(ready, s)
+	}
+	if len(ready) == 0 {
+		fmt.Println("rma: no system could be set up; nothing measured")
+		return 1
+	}
+
+	p := newPlan(o.quick)
+	args := p.args()
+	mode := "full"
+	if o.quick {
+		mode = "quick"
+	}
+	fmt.Printf("plan (%s, %d rounds): %s\n", mode, o.rounds, strings.Join(args, " "))
+
+	if b, ok := cpuBusy(time.Second); ok && b > 0.25 {
+		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark, so both systems' latencies will be inflated\n", 100*b)
+	}
+
+	var set result.Set
+	start := time.Now()
+	streak := make(map[string]int) // consecutive failed runs, by system
+	for r := range o.rounds {
+		var line []string
+		for _, s := range ready {
+			if ctx.Err() != nil {
+				break
+			}
+			if streak[s.name] >= giveUpAfter {
+				line = append(line, s.name+" skipped")
+				continue
+			}
+			t0 := time.Now()
+			rs, err := runOnce(ctx, s, args, o.timeout)
+			for _, x := range rs {
+				if aerr := set.Add(x); aerr != nil && err == nil {
+					err = aerr
+				}
+			}
+			if err != nil || len(rs) < p.expected() {
+				set.AddFailure(s.name)
+				streak[s.name]++
+				if streak[s.name] == giveUpAfter {
+					fmt.Fprintf(os.Stderr, "giving up on %s after %d failed runs in a row\n", s.name, giveUpAfter)
+				}
+			} else {
+				streak[s.name] = 0
+			}
+			status := fmt.Sprintf("%s %.1fs %d/%d results", s.name, time.Since(t0).Seconds(), len(rs), p.expected())
+			if err != nil {
+				status += " FAILED"
+				fmt.Fprintf(os.Stderr, "round %d: %s failed: %v\n", r+1, s.name, err)
+			}
+			if o.verbose {
+				for _, x := range rs {
+					fmt.Printf("  round %d %s %s %d %s %s\n", r+1, x.System, x.Bench, x.Size, result.FormatValue(x.Value), x.Unit)
+				}
+			}
+			line = append(line, status)
+		}
+		fmt.Printf("round %d/%d: %s\n", r+1, o.rounds, strings.Join(line, ", "))
+		if ctx.Err() != nil {
+			fmt.Println("interrupted")
+			break
+		}
+	}
+	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
+
+	medians := set.Medians()
+	fmt.Printf("median over rounds (ratio below 1 means ftrma is faster for latencies, slower for put_rate):\n")
+	if err := result.WriteTable(os.Stdout, medians, []string{sysFtrma, sysOpenMPI}); err != nil {
+		fmt.Fprintln(os.Stderr, "rma:", err)
+		return 1
+	}
+
+	status := 0
+	for _, s := range systems {
+		n := 0
+		for _, m := range medians {
+			if m.System == s.name {
+				n++
+			}
+		}
+		switch {
+		case s.missing != "":
+			fmt.Printf("NOTE: the %s side is MISSING (%s); its column is empty.\n", s.name, firstLine(s.missing))
+			status = 3
+		case n == 0:
+			fmt.Printf("NOTE: the %s side is MISSING: every run failed; its column is empty.\n", s.name)
+			status = 3
+		case set.Failures(s.name) > 0:
+			fmt.Printf("NOTE: %d of %d %s runs failed or were incomplete; medians use the runs that gave values.\n",
+				set.Failures(s.name), o.rounds, s.name)
+		}
+	}
+	if len(medians) == 0 {
+		status = 1
+	}
+	if o.jsonPath != "" {
+		if err := result.WriteJSONFile(o.jsonPath, medians); err != nil {
+			fmt.Fprintln(os.Stderr, "rma:", err)
+			return 1
+		}
+		fmt.Printf("wrote %d results to %s\n", len(medians), o.jsonPath)
+	}
+	return status
+}
+
+// findModule returns the go command and the root of the ftrma module, which
+// must contain the working directory.
+func findModule(ctx context.Context) (goBin, root string, err error) {
+	goBin, err = exec.LookPath("go")
+	if err != nil {
+		if gr := os.Getenv("GOROOT"); gr != "" {
+			goBin = filepath.Join(gr, "bin", "go")
+		} else {
+			return "", "", errors.New("the go command is not on PATH")
+		}
+	}
+	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go env GOMOD: %v", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", "", errors.New("run from inside the ftrma module (go env GOMOD is empty)")
+	}
+	return goBin, filepath.Dir(mod), nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// cpuBusy returns the fraction of all CPUs' time that was not idle during
+// the next d, where /proc/stat has it.
+func cpuBusy(d time.Duration) (float64, bool) {
+	idle0, total0, ok := cpuTimes()
+	if !ok {
+		return 0, false
+	}
+	time.Sleep(d)
+	idle1, total1, ok := cpuTimes()
+	if !ok || total1 <= total0 {
+		return 0, false
+	}
+	return 1 - float64(idle1-idle0)/float64(total1-total0), true
+}
+
+// cpuTimes reads the aggregate "cpu" line of /proc/stat: idle (idle + iowait)
+// and total jiffies.
+func cpuTimes() (idle, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, x := range f[1:] {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return idle, total, true
+}

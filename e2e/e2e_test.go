@@ -1,0 +1,201 @@
+// Package e2e runs ftrma programs as real processes through ftrun over TCP and
+// checks what they print and how they exit.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// bins builds ftrun and the test programs once per test binary.
+func bins(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "ftrma-e2e-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-race", "-o", binDir+string(os.PathSeparator),
+			"github.com/ftrma/ftrma/cmd/ftrun",
+			"github.com/ftrma/ftrma/examples/rmademo",
+			"github.com/ftrma/ftrma/e2e/testprog")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// ftrun runs ftrun with args, bounded by timeout, and returns its combined
+// output and exit code.
+func ftrun(t *testing.T, timeout time.Duration, args ...string) (string, int) {
+	t.Helper()
+	dir := bins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun %v did not finish within %v:\n%s", args, timeout, out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("ftrun: %v", err)
+	}
+	return out.String(), code
+}
+
+// TestCountersAndLocksOverTCP is the acceptance run of the foundation: 8 ranks
+// as processes, 2,000 CAS-loop and 2,000 FetchAndOp increments each (16,000
+// per counter), 500 lock/get/put/unlock rounds each (4,000), and put/get
+// through a third rank up to 4 MiB.
+func TestCountersAndLocksOverTCP(t *testing.T) {
+	out, code := ftrun(t, 5*time.Minute, "-n", "8", "--tag-output", filepath.Join(bins(t), "rmademo"),
+		"-iters", "2000", "-rounds", "500", "-max-size", fmt.Sprint(4<<20))
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	want := regexp.MustCompile(`\[0\] verified: 8 ranks; CAS-loop counter 16000, FetchAndOp counter 16000 .*locked counter 4000 `)
+	if !want.MatchString(out) {
+		t.Fatalf("no verified result in output:\n%s", out)
+	}
+}
+
+// TestIntruderRefused starts a job whose rank 0 publishes its transport
+// address; the test connects to it without the job secret, first with a
+// forged handshake and then with garbage, and checks that the rank refuses
+// and logs both, and that the job still completes and verifies its data.
+func TestIntruderRefused(t *testing.T) {
+	dir := bins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), "-n", "3", "--tag-output", filepath.Join(dir, "testprog"), "intruder")
+	cmd.Dir = dir
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(stdout)
+	addrRE := regexp.MustCompile(`^\[0\] address (\S+)$`)
+	intruded := false
+	for sc.Scan() {
+		line := sc.Text()
+		lines = append(lines, line)
+		if m := addrRE.FindStringSubmatch(line); m != nil && !intruded {
+			intruded = true
+			intrude(t, m[1])
+			// Tell rank 0 the intrusion is over through a file it polls.
+			os.WriteFile(filepath.Join(dir, "intruded"), []byte("done"), 0o644)
+		}
+	}
+	err = cmd.Wait()
+	all := strings.Join(lines, "\n") + "\n" + stderr.String()
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s", err, all)
+	}
+	if !intruded {
+		t.Fatalf("rank 0 never published its address:\n%s", all)
+	}
+	if n := strings.Count(all, "refused connection"); n < 2 {
+		t.Fatalf("want 2 refused connections logged, got %d:\n%s", n, all)
+	}
+	if !strings.Contains(all, "[0] intruder test verified") {
+		t.Fatalf("job did not verify its data:\n%s", all)
+	}
+}
+
+// intrude connects to addr twice without the job secret.
+func intrude(t *testing.T, addr string) {
+	t.Helper()
+	// 1: a well-formed hello claiming to be rank 1, then a forged proof.
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := append([]byte("ftrmatc1"), 0, 0, 0, 1, 0, 0, 0, 0)
+	nonce := make([]byte, 32)
+	rand.Read(nonce)
+	conn.Write(append(hello, nonce...))
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	reply := make([]byte, 64)
+	if _, err := io_ReadFull(conn, reply); err == nil {
+		forged := make([]byte, 32)
+		rand.Read(forged)
+		conn.Write(forged)
+		if n, _ := conn.Read(make([]byte, 1)); n == 1 {
+			// A byte may come back only as a refusal (0).
+		}
+	}
+	conn.Close()
+	// 2: garbage.
+	conn, err = net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := make([]byte, 4096)
+	rand.Read(garbage)
+	conn.Write(garbage)
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.Read(make([]byte, 1))
+	conn.Close()
+}
+
+func io_ReadFull(c net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := c.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// TestExitStatus checks that a failing rank makes ftrun fail.
+func TestExitStatus(t *testing.T) {
+	out, code := ftrun(t, time.Minute, "-n", "2", filepath.Join(bins(t), "testprog"), "fail-rank", "1")
+	if code == 0 {
+		t.Fatalf("ftrun exited 0 although rank 1 failed:\n%s", out)
+	}
+}

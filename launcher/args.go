@@ -1,0 +1,193 @@
+package launcher
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Version is what ftrun --version prints.
+const Version = "ftrun 0.1.0"
+
+// ftrun's exit status. An ftrun interrupted by SIGINT or SIGTERM exits with
+// 128 + the signal's number (130, 143) after forwarding the signal to the ranks.
+const (
+	ExitOK      = 0 // every rank exited with status 0
+	ExitFailed  = 1 // some rank exited non-zero or was killed by a signal (--kill included)
+	ExitUsage   = 2 // bad command line
+	ExitLaunch  = 3 // the launcher could not start the job
+	ExitTimeout = 4 // --timeout expired and the job was killed
+
+	exitSignaled = 128 // + the signal's number
+)
+
+// Options describes a job, as ftrun's command line does.
+type Options struct {
+	// N is the number of ranks, >= 1.
+	N int
+	// TagOutput prefixes every line a rank writes with "[rank] ".
+	TagOutput bool
+	// Kills are failures to inject.
+	Kills []KillSpec
+	// Timeout kills the whole job after this long; 0 means never.
+	Timeout time.Duration
+	// Prog and Args are the program every rank runs and its arguments.
+	Prog string
+	Args []string
+
+	// Stdout and Stderr receive the ranks' output and ftrun's reports.
+	// nil means os.Stdout and os.Stderr. They are written one whole line at
+	// a time, never concurrently.
+	Stdout, Stderr io.Writer
+
+	// Help and Version are set when --help or --version was given; the other
+	// fields are then not validated.
+	Help, Version bool
+}
+
+// KillSpec asks the launcher to send SIGKILL to Rank After the job started.
+type KillSpec struct {
+	Rank  ftrma.Rank
+	After time.Duration
+}
+
+// String formats k as on the command line, e.g. "3@1s".
+func (k KillSpec) String() string { return fmt.Sprintf("%d@%v", k.Rank, k.After) }
+
+// ParseKillSpec parses RANK@DURATION, e.g. "3@1s"; the rank's range is not
+// checked.
+func ParseKillSpec(s string) (KillSpec, error) {
+	k, err := parseKill(s)
+	if err != nil {
+		return KillSpec{}, fmt.Errorf("--kill %q: %w", s, err)
+	}
+	return k, nil
+}
+
+func parseKill(s string) (KillSpec, error) {
+	rs, ds, ok := strings.Cut(s, "@")
+	if !ok {
+		return KillSpec{}, errors.New("want RANK@DURATION, e.g. 3@1s")
+	}
+	r, err := strconv.Atoi(rs)
+	if err != nil || r < 0 {
+		return KillSpec{}, fmt.Errorf("rank %q is not a non-negative integer", rs)
+	}
+	d, err := time.ParseDuration(ds)
+	if err != nil || d < 0 {
+		return KillSpec{}, fmt.Errorf("%q is not a non-negative duration such as 500ms or 2s", ds)
+	}
+	return KillSpec{Rank: ftrma.Rank(r), After: d}, nil
+}
+
+type killFlag struct{ kills *[]KillSpec }
+
+func (f killFlag) String() string {
+	if f.kills == nil {
+		return ""
+	}
+	s := make([]string, len(*f.kills))
+	for i, k := range *f.kills {
+		s[i] = k.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (f killFlag) Set(s string) error {
+	k, err := parseKill(s)
+	if err != nil {
+		return err
+	}
+	*f.kills = append(*f.kills, k)
+	return nil
+}
+
+// Usage is ftrun's help text.
+const Usage = `usage: ftrun -n N [flags] prog [args...]
+
+ftrun starts N ranks of prog on this host as one ftrma job, connects them
+through its rendezvous, forwards their output, and exits when every rank has
+exited. A rank's death does not stop the others.
+
+Flags (-flag and --flag are the same; flags stop at prog):
+  -n N                    number of ranks (required, >= 1)
+  --tag-output            prefix every output line with "[rank] "
+  --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
+                          e.g. --kill 3@1s; may be repeated
+  --timeout DURATION      kill the whole job after DURATION (default: never)
+  --version               print the version and exit
+  -h, --help              print this help and exit
+
+Each rank's environment:
+  FTRMA_RANK              its rank, 0..N-1
+  FTRMA_SIZE              N
+  FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server
+  FTRMA_SECRET            the job secret (hex); every connection proves it
+  FTRMA_JOB               the job id
+  FTRMA_LOCAL_SIZE        ranks of the job on this host
+
+SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
+
+Exit status:
+  0                       every rank exited with status 0
+  1                       some rank exited non-zero or was killed (--kill too)
+  2                       usage error
+  3                       the job could not be started
+  4                       --timeout expired; the job was killed
+  128+SIG                 ftrun was interrupted by signal SIG (130 SIGINT,
+                          143 SIGTERM) and forwarded it to the ranks
+`
+
+// newFlagSet defines ftrun's flags over o.
+func newFlagSet(o *Options) *flag.FlagSet {
+	fs := flag.NewFlagSet("ftrun", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.IntVar(&o.N, "n", 0, "number of ranks")
+	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
+	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
+	fs.BoolVar(&o.Version, "version", false, "print the version")
+	fs.BoolVar(&o.Help, "help", false, "print help")
+	fs.BoolVar(&o.Help, "h", false, "print help")
+	return fs
+}
+
+// ParseArgs parses ftrun's command line, without the command name. Parsing
+// stops at the first argument that is not a flag (the program) or after "--".
+// An error describes a usage mistake.
+func ParseArgs(args []string) (*Options, error) {
+	o := new(Options)
+	fs := newFlagSet(o)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.Help || o.Version {
+		return o, nil
+	}
+	n := false
+	fs.Visit(func(f *flag.Flag) { n = n || f.Name == "n" })
+	switch {
+	case !n:
+		return nil, errors.New("-n N is required")
+	case o.N < 1:
+		return nil, fmt.Errorf("-n %d: need at least 1 rank", o.N)
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
+	case fs.NArg() == 0:
+		return nil, errors.New("no program to run")
+	}
+	for _, k := range o.Kills {
+		if int(k.Rank) >= o.N {
+			return nil, fmt.Errorf("--kill %v: no rank %d in a job of %d", k, k.Rank, o.N)
+		}
+	}
+	o.Prog, o.Args = fs.Arg(0), fs.Args()[1:]
+	return o, nil
+}

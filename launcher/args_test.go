@@ -1,0 +1,129 @@
+package launcher
+
+import (
+	"bytes"
+	"flag"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want *Options // nil: want an error
+		err  string   // substring of the error
+	}{
+		{name: "minimal", args: []string{"-n", "4", "prog"},
+			want: &Options{N: 4, Prog: "prog", Args: []string{}}},
+		{name: "double dash and equals", args: []string{"--n=2", "--tag-output", "prog", "a", "b"},
+			want: &Options{N: 2, TagOutput: true, Prog: "prog", Args: []string{"a", "b"}}},
+		{name: "flags after the program are the program's", args: []string{"-n", "2", "prog", "-n", "3", "--kill", "x"},
+			want: &Options{N: 2, Prog: "prog", Args: []string{"-n", "3", "--kill", "x"}}},
+		{name: "double dash ends flags", args: []string{"-n", "1", "--", "-prog"},
+			want: &Options{N: 1, Prog: "-prog", Args: []string{}}},
+		{name: "kills and timeout", args: []string{"-n", "4", "--kill", "3@1s", "--kill=0@250ms", "--timeout", "1m", "prog"},
+			want: &Options{N: 4, Kills: []KillSpec{{3, time.Second}, {0, 250 * time.Millisecond}}, Timeout: time.Minute, Prog: "prog", Args: []string{}}},
+		{name: "kill at zero", args: []string{"-n", "1", "--kill", "0@0s", "prog"},
+			want: &Options{N: 1, Kills: []KillSpec{{0, 0}}, Prog: "prog", Args: []string{}}},
+		{name: "help", args: []string{"--help"}, want: &Options{Help: true}},
+		{name: "short help", args: []string{"-h"}, want: &Options{Help: true}},
+		{name: "version", args: []string{"--version"}, want: &Options{Version: true}},
+
+		{name: "missing -n", args: []string{"prog"}, err: "-n N is required"},
+		{name: "nothing", args: nil, err: "-n N is required"},
+		{name: "zero ranks", args: []string{"-n", "0", "prog"}, err: "at least 1"},
+		{name: "negative ranks", args: []string{"-n", "-2", "prog"}, err: "at least 1"},
+		{name: "n not a number", args: []string{"-n", "four", "prog"}, err: "invalid value"},
+		{name: "no program", args: []string{"-n", "2"}, err: "no program"},
+		{name: "unknown flag", args: []string{"-n", "2", "--bogus", "prog"}, err: "not defined"},
+		{name: "kill without @", args: []string{"-n", "2", "--kill", "1", "prog"}, err: "RANK@DURATION"},
+		{name: "kill bad rank", args: []string{"-n", "2", "--kill", "x@1s", "prog"}, err: "rank"},
+		{name: "kill negative rank", args: []string{"-n", "2", "--kill", "-1@1s", "prog"}, err: "rank"},
+		{name: "kill no duration", args: []string{"-n", "2", "--kill", "1@", "prog"}, err: "duration"},
+		{name: "kill bad duration", args: []string{"-n", "2", "--kill", "1@soon", "prog"}, err: "duration"},
+		{name: "kill negative duration", args: []string{"-n", "2", "--kill", "1@-1s", "prog"}, err: "duration"},
+		{name: "kill rank out of range", args: []string{"-n", "2", "--kill", "2@1s", "prog"}, err: "no rank 2"},
+		{name: "negative timeout", args: []string{"-n", "2", "--timeout", "-1s", "prog"}, err: "negative"},
+		{name: "bad timeout", args: []string{"-n", "2", "--timeout", "5", "prog"}, err: "invalid value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseArgs(tt.args)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("ParseArgs(%q) = %+v, want an error containing %q", tt.args, got, tt.err)
+				}
+				if !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("ParseArgs(%q) error %q, want it to contain %q", tt.args, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseArgs(%q): %v", tt.args, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("ParseArgs(%q) = %+v, want %+v", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestKillSpecString(t *testing.T) {
+	for _, s := range []string{"3@1s", "0@250ms", "12@1m30s"} {
+		k, err := ParseKillSpec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.String() != s {
+			t.Errorf("ParseKillSpec(%q).String() = %q", s, k.String())
+		}
+	}
+}
+
+// The help text documents every flag and every exit status.
+func TestUsageDocumentsEverything(t *testing.T) {
+	newFlagSet(new(Options)).VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		if !regexp.MustCompile(`\s` + regexp.QuoteMeta(dash+f.Name) + `[ ,\n]`).MatchString(Usage) {
+			t.Errorf("Usage does not document %s%s", dash, f.Name)
+		}
+	})
+	for _, code := range []string{"0 ", "1 ", "2 ", "3 ", "4 ", "128+"} {
+		if !strings.Contains(Usage, "\n  "+code) {
+			t.Errorf("Usage does not document exit status %q", code)
+		}
+	}
+	for _, env := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
+		if !strings.Contains(Usage, env) {
+			t.Errorf("Usage does not document %s", env)
+		}
+	}
+}
+
+func TestMainWithoutJob(t *testing.T) {
+	tests := []struct {
+		args      []string
+		code      int
+		out, errs string
+	}{
+		{[]string{"--help"}, ExitOK, "usage: ftrun", ""},
+		{[]string{"--version"}, ExitOK, Version + "\n", ""},
+		{[]string{"prog"}, ExitUsage, "", "Run 'ftrun --help'"},
+		{[]string{"-n", "1", "--kill", "1@1s", "prog"}, ExitUsage, "", "no rank 1"},
+		{[]string{"-n", "1", "./does-not-exist-ftrun-test"}, ExitLaunch, "", "does-not-exist"},
+	}
+	for _, tt := range tests {
+		var out, errs bytes.Buffer
+		code := Main(tt.args, &out, &errs)
+		if code != tt.code || !strings.Contains(out.String(), tt.out) || !strings.Contains(errs.String(), tt.errs) {
+			t.Errorf("Main(%q) = %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, code, out.String(), errs.String(), tt.code, tt.out, tt.errs)
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package launcher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runJob runs ftrun with flags over the helper in mode and returns its output
+// and exit status.
+func runJob(t *testing.T, mode string, flags []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, mode, flags, args...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("ftrun: %v\nstderr:\n%s", err, errs.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not finish in time\nstdout:\n%s\nstderr:\n%s", out.String(), errs.String())
+	}
+	return out.String(), errs.String(), code
+}
+
+// sortedLines returns s's lines, sorted (ranks write concurrently).
+func sortedLines(s string) []string {
+	l := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	sort.Strings(l)
+	return l
+}
+
+func TestProcessTaggedOutput(t *testing.T) {
+	stdout, stderr, code := runJob(t, "print", []string{"-n", "3", "--tag-output", "--timeout", "60s"})
+	if code != ExitOK {
+		t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr)
+	}
+	wantOut := []string{"[0] hello from rank 0", "[1] hello from rank 1", "[2] hello from rank 2"}
+	wantErr := []string{"[0] warning from rank 0", "[1] warning from rank 1", "[2] warning from rank 2"}
+	if got := sortedLines(stdout); !equal(got, wantOut) {
+		t.Errorf("stdout %q, want %q", got, wantOut)
+	}
+	if got := sortedLines(stderr); !equal(got, wantErr) {
+		t.Errorf("stderr %q, want %q", got, wantErr)
+	}
+}
+
+func TestProcessUntaggedOutput(t *testing.T) {
+	stdout, stderr, code := runJob(t, "print", []string{"-n", "2"})
+	want := []string{"hello from rank 0", "hello from rank 1"}
+	if got := sortedLines(stdout); code != ExitOK || !equal(got, want) {
+		t.Fatalf("exit %d, stdout %q; want 0, %q; stderr:\n%s", code, got, want, stderr)
+	}
+}
+
+func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+func TestProcessExitStatus(t *testing.T) {
+	stdout, stderr, code := runJob(t, "exit", []string{"-n", "3"}, "1", "3")
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitFailed, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "ftrun: rank 1 exited with status 3\n") {
+		t.Errorf("stderr does not report rank 1's status:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "rank 0") || strings.Contains(stderr, "rank 2") {
+		t.Errorf("stderr reports a rank that exited 0:\n%s", stderr)
+	}
+	_, stderr, code = runJob(t, "exit", []string{"-n", "3"}, "-1", "3")
+	if code != ExitOK || stderr != "" {
+		t.Fatalf("all ranks exit 0: ftrun exit %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+}
+
+func TestProcessEnvironment(t *testing.T) {
+	const n = 3
+	stdout, stderr, code := runJob(t, "env", []string{"-n", fmt.Sprint(n), "--tag-output"})
+	if code != ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	vars := make([]map[string]string, n)
+	for i := range vars {
+		vars[i] = make(map[string]string)
+	}
+	line := regexp.MustCompile(`^\[(\d)\] (FTRMA_\w+)=(.*)$`)
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("unexpected line %q", l)
+		}
+		vars[m[1][0]-'0'][m[2]] = m[3]
+	}
+	for r, v := range vars {
+		if v[EnvRank] != fmt.Sprint(r) || v[EnvSize] != fmt.Sprint(n) || v[EnvLocalSize] != fmt.Sprint(n) {
+			t.Errorf("rank %d: %v", r, v)
+		}
+		if !regexp.MustCompile(`^127\.0\.0\.1:\d+$`).MatchString(v[EnvRendezvous]) {
+			t.Errorf("rank %d: FTRMA_RENDEZVOUS=%q, want 127.0.0.1:port", r, v[EnvRendezvous])
+		}
+		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(v[EnvSecret]) {
+			t.Errorf("rank %d: FTRMA_SECRET is not 32 bytes of hex", r)
+		}
+		if v[EnvJob] == "" {
+			t.Errorf("rank %d: FTRMA_JOB empty", r)
+		}
+		for _, name := range []string{EnvRendezvous, EnvSecret, EnvJob} {
+			if v[name] != vars[0][name] {
+				t.Errorf("rank %d: %s differs from rank 0's", r, name)
+			}
+		}
+	}
+	// A fresh secret per job.
+	stdout2, _, _ := runJob(t, "env", []string{"-n", "1"})
+	if strings.Contains(stdout2, vars[0][EnvSecret]) {
+		t.Error("two jobs got the same secret")
+	}
+}
+
+func TestProcessKill(t *testing.T) {
+	stdout, stderr, code := runJob(t, "sleep", []string{"-n", "3", "--kill", "1@200ms", "--timeout", "60s"}, "1")
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitFailed, stdout, stderr)
+	}
+	want := "ftrun: killed rank 1 (--kill 1@200ms)\nftrun: rank 1 was killed by signal 9 (killed)\n"
+	if !strings.Contains(stderr, want) {
+		t.Fatalf("stderr:\n%s\nwant it to contain:\n%s", stderr, want)
+	}
+	if strings.Contains(stderr, "rank 0") || strings.Contains(stderr, "rank 2") || strings.Contains(stderr, "timeout") {
+		t.Errorf("stderr reports more than rank 1's kill:\n%s", stderr)
+	}
+}
+
+func TestProcessTimeout(t *testing.T) {
+	_, stderr, code := runJob(t, "sleep", []string{"-n", "2", "--timeout", "300ms"}, "0")
+	if code != ExitTimeout || !strings.Contains(stderr, "ftrun: timeout (300ms) expired: killing the job\n") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and a timeout report", code, stderr, ExitTimeout)
+	}
+}
+
+func TestProcessJoin(t *testing.T) {
+	const n = 4
+	stdout, stderr, code := runJob(t, "join", []string{"-n", fmt.Sprint(n), "--tag-output", "--timeout", "60s"})
+	if code != ExitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	got := sortedLines(stdout)
+	if len(got) != n {
+		t.Fatalf("stdout %q, want %d lines", got, n)
+	}
+	for r, l := range got {
+		want := regexp.MustCompile(fmt.Sprintf(`^\[%d\] rank %d of %d in job [0-9a-f]+: exchanged with %d peers$`, r, r, n, n-1))
+		if !want.MatchString(l) {
+			t.Errorf("line %q does not match %v", l, want)
+		}
+	}
+}
+
+// A rank that exits before joining makes the others' Join fail instead of
+// waiting forever.
+func TestProcessJoinFailsWhenRankExits(t *testing.T) {
+	stdout, stderr, code := runJob(t, "join", []string{"-n", "3", "--tag-output", "--timeout", "60s"}, "2")
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitFailed, stdout, stderr)
+	}
+	for _, want := range []string{
+		"ftrun: rank 2 exited with status 7\n",
+		"[0] launcher: rank 0: rendezvous with 127.0.0.1:",
+		"[1] launcher: rank 1: rendezvous with 127.0.0.1:",
+		"launcher says: rank 2 exited with status 7 before the rendezvous completed\n",
+		"ftrun: rank 0 exited with status 1\n",
+		"ftrun: rank 1 exited with status 1\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not contain %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// lineReader hands out the lines of r as they arrive.
+func lineReader(r io.Reader) <-chan string {
+	c := make(chan string, 100)
+	go func() {
+		defer close(c)
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			c <- s.Text()
+		}
+	}()
+	return c
+}
+
+// waitLines reads lines until n of them contain sub, or the test times out.
+func waitLines(t *testing.T, lines <-chan string, sub string, n int) []string {
+	t.Helper()
+	var got []string
+	timeout := time.After(helperLife)
+	for len(got) < n {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("output ended after %q, want %d lines with %q", got, n, sub)
+			}
+			if strings.Contains(l, sub) {
+				got = append(got, l)
+			}
+		case <-timeout:
+			t.Fatalf("got %q, want %d lines with %q", got, n, sub)
+		}
+	}
+	return got
+}
+
+// SIGINT to ftrun reaches every rank; ftrun exits 128+SIGINT.
+func TestProcessInterrupt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "hang", []string{"-n", "2", "--tag-output", "--timeout", "60s"})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := lineReader(stdout)
+	waitLines(t, lines, "ready", 2)
+	cmd.Process.Signal(syscall.SIGINT)
+	waitLines(t, lines, "got interrupt", 2)
+	for range lines {
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Fatalf("ftrun: %v, want exit status %d; stderr:\n%s", err, 128+int(syscall.SIGINT), errs.String())
+	}
+	if !strings.Contains(errs.String(), "ftrun: got interrupt: forwarding it to the ranks") {
+		t.Errorf("stderr does not report the forwarded signal:\n%s", errs.String())
+	}
+}
+
+// Ranks do not outlive a launcher killed with SIGKILL (Pdeathsig).
+func TestProcessRanksDieWithLauncher(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "pid", []string{"-n", "2", "--timeout", "60s"})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := lineReader(stdout)
+	pids := waitLines(t, lines, "pid ", 2)
+	cmd.Process.Kill()
+	cmd.Wait()
+	for _, l := range pids {
+		var pid int
+		fmt.Sscanf(l, "pid %d", &pid)
+		if !waitFor(func() bool { return !alive(pid) }) {
+			t.Errorf("rank process %d outlived its launcher", pid)
+		}
+	}
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesized command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}

@@ -1,0 +1,118 @@
+package launcher
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ftrma/ftrma"
+)
+
+// The environment ftrun gives every rank.
+const (
+	EnvRank       = "FTRMA_RANK"       // this rank, 0 <= rank < size
+	EnvSize       = "FTRMA_SIZE"       // number of ranks in the job
+	EnvRendezvous = "FTRMA_RENDEZVOUS" // host:port of the launcher's rendezvous server
+	EnvSecret     = "FTRMA_SECRET"     // the job secret, hex; Join removes it from the environment
+	EnvJob        = "FTRMA_JOB"        // the job id, for logs
+	EnvLocalSize  = "FTRMA_LOCAL_SIZE" // ranks of this job on this host
+)
+
+// minSecret is the shortest job secret a rank accepts, in bytes. ftrun
+// generates secretSize bytes.
+const (
+	minSecret  = 16
+	secretSize = 32
+)
+
+// InJob reports whether this process was started by ftrun (FTRMA_RANK is set).
+func InJob() bool {
+	_, ok := os.LookupEnv(EnvRank)
+	return ok
+}
+
+// jobEnv is what a rank learns from its environment.
+type jobEnv struct {
+	rank       ftrma.Rank
+	size       int
+	rendezvous string
+	secret     []byte
+	job        string
+	localSize  int
+}
+
+// readEnv reads the job environment and removes FTRMA_SECRET from it, whether
+// or not the rest is valid, so the secret does not leak to the rank's own
+// children.
+func readEnv() (jobEnv, error) {
+	secret, hasSecret := os.LookupEnv(EnvSecret)
+	os.Unsetenv(EnvSecret)
+	var e jobEnv
+	rank, ok := os.LookupEnv(EnvRank)
+	if !ok {
+		return e, fmt.Errorf("launcher: not started by ftrun (%s unset)", EnvRank)
+	}
+	size, err := envInt(EnvSize, 1)
+	if err != nil {
+		return e, err
+	}
+	e.size = size
+	r, err := strconv.Atoi(rank)
+	if err != nil || r < 0 || r >= size {
+		return e, fmt.Errorf("launcher: %s=%q: not a rank in [0, %d)", EnvRank, rank, size)
+	}
+	e.rank = ftrma.Rank(r)
+	e.rendezvous = os.Getenv(EnvRendezvous)
+	if e.rendezvous == "" {
+		return e, fmt.Errorf("launcher: %s unset", EnvRendezvous)
+	}
+	if !hasSecret {
+		return e, fmt.Errorf("launcher: %s unset (it is removed from the environment when read: call Join once)", EnvSecret)
+	}
+	e.secret, err = hex.DecodeString(strings.TrimSpace(secret))
+	if err != nil || len(e.secret) < minSecret {
+		return e, fmt.Errorf("launcher: %s: want at least %d hex-encoded bytes", EnvSecret, minSecret)
+	}
+	e.job = os.Getenv(EnvJob)
+	e.localSize = size
+	if _, ok := os.LookupEnv(EnvLocalSize); ok {
+		if e.localSize, err = envInt(EnvLocalSize, 1); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+// envInt parses the integer variable name, which must be set and >= min.
+func envInt(name string, min int) (int, error) {
+	s, ok := os.LookupEnv(name)
+	if !ok {
+		return 0, fmt.Errorf("launcher: %s unset", name)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min {
+		return 0, fmt.Errorf("launcher: %s=%q: want an integer >= %d", name, s, min)
+	}
+	return n, nil
+}
+
+// rankEnv returns the environment of rank r of a job: base without any FTRMA_
+// variable, plus the job's.
+func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string) []string {
+	env := make([]string, 0, len(base)+6)
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, "FTRMA_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env,
+		EnvRank+"="+strconv.Itoa(int(r)),
+		EnvSize+"="+strconv.Itoa(size),
+		EnvRendezvous+"="+rendezvous,
+		EnvSecret+"="+hex.EncodeToString(secret),
+		EnvJob+"="+job,
+		EnvLocalSize+"="+strconv.Itoa(size), // every rank runs on this host
+	)
+}

@@ -1,0 +1,161 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperEnv names the helper mode when the test binary runs as a rank.
+const helperEnv = "LAUNCHER_TEST_HELPER"
+
+// helperLife bounds every helper rank: whatever happens, it exits by itself.
+const helperLife = 30 * time.Second
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helper(mode, os.Args[1:]))
+	}
+	code := m.Run()
+	if ftrunDir != "" {
+		os.RemoveAll(ftrunDir)
+	}
+	os.Exit(code)
+}
+
+// helper is the rank program of the process tests. It returns the exit status.
+func helper(mode string, args []string) int {
+	rank, _ := strconv.Atoi(os.Getenv(EnvRank))
+	arg := func(i int) int {
+		n, err := strconv.Atoi(args[i])
+		if err != nil {
+			panic(err)
+		}
+		return n
+	}
+	switch mode {
+	case "print": // one line to stdout and one to stderr
+		fmt.Printf("hello from rank %d\n", rank)
+		fmt.Fprintf(os.Stderr, "warning from rank %d\n", rank)
+		return 0
+	case "exit": // args: RANK CODE: that rank exits with CODE
+		if rank == arg(0) {
+			return arg(1)
+		}
+		return 0
+	case "env": // print the job environment
+		for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
+			fmt.Printf("%s=%s\n", name, os.Getenv(name))
+		}
+		return 0
+	case "sleep": // args: RANK: that rank sleeps (to be killed), the others exit 0
+		if rank == arg(0) {
+			fmt.Printf("rank %d sleeping\n", rank)
+			time.Sleep(helperLife)
+		}
+		return 0
+	case "hang": // wait for SIGINT or SIGTERM and exit 0 on it
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		fmt.Printf("rank %d ready\n", rank)
+		select {
+		case sig := <-c:
+			fmt.Printf("rank %d got %v\n", rank, sig)
+			return 0
+		case <-time.After(helperLife):
+			return 5
+		}
+	case "pid": // print the pid, then sleep
+		fmt.Printf("pid %d\n", os.Getpid())
+		time.Sleep(helperLife)
+		return 0
+	case "join": // Join and exchange a message with every peer; args: [RANK]: that rank exits 7 instead
+		if len(args) > 0 && rank == arg(0) {
+			return 7
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), helperLife)
+		defer cancel()
+		size, _ := strconv.Atoi(os.Getenv(EnvSize))
+		recv := newChanReceiver(size)
+		s, err := Join(ctx, recv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer s.Close()
+		defer s.Transport().Close()
+		if v, ok := os.LookupEnv(EnvSecret); ok {
+			fmt.Fprintf(os.Stderr, "FTRMA_SECRET=%q still set after Join\n", v)
+			return 1
+		}
+		if err := allToAll(ctx, s, recv); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", s.Rank(), err)
+			return 1
+		}
+		fmt.Printf("rank %d of %d in job %s: exchanged with %d peers\n", s.Rank(), s.Size(), s.JobID(), s.Size()-1)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
+	return 100
+}
+
+var (
+	ftrunOnce sync.Once
+	ftrunDir  string // holds the ftrun binary; removed by TestMain
+	ftrunPath string
+	ftrunErr  error
+)
+
+// ftrun builds cmd/ftrun once (with -race when the tests have it) and returns
+// its path.
+func ftrun(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	ftrunOnce.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			gobin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		if ftrunDir, ftrunErr = os.MkdirTemp("", "ftrun-test-"); ftrunErr != nil {
+			return
+		}
+		ftrunPath = filepath.Join(ftrunDir, "ftrun")
+		args := []string{"build", "-o", ftrunPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command(gobin, append(args, "github.com/ftrma/ftrma/cmd/ftrun")...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ftrunErr = fmt.Errorf("go build cmd/ftrun: %v\n%s", err, out)
+		}
+	})
+	if ftrunErr != nil {
+		t.Fatal(ftrunErr)
+	}
+	return ftrunPath
+}
+
+// helperCmd returns ftrun with flags, running this test binary in helper mode
+// with args.
+func helperCmd(t *testing.T, ctx context.Context, mode string, flags []string, args ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, ftrun(t), append(append(flags, self), args...)...)
+	// A -race binary sleeps a second at exit unless told not to.
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}

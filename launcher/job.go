@@ -1,0 +1,342 @@
+package launcher
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// outputGrace is how long a rank's output is still forwarded after the rank
+// exited, for children of the rank that hold its stdout or stderr open.
+const outputGrace = 2 * time.Second
+
+// Job is a running job: N ranks of one program on this host, the rendezvous
+// server that connects them, and the timers of --kill and --timeout.
+type Job struct {
+	opts Options
+	id   string
+	out  *sink
+	rv   *rvServer
+	wg   sync.WaitGroup // one per started rank, done when its exit is recorded
+	done chan struct{}  // closed when every rank exited; result is then set
+
+	mu         sync.Mutex // guards the fields below, and every rankProc's running and killed
+	ranks      []*rankProc
+	timers     []*time.Timer
+	interrupts int            // SIGINT/SIGTERM received
+	signal     syscall.Signal // the first of them, 0 if none
+	timedOut   bool
+	finished   bool // every rank exited; timers do nothing
+	quiet      bool // start-up failed: the ranks' exits are not reported
+	result     *Result
+}
+
+// rankProc is one rank's process.
+type rankProc struct {
+	rank  ftrma.Rank
+	cmd   *exec.Cmd
+	pipes [2]*os.File    // read ends of the rank's stdout and stderr
+	fwd   sync.WaitGroup // the two forwarding goroutines
+
+	running bool // guarded by Job.mu: started and not yet reaped, so its pid is its own
+	killed  bool // guarded by Job.mu: --kill signalled it
+	status  RankStatus
+}
+
+// RankStatus is how a rank ended.
+type RankStatus struct {
+	Rank   ftrma.Rank
+	Code   int            // exit status; -1 if the rank was killed by a signal
+	Signal syscall.Signal // the signal that killed the rank, or 0
+	Killed bool           // the signal came from --kill
+	err    error          // waiting for the rank failed (Code is -1)
+}
+
+// OK reports whether the rank exited with status 0.
+func (s RankStatus) OK() bool { return s.Code == 0 && s.Signal == 0 && s.err == nil }
+
+// String says how the rank ended, e.g. "exited with status 3".
+func (s RankStatus) String() string {
+	switch {
+	case s.err != nil:
+		return fmt.Sprintf("could not be waited for: %v", s.err)
+	case s.Signal != 0:
+		return fmt.Sprintf("was killed by signal %d (%v)", int(s.Signal), s.Signal)
+	default:
+		return fmt.Sprintf("exited with status %d", s.Code)
+	}
+}
+
+// Result is how a job ended.
+type Result struct {
+	Ranks    []RankStatus   // by rank
+	TimedOut bool           // --timeout expired and the job was killed
+	Signal   syscall.Signal // the SIGINT or SIGTERM ftrun forwarded, or 0
+}
+
+// ExitCode is ftrun's exit status for r (see the Exit constants): a timeout
+// first, then an interrupt, then any rank that did not exit with status 0.
+func (r *Result) ExitCode() int {
+	switch {
+	case r.TimedOut:
+		return ExitTimeout
+	case r.Signal != 0:
+		return exitSignaled + int(r.Signal)
+	}
+	for _, s := range r.Ranks {
+		if !s.OK() {
+			return ExitFailed
+		}
+	}
+	return ExitOK
+}
+
+// Start starts the job opts describes: a rendezvous server on 127.0.0.1, a
+// fresh secret and job id, and opts.N ranks, each in a process group of its
+// own. The --kill and --timeout timers start when every rank has started.
+// If a rank cannot be started, the ranks already started are killed and Start
+// returns an error.
+func Start(opts *Options) (*Job, error) {
+	if opts.N < 1 {
+		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
+	}
+	for _, k := range opts.Kills {
+		if k.Rank < 0 || int(k.Rank) >= opts.N {
+			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
+		}
+	}
+	path, err := exec.LookPath(opts.Prog)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
+	j := &Job{opts: *opts, done: make(chan struct{})}
+	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
+	if j.out.stdout == nil {
+		j.out.stdout = os.Stdout
+	}
+	if j.out.stderr == nil {
+		j.out.stderr = os.Stderr
+	}
+	secret := make([]byte, secretSize)
+	rand.Read(secret)
+	id := make([]byte, 6)
+	rand.Read(id)
+	j.id = hex.EncodeToString(id)
+
+	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, Logf: j.out.reportf})
+	if err != nil {
+		return nil, err
+	}
+	base := os.Environ()
+	for r := range opts.N {
+		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id)); err != nil {
+			j.mu.Lock()
+			j.quiet = true
+			for _, p := range j.ranks {
+				j.signalLocked(p, syscall.SIGKILL)
+			}
+			j.mu.Unlock()
+			j.wg.Wait()
+			j.rv.close()
+			return nil, fmt.Errorf("launcher: start rank %d: %w", r, err)
+		}
+	}
+
+	j.mu.Lock()
+	for _, k := range opts.Kills {
+		j.timers = append(j.timers, time.AfterFunc(k.After, func() { j.kill(k) }))
+	}
+	if opts.Timeout > 0 {
+		j.timers = append(j.timers, time.AfterFunc(opts.Timeout, j.timeout))
+	}
+	j.mu.Unlock()
+	go j.finish()
+	return j, nil
+}
+
+// ID is the job's id, as the ranks see it in FTRMA_JOB.
+func (j *Job) ID() string { return j.id }
+
+// Done is closed when every rank has exited.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Wait waits for every rank to exit and returns how the job ended.
+func (j *Job) Wait() *Result {
+	<-j.done
+	return j.result
+}
+
+// Interrupt forwards sig (SIGINT or SIGTERM, as ftrun received it) to every
+// running rank's process group. A second Interrupt kills the ranks with SIGKILL.
+func (j *Job) Interrupt(sig syscall.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished {
+		return
+	}
+	j.interrupts++
+	if j.interrupts == 1 {
+		j.signal = sig
+		j.out.reportf("got %v: forwarding it to the ranks (again to kill them)", sig)
+		for _, p := range j.ranks {
+			j.signalLocked(p, sig)
+		}
+		return
+	}
+	j.out.reportf("got %v again: killing the ranks", sig)
+	for _, p := range j.ranks {
+		j.signalLocked(p, syscall.SIGKILL)
+	}
+}
+
+// startRank starts rank r and the goroutines that forward its output and wait
+// for it.
+func (j *Job) startRank(path string, r ftrma.Rank, env []string) error {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{j.opts.Prog}, j.opts.Args...),
+		Env:         env,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: sysProcAttr(),
+	}
+	err = cmd.Start()
+	outW.Close() // the rank holds its own copies
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	p := &rankProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, running: true}
+	prefix := ""
+	if j.opts.TagOutput {
+		prefix = "[" + strconv.Itoa(int(r)) + "] "
+	}
+	p.fwd.Add(2)
+	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stdout, outR, prefix) }()
+	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stderr, errR, prefix) }()
+	j.mu.Lock()
+	j.ranks = append(j.ranks, p)
+	j.mu.Unlock()
+	j.wg.Add(1)
+	go j.waitRank(p)
+	return nil
+}
+
+// waitRank reaps p, lets the rendezvous know, drains p's output and reports
+// an unclean exit.
+func (j *Job) waitRank(p *rankProc) {
+	defer j.wg.Done()
+	err := p.cmd.Wait()
+	j.mu.Lock()
+	p.running = false
+	killed, quiet := p.killed, j.quiet
+	j.mu.Unlock()
+
+	st := RankStatus{Rank: p.rank, Code: -1, Killed: killed}
+	if ps := p.cmd.ProcessState; ps == nil {
+		st.err = err
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		st.Signal = ws.Signal()
+	} else {
+		st.Code = ps.ExitCode()
+	}
+	j.rv.rankExited(p.rank, st.String())
+
+	drained := make(chan struct{})
+	go func() { p.fwd.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+		// Children of the rank still hold its output open: stop forwarding.
+		p.pipes[0].Close()
+		p.pipes[1].Close()
+		<-drained
+	}
+	p.pipes[0].Close()
+	p.pipes[1].Close()
+	p.status = st
+	if !st.OK() && !quiet {
+		j.out.reportf("rank %d %v", p.rank, st)
+	}
+}
+
+// finish waits for every rank, stops the timers and the rendezvous server and
+// records the result.
+func (j *Job) finish() {
+	j.wg.Wait()
+	j.mu.Lock()
+	j.finished = true
+	for _, t := range j.timers {
+		t.Stop()
+	}
+	res := &Result{TimedOut: j.timedOut, Signal: j.signal}
+	for _, p := range j.ranks {
+		res.Ranks = append(res.Ranks, p.status)
+	}
+	j.result = res
+	j.mu.Unlock()
+	j.rv.close()
+	close(j.done)
+}
+
+// kill carries out one --kill.
+func (j *Job) kill(k KillSpec) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished {
+		return
+	}
+	p := j.ranks[k.Rank]
+	if !p.running {
+		j.out.reportf("--kill %v: rank %d had already exited", k, k.Rank)
+		return
+	}
+	p.killed = true
+	j.signalLocked(p, syscall.SIGKILL)
+	// Reported under j.mu, so before the rank's exit is.
+	j.out.reportf("killed rank %d (--kill %v)", k.Rank, k)
+}
+
+// timeout carries out --timeout.
+func (j *Job) timeout() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished {
+		return
+	}
+	j.timedOut = true
+	j.out.reportf("timeout (%v) expired: killing the job", j.opts.Timeout)
+	for _, p := range j.ranks {
+		j.signalLocked(p, syscall.SIGKILL)
+	}
+}
+
+// signalLocked sends sig to p's process group if p has not been reaped (once
+// reaped, its pid may belong to another process). j.mu must be held.
+func (j *Job) signalLocked(p *rankProc, sig syscall.Signal) {
+	if !p.running {
+		return
+	}
+	// ESRCH (the rank is dead but not yet reaped) needs no action.
+	syscall.Kill(-p.cmd.Process.Pid, sig)
+}

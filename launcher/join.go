@@ -1,0 +1,211 @@
+package launcher
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/tcp"
+)
+
+// Session is a rank's membership in an ftrun job: its rank, the job's size, the
+// connected transport, and the connection to the launcher (the supervision
+// channel), which stays open until Close.
+type Session struct {
+	rank ftrma.Rank
+	size int
+	job  string
+	t    transport.Transport
+	conn net.Conn // the rendezvous connection
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Rank is this process's rank, 0 <= Rank < Size.
+func (s *Session) Rank() ftrma.Rank { return s.rank }
+
+// Size is the number of ranks in the job.
+func (s *Session) Size() int { return s.size }
+
+// JobID is the job's id as ftrun chose it (for logs).
+func (s *Session) JobID() string { return s.job }
+
+// Transport is this rank's transport, connected to every peer. It belongs to
+// the caller, who closes it; Session.Close does not.
+func (s *Session) Transport() transport.Transport { return s.t }
+
+// Close closes the connection to the launcher. It does not close the transport.
+// It may be called more than once and from any goroutine.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.conn.Close() })
+	return s.closeErr
+}
+
+// Join makes this process a rank of the ftrun job that started it: it reads
+// the job's environment (and removes FTRMA_SECRET from it), builds the TCP
+// transport and installs recv as its receiver, exchanges addresses with every
+// other rank through the launcher's rendezvous (proving the job secret both
+// ways), and connects the transport to every peer.
+//
+// recv must not be nil: it is installed before any peer can send, as the
+// transport requires, because peers may send as soon as their own Join returns.
+//
+// Join blocks until every rank of the job has joined, so ctx should carry a
+// deadline. It returns an error if the process was not started by ftrun, if
+// the launcher or a peer cannot be reached or authenticated, if a rank exits
+// before all have joined, or ctx's error. Call Join once per process.
+func Join(ctx context.Context, recv transport.Receiver) (*Session, error) {
+	env, err := readEnv()
+	if err != nil {
+		return nil, err
+	}
+	return join(ctx, env, recv)
+}
+
+func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, error) {
+	if recv == nil {
+		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
+	}
+	cfg := tcp.Config{
+		Rank:   env.rank,
+		Size:   env.size,
+		Secret: env.secret,
+		Logf: func(format string, args ...any) {
+			log.Printf("ftrma rank %d: "+format, append([]any{env.rank}, args...)...)
+		},
+	}
+	if env.localSize > runtime.NumCPU() {
+		cfg.Spin = -1 // more ranks than CPUs here: a spinning rank steals a peer's CPU
+	}
+	t, err := tcp.Listen(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	t.SetReceiver(recv)
+	conn, addrs, err := rendezvous(ctx, env, t.Addr())
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	if err := t.Connect(ctx, addrs); err != nil {
+		conn.Close()
+		t.Close()
+		return nil, fmt.Errorf("launcher: rank %d: connect to peers: %w", env.rank, err)
+	}
+	return &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}, nil
+}
+
+// rendezvous dials the launcher, runs the rank's side of the protocol and
+// returns the open connection with every rank's address.
+func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []string, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", env.rendezvous)
+	if err != nil {
+		return nil, nil, fmt.Errorf("launcher: rank %d: rendezvous: %w", env.rank, err)
+	}
+	// Cancelling ctx unblocks the exchange by expiring the connection.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	addrs, err := exchange(conn, env, addr)
+	if !stop() && err == nil {
+		err = ctx.Err() // too late to trust the connection's deadline
+	}
+	if err != nil {
+		conn.Close()
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w (%v)", cerr, err)
+		}
+		return nil, nil, fmt.Errorf("launcher: rank %d: rendezvous with %s: %w", env.rank, env.rendezvous, err)
+	}
+	return conn, addrs, nil
+}
+
+// exchange is the rank's side of the rendezvous conversation (see wire.go).
+func exchange(conn net.Conn, env jobEnv, addr string) ([]string, error) {
+	if len(addr) < 1 || len(addr) > maxAddr {
+		return nil, fmt.Errorf("transport address of %d bytes, want 1..%d: %w", len(addr), maxAddr, ftrma.ErrInvalid)
+	}
+	typ, p, err := readFrame(conn, maxSmall)
+	if err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	if err := expect(typ, p, msgHello, "hello"); err != nil {
+		return nil, err
+	}
+	h, err := parseHello(p)
+	if err != nil {
+		return nil, err
+	}
+	if h.version != rvVersion {
+		writeFrame(conn, msgError, errorText(fmt.Sprintf("rank speaks rendezvous version %d only", rvVersion)))
+		return nil, fmt.Errorf("launcher speaks rendezvous version %d, this rank %d", h.version, rvVersion)
+	}
+
+	nonce := make([]byte, nonceSize)
+	rand.Read(nonce)
+	a := auth{
+		version: rvVersion,
+		rank:    uint32(env.rank),
+		nonce:   nonce,
+		proof:   proof(env.secret, labelRank, rvVersion, uint32(env.rank), h.nonce, nonce),
+	}
+	if err := writeFrame(conn, msgAuth, a.append(nil)); err != nil {
+		return nil, fmt.Errorf("send auth: %w", err)
+	}
+	typ, p, err = readFrame(conn, maxSmall)
+	if err != nil {
+		return nil, fmt.Errorf("read proof: %w", err)
+	}
+	if err := expect(typ, p, msgProof, "proof"); err != nil {
+		return nil, err
+	}
+	want := proof(env.secret, labelLauncher, rvVersion, uint32(env.rank), h.nonce, nonce)
+	if !hmac.Equal(want, p) {
+		writeFrame(conn, msgError, []byte("authentication failed"))
+		return nil, errors.New("the launcher failed to prove it knows the job secret")
+	}
+
+	if err := writeFrame(conn, msgPublish, []byte(addr)); err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+	typ, p, err = readFrame(conn, maxAddrs)
+	if err != nil {
+		return nil, fmt.Errorf("read addresses: %w", err)
+	}
+	if err := expect(typ, p, msgAddrs, "addresses"); err != nil {
+		return nil, err
+	}
+	addrs, err := parseAddrs(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) != env.size {
+		return nil, fmt.Errorf("launcher sent %d addresses for a job of %d ranks", len(addrs), env.size)
+	}
+	if addrs[env.rank] != addr {
+		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], addr)
+	}
+	return addrs, nil
+}
+
+// expect checks that a received frame has type want, turning an error frame
+// into the launcher's error.
+func expect(typ byte, p []byte, want byte, name string) error {
+	switch typ {
+	case want:
+		return nil
+	case msgError:
+		return fmt.Errorf("launcher says: %s", printable(p))
+	default:
+		return fmt.Errorf("unexpected message type %d, want %s", typ, name)
+	}
+}

@@ -1,0 +1,253 @@
+package launcher
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ftrma/ftrma"
+)
+
+// setJobEnv sets (or, for "-", unsets) the job variables for one test.
+func setJobEnv(t *testing.T, vars map[string]string) {
+	t.Helper()
+	for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
+		t.Setenv(name, "") // restored after the test
+		if v, ok := vars[name]; ok && v != "-" {
+			os.Setenv(name, v)
+		} else {
+			os.Unsetenv(name)
+		}
+	}
+}
+
+func goodEnv() map[string]string {
+	return map[string]string{
+		EnvRank:       "2",
+		EnvSize:       "4",
+		EnvRendezvous: "127.0.0.1:1234",
+		EnvSecret:     hex.EncodeToString(testSecret(1)),
+		EnvJob:        "j1",
+		EnvLocalSize:  "4",
+	}
+}
+
+func TestReadEnv(t *testing.T) {
+	setJobEnv(t, goodEnv())
+	if !InJob() {
+		t.Fatal("InJob() = false with FTRMA_RANK set")
+	}
+	e, err := readEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4}
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("readEnv() = %+v, want %+v", e, want)
+	}
+	if v, ok := os.LookupEnv(EnvSecret); ok {
+		t.Fatalf("FTRMA_SECRET=%q still set after readEnv", v)
+	}
+	if _, err := readEnv(); err == nil || !strings.Contains(err.Error(), "removed from the environment") {
+		t.Fatalf("second readEnv: %v, want a hint that the secret was already read", err)
+	}
+}
+
+func TestReadEnvErrors(t *testing.T) {
+	tests := []struct {
+		name, variable, value, want string
+	}{
+		{"not in a job", EnvRank, "-", "not started by ftrun (FTRMA_RANK unset)"},
+		{"size unset", EnvSize, "-", "FTRMA_SIZE unset"},
+		{"size zero", EnvSize, "0", "FTRMA_SIZE"},
+		{"size not a number", EnvSize, "many", "FTRMA_SIZE"},
+		{"rank too big", EnvRank, "4", "FTRMA_RANK=\"4\": not a rank in [0, 4)"},
+		{"rank negative", EnvRank, "-1", "not a rank"},
+		{"rank not a number", EnvRank, "two", "not a rank"},
+		{"no rendezvous", EnvRendezvous, "-", "FTRMA_RENDEZVOUS unset"},
+		{"no secret", EnvSecret, "-", "FTRMA_SECRET unset"},
+		{"secret not hex", EnvSecret, "zz", "FTRMA_SECRET"},
+		{"secret too short", EnvSecret, "abcd", "FTRMA_SECRET"},
+		{"local size zero", EnvLocalSize, "0", "FTRMA_LOCAL_SIZE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := goodEnv()
+			vars[tt.variable] = tt.value
+			setJobEnv(t, vars)
+			_, err := readEnv()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("readEnv() error %v, want it to contain %q", err, tt.want)
+			}
+			if _, ok := os.LookupEnv(EnvSecret); ok {
+				t.Fatal("FTRMA_SECRET still set after a failed readEnv")
+			}
+		})
+	}
+}
+
+func TestJoinOutsideJob(t *testing.T) {
+	setJobEnv(t, nil)
+	if InJob() {
+		t.Fatal("InJob() = true without FTRMA_RANK")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := Join(ctx, newChanReceiver(1)); err == nil || err.Error() != "launcher: not started by ftrun (FTRMA_RANK unset)" {
+		t.Fatalf("Join outside a job: %v", err)
+	}
+}
+
+func TestRankEnv(t *testing.T) {
+	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, 3, "127.0.0.1:5", []byte{0xab, 0xcd}, "j")
+	want := []string{"PATH=/bin", "HOME=/h", "FTRMA_RANK=1", "FTRMA_SIZE=3", "FTRMA_RENDEZVOUS=127.0.0.1:5",
+		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=3"}
+	if !reflect.DeepEqual(env, want) {
+		t.Fatalf("rankEnv = %q, want %q", env, want)
+	}
+}
+
+// chanReceiver is a transport.Receiver that queues what it is given.
+type chanReceiver struct {
+	msgs chan received
+	down chan ftrma.Rank
+}
+
+type received struct {
+	from ftrma.Rank
+	msg  string
+}
+
+func newChanReceiver(size int) *chanReceiver {
+	return &chanReceiver{msgs: make(chan received, 4*size), down: make(chan ftrma.Rank, size)}
+}
+
+func (c *chanReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
+	c.msgs <- received{from, string(msg)}
+}
+
+func (c *chanReceiver) HandlePeerDown(peer ftrma.Rank, err error) { c.down <- peer }
+
+// allToAll sends "hello from R" to every peer and waits for every peer's
+// hello, then sends "bye" and waits for every peer's bye or its departure (a
+// peer leaves once it has every bye). Nobody leaves before everybody has every
+// hello, so the hello round is checked exactly: no hello may be lost,
+// duplicated or preceded by a peer-down event.
+func allToAll(ctx context.Context, s *Session, recv *chanReceiver) error {
+	t := s.Transport()
+	if t.Rank() != s.Rank() || t.Size() != s.Size() {
+		return fmt.Errorf("transport is rank %d of %d, session rank %d of %d", t.Rank(), t.Size(), s.Rank(), s.Size())
+	}
+	sendAll := func(msg string) error {
+		for p := range ftrma.Rank(s.Size()) {
+			if p != s.Rank() {
+				if err := t.Send(p, []byte(msg)); err != nil {
+					return fmt.Errorf("send %q to %d: %w", msg, p, err)
+				}
+			}
+		}
+		return nil
+	}
+	hellos := make(map[ftrma.Rank]bool)
+	byes := make(map[ftrma.Rank]bool) // or gone
+	var downs []ftrma.Rank
+	// receive takes one event; a peer may send its bye before this rank has
+	// every hello, but never before its own hello.
+	receive := func(byeRound bool) error {
+		select {
+		case m := <-recv.msgs:
+			switch {
+			case m.msg == fmt.Sprintf("hello from %d", m.from) && !hellos[m.from]:
+				hellos[m.from] = true
+			case m.msg == "bye" && hellos[m.from] && !byes[m.from]:
+				byes[m.from] = true
+			case m.msg == "bye" && slices.Contains(downs, m.from):
+				// transport/tcp may report a peer down before delivering
+				// the last message the peer sent before it closed.
+			default:
+				return fmt.Errorf("unexpected message %q from %d (hellos from %v, byes from %v, downs %v)", m.msg, m.from, hellos, byes, downs)
+			}
+		case p := <-recv.down:
+			if !byeRound {
+				return fmt.Errorf("rank %d went down", p)
+			}
+			byes[p] = true
+			downs = append(downs, p)
+		case <-ctx.Done():
+			return fmt.Errorf("%d hellos, %d byes: %w", len(hellos), len(byes), ctx.Err())
+		}
+		return nil
+	}
+	if err := sendAll(fmt.Sprintf("hello from %d", s.Rank())); err != nil {
+		return err
+	}
+	for len(hellos) < s.Size()-1 {
+		if err := receive(false); err != nil {
+			return err
+		}
+	}
+	if err := sendAll("bye"); err != nil {
+		return err
+	}
+	for len(byes) < s.Size()-1 {
+		if err := receive(true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Four ranks join in one process over the real TCP transport and exchange
+// control messages.
+func TestJoinInProcess(t *testing.T) {
+	const n = 4
+	s, logs := startServer(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sessions := make([]*Session, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			recv := newChanReceiver(n)
+			sess, err := join(ctx, fakeEnv(s, ftrma.Rank(r), n), recv)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			sessions[r] = sess
+			errs[r] = allToAll(ctx, sess, recv)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	for _, sess := range sessions {
+		if sess != nil {
+			sess.Transport().Close()
+			if err := sess.Close(); err != nil {
+				t.Error(err)
+			}
+			sess.Close() // twice is fine
+		}
+	}
+	if logs.String() != "" {
+		t.Errorf("server log:\n%s", logs)
+	}
+}
+
+func TestJoinNilReceiver(t *testing.T) {
+	s, _ := startServer(t, 1)
+	if _, err := join(context.Background(), fakeEnv(s, 0, 1), nil); err == nil {
+		t.Fatal("join with a nil receiver succeeded")
+	}
+}

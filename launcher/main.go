@@ -1,0 +1,50 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Main is ftrun: it parses args (the command line without the command name),
+// runs the job, forwards SIGINT and SIGTERM to it, and returns the exit status
+// (see the Exit constants and Usage).
+func Main(args []string, stdout, stderr io.Writer) int {
+	opts, err := ParseArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "ftrun: %v\nRun 'ftrun --help' for usage.\n", err)
+		return ExitUsage
+	}
+	if opts.Help {
+		io.WriteString(stdout, Usage)
+		return ExitOK
+	}
+	if opts.Version {
+		fmt.Fprintln(stdout, Version)
+		return ExitOK
+	}
+	opts.Stdout, opts.Stderr = stdout, stderr
+
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	job, err := Start(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "ftrun: %s\n", strings.TrimPrefix(err.Error(), "launcher: "))
+		return ExitLaunch
+	}
+	go func() {
+		for {
+			select {
+			case sig := <-sigc:
+				job.Interrupt(sig.(syscall.Signal))
+			case <-job.Done():
+				return
+			}
+		}
+	}()
+	return job.Wait().ExitCode()
+}

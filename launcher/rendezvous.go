@@ -1,0 +1,304 @@
+package launcher
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// rvConfig configures the job side of the rendezvous.
+type rvConfig struct {
+	// Size is the number of ranks of the job (>= 1).
+	Size int
+	// Secret is the job secret every rank must prove it knows.
+	Secret []byte
+	// ListenAddr is where to listen. Default "127.0.0.1:0".
+	ListenAddr string
+	// HandshakeTimeout bounds how long a new connection may take to
+	// authenticate and publish its address. Default 10 s.
+	HandshakeTimeout time.Duration
+	// Logf reports refused connections. Default log.Printf with a "launcher: "
+	// prefix.
+	Logf func(format string, args ...any)
+}
+
+// rvServer is the launcher's rendezvous server: it authenticates each rank,
+// collects the ranks' transport addresses, sends the full list to every rank
+// once all have published, and then holds each rank's connection open.
+//
+// The rendezvous either completes (every rank published) or fails (a rank
+// exited first, see rankExited); both are final, and ready is closed on either.
+type rvServer struct {
+	cfg   rvConfig
+	ln    net.Listener
+	wg    sync.WaitGroup // the accept loop and one goroutine per connection
+	quit  chan struct{}  // closed by close
+	ready chan struct{}  // closed when the rendezvous completed or failed
+
+	mu        sync.Mutex            // guards the fields below
+	conns     map[net.Conn]struct{} // open connections; close closes them
+	joined    []bool                // joined[r]: a connection authenticated as rank r and has not given up
+	addrs     []string              // addrs[r]: rank r's published address, "" until published
+	published int                   // number of ranks that published; == Size once complete
+	list      []byte                // the addrs frame, built once complete
+	failure   string                // why the rendezvous cannot complete; "" unless failed
+	closed    bool
+}
+
+// listenRendezvous starts a rendezvous server.
+func listenRendezvous(cfg rvConfig) (*rvServer, error) {
+	if cfg.Size < 1 {
+		return nil, fmt.Errorf("launcher: rendezvous for %d ranks: %w", cfg.Size, ftrma.ErrInvalid)
+	}
+	if len(cfg.Secret) < minSecret {
+		return nil, fmt.Errorf("launcher: rendezvous secret of %d bytes, want >= %d: %w", len(cfg.Secret), minSecret, ftrma.ErrInvalid)
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) { log.Printf("launcher: "+format, args...) }
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
+	s := &rvServer{
+		cfg:    cfg,
+		ln:     ln,
+		quit:   make(chan struct{}),
+		ready:  make(chan struct{}),
+		conns:  make(map[net.Conn]struct{}),
+		joined: make([]bool, cfg.Size),
+		addrs:  make([]string, cfg.Size),
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// addr is the host:port ranks dial.
+func (s *rvServer) addr() string { return s.ln.Addr().String() }
+
+// rankExited tells the server that rank r's process is gone (why says how,
+// e.g. "exited with status 1"). Before the rendezvous completes that makes it
+// fail: the ranks waiting for the address list, and any that connect later,
+// get an error instead of waiting forever. After completion it changes
+// nothing yet.
+func (s *rvServer) rankExited(r ftrma.Rank, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.list != nil || s.failure != "" {
+		return
+	}
+	s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
+	close(s.ready)
+}
+
+// close stops accepting, closes every connection and waits for the server's
+// goroutines.
+func (s *rvServer) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.quit)
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *rvServer) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary trouble, such as running out of file descriptors:
+			// back off and retry.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.Logf("rendezvous: accept: %v; retrying in %v", err, backoff)
+			select {
+			case <-s.quit:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+// serve runs one rank's conversation and then holds the connection until the
+// rank closes it or the server closes.
+func (s *rvServer) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+
+	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	rank, err := s.handshake(c)
+	if err != nil {
+		select {
+		case <-s.quit: // closing: not worth a report
+		default:
+			s.cfg.Logf("rendezvous: refused connection from %s: %v", c.RemoteAddr(), err)
+		}
+		return
+	}
+	c.SetDeadline(time.Time{})
+
+	select {
+	case <-s.ready:
+	case <-s.quit:
+		return
+	}
+	s.mu.Lock()
+	list, failure := s.list, s.failure
+	s.mu.Unlock()
+	c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	if failure != "" {
+		writeFrame(c, msgError, errorText(failure))
+		return
+	}
+	if _, err := c.Write(list); err != nil {
+		return // the rank is gone; its exit is reported by whoever watches it
+	}
+	c.SetWriteDeadline(time.Time{})
+
+	// The connection is now rank's supervision channel. Nothing flows on it
+	// yet: read until the rank closes it.
+	for {
+		typ, _, err := readFrame(c, maxSmall)
+		if err != nil {
+			return
+		}
+		s.cfg.Logf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ)
+	}
+}
+
+// handshake authenticates a connection and takes its published address. It
+// returns the connection's rank, or an error after telling the peer why (when
+// that is safe).
+func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
+	refuse := func(format string, args ...any) (ftrma.Rank, error) {
+		err := fmt.Errorf(format, args...)
+		writeFrame(c, msgError, errorText(err.Error()))
+		return -1, err
+	}
+
+	nonce := make([]byte, nonceSize)
+	rand.Read(nonce)
+	if err := writeFrame(c, msgHello, hello{version: rvVersion, nonce: nonce}.append(nil)); err != nil {
+		return -1, err
+	}
+	typ, p, err := readFrame(c, maxSmall)
+	if err != nil {
+		return -1, err
+	}
+	switch typ {
+	case msgAuth:
+	case msgError:
+		return -1, fmt.Errorf("peer gave up: %s", printable(p))
+	default:
+		return refuse("unexpected message type %d, want auth", typ)
+	}
+	a, err := parseAuth(p)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	if a.version != rvVersion {
+		return refuse("rendezvous version %d not supported (launcher speaks %d)", a.version, rvVersion)
+	}
+	want := proof(s.cfg.Secret, labelRank, rvVersion, a.rank, nonce, a.nonce)
+	if !hmac.Equal(want, a.proof) {
+		// Say no more than that to an unauthenticated peer.
+		writeFrame(c, msgError, []byte("authentication failed"))
+		return -1, fmt.Errorf("claims rank %d: authentication failed (wrong job secret)", a.rank)
+	}
+	if uint64(a.rank) >= uint64(s.cfg.Size) {
+		return refuse("rank %d out of range [0, %d)", a.rank, s.cfg.Size)
+	}
+	rank := ftrma.Rank(a.rank)
+	s.mu.Lock()
+	taken := s.joined[rank]
+	s.joined[rank] = true
+	s.mu.Unlock()
+	if taken {
+		return refuse("rank %d already joined", rank)
+	}
+	published := false
+	defer func() {
+		if !published {
+			s.mu.Lock()
+			s.joined[rank] = false
+			s.mu.Unlock()
+		}
+	}()
+
+	if err := writeFrame(c, msgProof, proof(s.cfg.Secret, labelLauncher, rvVersion, a.rank, nonce, a.nonce)); err != nil {
+		return -1, err
+	}
+	typ, p, err = readFrame(c, maxSmall)
+	if err != nil {
+		return -1, fmt.Errorf("rank %d published no address: %w", rank, err)
+	}
+	switch typ {
+	case msgPublish:
+	case msgError:
+		return -1, fmt.Errorf("rank %d gave up: %s", rank, printable(p))
+	default:
+		return refuse("rank %d: unexpected message type %d, want publish", rank, typ)
+	}
+	if len(p) < 1 || len(p) > maxAddr {
+		return refuse("rank %d: address of %d bytes, want 1..%d", rank, len(p), maxAddr)
+	}
+	s.publish(rank, string(p))
+	published = true
+	return rank, nil
+}
+
+// publish records rank's address and completes the rendezvous with the last.
+func (s *rvServer) publish(rank ftrma.Rank, addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs[rank] = addr
+	s.published++
+	if s.published == s.cfg.Size && s.failure == "" {
+		s.list = appendFrame(nil, msgAddrs, appendAddrs(nil, s.addrs))
+		close(s.ready)
+	}
+}

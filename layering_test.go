@@ -1,0 +1,78 @@
+package ftrma_test
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// allowed lists, for each package of the module, the module packages it may
+// import directly: the layering of DESIGN.md (lower never imports higher, and
+// only the launcher, commands, examples and benchmarks name a concrete
+// transport). A package missing from the list may import nothing of the
+// module until it is added here.
+var allowed = map[string][]string{
+	"":                      {},
+	"transport":             {""},
+	"transport/tcp":         {"", "transport"},
+	"transport/memnet":      {"", "transport"},
+	"launcher":              {"", "transport", "transport/tcp"},
+	"comm":                  {"", "transport", "launcher"},
+	"comm/commtest":         {"", "transport", "transport/memnet", "comm"},
+	"window":                {"", "transport"},
+	"internal/rmacheck":     {"", "window"},
+	"cmd/ftrun":             {"launcher"},
+	"examples/rmademo":      {"comm", "internal/rmacheck"},
+	"bench/rma":             {"bench/internal/result"},
+	"bench/rma/rank":        {"", "comm", "window"},
+	"bench/internal/result": {},
+	"e2e":                   {},
+	"e2e/testprog":          {"comm", "internal/rmacheck"},
+}
+
+const module = "github.com/ftrma/ftrma"
+
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		ok, listed := allowed[name]
+		if !listed {
+			t.Errorf("package %q is not in the layering table of layering_test.go", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+			permitted := false
+			for _, a := range ok {
+				permitted = permitted || a == dep
+			}
+			if !permitted {
+				t.Errorf("%s imports %s, which the layering forbids", p.ImportPath, imp)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list found only %d packages", seen)
+	}
+}

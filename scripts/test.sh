@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): static checks, the race-enabled
+# test suite (unit, memnet simulations, and process tests through ftrun over
+# TCP), and a bounded run of the frame-decoder fuzzer.
+#
+# FUZZTIME (default 20s) bounds the fuzzer; FTRMA_LONG=1 enables long soaks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== CGO_ENABLED=0 go build"
+CGO_ENABLED=0 go build ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./...
+
+echo "== fuzz FuzzParseFrame for ${FUZZTIME:-20s}"
+go test -run '^$' -fuzz '^FuzzParseFrame$' -fuzztime "${FUZZTIME:-20s}" ./transport/tcp
