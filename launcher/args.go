@@ -37,6 +37,10 @@ type Options struct {
 	Kills []KillSpec
 	// Timeout kills the whole job after this long; 0 means never.
 	Timeout time.Duration
+	// Spin is how long a rank's transport busy-polls before parking (passed
+	// as FTRMA_SPIN); 0 leaves the transport's default, negative disables
+	// busy-polling.
+	Spin time.Duration
 	// Prog and Args are the program every rank runs and its arguments.
 	Prog string
 	Args []string
@@ -121,6 +125,9 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
+  --spin DURATION         how long ranks busy-poll for a reply before parking
+                          (default: the transport's, 50us, or none when ranks
+                          outnumber cores); negative disables busy-polling
   --version               print the version and exit
   -h, --help              print this help and exit
 
@@ -131,6 +138,7 @@ Each rank's environment:
   FTRMA_SECRET            the job secret (hex); every connection proves it
   FTRMA_JOB               the job id
   FTRMA_LOCAL_SIZE        ranks of the job on this host
+  FTRMA_SPIN              the --spin duration, when given
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 
@@ -153,6 +161,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
+	fs.DurationVar(&o.Spin, "spin", 0, "busy-poll duration of the ranks' transport")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
 	fs.BoolVar(&o.Help, "help", false, "print help")
 	fs.BoolVar(&o.Help, "h", false, "print help")

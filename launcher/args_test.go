@@ -29,6 +29,10 @@ func TestParseArgs(t *testing.T) {
 			want: &Options{N: 4, Kills: []KillSpec{{3, time.Second}, {0, 250 * time.Millisecond}}, Timeout: time.Minute, Prog: "prog", Args: []string{}}},
 		{name: "kill at zero", args: []string{"-n", "1", "--kill", "0@0s", "prog"},
 			want: &Options{N: 1, Kills: []KillSpec{{0, 0}}, Prog: "prog", Args: []string{}}},
+		{name: "spin", args: []string{"-n", "2", "--spin", "20us", "prog"},
+			want: &Options{N: 2, Spin: 20 * time.Microsecond, Prog: "prog", Args: []string{}}},
+		{name: "no spin", args: []string{"-n", "2", "--spin=-1ns", "prog"},
+			want: &Options{N: 2, Spin: -1, Prog: "prog", Args: []string{}}},
 		{name: "help", args: []string{"--help"}, want: &Options{Help: true}},
 		{name: "short help", args: []string{"-h"}, want: &Options{Help: true}},
 		{name: "version", args: []string{"--version"}, want: &Options{Version: true}},
@@ -49,6 +53,7 @@ func TestParseArgs(t *testing.T) {
 		{name: "kill rank out of range", args: []string{"-n", "2", "--kill", "2@1s", "prog"}, err: "no rank 2"},
 		{name: "negative timeout", args: []string{"-n", "2", "--timeout", "-1s", "prog"}, err: "negative"},
 		{name: "bad timeout", args: []string{"-n", "2", "--timeout", "5", "prog"}, err: "invalid value"},
+		{name: "bad spin", args: []string{"-n", "2", "--spin", "fast", "prog"}, err: "invalid value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

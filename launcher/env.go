@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -18,6 +19,7 @@ const (
 	EnvSecret     = "FTRMA_SECRET"     // the job secret, hex; Join removes it from the environment
 	EnvJob        = "FTRMA_JOB"        // the job id, for logs
 	EnvLocalSize  = "FTRMA_LOCAL_SIZE" // ranks of this job on this host
+	EnvSpin       = "FTRMA_SPIN"       // busy-poll duration (ftrun --spin), optional
 )
 
 // minSecret is the shortest job secret a rank accepts, in bytes. ftrun
@@ -41,6 +43,7 @@ type jobEnv struct {
 	secret     []byte
 	job        string
 	localSize  int
+	spin       time.Duration // 0 when FTRMA_SPIN is unset
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -76,6 +79,11 @@ func readEnv() (jobEnv, error) {
 		return e, fmt.Errorf("launcher: %s: want at least %d hex-encoded bytes", EnvSecret, minSecret)
 	}
 	e.job = os.Getenv(EnvJob)
+	if v, ok := os.LookupEnv(EnvSpin); ok {
+		if e.spin, err = time.ParseDuration(v); err != nil || e.spin == 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a non-zero duration", EnvSpin, v)
+		}
+	}
 	e.localSize = size
 	if _, ok := os.LookupEnv(EnvLocalSize); ok {
 		if e.localSize, err = envInt(EnvLocalSize, 1); err != nil {
@@ -100,12 +108,15 @@ func envInt(name string, min int) (int, error) {
 
 // rankEnv returns the environment of rank r of a job: base without any FTRMA_
 // variable, plus the job's.
-func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string) []string {
+func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string, spin time.Duration) []string {
 	env := make([]string, 0, len(base)+6)
 	for _, kv := range base {
 		if !strings.HasPrefix(kv, "FTRMA_") {
 			env = append(env, kv)
 		}
+	}
+	if spin != 0 {
+		env = append(env, EnvSpin+"="+spin.String())
 	}
 	return append(env,
 		EnvRank+"="+strconv.Itoa(int(r)),

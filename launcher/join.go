@@ -87,6 +87,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	if env.localSize > runtime.NumCPU() {
 		cfg.Spin = -1 // more ranks than CPUs here: a spinning rank steals a peer's CPU
 	}
+	if env.spin != 0 {
+		cfg.Spin = env.spin // ftrun --spin overrides
+	}
 	t, err := tcp.Listen(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,9 +70,6 @@ func Listen(cfg Config) (*Transport, error) {
 		cfg.Logf = log.Printf
 	}
 	spin := cfg.Spin
-	if v, err := time.ParseDuration(os.Getenv("FTRMA_SPIN_HACK")); err == nil {
-		spin = v
-	}
 	if spin == 0 {
 		spin = defaultSpin
 	} else if spin < 0 {
