@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -104,9 +103,7 @@ func (m *Memory) Read(key Key, off uint64, dst []byte) error {
 		return err
 	}
 	if s := words(src); s != nil {
-		for i := range s {
-			binary.NativeEndian.PutUint64(dst[8*i:], atomic.LoadUint64(&s[i]))
-		}
+		loadWords(dst, s)
 		return nil
 	}
 	copy(dst, src)

@@ -14,3 +14,10 @@ func storeWords(d []uint64, src []byte) {
 		atomic.StoreUint64(&d[i], binary.NativeEndian.Uint64(src[8*i:]))
 	}
 }
+
+// loadWords copies the aligned words s into dst with atomic loads.
+func loadWords(dst []byte, s []uint64) {
+	for i := range s {
+		binary.NativeEndian.PutUint64(dst[8*i:], atomic.LoadUint64(&s[i]))
+	}
+}

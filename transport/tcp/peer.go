@@ -41,6 +41,12 @@ type peer struct {
 	nudge    *time.Timer // sends held frames nudgeAfter after the first was held
 	wakeWrit chan struct{}
 
+	// The socket write in progress, owned by the goroutine that set writing.
+	wbuf    []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool // p.writeSome, bound once
+
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
 	phead int        // pend[phead:] are outstanding
@@ -52,6 +58,7 @@ type peer struct {
 	reply    []byte       // answers gathered while processing one batch
 	lastReq  uint64       // highest request sequence executed
 	lastAns  uint64       // highest request sequence answered
+	served   bool         // a request was served in the batch being parsed
 	lastServ atomic.Int64 // unix nanoseconds of the last request served
 	partial  atomic.Bool  // rbuf holds part of a frame
 	early    [][]byte     // control messages that arrived before SetReceiver
@@ -74,6 +81,7 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 	if p.self {
 		close(p.ready)
 	}
+	p.writeFn = p.writeSome
 	p.nudge = time.AfterFunc(time.Hour, p.kick)
 	p.nudge.Stop()
 	return p
@@ -260,31 +268,36 @@ func (p *peer) kickLocked(mayBlock bool) error {
 	}
 }
 
-// tryWrite writes as much of buf as the socket takes without blocking.
+// tryWrite writes as much of buf as the socket takes without blocking. Only
+// the goroutine that owns writing calls it; the write state lives in the peer
+// so that no closure is allocated per call.
 func (p *peer) tryWrite(buf []byte) (int, error) {
-	var n int
-	var werr error
-	err := p.rc.Write(func(fd uintptr) bool {
-		for n < len(buf) {
-			m, err := syscall.Write(int(fd), buf[n:])
-			if err == syscall.EINTR {
-				continue
-			}
-			if err == syscall.EAGAIN {
-				return true
-			}
-			if err != nil {
-				werr = err
-				return true
-			}
-			n += m
-		}
-		return true
-	})
-	if werr == nil {
-		werr = err
+	p.wbuf, p.wn, p.werr = buf, 0, nil
+	if err := p.rc.Write(p.writeFn); err != nil && p.werr == nil {
+		p.werr = err
 	}
-	return n, werr
+	n, err := p.wn, p.werr
+	p.wbuf = nil
+	return n, err
+}
+
+// writeSome is tryWrite's callback: it writes p.wbuf until done or EAGAIN.
+func (p *peer) writeSome(fd uintptr) bool {
+	for p.wn < len(p.wbuf) {
+		m, err := syscall.Write(int(fd), p.wbuf[p.wn:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == syscall.EAGAIN {
+			return true
+		}
+		if err != nil {
+			p.werr = err
+			return true
+		}
+		p.wn += m
+	}
+	return true
 }
 
 // writeLoopGoroutine finishes writes the receive path could not complete
@@ -327,7 +340,7 @@ func (p *peer) readLoop() {
 	defer p.t.wg.Done()
 	var rerr error
 	err := p.rc.Read(func(uintptr) bool {
-		for {
+		for i := 0; ; i++ {
 			p.rmu.Lock()
 			n, err := p.pollLocked()
 			p.rmu.Unlock()
@@ -336,9 +349,11 @@ func (p *peer) readLoop() {
 				return true
 			}
 			if n > 0 {
+				i = 0
 				continue
 			}
-			if p.t.spin == 0 || !p.busy() {
+			// Consult the clock every few empty polls only.
+			if p.t.spin == 0 || i&15 == 15 && !p.busy() {
 				return false // park in the netpoller until readable
 			}
 		}
@@ -426,6 +441,10 @@ func (p *peer) pollLocked() (int, error) {
 		}
 		off += m
 	}
+	if p.served {
+		p.served = false
+		p.lastServ.Store(time.Now().UnixNano())
+	}
 	if off > 0 {
 		p.rlen = copy(p.rbuf, p.rbuf[off:p.rlen])
 	}
@@ -463,7 +482,7 @@ func (p *peer) serve(f *frame) error {
 			return fmt.Errorf("%w: request sequence %d after %d", errFrame, f.seq, p.lastReq)
 		}
 		p.lastReq = f.seq
-		p.lastServ.Store(time.Now().UnixNano())
+		p.served = true
 		key := transport.Key(f.key)
 		switch f.typ {
 		case frameWrite:

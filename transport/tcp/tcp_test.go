@@ -40,7 +40,7 @@ func (l *logSink) contains(s string) bool {
 }
 
 // cluster starts n connected transports in this process.
-func cluster(t *testing.T, n int, spin time.Duration) ([]*Transport, *logSink) {
+func cluster(t testing.TB, n int, spin time.Duration) ([]*Transport, *logSink) {
 	t.Helper()
 	logs := &logSink{}
 	ts := make([]*Transport, n)

@@ -1,0 +1,32 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// BenchmarkWriteFlush measures a write and its flush between two transports
+// of this process (both sides share one Go runtime, unlike a real job).
+func BenchmarkWriteFlush(b *testing.B) {
+	for _, size := range []int{8, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			ts, _ := cluster(b, 2, 0)
+			defer ts[0].Close()
+			defer ts[1].Close()
+			key, _ := ts[1].Register(words(size))
+			src := make([]byte, size)
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ts[0].Write(1, key, 0, src); err != nil {
+					b.Fatal(err)
+				}
+				if err := ts[0].Flush(ctx, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
