@@ -94,6 +94,23 @@ func (m *Memory) Write(key Key, off uint64, src []byte) error {
 	return nil
 }
 
+// Pin returns the n bytes at off of region key for the caller to fill directly
+// (a transport reading a large payload straight from its socket), holding the
+// region against Deregister until Unpin. Every successful Pin must be followed
+// by exactly one Unpin.
+func (m *Memory) Pin(key Key, off uint64, n int) ([]byte, error) {
+	m.mu.RLock()
+	b, err := m.span(key, off, n)
+	if err != nil {
+		m.mu.RUnlock()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Unpin releases the hold of a successful Pin.
+func (m *Memory) Unpin() { m.mu.RUnlock() }
+
 // Read copies len(dst) bytes of region key at off into dst.
 func (m *Memory) Read(key Key, off uint64, dst []byte) error {
 	m.mu.RLock()

@@ -66,6 +66,12 @@ const (
 // Has reports whether every capability in x is present.
 func (c Caps) Has(x Caps) bool { return c&x == x }
 
+// WordAtomicWrite is the largest Write whose aligned 8-byte words every
+// transport stores whole: a concurrent reader sees each such word either
+// before or after the write, never torn. Larger writes may be landed by a bulk
+// copy. window/ splits element-atomic accumulates into writes of this size.
+const WordAtomicWrite = 32 << 10
+
 // MaxControlMessage is the largest control message every transport carries.
 const MaxControlMessage = 64 << 10
 
@@ -106,6 +112,7 @@ type Transport interface {
 
 	// Write posts a copy of src into peer's region key at offset off. src is
 	// copied or sent before Write returns; the caller may reuse it at once.
+	// Aligned words are stored whole when len(src) <= WordAtomicWrite.
 	Write(peer ftrma.Rank, key Key, off uint64, src []byte) (Seq, error)
 	// Read posts a read of len(dst) bytes from peer's region into dst. dst
 	// belongs to the transport until the operation completes.

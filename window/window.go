@@ -381,7 +381,7 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 		}
 	case Replace:
 		if result == nil {
-			_, err := w.t.Write(target, key, off, int64Bytes(origin))
+			_, err := w.writeWords(target, key, off, int64Bytes(origin))
 			return wrap(name, target, err)
 		}
 		for i, v := range origin {
@@ -400,6 +400,21 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: operation %v", ftrma.ErrInvalid, op)}
 	}
 	return nil
+}
+
+// writeWords writes b in pieces the transport stores in whole aligned words,
+// so that every element is replaced atomically.
+func (w *Window) writeWords(target ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
+	var seq transport.Seq
+	for first := true; first || len(b) > 0; first = false {
+		n := min(len(b), transport.WordAtomicWrite)
+		var err error
+		if seq, err = w.t.Write(target, key, off, b[:n]); err != nil {
+			return 0, err
+		}
+		b, off = b[n:], off+uint64(n)
+	}
+	return seq, nil
 }
 
 // swap atomically replaces the word at off with v and returns the old value,
@@ -425,10 +440,16 @@ func (w *Window) swap(target ftrma.Rank, key transport.Key, off uint64, v uint64
 // AccumulateBytes stores data at disp of target's window; op must be Replace.
 // Aligned 8-byte words are stored atomically (never torn); the whole is not.
 func (w *Window) AccumulateBytes(target ftrma.Rank, disp uint64, data []byte, op Op) error {
+	const name = "accumulate"
 	if op != Replace {
-		return &ftrma.OpError{Op: "accumulate", Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE)", ftrma.ErrInvalid, op)}
+		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE)", ftrma.ErrInvalid, op)}
 	}
-	return w.Put(target, disp, data)
+	key, off, err := w.target(name, target, disp, len(data), false)
+	if err != nil {
+		return err
+	}
+	_, err = w.writeWords(target, key, off, data)
+	return wrap(name, target, err)
 }
 
 // GetAccumulateBytes reads len(data) bytes at disp into result, then, for
@@ -446,8 +467,11 @@ func (w *Window) GetAccumulateBytes(target ftrma.Rank, disp uint64, data, result
 		return err
 	}
 	if op == Replace {
-		_, err := w.put(name, target, disp, data)
-		return err
+		key, off, err := w.target(name, target, disp, len(data), false)
+		if err == nil {
+			_, err = w.writeWords(target, key, off, data)
+		}
+		return wrap(name, target, err)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type peer struct {
 	sbuf     []byte      // framed bytes waiting to be written, in posting order
 	spare    []byte      // a drained buffer kept for reuse
 	writing  bool        // a goroutine owns the socket's write side
+	wdone    sync.Cond   // on smu: signalled when writing becomes false or the peer goes down
 	handoff  []byte      // unwritten rest left to the writer goroutine (owns writing)
 	handbuf  []byte      // the whole buffer handoff is a suffix of, for reuse
 	serr     error       // non-nil once the peer is down: posts fail with it
@@ -46,6 +47,7 @@ type peer struct {
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool // p.writeSome, bound once
+	wv      net.Buffers           // postDirect's gather list, reused
 
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
@@ -59,6 +61,7 @@ type peer struct {
 	lastReq  uint64       // highest request sequence executed
 	lastAns  uint64       // highest request sequence answered
 	served   bool         // a request was served in the batch being parsed
+	dir      direct       // a large payload being received in place
 	lastServ atomic.Int64 // unix nanoseconds of the last request served
 	partial  atomic.Bool  // rbuf holds part of a frame
 	early    [][]byte     // control messages that arrived before SetReceiver
@@ -82,6 +85,7 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 		close(p.ready)
 	}
 	p.writeFn = p.writeSome
+	p.wdone.L = &p.smu
 	p.nudge = time.AfterFunc(time.Hour, p.kick)
 	p.nudge.Stop()
 	return p
@@ -127,6 +131,9 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		p.smu.Unlock()
 		return 0, &ftrma.OpError{Op: "post", Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
 	}
+	if typ == frameWrite && len(data) >= directBytes {
+		return p.postDirect(key, off, data)
+	}
 	seq := p.comp.Next()
 	if typ != frameWrite {
 		pd.seq = seq
@@ -146,6 +153,46 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		return seq, nil
 	}
 	if err := p.kickLocked(true); err != nil {
+		p.down(err, false)
+	}
+	return seq, nil
+}
+
+// postDirect sends a large write from the caller's buffer (writev of the
+// queued frames, the header, and data), blocking until the socket took all
+// of it, so that data is not copied into the send buffer. Called with smu
+// held; returns with it released.
+func (p *peer) postDirect(key transport.Key, off uint64, data []byte) (transport.Seq, error) {
+	for p.writing && p.serr == nil {
+		p.wdone.Wait()
+	}
+	if p.serr != nil {
+		err := p.serr
+		p.smu.Unlock()
+		return 0, err
+	}
+	seq := p.comp.Next()
+	p.sbuf = appendHeader(p.sbuf, frameWrite, fixedLen[frameWrite]+len(data))
+	p.sbuf = binary.BigEndian.AppendUint64(p.sbuf, uint64(seq))
+	p.sbuf = binary.BigEndian.AppendUint32(p.sbuf, uint32(key))
+	p.sbuf = binary.BigEndian.AppendUint64(p.sbuf, off)
+	p.writing, p.held = true, false
+	buf := p.sbuf
+	p.sbuf, p.spare = p.spare[:0], nil
+	p.smu.Unlock()
+	p.wv = append(p.wv[:0], buf, data)
+	_, err := p.wv.WriteTo(p.conn)
+	p.wv = p.wv[:0]
+	p.smu.Lock()
+	p.spare = buf[:0]
+	p.writing = false
+	p.wdone.Broadcast()
+	if err == nil {
+		err = p.kickLocked(true)
+	} else {
+		p.smu.Unlock()
+	}
+	if err != nil {
 		p.down(err, false)
 	}
 	return seq, nil
@@ -256,12 +303,14 @@ func (p *peer) kickLocked(mayBlock bool) error {
 		p.smu.Lock()
 		if err != nil {
 			p.writing = false
+			p.wdone.Broadcast()
 			p.smu.Unlock()
 			return err
 		}
 		p.spare = buf[:0]
 		if len(p.sbuf) == 0 {
 			p.writing = false
+			p.wdone.Broadcast()
 			p.smu.Unlock()
 			return nil
 		}
@@ -322,9 +371,11 @@ func (p *peer) writeLoopGoroutine() {
 		if err == nil {
 			p.spare = hb[:0]
 			p.writing = false
+			p.wdone.Broadcast()
 			err = p.kickLocked(true)
 		} else {
 			p.writing = false
+			p.wdone.Broadcast()
 			p.smu.Unlock()
 		}
 		if err != nil {
@@ -410,21 +461,15 @@ func (p *peer) pollLocked() (int, error) {
 	if p.rclosed {
 		return 0, errClosedRead
 	}
+	if p.dir.active {
+		return p.pollDirect()
+	}
 	if p.rlen == len(p.rbuf) {
 		return 0, fmt.Errorf("%w: receive buffer full", errFrame)
 	}
-	n, err := syscall.Read(p.fd, p.rbuf[p.rlen:])
-	for err == syscall.EINTR {
-		n, err = syscall.Read(p.fd, p.rbuf[p.rlen:])
-	}
-	if err == syscall.EAGAIN {
-		return 0, nil
-	}
-	if err != nil {
+	n, err := p.read(p.rbuf[p.rlen:])
+	if n <= 0 {
 		return 0, err
-	}
-	if n == 0 {
-		return 0, io.EOF
 	}
 	p.rlen += n
 	off := 0
@@ -441,14 +486,13 @@ func (p *peer) pollLocked() (int, error) {
 		}
 		off += m
 	}
-	if p.served {
-		p.served = false
-		p.lastServ.Store(time.Now().UnixNano())
-	}
 	if off > 0 {
 		p.rlen = copy(p.rbuf, p.rbuf[off:p.rlen])
 	}
-	p.partial.Store(p.rlen > 0)
+	if err := p.maybeDirect(); err != nil {
+		return 0, err
+	}
+	p.partial.Store(p.rlen > 0 || p.dir.active)
 	// Make room for the next frame if it is larger than the buffer.
 	if p.rlen >= 4 {
 		need := 4 + int(uint32(p.rbuf[0])<<24|uint32(p.rbuf[1])<<16|uint32(p.rbuf[2])<<8|uint32(p.rbuf[3]))
@@ -458,19 +502,154 @@ func (p *peer) pollLocked() (int, error) {
 			p.rbuf = nb
 		}
 	}
+	return n, p.answer()
+}
+
+// read reads from the socket without blocking: (0, nil) when it has nothing.
+func (p *peer) read(b []byte) (int, error) {
+	n, err := syscall.Read(p.fd, b)
+	for err == syscall.EINTR {
+		n, err = syscall.Read(p.fd, b)
+	}
+	switch {
+	case err == syscall.EAGAIN:
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// answer sends the answers gathered while serving a batch, with one
+// completion frame covering the requests not answered individually.
+func (p *peer) answer() error {
+	if p.served {
+		p.served = false
+		p.lastServ.Store(time.Now().UnixNano())
+	}
 	if p.lastReq > p.lastAns {
 		p.reply = appendDone(p.reply, p.lastReq)
 		p.lastAns = p.lastReq
 	}
-	if len(p.reply) > 0 {
-		p.smu.Lock()
-		p.sbuf = append(p.sbuf, p.reply...)
-		p.reply = p.reply[:0]
-		if err := p.kickLocked(false); err != nil {
-			return 0, err
+	if len(p.reply) == 0 {
+		return nil
+	}
+	p.smu.Lock()
+	p.sbuf = append(p.sbuf, p.reply...)
+	p.reply = p.reply[:0]
+	return p.kickLocked(false)
+}
+
+// directBytes is the payload size from which a write's data, or a read's
+// answer, goes straight between the socket and its destination memory
+// instead of through the connection's buffers.
+const directBytes = 64 << 10
+
+// A direct write is not copied word by word, so it must be larger than what
+// the transport promises to store in whole words.
+var _ [directBytes - transport.WordAtomicWrite - 1]struct{}
+
+// direct is a large payload being received straight into its destination.
+type direct struct {
+	active bool
+	typ    byte   // frameWrite or frameReadReply
+	seq    uint64 // the operation's sequence
+	dst    []byte // where the payload goes; nil to discard it
+	n, got int    // payload length and bytes received so far
+	err    error  // a write's error, answered once the payload is consumed
+	pinned bool   // dst is pinned in the transport's memory
+}
+
+// maybeDirect switches to direct receipt when rbuf starts with the complete
+// header of a large write or read answer.
+func (p *peer) maybeDirect() error {
+	if p.rlen < hdr {
+		return nil
+	}
+	t := p.rbuf[4]
+	if t != frameReadReply && (t != frameWrite || raceBuild) {
+		return nil
+	}
+	fl := fixedLen[t]
+	n := int(binary.BigEndian.Uint32(p.rbuf)) - fl
+	if n < directBytes || p.rlen < 4+fl {
+		return nil
+	}
+	h := p.rbuf[hdr : 4+fl]
+	d := direct{active: true, typ: t, seq: binary.BigEndian.Uint64(h), n: n}
+	if t == frameWrite {
+		if d.seq <= p.lastReq {
+			return fmt.Errorf("%w: request sequence %d after %d", errFrame, d.seq, p.lastReq)
+		}
+		p.lastReq, p.served = d.seq, true
+		dst, err := p.t.mem.Pin(transport.Key(binary.BigEndian.Uint32(h[8:])), binary.BigEndian.Uint64(h[12:]), n)
+		d.dst, d.err, d.pinned = dst, err, err == nil
+	} else {
+		p.pmu.Lock()
+		ok := p.phead < len(p.pend) && uint64(p.pend[p.phead].seq) == d.seq && !p.pend[p.phead].atomic && len(p.pend[p.phead].dst) == n
+		if ok {
+			d.dst = p.pend[p.phead].dst
+		}
+		p.pmu.Unlock()
+		if !ok || h[8] != transport.StatusOK {
+			return fmt.Errorf("%w: unexpected answer to sequence %d", errFrame, d.seq)
 		}
 	}
-	return n, nil
+	d.got = p.rlen - (4 + fl)
+	if d.dst != nil {
+		copy(d.dst, p.rbuf[4+fl:p.rlen])
+	}
+	p.rlen = 0
+	p.dir = d
+	if d.got == d.n {
+		p.finishDirect()
+	}
+	return nil
+}
+
+// pollDirect reads the rest of a direct payload.
+func (p *peer) pollDirect() (int, error) {
+	d := &p.dir
+	b := p.rbuf[:min(len(p.rbuf), d.n-d.got)] // discarded payload
+	if d.dst != nil {
+		b = d.dst[d.got:]
+	}
+	n, err := p.read(b)
+	if n <= 0 {
+		return 0, err
+	}
+	d.got += n
+	if d.got == d.n {
+		p.finishDirect()
+		p.partial.Store(false)
+	}
+	return n, p.answer()
+}
+
+// finishDirect completes a direct payload. The caller holds rmu.
+func (p *peer) finishDirect() {
+	d := &p.dir
+	if d.typ == frameWrite {
+		if d.pinned {
+			p.t.mem.Unpin()
+		}
+		if d.err != nil {
+			p.reply = appendReply(p.reply, frameWriteErr, d.seq, transport.StatusOf(d.err), 0, nil)
+			p.lastAns = d.seq
+		}
+	} else {
+		p.pmu.Lock()
+		p.pend[p.phead] = pending{}
+		p.phead++
+		if p.phead == len(p.pend) {
+			p.pend, p.phead = p.pend[:0], 0
+		}
+		p.pmu.Unlock()
+		p.comp.Complete(transport.Seq(d.seq), nil)
+	}
+	p.dir = direct{}
 }
 
 // serve executes or completes one frame. The caller holds rmu.
@@ -598,9 +777,14 @@ func (p *peer) down(cause error, quiet bool) {
 	p.nudge.Stop()
 	p.rmu.Lock()
 	p.rclosed = true
+	if p.dir.active && p.dir.pinned {
+		p.t.mem.Unpin()
+	}
+	p.dir = direct{}
 	p.rmu.Unlock()
 	p.smu.Lock()
 	p.serr = err
+	p.wdone.Broadcast()
 	conn := p.conn
 	p.smu.Unlock()
 	p.comp.Fail(err)

@@ -192,6 +192,9 @@ func TestRemoteErrors(t *testing.T) {
 		{"misaligned cas", func() (transport.Seq, error) { return ts[0].CompareAndSwap64(1, key, 4, 0, 1, &res) }, ftrma.ErrMisaligned},
 		{"misaligned fadd", func() (transport.Seq, error) { return ts[0].FetchAndAdd64(1, key, 12, 1, &res) }, ftrma.ErrMisaligned},
 		{"atomic beyond end", func() (transport.Seq, error) { return ts[0].FetchAndAdd64(1, key, 64, 1, &res) }, ftrma.ErrOutOfBounds},
+		{"large write beyond end", func() (transport.Seq, error) { return ts[0].Write(1, key, 0, make([]byte, 3*directBytes)) }, ftrma.ErrOutOfBounds},
+		{"large write to unknown region", func() (transport.Seq, error) { return ts[0].Write(1, key+9, 0, make([]byte, directBytes)) }, ftrma.ErrUnknownRegion},
+		{"large read beyond end", func() (transport.Seq, error) { return ts[0].Read(1, key, 0, make([]byte, 2*directBytes)) }, ftrma.ErrOutOfBounds},
 	}
 	for _, c := range cases {
 		seq, err := c.post()
