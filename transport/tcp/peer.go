@@ -537,8 +537,12 @@ func (p *peer) answer() error {
 		return nil
 	}
 	p.smu.Lock()
-	p.sbuf = append(p.sbuf, p.reply...)
-	p.reply = p.reply[:0]
+	if len(p.sbuf) == 0 && !p.writing {
+		p.sbuf, p.reply = p.reply, p.sbuf[:0] // hand the answers over without copying
+	} else {
+		p.sbuf = append(p.sbuf, p.reply...)
+		p.reply = p.reply[:0]
+	}
 	return p.kickLocked(false)
 }
 
@@ -583,7 +587,8 @@ func (p *peer) maybeDirect() error {
 		if d.seq <= p.lastReq {
 			return fmt.Errorf("%w: request sequence %d after %d", errFrame, d.seq, p.lastReq)
 		}
-		p.lastReq, p.served = d.seq, true
+		// lastReq advances only when the payload has landed: until then no
+		// completion may cover this write.
 		dst, err := p.t.mem.Pin(transport.Key(binary.BigEndian.Uint32(h[8:])), binary.BigEndian.Uint64(h[12:]), n)
 		d.dst, d.err, d.pinned = dst, err, err == nil
 	} else {
@@ -635,6 +640,7 @@ func (p *peer) finishDirect() {
 		if d.pinned {
 			p.t.mem.Unpin()
 		}
+		p.lastReq, p.served = d.seq, true
 		if d.err != nil {
 			p.reply = appendReply(p.reply, frameWriteErr, d.seq, transport.StatusOf(d.err), 0, nil)
 			p.lastAns = d.seq

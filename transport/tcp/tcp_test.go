@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -459,5 +460,32 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 	}
 	if mem[0] != 0 {
 		t.Fatal("garbage touched memory")
+	}
+}
+
+// A large write, which lands straight from the socket, is complete in the
+// target's memory when Flush returns, never merely on its way.
+func TestLargeWriteVisibleAtFlush(t *testing.T) {
+	ts, _ := cluster(t, 2, 0)
+	ctx := testCtx(t)
+	mem := words(3 << 20)
+	key, _ := ts[1].Register(mem)
+	target := unsafeWords(mem)
+	for i, size := range []int{directBytes, directBytes + 8, 1 << 20, 3 << 20, directBytes, 1 << 20} {
+		src := make([]uint64, size/8)
+		for j := range src {
+			src[j] = uint64(i)<<40 | uint64(j)
+		}
+		if _, err := ts[0].Write(1, key, 0, unsafeBytes(src)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Flush(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		for j := len(src) - 1; j >= 0; j-- { // the last word lands last
+			if got, want := atomic.LoadUint64(&target[j]), src[j]; got != want {
+				t.Fatalf("write %d of %d bytes: word %d = %#x after Flush, want %#x", i, size, j, got, want)
+			}
+		}
 	}
 }
