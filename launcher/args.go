@@ -23,6 +23,7 @@ const (
 	ExitUsage   = 2 // bad command line
 	ExitLaunch  = 3 // the launcher could not start the job
 	ExitTimeout = 4 // --timeout expired and the job was killed
+	ExitAborted = 5 // --no-ft: a rank failed and the job was aborted
 
 	exitSignaled = 128 // + the signal's number
 )
@@ -37,6 +38,9 @@ type Options struct {
 	Kills []KillSpec
 	// Timeout kills the whole job after this long; 0 means never.
 	Timeout time.Duration
+	// NoFT aborts the whole job at the first rank failure, like classic MPI.
+	// By default a failed rank does not end the job (ULFM's rule).
+	NoFT bool
 	// Spin is how long a rank's transport busy-polls before parking (passed
 	// as FTRMA_SPIN); 0 leaves the transport's default, negative disables
 	// busy-polling.
@@ -122,6 +126,7 @@ exited. A rank's death does not stop the others.
 Flags (-flag and --flag are the same; flags stop at prog):
   -n N                    number of ranks (required, >= 1)
   --tag-output            prefix every output line with "[rank] "
+  --no-ft                 abort the job when a rank fails (default: carry on)
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
@@ -142,12 +147,20 @@ Each rank's environment:
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 
+Failures: a rank that dies (killed by a signal, or declared failed by the
+other ranks' failure detector, which ftrun then kills) does not end the job:
+the survivors are told at once and carry on (ULFM's rule). ftrun reports which
+ranks failed and when. With --no-ft the first failure aborts the whole job,
+like classic MPI.
+
 Exit status:
-  0                       every rank exited with status 0
-  1                       some rank exited non-zero or was killed (--kill too)
+  0                       every surviving rank exited with status 0 (ranks may
+                          have failed)
+  1                       a surviving rank exited non-zero, or no rank survived
   2                       usage error
   3                       the job could not be started
   4                       --timeout expired; the job was killed
+  5                       --no-ft: a rank failed and the job was aborted
   128+SIG                 ftrun was interrupted by signal SIG (130 SIGINT,
                           143 SIGTERM) and forwarded it to the ranks
 `
@@ -162,6 +175,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.DurationVar(&o.Spin, "spin", 0, "busy-poll duration of the ranks' transport")
+	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
 	fs.BoolVar(&o.Help, "help", false, "print help")
 	fs.BoolVar(&o.Help, "h", false, "print help")

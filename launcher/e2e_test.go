@@ -134,17 +134,44 @@ func TestProcessEnvironment(t *testing.T) {
 	}
 }
 
+// A killed rank does not fail the job when the survivors exit 0, and ftrun
+// says which rank failed and when.
 func TestProcessKill(t *testing.T) {
 	stdout, stderr, code := runJob(t, "sleep", []string{"-n", "3", "--kill", "1@200ms", "--timeout", "60s"}, "1")
-	if code != ExitFailed {
-		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitFailed, stdout, stderr)
+	if code != ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, stdout, stderr)
 	}
-	want := "ftrun: killed rank 1 (--kill 1@200ms)\nftrun: rank 1 was killed by signal 9 (killed)\n"
-	if !strings.Contains(stderr, want) {
-		t.Fatalf("stderr:\n%s\nwant it to contain:\n%s", stderr, want)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`ftrun: killed rank 1 \(--kill 1@200ms\)\n`),
+		regexp.MustCompile(`ftrun: rank 1 failed at \d+\.\d{3}s: was killed by signal 9 \(killed\)\n`),
+		regexp.MustCompile(`ftrun: 1 rank\(s\) failed: 1 \(at \d+\.\d{3}s\); 2 survived\n`),
+	} {
+		if !want.MatchString(stderr) {
+			t.Fatalf("stderr:\n%s\nwant it to match %v", stderr, want)
+		}
 	}
 	if strings.Contains(stderr, "rank 0") || strings.Contains(stderr, "rank 2") || strings.Contains(stderr, "timeout") {
 		t.Errorf("stderr reports more than rank 1's kill:\n%s", stderr)
+	}
+}
+
+// With --no-ft the first failure aborts the job: the other ranks are killed.
+func TestProcessKillNoFT(t *testing.T) {
+	stdout, stderr, code := runJob(t, "hang", []string{"-n", "3", "--no-ft", "--kill", "1@300ms", "--timeout", "60s"})
+	if code != ExitAborted {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitAborted, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "ftrun: --no-ft: rank 1 failed: aborting the job\n") {
+		t.Fatalf("no abort report in stderr:\n%s", stderr)
+	}
+}
+
+// The survivors decide the exit status: a survivor exiting non-zero fails the
+// job even when another rank was killed.
+func TestProcessSurvivorFails(t *testing.T) {
+	_, stderr, code := runJob(t, "exit", []string{"-n", "3", "--timeout", "60s"}, "2", "7")
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, ExitFailed, stderr)
 	}
 }
 

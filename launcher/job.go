@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,7 +37,10 @@ type Job struct {
 	timedOut   bool
 	finished   bool // every rank exited; timers do nothing
 	quiet      bool // start-up failed: the ranks' exits are not reported
+	aborted    bool // --no-ft: a rank failed and every rank was killed
+	declared   []bool
 	result     *Result
+	start      time.Time
 }
 
 // rankProc is one rank's process.
@@ -57,7 +61,14 @@ type RankStatus struct {
 	Code   int            // exit status; -1 if the rank was killed by a signal
 	Signal syscall.Signal // the signal that killed the rank, or 0
 	Killed bool           // the signal came from --kill
-	err    error          // waiting for the rank failed (Code is -1)
+	// Failed: the rank's process died (a signal) or the job's failure
+	// detector declared it failed; it does not count as a survivor.
+	Failed bool
+	// Declared: another rank's failure detector declared it failed.
+	Declared bool
+	// At is when the rank ended, from the start of the job.
+	At  time.Duration
+	err error // waiting for the rank failed (Code is -1)
 }
 
 // OK reports whether the rank exited with status 0.
@@ -80,21 +91,33 @@ type Result struct {
 	Ranks    []RankStatus   // by rank
 	TimedOut bool           // --timeout expired and the job was killed
 	Signal   syscall.Signal // the SIGINT or SIGTERM ftrun forwarded, or 0
+	Aborted  bool           // --no-ft: a rank failed and the job was aborted
 }
 
 // ExitCode is ftrun's exit status for r (see the Exit constants): a timeout
-// first, then an interrupt, then any rank that did not exit with status 0.
+// first, then an interrupt, then an abort, then the survivors: 0 when every
+// rank that did not fail exited with status 0 and at least one survived.
 func (r *Result) ExitCode() int {
 	switch {
 	case r.TimedOut:
 		return ExitTimeout
 	case r.Signal != 0:
 		return exitSignaled + int(r.Signal)
+	case r.Aborted:
+		return ExitAborted
 	}
+	survivors := 0
 	for _, s := range r.Ranks {
+		if s.Failed {
+			continue
+		}
 		if !s.OK() {
 			return ExitFailed
 		}
+		survivors++
+	}
+	if survivors == 0 {
+		return ExitFailed
 	}
 	return ExitOK
 }
@@ -131,7 +154,9 @@ func Start(opts *Options) (*Job, error) {
 	rand.Read(id)
 	j.id = hex.EncodeToString(id)
 
-	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, Logf: j.out.reportf})
+	j.declared = make([]bool, opts.N)
+	j.start = time.Now()
+	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, Logf: j.out.reportf, Suspect: j.suspect})
 	if err != nil {
 		return nil, err
 	}
@@ -249,10 +274,10 @@ func (j *Job) waitRank(p *rankProc) {
 	err := p.cmd.Wait()
 	j.mu.Lock()
 	p.running = false
-	killed, quiet := p.killed, j.quiet
+	killed, quiet, declared := p.killed, j.quiet, j.declared[p.rank]
 	j.mu.Unlock()
 
-	st := RankStatus{Rank: p.rank, Code: -1, Killed: killed}
+	st := RankStatus{Rank: p.rank, Code: -1, Killed: killed, Declared: declared, At: time.Since(j.start)}
 	if ps := p.cmd.ProcessState; ps == nil {
 		st.err = err
 	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -260,7 +285,11 @@ func (j *Job) waitRank(p *rankProc) {
 	} else {
 		st.Code = ps.ExitCode()
 	}
+	st.Failed = st.Signal != 0 || declared
 	j.rv.rankExited(p.rank, st.String())
+	if j.opts.NoFT && !st.OK() {
+		j.abort(p.rank)
+	}
 
 	drained := make(chan struct{})
 	go func() { p.fwd.Wait(); close(drained) }()
@@ -274,9 +303,50 @@ func (j *Job) waitRank(p *rankProc) {
 	}
 	p.pipes[0].Close()
 	p.pipes[1].Close()
+	j.mu.Lock()
 	p.status = st
-	if !st.OK() && !quiet {
+	aborted := j.aborted
+	j.mu.Unlock()
+	switch {
+	case quiet:
+	case st.Failed:
+		j.out.reportf("rank %d failed at %.3fs: %v", p.rank, st.At.Seconds(), st)
+	case !st.OK() && !(aborted && st.Signal == syscall.SIGKILL):
 		j.out.reportf("rank %d %v", p.rank, st)
+	}
+}
+
+// suspect handles rank by's report that its failure detector declared rank r
+// failed: r no longer counts as a survivor and, should it still run (a false
+// suspicion, or a stopped process), it is killed so that it cannot act on
+// the survivors' memory.
+func (j *Job) suspect(r, by ftrma.Rank) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished || j.declared[r] {
+		return
+	}
+	j.declared[r] = true
+	p := j.ranks[r]
+	if p.running {
+		j.out.reportf("rank %d was declared failed by rank %d's detector at %.3fs: killing it", r, by, time.Since(j.start).Seconds())
+		j.signalLocked(p, syscall.SIGCONT) // a stopped process must run to die
+		j.signalLocked(p, syscall.SIGKILL)
+	}
+}
+
+// abort carries out --no-ft after rank r ended abnormally: every other rank
+// is killed.
+func (j *Job) abort(r ftrma.Rank) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished || j.aborted {
+		return
+	}
+	j.aborted = true
+	j.out.reportf("--no-ft: rank %d failed: aborting the job", r)
+	for _, p := range j.ranks {
+		j.signalLocked(p, syscall.SIGKILL)
 	}
 }
 
@@ -289,12 +359,23 @@ func (j *Job) finish() {
 	for _, t := range j.timers {
 		t.Stop()
 	}
-	res := &Result{TimedOut: j.timedOut, Signal: j.signal}
+	res := &Result{TimedOut: j.timedOut, Signal: j.signal, Aborted: j.aborted}
+	var failed []string
+	survivors := 0
 	for _, p := range j.ranks {
 		res.Ranks = append(res.Ranks, p.status)
+		if p.status.Failed {
+			failed = append(failed, fmt.Sprintf("%d (at %.3fs)", p.rank, p.status.At.Seconds()))
+		} else {
+			survivors++
+		}
 	}
 	j.result = res
+	quiet := j.quiet
 	j.mu.Unlock()
+	if len(failed) > 0 && !quiet && !res.Aborted {
+		j.out.reportf("%d rank(s) failed: %s; %d survived", len(failed), strings.Join(failed, ", "), survivors)
+	}
 	j.rv.close()
 	close(j.done)
 }

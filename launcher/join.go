@@ -25,10 +25,12 @@ type Session struct {
 	size int
 	job  string
 	t    transport.Transport
-	conn net.Conn // the rendezvous connection
+	conn net.Conn // the rendezvous connection, now the supervision channel
 
+	wmu       sync.Mutex // serializes writes on conn
 	closeOnce sync.Once
 	closeErr  error
+	watching  sync.WaitGroup // the goroutine reading conn
 }
 
 // Rank is this process's rank, 0 <= Rank < Size.
@@ -48,7 +50,39 @@ func (s *Session) Transport() transport.Transport { return s.t }
 // It may be called more than once and from any goroutine.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.conn.Close() })
+	s.watching.Wait()
 	return s.closeErr
+}
+
+// Suspect tells the launcher that this rank's failure detector declared rank r
+// failed, so that the launcher kills r should it still run (a false
+// suspicion). It does not block for long: the write is bounded in time.
+func (s *Session) Suspect(r ftrma.Rank) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	defer s.conn.SetWriteDeadline(time.Time{})
+	return writeFrame(s.conn, msgSuspect, rankPayload(r))
+}
+
+// watch reads the supervision channel until it closes and hands every exit
+// notice to recv as a peer-down event: the launcher saw the process go.
+func (s *Session) watch(recv transport.Receiver) {
+	defer s.watching.Done()
+	for {
+		typ, p, err := readFrame(s.conn, maxSmall)
+		if err != nil {
+			return
+		}
+		if typ != msgExit {
+			continue
+		}
+		r, err := parseRank(p, s.size)
+		if err != nil || r == s.rank {
+			continue
+		}
+		recv.HandlePeerDown(r, fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed))
+	}
 }
 
 // Join makes this process a rank of the ftrun job that started it: it reads
@@ -105,7 +139,10 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		t.Close()
 		return nil, fmt.Errorf("launcher: rank %d: connect to peers: %w", env.rank, err)
 	}
-	return &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}, nil
+	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}
+	sess.watching.Add(1)
+	go sess.watch(recv)
+	return sess, nil
 }
 
 // rendezvous dials the launcher, runs the rank's side of the protocol and

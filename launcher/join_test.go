@@ -251,3 +251,66 @@ func TestJoinNilReceiver(t *testing.T) {
 		t.Fatal("join with a nil receiver succeeded")
 	}
 }
+
+// The supervision channel: the launcher's exit notices reach every other
+// rank's receiver as peer-down events (also for exits that happened before a
+// rank got the address list), and a rank's suspicion reaches the launcher.
+func TestSupervisionChannel(t *testing.T) {
+	const n = 3
+	logs := new(logRecorder)
+	suspects := make(chan [2]ftrma.Rank, 4)
+	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logf: logs.logf, HandshakeTimeout: testTimeout,
+		Suspect: func(r, by ftrma.Rank) { suspects <- [2]ftrma.Rank{r, by} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sessions := make([]*Session, n)
+	recvs := make([]*chanReceiver, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		recvs[r] = newChanReceiver(n)
+		wg.Go(func() {
+			sess, err := join(ctx, fakeEnv(s, ftrma.Rank(r), n), recvs[r])
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+				return
+			}
+			sessions[r] = sess
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, sess := range sessions {
+			sess.Transport().Close()
+			sess.Close()
+		}
+	}()
+	s.rankExited(2, "was killed by signal 9")
+	for _, r := range []int{0, 1} {
+		select {
+		case down := <-recvs[r].down:
+			if down != 2 {
+				t.Fatalf("rank %d told that rank %d is down, want 2", r, down)
+			}
+		case <-ctx.Done():
+			t.Fatalf("rank %d never told of rank 2's exit", r)
+		}
+	}
+	if err := sessions[0].Suspect(1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-suspects:
+		if got != [2]ftrma.Rank{1, 0} {
+			t.Fatalf("suspicion %v, want rank 1 by rank 0", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the launcher never heard the suspicion")
+	}
+}

@@ -27,6 +27,9 @@ type rvConfig struct {
 	// Logf reports refused connections. Default log.Printf with a "launcher: "
 	// prefix.
 	Logf func(format string, args ...any)
+	// Suspect is called when rank by reports that its failure detector
+	// declared rank r failed. It may be nil.
+	Suspect func(r, by ftrma.Rank)
 }
 
 // rvServer is the launcher's rendezvous server: it authenticates each rank,
@@ -50,6 +53,9 @@ type rvServer struct {
 	list      []byte                // the addrs frame, built once complete
 	failure   string                // why the rendezvous cannot complete; "" unless failed
 	closed    bool
+	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
+	gone      []bool     // gone[r]: rank r's process exited
+	wmu       sync.Mutex // serializes writes on supervision channels
 }
 
 // listenRendezvous starts a rendezvous server.
@@ -81,6 +87,8 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		conns:  make(map[net.Conn]struct{}),
 		joined: make([]bool, cfg.Size),
 		addrs:  make([]string, cfg.Size),
+		super:  make([]net.Conn, cfg.Size),
+		gone:   make([]bool, cfg.Size),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -95,14 +103,36 @@ func (s *rvServer) addr() string { return s.ln.Addr().String() }
 // fail: the ranks waiting for the address list, and any that connect later,
 // get an error instead of waiting forever. After completion it changes
 // nothing yet.
+//
+// After completion every other rank is told at once on its supervision
+// channel, which beats any heartbeat timeout.
 func (s *rvServer) rankExited(r ftrma.Rank, why string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.list != nil || s.failure != "" {
-		return
+	s.gone[r] = true
+	if s.list == nil && s.failure == "" {
+		s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
+		close(s.ready)
 	}
-	s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
-	close(s.ready)
+	var tell []net.Conn
+	for q, c := range s.super {
+		if c != nil && ftrma.Rank(q) != r {
+			tell = append(tell, c)
+		}
+	}
+	s.mu.Unlock()
+	s.notify(tell, appendFrame(nil, msgExit, rankPayload(r)))
+}
+
+// notify writes frame to every connection, bounded in time: a rank too slow to
+// take it is not worth stalling the launcher for.
+func (s *rvServer) notify(conns []net.Conn, frame []byte) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, c := range conns {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(frame)
+		c.SetWriteDeadline(time.Time{})
+	}
 }
 
 // close stops accepting, closes every connection and waits for the server's
@@ -194,19 +224,55 @@ func (s *rvServer) serve(c net.Conn) {
 		writeFrame(c, msgError, errorText(failure))
 		return
 	}
-	if _, err := c.Write(list); err != nil {
+	// The list and the exits that happened before it go out under wmu, so
+	// that no exit notice overtakes the list or is missed.
+	s.wmu.Lock()
+	_, err = c.Write(list)
+	if err == nil {
+		s.mu.Lock()
+		s.super[rank] = c
+		var early []byte
+		for q, gone := range s.gone {
+			if gone && ftrma.Rank(q) != rank {
+				early = appendFrame(early, msgExit, rankPayload(ftrma.Rank(q)))
+			}
+		}
+		s.mu.Unlock()
+		if len(early) > 0 {
+			_, err = c.Write(early)
+		}
+	}
+	s.wmu.Unlock()
+	if err != nil {
 		return // the rank is gone; its exit is reported by whoever watches it
 	}
 	c.SetWriteDeadline(time.Time{})
+	defer func() {
+		s.mu.Lock()
+		s.super[rank] = nil
+		s.mu.Unlock()
+	}()
 
-	// The connection is now rank's supervision channel. Nothing flows on it
-	// yet: read until the rank closes it.
+	// The connection is now rank's supervision channel: the launcher sends
+	// exit notices, the rank sends its detector's suspicions.
 	for {
-		typ, _, err := readFrame(c, maxSmall)
+		typ, p, err := readFrame(c, maxSmall)
 		if err != nil {
 			return
 		}
-		s.cfg.Logf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ)
+		switch typ {
+		case msgSuspect:
+			r, err := parseRank(p, s.cfg.Size)
+			if err != nil {
+				s.cfg.Logf("rendezvous: rank %d: %v", rank, err)
+				return
+			}
+			if s.cfg.Suspect != nil {
+				s.cfg.Suspect(r, rank)
+			}
+		default:
+			s.cfg.Logf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ftrma/ftrma"
 )
 
 // The rendezvous wire format, version 1.
@@ -27,6 +29,14 @@ import (
 //	              every rank of the job has published
 //	any  error    UTF-8 text, at most maxErrorText bytes; its sender closes the
 //	              connection after it
+//
+// and afterwards, on the supervision channel:
+//
+//	L→R  exit     rank uint32: that rank's process is gone (sent at once when
+//	              the launcher reaps it)
+//	R→L  suspect  rank uint32: this rank's failure detector declared that rank
+//	              failed; the launcher kills it if it still runs (a false
+//	              suspicion must not leave a live process behind)
 //
 // with, for both proofs, HMAC-SHA256 keyed by the job secret over
 //
@@ -61,6 +71,8 @@ const (
 	msgPublish byte = 4
 	msgAddrs   byte = 5
 	msgError   byte = 6
+	msgExit    byte = 7 // L→R: rank uint32 — that rank's process is gone
+	msgSuspect byte = 8 // R→L: rank uint32 — this rank declared that rank failed
 )
 
 const (
@@ -69,6 +81,21 @@ const (
 )
 
 var errMalformed = errors.New("malformed rendezvous message")
+
+// rankPayload encodes a rank for the exit and suspect messages.
+func rankPayload(r ftrma.Rank) []byte { return binary.BigEndian.AppendUint32(nil, uint32(r)) }
+
+// parseRank decodes a rank payload of a job of size ranks.
+func parseRank(p []byte, size int) (ftrma.Rank, error) {
+	if len(p) != 4 {
+		return 0, fmt.Errorf("%w: rank payload of %d bytes", errMalformed, len(p))
+	}
+	r := binary.BigEndian.Uint32(p)
+	if uint64(r) >= uint64(size) {
+		return 0, fmt.Errorf("%w: rank %d of %d", errMalformed, r, size)
+	}
+	return ftrma.Rank(r), nil
+}
 
 // appendFrame appends a frame of type typ carrying payload to b.
 func appendFrame(b []byte, typ byte, payload []byte) []byte {
