@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,10 @@ import (
 
 	"github.com/ftrma/ftrma"
 )
+
+// defaultHBPeriod is the failure detector's default heartbeat period, for
+// checking --hb-timeout against it.
+const defaultHBPeriod = 20 * time.Millisecond
 
 // Version is what ftrun --version prints.
 const Version = "ftrun 0.1.0"
@@ -38,6 +43,10 @@ type Options struct {
 	Kills []KillSpec
 	// Timeout kills the whole job after this long; 0 means never.
 	Timeout time.Duration
+	// HBPeriod and HBTimeout set the ranks' failure detector: the heartbeat
+	// period and the silence after which a rank is declared failed (0: the
+	// defaults, 20ms and 60ms).
+	HBPeriod, HBTimeout time.Duration
 	// NoFT aborts the whole job at the first rank failure, like classic MPI.
 	// By default a failed rank does not end the job (ULFM's rule).
 	NoFT bool
@@ -127,6 +136,9 @@ Flags (-flag and --flag are the same; flags stop at prog):
   -n N                    number of ranks (required, >= 1)
   --tag-output            prefix every output line with "[rank] "
   --no-ft                 abort the job when a rank fails (default: carry on)
+  --hb-period DURATION    failure detector heartbeat period (default 20ms)
+  --hb-timeout DURATION   silence after which a rank is declared failed
+                          (default 60ms); must exceed the period
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
@@ -144,6 +156,8 @@ Each rank's environment:
   FTRMA_JOB               the job id
   FTRMA_LOCAL_SIZE        ranks of the job on this host
   FTRMA_SPIN              the --spin duration, when given
+  FTRMA_HB_PERIOD         the --hb-period duration, when given
+  FTRMA_HB_TIMEOUT        the --hb-timeout duration, when given
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 
@@ -176,6 +190,8 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.DurationVar(&o.Spin, "spin", 0, "busy-poll duration of the ranks' transport")
 	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
+	fs.DurationVar(&o.HBPeriod, "hb-period", 0, "failure detector heartbeat period")
+	fs.DurationVar(&o.HBTimeout, "hb-timeout", 0, "failure detector timeout")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
 	fs.BoolVar(&o.Help, "help", false, "print help")
 	fs.BoolVar(&o.Help, "h", false, "print help")
@@ -203,6 +219,10 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, fmt.Errorf("-n %d: need at least 1 rank", o.N)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
+	case o.HBPeriod < 0 || o.HBTimeout < 0:
+		return nil, fmt.Errorf("--hb-period and --hb-timeout must not be negative")
+	case o.HBTimeout != 0 && o.HBTimeout <= cmp.Or(o.HBPeriod, defaultHBPeriod):
+		return nil, fmt.Errorf("--hb-timeout %v must exceed the heartbeat period", o.HBTimeout)
 	case fs.NArg() == 0:
 		return nil, errors.New("no program to run")
 	}

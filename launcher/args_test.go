@@ -31,6 +31,8 @@ func TestParseArgs(t *testing.T) {
 			want: &Options{N: 1, Kills: []KillSpec{{0, 0}}, Prog: "prog", Args: []string{}}},
 		{name: "spin", args: []string{"-n", "2", "--spin", "20us", "prog"},
 			want: &Options{N: 2, Spin: 20 * time.Microsecond, Prog: "prog", Args: []string{}}},
+		{name: "detector settings", args: []string{"-n", "2", "--hb-period", "100ms", "--hb-timeout", "300ms", "--no-ft", "prog"},
+			want: &Options{N: 2, HBPeriod: 100 * time.Millisecond, HBTimeout: 300 * time.Millisecond, NoFT: true, Prog: "prog", Args: []string{}}},
 		{name: "no spin", args: []string{"-n", "2", "--spin=-1ns", "prog"},
 			want: &Options{N: 2, Spin: -1, Prog: "prog", Args: []string{}}},
 		{name: "help", args: []string{"--help"}, want: &Options{Help: true}},
@@ -54,6 +56,8 @@ func TestParseArgs(t *testing.T) {
 		{name: "negative timeout", args: []string{"-n", "2", "--timeout", "-1s", "prog"}, err: "negative"},
 		{name: "bad timeout", args: []string{"-n", "2", "--timeout", "5", "prog"}, err: "invalid value"},
 		{name: "bad spin", args: []string{"-n", "2", "--spin", "fast", "prog"}, err: "invalid value"},
+		{name: "timeout below default period", args: []string{"-n", "2", "--hb-timeout", "10ms", "prog"}, err: "must exceed"},
+		{name: "timeout below period", args: []string{"-n", "2", "--hb-period", "50ms", "--hb-timeout", "40ms", "prog"}, err: "must exceed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,8 @@ const (
 	EnvJob        = "FTRMA_JOB"        // the job id, for logs
 	EnvLocalSize  = "FTRMA_LOCAL_SIZE" // ranks of this job on this host
 	EnvSpin       = "FTRMA_SPIN"       // busy-poll duration (ftrun --spin), optional
+	EnvHBPeriod   = "FTRMA_HB_PERIOD"  // failure detector heartbeat period (ftrun --hb-period), optional
+	EnvHBTimeout  = "FTRMA_HB_TIMEOUT" // failure detector timeout (ftrun --hb-timeout), optional
 )
 
 // minSecret is the shortest job secret a rank accepts, in bytes. ftrun
@@ -108,15 +110,21 @@ func envInt(name string, min int) (int, error) {
 
 // rankEnv returns the environment of rank r of a job: base without any FTRMA_
 // variable, plus the job's.
-func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string, spin time.Duration) []string {
+func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string, o *Options) []string {
 	env := make([]string, 0, len(base)+6)
 	for _, kv := range base {
 		if !strings.HasPrefix(kv, "FTRMA_") {
 			env = append(env, kv)
 		}
 	}
-	if spin != 0 {
-		env = append(env, EnvSpin+"="+spin.String())
+	if o.Spin != 0 {
+		env = append(env, EnvSpin+"="+o.Spin.String())
+	}
+	if o.HBPeriod != 0 {
+		env = append(env, EnvHBPeriod+"="+o.HBPeriod.String())
+	}
+	if o.HBTimeout != 0 {
+		env = append(env, EnvHBTimeout+"="+o.HBTimeout.String())
 	}
 	return append(env,
 		EnvRank+"="+strconv.Itoa(int(r)),
@@ -126,4 +134,13 @@ func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []
 		EnvJob+"="+job,
 		EnvLocalSize+"="+strconv.Itoa(size), // every rank runs on this host
 	)
+}
+
+// DetectorSettings returns the failure detector's heartbeat period and timeout
+// that ftrun passed to this rank (--hb-period, --hb-timeout), or zeros (the
+// detector's defaults) where it passed none or something unreadable.
+func DetectorSettings() (period, timeout time.Duration) {
+	period, _ = time.ParseDuration(os.Getenv(EnvHBPeriod))
+	timeout, _ = time.ParseDuration(os.Getenv(EnvHBTimeout))
+	return max(period, 0), max(timeout, 0)
 }

@@ -162,7 +162,7 @@ func Start(opts *Options) (*Job, error) {
 	}
 	base := os.Environ()
 	for r := range opts.N {
-		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id, opts.Spin)); err != nil {
+		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id, opts)); err != nil {
 			j.mu.Lock()
 			j.quiet = true
 			for _, p := range j.ranks {

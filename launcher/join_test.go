@@ -105,7 +105,7 @@ func TestJoinOutsideJob(t *testing.T) {
 }
 
 func TestRankEnv(t *testing.T) {
-	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, 3, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", 0)
+	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, 3, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", &Options{})
 	want := []string{"PATH=/bin", "HOME=/h", "FTRMA_RANK=1", "FTRMA_SIZE=3", "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=3"}
 	if !reflect.DeepEqual(env, want) {
