@@ -1,0 +1,67 @@
+package failure
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// The defaults of Config, from DESIGN.md: five times faster than ULFM's
+// 100 ms / 300 ms, which a job on one switch or one host affords.
+const (
+	DefaultPeriod  = 20 * time.Millisecond
+	DefaultTimeout = 60 * time.Millisecond
+)
+
+// Config sets the detector's timing. The zero Config is the default one.
+//
+// With Tick called every h (at most Period/2) and heartbeats delayed between
+// dmin and dmax on the way, a live rank is never suspected as long as
+// Period + h + (dmax - dmin) < Timeout and failure notices reach every rank
+// within Timeout - dmax of their origin; a silent rank is suspected within
+// Timeout + h of the last heartbeat its observer heard.
+type Config struct {
+	// Period is the interval between two heartbeats a rank sends to its
+	// observer. Zero means DefaultPeriod (20 ms).
+	Period time.Duration
+	// Timeout is how long an observer tolerates silence from the rank it
+	// watches before it declares that rank failed. Zero means
+	// DefaultTimeout (60 ms). It must exceed Period; twice Period or more
+	// leaves room for delay jitter and late ticks.
+	Timeout time.Duration
+}
+
+// DefaultConfig returns the default timing with every field spelled out.
+func DefaultConfig() Config {
+	return Config{Period: DefaultPeriod, Timeout: DefaultTimeout}
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Period == 0 {
+		c.Period = DefaultPeriod
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// Validate reports whether c, with its defaults applied, is usable: both
+// durations positive and Timeout greater than Period (a detector whose
+// timeout a single period of silence exceeds suspects healthy ranks). The
+// error wraps ftrma.ErrInvalid.
+func (c Config) Validate() error {
+	if c.Period < 0 {
+		return fmt.Errorf("failure: negative Period %v: %w", c.Period, ftrma.ErrInvalid)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("failure: negative Timeout %v: %w", c.Timeout, ftrma.ErrInvalid)
+	}
+	d := c.withDefaults()
+	if d.Timeout <= d.Period {
+		return fmt.Errorf("failure: Timeout %v does not exceed Period %v: %w", d.Timeout, d.Period, ftrma.ErrInvalid)
+	}
+	return nil
+}

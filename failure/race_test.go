@@ -1,0 +1,5 @@
+//go:build race
+
+package failure
+
+const raceEnabled = true

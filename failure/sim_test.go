@@ -1,0 +1,490 @@
+package failure
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// This file holds a deterministic simulation of a whole job: n detectors on
+// a virtual clock counted in milliseconds, a network that delays each
+// heartbeat at random, a reliable broadcast of failure notices (abstracted:
+// every notice reaches every rank within noticeDelay), and crashes. The
+// simulation checks the detector's properties as it goes.
+
+const (
+	evTick   = iota // Tick rank to
+	evBeat          // a heartbeat from rank from reaches rank to
+	evNotice        // a failure notice for rank from reaches rank to
+	evCrash         // rank to crashes
+)
+
+type event struct {
+	kind     uint8
+	to, from int32
+}
+
+type cluster struct {
+	t     testing.TB
+	name  string // seed and mode, printed on failure
+	rng   *rand.Rand
+	cfg   Config
+	epoch time.Time
+	ds    []*Detector
+
+	tickEvery   int // ms between ticks of a rank; 0: tick exactly at Deadline
+	maxDelay    int // heartbeat delays are uniform in [0, maxDelay) ms
+	noticeDelay int // notice delays are uniform in [0, noticeDelay) ms
+
+	now      int       // ms since epoch
+	buckets  [][]event // buckets[t]: events due at t
+	nextTick []int     // tickEvery == 0: the time of rank r's pending tick, or -1
+	lastTick []int     // tickEvery == 0: when rank r last ticked, to catch a Deadline that does not move
+
+	alive     []bool
+	crashedAt []int // -1 while alive
+	reported  []bool
+
+	// For checking suspicions: whom each rank observed, and when it last
+	// heard from it (or started observing it).
+	watching []int
+	heard    []int
+
+	suspicions []suspicion
+	messages   int // heartbeats sent
+}
+
+type suspicion struct{ by, r, at int }
+
+func newCluster(t testing.TB, name string, n int, cfg Config, seed uint64) *cluster {
+	c := &cluster{
+		t:         t,
+		name:      name,
+		rng:       rand.New(rand.NewPCG(seed, 0x5eed)),
+		cfg:       cfg.withDefaults(),
+		epoch:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		ds:        make([]*Detector, n),
+		nextTick:  make([]int, n),
+		lastTick:  make([]int, n),
+		alive:     make([]bool, n),
+		crashedAt: make([]int, n),
+		reported:  make([]bool, n),
+		watching:  make([]int, n),
+		heard:     make([]int, n),
+	}
+	return c
+}
+
+func (c *cluster) fatalf(format string, args ...any) {
+	c.t.Helper()
+	c.t.Fatalf("%s, t=%dms: %s", c.name, c.now, fmt.Sprintf(format, args...))
+}
+
+// ms converts a duration to whole milliseconds of the virtual clock.
+func ms(d time.Duration) int { return int(d / time.Millisecond) }
+
+// start creates every detector at t=0 and schedules the first ticks.
+func (c *cluster) start() {
+	for r := range c.ds {
+		d, err := New(c.cfg, r, len(c.ds), c.epoch)
+		if err != nil {
+			c.fatalf("New: %v", err)
+		}
+		c.ds[r] = d
+		c.alive[r] = true
+		c.crashedAt[r] = -1
+		c.nextTick[r], c.lastTick[r] = -1, -1
+		c.watching[r] = -2 // forces drain to record the first observed rank
+		if c.tickEvery > 0 {
+			c.at(c.rng.IntN(c.tickEvery), event{kind: evTick, to: int32(r)})
+		}
+		c.drain(r)
+	}
+}
+
+func (c *cluster) at(t int, e event) {
+	for len(c.buckets) <= t {
+		c.buckets = append(c.buckets, nil)
+	}
+	c.buckets[t] = append(c.buckets[t], e)
+}
+
+func (c *cluster) delay(max int) int {
+	if max <= 0 {
+		return 0
+	}
+	return c.rng.IntN(max)
+}
+
+func (c *cluster) crash(r, t int, reported bool) {
+	c.reported[r] = c.reported[r] || reported
+	c.at(t, event{kind: evCrash, to: int32(r)})
+}
+
+// runUntil processes every event due up to and including time end.
+func (c *cluster) runUntil(end int) {
+	for ; c.now <= end; c.now++ {
+		if c.now >= len(c.buckets) {
+			continue
+		}
+		// Events may be added to the current bucket while it is processed
+		// (zero delays).
+		for i := 0; i < len(c.buckets[c.now]); i++ {
+			c.handle(c.buckets[c.now][i])
+		}
+		c.buckets[c.now] = nil
+	}
+	c.now = end
+}
+
+func (c *cluster) handle(e event) {
+	r := int(e.to)
+	if !c.alive[r] {
+		return
+	}
+	d := c.ds[r]
+	now := c.epoch.Add(time.Duration(c.now) * time.Millisecond)
+	switch e.kind {
+	case evCrash:
+		c.alive[r] = false
+		c.crashedAt[r] = c.now
+		if c.reported[r] { // the launcher saw the process exit
+			for q := range c.ds {
+				if q != r {
+					c.at(c.now+c.delay(c.noticeDelay), event{kind: evNotice, to: int32(q), from: int32(r)})
+				}
+			}
+		}
+		return
+	case evTick:
+		if c.tickEvery > 0 {
+			c.at(c.now+c.tickEvery, e)
+		} else if c.nextTick[r] != c.now {
+			return // superseded by an earlier tick
+		} else {
+			if c.lastTick[r] == c.now {
+				c.fatalf("rank %d: Tick at its Deadline left the Deadline at %dms", r, c.now)
+			}
+			c.nextTick[r], c.lastTick[r] = -1, c.now
+		}
+		d.Tick(now)
+	case evBeat:
+		if int(e.from) == d.Observed() {
+			c.heard[r] = c.now
+		}
+		d.Heartbeat(int(e.from), now)
+	case evNotice:
+		d.Failed(int(e.from), now)
+	}
+	c.drain(r)
+}
+
+// drain acts on rank r's Ready and checks what it says.
+func (c *cluster) drain(r int) {
+	d := c.ds[r]
+	rd := d.Ready()
+	for _, x := range rd.Suspected {
+		c.suspicions = append(c.suspicions, suspicion{by: r, r: x, at: c.now})
+		if c.alive[x] {
+			c.fatalf("rank %d suspected rank %d, which is alive (accuracy)", r, x)
+		}
+		if x != c.watching[r] {
+			c.fatalf("rank %d suspected rank %d, but it was watching %d", r, x, c.watching[r])
+		}
+		// Completeness, in time: the first tick at or after Timeout of
+		// silence suspects.
+		silence := c.now - c.heard[r]
+		if slack := max(c.tickEvery, 1); silence < ms(c.cfg.Timeout) || silence > ms(c.cfg.Timeout)+slack {
+			c.fatalf("rank %d suspected rank %d after %dms of silence, want [%v, %v+%dms]", r, x, silence, c.cfg.Timeout, c.cfg.Timeout, slack)
+		}
+		for q := range c.ds {
+			if q != r {
+				c.at(c.now+c.delay(c.noticeDelay), event{kind: evNotice, to: int32(q), from: int32(x)})
+			}
+		}
+	}
+	if o := d.Observed(); o != c.watching[r] {
+		c.watching[r], c.heard[r] = o, c.now
+	}
+	for _, to := range rd.Heartbeats {
+		c.messages++
+		c.at(c.now+c.delay(c.maxDelay), event{kind: evBeat, to: int32(to), from: int32(r)})
+	}
+	d.Advance()
+	if c.tickEvery == 0 {
+		if dl, ok := d.Deadline(); ok {
+			t := max(c.now, int((dl.Sub(c.epoch)+time.Millisecond-1)/time.Millisecond))
+			if c.nextTick[r] < c.now || t < c.nextTick[r] {
+				c.nextTick[r] = t
+				c.at(t, event{kind: evTick, to: int32(r)})
+			}
+		}
+	}
+}
+
+// liveNeighbor returns the nearest live rank r+dir, r+2·dir, ... or -1.
+func (c *cluster) liveNeighbor(r, dir int) int {
+	n := len(c.ds)
+	for k := 1; k < n; k++ {
+		q := ((r+dir*k)%n + n) % n
+		if c.alive[q] {
+			return q
+		}
+	}
+	return -1
+}
+
+// settled reports whether every live rank knows every crash.
+func (c *cluster) settled() bool {
+	for r, d := range c.ds {
+		if !c.alive[r] {
+			continue
+		}
+		for q := range c.ds {
+			if !c.alive[q] && c.crashedAt[q] >= 0 && !d.IsFailed(q) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkHealed checks the end state: every live rank knows exactly the
+// crashed ranks as failed, every crash that the launcher did not report was
+// found by some detector, and the ring is closed over the dead: every live
+// rank observes its nearest live predecessor and sends to its nearest live
+// successor.
+func (c *cluster) checkHealed() {
+	c.t.Helper()
+	found := make([]bool, len(c.ds))
+	for _, s := range c.suspicions {
+		found[s.r] = true
+	}
+	for r, d := range c.ds {
+		if !c.alive[r] {
+			if !c.reported[r] && !found[r] {
+				c.fatalf("rank %d crashed at %dms and nobody suspected it (completeness)", r, c.crashedAt[r])
+			}
+			continue
+		}
+		for q := range c.ds {
+			if d.IsFailed(q) == c.alive[q] {
+				c.fatalf("rank %d: IsFailed(%d) = %v, but alive is %v", r, q, d.IsFailed(q), c.alive[q])
+			}
+		}
+		if p, s := c.liveNeighbor(r, -1), c.liveNeighbor(r, +1); d.Observed() != p || d.Observer() != s {
+			c.fatalf("rank %d observes %d and sends to %d, want %d and %d", r, d.Observed(), d.Observer(), p, s)
+		}
+	}
+}
+
+// simParams are the timing rules of one simulation mode. The delay bounds
+// are the tightest the detector's accuracy condition allows (see Config).
+type simParams struct {
+	name        string
+	tickEvery   int
+	maxDelay    int
+	noticeDelay int
+}
+
+func simModes(cfg Config) []simParams {
+	p, to := ms(cfg.Period), ms(cfg.Timeout)
+	return []simParams{
+		// Ticks exactly at Deadline: heartbeats leave exactly every Period
+		// and may take up to Timeout-Period (exclusive).
+		{name: "exact", tickEvery: 0, maxDelay: to - p, noticeDelay: p},
+		// A ticker every Period/2 with a random phase per rank: heartbeats
+		// leave up to one tick late, so the delay bound shrinks by a tick.
+		{name: "ticker", tickEvery: p / 2, maxDelay: to - p - p/2, noticeDelay: p},
+	}
+}
+
+// simulate runs one seeded job of n ranks with random crashes: single
+// ranks, and runs of consecutive ranks that crash together; a quarter of
+// them also reported by the launcher. It checks accuracy and timely
+// suspicion throughout, and completeness and healing at the end.
+func simulate(t testing.TB, n int, seed uint64, mode simParams) {
+	cfg := DefaultConfig()
+	c := newCluster(t, fmt.Sprintf("seed %d, mode %s, n=%d", seed, mode.name, n), n, cfg, seed)
+	c.tickEvery, c.maxDelay, c.noticeDelay = mode.tickEvery, mode.maxDelay, mode.noticeDelay
+	c.start()
+
+	rng := rand.New(rand.NewPCG(seed, 0xc0de))
+	crashes := 1 + rng.IntN(min(12, n-1))
+	doomed := map[int]bool{}
+	last := 0
+	for len(doomed) < crashes {
+		first, length := rng.IntN(n), 1
+		if rng.IntN(3) == 0 {
+			length = 2 + rng.IntN(3)
+		}
+		base := 50 + rng.IntN(600)
+		for k := range length {
+			r := (first + k) % n
+			if doomed[r] || len(doomed) == crashes {
+				break
+			}
+			doomed[r] = true
+			at := base + rng.IntN(30)
+			last = max(last, at)
+			c.crash(r, at, rng.IntN(4) == 0)
+		}
+	}
+	c.runUntil(last)
+	// Run until every live rank knows every crash, then three Timeouts
+	// more to catch late false suspicions.
+	limit := last + (crashes+2)*(ms(cfg.Timeout+cfg.Period)+c.maxDelay+c.noticeDelay)
+	for !c.settled() {
+		if c.now >= limit {
+			c.fatalf("crashes not known everywhere after %dms (completeness)", c.now-last)
+		}
+		c.runUntil(c.now + 10)
+	}
+	c.runUntil(c.now + 3*ms(cfg.Timeout))
+	c.checkHealed()
+
+	// An isolated crash (both ring neighbours alive throughout, not
+	// reported by the launcher) is found by its successor within
+	// maxDelay + Timeout + one tick of the crash.
+	for r := range n {
+		prev, next := (r+n-1)%n, (r+1)%n
+		if c.alive[r] || c.reported[r] || !c.alive[prev] || !c.alive[next] {
+			continue
+		}
+		bound := c.crashedAt[r] + c.maxDelay + ms(cfg.Timeout) + max(c.tickEvery, 1)
+		ok := false
+		for _, s := range c.suspicions {
+			ok = ok || s.r == r && s.by == next && s.at <= bound
+		}
+		if !ok {
+			c.fatalf("isolated crash of rank %d at %dms not found by rank %d by %dms", r, c.crashedAt[r], next, bound)
+		}
+	}
+}
+
+// TestSimulation runs the simulation for many seeds in both tick modes: 200
+// seeds each by default, 50 under the race detector, 20 with -short, and
+// 2000 with FTRMA_LONG=1.
+func TestSimulation(t *testing.T) {
+	seeds := 200
+	switch {
+	case os.Getenv("FTRMA_LONG") != "":
+		seeds = 2000
+	case testing.Short():
+		seeds = 20
+	case raceEnabled:
+		seeds = 50
+	}
+	for _, mode := range simModes(DefaultConfig()) {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(seeds) {
+				simulate(t, 256, seed, mode)
+			}
+		})
+	}
+}
+
+// TestSimulationSmallJobs runs the simulation on small rings, where the
+// crashes often leave only a few survivors.
+func TestSimulationSmallJobs(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 5, 8, 13} {
+		for _, mode := range simModes(DefaultConfig()) {
+			for seed := range uint64(30) {
+				simulate(t, n, seed, mode)
+			}
+		}
+	}
+}
+
+// TestRingHeals crashes ranks of an 8-rank ring one scenario at a time, with
+// instant delivery, and checks that the failed rank's successor finds it,
+// that its predecessor then sends to that successor at once, and that the
+// ring stays quiet afterwards.
+func TestRingHeals(t *testing.T) {
+	cfg := DefaultConfig()
+	timeout := ms(cfg.Timeout)
+	for _, sc := range []struct {
+		name  string
+		crash []int
+	}{
+		{"one", []int{3}},
+		{"wrap", []int{0}},
+		{"two consecutive", []int{3, 4}},
+		{"three consecutive", []int{6, 7, 0}},
+		{"alternate", []int{1, 3, 5}},
+		{"all but one", []int{0, 1, 2, 3, 4, 5, 7}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			c := newCluster(t, sc.name, 8, cfg, 1)
+			c.tickEvery = 10
+			c.start()
+			c.runUntil(100)
+			for _, r := range sc.crash {
+				c.crash(r, 101, false)
+			}
+			// A run of k consecutive crashes takes k Timeouts.
+			c.runUntil(101 + len(sc.crash)*(timeout+10) + 5)
+			c.checkHealed()
+			for _, r := range sc.crash {
+				next := c.liveNeighbor(r, +1)
+				ok := false
+				for _, s := range c.suspicions {
+					ok = ok || s.r == r && s.by == next
+				}
+				if !ok {
+					t.Errorf("rank %d not suspected by its live successor %d: %v", r, next, c.suspicions)
+				}
+			}
+			if len(c.suspicions) != len(sc.crash) {
+				t.Errorf("suspicions %v, want one per crash", c.suspicions)
+			}
+			// The healed ring carries heartbeats: no further suspicion.
+			c.runUntil(c.now + 10*timeout)
+			if len(c.suspicions) != len(sc.crash) {
+				t.Errorf("suspicions after healing: %v", c.suspicions)
+			}
+		})
+	}
+}
+
+// TestNewObserverHearsAtOnce checks the healing step on its own: when a
+// rank learns that its observer died, the very next Ready holds a heartbeat
+// for the new observer, which otherwise might time it out before the next
+// period.
+func TestNewObserverHearsAtOnce(t *testing.T) {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d, err := New(Config{}, 4, 10, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Advance()
+	d.Tick(epoch.Add(DefaultPeriod)) // the periodic heartbeat to 5
+	d.Advance()
+	d.Failed(5, epoch.Add(DefaultPeriod+time.Millisecond))
+	if got := d.Ready().Heartbeats; !slices.Equal(got, []int{6}) || d.Observer() != 6 {
+		t.Fatalf("after rank 5 failed: heartbeats %v, observer %d; want [6], 6", got, d.Observer())
+	}
+	// Unacknowledged output accumulates, without duplicates.
+	d.Failed(6, epoch.Add(DefaultPeriod+2*time.Millisecond))
+	d.Tick(epoch.Add(DefaultPeriod + 3*time.Millisecond))
+	if got := d.Ready().Heartbeats; !slices.Equal(got, []int{6, 7}) {
+		t.Fatalf("heartbeats %v, want [6 7]", got)
+	}
+	d.Advance()
+	if d.HasReady() || len(d.Ready().Heartbeats) != 0 {
+		t.Fatal("Advance left output behind")
+	}
+}
+
+func BenchmarkSimulation256(b *testing.B) {
+	mode := simModes(DefaultConfig())[1]
+	seed := uint64(0)
+	for b.Loop() {
+		simulate(b, 256, seed, mode)
+		seed++
+	}
+}

@@ -1,0 +1,124 @@
+package revoke
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ftrma/ftrma/internal/overlay"
+)
+
+// Broadcast is one rank's end of the reliable broadcast: a pure state machine
+// driven by Originate, Step and Failed, whose output the caller collects with
+// Ready and acknowledges with Advance. See the package documentation for the
+// caller's duties. A Broadcast is not safe for concurrent use.
+type Broadcast struct {
+	self, n   int
+	neighbors []int       // overlay.Neighbors(self, n), fixed
+	dead      overlay.Set // ranks known to have failed; only grows; never sent to
+	seen      map[string]struct{}
+
+	// The output not yet acknowledged by Advance. send never names a rank
+	// in dead; deliver holds each ID at most once over the Broadcast's life.
+	send    []Outgoing
+	deliver []Message
+}
+
+// Outgoing is a message to send to one neighbour.
+type Outgoing struct {
+	To  int
+	Msg Message
+}
+
+// Ready is the output of a Broadcast that the caller must act on: first send
+// every Outgoing, then hand every message of Deliver to the application.
+// Sending first means a rank that dies while acting on a delivery has
+// already passed the message on.
+type Ready struct {
+	Send    []Outgoing
+	Deliver []Message
+}
+
+// New returns the broadcast state of rank self in a job of n ranks, every
+// other rank presumed alive. It panics unless n >= 1 and 0 <= self < n: the
+// job's shape is fixed by the caller, not by the network.
+func New(self, n int) *Broadcast {
+	if n < 1 || self < 0 || self >= n {
+		panic(fmt.Sprintf("revoke: rank %d in a job of %d", self, n))
+	}
+	return &Broadcast{
+		self:      self,
+		n:         n,
+		neighbors: overlay.Neighbors(self, n),
+		dead:      overlay.NewSet(n),
+		seen:      map[string]struct{}{},
+	}
+}
+
+// Originate starts the broadcast of m from this rank: the next Ready sends it
+// to every live neighbour and delivers it here. If m.ID was already seen
+// (originated here, or received), Originate does nothing: the broadcast is
+// under way. The Broadcast keeps m.Payload without copying it, and every
+// Outgoing and delivered copy shares it: the caller must not modify it.
+func (b *Broadcast) Originate(m Message) {
+	b.maybeForward(-1, m)
+}
+
+// Step handles message m received from rank from. The first time an ID
+// arrives, the next Ready forwards m to every live neighbour except from and
+// delivers it here; later copies are dropped. from need not be a neighbour
+// (nor even a rank: pass -1 when unknown), and a message from a rank since
+// declared dead is still accepted, since it may be the only copy around.
+// Payload ownership is as for Originate.
+func (b *Broadcast) Step(from int, m Message) {
+	b.maybeForward(from, m)
+}
+
+// Failed records that rank r has failed: no message will be sent to it from
+// now on, including those of the current Ready not yet acknowledged. Ranks
+// outside the job, and self, are ignored.
+func (b *Broadcast) Failed(r int) {
+	if r < 0 || r >= b.n || r == b.self || !b.dead.Add(r) {
+		return
+	}
+	b.send = slices.DeleteFunc(b.send, func(o Outgoing) bool { return o.To == r })
+}
+
+// Seen reports whether a message with this ID was originated here or
+// received (and therefore delivered, or about to be in the current Ready).
+func (b *Broadcast) Seen(id string) bool {
+	_, ok := b.seen[id]
+	return ok
+}
+
+// HasReady reports whether Ready has anything to act on.
+func (b *Broadcast) HasReady() bool {
+	return len(b.send) > 0 || len(b.deliver) > 0
+}
+
+// Ready returns the output accumulated since the last Advance. The caller
+// owns the slices; calling Ready again before Advance returns the same
+// output, possibly grown.
+func (b *Broadcast) Ready() Ready {
+	return Ready{Send: b.send, Deliver: b.deliver}
+}
+
+// Advance acknowledges the output of the last Ready: the Broadcast forgets
+// it.
+func (b *Broadcast) Advance() {
+	b.send, b.deliver = nil, nil
+}
+
+// maybeForward is the whole protocol: on the first sight of an ID, forward
+// once to every live neighbour but the sender, then deliver.
+func (b *Broadcast) maybeForward(from int, m Message) {
+	if _, ok := b.seen[m.ID]; ok {
+		return
+	}
+	b.seen[m.ID] = struct{}{}
+	for _, nb := range b.neighbors {
+		if nb != from && !b.dead.Has(nb) {
+			b.send = append(b.send, Outgoing{To: nb, Msg: m})
+		}
+	}
+	b.deliver = append(b.deliver, m)
+}

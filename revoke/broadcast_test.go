@@ -1,0 +1,143 @@
+package revoke
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ftrma/ftrma/internal/overlay"
+)
+
+func targets(rd Ready) []int {
+	var out []int
+	for _, o := range rd.Send {
+		out = append(out, o.To)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func without(list []int, drop ...int) []int {
+	return slices.DeleteFunc(slices.Clone(list), func(r int) bool { return slices.Contains(drop, r) })
+}
+
+// TestForwardOnce walks rank 5 of 16 through the rules: the first copy of
+// an ID is forwarded to every live neighbour but its sender and delivered;
+// later copies, from anyone, and re-originations are dropped.
+func TestForwardOnce(t *testing.T) {
+	const self, n = 5, 16
+	nb := overlay.Neighbors(self, n) // [1 3 4 6 7 9 13]
+	b := New(self, n)
+	m := Message{ID: "revoke/ctx1", Payload: []byte("p")}
+
+	b.Step(4, m)
+	rd := b.Ready()
+	if got, want := targets(rd), without(nb, 4); !slices.Equal(got, want) {
+		t.Fatalf("forwarded to %v, want %v", got, want)
+	}
+	if len(rd.Deliver) != 1 || rd.Deliver[0].ID != m.ID || string(rd.Deliver[0].Payload) != "p" {
+		t.Fatalf("delivered %v", rd.Deliver)
+	}
+	for _, o := range rd.Send {
+		if o.Msg.ID != m.ID || string(o.Msg.Payload) != "p" {
+			t.Fatalf("sent %v", o.Msg)
+		}
+	}
+	b.Advance()
+	if b.HasReady() || !b.Seen(m.ID) || b.Seen("revoke/ctx2") {
+		t.Fatal("state after Advance")
+	}
+
+	b.Step(6, m)
+	b.Step(-1, m)
+	b.Originate(m)
+	if b.HasReady() {
+		t.Fatalf("duplicate produced %+v", b.Ready())
+	}
+
+	// The originator sends to every neighbour.
+	b.Originate(Message{ID: "fail/2"})
+	if got := targets(b.Ready()); !slices.Equal(got, nb) {
+		t.Fatalf("originated to %v, want %v", got, nb)
+	}
+	b.Advance()
+
+	// A message from a non-neighbour (or an unknown sender) goes to every
+	// neighbour too.
+	b.Step(11, Message{ID: "fail/3"})
+	if got := targets(b.Ready()); !slices.Equal(got, nb) {
+		t.Fatalf("forwarded to %v, want %v", got, nb)
+	}
+}
+
+// TestSkipsDeadNeighbours: a rank known to have failed gets nothing, not
+// even the sends still waiting in an unacknowledged Ready; messages from it
+// are still accepted.
+func TestSkipsDeadNeighbours(t *testing.T) {
+	const self, n = 0, 64
+	nb := overlay.Neighbors(self, n)
+	b := New(self, n)
+	b.Failed(1)
+	b.Failed(63)
+	b.Failed(1)    // again: no-op
+	b.Failed(-1)   // outside the job: ignored
+	b.Failed(64)   // idem
+	b.Failed(self) // self: ignored
+	if b.HasReady() {
+		t.Fatal("Failed produced output")
+	}
+	b.Step(1, Message{ID: "a"}) // from a dead rank: still a valid copy
+	rd := b.Ready()
+	if got, want := targets(rd), without(nb, 1, 63); !slices.Equal(got, want) || len(rd.Deliver) != 1 {
+		t.Fatalf("forwarded to %v, delivered %d; want %v, 1", got, len(rd.Deliver), want)
+	}
+	b.Failed(2)
+	b.Failed(4)
+	if got, want := targets(b.Ready()), without(nb, 1, 63, 2, 4); !slices.Equal(got, want) {
+		t.Fatalf("after Failed, pending sends go to %v, want %v", got, want)
+	}
+	b.Advance()
+	b.Originate(Message{ID: "b"})
+	if got, want := targets(b.Ready()), without(nb, 1, 63, 2, 4); !slices.Equal(got, want) {
+		t.Fatalf("originated to %v, want %v", got, want)
+	}
+}
+
+// TestReadyAccumulates: output not yet acknowledged grows in order.
+func TestReadyAccumulates(t *testing.T) {
+	b := New(0, 4)
+	b.Originate(Message{ID: "a"})
+	b.Step(1, Message{ID: "b"})
+	rd := b.Ready()
+	if len(rd.Deliver) != 2 || rd.Deliver[0].ID != "a" || rd.Deliver[1].ID != "b" {
+		t.Fatalf("delivered %v", rd.Deliver)
+	}
+	if len(rd.Send) != 3+2 {
+		t.Fatalf("%d sends, want 5", len(rd.Send))
+	}
+	b.Advance()
+	if b.HasReady() || len(b.Ready().Send) != 0 || len(b.Ready().Deliver) != 0 {
+		t.Fatal("Advance left output")
+	}
+}
+
+func TestSingleRankJob(t *testing.T) {
+	b := New(0, 1)
+	b.Originate(Message{ID: "alone"})
+	rd := b.Ready()
+	if len(rd.Send) != 0 || len(rd.Deliver) != 1 {
+		t.Fatalf("Ready %+v, want one delivery and no sends", rd)
+	}
+}
+
+func TestNewPanicsOnBadShape(t *testing.T) {
+	for _, c := range [][2]int{{0, 0}, {-1, 3}, {3, 3}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%d, %d) did not panic", c[0], c[1])
+				}
+			}()
+			New(c[0], c[1])
+		}()
+	}
+}

@@ -1,0 +1,69 @@
+// Package revoke is ftrma's reliable broadcast, used for revoke notices
+// (communicators and windows) and failure notices. It is a pure state
+// machine: no goroutines, no clocks, no I/O.
+//
+// # Algorithm
+//
+// Ranks are linked by the binomial graph of internal/overlay: rank v links
+// to v±2^k (mod n). A rank that receives a message for the first time
+// forwards it once to every neighbour not known to have failed, except the
+// one it came from, and then delivers it; later copies of the same ID are
+// dropped. The originator does the same with no sender to skip. As long as
+// the ranks that have not failed stay connected in the graph, which is
+// guaranteed while fewer than D = overlay.Degree(n) ranks have failed (D is
+// about 2·log2 n), a message delivered by any surviving rank reaches every
+// surviving rank, even if ranks die halfway through forwarding it. Each rank
+// sends each message at most D times, so a broadcast costs at most n·D
+// messages and about log2 n hops.
+//
+// Messages are identified by an ID chosen by the originator. Several ranks
+// may originate the same ID (all the observers that noticed one failure, say,
+// "fail/3"): the broadcasts merge, and every rank delivers the ID once. There
+// is no ordering between different IDs.
+//
+// The Broadcast remembers every ID it has seen, for its whole life; choose
+// IDs from a bounded space (one per rank, per communicator, per window).
+//
+// # Caller's duties
+//
+//  1. Create one Broadcast per rank with New(self, n), with the same n on
+//     every rank.
+//  2. Call Originate to broadcast a message of your own.
+//  3. Decode every broadcast message received (ParseMessage) and pass it to
+//     Step with the sender's rank.
+//  4. Pass every failure learned (from failure/, or the launcher) to Failed.
+//  5. After each of these calls, if HasReady: send each Outgoing of
+//     Ready().Send (encode with Message.AppendBinary), then act on each
+//     message of Ready().Deliver, then call Advance. A send to a rank that
+//     turns out to be dead may simply fail: the graph routes around it.
+//
+// # Example
+//
+// The canonical loop, in comm/'s owner goroutine:
+//
+//	b := revoke.New(self, n)
+//	for {
+//		select {
+//		case in := <-broadcastFrames:
+//			m, err := revoke.ParseMessage(in.Data)
+//			if err != nil {
+//				continue // a malformed frame: drop it
+//			}
+//			b.Step(in.From, m)
+//		case r := <-failures:
+//			b.Failed(r)
+//		case id := <-revokeRequests:
+//			b.Originate(revoke.Message{ID: id})
+//		}
+//		if b.HasReady() {
+//			rd := b.Ready()
+//			for _, o := range rd.Send {
+//				send(o.To, o.Msg.AppendBinary(nil))
+//			}
+//			for _, m := range rd.Deliver {
+//				apply(m) // mark the communicator revoked, record the failure, ...
+//			}
+//			b.Advance()
+//		}
+//	}
+package revoke
