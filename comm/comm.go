@@ -4,140 +4,284 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/launcher"
 	"github.com/ftrma/ftrma/transport"
 )
 
-// Message kinds on the transport's control path. Append-only.
-const (
-	kindColl byte = 1 // a collective's contribution: ctx u32, seq u64, payload
-)
+var be = binary.BigEndian
 
 const collHeader = 1 + 4 + 8
 
 // MaxCollectivePayload is the largest contribution of one rank to a collective.
 const MaxCollectivePayload = transport.MaxControlMessage - collHeader
 
-// Comm is a communicator: this rank's view of a group of ranks over one
-// transport. All methods may be called from any goroutine, but collectives on
-// one communicator are called one at a time, in the same order on every rank.
+// worldContext is the context id of the world communicator.
+const worldContext = 1
+
+// Comm is a communicator: a group of ranks with a context id, over the
+// process's transport. All methods may be called from any goroutine, but
+// collectives on one communicator (Barrier, Bcast, Allgather, Agree, Shrink)
+// are called one at a time, in the same order on every rank.
+//
+// Failure semantics (ULFM): no call blocks forever after a failure. Barrier,
+// Bcast and Allgather return an error wrapping ftrma.ErrProcFailed when a rank
+// they need has failed, and ftrma.ErrRevoked once the communicator is revoked.
+// Agree and Shrink work across failures and revocation.
 type Comm struct {
-	t       transport.Transport
-	rank    ftrma.Rank
-	size    int
+	rt      *runtime
 	ctxID   uint32
-	session io.Closer // the launcher session, closed by Finalize; may be nil
+	members []ftrma.Rank // world rank of each communicator rank
+	index   []ftrma.Rank // communicator rank of each world rank, -1 if not a member
+	rank    ftrma.Rank
+	session io.Closer // the launcher session, closed by Close; may be nil
+	world   bool      // the world communicator owns the runtime and transport
 
-	mu     sync.Mutex           // guards the fields below
-	inbox  map[collKey][]byte   // contributions received, not yet consumed
-	failed map[ftrma.Rank]error // ranks whose connection was lost
-	seq    uint64               // collectives started on this communicator
-	wake   chan struct{}        // closed and replaced when inbox or failed change
-	closed bool
-}
+	ag *agree.Agreement // owned by the run goroutine
 
-type collKey struct {
-	ctx  uint32
-	seq  uint64
-	from ftrma.Rank
+	mu        sync.Mutex                // guards the fields below
+	seq       uint64                    // collectives started
+	agreeSeq  uint64                    // agreements started
+	decisions map[uint64]agree.Decision // decided agreements not yet collected
+	acked     []ftrma.Rank              // FailureAck's snapshot, world ranks
+	shrinks   uint64                    // Shrinks done, for child context ids
+	closed    bool
 }
 
 // Init joins the job this process was started in by ftrun and returns the
-// world communicator. It fails with a clear error when the process was not
-// started by ftrun.
+// world communicator, with the default Config (the detector's period and
+// timeout may be set by ftrun through FTRMA_HB_PERIOD and FTRMA_HB_TIMEOUT).
+// It fails with a clear error when the process was not started by ftrun.
 func Init(ctx context.Context) (*Comm, error) {
-	c := newComm()
-	s, err := launcher.Join(ctx, c)
+	cfg := Config{}
+	cfg.Detector.Period, cfg.Detector.Timeout = launcher.DetectorSettings()
+	return InitConfig(ctx, cfg)
+}
+
+// InitConfig is Init with an explicit configuration.
+func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
+	var rt *runtime
+	pending := &pendingReceiver{}
+	s, err := launcher.Join(ctx, pending)
 	if err != nil {
 		return nil, err
 	}
-	c.attach(s.Transport())
+	if rt, err = newRuntime(s.Transport(), cfg); err != nil {
+		s.Transport().Close()
+		s.Close()
+		return nil, err
+	}
+	rt.suspect = s
+	c := newWorld(rt)
 	c.session = s
+	pending.set(rt)
+	rt.start()
 	return c, nil
 }
 
-// New builds the world communicator over a connected transport and installs
-// itself as the transport's receiver. Tests use it with memnet endpoints.
-func New(t transport.Transport) *Comm {
-	c := newComm()
-	c.attach(t)
-	t.SetReceiver(c)
+// New builds the world communicator over a connected transport (tests use
+// memnet endpoints) and installs its runtime as the transport's receiver.
+func New(t transport.Transport, cfg Config) (*Comm, error) {
+	rt, err := newRuntime(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := newWorld(rt)
+	t.SetReceiver(rt)
+	rt.start()
+	return c, nil
+}
+
+// pendingReceiver stands in for the runtime while Join runs (the launcher
+// installs a receiver before the transport connects) and hands over what
+// arrived meanwhile.
+type pendingReceiver struct {
+	mu    sync.Mutex
+	rt    *runtime
+	early []event
+}
+
+func (p *pendingReceiver) set(rt *runtime) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rt = rt
+	for _, e := range p.early {
+		if e.msg == nil {
+			rt.HandlePeerDown(e.from, e.err)
+		} else {
+			rt.HandleMessage(e.from, e.msg)
+		}
+	}
+	p.early = nil
+}
+
+func (p *pendingReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rt != nil {
+		p.rt.HandleMessage(from, msg)
+		return
+	}
+	p.early = append(p.early, event{from: from, msg: append([]byte(nil), msg...)})
+}
+
+func (p *pendingReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rt != nil {
+		p.rt.HandlePeerDown(peer, err)
+		return
+	}
+	p.early = append(p.early, event{from: peer, err: err})
+}
+
+func newWorld(rt *runtime) *Comm {
+	members := make([]ftrma.Rank, rt.n)
+	for r := range members {
+		members[r] = ftrma.Rank(r)
+	}
+	c := newComm(rt, worldContext, members)
+	c.world = true
 	return c
 }
 
-func newComm() *Comm {
-	return &Comm{
-		inbox:  make(map[collKey][]byte),
-		failed: make(map[ftrma.Rank]error),
-		wake:   make(chan struct{}),
+// newComm registers a communicator of the given members with the runtime.
+func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
+	c := &Comm{rt: rt, ctxID: ctxID, members: members, index: make([]ftrma.Rank, rt.n), rank: -1,
+		decisions: make(map[uint64]agree.Decision)}
+	for i := range c.index {
+		c.index[i] = -1
 	}
-}
-
-// attach binds the communicator to its transport, before any use.
-func (c *Comm) attach(t transport.Transport) {
-	c.t, c.rank, c.size = t, t.Rank(), t.Size()
+	for i, w := range members {
+		c.index[w] = ftrma.Rank(i)
+		if w == rt.self {
+			c.rank = ftrma.Rank(i)
+		}
+	}
+	c.ag = agree.New(int(c.rank), len(members))
+	rt.mu.Lock()
+	rt.comms[ctxID] = c
+	known := slices.Clone(rt.order)
+	rt.mu.Unlock()
+	rt.do(func() {
+		for _, w := range known {
+			if i := c.index[w]; i >= 0 {
+				c.ag.Failed(int(i))
+			}
+		}
+	})
+	return c
 }
 
 // Rank returns this process's rank in the communicator.
 func (c *Comm) Rank() ftrma.Rank { return c.rank }
 
 // Size returns the number of ranks in the communicator.
-func (c *Comm) Size() int { return c.size }
+func (c *Comm) Size() int { return len(c.members) }
 
-// Transport returns the transport the communicator runs on.
-func (c *Comm) Transport() transport.Transport { return c.t }
+// Transport returns the process's transport (shared by all communicators).
+func (c *Comm) Transport() transport.Transport { return c.rt.t }
 
-// HandleMessage implements transport.Receiver; it is called by the transport.
-func (c *Comm) HandleMessage(from ftrma.Rank, msg []byte) {
-	if len(msg) < collHeader || msg[0] != kindColl {
-		return // not ours or malformed: nothing to deliver
+// TransportRank returns the transport (world) rank of communicator rank r.
+func (c *Comm) TransportRank(r ftrma.Rank) ftrma.Rank { return c.members[r] }
+
+// ProcFailed reports whether communicator rank r is known to have failed. It
+// reads local knowledge only.
+func (c *Comm) ProcFailed(r ftrma.Rank) bool {
+	if r < 0 || int(r) >= len(c.members) {
+		return false
 	}
-	k := collKey{ctx: binary.BigEndian.Uint32(msg[1:]), seq: binary.BigEndian.Uint64(msg[5:]), from: from}
-	payload := append([]byte(nil), msg[collHeader:]...)
-	c.mu.Lock()
-	c.inbox[k] = payload
-	c.signalLocked()
-	c.mu.Unlock()
+	return c.rt.isFailed(c.members[r])
 }
 
-// HandlePeerDown implements transport.Receiver; it is called by the transport.
-func (c *Comm) HandlePeerDown(peer ftrma.Rank, err error) {
-	c.mu.Lock()
-	if c.failed[peer] == nil {
-		c.failed[peer] = err
-	}
-	c.signalLocked()
-	c.mu.Unlock()
-}
-
-func (c *Comm) signalLocked() {
-	close(c.wake)
-	c.wake = make(chan struct{})
-}
-
-// Failed reports the ranks whose connection has been lost, in rank order.
+// Failed returns the communicator ranks known to have failed, in rank order
+// (ULFM's MPI_Comm_get_failed). Local: no communication.
 func (c *Comm) Failed() []ftrma.Rank {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
 	var out []ftrma.Rank
-	for r := range c.size {
-		if c.failed[ftrma.Rank(r)] != nil {
-			out = append(out, ftrma.Rank(r))
+	for i, w := range c.members {
+		if c.rt.failed[w] {
+			out = append(out, ftrma.Rank(i))
 		}
 	}
 	return out
 }
 
+// FailureAck acknowledges the failures known now (MPI_Comm_failure_ack):
+// Agree no longer reports them with ErrProcFailed.
+func (c *Comm) FailureAck() {
+	c.rt.mu.Lock()
+	acked := slices.Clone(c.rt.order)
+	c.rt.mu.Unlock()
+	c.mu.Lock()
+	c.acked = acked
+	c.mu.Unlock()
+}
+
+// FailureGetAcked returns the communicator ranks acknowledged by the last
+// FailureAck, in rank order.
+func (c *Comm) FailureGetAcked() []ftrma.Rank {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ftrma.Rank
+	for _, w := range c.acked {
+		if i := c.index[w]; i >= 0 {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *Comm) revokeID() string { return fmt.Sprintf("revoke/%d", c.ctxID) }
+
+// Revoke revokes the communicator at every rank (MPI_Comm_revoke): a notice is
+// reliably broadcast, and once it arrives every rank's non-fault-tolerant
+// operations on the communicator return ftrma.ErrRevoked. Agree and Shrink
+// still work.
+func (c *Comm) Revoke() { c.Notify(c.revokeID()) }
+
+// IsRevoked reports whether a revocation of the communicator has arrived. It
+// reads local state only: no communication at call time.
+func (c *Comm) IsRevoked() bool { return c.Noticed(c.revokeID()) }
+
+// ContextID identifies the communicator among the process's communicators.
+func (c *Comm) ContextID() uint32 { return c.ctxID }
+
+// Notify reliably broadcasts notice id to every rank of the job (windows use
+// it for their revocation). It is noticed here at once.
+func (c *Comm) Notify(id string) {
+	c.rt.mu.Lock()
+	c.rt.notices[id] = true
+	c.rt.signalLocked()
+	c.rt.mu.Unlock()
+	c.rt.do(func() { c.rt.originate(id, nil) })
+}
+
+// Noticed reports whether notice id has arrived (local, no communication).
+func (c *Comm) Noticed(id string) bool {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	return c.rt.notices[id]
+}
+
 // begin starts the next collective and returns its sequence number.
 func (c *Comm) begin(op string) (uint64, error) {
+	revoked := c.IsRevoked() // rt.mu is taken before c.mu, never inside it
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrClosed}
+	}
+	if revoked {
+		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
 	}
 	c.seq++
 	return c.seq, nil
@@ -146,46 +290,47 @@ func (c *Comm) begin(op string) (uint64, error) {
 func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error {
 	msg := make([]byte, collHeader, collHeader+len(payload))
 	msg[0] = kindColl
-	binary.BigEndian.PutUint32(msg[1:], c.ctxID)
-	binary.BigEndian.PutUint64(msg[5:], seq)
+	be.PutUint32(msg[1:], c.ctxID)
+	be.PutUint64(msg[5:], seq)
 	msg = append(msg, payload...)
-	if err := c.t.Send(to, msg); err != nil {
+	if err := c.rt.t.Send(c.members[to], msg); err != nil {
 		return &ftrma.OpError{Op: op, Rank: to, Err: err}
 	}
 	return nil
 }
 
-// await waits for the contributions of seq from every rank in from, and
-// returns them indexed like from.
+// await waits for the contributions of seq from every communicator rank in
+// from, and returns them indexed like from.
 func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Rank) ([][]byte, error) {
 	out := make([][]byte, len(from))
 	got := 0
+	rt := c.rt
 	for {
-		c.mu.Lock()
+		rt.mu.Lock()
 		for i, r := range from {
-			k := collKey{c.ctxID, seq, r}
-			if p, ok := c.inbox[k]; ok && out[i] == nil {
+			k := collKey{c.ctxID, seq, c.members[r]}
+			if p, ok := rt.inbox[k]; ok && out[i] == nil {
 				out[i] = p
-				if p == nil {
-					out[i] = []byte{}
-				}
-				delete(c.inbox, k)
+				delete(rt.inbox, k)
 				got++
 			}
 		}
 		if got == len(from) {
-			c.mu.Unlock()
+			rt.mu.Unlock()
 			return out, nil
 		}
+		if rt.notices[c.revokeID()] {
+			rt.mu.Unlock()
+			return nil, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
+		}
 		for i, r := range from {
-			if out[i] == nil && c.failed[r] != nil {
-				err := c.failed[r]
-				c.mu.Unlock()
-				return nil, &ftrma.OpError{Op: op, Rank: r, Err: err}
+			if out[i] == nil && rt.failed[c.members[r]] {
+				rt.mu.Unlock()
+				return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrProcFailed}
 			}
 		}
-		wake := c.wake
-		c.mu.Unlock()
+		wake := rt.changed
+		rt.mu.Unlock()
 		select {
 		case <-wake:
 		case <-ctx.Done():
@@ -194,10 +339,10 @@ func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Ra
 	}
 }
 
-// others returns every rank but this one.
+// others returns every communicator rank but this one.
 func (c *Comm) others() []ftrma.Rank {
-	out := make([]ftrma.Rank, 0, c.size-1)
-	for r := range c.size {
+	out := make([]ftrma.Rank, 0, len(c.members)-1)
+	for r := range c.members {
 		if ftrma.Rank(r) != c.rank {
 			out = append(out, ftrma.Rank(r))
 		}
@@ -208,8 +353,8 @@ func (c *Comm) others() []ftrma.Rank {
 // Allgather gives every rank's contribution to every rank: the result is
 // indexed by rank and holds mine at this rank's index. mine may be at most
 // MaxCollectivePayload bytes. It fails with an error wrapping
-// ftrma.ErrProcFailed if a rank is lost before its contribution arrives, or
-// with ctx's error.
+// ftrma.ErrProcFailed if a rank is lost before its contribution arrives, with
+// ftrma.ErrRevoked once the communicator is revoked, or with ctx's error.
 func (c *Comm) Allgather(ctx context.Context, mine []byte) ([][]byte, error) {
 	if len(mine) > MaxCollectivePayload {
 		return nil, &ftrma.OpError{Op: "allgather", Rank: -1, Err: fmt.Errorf("%w: contribution of %d bytes exceeds %d", ftrma.ErrInvalid, len(mine), MaxCollectivePayload)}
@@ -228,7 +373,7 @@ func (c *Comm) Allgather(ctx context.Context, mine []byte) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, c.size)
+	out := make([][]byte, len(c.members))
 	out[c.rank] = append([]byte{}, mine...)
 	for i, r := range others {
 		out[r] = got[i]
@@ -249,7 +394,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // Bcast returns root's data on every rank (data is ignored elsewhere). data may
 // be at most MaxCollectivePayload bytes.
 func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte, error) {
-	if root < 0 || int(root) >= c.size {
+	if root < 0 || int(root) >= len(c.members) {
 		return nil, &ftrma.OpError{Op: "bcast", Rank: root, Err: ftrma.ErrRankOutOfRange}
 	}
 	if c.rank == root && len(data) > MaxCollectivePayload {
@@ -274,16 +419,157 @@ func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte,
 	return got[0], nil
 }
 
-// Finalize waits for every rank in a barrier, then closes the transport and
-// the launcher session. The communicator cannot be used afterwards. If the
-// barrier fails the transport is closed all the same and the error returned.
+// Agree is the fault-tolerant agreement of ULFM (MPI_Comm_agree): it returns
+// the bitwise AND of the flags of the ranks that took part, and every surviving
+// rank returns the same value, even when ranks fail during the call. The
+// failed ranks it agrees on become known at every survivor (Failed). It works
+// on a revoked communicator. It returns the value together with an error
+// wrapping ftrma.ErrProcFailed when the agreed failed set holds a rank not
+// acknowledged with FailureAck, and ctx's error if ctx ends first.
+func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
+	d, err := c.agree(ctx, flag)
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	acked := c.acked
+	c.mu.Unlock()
+	for _, r := range d.Failed {
+		if !slices.Contains(acked, c.members[r]) {
+			return d.Value, &ftrma.OpError{Op: "agree", Rank: ftrma.Rank(r), Err: ftrma.ErrProcFailed}
+		}
+	}
+	return d.Value, nil
+}
+
+// agree runs one agreement instance and returns its decision.
+func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
+	}
+	c.agreeSeq++
+	inst := c.agreeSeq
+	c.mu.Unlock()
+	c.rt.do(func() { c.ag.Start(inst, flag) })
+	for {
+		c.rt.mu.Lock()
+		c.mu.Lock()
+		d, ok := c.decisions[inst]
+		delete(c.decisions, inst)
+		c.mu.Unlock()
+		wake := c.rt.changed
+		c.rt.mu.Unlock()
+		if ok {
+			return d, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ctx.Err()}
+		}
+	}
+}
+
+// flushAgree sends what the agreement produced and files its decisions (run
+// goroutine). It reports whether there was anything.
+func (c *Comm) flushAgree() bool {
+	rd := c.ag.Ready()
+	if len(rd.Send) == 0 && len(rd.Decided) == 0 {
+		return false
+	}
+	c.ag.Advance()
+	for _, o := range rd.Send {
+		msg := be.AppendUint32([]byte{kindAgree}, c.ctxID)
+		c.rt.t.Send(c.members[o.To], o.Msg.AppendBinary(msg))
+	}
+	for _, d := range rd.Decided {
+		for _, r := range d.Failed {
+			c.rt.markFailed(c.members[r], "agreed failed")
+		}
+		c.rt.mu.Lock()
+		c.mu.Lock()
+		c.decisions[d.Inst] = d
+		c.mu.Unlock()
+		c.rt.signalLocked()
+		c.rt.mu.Unlock()
+		if d.Inst > 2 {
+			c.ag.Forget(d.Inst - 2)
+		}
+	}
+	return true
+}
+
+// Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
+// the ranks agree on the failed set and every survivor gets the same group,
+// ranks numbered in the old order, with a new context id. It works on a
+// revoked communicator and across failures during the call.
+func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
+	d, err := c.agree(ctx, ^uint64(0))
+	if err != nil {
+		err.(*ftrma.OpError).Op = "shrink"
+		return nil, err
+	}
+	var members []ftrma.Rank
+	for i, w := range c.members {
+		if !slices.Contains(d.Failed, i) {
+			members = append(members, w)
+		}
+	}
+	c.mu.Lock()
+	c.shrinks++
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/shrink/%d/%d", c.ctxID, c.shrinks, d.Inst)
+	c.mu.Unlock()
+	id := h.Sum32()
+	if id <= worldContext {
+		id += worldContext + 1
+	}
+	return newComm(c.rt, id, members), nil
+}
+
+// SetSignalHandler installs the handler of Signal for every communicator of
+// this process: h(from, payload) runs on the runtime's goroutine, with from a
+// rank of the communicator the signal was sent on; it must not block.
+func (c *Comm) SetSignalHandler(h func(from ftrma.Rank, payload []byte)) {
+	c.rt.mu.Lock()
+	c.rt.signals = h
+	c.rt.mu.Unlock()
+}
+
+// Signal interrupts rank to: its signal handler is called with payload (at
+// most MaxCollectivePayload bytes). Asynchronous: it returns once the signal
+// is queued.
+func (c *Comm) Signal(to ftrma.Rank, payload []byte) error {
+	if to < 0 || int(to) >= len(c.members) {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: ftrma.ErrRankOutOfRange}
+	}
+	if len(payload) > MaxCollectivePayload {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: fmt.Errorf("%w: %d bytes exceeds %d", ftrma.ErrInvalid, len(payload), MaxCollectivePayload)}
+	}
+	if c.ProcFailed(to) {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: ftrma.ErrProcFailed}
+	}
+	msg := be.AppendUint32([]byte{kindSignal}, c.ctxID)
+	if err := c.rt.t.Send(c.members[to], append(msg, payload...)); err != nil {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: err}
+	}
+	return nil
+}
+
+// Finalize waits for every rank in a barrier, then closes the communicator
+// (for the world communicator: the runtime, the transport and the launcher
+// session). If the barrier fails everything is closed all the same and the
+// error returned.
 func (c *Comm) Finalize(ctx context.Context) error {
 	err := c.Barrier(ctx)
 	return joinErr(err, c.Close())
 }
 
-// Close closes the transport and the launcher session without waiting for
-// other ranks.
+// Close closes the communicator without waiting for other ranks. Closing the
+// world communicator stops the runtime and closes the transport and the
+// launcher session.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -292,7 +578,17 @@ func (c *Comm) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	err := c.t.Close()
+	c.rt.mu.Lock()
+	delete(c.rt.comms, c.ctxID)
+	c.rt.mu.Unlock()
+	if !c.world {
+		return nil
+	}
+	if l, ok := c.session.(interface{ Leave() error }); ok {
+		l.Leave() // a clean departure: not reported to the others as a failure
+	}
+	c.rt.close()
+	err := c.rt.t.Close()
 	if c.session != nil {
 		err = joinErr(err, c.session.Close())
 	}

@@ -286,7 +286,7 @@ func (j *Job) waitRank(p *rankProc) {
 		st.Code = ps.ExitCode()
 	}
 	st.Failed = st.Signal != 0 || declared
-	j.rv.rankExited(p.rank, st.String())
+	j.rv.rankExited(p.rank, st.String(), st.OK())
 	if j.opts.NoFT && !st.OK() {
 		j.abort(p.rank)
 	}

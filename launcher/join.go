@@ -65,6 +65,17 @@ func (s *Session) Suspect(r ftrma.Rank) error {
 	return writeFrame(s.conn, msgSuspect, rankPayload(r))
 }
 
+// Leave tells the launcher that this rank is leaving the job on purpose (it
+// finalized): if the process then exits with status 0, the other ranks are not
+// told of a failure. Call it before closing the transport.
+func (s *Session) Leave() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	defer s.conn.SetWriteDeadline(time.Time{})
+	return writeFrame(s.conn, msgLeaving, nil)
+}
+
 // watch reads the supervision channel until it closes and hands every exit
 // notice to recv as a peer-down event: the launcher saw the process go.
 func (s *Session) watch(recv transport.Receiver) {

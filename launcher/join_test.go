@@ -291,7 +291,7 @@ func TestSupervisionChannel(t *testing.T) {
 			sess.Close()
 		}
 	}()
-	s.rankExited(2, "was killed by signal 9")
+	s.rankExited(2, "was killed by signal 9", false)
 	for _, r := range []int{0, 1} {
 		select {
 		case down := <-recvs[r].down:
@@ -302,6 +302,13 @@ func TestSupervisionChannel(t *testing.T) {
 			t.Fatalf("rank %d never told of rank 2's exit", r)
 		}
 	}
+	// A rank that announced its departure and exited cleanly is no failure:
+	// nobody is told. (Rank 1's notice would arrive before anything later.)
+	if err := sessions[1].Leave(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.leaving[1] })
+	s.rankExited(1, "exited with status 0", true)
 	if err := sessions[0].Suspect(1); err != nil {
 		t.Fatal(err)
 	}
@@ -312,5 +319,10 @@ func TestSupervisionChannel(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the launcher never heard the suspicion")
+	}
+	select {
+	case down := <-recvs[0].down:
+		t.Fatalf("rank 0 told that rank %d is down after rank 1 left cleanly", down)
+	default:
 	}
 }

@@ -55,6 +55,7 @@ type rvServer struct {
 	closed    bool
 	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
 	gone      []bool     // gone[r]: rank r's process exited
+	leaving   []bool     // leaving[r]: rank r said it leaves on purpose
 	wmu       sync.Mutex // serializes writes on supervision channels
 }
 
@@ -80,15 +81,16 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		return nil, fmt.Errorf("rendezvous: %w", err)
 	}
 	s := &rvServer{
-		cfg:    cfg,
-		ln:     ln,
-		quit:   make(chan struct{}),
-		ready:  make(chan struct{}),
-		conns:  make(map[net.Conn]struct{}),
-		joined: make([]bool, cfg.Size),
-		addrs:  make([]string, cfg.Size),
-		super:  make([]net.Conn, cfg.Size),
-		gone:   make([]bool, cfg.Size),
+		cfg:     cfg,
+		ln:      ln,
+		quit:    make(chan struct{}),
+		ready:   make(chan struct{}),
+		conns:   make(map[net.Conn]struct{}),
+		joined:  make([]bool, cfg.Size),
+		addrs:   make([]string, cfg.Size),
+		super:   make([]net.Conn, cfg.Size),
+		gone:    make([]bool, cfg.Size),
+		leaving: make([]bool, cfg.Size),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -99,15 +101,21 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 func (s *rvServer) addr() string { return s.ln.Addr().String() }
 
 // rankExited tells the server that rank r's process is gone (why says how,
-// e.g. "exited with status 1"). Before the rendezvous completes that makes it
+// e.g. "exited with status 1"; clean: it exited with status 0). Before the rendezvous completes that makes it
 // fail: the ranks waiting for the address list, and any that connect later,
 // get an error instead of waiting forever. After completion it changes
 // nothing yet.
 //
 // After completion every other rank is told at once on its supervision
 // channel, which beats any heartbeat timeout.
-func (s *rvServer) rankExited(r ftrma.Rank, why string) {
+func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	s.mu.Lock()
+	if clean && s.leaving[r] {
+		// A rank that announced its departure and exited with status 0
+		// finished; it did not fail, and nobody needs telling.
+		s.mu.Unlock()
+		return
+	}
 	s.gone[r] = true
 	if s.list == nil && s.failure == "" {
 		s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
@@ -261,6 +269,10 @@ func (s *rvServer) serve(c net.Conn) {
 			return
 		}
 		switch typ {
+		case msgLeaving:
+			s.mu.Lock()
+			s.leaving[rank] = true
+			s.mu.Unlock()
 		case msgSuspect:
 			r, err := parseRank(p, s.cfg.Size)
 			if err != nil {

@@ -292,7 +292,7 @@ func TestRendezvousFailsWhenRankExits(t *testing.T) {
 	if !waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.published == 2 }) {
 		t.Fatal("ranks 0 and 1 did not publish")
 	}
-	s.rankExited(2, "exited with status 7")
+	s.rankExited(2, "exited with status 7", false)
 	wg.Wait()
 	const want = "rank 2 exited with status 7 before the rendezvous completed"
 	for r, err := range errs {
@@ -313,7 +313,7 @@ func TestRankExitAfterRendezvous(t *testing.T) {
 	defer cancel()
 	res := joinAll(ctx, []jobEnv{fakeEnv(s, 0, 2), fakeEnv(s, 1, 2)})
 	defer closeAll(res)
-	s.rankExited(1, "exited with status 0")
+	s.rankExited(1, "exited with status 0", true)
 	if res[0].err != nil || res[1].err != nil {
 		t.Fatal(res[0].err, res[1].err)
 	}

@@ -37,6 +37,8 @@ import (
 //	R→L  suspect  rank uint32: this rank's failure detector declared that rank
 //	              failed; the launcher kills it if it still runs (a false
 //	              suspicion must not leave a live process behind)
+//	R→L  leaving  empty: this rank finishes on purpose; if it then exits with
+//	              status 0, its exit is no failure and the others are not told
 //
 // with, for both proofs, HMAC-SHA256 keyed by the job secret over
 //
@@ -73,6 +75,7 @@ const (
 	msgError   byte = 6
 	msgExit    byte = 7 // L→R: rank uint32 — that rank's process is gone
 	msgSuspect byte = 8 // R→L: rank uint32 — this rank declared that rank failed
+	msgLeaving byte = 9 // R→L: empty — this rank is leaving the job on purpose
 )
 
 const (

@@ -162,10 +162,16 @@ func (c *Completion) takeErrs(seq Seq) error {
 	return errors.Join(errs...)
 }
 
-// ErrPeerDown wraps ftrma.ErrProcFailed with the cause of a lost peer.
+// ErrPeerDown wraps ftrma.ErrProcFailed with the cause of a lost peer; the
+// cause stays visible to errors.Is (for example ErrPeerLeft).
 func ErrPeerDown(peer ftrma.Rank, cause error) error {
 	if cause == nil {
 		return &ftrma.OpError{Op: "transport", Rank: peer, Err: ftrma.ErrProcFailed}
 	}
-	return &ftrma.OpError{Op: "transport", Rank: peer, Err: fmt.Errorf("%w: %v", ftrma.ErrProcFailed, cause)}
+	return &ftrma.OpError{Op: "transport", Rank: peer, Err: fmt.Errorf("%w: %w", ftrma.ErrProcFailed, cause)}
 }
+
+// ErrPeerLeft is the cause of a peer-down event when the peer closed its
+// transport on purpose (a goodbye, after everything it sent was delivered),
+// as opposed to crashing or being fenced.
+var ErrPeerLeft = errors.New("peer closed its transport")

@@ -19,8 +19,27 @@ type Comm interface {
 	Rank() ftrma.Rank
 	Size() int
 	Transport() transport.Transport
+	// TransportRank maps a communicator rank to the transport's.
+	TransportRank(r ftrma.Rank) ftrma.Rank
 	Allgather(ctx context.Context, mine []byte) ([][]byte, error)
 	Barrier(ctx context.Context) error
+	// Agree is the fault-tolerant agreement (AND of flags), used by Shrink
+	// and by Free after a Shrink.
+	Agree(ctx context.Context, flag uint64) (uint64, error)
+	Failures
+}
+
+// Failures is how a window learns of failures and revocations, and spreads a
+// revocation: the runtime's local knowledge, no communication at call time.
+type Failures interface {
+	// ProcFailed reports whether communicator rank r is known failed.
+	ProcFailed(r ftrma.Rank) bool
+	// ContextID identifies the communicator among the process's.
+	ContextID() uint32
+	// Notify reliably broadcasts notice id to every rank; Noticed reports
+	// whether notice id has arrived here.
+	Notify(id string)
+	Noticed(id string) bool
 }
 
 // Op is a reduction for Accumulate, GetAccumulate and FetchAndOp.
@@ -88,6 +107,8 @@ const (
 
 // peerInfo is what every rank learns of every other at creation.
 type peerInfo struct {
+	tr   ftrma.Rank    // the rank's transport rank
+	cr   ftrma.Rank    // the rank's communicator rank (lock words hold it)
 	key  transport.Key // the window memory's region (0 for dynamic windows)
 	size uint64        // the window memory's length in bytes
 	ctl  transport.Key // the control block's region (lock word)
@@ -104,6 +125,9 @@ type Window struct {
 	ctl   []uint64 // local control block, registered as ctlKey
 	peers []peerInfo
 	freed atomic.Bool
+
+	revokeID string      // the notice that revokes this window (and its shrunk successors)
+	revoked  atomic.Bool // a revocation was seen
 
 	mu       sync.Mutex                 // guards locks and attached
 	locks    map[ftrma.Rank]LockType    // explicit locks this rank holds
@@ -148,10 +172,11 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (*Window, error) {
 		w.deregister(info.key)
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
 	}
-	var mine [16]byte
+	var mine [24]byte
 	binary.BigEndian.PutUint32(mine[0:], uint32(info.key))
 	binary.BigEndian.PutUint64(mine[4:], info.size)
 	binary.BigEndian.PutUint32(mine[12:], uint32(info.ctl))
+	binary.BigEndian.PutUint64(mine[16:], windowIDs.Load())
 	all, err := c.Allgather(ctx, mine[:])
 	if err != nil {
 		w.deregister(info.key)
@@ -159,18 +184,30 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (*Window, error) {
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
 	}
 	w.peers = make([]peerInfo, len(all))
+	var id uint64
 	for r, b := range all {
 		if len(b) != len(mine) {
 			return nil, &ftrma.OpError{Op: "create window", Rank: ftrma.Rank(r), Err: fmt.Errorf("%w: bad window description", ftrma.ErrInvalid)}
 		}
+		id = max(id, binary.BigEndian.Uint64(b[16:]))
 		w.peers[r] = peerInfo{
+			tr:   c.TransportRank(ftrma.Rank(r)),
+			cr:   ftrma.Rank(r),
 			key:  transport.Key(binary.BigEndian.Uint32(b[0:])),
 			size: binary.BigEndian.Uint64(b[4:]),
 			ctl:  transport.Key(binary.BigEndian.Uint32(b[12:])),
 		}
 	}
+	// Every rank proposed its process's next window id; all take the largest,
+	// so the id (and the revocation notice) is the same everywhere.
+	for cur := windowIDs.Load(); cur <= id && !windowIDs.CompareAndSwap(cur, id+1); cur = windowIDs.Load() {
+	}
+	w.revokeID = fmt.Sprintf("wrevoke/%d/%d", c.ContextID(), id)
 	return w, nil
 }
+
+// windowIDs is this process's next window id (see create).
+var windowIDs atomic.Uint64
 
 func (w *Window) deregister(k transport.Key) {
 	if k != 0 {
@@ -223,7 +260,7 @@ func (w *Window) Detach(addr uint64) error {
 	return w.t.Deregister(key)
 }
 
-// check fails when the window was freed.
+// check fails when the window was freed (revocation does not matter).
 func (w *Window) check(op string) error {
 	if w.freed.Load() {
 		return &ftrma.OpError{Op: op, Rank: -1, Err: ErrFreed}
@@ -231,33 +268,114 @@ func (w *Window) check(op string) error {
 	return nil
 }
 
+// Revoke revokes the window at every rank (the ULFM RMA chapter's
+// MPI_Win_revoke): the notice is reliably broadcast, and once it arrives every
+// rank's later operations on the window return ftrma.ErrRevoked. Free and
+// Shrink still work.
+func (w *Window) Revoke() error {
+	if err := w.check("revoke"); err != nil {
+		return err
+	}
+	w.revoked.Store(true)
+	w.c.Notify(w.revokeID)
+	return nil
+}
+
+// IsRevoked reports whether a revocation of the window has arrived (local).
+func (w *Window) IsRevoked() bool {
+	if !w.revoked.Load() && w.c.Noticed(w.revokeID) {
+		w.revoked.Store(true)
+	}
+	return w.revoked.Load()
+}
+
+// Failed returns the window ranks known to have failed, in rank order
+// (local knowledge, no communication).
+func (w *Window) Failed() []ftrma.Rank {
+	var out []ftrma.Rank
+	for r, p := range w.peers {
+		if w.c.ProcFailed(p.cr) {
+			out = append(out, ftrma.Rank(r))
+		}
+	}
+	return out
+}
+
+// Rank is this rank's rank in the window; Size the window's number of ranks.
+// They equal the communicator's, except in a window made by Shrink.
+func (w *Window) Rank() ftrma.Rank { return w.rank }
+
+// Size is the number of ranks of the window.
+func (w *Window) Size() int { return len(w.peers) }
+
+// Shrink returns a window over the surviving ranks of w, without shrinking the
+// communicator (the paper's missing feature): the ranks agree on the failed
+// set, and the survivors keep their exposed memory, now numbered in the old
+// order without the failed ranks. Collective over the survivors; it works on
+// a revoked window (the new window is not revoked). w stays usable toward
+// live ranks; free only one of the two windows (they share memory).
+func (w *Window) Shrink(ctx context.Context) (*Window, error) {
+	if err := w.check("shrink"); err != nil {
+		return nil, err
+	}
+	// The agreement fixes the failed set everywhere (Failed() is equal at
+	// every survivor afterwards).
+	if _, err := w.c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+		return nil, wrap("shrink", -1, err)
+	}
+	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, rank: -1,
+		revokeID: w.revokeID + "/shrunk", locks: make(map[ftrma.Rank]LockType), attached: w.attached}
+	for _, p := range w.peers {
+		if w.c.ProcFailed(p.cr) {
+			continue
+		}
+		if p.cr == w.peers[w.rank].cr {
+			n.rank = ftrma.Rank(len(n.peers))
+		}
+		n.peers = append(n.peers, p)
+	}
+	return n, nil
+}
+
 // target validates an access of n bytes at disp of rank r and returns the
 // region and offset to name to the transport.
-func (w *Window) target(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (transport.Key, uint64, error) {
-	if w.freed.Load() {
-		return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: ErrFreed}
+func (w *Window) target(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
+	if err := w.usable(op, r); err != nil {
+		return 0, 0, 0, err
 	}
 	if r < 0 || int(r) >= len(w.peers) {
-		return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+		return 0, 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
+	p := w.peers[r]
 	if atomic && disp%8 != 0 {
-		return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: displacement %d", ftrma.ErrMisaligned, disp)}
+		return 0, 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: displacement %d", ftrma.ErrMisaligned, disp)}
 	}
 	if w.kind == dynamic {
 		key, off := transport.Key(disp>>addrShift), disp&offMask
 		if key == 0 {
-			return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: %#x is not an attached address", ftrma.ErrUnknownRegion, disp)}
+			return 0, 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: %#x is not an attached address", ftrma.ErrUnknownRegion, disp)}
 		}
 		if uint64(n) > offMask-off {
-			return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrOutOfBounds}
+			return 0, 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrOutOfBounds}
 		}
-		return key, off, nil
+		return p.tr, key, off, nil
 	}
-	p := w.peers[r]
 	if disp > p.size || uint64(n) > p.size-disp {
-		return 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: %d bytes at %d, window of rank %d has %d", ftrma.ErrOutOfBounds, n, disp, r, p.size)}
+		return 0, 0, 0, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: %d bytes at %d, window of rank %d has %d", ftrma.ErrOutOfBounds, n, disp, r, p.size)}
 	}
-	return p.key, disp, nil
+	return p.tr, p.key, disp, nil
+}
+
+// usable fails when the window was freed or revoked.
+func (w *Window) usable(op string, r ftrma.Rank) error {
+	if w.freed.Load() {
+		return &ftrma.OpError{Op: op, Rank: r, Err: ErrFreed}
+	}
+	if w.revoked.Load() || w.c.Noticed(w.revokeID) {
+		w.revoked.Store(true)
+		return &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRevoked}
+	}
+	return nil
 }
 
 func wrap(op string, r ftrma.Rank, err error) error {
@@ -274,75 +392,76 @@ func wrap(op string, r ftrma.Rank, err error) error {
 // Put copies data to disp in rank target's window. data may be reused when Put
 // returns; the write is complete at the next Flush of target.
 func (w *Window) Put(target ftrma.Rank, disp uint64, data []byte) error {
-	_, err := w.put("put", target, disp, data)
+	_, _, err := w.put("put", target, disp, data)
 	return err
 }
 
-func (w *Window) put(op string, target ftrma.Rank, disp uint64, data []byte) (transport.Seq, error) {
-	key, off, err := w.target(op, target, disp, len(data), false)
+func (w *Window) put(op string, target ftrma.Rank, disp uint64, data []byte) (ftrma.Rank, transport.Seq, error) {
+	tr, key, off, err := w.target(op, target, disp, len(data), false)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	seq, err := w.t.Write(target, key, off, data)
-	return seq, wrap(op, target, err)
+	seq, err := w.t.Write(tr, key, off, data)
+	return tr, seq, wrap(op, target, err)
 }
 
 // PutSync is a blocking Put: it returns once data is visible in target's
 // window, or with the error of the write.
 func (w *Window) PutSync(ctx context.Context, target ftrma.Rank, disp uint64, data []byte) error {
-	seq, err := w.put("put", target, disp, data)
+	tr, seq, err := w.put("put", target, disp, data)
 	if err != nil {
 		return err
 	}
-	return wrap("put", target, w.t.Wait(ctx, target, seq))
+	return wrap("put", target, w.t.Wait(ctx, tr, seq))
 }
 
 // Get reads len(buf) bytes at disp of target's window into buf, which holds
 // the data after the next Flush of target and must not be touched before.
 func (w *Window) Get(target ftrma.Rank, disp uint64, buf []byte) error {
-	_, err := w.get("get", target, disp, buf)
+	_, _, err := w.get("get", target, disp, buf)
 	return err
 }
 
-func (w *Window) get(op string, target ftrma.Rank, disp uint64, buf []byte) (transport.Seq, error) {
-	key, off, err := w.target(op, target, disp, len(buf), false)
+func (w *Window) get(op string, target ftrma.Rank, disp uint64, buf []byte) (ftrma.Rank, transport.Seq, error) {
+	tr, key, off, err := w.target(op, target, disp, len(buf), false)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	seq, err := w.t.Read(target, key, off, buf)
-	return seq, wrap(op, target, err)
+	seq, err := w.t.Read(tr, key, off, buf)
+	return tr, seq, wrap(op, target, err)
 }
 
 // Request is a posted request-based operation.
 type Request struct {
 	w      *Window
 	op     string
-	target ftrma.Rank
+	target ftrma.Rank // window rank
+	tr     ftrma.Rank // its transport rank
 	seq    transport.Seq
 }
 
 // Wait blocks until the request is complete: for Rput the data is visible at
 // the target, for Rget it is in the buffer.
 func (r *Request) Wait(ctx context.Context) error {
-	return wrap(r.op, r.target, r.w.t.Wait(ctx, r.target, r.seq))
+	return wrap(r.op, r.target, r.w.t.Wait(ctx, r.tr, r.seq))
 }
 
 // Rput is Put returning a request to wait for.
 func (w *Window) Rput(target ftrma.Rank, disp uint64, data []byte) (*Request, error) {
-	seq, err := w.put("rput", target, disp, data)
+	tr, seq, err := w.put("rput", target, disp, data)
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rput", target, seq}, nil
+	return &Request{w, "rput", target, tr, seq}, nil
 }
 
 // Rget is Get returning a request to wait for.
 func (w *Window) Rget(target ftrma.Rank, disp uint64, buf []byte) (*Request, error) {
-	seq, err := w.get("rget", target, disp, buf)
+	tr, seq, err := w.get("rget", target, disp, buf)
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rget", target, seq}, nil
+	return &Request{w, "rget", target, tr, seq}, nil
 }
 
 // Accumulate combines origin into the int64 elements at disp of target's
@@ -364,7 +483,7 @@ func (w *Window) GetAccumulate(target ftrma.Rank, disp uint64, origin, result []
 }
 
 func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin, result []int64, op Op) error {
-	key, off, err := w.target(name, target, disp, 8*len(origin), true)
+	tr, key, off, err := w.target(name, target, disp, 8*len(origin), true)
 	if err != nil {
 		return err
 	}
@@ -375,17 +494,17 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 			if result != nil {
 				res = (*uint64)(unsafe.Pointer(&result[i]))
 			}
-			if _, err := w.t.FetchAndAdd64(target, key, off+8*uint64(i), uint64(v), res); err != nil {
+			if _, err := w.t.FetchAndAdd64(tr, key, off+8*uint64(i), uint64(v), res); err != nil {
 				return wrap(name, target, err)
 			}
 		}
 	case Replace:
 		if result == nil {
-			_, err := w.writeWords(target, key, off, int64Bytes(origin))
+			_, err := w.writeWords(tr, key, off, int64Bytes(origin))
 			return wrap(name, target, err)
 		}
 		for i, v := range origin {
-			old, err := w.swap(target, key, off+8*uint64(i), uint64(v))
+			old, err := w.swap(tr, key, off+8*uint64(i), uint64(v))
 			if err != nil {
 				return wrap(name, target, err)
 			}
@@ -393,7 +512,7 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 		}
 	case NoOp:
 		if result != nil {
-			_, err := w.t.Read(target, key, off, int64Bytes(result))
+			_, err := w.t.Read(tr, key, off, int64Bytes(result))
 			return wrap(name, target, err)
 		}
 	default:
@@ -404,12 +523,12 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 
 // writeWords writes b in pieces the transport stores in whole aligned words,
 // so that every element is replaced atomically.
-func (w *Window) writeWords(target ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
+func (w *Window) writeWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
 	var seq transport.Seq
 	for first := true; first || len(b) > 0; first = false {
 		n := min(len(b), transport.WordAtomicWrite)
 		var err error
-		if seq, err = w.t.Write(target, key, off, b[:n]); err != nil {
+		if seq, err = w.t.Write(tr, key, off, b[:n]); err != nil {
 			return 0, err
 		}
 		b, off = b[n:], off+uint64(n)
@@ -419,15 +538,15 @@ func (w *Window) writeWords(target ftrma.Rank, key transport.Key, off uint64, b 
 
 // swap atomically replaces the word at off with v and returns the old value,
 // by compare-and-swap until one succeeds. It waits for each round trip.
-func (w *Window) swap(target ftrma.Rank, key transport.Key, off uint64, v uint64) (uint64, error) {
+func (w *Window) swap(tr ftrma.Rank, key transport.Key, off uint64, v uint64) (uint64, error) {
 	var guess uint64
 	for {
 		var old uint64
-		seq, err := w.t.CompareAndSwap64(target, key, off, guess, v, &old)
+		seq, err := w.t.CompareAndSwap64(tr, key, off, guess, v, &old)
 		if err != nil {
 			return 0, err
 		}
-		if err := w.t.Wait(context.Background(), target, seq); err != nil {
+		if err := w.t.Wait(context.Background(), tr, seq); err != nil {
 			return 0, err
 		}
 		if old == guess {
@@ -444,11 +563,11 @@ func (w *Window) AccumulateBytes(target ftrma.Rank, disp uint64, data []byte, op
 	if op != Replace {
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE)", ftrma.ErrInvalid, op)}
 	}
-	key, off, err := w.target(name, target, disp, len(data), false)
+	tr, key, off, err := w.target(name, target, disp, len(data), false)
 	if err != nil {
 		return err
 	}
-	_, err = w.writeWords(target, key, off, data)
+	_, err = w.writeWords(tr, key, off, data)
 	return wrap(name, target, err)
 }
 
@@ -463,13 +582,13 @@ func (w *Window) GetAccumulateBytes(target ftrma.Rank, disp uint64, data, result
 	if op != Replace && op != NoOp {
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE, NO_OP)", ftrma.ErrInvalid, op)}
 	}
-	if _, err := w.get(name, target, disp, result); err != nil {
+	if _, _, err := w.get(name, target, disp, result); err != nil {
 		return err
 	}
 	if op == Replace {
-		key, off, err := w.target(name, target, disp, len(data), false)
+		tr, key, off, err := w.target(name, target, disp, len(data), false)
 		if err == nil {
-			_, err = w.writeWords(target, key, off, data)
+			_, err = w.writeWords(tr, key, off, data)
 		}
 		return wrap(name, target, err)
 	}
@@ -481,19 +600,19 @@ func (w *Window) GetAccumulateBytes(target ftrma.Rank, disp uint64, data, result
 // complete at Flush; Replace completes before FetchAndOp returns.
 func (w *Window) FetchAndOp(target ftrma.Rank, disp uint64, operand int64, result *int64, op Op) error {
 	const name = "fetch-and-op"
-	key, off, err := w.target(name, target, disp, 8, true)
+	tr, key, off, err := w.target(name, target, disp, 8, true)
 	if err != nil {
 		return err
 	}
 	res := (*uint64)(unsafe.Pointer(result))
 	switch op {
 	case Sum:
-		_, err = w.t.FetchAndAdd64(target, key, off, uint64(operand), res)
+		_, err = w.t.FetchAndAdd64(tr, key, off, uint64(operand), res)
 	case NoOp:
-		_, err = w.t.FetchAndAdd64(target, key, off, 0, res)
+		_, err = w.t.FetchAndAdd64(tr, key, off, 0, res)
 	case Replace:
 		var old uint64
-		old, err = w.swap(target, key, off, uint64(operand))
+		old, err = w.swap(tr, key, off, uint64(operand))
 		if err == nil && result != nil {
 			*result = int64(old)
 		}
@@ -507,31 +626,44 @@ func (w *Window) FetchAndOp(target ftrma.Rank, disp uint64, operand int64, resul
 // equals compare, and stores the prior value in *result (valid after Flush).
 func (w *Window) CompareAndSwap(target ftrma.Rank, disp uint64, compare, swap int64, result *int64) error {
 	const name = "compare-and-swap"
-	key, off, err := w.target(name, target, disp, 8, true)
+	tr, key, off, err := w.target(name, target, disp, 8, true)
 	if err != nil {
 		return err
 	}
-	_, err = w.t.CompareAndSwap64(target, key, off, uint64(compare), uint64(swap), (*uint64)(unsafe.Pointer(result)))
+	_, err = w.t.CompareAndSwap64(tr, key, off, uint64(compare), uint64(swap), (*uint64)(unsafe.Pointer(result)))
 	return wrap(name, target, err)
 }
 
 // Flush returns when every operation this rank posted toward target is
 // complete at the target, with the first error among them.
 func (w *Window) Flush(ctx context.Context, target ftrma.Rank) error {
-	if _, _, err := w.target("flush", target, 0, 0, false); err != nil && !errors.Is(err, ftrma.ErrUnknownRegion) {
+	tr, err := w.rankOf("flush", target)
+	if err != nil {
 		return err
 	}
-	return wrap("flush", target, w.t.Flush(ctx, target))
+	return wrap("flush", target, w.t.Flush(ctx, tr))
+}
+
+// rankOf validates a target rank for an operation that names no memory and
+// returns its transport rank.
+func (w *Window) rankOf(op string, r ftrma.Rank) (ftrma.Rank, error) {
+	if err := w.usable(op, r); err != nil {
+		return 0, err
+	}
+	if r < 0 || int(r) >= len(w.peers) {
+		return 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	return w.peers[r].tr, nil
 }
 
 // FlushAll is Flush toward every rank; it returns the first error.
 func (w *Window) FlushAll(ctx context.Context) error {
-	if err := w.check("flush"); err != nil {
+	if err := w.usable("flush", -1); err != nil {
 		return err
 	}
 	var first error
-	for r := range w.peers {
-		if err := w.t.Flush(ctx, ftrma.Rank(r)); err != nil && first == nil {
+	for r, p := range w.peers {
+		if err := w.t.Flush(ctx, p.tr); err != nil && first == nil {
 			first = wrap("flush", ftrma.Rank(r), err)
 		}
 	}
@@ -554,7 +686,7 @@ func (w *Window) FlushLocalAll(ctx context.Context) error { return w.FlushAll(ct
 // one lock per target.
 func (w *Window) Lock(ctx context.Context, target ftrma.Rank, lt LockType) error {
 	const name = "lock"
-	if _, _, err := w.target(name, target, 0, 0, false); err != nil && !errors.Is(err, ftrma.ErrUnknownRegion) {
+	if _, err := w.rankOf(name, target); err != nil {
 		return err
 	}
 	if lt != Shared && lt != Exclusive {
@@ -577,19 +709,20 @@ func (w *Window) Lock(ctx context.Context, target ftrma.Rank, lt LockType) error
 }
 
 func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) error {
-	ctl := w.peers[target].ctl
+	p := w.peers[target]
+	me := exclusiveWord(w.peers[w.rank].cr)
 	var b backoff
 	for {
 		var old uint64
 		var seq transport.Seq
 		var err error
 		if lt == Exclusive {
-			seq, err = w.t.CompareAndSwap64(target, ctl, lockWordOff, 0, exclusiveWord(w.rank), &old)
+			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, 0, me, &old)
 		} else {
-			seq, err = w.t.FetchAndAdd64(target, ctl, lockWordOff, sharedOne, &old)
+			seq, err = w.t.FetchAndAdd64(p.tr, p.ctl, lockWordOff, sharedOne, &old)
 		}
 		if err == nil {
-			err = w.t.Wait(ctx, target, seq)
+			err = w.t.Wait(ctx, p.tr, seq)
 		}
 		if err != nil {
 			return err
@@ -598,16 +731,31 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 			return nil
 		}
 		if lt == Shared { // an exclusive holder: take the increment back
-			seq, err = w.t.FetchAndAdd64(target, ctl, lockWordOff, ^uint64(sharedOne-1), nil)
+			seq, err = w.t.FetchAndAdd64(p.tr, p.ctl, lockWordOff, ^uint64(sharedOne-1), nil)
 			if err == nil {
-				err = w.t.Wait(ctx, target, seq)
+				err = w.t.Wait(ctx, p.tr, seq)
 			}
 			if err != nil {
 				return err
 			}
 		}
+		// An exclusive holder known to have failed never unlocks: take its
+		// lock away (the paper's enforced unlocking), CAS(dead → free part).
+		if holder := ftrma.Rank(old>>32) - 1; old>>32 != 0 && w.c.ProcFailed(holder) {
+			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, old, old&(1<<32-1), &old)
+			if err == nil {
+				err = w.t.Wait(ctx, p.tr, seq)
+			}
+			if err != nil {
+				return err
+			}
+			continue // retry at once: the lock may be free now
+		}
 		if err := b.wait(ctx); err != nil {
 			return err
+		}
+		if w.IsRevoked() {
+			return ftrma.ErrRevoked
 		}
 	}
 }
@@ -616,7 +764,8 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 // rank's lock on it.
 func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 	const name = "unlock"
-	if _, _, err := w.target(name, target, 0, 0, false); err != nil && !errors.Is(err, ftrma.ErrUnknownRegion) {
+	tr, err := w.rankOf(name, target)
+	if err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -629,15 +778,15 @@ func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 	// operations and one wait covers both; otherwise flush first.
 	var flushErr error
 	if !w.t.Caps().Has(transport.CapOrdered) {
-		flushErr = w.t.Flush(ctx, target)
+		flushErr = w.t.Flush(ctx, tr)
 	}
 	delta := ^uint64(sharedOne - 1)
 	if lt == Exclusive {
-		delta = -exclusiveWord(w.rank)
+		delta = -exclusiveWord(w.peers[w.rank].cr)
 	}
-	seq, err := w.t.FetchAndAdd64(target, w.peers[target].ctl, lockWordOff, delta, nil)
+	seq, err := w.t.FetchAndAdd64(tr, w.peers[target].ctl, lockWordOff, delta, nil)
 	if err == nil {
-		err = w.t.Wait(ctx, target, seq)
+		err = w.t.Wait(ctx, tr, seq)
 	}
 	w.mu.Lock()
 	delete(w.locks, target)
@@ -672,8 +821,9 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	return first
 }
 
-// Free completes this rank's operations, waits for every rank to do the same
-// (collective), and withdraws the window's memory. It fails with
+// Free completes this rank's operations, waits for every live rank to do the
+// same (collective; failed ranks are skipped, so it works after failures and
+// on a revoked window), and withdraws the window's memory. It fails with
 // ftrma.ErrLockHeld, and frees nothing, while this rank holds a lock. After
 // Free every method returns ErrFreed.
 func (w *Window) Free(ctx context.Context) error {
@@ -686,8 +836,23 @@ func (w *Window) Free(ctx context.Context) error {
 		return &ftrma.OpError{Op: "free", Rank: -1, Err: fmt.Errorf("%w: %d lock(s) still held", ftrma.ErrLockHeld, n)}
 	}
 	w.mu.Unlock()
-	flushErr := w.FlushAll(ctx)
-	barrierErr := w.c.Barrier(ctx)
+	// Complete this rank's operations toward the live ranks, then wait for
+	// every live rank to do the same: the fault-tolerant agreement serves as
+	// a barrier that neither hangs nor fails on ranks that died (or on a
+	// revoked window).
+	var flushErr error
+	for r, p := range w.peers {
+		if w.c.ProcFailed(p.cr) {
+			continue
+		}
+		if err := w.t.Flush(ctx, p.tr); err != nil && flushErr == nil && !errors.Is(err, ftrma.ErrProcFailed) {
+			flushErr = wrap("free", ftrma.Rank(r), err)
+		}
+	}
+	_, barrierErr := w.c.Agree(ctx, 1)
+	if errors.Is(barrierErr, ftrma.ErrProcFailed) {
+		barrierErr = nil
+	}
 	if w.freed.Swap(true) {
 		return &ftrma.OpError{Op: "free", Rank: -1, Err: ErrFreed}
 	}

@@ -491,20 +491,23 @@ func TestCrashedTargetFails(t *testing.T) {
 			t.Fatalf("put+flush toward a crashed rank: %v", err)
 		}
 	}
-	for name, f := range map[string]func() error{
-		"flush":   func() error { return w.Flush(ctx, 2) },
-		"unlock":  func() error { return w.Unlock(ctx, 2) },
-		"lock":    func() error { return w.Lock(ctx, 2, window.Shared) },
-		"putsync": func() error { return w.PutSync(ctx, 2, 0, []byte{1}) },
-		"cas": func() error {
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"flush", func() error { return w.Flush(ctx, 2) }},
+		{"unlock", func() error { return w.Unlock(ctx, 2) }},
+		{"lock", func() error { return w.Lock(ctx, 2, window.Shared) }},
+		{"putsync", func() error { return w.PutSync(ctx, 2, 0, []byte{1}) }},
+		{"cas", func() error {
 			if err := w.CompareAndSwap(2, 0, 0, 1, &res); err != nil {
 				return err
 			}
 			return w.Flush(ctx, 2)
-		},
+		}},
 	} {
-		if err := f(); !errors.Is(err, ftrma.ErrProcFailed) {
-			t.Errorf("%s toward a crashed rank: %v, want ErrProcFailed", name, err)
+		if err := c.f(); !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Errorf("%s toward a crashed rank: %v, want ErrProcFailed", c.name, err)
 		}
 	}
 	if err := w.PutSync(ctx, 1, 0, []byte{7}); err != nil {

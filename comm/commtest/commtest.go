@@ -5,8 +5,11 @@ package commtest
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
@@ -17,14 +20,46 @@ import (
 type World struct {
 	Net   *memnet.Network
 	Comms []*comm.Comm
+
+	mu       sync.Mutex // guards declared
+	declared map[ftrma.Rank]string
 }
 
-// New builds a world of n ranks. Close it when done (tb.Cleanup does when tb
-// is not nil).
-func New(tb testing.TB, n int) *World {
-	w := &World{Net: memnet.New(n), Comms: make([]*comm.Comm, n)}
+// New builds a world of n ranks with TestConfig. Close it when done
+// (tb.Cleanup does when tb is not nil).
+func New(tb testing.TB, n int) *World { return NewConfig(tb, n, TestConfig()) }
+
+// TestConfig is the configuration of New's worlds: the failure detector's
+// timeout is 2 s instead of 60 ms, because goroutine ranks share one
+// process's CPUs (and, under the race detector, run many times slower), so a
+// busy rank's heartbeats can be late without anything having failed. Crashes
+// (memnet's Crash) are noticed at once regardless; tests of the detector
+// itself pass their own Config to NewConfig.
+func TestConfig() comm.Config {
+	var c comm.Config
+	c.Detector.Period = 50 * time.Millisecond
+	c.Detector.Timeout = 2 * time.Second
+	return c
+}
+
+// NewConfig builds a world of n ranks with cfg. A rank the world declares
+// failed does not exit the test process: Declared reports it instead (unless
+// cfg sets OnDeclaredFailed itself).
+func NewConfig(tb testing.TB, n int, cfg comm.Config) *World {
+	w := &World{Net: memnet.New(n), Comms: make([]*comm.Comm, n), declared: make(map[ftrma.Rank]string)}
 	for r := range n {
-		w.Comms[r] = comm.New(w.Net.Endpoint(ftrma.Rank(r)))
+		c := cfg
+		if c.OnDeclaredFailed == nil {
+			c.OnDeclaredFailed = func(by string) {
+				w.mu.Lock()
+				w.declared[ftrma.Rank(r)] = by
+				w.mu.Unlock()
+			}
+		}
+		var err error
+		if w.Comms[r], err = comm.New(w.Net.Endpoint(ftrma.Rank(r)), c); err != nil {
+			panic(fmt.Sprintf("commtest: rank %d: %v", r, err))
+		}
 	}
 	if tb != nil {
 		tb.Cleanup(w.Close)
@@ -32,12 +67,30 @@ func New(tb testing.TB, n int) *World {
 	return w
 }
 
+// Declared reports whether rank r learned that the world declared it failed,
+// and why.
+func (w *World) Declared(r ftrma.Rank) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	why, ok := w.declared[r]
+	return why, ok
+}
+
 // Run calls f for every rank in its own goroutine and returns the ranks'
 // errors, indexed by rank.
 func (w *World) Run(ctx context.Context, f func(ctx context.Context, c *comm.Comm) error) []error {
+	return w.RunRanks(ctx, nil, f)
+}
+
+// RunRanks is Run for the ranks listed (all ranks when ranks is nil); the
+// others' errors are nil.
+func (w *World) RunRanks(ctx context.Context, ranks []ftrma.Rank, f func(ctx context.Context, c *comm.Comm) error) []error {
 	errs := make([]error, len(w.Comms))
 	var wg sync.WaitGroup
 	for r, c := range w.Comms {
+		if ranks != nil && !slices.Contains(ranks, ftrma.Rank(r)) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

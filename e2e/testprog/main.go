@@ -3,18 +3,33 @@
 //	testprog intruder      rank 0 prints its transport address, waits until the
 //	                       test has tried to break in, then all ranks move data
 //	testprog fail-rank R   rank R exits with status 3
+//	testprog hammer T...   every rank but the targets T hammers put/flush, CAS,
+//	                       fetch-and-add and lock/unlock at the first target
+//	                       until an operation fails, prints when ("detected
+//	                       UNIXNANO ERR"), then all survivors agree, shrink and
+//	                       verify counters on the survivors; the targets print
+//	                       "pid PID" and wait to be killed
+//	testprog stopped V     rank V prints "pid PID" and then keeps writing into
+//	                       every other rank's window; the others watch their
+//	                       windows: once V is declared failed (the test stops
+//	                       V with SIGSTOP), nothing of V's may land
 package main
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/window"
 )
 
 func main() {
@@ -66,6 +81,10 @@ func run(ctx context.Context, args []string) error {
 		if c.Rank() == 0 {
 			fmt.Println("intruder test verified")
 		}
+	case "hammer":
+		return hammer(ctx, c, args[1:])
+	case "stopped":
+		return stopped(ctx, c, args[1:])
 	case "fail-rank":
 		if len(args) < 2 {
 			return fmt.Errorf("fail-rank needs a rank")
@@ -82,4 +101,137 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("unknown mode %q", args[0])
 	}
 	return c.Finalize(ctx)
+}
+
+func ranks(args []string) ([]ftrma.Rank, error) {
+	var out []ftrma.Rank
+	for _, a := range args {
+		r, err := strconv.Atoi(a)
+		if err != nil {
+			return nil, fmt.Errorf("bad rank %q", a)
+		}
+		out = append(out, ftrma.Rank(r))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no target rank")
+	}
+	return out, nil
+}
+
+func hammer(ctx context.Context, c *comm.Comm, args []string) error {
+	targets, err := ranks(args)
+	if err != nil {
+		return err
+	}
+	w, err := window.Allocate(ctx, c, 64)
+	if err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if slices.Contains(targets, c.Rank()) {
+		fmt.Printf("pid %d\n", os.Getpid())
+		<-ctx.Done() // killed by the test
+		return ctx.Err()
+	}
+	t := targets[0]
+	var old int64
+	buf := make([]byte, 8)
+	for i := 0; ; i++ {
+		var err error
+		switch i % 4 {
+		case 0:
+			if err = w.Put(t, 8, buf); err == nil {
+				err = w.Flush(ctx, t)
+			}
+		case 1:
+			if err = w.CompareAndSwap(t, 0, old, old+1, &old); err == nil {
+				err = w.Flush(ctx, t)
+			}
+		case 2:
+			if err = w.FetchAndOp(t, 16, 1, &old, window.Sum); err == nil {
+				err = w.Flush(ctx, t)
+			}
+		case 3:
+			if err = w.Lock(ctx, t, window.Exclusive); err == nil {
+				err = w.Unlock(ctx, t)
+			}
+		}
+		if err != nil {
+			fmt.Printf("detected %d after %d operations: %v\n", time.Now().UnixNano(), i, err)
+			if !errors.Is(err, ftrma.ErrProcFailed) {
+				return fmt.Errorf("hammering rank %d: %w, want ErrProcFailed", t, err)
+			}
+			break
+		}
+	}
+	c.FailureAck()
+	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+		return fmt.Errorf("agree: %w", err)
+	}
+	nc, err := c.Shrink(ctx)
+	if err != nil {
+		return fmt.Errorf("shrink: %w", err)
+	}
+	if _, _, err := rmacheck.Counters(ctx, nc, 200); err != nil {
+		return fmt.Errorf("after shrink: %w", err)
+	}
+	if nc.Rank() == 0 {
+		fmt.Printf("recovered: %d ranks, failed %v\n", nc.Size(), c.Failed())
+	}
+	return nc.Barrier(ctx)
+}
+
+// stopped: rank V writes its marker into the others' windows until it is
+// declared failed; the others check that after they learned of V's failure
+// (and the window memory was snapshotted), nothing changes any more.
+func stopped(ctx context.Context, c *comm.Comm, args []string) error {
+	vs, err := ranks(args)
+	if err != nil {
+		return err
+	}
+	v := vs[0]
+	w, err := window.Allocate(ctx, c, 8*1024)
+	if err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() == v {
+		fmt.Printf("pid %d\n", os.Getpid())
+		buf := make([]byte, 8)
+		for i := uint64(1); ; i++ {
+			binary.LittleEndian.PutUint64(buf, i)
+			for r := range c.Size() {
+				if ftrma.Rank(r) != v {
+					w.Put(ftrma.Rank(r), 8*(i%1024), buf) // unflushed: queued writes
+				}
+			}
+			if i%64 == 0 {
+				for r := range c.Size() {
+					if ftrma.Rank(r) != v {
+						w.Flush(ctx, ftrma.Rank(r))
+					}
+				}
+			}
+		}
+	}
+	for !c.ProcFailed(v) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rank %d never declared failed: %w", v, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	snap := slices.Clone(w.Bytes())
+	fmt.Printf("declared %d\n", time.Now().UnixNano())
+	// The test resumes V now and it may try to write; give it time to.
+	time.Sleep(2 * time.Second)
+	if !slices.Equal(snap, w.Bytes()) {
+		return fmt.Errorf("rank %d's writes landed after it was declared failed", v)
+	}
+	fmt.Println("fenced: memory unchanged")
+	return nil
 }

@@ -16,7 +16,7 @@ const (
 	kindOp       kind = iota + 1 // a one-sided operation to execute at the receiver
 	kindReply                    // the receiver's answer to an operation it posted
 	kindMessage                  // a control message for the Receiver
-	kindBye                      // the sender fenced the receiver or closed: the link is gone (a TCP FIN or RST)
+	kindBye                      // the sender fenced the receiver or closed: the link is gone (a TCP FIN or RST); val byeLeft when it closed
 	kindDown                     // local event, never on a link: call Receiver.HandlePeerDown
 	kindReceiver                 // local event, never on a link: a receiver was set, deliver what is held
 )
@@ -69,6 +69,9 @@ type op struct {
 }
 
 // msg is one message in an inbox.
+// byeLeft marks a kindBye sent by Close: the peer left on purpose.
+const byeLeft = 1
+
 type msg struct {
 	at   time.Time  // earliest delivery time; zero means at once
 	id   uint64     // arrival order among delayed messages, breaks ties in at
@@ -246,7 +249,11 @@ func (t *Transport) handle(m *msg) {
 		t.mu.Unlock()
 		t.deliver(m)
 	case kindBye:
-		err := transport.ErrPeerDown(m.from, errReset)
+		cause := errReset
+		if m.val == byeLeft {
+			cause = transport.ErrPeerLeft
+		}
+		err := transport.ErrPeerDown(m.from, cause)
 		lost := t.peerLostLocked(m.from, err)
 		t.mu.Unlock()
 		if lost {

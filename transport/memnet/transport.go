@@ -328,7 +328,7 @@ func (t *Transport) shutdown(cause error, bye bool) bool {
 	close(t.quit)
 	t.mu.Unlock()
 	for _, p := range tell {
-		t.link(p).send(msg{kind: kindBye})
+		t.link(p).send(msg{kind: kindBye, val: byeLeft})
 	}
 	return true
 }

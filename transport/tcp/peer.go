@@ -451,7 +451,7 @@ func (p *peer) poll(seq transport.Seq, spin time.Duration) {
 
 var (
 	errClosedRead = errors.New("connection closed")
-	errBye        = errors.New("peer closed its transport")
+	errBye        = transport.ErrPeerLeft
 )
 
 // pollLocked reads what the socket holds without blocking and serves every

@@ -138,6 +138,28 @@ func Median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// Percentile returns the p-th percentile of xs, 0 <= p <= 100, by linear
+// interpolation between the two nearest ranks (the "type 7" estimate of R
+// and NumPy's default): the minimum for p = 0, the maximum for p = 100, and
+// Median for p = 50. It returns NaN when xs is empty or p is out of range.
+// With few samples a high percentile lies between the two largest samples;
+// p99 of five samples is 0.04 of the way from the fourth to the fifth. xs is
+// not modified.
+func Percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 || !(p >= 0 && p <= 100) {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := p / 100 * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	if lo >= len(s)-1 {
+		return s[len(s)-1]
+	}
+	frac := pos - float64(lo)
+	return s[lo] + frac*(s[lo+1]-s[lo])
+}
+
 // seriesKey names one series of samples: one row, one system.
 type seriesKey struct {
 	Key

@@ -37,6 +37,48 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+func TestPercentile(t *testing.T) {
+	five := []float64{50, 10, 40, 20, 30}
+	tests := []struct {
+		in   []float64
+		p    float64
+		want float64
+	}{
+		{five, 0, 10},
+		{five, 100, 50},
+		{five, 50, 30},
+		{five, 25, 20},
+		{five, 99, 49.6}, // 40 + 0.96*(50-40)
+		{five, 90, 46},
+		{[]float64{7}, 99, 7},
+		{[]float64{1, 2}, 50, 1.5},
+		{[]float64{1, 3, 2, 4}, 75, 3.25},
+	}
+	for _, tt := range tests {
+		in := append([]float64(nil), tt.in...)
+		if got := Percentile(in, tt.p); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", tt.in, tt.p, got, tt.want)
+		}
+		if !reflect.DeepEqual(in, tt.in) {
+			t.Errorf("Percentile(%v, %v) reordered its input to %v", tt.in, tt.p, in)
+		}
+	}
+	// p50 agrees with Median for odd and even counts.
+	for _, xs := range [][]float64{five, {4, 1, 3, 2}, {9, 9, 1}} {
+		if a, b := Percentile(xs, 50), Median(xs); a != b {
+			t.Errorf("Percentile(%v, 50) = %v, Median = %v", xs, a, b)
+		}
+	}
+	for _, p := range []float64{-1, 101, math.NaN()} {
+		if got := Percentile(five, p); !math.IsNaN(got) {
+			t.Errorf("Percentile(five, %v) = %v, want NaN", p, got)
+		}
+	}
+	if got := Percentile(nil, 50); !math.IsNaN(got) {
+		t.Errorf("Percentile(nil, 50) = %v, want NaN", got)
+	}
+}
+
 func TestParseLine(t *testing.T) {
 	tests := []struct {
 		line string

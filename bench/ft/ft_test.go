@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma/bench/internal/result"
+)
+
+func TestParseEvent(t *testing.T) {
+	tests := []struct {
+		line string
+		want event
+		ok   bool
+		err  bool
+	}{
+		{line: "RESULT agree_lat 8 0.123 ms", ok: true,
+			want: event{kind: kResult, res: result.Result{Bench: "agree_lat", Size: 8, Value: 0.123, Unit: "ms"}}},
+		{line: "pid 7 4242", ok: true, want: event{kind: kPid, rank: 7, pid: 4242}},
+		{line: "[7] pid 7 4242", ok: true, want: event{kind: kPid, rank: 7, pid: 4242}},
+		{line: "ready 3", ok: true, want: event{kind: kReady, rank: 3}},
+		{line: "knew 2 1700000000123456789", ok: true, want: event{kind: kKnew, rank: 2, nanos: 1700000000123456789}},
+		{line: "alsofailed 1 4,6", ok: true, want: event{kind: kAlsoFailed, rank: 1, others: []int{4, 6}}},
+		{line: "revoke 3 t0 1700000000000000001", ok: true, want: event{kind: kRevokeT0, round: 3, nanos: 1700000000000000001}},
+		{line: "revoke 3 seen 5 1700000000000000002", ok: true, want: event{kind: kRevokeSeen, round: 3, rank: 5, nanos: 1700000000000000002}},
+
+		// not the rank program's: ignored
+		{line: "ftrun: rank 3 (pid 99) killed by signal 9", ok: false},
+		{line: "", ok: false},
+		{line: "pidfile written", ok: false},
+		{line: "[2]", ok: false},
+
+		// the rank program's keywords, malformed
+		{line: "pid 7", err: true},
+		{line: "pid 7 0", err: true},
+		{line: "pid x 42", err: true},
+		{line: "ready", err: true},
+		{line: "ready 1 2", err: true},
+		{line: "knew 2", err: true},
+		{line: "knew 2 -5", err: true},
+		{line: "knew 2 12.5", err: true},
+		{line: "alsofailed 1 4,,6", err: true},
+		{line: "revoke 3 t0", err: true},
+		{line: "revoke 3 t1 100", err: true},
+		{line: "revoke 3 seen 100", err: true},
+		{line: "revoke x seen 1 100", err: true},
+		{line: "revoke 3 seen 1 0", err: true},
+		{line: "RESULT agree_lat 8 ms", err: true},
+	}
+	for _, tt := range tests {
+		got, ok, err := parseEvent(tt.line)
+		if (err != nil) != tt.err {
+			t.Errorf("parseEvent(%q) err = %v, want error %v", tt.line, err, tt.err)
+			continue
+		}
+		if ok != tt.ok {
+			t.Errorf("parseEvent(%q) ok = %v, want %v", tt.line, ok, tt.ok)
+			continue
+		}
+		if ok && !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("parseEvent(%q) = %+v, want %+v", tt.line, got, tt.want)
+		}
+	}
+}
+
+func TestParseFtrunReport(t *testing.T) {
+	tests := []struct {
+		line string
+		rank int
+		ok   bool
+	}{
+		{"ftrun: rank 31 failed at 0.412s: was killed by signal 9 (killed)", 31, true},
+		{"ftrun: rank 12 was declared failed by rank 13's detector at 0.521s: killing it", 12, true},
+		{"ftrun: rank 0 exited with status 1", 0, true},
+		{"ftrun: 1 rank(s) failed: 12 (at 0.541s); 31 survived", 0, false},
+		{"ftrun: timeout (1m30s) expired: killing the job", 0, false},
+		{"rank 3: barrier: ftrma: process failed", 0, false}, // a rank's own stderr
+		{"  ftrun: rank 3 failed at 1s: killed", 0, false},   // not at the start of the line
+		{"ftrun: rank x failed at 1s", 0, false},
+	}
+	for _, tt := range tests {
+		ev, ok := parseFtrunReport(tt.line)
+		if ok != tt.ok || (ok && (ev.kind != kRankDown || ev.rank != tt.rank || ev.text != tt.line)) {
+			t.Errorf("parseFtrunReport(%q) = %+v, %v; want rank %d, %v", tt.line, ev, ok, tt.rank, tt.ok)
+		}
+	}
+}
+
+func knewAt(pairs ...int64) []event {
+	var evs []event
+	for i := 0; i < len(pairs); i += 2 {
+		evs = append(evs, event{kind: kKnew, rank: int(pairs[i]), nanos: pairs[i+1]})
+	}
+	return evs
+}
+
+func TestEveryoneKnows(t *testing.T) {
+	const kill = 1_000_000_000
+	// 4 ranks, victim 3: the last survivor knew 2.5 ms after the kill.
+	got, err := everyoneKnows(knewAt(0, kill+1_000_000, 2, kill+2_500_000, 1, kill+400_000), 4, 3, kill)
+	if err != nil || math.Abs(got-2.5) > 1e-9 {
+		t.Errorf("everyoneKnows = %v, %v; want 2.5 ms", got, err)
+	}
+	// The victim need not be the last rank.
+	got, err = everyoneKnows(knewAt(1, kill+3_000_000, 2, kill), 3, 0, kill)
+	if err != nil || math.Abs(got-3) > 1e-9 {
+		t.Errorf("victim 0: everyoneKnows = %v, %v; want 3 ms", got, err)
+	}
+
+	bad := []struct {
+		name string
+		knew []event
+	}{
+		{"a survivor missing", knewAt(0, kill+1, 1, kill+2)},
+		{"the victim reported", knewAt(0, kill+1, 1, kill+2, 2, kill+3, 3, kill+4)},
+		{"a survivor twice", knewAt(0, kill+1, 1, kill+2, 1, kill+3)},
+		{"knew before the kill", knewAt(0, kill+1, 1, kill-1, 2, kill+3)},
+		{"rank out of range", knewAt(0, kill+1, 1, kill+2, 2, kill+3, 9, kill+4)},
+		{"nobody", nil},
+	}
+	for _, b := range bad {
+		if v, err := everyoneKnows(b.knew, 4, 3, kill); err == nil {
+			t.Errorf("%s: everyoneKnows = %v, want an error", b.name, v)
+		}
+	}
+}
+
+func TestRevokeLatencies(t *testing.T) {
+	evs := []event{
+		{kind: kRevokeT0, round: 1, nanos: 5_000_000},
+		{kind: kRevokeSeen, round: 0, rank: 0, nanos: 1_000_100},
+		{kind: kRevokeT0, round: 0, nanos: 1_000_000},
+		{kind: kRevokeSeen, round: 0, rank: 2, nanos: 1_300_000},
+		{kind: kRevokeSeen, round: 0, rank: 1, nanos: 1_200_000},
+		{kind: kRevokeSeen, round: 1, rank: 1, nanos: 5_050_000},
+		{kind: kRevokeSeen, round: 1, rank: 0, nanos: 5_000_000},
+		{kind: kRevokeSeen, round: 1, rank: 2, nanos: 5_900_000},
+		{kind: kKnew, rank: 1, nanos: 1}, // other events are ignored
+	}
+	got, err := revokeLatencies(evs, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0.3, 0.9}
+	if len(got) != len(want) {
+		t.Fatalf("revokeLatencies = %v, want %v", got, want)
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Errorf("round %d: %v ms, want %v", i, got[i], want[i])
+		}
+	}
+
+	withOut := func(drop int) []event {
+		var out []event
+		for i, e := range evs {
+			if i != drop {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	bad := map[string][]event{
+		"a rank missing":    withOut(4),
+		"no t0":             withOut(2),
+		"seen before t0":    append(withOut(1), event{kind: kRevokeSeen, round: 0, rank: 0, nanos: 999_999}),
+		"duplicate seen":    append(evs[:len(evs):len(evs)], event{kind: kRevokeSeen, round: 1, rank: 2, nanos: 5_900_001}),
+		"duplicate t0":      append(evs[:len(evs):len(evs)], event{kind: kRevokeT0, round: 1, nanos: 5_000_000}),
+		"rank out of range": append(evs[:len(evs):len(evs)], event{kind: kRevokeSeen, round: 1, rank: 3, nanos: 5_900_001}),
+		"no rounds":         nil,
+	}
+	for name, evs := range bad {
+		if v, err := revokeLatencies(evs, 3); err == nil {
+			t.Errorf("%s: revokeLatencies = %v, want an error", name, v)
+		}
+	}
+}
+
+func TestParentPID(t *testing.T) {
+	tests := []struct {
+		stat string
+		want int
+		err  bool
+	}{
+		{stat: "4242 (ft-rank) S 4200 4242 4200 0 -1 4194560 ...", want: 4200},
+		{stat: "17 (a (b) c) R 3 17 3 0", want: 3}, // comm with spaces and parentheses
+		{stat: "17 ft-rank S 3", err: true},
+		{stat: "17 (x) S", err: true},
+		{stat: "17 (x) S y", err: true},
+	}
+	for _, tt := range tests {
+		got, err := parentPID(tt.stat)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("parentPID(%q) = %v, %v; want %v, error %v", tt.stat, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestResultsOrderAndPercentiles(t *testing.T) {
+	o := options{sizes: []int{4, 8}, quick: true}
+	m := &measurement{detect: map[int][]float64{
+		8: {1, 2, 3, 4, 10},
+		4: {2},
+	}, failures: map[string]int{}}
+	for _, r := range []result.Result{
+		{Bench: "revoke_lat", Size: 8, Value: 0.5},
+		{Bench: "agree_lat", Size: 8, Value: 0.2},
+		{Bench: "agree_lat", Size: 8, Value: 0.4},
+		{Bench: "agree_lat", Size: 8, Value: 0.3},
+		{Bench: "agree_lat", Size: 4, Value: 0.1},
+	} {
+		r.System, r.Unit = sysFtrma, "ms"
+		if err := m.coll.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := m.results(o)
+	want := []result.Result{
+		{Bench: "detect_p50", Size: 4, Value: 2},
+		{Bench: "detect_p50", Size: 8, Value: 3},
+		{Bench: "detect_p99", Size: 4, Value: 2},
+		{Bench: "detect_p99", Size: 8, Value: 4 + 0.96*6},
+		{Bench: "agree_lat", Size: 4, Value: 0.1},
+		{Bench: "agree_lat", Size: 8, Value: 0.3},
+		{Bench: "revoke_lat", Size: 8, Value: 0.5},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("results = %+v\nwant %+v", got, want)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Bench != w.Bench || g.Size != w.Size || math.Abs(g.Value-w.Value) > 1e-9 || g.System != sysFtrma || g.Unit != "ms" {
+			t.Errorf("row %d = %+v, want %s %d %v ms ftrma-tcp", i, g, w.Bench, w.Size, w.Value)
+		}
+	}
+	missing := m.missing(o, got)
+	wantMissing := []string{"shrink_lat for N = 4, 8 (every job failed)", "revoke_lat for N = 4 (every job failed)"}
+	if !reflect.DeepEqual(missing, wantMissing) {
+		t.Errorf("missing = %q, want %q", missing, wantMissing)
+	}
+
+	// The JSON holds only ftrma-tcp rows, in the required shape.
+	var buf bytes.Buffer
+	if err := result.WriteJSON(&buf, got); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), colTimeout) || !strings.Contains(buf.String(), `"system": "ftrma-tcp"`) {
+		t.Errorf("JSON:\n%s", buf.String())
+	}
+}
+
+func TestTimeoutColumn(t *testing.T) {
+	rs := []result.Result{
+		{Bench: "detect_p50", Size: 4, System: sysFtrma, Value: 3, Unit: "ms"},
+		{Bench: "agree_lat", Size: 4, System: sysFtrma, Value: 0.1, Unit: "ms"},
+	}
+	all := withTimeoutColumn(rs, 60*time.Millisecond)
+	var buf bytes.Buffer
+	if err := result.WriteTable(&buf, all, []string{sysFtrma, colTimeout}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := [][]string{
+		{"bench", "size", "unit", sysFtrma, colTimeout, "ratio", sysFtrma + "/" + colTimeout},
+		{"detect_p50", "4", "ms", "3.00", "60.00", "0.05"},
+		{"agree_lat", "4", "ms", "0.10", "-", "-"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+	for i, w := range want {
+		if f := strings.Fields(lines[i]); !reflect.DeepEqual(f, w) {
+			t.Errorf("line %d = %q, want %q", i, f, w)
+		}
+	}
+	if len(rs) != 2 {
+		t.Errorf("withTimeoutColumn changed its input")
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-quick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.sizes, []int{4, 8, 16, 32}) || o.iters != 50 || o.collRuns != 1 || o.revokeRounds != 10 {
+		t.Errorf("quick defaults: %+v", o)
+	}
+	for n, want := range map[int]int{4: 5, 8: 5, 16: 3, 32: 3} {
+		if got := o.detectRunsFor(n); got != want {
+			t.Errorf("quick: detectRunsFor(%d) = %d, want %d", n, got, want)
+		}
+	}
+	if p, to, def := o.detectorSettings(); p != 20*time.Millisecond || to != 60*time.Millisecond || !def {
+		t.Errorf("detectorSettings = %v, %v, %v; want ftrun's defaults", p, to, def)
+	}
+	o, err = parseFlags([]string{"-n", "2,6,6", "-hb-timeout", "200ms", "-detect-runs", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.sizes, []int{2, 6}) || o.iters != 200 || o.detectRunsFor(6) != 2 {
+		t.Errorf("parsed %+v", o)
+	}
+	if p, to, def := o.detectorSettings(); p != 20*time.Millisecond || to != 200*time.Millisecond || def {
+		t.Errorf("detectorSettings = %v, %v, %v", p, to, def)
+	}
+	args := ftrunArgs(o, binaries{ftrun: "F", rank: "R"}, 6, "-mode", "coll")
+	line := strings.Join(args, " ")
+	if !strings.HasPrefix(line, "F -n 6 --timeout 1m30s --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
+		t.Errorf("ftrun command line %q", line)
+	}
+	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,319 @@
+// Command ft measures ftrma's fault-tolerance operations: how fast the
+// survivors learn of a killed rank, and the latency of Agree, Shrink and
+// Revoke, for jobs of 4, 8, 16 and 32 processes on this machine. Run it from
+// the module root:
+//
+//	go run ./bench/ft -quick -json out.json
+//
+// It builds cmd/ftrun and bench/ft/rank into a temporary directory, runs
+// short jobs under ftrun and prints a table; with -json it writes the same
+// values as a JSON array of {bench, size, system, value, unit}, size being
+// the number of processes. See bench/README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma/bench/internal/result"
+)
+
+const usage = `Usage: go run ./bench/ft [flags]
+
+Measures ftrma's fault tolerance over TCP with N = 4, 8, 16, 32 processes on
+this machine, each job started by ftrun:
+
+  detect_p50, detect_p99  SIGKILL of one rank -> the last survivor knows
+                          (c.ProcFailed), median and 99th percentile over jobs, ms
+  agree_lat               one Agree (fault-tolerant AND), median of K calls, ms
+  shrink_lat              one Shrink (each on the previous result), median of K, ms
+  revoke_lat              Revoke at rank 0 -> the last rank sees IsRevoked,
+                          median over rounds, ms
+
+There is no peer system: Debian's MPI packages offer no working ULFM here, so
+detection is shown against the configured failure detector timeout.
+
+Exit status: 0 when every value was measured, 3 when some are missing (the
+others are still printed and written), 1 when none were, 2 on bad flags.
+
+Flags:
+`
+
+// sysFtrma is the system name in the table and the JSON.
+const sysFtrma = "ftrma-tcp"
+
+// colTimeout is the table's reference column: the detector timeout, shown in
+// the detect rows so that the ratio column reads detection/timeout. It is
+// not written to the JSON.
+const colTimeout = "hb-timeout"
+
+// ftrun's failure detector defaults (launcher.Options), shown when the
+// flags leave them unset.
+const (
+	defaultHBPeriod  = 20 * time.Millisecond
+	defaultHBTimeout = 60 * time.Millisecond
+)
+
+// benches is the order of the table's rows (then by N).
+var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat"}
+
+const noPeerNote = `No MPI peer in this run: Debian's MPI packages offer no working ULFM here.
+MPICH 4.0.2's MPIX_Comm_* abort in its ch4 device, and its hydra launcher kills
+the survivors of a SIGKILL; Open MPI 4.1.4 has no MPIX_Comm_* at all. So
+detection is reported against ftrma's configured failure detector timeout (the
+hb-timeout column; ftrun --hb-period/--hb-timeout), not against a peer.`
+
+const referenceNote = `For context, figures MEASURED ELSEWHERE, NOT IN THIS RUN (DESIGN.md, "Numbers to
+beat": ULFM Open MPI 5.0.10 built from source, on this machine kind):
+  SIGKILL of a rank -> first error at every survivor   1.4-3 ms (N = 4-16)
+  agree over TCP                                      29-157 us (0.029-0.157 ms)
+  shrink                                               0.3-1.6 ms`
+
+type options struct {
+	quick        bool
+	jsonPath     string
+	sizes        []int
+	detectRuns   int // 0: per-N default
+	collRuns     int
+	iters        int
+	warmup       int
+	revokeRounds int
+	hbPeriod     time.Duration
+	hbTimeout    time.Duration
+	poll         time.Duration
+	timeout      time.Duration
+	attempts     int
+	verbose      bool
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("-n %q: want a comma-separated list of process counts >= 2", s)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ft", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	sizes := fs.String("n", "4,8,16,32", "process counts `N,...`")
+	fs.BoolVar(&o.quick, "quick", false, "fewer jobs and iterations: under 5 minutes")
+	fs.StringVar(&o.jsonPath, "json", "", "write the results to `FILE` as a JSON array of {bench,size,system,value,unit}")
+	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default with -quick: 5 for N <= 8, 3 above; without: 15 and 7)")
+	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 1 with -quick, 3 without)")
+	fs.IntVar(&o.iters, "iters", 0, "timed Agree and Shrink calls per job (default 50 with -quick, 200 without)")
+	fs.IntVar(&o.warmup, "warmup", 5, "untimed Agree and Shrink calls before timing")
+	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
+	fs.DurationVar(&o.hbPeriod, "hb-period", 0, "ftrun --hb-period: failure detector heartbeat period (default: ftrun's, 20ms)")
+	fs.DurationVar(&o.hbTimeout, "hb-timeout", 0, "ftrun --hb-timeout: failure detector timeout (default: ftrun's, 60ms)")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep of the ranks between two looks at ProcFailed or IsRevoked")
+	fs.DurationVar(&o.timeout, "timeout", 90*time.Second, "ftrun --timeout of every job; the driver kills ftrun 15s later")
+	fs.IntVar(&o.attempts, "attempts", 3, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
+	fs.BoolVar(&o.verbose, "v", false, "print every job's values and the ranks' stderr of failed jobs in full")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.sizes, err = parseSizes(*sizes); err != nil {
+		return o, err
+	}
+	if o.detectRuns < 0 || o.collRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
+		return o, errors.New("counts must not be negative, -attempts at least 1")
+	}
+	if o.hbPeriod < 0 || o.hbTimeout < 0 || o.poll < 0 || o.timeout <= 0 {
+		return o, errors.New("durations must not be negative, -timeout must be positive")
+	}
+	def := func(v *int, quick, full int) {
+		if *v == 0 {
+			*v = full
+			if o.quick {
+				*v = quick
+			}
+		}
+	}
+	def(&o.collRuns, 1, 3)
+	def(&o.iters, 50, 200)
+	def(&o.revokeRounds, 10, 30)
+	return o, nil
+}
+
+// detectRunsFor is how many detect jobs run with n processes.
+func (o options) detectRunsFor(n int) int {
+	if o.detectRuns > 0 {
+		return o.detectRuns
+	}
+	switch {
+	case o.quick && n <= 8:
+		return 5
+	case o.quick:
+		return 3
+	case n <= 8:
+		return 15
+	default:
+		return 7
+	}
+}
+
+// detectorSettings returns the effective heartbeat period and timeout and
+// whether they are ftrun's defaults.
+func (o options) detectorSettings() (period, timeout time.Duration, defaults bool) {
+	period, timeout = o.hbPeriod, o.hbTimeout
+	defaults = period == 0 && timeout == 0
+	if period == 0 {
+		period = defaultHBPeriod
+	}
+	if timeout == 0 {
+		timeout = defaultHBTimeout
+	}
+	return period, timeout, defaults
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ft:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "bench-ft-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ft:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	fmt.Printf("bench/ft: building cmd/ftrun and bench/ft/rank in %s\n", dir)
+	bins, err := build(ctx, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ft:", err)
+		return 1
+	}
+
+	period, hbTimeout, defaults := o.detectorSettings()
+	src := "ftrun's defaults"
+	if !defaults {
+		src = "set by -hb-period/-hb-timeout"
+	}
+	mode := "full"
+	if o.quick {
+		mode = "quick"
+	}
+	fmt.Printf("plan (%s): N = %s; detect jobs per N: %s; %d agree/shrink/revoke job(s) per N with %d Agree and %d Shrink calls (+%d warm-up) and %d revoke rounds\n",
+		mode, joinInts(o.sizes), detectPlan(o), o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds)
+	fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
+	fmt.Printf("machine: %d CPUs%s\n", runtime.NumCPU(), loadNote())
+
+	start := time.Now()
+	m := measure(ctx, o, bins)
+	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
+
+	rs := m.results(o)
+	fmt.Printf("ftrma over TCP, one host, N processes; failure detector timeout %v (heartbeat %v, %s)\n", hbTimeout, period, src)
+	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; the others: median; ratio = detect / detector timeout\n")
+	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, hbTimeout), []string{sysFtrma, colTimeout}); err != nil {
+		fmt.Fprintln(os.Stderr, "ft:", err)
+		return 1
+	}
+	fmt.Println()
+	fmt.Println(noPeerNote)
+	fmt.Println()
+	fmt.Println(referenceNote)
+	fmt.Println()
+
+	missing := m.missing(o, rs)
+	for _, s := range missing {
+		fmt.Println("MISSING:", s)
+	}
+	for _, s := range m.notes {
+		fmt.Println("NOTE:", s)
+	}
+	if o.jsonPath != "" {
+		if err := result.WriteJSONFile(o.jsonPath, rs); err != nil {
+			fmt.Fprintln(os.Stderr, "ft:", err)
+			return 1
+		}
+		fmt.Printf("wrote %d results to %s\n", len(rs), o.jsonPath)
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Println("interrupted")
+		return 1
+	case len(rs) == 0:
+		return 1
+	case len(missing) > 0:
+		return 3
+	}
+	return 0
+}
+
+func detectPlan(o options) string {
+	var parts []string
+	for _, n := range o.sizes {
+		parts = append(parts, fmt.Sprintf("%d (N=%d)", o.detectRunsFor(n), n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// loadNote returns ", load average X" from /proc/loadavg, or "".
+func loadNote() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return ", 1-minute load average " + f[0] + " before the run"
+}
+
+// withTimeoutColumn adds, for every detect row, the detector timeout as the
+// value of the reference column colTimeout (table only).
+func withTimeoutColumn(rs []result.Result, timeout time.Duration) []result.Result {
+	out := slices.Clone(rs)
+	for _, r := range rs {
+		if strings.HasPrefix(r.Bench, "detect_") {
+			out = append(out, result.Result{Bench: r.Bench, Size: r.Size, System: colTimeout,
+				Value: float64(timeout) / float64(time.Millisecond), Unit: "ms"})
+		}
+	}
+	return out
+}

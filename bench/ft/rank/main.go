@@ -1,0 +1,299 @@
+// Command rank is the rank program of bench/ft, the fault-tolerance
+// benchmark. The driver starts it under ftrun in one of two modes:
+//
+//	ftrun -n N rank -mode detect [-victim R] [-poll 50us] [-wait 60s]
+//	ftrun -n N rank -mode coll -iters K -warmup W -rounds R [-poll 50us]
+//
+// Ranks run on one host, so the wall clock (time.Now().UnixNano()) of one
+// rank can be compared with another's and with the driver's.
+//
+// detect: after a barrier the victim (default the last rank) prints
+// "pid <rank> <pid>" and sleeps until the driver kills it with SIGKILL; every
+// other rank prints "ready <rank>" and polls c.ProcFailed(victim), sleeping
+// -poll between looks so that many processes on few cores all progress, and
+// prints "knew <rank> <unixnano>" when it sees the failure. It then closes
+// the communicator (no Finalize: a rank is gone) and exits 0. A rank that
+// believed another rank failed prints "alsofailed <rank> <r1,r2,...>".
+//
+// coll: no failures. Rank 0 prints
+//
+//	RESULT agree_lat N <ms> ms    median over K consecutive Agree calls
+//	RESULT shrink_lat N <ms> ms   median over K consecutive Shrinks, each on the previous result
+//
+// after W untimed calls of each. Then R revoke rounds: each round Shrinks the
+// world into a fresh communicator and barriers on it; rank 0 reads the clock
+// and revokes it, prints "revoke <round> t0 <unixnano>", and every rank
+// (rank 0 too) polls IsRevoked and prints "revoke <round> seen <rank>
+// <unixnano>". The driver computes max(seen) - t0 per round.
+//
+// Any error is printed to stderr and makes the rank exit 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+)
+
+type options struct {
+	mode           string
+	victim         int
+	poll           time.Duration
+	wait           time.Duration
+	iters, warmup  int
+	rounds         int
+	overallTimeout time.Duration
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("rank", flag.ContinueOnError)
+	fs.StringVar(&o.mode, "mode", "", "detect or coll")
+	fs.IntVar(&o.victim, "victim", -1, "detect: the rank the driver kills (default: the last)")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep between two looks at ProcFailed or IsRevoked")
+	fs.DurationVar(&o.wait, "wait", time.Minute, "detect: how long the victim waits to be killed before giving up")
+	fs.IntVar(&o.iters, "iters", 50, "coll: timed Agree and Shrink calls")
+	fs.IntVar(&o.warmup, "warmup", 5, "coll: untimed Agree and Shrink calls before timing")
+	fs.IntVar(&o.rounds, "rounds", 10, "coll: revoke rounds")
+	fs.DurationVar(&o.overallTimeout, "deadline", 4*time.Minute, "give up (exit 1) after this long")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() != 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.mode != "detect" && o.mode != "coll":
+		return o, fmt.Errorf("-mode %q: want detect or coll", o.mode)
+	case o.iters < 1 || o.warmup < 0 || o.rounds < 0:
+		return o, errors.New("-iters must be positive, -warmup and -rounds not negative")
+	case o.poll < 0 || o.wait <= 0 || o.overallTimeout <= 0:
+		return o, errors.New("-poll must not be negative, -wait and -deadline must be positive")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rank:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.overallTimeout)
+	defer cancel()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rank: init:", err)
+		os.Exit(1)
+	}
+	switch o.mode {
+	case "detect":
+		err = detect(ctx, c, o)
+	case "coll":
+		err = coll(ctx, c, o)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
+		c.Close()
+		os.Exit(1)
+	}
+}
+
+// out prints one line to stdout in a single write, so that lines of one rank
+// never mix.
+func out(format string, args ...any) {
+	os.Stdout.WriteString(fmt.Sprintf(format, args...) + "\n")
+}
+
+// pause sleeps d between two looks at local state; d = 0 only yields the
+// processor to other goroutines.
+func pause(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
+		return
+	}
+	runtime.Gosched()
+}
+
+func detect(ctx context.Context, c *comm.Comm, o options) error {
+	victim := ftrma.Rank(o.victim)
+	if o.victim < 0 {
+		victim = ftrma.Rank(c.Size() - 1)
+	}
+	if c.Size() < 2 || int(victim) >= c.Size() {
+		return fmt.Errorf("detect needs at least 2 ranks and a victim below %d (victim %d)", c.Size(), victim)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	if c.Rank() == victim {
+		out("pid %d %d", c.Rank(), os.Getpid())
+		select {
+		case <-time.After(o.wait):
+		case <-ctx.Done():
+		}
+		return fmt.Errorf("victim: not killed within %v", o.wait)
+	}
+	out("ready %d", c.Rank())
+	for !c.ProcFailed(victim) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("the failure of rank %d was never noticed: %w", victim, ctx.Err())
+		}
+		pause(o.poll)
+	}
+	knew := time.Now().UnixNano()
+	failed := c.Failed()
+	out("knew %d %d", c.Rank(), knew)
+	var others []string
+	for _, r := range failed {
+		if r != victim {
+			others = append(others, strconv.Itoa(int(r)))
+		}
+	}
+	if len(others) > 0 {
+		out("alsofailed %d %s", c.Rank(), strings.Join(others, ","))
+	}
+	// Leave together: a survivor that exited while another still watched
+	// would look to that one like a second failure. The agreement completes
+	// only when every survivor takes part, that is, once every survivor knew.
+	c.FailureAck()
+	actx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	if _, err := c.Agree(actx, 1); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: closing agreement: %v\n", c.Rank(), err)
+	}
+	return c.Close()
+}
+
+// leaveTimeout bounds the survivors' closing agreement in detect mode; the
+// measurement is done by then, so a failed agreement only prints a warning.
+const leaveTimeout = 10 * time.Second
+
+// agreeFlag is what rank r contributes to agreement number i: all ones but
+// bit (r+i) mod 64, so that the AND over n ranks must clear exactly bits
+// i..i+n-1 (mod 64), which checks every decision.
+func agreeFlag(r ftrma.Rank, i int) uint64 { return ^uint64(0) &^ (1 << ((int(r) + i) % 64)) }
+
+func agreeWant(n, i int) uint64 {
+	v := ^uint64(0)
+	for r := range min(n, 64) {
+		v &^= 1 << ((r + i) % 64)
+	}
+	return v
+}
+
+func medianMillis(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var m time.Duration
+	if len(s)%2 == 1 {
+		m = s[len(s)/2]
+	} else {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return float64(m) / float64(time.Millisecond)
+}
+
+func coll(ctx context.Context, world *comm.Comm, o options) error {
+	n := world.Size()
+	me := world.Rank()
+	if err := world.Barrier(ctx); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+
+	// agree_lat
+	times := make([]time.Duration, 0, o.iters)
+	for i := range o.warmup + o.iters {
+		t0 := time.Now()
+		v, err := world.Agree(ctx, agreeFlag(me, i))
+		d := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("agree %d: %w", i, err)
+		}
+		if want := agreeWant(n, i); v != want {
+			return fmt.Errorf("agree %d decided %#x, want %#x", i, v, want)
+		}
+		if i >= o.warmup {
+			times = append(times, d)
+		}
+	}
+	if me == 0 {
+		out("RESULT agree_lat %d %.4f ms", n, medianMillis(times))
+	}
+
+	// shrink_lat: each Shrink on the previous result. The intermediate
+	// communicators stay open: a slower rank may still need this rank's
+	// part of an agreement this rank has already decided.
+	times = times[:0]
+	cur := world
+	for i := range o.warmup + o.iters {
+		// Untimed barrier on the world: every rank has created cur before
+		// any rank starts agreeing on it. Without it a fast rank's first
+		// agreement messages on a new communicator reach ranks that have
+		// not created it yet, and comm drops them (the Shrink then hangs).
+		if err := world.Barrier(ctx); err != nil {
+			return fmt.Errorf("shrink %d: barrier: %w", i, err)
+		}
+		t0 := time.Now()
+		next, err := cur.Shrink(ctx)
+		d := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("shrink %d: %w", i, err)
+		}
+		if next.Size() != n || next.Rank() != me {
+			return fmt.Errorf("shrink %d without failures gave rank %d of %d, want %d of %d", i, next.Rank(), next.Size(), me, n)
+		}
+		if i >= o.warmup {
+			times = append(times, d)
+		}
+		cur = next
+	}
+	if me == 0 {
+		out("RESULT shrink_lat %d %.4f ms", n, medianMillis(times))
+	}
+
+	// revoke rounds
+	for round := range o.rounds {
+		fresh, err := world.Shrink(ctx)
+		if err != nil {
+			return fmt.Errorf("revoke round %d: shrink: %w", round, err)
+		}
+		if fresh.IsRevoked() {
+			return fmt.Errorf("revoke round %d: a fresh communicator is already revoked", round)
+		}
+		// The barrier may end in ErrRevoked at a rank that is still in it
+		// when rank 0, already out, revokes: that rank has seen the
+		// revocation, as ULFM allows.
+		if err := fresh.Barrier(ctx); err != nil && !errors.Is(err, ftrma.ErrRevoked) {
+			return fmt.Errorf("revoke round %d: barrier: %w", round, err)
+		}
+		if me == 0 {
+			t0 := time.Now().UnixNano()
+			fresh.Revoke()
+			out("revoke %d t0 %d", round, t0)
+		}
+		for !fresh.IsRevoked() {
+			if ctx.Err() != nil {
+				return fmt.Errorf("revoke round %d: never saw the revocation: %w", round, ctx.Err())
+			}
+			pause(o.poll)
+		}
+		out("revoke %d seen %d %d", round, me, time.Now().UnixNano())
+	}
+	// Everything is measured and printed by now. Finalize's barrier can
+	// still fail when a rank that already left it exits and its exit notice
+	// overtakes its last barrier message; that is reported, not fatal.
+	if err := world.Finalize(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: finalize: %v\n", me, err)
+	}
+	return nil
+}
