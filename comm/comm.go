@@ -168,12 +168,17 @@ func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
 	rt.mu.Lock()
 	rt.comms[ctxID] = c
 	known := slices.Clone(rt.order)
+	early := rt.early[ctxID]
+	delete(rt.early, ctxID)
 	rt.mu.Unlock()
 	rt.do(func() {
 		for _, w := range known {
 			if i := c.index[w]; i >= 0 {
 				c.ag.Failed(int(i))
 			}
+		}
+		for _, e := range early {
+			rt.step(e)
 		}
 	})
 	return c

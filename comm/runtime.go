@@ -67,6 +67,7 @@ type runtime struct {
 	order    []ftrma.Rank       // failed ranks in the order learned
 	notices  map[string]bool    // revocation notices delivered
 	comms    map[uint32]*Comm   // live communicators by context id
+	early    map[uint32][]event // agreement messages for communicators not created yet
 	inbox    map[collKey][]byte // collective contributions received, not yet consumed
 	queue    []event            // received, for the run goroutine
 	requests []func()           // work for the run goroutine
@@ -105,6 +106,7 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		failed:  make([]bool, t.Size()),
 		notices: make(map[string]bool),
 		comms:   make(map[uint32]*Comm),
+		early:   make(map[uint32][]event),
 		inbox:   make(map[collKey][]byte),
 		changed: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
@@ -114,9 +116,20 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 	if rt.det, err = failure.New(cfg.Detector, int(rt.self), rt.n, time.Now()); err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
 	}
+	// Start-up grace: every process of the job is busy starting (runtime
+	// start, connecting to every peer), so first heartbeats may come late.
+	rt.det.Stalled(startGrace)
 	rt.bc = revoke.New(int(rt.self), rt.n)
 	return rt, nil
 }
+
+// maxEarlyAgree bounds the agreement messages kept for one communicator not
+// created yet.
+const maxEarlyAgree = 1 << 14
+
+// startGrace is how much longer than its timeout the detector waits for a
+// rank's first heartbeats.
+const startGrace = time.Second
 
 // start launches the run goroutine.
 func (rt *runtime) start() {
@@ -217,9 +230,13 @@ func (rt *runtime) run() {
 			rt.step(e)
 		}
 		if ticked {
+			// Self-awareness (Lifeguard): time this process was kept from
+			// running — its tick came late — does not count as a peer's
+			// silence. On a host short of CPU every rank is late alike, so
+			// an observer's deadline stretches as its peers' heartbeats do.
 			now := time.Now()
-			if gap := now.Sub(last) - interval; gap > period {
-				rt.det.Stalled(gap) // this process did not run: not the peer's fault
+			if late := now.Sub(last) - interval; late > interval/4 {
+				rt.det.Stalled(late)
 			}
 			last = now
 			rt.det.Tick(now)
@@ -256,8 +273,15 @@ func (rt *runtime) step(e event) {
 		if len(body) < 4 {
 			return
 		}
+		ctx := be.Uint32(body)
 		rt.mu.Lock()
-		c := rt.comms[be.Uint32(body)]
+		c := rt.comms[ctx]
+		if c == nil && len(rt.early[ctx]) < maxEarlyAgree {
+			// A faster rank already uses a communicator this rank has not
+			// created yet (it is still in the Shrink that makes it): keep
+			// the message for it.
+			rt.early[ctx] = append(rt.early[ctx], e)
+		}
 		rt.mu.Unlock()
 		if c == nil || c.index[e.from] < 0 {
 			return

@@ -33,9 +33,14 @@ func bins(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-race", "-o", binDir+string(os.PathSeparator),
+		// Built without the race detector: these tests run real processes
+		// at the detector's default timing, which a race build (several
+		// times slower, 8-16 processes on 2 cores) cannot keep; the race
+		// detector covers the same code in the in-process tests.
+		cmd := exec.Command("go", "build", "-o", binDir+string(os.PathSeparator),
 			"github.com/ftrma/ftrma/cmd/ftrun",
 			"github.com/ftrma/ftrma/examples/rmademo",
+			"github.com/ftrma/ftrma/examples/ftdemo",
 			"github.com/ftrma/ftrma/e2e/testprog")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -330,8 +330,8 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 	p := j.ranks[r]
 	if p.running {
 		j.out.reportf("rank %d was declared failed by rank %d's detector at %.3fs: killing it", r, by, time.Since(j.start).Seconds())
-		j.signalLocked(p, syscall.SIGCONT) // a stopped process must run to die
-		j.signalLocked(p, syscall.SIGKILL)
+		j.signalLocked(p, syscall.SIGKILL) // kills a stopped process too, without letting it run
+
 	}
 }
 

@@ -287,13 +287,9 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.sizes, []int{4, 8, 16, 32}) || o.iters != 50 || o.collRuns != 1 || o.revokeRounds != 10 {
+	if !reflect.DeepEqual(o.sizes, []int{4, 8, 16, 32}) || o.iters != 50 || o.collRuns != 3 || o.revokeRounds != 10 ||
+		o.detectRuns != 10 || o.attempts != 5 {
 		t.Errorf("quick defaults: %+v", o)
-	}
-	for n, want := range map[int]int{4: 5, 8: 5, 16: 3, 32: 3} {
-		if got := o.detectRunsFor(n); got != want {
-			t.Errorf("quick: detectRunsFor(%d) = %d, want %d", n, got, want)
-		}
 	}
 	if p, to, def := o.detectorSettings(); p != 20*time.Millisecond || to != 60*time.Millisecond || !def {
 		t.Errorf("detectorSettings = %v, %v, %v; want ftrun's defaults", p, to, def)
@@ -302,7 +298,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.sizes, []int{2, 6}) || o.iters != 200 || o.detectRunsFor(6) != 2 {
+	if !reflect.DeepEqual(o.sizes, []int{2, 6}) || o.iters != 200 || o.detectRuns != 2 {
 		t.Errorf("parsed %+v", o)
 	}
 	if p, to, def := o.detectorSettings(); p != 20*time.Millisecond || to != 200*time.Millisecond || def {
@@ -313,7 +309,7 @@ func TestParseFlags(t *testing.T) {
 	if !strings.HasPrefix(line, "F -n 6 --timeout 1m30s --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
 		t.Errorf("ftrun command line %q", line)
 	}
-	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"extra"}} {
+	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}

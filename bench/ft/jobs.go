@@ -53,19 +53,18 @@ type measurement struct {
 	failures map[string]int    // "detect N=8" -> failed attempts
 	firstErr map[string]string // "detect N=8" -> the first line of the first failure
 	notes    []string
+	attempt  int // of the job running now, from 1
 }
 
-// measure runs the jobs, each up to o.attempts times until it succeeds. Jobs of one kind repeat in rounds over the sizes
-// (N=4, 8, 16, 32, N=4, ...) so that the machine's slow and fast phases are
-// spread over all sizes instead of hitting one.
+// measure runs the jobs, each up to o.attempts times until it succeeds.
+// Jobs repeat in rounds over the sizes (N=4, 8, 16, 32, N=4, ...) so that the
+// machine's slow and fast phases are spread over all sizes instead of hitting
+// one.
 func measure(ctx context.Context, o options, bins binaries) *measurement {
 	m := &measurement{detect: make(map[int][]float64), failures: make(map[string]int), firstErr: make(map[string]string)}
-	rounds := o.collRuns
-	for _, n := range o.sizes {
-		rounds = max(rounds, o.detectRunsFor(n))
-	}
+	rounds := max(o.collRuns, o.detectRuns)
 	try := func(job func() bool) {
-		for a := 0; a < o.attempts && ctx.Err() == nil; a++ {
+		for m.attempt = 1; m.attempt <= o.attempts && ctx.Err() == nil; m.attempt++ {
 			if job() {
 				return
 			}
@@ -76,7 +75,7 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 			if round < o.collRuns {
 				try(func() bool { return m.collJob(ctx, o, bins, n, round) })
 			}
-			if round < o.detectRunsFor(n) {
+			if round < o.detectRuns {
 				try(func() bool { return m.detectJob(ctx, o, bins, n, round) })
 			}
 		}
@@ -110,7 +109,7 @@ func (m *measurement) fail(what string, n, round int, err error, verbose bool) {
 	if !verbose {
 		msg = firstLines(msg, 12)
 	}
-	fmt.Fprintf(os.Stderr, "%s job %d FAILED (attempt %d): %s\n", key, round+1, m.failures[key], msg)
+	fmt.Fprintf(os.Stderr, "%s job %d FAILED (attempt %d): %s\n", key, round+1, m.attempt, msg)
 }
 
 // collJob runs one failure-free job that measures agree_lat, shrink_lat and
@@ -240,7 +239,7 @@ func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n
 		return false
 	}
 	m.detect[n] = append(m.detect[n], ms)
-	fmt.Printf("N=%-2d detect job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL\n", n, round+1, o.detectRunsFor(n),
+	fmt.Printf("N=%-2d detect job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL\n", n, round+1, o.detectRuns,
 		time.Since(t0).Seconds(), result.FormatValue(ms))
 	return true
 }
@@ -403,9 +402,9 @@ func (m *measurement) missing(o options, rs []result.Result) []string {
 			if f := m.failures[key]; f > 0 {
 				planned, got := o.collRuns, len(m.coll.Samples(result.Key{Bench: "agree_lat", Size: n}, sysFtrma))
 				if what == "detect" {
-					planned, got = o.detectRunsFor(n), len(m.detect[n])
+					planned, got = o.detectRuns, len(m.detect[n])
 				}
-				m.notes = append(m.notes, fmt.Sprintf("%s: %d failed attempt(s), each retried up to %d times in all; %d of %d planned jobs gave values. First failure: %s",
+				m.notes = append(m.notes, fmt.Sprintf("%s: %d failed attempt(s) (a job gets up to %d); %d of %d planned jobs gave values. First failure: %s",
 					key, f, o.attempts, got, planned, m.firstErr[key]))
 			}
 		}

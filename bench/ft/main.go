@@ -83,7 +83,7 @@ type options struct {
 	quick        bool
 	jsonPath     string
 	sizes        []int
-	detectRuns   int // 0: per-N default
+	detectRuns   int // detect jobs per N
 	collRuns     int
 	iters        int
 	warmup       int
@@ -120,8 +120,8 @@ func parseFlags(args []string) (options, error) {
 	sizes := fs.String("n", "4,8,16,32", "process counts `N,...`")
 	fs.BoolVar(&o.quick, "quick", false, "fewer jobs and iterations: under 5 minutes")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results to `FILE` as a JSON array of {bench,size,system,value,unit}")
-	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default with -quick: 5 for N <= 8, 3 above; without: 15 and 7)")
-	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 1 with -quick, 3 without)")
+	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default 10 with -quick, 30 without)")
+	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 3 with -quick, 5 without)")
 	fs.IntVar(&o.iters, "iters", 0, "timed Agree and Shrink calls per job (default 50 with -quick, 200 without)")
 	fs.IntVar(&o.warmup, "warmup", 5, "untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
@@ -129,7 +129,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.hbTimeout, "hb-timeout", 0, "ftrun --hb-timeout: failure detector timeout (default: ftrun's, 60ms)")
 	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep of the ranks between two looks at ProcFailed or IsRevoked")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Second, "ftrun --timeout of every job; the driver kills ftrun 15s later")
-	fs.IntVar(&o.attempts, "attempts", 3, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
+	fs.IntVar(&o.attempts, "attempts", 5, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
 	fs.BoolVar(&o.verbose, "v", false, "print every job's values and the ranks' stderr of failed jobs in full")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -155,27 +155,11 @@ func parseFlags(args []string) (options, error) {
 			}
 		}
 	}
-	def(&o.collRuns, 1, 3)
+	def(&o.detectRuns, 10, 30)
+	def(&o.collRuns, 3, 5)
 	def(&o.iters, 50, 200)
 	def(&o.revokeRounds, 10, 30)
 	return o, nil
-}
-
-// detectRunsFor is how many detect jobs run with n processes.
-func (o options) detectRunsFor(n int) int {
-	if o.detectRuns > 0 {
-		return o.detectRuns
-	}
-	switch {
-	case o.quick && n <= 8:
-		return 5
-	case o.quick:
-		return 3
-	case n <= 8:
-		return 15
-	default:
-		return 7
-	}
 }
 
 // detectorSettings returns the effective heartbeat period and timeout and
@@ -228,10 +212,13 @@ func run() int {
 	if o.quick {
 		mode = "quick"
 	}
-	fmt.Printf("plan (%s): N = %s; detect jobs per N: %s; %d agree/shrink/revoke job(s) per N with %d Agree and %d Shrink calls (+%d warm-up) and %d revoke rounds\n",
-		mode, joinInts(o.sizes), detectPlan(o), o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds)
+	fmt.Printf("plan (%s): N = %s; per N %d detect jobs and %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds); a failed job is tried up to %d times\n",
+		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.attempts)
 	fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
 	fmt.Printf("machine: %d CPUs%s\n", runtime.NumCPU(), loadNote())
+	if b, ok := cpuBusy(time.Second); ok && b > 0.25 {
+		fmt.Printf("WARNING: the CPUs were %.0f%% busy in the second before measuring: other processes compete with the %d-process jobs, inflating latencies and provoking false failure suspicions\n", 100*b, slices.Max(o.sizes))
+	}
 
 	start := time.Now()
 	m := measure(ctx, o, bins)
@@ -276,14 +263,6 @@ func run() int {
 	return 0
 }
 
-func detectPlan(o options) string {
-	var parts []string
-	for _, n := range o.sizes {
-		parts = append(parts, fmt.Sprintf("%d (N=%d)", o.detectRunsFor(n), n))
-	}
-	return strings.Join(parts, ", ")
-}
-
 func joinInts(xs []int) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {
@@ -303,6 +282,46 @@ func loadNote() string {
 		return ""
 	}
 	return ", 1-minute load average " + f[0] + " before the run"
+}
+
+// cpuBusy returns the fraction of all CPUs' time that was not idle during
+// the next d, from /proc/stat, and whether it could be measured.
+func cpuBusy(d time.Duration) (float64, bool) {
+	busy0, all0, ok := cpuJiffies()
+	if !ok {
+		return 0, false
+	}
+	time.Sleep(d)
+	busy1, all1, ok := cpuJiffies()
+	if !ok || all1 <= all0 {
+		return 0, false
+	}
+	return float64(busy1-busy0) / float64(all1-all0), true
+}
+
+// cpuJiffies sums the first line of /proc/stat ("cpu user nice system idle
+// iowait irq softirq steal ...") into busy and total time.
+func cpuJiffies() (busy, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(first)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, x := range f[1:] {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i != 3 && i != 4 { // not idle, not iowait
+			busy += v
+		}
+	}
+	return busy, total, true
 }
 
 // withTimeoutColumn adds, for every detect row, the detector timeout as the

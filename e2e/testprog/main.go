@@ -9,6 +9,14 @@
 //	                       UNIXNANO ERR"), then all survivors agree, shrink and
 //	                       verify counters on the survivors; the targets print
 //	                       "pid PID" and wait to be killed
+//	testprog lockholder H  rank H takes an exclusive lock on rank 0's window,
+//	                       prints "locked" and waits to be killed; the others
+//	                       then wait for that lock and print "acquired"
+//	testprog shrinkloop K N  every rank shrinks the world over and over, at least
+//	                       K times and until N ranks are left (ranks die
+//	                       meanwhile), then verifies counters on the result
+//	testprog idle D        every rank does light RMA traffic for duration D and
+//	                       prints how many ranks it saw fail ("failed N")
 //	testprog stopped V     rank V prints "pid PID" and then keeps writing into
 //	                       every other rank's window; the others watch their
 //	                       windows: once V is declared failed (the test stops
@@ -33,7 +41,7 @@ import (
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "testprog:", err)
@@ -85,6 +93,12 @@ func run(ctx context.Context, args []string) error {
 		return hammer(ctx, c, args[1:])
 	case "stopped":
 		return stopped(ctx, c, args[1:])
+	case "lockholder":
+		return lockholder(ctx, c, args[1:])
+	case "shrinkloop":
+		return shrinkloop(ctx, c, args[1:])
+	case "idle":
+		return idle(ctx, c, args[1:])
 	case "fail-rank":
 		if len(args) < 2 {
 			return fmt.Errorf("fail-rank needs a rank")
@@ -234,4 +248,98 @@ func stopped(ctx context.Context, c *comm.Comm, args []string) error {
 	}
 	fmt.Println("fenced: memory unchanged")
 	return nil
+}
+
+func lockholder(ctx context.Context, c *comm.Comm, args []string) error {
+	hs, err := ranks(args)
+	if err != nil {
+		return err
+	}
+	w, err := window.Allocate(ctx, c, 8)
+	if err != nil {
+		return err
+	}
+	if c.Rank() == hs[0] {
+		if err := w.Lock(ctx, 0, window.Exclusive); err != nil {
+			return err
+		}
+		fmt.Println("locked")
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() == hs[0] {
+		<-ctx.Done() // killed by the test, holding the lock
+		return ctx.Err()
+	}
+	if err := w.Lock(ctx, 0, window.Exclusive); err != nil {
+		return fmt.Errorf("lock held by the killed rank %d: %w", hs[0], err)
+	}
+	fmt.Printf("acquired after rank %d failed: %v\n", hs[0], c.ProcFailed(hs[0]))
+	if err := w.Unlock(ctx, 0); err != nil {
+		return err
+	}
+	// Rank 0 must stay until everyone had the lock: a barrier that survives
+	// the dead rank.
+	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+		return err
+	}
+	return nil
+}
+
+func shrinkloop(ctx context.Context, c *comm.Comm, args []string) error {
+	if len(args) < 2 {
+		return fmt.Errorf("shrinkloop K N: shrink at least K times, until N ranks are left")
+	}
+	k, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	cur := c
+	i := 0
+	// The sizes are agreed, so every rank stops after the same Shrink.
+	for ; i < k || cur.Size() > n; i++ {
+		nc, err := cur.Shrink(ctx)
+		if err != nil {
+			return fmt.Errorf("shrink %d: %w", i, err)
+		}
+		cur = nc
+	}
+	k = i
+	if _, _, err := rmacheck.Counters(ctx, cur, 100); err != nil {
+		return fmt.Errorf("after %d shrinks: %w", k, err)
+	}
+	if cur.Rank() == 0 {
+		fmt.Printf("shrunk %d times: %d ranks, failed %v\n", k, cur.Size(), c.Failed())
+	}
+	return cur.Barrier(ctx)
+}
+
+func idle(ctx context.Context, c *comm.Comm, args []string) error {
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		return err
+	}
+	w, err := window.Allocate(ctx, c, 8)
+	if err != nil {
+		return err
+	}
+	end := time.Now().Add(d)
+	var old int64
+	for time.Now().Before(end) {
+		t := ftrma.Rank((int(c.Rank()) + 1) % c.Size())
+		if err := w.FetchAndOp(t, 0, 1, &old, window.Sum); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, t); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("failed %d\n", len(c.Failed()))
+	return c.Barrier(ctx)
 }

@@ -12,15 +12,17 @@
 // other rank prints "ready <rank>" and polls c.ProcFailed(victim), sleeping
 // -poll between looks so that many processes on few cores all progress, and
 // prints "knew <rank> <unixnano>" when it sees the failure. It then closes
-// the communicator (no Finalize: a rank is gone) and exits 0. A rank that
-// believed another rank failed prints "alsofailed <rank> <r1,r2,...>".
+// the communicator (no Finalize: a rank is gone) and exits 0, after a closing
+// Agree of the survivors. A rank that, when it saw the victim fail, also
+// believed other ranks failed prints "alsofailed <rank> <r1,r2,...>".
 //
 // coll: no failures. Rank 0 prints
 //
 //	RESULT agree_lat N <ms> ms    median over K consecutive Agree calls
 //	RESULT shrink_lat N <ms> ms   median over K consecutive Shrinks, each on the previous result
 //
-// after W untimed calls of each. Then R revoke rounds: each round Shrinks the
+// after W untimed calls of each. Each Shrink follows an untimed barrier on the
+// world communicator (see coll for why). Then R revoke rounds: each round Shrinks the
 // world into a fresh communicator and barriers on it; rank 0 reads the clock
 // and revokes it, prints "revoke <round> t0 <unixnano>", and every rank
 // (rank 0 too) polls IsRevoked and prints "revoke <round> seen <rank>
