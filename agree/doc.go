@@ -53,7 +53,8 @@
 //     R and has not joined a round >= R; joining sends START(R) to its
 //     children (except in round zero). A rank that has joined a higher round
 //     answers a lower START with NUDGE(its round) to that round's
-//     coordinator, so that the coordinator moves above it.
+//     coordinator, so that the coordinator moves above it (a shortcut: the
+//     NUDGEs of rule 6 would get there too).
 //  2. Report. Once it has called Start and each child in the current round
 //     has reported or is known failed, a rank sends its REPORT to its parent:
 //     the AND of its own and its children's values, the union of the ranks
@@ -80,13 +81,16 @@
 //     (highest counter seen + 1, itself) with the failures it knows. This is
 //     how the coordinator's death is survived: the next lowest rank learns of
 //     it and takes over.
-//  6. Nudge. A rank waiting in a round it can no longer count on — the
-//     round's coordinator is known failed, or it has reported and its parent,
-//     which was to pass the decision down, is known failed — sends
-//     NUDGE(round) to the leader in its view (once per round and leader;
-//     again when the leader changes). The leader answers with a decision of
-//     that round or later if it has one, and otherwise remembers the nudger,
-//     runs a round above the nudged one (rule 5), and answers when it decides.
+//  6. Nudge. A rank whose parent in its current round is known failed, and
+//     which has reported (the decision was to come down through that parent)
+//     or whose round's coordinator is known failed too (the round is dead),
+//     sends NUDGE(round) to the leader in its view: once per round and
+//     leader, again when the leader changes. The leader answers with a
+//     decision of that round or later if it has one, and otherwise remembers
+//     the nudger, runs a round above the nudged one (rule 5), and answers when
+//     it decides. Only the topmost live ranks of a dead round (the dead
+//     coordinator's children, or the children of dead ranks) nudge, so a
+//     coordinator's death costs a few NUDGEs, not one per rank.
 //
 // A decided rank stays a full participant: it joins later rounds and reports
 // its decision in them, answers NUDGEs, and passes decisions on. Forget drops
@@ -104,10 +108,12 @@
 // decisions of rounds above B in the order they were made and suppose all
 // earlier ones are d. The coordinator of R decided only when the reports
 // covered every rank it did not know failed; T is a survivor, so it is never
-// known failed, so T reported in R. T did not report in R while undecided:
-// it would then have promised R and refused the decision of B < R. So T
-// reported after delivering, and its report carried a decision of round
-// >= B. The coordinator adopted the decision with the highest round among
+// known failed, so T reported in R (or, being R's coordinator, counted its
+// own state). T did not report in R while undecided: it would then have
+// promised R and refused the decision of B < R. So T reported after
+// delivering, and its report carried a decision of round >= B (a rank
+// replaces its decision only by one of a higher round; reports pass on the
+// highest they see). The coordinator adopted the decision with the highest round among
 // the reports, of some round B' >= B; that decision was made before, so by
 // induction (or because B' = B) it is d. Now take two survivors delivering
 // the decisions of rounds B1 <= B2: by the claim for the first, both are the
@@ -121,18 +127,38 @@
 // rank is reported failed only after it crashed, so no survivor is in it. An
 // adopted decision is an earlier such decision.
 //
-// Termination. Crashes are finite, so after some time T* every survivor
-// knows every crash, messages from crashed ranks are dropped, and all
-// survivors agree on the leader L, a survivor. After T* only L starts
-// rounds. It starts finitely many: each is above a round it had not seen
-// (finitely many exist, created by dead coordinators), or follows a round cut
-// off by a failure (its failed set grows), or answers a NUDGE above its
-// decision (again naming an existing round). In L's last round every member
-// is a survivor or known failed; every survivor eventually calls Start (the
-// caller's duty), joins and reports — a survivor in a higher round would
-// have made L move above it (rule 1, rule 6) — so L decides. Its DECIDE goes
-// down the tree; a survivor whose parent died before passing it on nudges L
-// and gets the decision, then passes it to its own children.
+// Termination (a sketch; the simulator in the tests checks it on thousands of
+// schedules). Crashes are finite, so after some time T* every survivor knows
+// every crash, messages from crashed ranks are dropped, and all survivors
+// agree on the leader L, a survivor; from then on only L starts rounds
+// (anyone else who coordinates believes L failed). L starts finitely many:
+// each is above a round it had not seen (finitely many exist), or follows a
+// round cut off by a failed member (its failed set grows), or answers a
+// NUDGE above its decision (again naming an existing round).
+//
+//   - L's last round completes: its START reaches every survivor (a dead
+//     rank on the way would leave the reports incomplete and make L start
+//     another round); every survivor eventually calls Start (the caller's
+//     duty) and joins (one in a higher round would have made L move above
+//     it, rule 1); every member reports or is known failed; so L decides.
+//   - Every survivor then gets the decision: it comes down the tree; a rank
+//     whose parent died nudges L and gets it directly, then passes it down.
+//   - A survivor stuck in a dead round: among the live ranks above it in that
+//     round's tree, the topmost (whose parent is dead) nudges L (rule 6),
+//     which answers or runs a round above the dead one, covering the stuck
+//     rank (first point). If instead a live rank above it moved to a higher
+//     round, that round is L's (covered by the first point) or a dead one
+//     (apply this point to the highest dead round).
+//
+// # Cost
+//
+// Failure-free: 2(n-1) messages, causal depth 2*ceil(log2 n), one REPORT and
+// one DECIDE per rank. A member that fails during a round costs one more
+// round (START, REPORT and DECIDE sweeps: depth about 3*ceil(log2 n)); a
+// coordinator's death costs that plus a few NUDGEs. A REPORT carries the
+// covered set as a bitmap of up to n/8 bytes; other sets are usually short
+// lists. Per rank and instance the machine does a few microseconds of work
+// (see BenchmarkFailureFree).
 //
 // # The caller's duties
 //

@@ -36,9 +36,9 @@ type simOpts struct {
 	delayMax  int     // a message takes 1..delayMax ticks ...
 	tail      float64 // ... except this share, which takes 10..tailMul times longer
 	tailMul   int
-	slow      int     // ranks whose messages all take ten times longer
-	codec     bool    // every message goes through AppendBinary and ParseMessage
-	budget    int     // delivered messages before the run counts as not terminating
+	slow      int  // ranks whose messages all take ten times longer
+	codec     bool // every message goes through AppendBinary and ParseMessage
+	budget    int  // delivered messages before the run counts as not terminating
 }
 
 type envelope struct {
@@ -117,7 +117,7 @@ type sim struct {
 	decDep  [][]int // [inst][rank]: causal depth at the decision
 	kinds   [KindNudge + 1]int
 	coords  map[int]bool // coordinators of the rounds whose START was delivered
-	late    int // decisions of doomed ranks that differ from the survivors'
+	late    int          // decisions of doomed ranks that differ from the survivors'
 
 	errs  []string
 	trace []string // with FTRMA_TRACE set: every event, for replaying a seed
