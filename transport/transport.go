@@ -137,7 +137,8 @@ type Transport interface {
 
 	// Send posts a control message of at most MaxControlMessage bytes to peer.
 	// msg is copied; messages to one peer arrive in order, after the operations
-	// posted before them.
+	// posted before them. It fails when the peer is already known down; a
+	// peer lost while sending is reported by HandlePeerDown instead.
 	Send(peer ftrma.Rank, msg []byte) error
 	// SetReceiver installs the receiver of control messages and peer-down
 	// events. Messages and events that arrived before it was set are held (a

@@ -265,8 +265,10 @@ func (p *peer) sendMsg(msg []byte) error {
 	}
 	p.sbuf = appendMsg(p.sbuf, msg)
 	if err := p.kickLocked(true); err != nil {
+		// The write that failed may have carried this message already, or
+		// only frames queued after it: the loss of the peer is reported by
+		// its peer-down event, not charged to this message.
 		p.down(err, false)
-		return transport.ErrPeerDown(p.rank, err)
 	}
 	return nil
 }
