@@ -204,16 +204,17 @@ func (rt *runtime) run() {
 	if period <= 0 {
 		period = 20 * time.Millisecond
 	}
-	interval := period / 4
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	last := time.Now()
+	// The loop sleeps until the detector's next deadline (a heartbeat due,
+	// or a timeout), so an idle rank wakes about once per period.
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	due := time.Now().Add(period)
 	for {
 		ticked := false
 		select {
 		case <-rt.done:
 			return
-		case <-tick.C:
+		case <-timer.C:
 			ticked = true
 		case <-rt.kick:
 		}
@@ -229,19 +230,30 @@ func (rt *runtime) run() {
 		for _, e := range queue {
 			rt.step(e)
 		}
+		now := time.Now()
 		if ticked {
 			// Self-awareness (Lifeguard): time this process was kept from
-			// running — its tick came late — does not count as a peer's
+			// running — its timer fired late — does not count as a peer's
 			// silence. On a host short of CPU every rank is late alike, so
 			// an observer's deadline stretches as its peers' heartbeats do.
-			now := time.Now()
-			if late := now.Sub(last) - interval; late > interval/4 {
+			if late := now.Sub(due); late > period/16 {
 				rt.det.Stalled(late)
 			}
-			last = now
-			rt.det.Tick(now)
 		}
+		rt.det.Tick(now)
 		rt.flushReady()
+		next, ok := rt.det.Deadline()
+		if !ok || next.Sub(now) > period {
+			next = now.Add(period)
+		}
+		due = next
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(time.Until(next), 0))
 	}
 }
 

@@ -210,7 +210,8 @@ func TestStoppedRankIsFenced(t *testing.T) {
 
 // No false positives: 16 ranks on this 2-core machine beside a CPU hog, at
 // the default detector settings, suspect nobody. FTRMA_SOAK sets the
-// duration (default 10s; the full run is 60s).
+// duration (default 10s; the full run is 60s), FTRMA_SOAK_HB_TIMEOUT
+// an explicit detector timeout (the default stretches with ranks per CPU).
 func TestNoFalseSuspicions(t *testing.T) {
 	d := 10 * time.Second
 	if v := os.Getenv("FTRMA_SOAK"); v != "" {
@@ -227,7 +228,12 @@ func TestNoFalseSuspicions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); h.Wait() }()
-	out, code := ftrun(t, d+2*time.Minute, "-n", "16", "--tag-output", filepath.Join(bins(t), "testprog"), "idle", d.String())
+	args := []string{"-n", "16", "--tag-output"}
+	if hb := os.Getenv("FTRMA_SOAK_HB_TIMEOUT"); hb != "" {
+		args = append(args, "--hb-timeout", hb) // e.g. 60ms: the unscaled default
+	}
+	args = append(args, filepath.Join(bins(t), "testprog"), "idle", d.String())
+	out, code := ftrun(t, d+2*time.Minute, args...)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}

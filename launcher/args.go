@@ -138,7 +138,9 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --no-ft                 abort the job when a rank fails (default: carry on)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
   --hb-timeout DURATION   silence after which a rank is declared failed
-                          (default 60ms); must exceed the period
+                          (default 60ms, times the ranks per CPU when the job
+                          has more ranks than this host has CPUs); must
+                          exceed the period
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)

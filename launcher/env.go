@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -137,10 +138,32 @@ func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []
 }
 
 // DetectorSettings returns the failure detector's heartbeat period and timeout
-// that ftrun passed to this rank (--hb-period, --hb-timeout), or zeros (the
-// detector's defaults) where it passed none or something unreadable.
+// for this rank: what ftrun passed (--hb-period, --hb-timeout), or zeros (the
+// detector's defaults, 20 ms and 60 ms) where it passed none or something
+// unreadable — except that a period given without a timeout gets a timeout of
+// three periods (at least 60 ms), and that on a host with more ranks of the job than CPUs the
+// default timeout is multiplied by the ranks per CPU (rounded up): there a
+// busy rank waits for a CPU for tens of milliseconds at a time, and 60 ms of
+// silence is no sign of failure.
 func DetectorSettings() (period, timeout time.Duration) {
 	period, _ = time.ParseDuration(os.Getenv(EnvHBPeriod))
 	timeout, _ = time.ParseDuration(os.Getenv(EnvHBTimeout))
-	return max(period, 0), max(timeout, 0)
+	period, timeout = max(period, 0), max(timeout, 0)
+	if timeout != 0 {
+		return period, timeout
+	}
+	base := defaultHBTimeout // three periods: a lost heartbeat or two is no failure
+	if period > 0 {
+		timeout = max(base, 3*period)
+		base = timeout
+	}
+	if local, err := strconv.Atoi(os.Getenv(EnvLocalSize)); err == nil && local > runtime.NumCPU() {
+		perCPU := (local + runtime.NumCPU() - 1) / runtime.NumCPU()
+		timeout = time.Duration(perCPU) * base
+	}
+	return period, timeout
 }
+
+// defaultHBTimeout is the failure detector's default timeout (failure's
+// DefaultTimeout, which this package may not import).
+const defaultHBTimeout = 60 * time.Millisecond

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -324,5 +327,30 @@ func TestSupervisionChannel(t *testing.T) {
 	case down := <-recvs[0].down:
 		t.Fatalf("rank 0 told that rank %d is down after rank 1 left cleanly", down)
 	default:
+	}
+}
+
+func TestDetectorSettings(t *testing.T) {
+	cpus := runtime.NumCPU()
+	cases := []struct {
+		period, timeout, local string
+		wantP, wantT           time.Duration
+	}{
+		{"", "", "1", 0, 0},
+		{"", "", strconv.Itoa(cpus), 0, 0},
+		{"", "", strconv.Itoa(2*cpus + 1), 0, 3 * 60 * time.Millisecond},
+		{"", "250ms", strconv.Itoa(4 * cpus), 0, 250 * time.Millisecond}, // explicit wins
+		{"100ms", "", strconv.Itoa(cpus + 1), 100 * time.Millisecond, 600 * time.Millisecond},
+		{"100ms", "", "1", 100 * time.Millisecond, 300 * time.Millisecond},
+		{"junk", "junk", "", 0, 0},
+	}
+	for _, c := range cases {
+		t.Setenv(EnvHBPeriod, c.period)
+		t.Setenv(EnvHBTimeout, c.timeout)
+		t.Setenv(EnvLocalSize, c.local)
+		p, to := DetectorSettings()
+		if p != c.wantP || to != c.wantT {
+			t.Errorf("period %q timeout %q local %q: got %v, %v; want %v, %v", c.period, c.timeout, c.local, p, to, c.wantP, c.wantT)
+		}
 	}
 }
