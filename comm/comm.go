@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -253,6 +254,32 @@ func (c *Comm) revokeID() string { return fmt.Sprintf("revoke/%d", c.ctxID) }
 // still work.
 func (c *Comm) Revoke() { c.Notify(c.revokeID()) }
 
+// RevokeGroup revokes the communicator at the listed ranks only (and here):
+// failure propagation to a subset, for ranks that share work with a failed
+// one while the others carry on undisturbed. The listed ranks' IsRevoked turns
+// true and their non-fault-tolerant operations on the communicator return
+// ftrma.ErrRevoked; the other ranks see nothing. Ranks known failed are
+// skipped.
+func (c *Comm) RevokeGroup(ranks []ftrma.Rank) error {
+	for _, r := range ranks {
+		if r < 0 || int(r) >= len(c.members) {
+			return &ftrma.OpError{Op: "revoke group", Rank: r, Err: ftrma.ErrRankOutOfRange}
+		}
+	}
+	id := c.revokeID()
+	c.rt.mu.Lock()
+	c.rt.notices[id] = true
+	c.rt.signalLocked()
+	c.rt.mu.Unlock()
+	for _, r := range ranks {
+		if r == c.rank || c.ProcFailed(r) {
+			continue
+		}
+		c.rt.t.Send(c.members[r], append([]byte{kindNotice}, id...))
+	}
+	return nil
+}
+
 // IsRevoked reports whether a revocation of the communicator has arrived. It
 // reads local state only: no communication at call time.
 func (c *Comm) IsRevoked() bool { return c.Noticed(c.revokeID()) }
@@ -299,6 +326,9 @@ func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error 
 	be.PutUint64(msg[5:], seq)
 	msg = append(msg, payload...)
 	if err := c.rt.t.Send(c.members[to], msg); err != nil {
+		if errors.Is(err, ftrma.ErrProcFailed) {
+			c.rt.lost(c.members[to], err)
+		}
 		return &ftrma.OpError{Op: op, Rank: to, Err: err}
 	}
 	return nil

@@ -1,22 +1,36 @@
 // Package comm is ftrma's communicator and per-process runtime: a group of
-// ranks over one transport, with the small collectives the runtime itself
-// needs (Barrier, Bcast, Allgather).
+// ranks over one transport, the small collectives the runtime itself needs
+// (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke and IsRevoked,
+// RevokeGroup, Agree, Shrink, FailureAck and FailureGetAcked, Failed and
+// ProcFailed, and Signal.
 //
 // A program started by ftrun gets its world communicator from Init; tests build
 // an in-process world of N ranks on memnet with comm/commtest. Window and store
 // layers take a *Comm.
 //
+// The runtime (one per process, shared by every communicator) runs one
+// goroutine that drives the pure state machines: failure's heartbeat detector,
+// revoke's reliable broadcast (failure and revocation notices) and agree's
+// agreement. Failure knowledge comes from the detector, from broken
+// connections, from the launcher's exit notices and from other ranks' notices;
+// it only grows. A rank learned failed is fenced first (nothing it sends lands
+// any more), then made visible (Failed, ProcFailed, errors), then announced.
+//
 // A rank's duties:
 //
 //  1. c, err := comm.Init(ctx) — joins the job (rendezvous, authenticated
-//     connections to every other rank).
+//     connections to every other rank) and starts the runtime.
 //  2. Use c.Rank(), c.Size(), collectives, and build windows on c.
-//  3. c.Finalize(ctx) — a barrier, then the transport is closed.
+//  3. On ErrProcFailed or ErrRevoked: Revoke (so that everyone stops),
+//     FailureAck, Agree on how to go on, Shrink to the survivors.
+//  4. c.Finalize(ctx) — a barrier, then the runtime and transport are closed;
+//     after failures, c.Close().
 //
 // Collectives are called by every rank of the communicator in the same order,
 // one at a time. They are fault-aware: when a rank they wait for is lost they
-// return an error wrapping ftrma.ErrProcFailed instead of hanging, and they
-// honour their context.
+// return an error wrapping ftrma.ErrProcFailed instead of hanging, after a
+// revocation ftrma.ErrRevoked, and they honour their context. Agree and Shrink
+// work across failures and revocation.
 //
 // Example:
 //

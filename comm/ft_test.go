@@ -247,3 +247,40 @@ func TestSignalAndAck(t *testing.T) {
 		t.Fatalf("signal to a failed rank: %v", err)
 	}
 }
+
+// RevokeGroup propagates a revocation to a subset only.
+func TestRevokeGroup(t *testing.T) {
+	w := commtest.New(t, 5)
+	ctx := testCtx(t, 30*time.Second)
+	c0 := w.Comms[0]
+	if err := c0.RevokeGroup([]ftrma.Rank{1, 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{0, 1, 3} {
+		for !w.Comms[r].IsRevoked() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("rank %d never saw the group revocation", r)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	// Ranks 2 and 4 are not in the group: a collective between them works.
+	errs := w.RunRanks(ctx, []ftrma.Rank{2, 4}, func(ctx context.Context, c *comm.Comm) error {
+		if c.IsRevoked() {
+			return errors.New("revoked outside the group")
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if _, err := w.Comms[1].Allgather(ctx, nil); !errors.Is(err, ftrma.ErrRevoked) {
+		t.Fatalf("allgather at a revoked group member: %v", err)
+	}
+	if err := c0.RevokeGroup([]ftrma.Rank{7}); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+		t.Fatalf("RevokeGroup with rank 7: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ const (
 	kindBcast     byte = 3 // a reliable-broadcast message (failure and revoke notices)
 	kindAgree     byte = 4 // an agreement message: ctx u32, agree.Message
 	kindSignal    byte = 5 // Signal: ctx u32, payload
+	kindNotice    byte = 6 // a notice for this rank only (RevokeGroup): the notice id
 )
 
 // Config configures the runtime of a process. The zero value means the
@@ -178,6 +179,19 @@ func (rt *runtime) do(f func()) {
 	rt.wakeRun()
 }
 
+// lost records a peer-down error met by a caller's own operation and waits
+// until the run goroutine has applied it, so that failure knowledge (Failed,
+// ProcFailed) covers a failure by the time an error reports it.
+func (rt *runtime) lost(r ftrma.Rank, err error) {
+	rt.enqueue(event{from: r, err: err})
+	done := make(chan struct{})
+	rt.do(func() { close(done) })
+	select {
+	case <-done:
+	case <-rt.done:
+	}
+}
+
 func (rt *runtime) fileContribution(from ftrma.Rank, msg []byte) {
 	if len(msg) < collHeader {
 		return
@@ -224,11 +238,11 @@ func (rt *runtime) run() {
 		queue, reqs := rt.queue, rt.requests
 		rt.queue, rt.requests = nil, nil
 		rt.mu.Unlock()
-		for _, f := range reqs {
-			f()
-		}
 		for _, e := range queue {
 			rt.step(e)
+		}
+		for _, f := range reqs {
+			f()
 		}
 		now := time.Now()
 		if ticked {
@@ -302,6 +316,11 @@ func (rt *runtime) step(e event) {
 		if err == nil {
 			c.ag.Step(int(c.index[e.from]), m)
 		}
+	case kindNotice:
+		rt.mu.Lock()
+		rt.notices[string(body)] = true
+		rt.signalLocked()
+		rt.mu.Unlock()
 	case kindSignal:
 		if len(body) < 4 {
 			return

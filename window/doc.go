@@ -23,6 +23,16 @@
 // for an unsupported operation, and ftrma.ErrProcFailed when the target's
 // process is gone.
 //
+// Under failure (the ULFM RMA chapter made real): every operation and Flush
+// toward a failed target returns an error wrapping ftrma.ErrProcFailed, within
+// the failure detector's timeout, while operations toward live targets keep
+// working; Lock honours its context; a lock held by a failed rank is taken
+// over (CAS dead → free) by the next locker; Revoke makes every rank's later
+// operations return ftrma.ErrRevoked; Failed lists the failed ranks; Shrink
+// gives a window over the survivors, keeping their memory, without shrinking
+// the communicator. A shared lock held by a rank that failed is not taken
+// over (the lock word counts shared holders without naming them).
+//
 // A rank's duties:
 //
 //  1. w, err := window.Allocate(ctx, c, size) on every rank of c.
