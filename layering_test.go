@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"comm/commtest":         {"", "transport", "transport/memnet", "comm"},
 	"window":                {"", "transport"},
 	"internal/overlay":      {},
+	"internal/script":       {},
 	"failure":               {"", "internal/overlay"},
 	"revoke":                {"", "internal/overlay", "failure"},
 	"agree":                 {""},

@@ -1,18 +1,14 @@
 package agree
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt scripts")
+	"github.com/ftrma/ftrma/internal/script"
+)
 
 // TestScripts runs the scenario scripts in testdata/*.txt: hand-picked
 // schedules that show the protocol's rules at work, message by message. A
@@ -40,100 +36,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 // and every decision (decide). Run with -rewrite to refresh the expected
 // output after a deliberate change, and review the diff.
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			runScript(t, file)
-		})
-	}
-}
-
-type scriptBlock struct {
-	pre  []string // comments and blank lines before the command
-	cmd  string
-	line int // of cmd, 1-based
-	want []string
-}
-
-func parseScript(t *testing.T, file string) []scriptBlock {
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var blocks []scriptBlock
-	var cur scriptBlock
-	state := 0 // 0: before command, 1: expect "----", 2: in output
-	sc := bufio.NewScanner(f)
-	for ln := 1; sc.Scan(); ln++ {
-		line := sc.Text()
-		switch state {
-		case 0:
-			if line == "" || strings.HasPrefix(line, "#") {
-				cur.pre = append(cur.pre, line)
-				continue
-			}
-			cur.cmd, cur.line, state = line, ln, 1
-		case 1:
-			if line != "----" {
-				t.Fatalf("%s:%d: want ----, got %q", file, ln, line)
-			}
-			state = 2
-		case 2:
-			if line == "" {
-				blocks = append(blocks, cur)
-				cur, state = scriptBlock{}, 0
-				continue
-			}
-			cur.want = append(cur.want, line)
-		}
-	}
-	if state == 1 {
-		t.Fatalf("%s: command %q has no ----", file, cur.cmd)
-	}
-	if state == 2 {
-		blocks = append(blocks, cur)
-	}
-	return blocks
-}
-
-func runScript(t *testing.T, file string) {
-	blocks := parseScript(t, file)
-	var net *scriptNet
-	for i := range blocks {
-		b := &blocks[i]
-		got := net.exec(t, file, b, &net)
-		if *rewrite {
-			b.want = got
-			continue
-		}
-		if strings.Join(got, "\n") != strings.Join(b.want, "\n") {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, b.line, b.cmd,
-				strings.Join(got, "\n"), strings.Join(b.want, "\n"))
-		}
-	}
-	if !*rewrite {
-		return
-	}
-	var out strings.Builder
-	for i, b := range blocks {
-		for _, p := range b.pre {
-			out.WriteString(p + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, w := range b.want {
-			out.WriteString(w + "\n")
-		}
-		if i < len(blocks)-1 {
-			out.WriteString("\n")
-		}
-	}
-	if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script.RunDir(t, "testdata/*.txt", func() script.Interpreter {
+		var net *scriptNet
+		return func(t *testing.T, c script.Command) []string { return net.exec(t, c, &net) }
+	})
 }
 
 // scriptNet is the hand-operated network of a script.
@@ -149,36 +55,18 @@ type scriptMsg struct {
 	msg      Message
 }
 
-func (s *scriptNet) exec(t *testing.T, file string, b *scriptBlock, sp **scriptNet) []string {
-	fields := strings.Fields(b.cmd)
-	args := map[string]string{}
-	for _, f := range fields[1:] {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			t.Fatalf("%s:%d: argument %q is not key=value", file, b.line, f)
-		}
-		args[k] = v
-	}
+func (s *scriptNet) exec(t *testing.T, c script.Command, sp **scriptNet) []string {
+	args := c.Args
 	fail := func(format string, a ...any) {
 		t.Helper()
-		t.Fatalf("%s:%d: %s", file, b.line, fmt.Sprintf(format, a...))
+		c.Failf(t, format, a...)
 	}
 	num := func(key string, def int) int {
-		v, ok := args[key]
-		if !ok {
-			if def < 0 {
-				fail("%s needs %s=", fields[0], key)
-			}
-			return def
-		}
-		x, err := strconv.Atoi(v)
-		if err != nil {
-			fail("%s=%q: %v", key, v, err)
-		}
-		return x
+		t.Helper()
+		return c.Int(t, key, def)
 	}
-	if fields[0] != "new" && s == nil {
-		fail("%s before new", fields[0])
+	if c.Name != "new" && s == nil {
+		fail("%s before new", c.Name)
 	}
 	ranks := func(except int) []int {
 		v := args["r"]
@@ -210,7 +98,7 @@ func (s *scriptNet) exec(t *testing.T, file string, b *scriptBlock, sp **scriptN
 	if s != nil {
 		s.out = nil
 	}
-	switch fields[0] {
+	switch c.Name {
 	case "new":
 		n := num("n", -1)
 		ns := &scriptNet{ag: make([]*Agreement, n), dead: make([]bool, n)}
@@ -254,7 +142,7 @@ func (s *scriptNet) exec(t *testing.T, file string, b *scriptBlock, sp **scriptN
 			}
 			m := s.fifo[i]
 			s.fifo = slices.Delete(s.fifo, i, i+1)
-			if fields[0] == "drop" {
+			if c.Name == "drop" {
 				s.out = append(s.out, fmt.Sprintf("lost %d->%d: %v", m.from, m.to, m.msg))
 				continue
 			}
@@ -274,7 +162,7 @@ func (s *scriptNet) exec(t *testing.T, file string, b *scriptBlock, sp **scriptN
 			s.out = append(s.out, fmt.Sprintf("pending %d->%d: %v", m.from, m.to, m.msg))
 		}
 	default:
-		fail("unknown command %q", fields[0])
+		fail("unknown command %q", c.Name)
 	}
 	return s.out
 }
