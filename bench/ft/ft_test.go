@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -258,7 +259,7 @@ func TestTimeoutColumn(t *testing.T) {
 		{Bench: "detect_p50", Size: 4, System: sysFtrma, Value: 3, Unit: "ms"},
 		{Bench: "agree_lat", Size: 4, System: sysFtrma, Value: 0.1, Unit: "ms"},
 	}
-	all := withTimeoutColumn(rs, 60*time.Millisecond)
+	all := withTimeoutColumn(rs, func(int) time.Duration { return 60 * time.Millisecond })
 	var buf bytes.Buffer
 	if err := result.WriteTable(&buf, all, []string{sysFtrma, colTimeout}); err != nil {
 		t.Fatal(err)
@@ -312,6 +313,25 @@ func TestParseFlags(t *testing.T) {
 	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+func TestTimeoutForStretchesWithRanksPerCPU(t *testing.T) {
+	cpus := runtime.NumCPU()
+	cases := []struct {
+		o    options
+		n    int
+		want time.Duration
+	}{
+		{options{}, cpus, 60 * time.Millisecond},
+		{options{}, 2*cpus + 1, 3 * 60 * time.Millisecond},
+		{options{hbTimeout: 200 * time.Millisecond}, 4 * cpus, 200 * time.Millisecond},
+		{options{hbPeriod: 100 * time.Millisecond}, cpus, 300 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := c.o.timeoutFor(c.n); got != c.want {
+			t.Errorf("%+v, n=%d: %v, want %v", c.o, c.n, got, c.want)
 		}
 	}
 }

@@ -176,6 +176,24 @@ func (o options) detectorSettings() (period, timeout time.Duration, defaults boo
 	return period, timeout, defaults
 }
 
+// timeoutFor is the detector timeout the ranks of an n-process job use: an
+// explicit -hb-timeout, or ftrun's default — 60 ms (three periods when only
+// -hb-period is set), times the ranks per CPU when n exceeds this host's CPUs
+// (launcher.DetectorSettings).
+func (o options) timeoutFor(n int) time.Duration {
+	if o.hbTimeout != 0 {
+		return o.hbTimeout
+	}
+	base := defaultHBTimeout
+	if o.hbPeriod != 0 {
+		base = max(base, 3*o.hbPeriod)
+	}
+	if cpus := runtime.NumCPU(); n > cpus {
+		base *= time.Duration((n + cpus - 1) / cpus)
+	}
+	return base
+}
+
 func main() { os.Exit(run()) }
 
 func run() int {
@@ -225,9 +243,9 @@ func run() int {
 	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
 
 	rs := m.results(o)
-	fmt.Printf("ftrma over TCP, one host, N processes; failure detector timeout %v (heartbeat %v, %s)\n", hbTimeout, period, src)
+	fmt.Printf("ftrma over TCP, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", hbTimeout, period, src, runtime.NumCPU())
 	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; the others: median; ratio = detect / detector timeout\n")
-	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, hbTimeout), []string{sysFtrma, colTimeout}); err != nil {
+	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), []string{sysFtrma, colTimeout}); err != nil {
 		fmt.Fprintln(os.Stderr, "ft:", err)
 		return 1
 	}
@@ -324,14 +342,14 @@ func cpuJiffies() (busy, total uint64, ok bool) {
 	return busy, total, true
 }
 
-// withTimeoutColumn adds, for every detect row, the detector timeout as the
-// value of the reference column colTimeout (table only).
-func withTimeoutColumn(rs []result.Result, timeout time.Duration) []result.Result {
+// withTimeoutColumn adds, for every detect row, the detector timeout of its
+// job size as the value of the reference column colTimeout (table only).
+func withTimeoutColumn(rs []result.Result, timeoutFor func(n int) time.Duration) []result.Result {
 	out := slices.Clone(rs)
 	for _, r := range rs {
 		if strings.HasPrefix(r.Bench, "detect_") {
 			out = append(out, result.Result{Bench: r.Bench, Size: r.Size, System: colTimeout,
-				Value: float64(timeout) / float64(time.Millisecond), Unit: "ms"})
+				Value: float64(timeoutFor(r.Size)) / float64(time.Millisecond), Unit: "ms"})
 		}
 	}
 	return out
