@@ -267,10 +267,7 @@ func (c *Comm) RevokeGroup(ranks []ftrma.Rank) error {
 		}
 	}
 	id := c.revokeID()
-	c.rt.mu.Lock()
-	c.rt.notices[id] = true
-	c.rt.signalLocked()
-	c.rt.mu.Unlock()
+	c.rt.notice(id)
 	for _, r := range ranks {
 		if r == c.rank || c.ProcFailed(r) {
 			continue
@@ -290,15 +287,17 @@ func (c *Comm) ContextID() uint32 { return c.ctxID }
 // Notify reliably broadcasts notice id to every rank of the job (windows use
 // it for their revocation). It is noticed here at once.
 func (c *Comm) Notify(id string) {
-	c.rt.mu.Lock()
-	c.rt.notices[id] = true
-	c.rt.signalLocked()
-	c.rt.mu.Unlock()
+	c.rt.notice(id)
 	c.rt.do(func() { c.rt.originate(id, nil) })
 }
 
 // Noticed reports whether notice id has arrived (local, no communication).
+// Windows ask before every operation, so the common case — no notice at
+// all — takes no lock.
 func (c *Comm) Noticed(id string) bool {
+	if c.rt.noticed.Load() == 0 {
+		return false
+	}
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
 	return c.rt.notices[id]

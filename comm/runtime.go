@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -67,6 +68,7 @@ type runtime struct {
 	failed   []bool             // failed[r]: world rank r is known failed (grow-only)
 	order    []ftrma.Rank       // failed ranks in the order learned
 	notices  map[string]bool    // revocation notices delivered
+	noticed  atomic.Int64       // len(notices), read without the lock
 	comms    map[uint32]*Comm   // live communicators by context id
 	early    map[uint32][]event // agreement messages for communicators not created yet
 	inbox    map[collKey][]byte // collective contributions received, not yet consumed
@@ -317,10 +319,7 @@ func (rt *runtime) step(e event) {
 			c.ag.Step(int(c.index[e.from]), m)
 		}
 	case kindNotice:
-		rt.mu.Lock()
-		rt.notices[string(body)] = true
-		rt.signalLocked()
-		rt.mu.Unlock()
+		rt.notice(string(body))
 	case kindSignal:
 		if len(body) < 4 {
 			return
@@ -390,11 +389,17 @@ func (rt *runtime) deliver(m revoke.Message) {
 			rt.markFailed(ftrma.Rank(r), string(m.Payload))
 		}
 	default: // communicator and window revocations
-		rt.mu.Lock()
-		rt.notices[m.ID] = true
-		rt.signalLocked()
-		rt.mu.Unlock()
+		rt.notice(m.ID)
 	}
+}
+
+// notice records that notice id arrived and wakes waiters.
+func (rt *runtime) notice(id string) {
+	rt.mu.Lock()
+	rt.notices[id] = true
+	rt.noticed.Store(int64(len(rt.notices)))
+	rt.signalLocked()
+	rt.mu.Unlock()
 }
 
 func scan(s, format string, v any) bool {
