@@ -353,6 +353,10 @@ func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Ra
 			rt.mu.Unlock()
 			return out, nil
 		}
+		if rt.closed {
+			rt.mu.Unlock()
+			return nil, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrClosed}
+		}
 		if rt.notices[c.revokeID()] {
 			rt.mu.Unlock()
 			return nil, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
@@ -493,10 +497,13 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 		d, ok := c.decisions[inst]
 		delete(c.decisions, inst)
 		c.mu.Unlock()
-		wake := c.rt.changed
+		wake, closed := c.rt.changed, c.rt.closed
 		c.rt.mu.Unlock()
 		if ok {
 			return d, nil
+		}
+		if closed {
+			return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
 		}
 		select {
 		case <-wake:

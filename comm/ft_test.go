@@ -284,3 +284,26 @@ func TestRevokeGroup(t *testing.T) {
 		t.Fatalf("RevokeGroup with rank 7: %v", err)
 	}
 }
+
+// Closing the world communicator wakes a rank waiting in a collective or an
+// agreement: it returns ErrClosed instead of waiting for its context.
+func TestCloseWakesWaiters(t *testing.T) {
+	w := commtest.New(t, 3)
+	ctx := testCtx(t, 30*time.Second)
+	c := w.Comms[0]
+	errc := make(chan error, 2)
+	go func() { errc <- c.Barrier(ctx) }()
+	go func() { _, err := c.Agree(ctx, 1); errc <- err }()
+	time.Sleep(20 * time.Millisecond) // let both wait: ranks 1 and 2 never join
+	c.Close()
+	for range 2 {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ftrma.ErrClosed) {
+				t.Fatalf("waiter got %v, want ErrClosed", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("a waiter did not wake on Close")
+		}
+	}
+}

@@ -473,6 +473,7 @@ func (rt *runtime) close() {
 		return
 	}
 	rt.closed = true
+	rt.signalLocked() // waiters see closed
 	rt.mu.Unlock()
 	close(rt.done)
 	rt.wg.Wait()
