@@ -158,7 +158,8 @@ func TestRendezvousRefusesWrongSecret(t *testing.T) {
 	if !strings.Contains(err.Error(), "authentication failed") {
 		t.Errorf("impostor's error %q does not say authentication failed", err)
 	}
-	if !strings.Contains(logs.String(), "authentication failed") {
+	// The server logs after answering, so the impostor may hear first.
+	if !waitFor(func() bool { return strings.Contains(logs.String(), "authentication failed") }) {
 		t.Errorf("server log %q does not report the refused connection", logs)
 	}
 
