@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"bench/rma/rank":        {"", "comm", "window"},
 	"bench/ft":              {"bench/internal/result"},
 	"bench/ft/rank":         {"", "comm"},
+	"bench/store":           {"bench/internal/result"},
 	"bench/internal/result": {},
 	"e2e":                   {},
 	"e2e/testprog":          {"", "comm", "internal/rmacheck", "window"},

@@ -323,3 +323,41 @@ func TestWriteTableCopiesColumn(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteTableRatios(t *testing.T) {
+	rs := []Result{
+		{Bench: "put_p50", Size: 64, Copies: 3, System: "ftrma-tcp", Value: 20, Unit: "us"},
+		{Bench: "put_p50", Size: 64, Copies: 3, System: "hazelcast", Value: 400, Unit: "us"},
+		{Bench: "put_p50", Size: 64, Copies: 3, System: "redis", Value: 40, Unit: "us"},
+		{Bench: "put_p50", Size: 64, Copies: 2, System: "redis", Value: 30, Unit: "us"},
+	}
+	systems := []string{"ftrma-tcp", "hazelcast", "redis"}
+	var buf bytes.Buffer
+	if err := WriteTableRatios(&buf, rs, systems, "ftrma-tcp"); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	want := [][]string{
+		{"bench", "size", "copies", "unit", "ftrma-tcp", "hazelcast", "redis", "ftrma-tcp/hazelcast", "ftrma-tcp/redis"},
+		{"put_p50", "64", "3", "us", "20.00", "400.0", "40.00", "0.05", "0.50"},
+		{"put_p50", "64", "2", "us", "-", "-", "30.00", "-", "-"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("table has %d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, w) {
+			t.Errorf("line %d = %q, want fields %q", i, lines[i], w)
+		}
+	}
+
+	// Without a base: no ratio columns, even for two systems.
+	buf.Reset()
+	if err := WriteTableRatios(&buf, rs, systems[1:], ""); err != nil {
+		t.Fatal(err)
+	}
+	head := strings.Fields(strings.SplitN(buf.String(), "\n", 2)[0])
+	if !reflect.DeepEqual(head, []string{"bench", "size", "copies", "unit", "hazelcast", "redis"}) {
+		t.Errorf("header without base = %q", head)
+	}
+}

@@ -15,6 +15,29 @@ import (
 // when some result has copies. Missing values print as "-". Results of
 // systems not listed are ignored.
 func WriteTable(w io.Writer, rs []Result, systems []string) error {
+	var ratios [][2]string
+	if len(systems) == 2 {
+		ratios = [][2]string{{systems[0], systems[1]}}
+	}
+	return writeTable(w, rs, systems, ratios, "ratio ")
+}
+
+// WriteTableRatios prints rs as WriteTable does, with one ratio column
+// base/other for every other system in systems (headed "base/other"), or
+// none when base is "".
+func WriteTableRatios(w io.Writer, rs []Result, systems []string, base string) error {
+	var ratios [][2]string
+	if base != "" {
+		for _, s := range systems {
+			if s != base {
+				ratios = append(ratios, [2]string{base, s})
+			}
+		}
+	}
+	return writeTable(w, rs, systems, ratios, "")
+}
+
+func writeTable(w io.Writer, rs []Result, systems []string, ratios [][2]string, ratioPrefix string) error {
 	type cell struct {
 		v    float64
 		unit string
@@ -42,8 +65,8 @@ func WriteTable(w io.Writer, rs []Result, systems []string) error {
 	}
 	head = append(head, "unit")
 	head = append(head, systems...)
-	if len(systems) == 2 {
-		head = append(head, "ratio "+systems[0]+"/"+systems[1])
+	for _, r := range ratios {
+		head = append(head, ratioPrefix+r[0]+"/"+r[1])
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 
@@ -72,9 +95,9 @@ func WriteTable(w io.Writer, rs []Result, systems []string) error {
 			}
 			row = append(row, FormatValue(c.v))
 		}
-		if len(systems) == 2 {
-			a, aok := vals[k][systems[0]]
-			b, bok := vals[k][systems[1]]
+		for _, r := range ratios {
+			a, aok := vals[k][r[0]]
+			b, bok := vals[k][r[1]]
 			if aok && bok && b.v != 0 {
 				row = append(row, strconv.FormatFloat(a.v/b.v, 'f', 2, 64))
 			} else {
