@@ -179,7 +179,7 @@ func TestLockTakeover(t *testing.T) {
 	if !strings.Contains(out, "[1] locked") {
 		t.Fatalf("rank 1 never took the lock:\n%s", out)
 	}
-	if n := strings.Count(out, "acquired after rank 1 failed: true"); n != 3 {
+	if n := strings.Count(out, "acquired the lock rank 1 held"); n != 3 {
 		t.Fatalf("%d ranks acquired the dead rank's lock, want 3:\n%s", n, out)
 	}
 }

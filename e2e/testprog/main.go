@@ -275,7 +275,9 @@ func lockholder(ctx context.Context, c *comm.Comm, args []string) error {
 	if err := w.Lock(ctx, 0, window.Exclusive); err != nil {
 		return fmt.Errorf("lock held by the killed rank %d: %w", hs[0], err)
 	}
-	fmt.Printf("acquired after rank %d failed: %v\n", hs[0], c.ProcFailed(hs[0]))
+	// Whoever learned of the failure first broke the lock; the others may get
+	// it from a survivor afterwards, before they themselves heard.
+	fmt.Printf("acquired the lock rank %d held (it is known failed here: %v)\n", hs[0], c.ProcFailed(hs[0]))
 	if err := w.Unlock(ctx, 0); err != nil {
 		return err
 	}
