@@ -3,8 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"github.com/ftrma/ftrma/bench/internal/host"
 	"io"
 	"os"
 	"os/exec"
@@ -23,22 +23,14 @@ type binaries struct{ ftrun, rank string }
 // build compiles cmd/ftrun and bench/ft/rank into dir, from the root of the
 // module that holds the working directory.
 func build(ctx context.Context, dir string) (binaries, error) {
-	goBin, err := exec.LookPath("go")
+	goBin, root, err := host.FindModule(ctx)
 	if err != nil {
-		return binaries{}, errors.New("the go command is not on PATH")
-	}
-	gomod, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
-	if err != nil {
-		return binaries{}, fmt.Errorf("go env GOMOD: %v", err)
-	}
-	mod := strings.TrimSpace(string(gomod))
-	if mod == "" || mod == os.DevNull {
-		return binaries{}, errors.New("run bench/ft from inside the ftrma module")
+		return binaries{}, err
 	}
 	b := binaries{ftrun: filepath.Join(dir, "ftrun"), rank: filepath.Join(dir, "ft-rank")}
 	for _, x := range []struct{ out, pkg string }{{b.ftrun, "./cmd/ftrun"}, {b.rank, "./bench/ft/rank"}} {
 		cmd := exec.CommandContext(ctx, goBin, "build", "-o", x.out, x.pkg)
-		cmd.Dir = filepath.Dir(mod)
+		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return binaries{}, fmt.Errorf("go build %s: %v\n%s", x.pkg, err, lastLines(out, 15))
 		}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ftrma/ftrma/bench/internal/host"
 	"os"
 	"os/signal"
 	"runtime"
@@ -234,7 +235,7 @@ func run() int {
 		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.attempts)
 	fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
 	fmt.Printf("machine: %d CPUs%s\n", runtime.NumCPU(), loadNote())
-	if b, ok := cpuBusy(time.Second); ok && b > 0.25 {
+	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy in the second before measuring: other processes compete with the %d-process jobs, inflating latencies and provoking false failure suspicions\n", 100*b, slices.Max(o.sizes))
 	}
 
@@ -300,46 +301,6 @@ func loadNote() string {
 		return ""
 	}
 	return ", 1-minute load average " + f[0] + " before the run"
-}
-
-// cpuBusy returns the fraction of all CPUs' time that was not idle during
-// the next d, from /proc/stat, and whether it could be measured.
-func cpuBusy(d time.Duration) (float64, bool) {
-	busy0, all0, ok := cpuJiffies()
-	if !ok {
-		return 0, false
-	}
-	time.Sleep(d)
-	busy1, all1, ok := cpuJiffies()
-	if !ok || all1 <= all0 {
-		return 0, false
-	}
-	return float64(busy1-busy0) / float64(all1-all0), true
-}
-
-// cpuJiffies sums the first line of /proc/stat ("cpu user nice system idle
-// iowait irq softirq steal ...") into busy and total time.
-func cpuJiffies() (busy, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(first)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	for i, x := range f[1:] {
-		v, err := strconv.ParseUint(x, 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		total += v
-		if i != 3 && i != 4 { // not idle, not iowait
-			busy += v
-		}
-	}
-	return busy, total, true
 }
 
 // withTimeoutColumn adds, for every detect row, the detector timeout of its

@@ -17,12 +17,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ftrma/ftrma/bench/internal/host"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,7 +127,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	goBin, root, err := findModule(ctx)
+	goBin, root, err := host.FindModule(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rma:", err)
 		return 1
@@ -186,7 +184,7 @@ func run() int {
 	}
 	fmt.Printf("plan (%s, %d rounds): %s\n", mode, o.rounds, strings.Join(args, " "))
 
-	if b, ok := cpuBusy(time.Second); ok && b > 0.25 {
+	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark, so both systems' latencies will be inflated\n", 100*b)
 	}
 
@@ -279,69 +277,7 @@ func run() int {
 	return status
 }
 
-// findModule returns the go command and the root of the ftrma module, which
-// must contain the working directory.
-func findModule(ctx context.Context) (goBin, root string, err error) {
-	goBin, err = exec.LookPath("go")
-	if err != nil {
-		if gr := os.Getenv("GOROOT"); gr != "" {
-			goBin = filepath.Join(gr, "bin", "go")
-		} else {
-			return "", "", errors.New("the go command is not on PATH")
-		}
-	}
-	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("go env GOMOD: %v", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", "", errors.New("run from inside the ftrma module (go env GOMOD is empty)")
-	}
-	return goBin, filepath.Dir(mod), nil
-}
-
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
-}
-
-// cpuBusy returns the fraction of all CPUs' time that was not idle during
-// the next d, where /proc/stat has it.
-func cpuBusy(d time.Duration) (float64, bool) {
-	idle0, total0, ok := cpuTimes()
-	if !ok {
-		return 0, false
-	}
-	time.Sleep(d)
-	idle1, total1, ok := cpuTimes()
-	if !ok || total1 <= total0 {
-		return 0, false
-	}
-	return 1 - float64(idle1-idle0)/float64(total1-total0), true
-}
-
-// cpuTimes reads the aggregate "cpu" line of /proc/stat: idle (idle + iowait)
-// and total jiffies.
-func cpuTimes() (idle, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	for i, x := range f[1:] {
-		v, err := strconv.ParseUint(x, 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		total += v
-		if i == 3 || i == 4 { // idle, iowait
-			idle += v
-		}
-	}
-	return idle, total, true
 }

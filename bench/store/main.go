@@ -21,13 +21,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ftrma/ftrma/bench/internal/host"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -226,7 +225,7 @@ func run() int {
 			fmt.Printf("%s: %s\n", s.Name(), n)
 		}
 	}
-	if b, ok := cpuBusy(time.Second); ok && b > 0.25 {
+	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark and inflate every column\n", 100*b)
 	}
 
@@ -331,7 +330,7 @@ func writePlotFile(path string, medians []result.Result, p plan) error {
 // setup installs, fetches and builds what every wanted system needs, all at
 // once, and returns the systems that are ready and, for the others, why not.
 func setup(ctx context.Context, o options, dir string) ([]system, []string) {
-	goBin, root, goErr := findModule(ctx)
+	goBin, root, goErr := host.FindModule(ctx)
 	in := newInstaller(io.Discard)
 	var names []string
 	for _, s := range allSystems {
@@ -553,68 +552,7 @@ func sortResults(rs []result.Result) {
 	})
 }
 
-// findModule returns the go command and the root of the ftrma module.
-func findModule(ctx context.Context) (goBin, root string, err error) {
-	goBin, err = exec.LookPath("go")
-	if err != nil {
-		if gr := os.Getenv("GOROOT"); gr != "" {
-			goBin = filepath.Join(gr, "bin", "go")
-		} else {
-			return "", "", errors.New("the go command is not on PATH")
-		}
-	}
-	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
-	if err != nil {
-		return goBin, "", fmt.Errorf("go env GOMOD: %v", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return goBin, "", errors.New("run from inside the ftrma module (go env GOMOD is empty)")
-	}
-	return goBin, filepath.Dir(mod), nil
-}
-
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
-}
-
-// cpuBusy returns the fraction of CPU time that was not idle during the next
-// d, from /proc/stat.
-func cpuBusy(d time.Duration) (float64, bool) {
-	idle0, total0, ok := cpuTimes()
-	if !ok {
-		return 0, false
-	}
-	time.Sleep(d)
-	idle1, total1, ok := cpuTimes()
-	if !ok || total1 <= total0 {
-		return 0, false
-	}
-	return 1 - float64(idle1-idle0)/float64(total1-total0), true
-}
-
-// cpuTimes reads the "cpu" line of /proc/stat: idle (idle + iowait) and
-// total jiffies.
-func cpuTimes() (idle, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	for i, x := range f[1:] {
-		v, err := strconv.ParseUint(x, 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		total += v
-		if i == 3 || i == 4 {
-			idle += v
-		}
-	}
-	return idle, total, true
 }
