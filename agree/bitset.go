@@ -32,8 +32,6 @@ func (b bitset) count() int {
 	return c
 }
 
-func (b bitset) clone() bitset { return append(bitset(nil), b...) }
-
 // fit returns a copy of b with exactly the words of an n-rank set and every
 // rank >= n removed: what Step makes of a set that came off the wire.
 func (b bitset) fit(n int) bitset {
