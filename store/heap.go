@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/window"
+)
+
+// The heap. Each rank attaches chunks of memory to the store's window ahead
+// of demand and lists them in its chunk table. A writer claims a free chunk at
+// a rank with one remote compare-and-swap on the entry's owner word and then
+// allocates in it alone by bumping an offset, with no further coordination.
+// Every chunk entry counts the bytes of its live blocks: an allocation adds
+// its size, and whoever replaces or deletes a value subtracts the old block's
+// size (a remote fetch-and-add that travels with the write, so freeing needs
+// nobody's help, also when the block's writer has failed). A writer seals a
+// chunk it has filled; the rank's housekeeping hands sealed chunks whose
+// count has dropped to zero — and chunks of failed writers, once empty —
+// back to the table for anyone to claim. A value larger than half a chunk gets
+// a chunk of its own, sealed at once. When a rank has no free chunk, a writer
+// writes the size it needs to the rank's want word; the rank's housekeeping
+// sees it and attaches one. Growing and reclaiming are the owner's own acts on
+// its own memory; no request is served.
+
+const sealed = 1 << 62 // in a chunk's owner word: the writer allocates no more in it
+
+type arena struct {
+	mu  sync.Mutex
+	cur *ownedChunk // the chunk being filled at that rank
+}
+
+type ownedChunk struct {
+	entry            int
+	addr, size, next uint64
+}
+
+func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
+	return s.tables[r] + s.chunk0 + uint64(e*chunkBytes+w*8)
+}
+
+// alloc returns the address of a block of n bytes (a multiple of 8) at rank
+// r and counts it live at its chunk. The count's update is posted; it
+// completes with the next flush toward r, before any free of the block can
+// be posted.
+func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
+	a := s.arenas[r]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	size := uint64(n)
+	if c := a.cur; c != nil && c.next+size <= c.size {
+		addr := c.addr + c.next
+		c.next += size
+		return addr, s.w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum)
+	}
+	if a.cur != nil {
+		s.seal(r, a.cur.entry)
+		a.cur = nil
+	}
+	lo, hi := uint64(s.opt.ChunkSize), uint64(s.opt.ChunkSize)
+	big := size > uint64(s.opt.ChunkSize)/2
+	if big {
+		lo = (size + 4095) &^ 4095
+		hi = 2 * lo
+	}
+	c, err := s.claimChunk(ctx, r, lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	c.next = size
+	if err := s.w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum); err != nil {
+		return 0, err
+	}
+	if big {
+		s.seal(r, c.entry)
+	} else {
+		a.cur = c
+	}
+	return c.addr, nil
+}
+
+func (s *Store) seal(r ftrma.Rank, entry int) {
+	var w [8]byte
+	putWords(w[:], sealed|uint64(s.me+1))
+	s.w.Put(r, s.entryAddr(r, entry, chunkOwner), w[:])
+}
+
+// free subtracts a block of n bytes at rank r from its chunk's live count;
+// the update completes with the next flush toward r.
+func (s *Store) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
+	if addr == 0 || n == 0 || s.failed(r) {
+		return
+	}
+	e, ok := s.chunkOf(ctx, r, addr)
+	if !ok {
+		return
+	}
+	s.w.Accumulate(r, s.entryAddr(r, e, chunkLive), []int64{-int64(n)}, window.Sum)
+}
+
+// chunkOf finds the chunk entry of a block at rank r. Entries never change
+// their memory, so what is learned is kept.
+func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool) {
+	region := addr >> 40
+	s.cache.Lock()
+	e, ok := s.cache.chunk[slotKey{r, region}]
+	s.cache.Unlock()
+	if ok {
+		return e, true
+	}
+	if _, err := s.readChunkTable(ctx, r); err != nil {
+		return 0, false
+	}
+	s.cache.Lock()
+	e, ok = s.cache.chunk[slotKey{r, region}]
+	s.cache.Unlock()
+	return e, ok
+}
+
+func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
+	tbl := make([]byte, s.opt.Chunks*chunkBytes)
+	if err := s.w.Get(r, s.tables[r]+s.chunk0, tbl); err != nil {
+		return nil, err
+	}
+	if err := s.w.Flush(ctx, r); err != nil {
+		return nil, err
+	}
+	s.cache.Lock()
+	for e := range s.opt.Chunks {
+		if a := word(tbl, e*chunkWords+chunkAddr); a != 0 {
+			s.cache.chunk[slotKey{r, a >> 40}] = e
+		}
+	}
+	s.cache.Unlock()
+	return tbl, nil
+}
+
+// claimChunk takes a free chunk of size in [lo, hi] at rank r (the smallest
+// such), asking r to attach one when there is none.
+func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*ownedChunk, error) {
+	for i := 0; ; i++ {
+		tbl, err := s.readChunkTable(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		best, empty := -1, false
+		for e := range s.opt.Chunks {
+			owner, sz := word(tbl, e*chunkWords+chunkOwner), word(tbl, e*chunkWords+chunkSize)
+			if owner == 0 && sz >= lo && sz <= hi && (best < 0 || sz < word(tbl, best*chunkWords+chunkSize)) {
+				best = e
+			}
+			if owner == chunkNotReady && word(tbl, e*chunkWords+chunkAddr) == 0 {
+				empty = true
+			}
+		}
+		if best >= 0 {
+			var got int64
+			if err := s.w.CompareAndSwap(r, s.entryAddr(r, best, chunkOwner), 0, int64(s.me)+1, &got); err != nil {
+				return nil, err
+			}
+			if err := s.w.Flush(ctx, r); err != nil {
+				return nil, err
+			}
+			if got == 0 {
+				return &ownedChunk{entry: best, addr: word(tbl, best*chunkWords+chunkAddr), size: word(tbl, best*chunkWords+chunkSize)}, nil
+			}
+			continue // somebody else took it
+		}
+		if !empty {
+			return nil, &ftrma.OpError{Op: "store alloc", Rank: r, Err: fmt.Errorf("%w: rank %d has attached all %d chunks (Options.Chunks)", ErrFull, r, s.opt.Chunks)}
+		}
+		var want [8]byte
+		binary.LittleEndian.PutUint64(want[:], lo)
+		if err := s.w.Put(r, s.tables[r]+hdrWant*8, want[:]); err != nil {
+			return nil, err
+		}
+		if err := s.w.Flush(ctx, r); err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(time.Duration(1+i%10) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// attachChunk attaches a chunk of size bytes to this rank's heap and lists
+// it as free; false when the chunk table is full.
+func (s *Store) attachChunk(size int) bool {
+	for e := range s.opt.Chunks {
+		if s.entry(e, chunkOwner).Load() != chunkNotReady || s.entry(e, chunkAddr).Load() != 0 {
+			continue
+		}
+		mem := make([]uint64, size/8)
+		addr, err := s.w.Attach(wordBytes(mem))
+		if err != nil {
+			return false
+		}
+		s.heap.Lock()
+		s.heap.mem = append(s.heap.mem, mem)
+		s.heap.attached += uint64(size)
+		s.heap.Unlock()
+		s.entry(e, chunkSize).Store(uint64(size))
+		s.entry(e, chunkAddr).Store(addr)
+		s.entry(e, chunkOwner).Store(0)
+		return true
+	}
+	return false
+}
+
+// entry is word w of this rank's chunk table entry e.
+func (s *Store) entry(e, w int) localWord {
+	return localWord{&s.table[int(s.chunk0/8)+e*chunkWords+w]}
+}
+
+// localWord is a word of this rank's exposed memory, accessed atomically
+// because remote operations change it concurrently.
+type localWord struct{ p *uint64 }
+
+func (w localWord) Load() uint64                    { return atomic.LoadUint64(w.p) }
+func (w localWord) Store(v uint64)                  { atomic.StoreUint64(w.p, v) }
+func (w localWord) CompareAndSwap(o, n uint64) bool { return atomic.CompareAndSwapUint64(w.p, o, n) }
+
+// grow reclaims empty chunks, keeps Reserve free chunks attached and
+// answers a writer's want.
+func (s *Store) grow() (busy bool) {
+	free := 0
+	for e := range s.opt.Chunks {
+		owner := s.entry(e, chunkOwner).Load()
+		if owner == chunkNotReady {
+			continue
+		}
+		if owner != 0 && s.entry(e, chunkLive).Load() == 0 &&
+			(owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1)) {
+			if s.entry(e, chunkOwner).CompareAndSwap(owner, 0) {
+				owner = 0
+			}
+		}
+		if owner == 0 && s.entry(e, chunkSize).Load() == uint64(s.opt.ChunkSize) {
+			free++
+		}
+	}
+	for ; free < s.opt.Reserve; free++ {
+		if !s.attachChunk(s.opt.ChunkSize) {
+			break
+		}
+		busy = true
+	}
+	if want := s.table[hdrWant]; atomic.LoadUint64(&s.table[hdrWant]) != 0 {
+		size := max((want+4095)&^4095, uint64(s.opt.ChunkSize))
+		s.attachChunk(int(size))
+		atomic.CompareAndSwapUint64(&s.table[hdrWant], want, 0)
+		busy = true
+	}
+	return busy
+}
+
+// heapLive is the bytes of live blocks in this rank's heap.
+func (s *Store) heapLive() uint64 {
+	var n uint64
+	for e := range s.opt.Chunks {
+		if s.entry(e, chunkOwner).Load() != chunkNotReady {
+			n += s.entry(e, chunkLive).Load()
+		}
+	}
+	return n
+}

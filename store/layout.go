@@ -1,0 +1,165 @@
+package store
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// The memory every rank exposes, in 8-byte words. All of it lives in one
+// dynamic window: the table region (header, key slots, chunk table) is
+// attached at Open and its address exchanged; heap chunks are attached later
+// and published in the chunk table.
+//
+//	header  hdrWords words
+//	slots   Slots × slotWords words
+//	chunks  Chunks × chunkWords words
+const (
+	hdrWords   = 8
+	hdrMagic   = 0                  // magic, so a reader can tell a table from garbage
+	hdrWant    = 1                  // bytes a writer asks the owner to attach (0: nothing asked)
+	tableMagic = 0x6674726d612d6b76 // "ftrma-kv"
+
+	// A key slot. The key's 64-bit hash names it; the lock word holds the
+	// version of the slot's last completed write in its high bits and the
+	// rank holding the lock, plus one, in its low bits (0: free). The current
+	// descriptor says where the value's record is; the pending descriptor
+	// holds a transaction's value until the transaction is decided.
+	slotWords   = 8
+	slotHash    = 0
+	slotLock    = 1
+	slotCurAddr = 2 // 0: no value (never written, or deleted)
+	slotCurVer  = 3
+	slotCurLen  = 4
+	slotPAddr   = 5 // pending record, 0: none
+	slotPVer    = 6
+	slotPLen    = 7
+	slotBytes   = slotWords * 8
+
+	// A chunk table entry: a piece of heap memory attached by the owner and
+	// handed to one writer, who allocates in it without asking anyone.
+	chunkWords = 4
+	chunkOwner = 0 // writer rank + 1 (| sealed); 0: free; chunkNotReady while unused
+	chunkAddr  = 1
+	chunkSize  = 2
+	chunkLive  = 3 // bytes of live blocks in the chunk
+	chunkBytes = chunkWords * 8
+
+	chunkNotReady = 1 << 63
+
+	// Lock word: version << ownerBits | (owner rank + 1).
+	ownerBits = 24
+	ownerMask = 1<<ownerBits - 1
+	// MaxVersion is the largest version a key can reach.
+	maxVersion = 1<<(64-ownerBits) - 1
+)
+
+func lockWord(version uint64, owner int) uint64 {
+	return version<<ownerBits | uint64(owner+1)
+}
+
+// lockOwner is the rank holding the lock, or -1.
+func lockOwner(w uint64) int { return int(w&ownerMask) - 1 }
+
+func lockVersion(w uint64) uint64 { return w >> ownerBits }
+
+// A record, as stored in a heap block:
+//
+//	hash     8  the key's hash
+//	version  8
+//	tx       8  the writer's transaction number and rank (0: a plain put)
+//	klen     4
+//	vlen     4
+//	crc      4  CRC-32C of everything else in the record
+//	flags    4
+//	key, value, zero padding to 8 bytes
+const recHeader = 40
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// record is a decoded record.
+type record struct {
+	hash    uint64
+	version uint64
+	tx      uint64
+	key     []byte
+	value   []byte
+}
+
+func recordLen(klen, vlen int) int { return (recHeader + klen + vlen + 7) &^ 7 }
+
+// encodeRecord writes r into b, which is recordLen bytes long.
+func encodeRecord(b []byte, r record) {
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], r.hash)
+	le.PutUint64(b[8:], r.version)
+	le.PutUint64(b[16:], r.tx)
+	le.PutUint32(b[24:], uint32(len(r.key)))
+	le.PutUint32(b[28:], uint32(len(r.value)))
+	le.PutUint32(b[32:], 0)
+	le.PutUint32(b[36:], 0)
+	n := copy(b[recHeader:], r.key)
+	n += copy(b[recHeader+n:], r.value)
+	clear(b[recHeader+n:])
+	le.PutUint32(b[32:], recordCRC(b))
+}
+
+func recordCRC(b []byte) uint32 {
+	c := crc32.Update(0, castagnoli, b[:32])
+	c = crc32.Update(c, castagnoli, b[36:])
+	return c
+}
+
+// decodeRecord checks and decodes a record read from a heap block; ok is false
+// when b does not hold a whole, untorn record (it may have been overwritten,
+// or read while being written). The returned slices alias b.
+func decodeRecord(b []byte) (r record, ok bool) {
+	if len(b) < recHeader {
+		return r, false
+	}
+	le := binary.LittleEndian
+	klen, vlen := int(le.Uint32(b[24:])), int(le.Uint32(b[28:]))
+	if klen < 0 || vlen < 0 || recordLen(klen, vlen) != len(b) {
+		return r, false
+	}
+	if le.Uint32(b[32:]) != recordCRC(b) {
+		return r, false
+	}
+	r.hash = le.Uint64(b[0:])
+	r.version = le.Uint64(b[8:])
+	r.tx = le.Uint64(b[16:])
+	r.key = b[recHeader : recHeader+klen]
+	r.value = b[recHeader+klen : recHeader+klen+vlen]
+	return r, true
+}
+
+// hashKey is the key's 64-bit name: FNV-1a, then a finalizer, never 0.
+func hashKey(key []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range key {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	h = mix64(h)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// mix64 is the splitmix64 finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+func putWords(b []byte, ws ...uint64) {
+	for i, w := range ws {
+		binary.LittleEndian.PutUint64(b[8*i:], w)
+	}
+}
+
+func word(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }

@@ -1,0 +1,605 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ftrma/ftrma"
+)
+
+// replica is one copy of a key during an operation.
+type replica struct {
+	r       ftrma.Rank
+	slot    int    // slot index at r; -1: r has no slot for the key
+	addr    uint64 // the slot's address
+	expect  uint64 // lock word a compare-and-swap expects
+	res     int64  // its result
+	held    bool
+	took    bool   // the lock was taken from a failed holder
+	lock    uint64 // the lock word found when acquired
+	buf     [slotBytes]byte
+	rec     []byte // the current record, when read
+	prec    []byte // the pending record, when read
+	failed  bool
+	written bool
+	same    bool   // already holds what publish would write: only unlock
+	pending uint64 // block of a transaction's pending record
+}
+
+func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
+
+func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
+	return s.tables[r] + uint64(hdrWords+i*slotWords)*8
+}
+
+// findSlot finds the key's slot at rank r, claiming an empty one when claim
+// is set; -1 when r has none. Slots are probed linearly from hash mod Slots;
+// a slot, once claimed by a key, stays that key's (deletion leaves it), so an
+// empty slot ends the search.
+func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, h uint64, claim bool) (int, error) {
+	sk := slotKey{r, h}
+	s.cache.Lock()
+	i, ok := s.cache.slot[sk]
+	s.cache.Unlock()
+	if ok {
+		return i, nil
+	}
+	const group = 8
+	buf := make([]byte, group*slotBytes)
+	start := int(h % uint64(s.opt.Slots))
+	for probed := 0; probed < s.opt.Slots; {
+		first := (start + probed) % s.opt.Slots
+		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
+		if err := s.w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
+			return -1, err
+		}
+		if err := s.w.Flush(ctx, r); err != nil {
+			return -1, err
+		}
+		for j := 0; j < n; j++ {
+			got := word(buf, j*slotWords+slotHash)
+			idx := first + j
+			if got == 0 && claim {
+				var old int64
+				if err := s.w.CompareAndSwap(r, s.slotAddr(r, idx)+slotHash*8, 0, int64(h), &old); err != nil {
+					return -1, err
+				}
+				if err := s.w.Flush(ctx, r); err != nil {
+					return -1, err
+				}
+				got = uint64(old)
+				if got == 0 {
+					got = h
+				}
+			}
+			if got == h {
+				s.cache.Lock()
+				s.cache.slot[sk] = idx
+				s.cache.Unlock()
+				return idx, nil
+			}
+			if got == 0 {
+				return -1, nil
+			}
+		}
+		probed += n
+	}
+	if claim {
+		return -1, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, s.opt.Slots, r)}
+	}
+	return -1, nil
+}
+
+// replicas returns the key's live replicas with their slots found (claimed
+// when claim is set).
+func (s *Store) replicas(ctx context.Context, h uint64, claim bool) ([]*replica, error) {
+	ranks := s.place.replicas(h, s.failed)
+	reps := make([]*replica, 0, len(ranks))
+	for _, r := range ranks {
+		i, err := s.findSlot(ctx, r, h, claim)
+		if errors.Is(err, ftrma.ErrProcFailed) {
+			return nil, errRetry
+		}
+		if err != nil {
+			return nil, err
+		}
+		p := &replica{r: r, slot: i}
+		if i >= 0 {
+			p.addr = s.slotAddr(r, i)
+			s.cache.Lock()
+			p.expect = s.cache.lock[slotKey{r, h}]
+			s.cache.Unlock()
+		}
+		reps = append(reps, p)
+	}
+	return reps, nil
+}
+
+// errRetry: a replica failed during the step; start it again with the new
+// placement.
+var errRetry = errors.New("replica failed, retry")
+
+// flushAll flushes toward every replica, marking the ones that failed; the
+// first other error is returned.
+func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
+	for _, p := range reps {
+		if p.failed {
+			continue
+		}
+		if e := s.w.Flush(ctx, p.r); e != nil {
+			if errors.Is(e, ftrma.ErrProcFailed) {
+				p.failed, anyFailed = true, true
+			} else if err == nil {
+				err = e
+			}
+		}
+	}
+	return anyFailed, err
+}
+
+// lockAll takes the key's lock at every replica (which must all have slots):
+// compare-and-swap free → this rank, or failed holder → this rank once the
+// failure is known. Each compare-and-swap goes with a read of the whole slot,
+// executed after it at the target, so the slot is read under the lock. When
+// a live rank holds one of the locks, the ones taken are given back and the
+// attempt starts again after a backoff. A replica failing returns errRetry.
+func (s *Store) lockAll(ctx context.Context, h uint64, reps []*replica) error {
+	for attempt := 0; ; attempt++ {
+		for _, p := range reps {
+			if p.held {
+				continue
+			}
+			if err := s.w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); err != nil {
+				s.unlockAll(ctx, reps)
+				return s.retryable(err)
+			}
+			if err := s.w.Get(p.r, p.addr, p.buf[:]); err != nil {
+				s.unlockAll(ctx, reps)
+				return s.retryable(err)
+			}
+		}
+		if failed, err := s.flushAll(ctx, reps); failed || err != nil {
+			s.checkHeld(reps)
+			s.unlockAll(ctx, reps)
+			if err == nil {
+				err = errRetry
+			}
+			return err
+		}
+		conflict, again := s.checkHeld(reps)
+		if !conflict && !again {
+			return nil
+		}
+		if conflict {
+			s.unlockAll(ctx, reps)
+			s.st.retries.Add(1)
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// checkHeld looks at the compare-and-swap results: which locks are now held,
+// and whether a live rank holds one (conflict) or a retry with the value seen
+// may succeed at once (again).
+func (s *Store) checkHeld(reps []*replica) (conflict, again bool) {
+	for _, p := range reps {
+		if p.held || p.failed {
+			continue
+		}
+		got := uint64(p.res)
+		switch owner := lockOwner(got); {
+		case got == p.expect:
+			p.held, p.lock = true, got
+		case owner == int(s.me):
+			// Ours from an operation that ended early; this process's key
+			// lock makes sure no other goroutine of it is inside.
+			p.held, p.lock, p.expect = true, got, got
+		case owner < 0:
+			p.expect, again = got, true
+		case s.failed(ftrma.Rank(owner)):
+			p.expect, p.took, again = got, true, true
+		default:
+			p.expect, conflict = lockWord(lockVersion(got), -1), true
+		}
+	}
+	return conflict, again
+}
+
+// unlockAll gives back the locks held, unchanged; the writes complete with
+// the next flush toward each rank.
+func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
+	var w [8]byte
+	for _, p := range reps {
+		if p.held && !p.failed {
+			putWords(w[:], lockWord(lockVersion(p.lock), -1))
+			s.w.Put(p.r, p.addr+slotLock*8, w[:])
+			p.expect = lockWord(lockVersion(p.lock), -1)
+		}
+		p.held, p.took = false, false
+	}
+	s.flushAll(ctx, reps)
+}
+
+func (s *Store) retryable(err error) error {
+	if errors.Is(err, ftrma.ErrProcFailed) {
+		return errRetry
+	}
+	return err
+}
+
+// newest returns the highest version any replica shows, in its lock word or
+// its descriptors.
+func newest(reps []*replica) uint64 {
+	var v uint64
+	for _, p := range reps {
+		if p.failed || p.slot < 0 {
+			continue
+		}
+		v = max(v, lockVersion(p.lock), p.word(slotCurVer), p.word(slotPVer))
+	}
+	return v
+}
+
+// Put stores value under key on every live replica. When it returns nil,
+// every live replica holds the value; a later Get anywhere returns it (or a
+// newer one). Put takes the key's lock at every replica, writes the record
+// into a fresh heap block at each, then the slot's descriptor and the
+// unlocked lock word carrying the new version: two round trips, to all
+// replicas at once.
+func (s *Store) Put(ctx context.Context, key, value []byte) error {
+	if err := s.check("store put", key, value); err != nil {
+		return err
+	}
+	if err := s.write(ctx, hashKey(key), key, value, false); err != nil {
+		return &ftrma.OpError{Op: "store put", Rank: -1, Err: err}
+	}
+	s.st.puts.Add(1)
+	return nil
+}
+
+// Delete removes key: a later Get returns ErrNotFound. Deleting a missing key
+// is not an error.
+func (s *Store) Delete(ctx context.Context, key []byte) error {
+	if err := s.check("store delete", key, nil); err != nil {
+		return err
+	}
+	if err := s.write(ctx, hashKey(key), key, nil, true); err != nil {
+		return &ftrma.OpError{Op: "store delete", Rank: -1, Err: err}
+	}
+	s.st.deletes.Add(1)
+	return nil
+}
+
+func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool) error {
+	if err := s.keys.lock(ctx, h); err != nil {
+		return err
+	}
+	defer s.keys.unlock(h)
+	for attempt := 0; ; attempt++ {
+		err := s.writeOnce(ctx, h, key, value, del)
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		s.st.retries.Add(1)
+		if attempt > s.n {
+			return fmt.Errorf("%w: replicas kept failing", ftrma.ErrProcFailed)
+		}
+	}
+}
+
+func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del bool) error {
+	reps, err := s.replicas(ctx, h, true)
+	if err != nil {
+		return err
+	}
+	if len(reps) == 0 {
+		return fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
+	}
+	if err := s.lockAll(ctx, h, reps); err != nil {
+		return err
+	}
+	s.countTakeovers(reps)
+	v := newest(reps) + 1
+	if v > maxVersion {
+		s.unlockAll(ctx, reps)
+		return fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
+	}
+	var rec []byte
+	if !del {
+		rec = make([]byte, recordLen(len(key), len(value)))
+		encodeRecord(rec, record{hash: h, version: v, key: key, value: value})
+	}
+	if err := s.publish(ctx, h, reps, rec, v); err != nil {
+		return err
+	}
+	for _, p := range reps {
+		if p.failed {
+			return errRetry // the key needs its new replica: write again
+		}
+	}
+	return nil
+}
+
+// publish writes rec (nil: a deletion) as version v at every replica whose
+// lock this rank holds, and releases the locks: record, then descriptor
+// (clearing any pending one), then the lock word with the version. The old
+// blocks are freed once the new descriptors are in place.
+func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []byte, v uint64) error {
+	desc := make([]byte, 6*8)
+	var lw [8]byte
+	putWords(lw[:], lockWord(max(v, newest(reps)), -1))
+	for i, p := range reps {
+		if testHookPublish != nil {
+			testHookPublish(s, reps, i)
+		}
+		if !p.held || p.failed {
+			continue
+		}
+		if p.same {
+			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+			continue
+		}
+		var addr uint64
+		if rec != nil {
+			a, err := s.alloc(ctx, p.r, len(rec))
+			if errors.Is(err, ftrma.ErrProcFailed) {
+				p.failed = true
+				continue
+			}
+			if err != nil {
+				s.unlockAll(ctx, reps)
+				return err
+			}
+			addr = a
+			if err := s.w.Put(p.r, addr, rec); err != nil {
+				p.failed = true
+				continue
+			}
+		}
+		putWords(desc, addr, v, uint64(len(rec)), 0, 0, 0)
+		s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
+		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+		p.written = true
+	}
+	_, err := s.flushAll(ctx, reps)
+	for _, p := range reps {
+		if p.held && !p.failed {
+			if !p.same {
+				s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+				s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+			}
+			s.cache.Lock()
+			s.cache.lock[slotKey{p.r, h}] = word(lw[:], 0)
+			s.cache.Unlock()
+			p.held = false
+		}
+	}
+	return err
+}
+
+func (s *Store) countTakeovers(reps []*replica) {
+	for _, p := range reps {
+		if p.took {
+			s.st.takeovers.Add(1)
+		}
+	}
+}
+
+// Get returns the value of key: the newest complete copy, never a torn or
+// mixed one. It reads every live replica at once; when they disagree (a
+// write is under way, or a writer died in the middle of one) it waits for
+// the live writer, or takes the lock of the dead one and makes the replicas
+// agree on the newest complete copy before answering.
+func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := s.check("store get", key, nil); err != nil {
+		return nil, err
+	}
+	v, err := s.get(ctx, hashKey(key), key)
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
+	}
+	s.st.gets.Add(1)
+	return v, nil
+}
+
+func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		reps, err := s.replicas(ctx, h, false)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(reps) == 0 {
+			return nil, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
+		}
+		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		val, found, agree, busy := s.judge(h, key, reps)
+		if agree {
+			if !found {
+				return nil, s.missing(h)
+			}
+			return val, nil
+		}
+		s.st.retries.Add(1)
+		if busy {
+			if err := backoff(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// Nobody live is writing, yet the copies differ: a writer died in
+		// the middle. Make them agree.
+		val, found, err = s.repair(ctx, h)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, s.missing(h)
+		}
+		if key != nil {
+			if r, _ := decodeRecord(val); !bytes.Equal(r.key, key) {
+				return nil, fmt.Errorf("%w: another key has the same 64-bit hash", ftrma.ErrInvalid)
+			}
+			r, _ := decodeRecord(val)
+			return r.value, nil
+		}
+		return val, nil
+	}
+}
+
+// missing is the error for a key no live replica has.
+func (s *Store) missing(h uint64) error {
+	if s.place.mayHaveHeld(h, s.failed) >= s.opt.Copies {
+		return ErrDataLost
+	}
+	return ErrNotFound
+}
+
+// readAll reads the slot of every replica that has one, then the records the
+// slots point to.
+func (s *Store) readAll(ctx context.Context, reps []*replica) error {
+	for _, p := range reps {
+		if p.slot < 0 {
+			continue
+		}
+		if err := s.w.Get(p.r, p.addr, p.buf[:]); err != nil {
+			return s.retryable(err)
+		}
+	}
+	if failed, err := s.flushAll(ctx, reps); failed {
+		return errRetry
+	} else if err != nil {
+		return err
+	}
+	for _, p := range reps {
+		if p.slot < 0 {
+			continue
+		}
+		p.rec, p.prec = nil, nil
+		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a != 0 && n <= uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+			p.rec = make([]byte, n)
+			if err := s.w.Get(p.r, a, p.rec); err != nil {
+				p.rec = nil
+			}
+		}
+		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+			p.prec = make([]byte, n)
+			if err := s.w.Get(p.r, a, p.prec); err != nil {
+				p.prec = nil
+			}
+		}
+	}
+	if failed, err := s.flushAll(ctx, reps); failed {
+		return errRetry
+	} else if err != nil && !errors.Is(err, ftrma.ErrOutOfBounds) && !errors.Is(err, ftrma.ErrUnknownRegion) {
+		return err
+	}
+	return nil
+}
+
+// judge decides what a lock-free read of every replica shows: agree when all
+// of them have the same version, complete, with no transaction pending (then
+// val and found are the answer); busy when they do not and a live rank holds
+// a lock, so waiting will do.
+func (s *Store) judge(h uint64, key []byte, reps []*replica) (val []byte, found, agree, busy bool) {
+	agree = true
+	var ver uint64
+	for i, p := range reps {
+		var v uint64
+		var value []byte
+		has := false
+		if p.slot >= 0 {
+			lw := p.word(slotLock)
+			if o := lockOwner(lw); o >= 0 && !s.failed(ftrma.Rank(o)) {
+				busy = true
+			}
+			if p.word(slotPAddr) != 0 {
+				agree = false
+			}
+			v = p.word(slotCurVer)
+			if p.word(slotCurAddr) != 0 {
+				r, ok := decodeRecord(p.rec)
+				if !ok || r.hash != h || r.version != v || (key != nil && !bytes.Equal(r.key, key)) {
+					if ok && r.hash == h && r.version == v {
+						// Same hash, other key: a collision we cannot store.
+						return nil, false, true, false
+					}
+					agree = false
+					continue
+				}
+				value, has = r.value, true
+			}
+		}
+		if i == 0 {
+			ver, val, found = v, value, has
+		} else if v != ver || has != found {
+			agree = false
+		}
+	}
+	return val, found, agree, busy && !agree
+}
+
+// Test hooks: called at the named points, nil outside tests.
+var (
+	testHookPublish func(s *Store, reps []*replica, i int) // before writing replica i
+	testHookCommit  func(s *Store, stage string)           // "pending", "decided", "published-one"
+)
+
+// Replica is one copy of a key as Locate finds it.
+type Replica struct {
+	Rank     ftrma.Rank
+	Version  uint64 // 0: this rank has no copy
+	HasValue bool   // false for a deletion or no copy
+	Complete bool   // the copy's record is whole and of its version
+}
+
+// Locate reads the key's live replicas, in placement order, without locks: a
+// tool for tests and operators to check placement and replication.
+func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
+	if err := s.check("store locate", key, nil); err != nil {
+		return nil, err
+	}
+	h := hashKey(key)
+	for {
+		reps, err := s.replicas(ctx, h, false)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out := make([]Replica, len(reps))
+		for i, p := range reps {
+			out[i].Rank = p.r
+			if p.slot < 0 {
+				continue
+			}
+			out[i].Version = p.word(slotCurVer)
+			out[i].HasValue = p.word(slotCurAddr) != 0
+			r, ok := decodeRecord(p.rec)
+			out[i].Complete = !out[i].HasValue || ok && r.version == out[i].Version && bytes.Equal(r.key, key)
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Localized recovery. Every rank's housekeeping goroutine watches the
+// runtime's failure knowledge (local, no messages). When ranks fail, it scans
+// this rank's own slot table — local memory, no communication — for keys
+// whose placement changed or whose lock a failed rank holds. Only a rank that
+// holds such a key acts, and only for those keys: it reads the key's live
+// replicas like a Get, and if they disagree (a new replica without the key,
+// a write cut short, a transaction left pending) it makes them agree under
+// the key's lock, restoring Copies replicas. The key's holders act in
+// placement order, the later ones after a short delay, so that usually the
+// first one does the work and the others find the key whole. Every other
+// rank goes on working.
+
+// staggerStep delays the n-th holder of a key before it checks the key.
+const staggerStep = 5 * time.Millisecond
+
+func (s *Store) housekeeping() {
+	defer close(s.done)
+	known := make([]bool, s.n)
+	work := make(chan []bool, 64)
+	recDone := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer close(recDone)
+		for old := range work {
+			s.recover(ctx, old)
+		}
+	}()
+	defer func() {
+		cancel()
+		close(work)
+		<-recDone
+	}()
+	idle := 0
+	for {
+		busy := s.grow()
+		var fresh bool
+		for r := range s.n {
+			if !known[r] && s.failed(ftrma.Rank(r)) {
+				fresh = true
+			}
+		}
+		if fresh {
+			old := slices.Clone(known)
+			for r := range s.n {
+				known[r] = known[r] || s.failed(ftrma.Rank(r))
+			}
+			work <- old
+			busy = true
+		}
+		if busy {
+			idle = 0
+		} else {
+			idle = min(idle+1, 5)
+		}
+		t := time.NewTimer(time.Duration(1+idle) * time.Millisecond)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recover restores the keys this rank holds that the failures since oldFailed
+// touched.
+func (s *Store) recover(ctx context.Context, oldFailed []bool) {
+	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
+	type job struct {
+		h   uint64
+		pos int
+	}
+	var jobs []job
+	for i := range s.opt.Slots {
+		base := hdrWords + i*slotWords
+		h := atomic.LoadUint64(&s.table[base+slotHash])
+		if h == 0 {
+			continue
+		}
+		lw := atomic.LoadUint64(&s.table[base+slotLock])
+		now := s.place.replicas(h, s.failed)
+		pos := slices.Index(now, s.me)
+		if pos < 0 {
+			continue
+		}
+		o := lockOwner(lw)
+		touched := !slices.Equal(now, s.place.replicas(h, wasFailed)) ||
+			(o >= 0 && s.failed(ftrma.Rank(o)) && !oldFailed[o])
+		if touched {
+			jobs = append(jobs, job{h, pos})
+		}
+	}
+	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
+	start := time.Now()
+	for _, j := range jobs {
+		if d := time.Duration(j.pos)*staggerStep - time.Since(start); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := s.get(jctx, j.h, nil)
+		cancel()
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {
+			s.st.retries.Add(1)
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/ftrma/ftrma"
+)
+
+// repair makes the key's live replicas agree, under the key's lock at every
+// one of them: it decides any transaction a failed writer left pending,
+// picks the newest complete copy (a value or a deletion), writes it where it
+// is missing or older, and releases the locks. It returns the chosen record
+// (nil when the key has no value). Readers call it when the copies differ and
+// no live writer holds a lock; recovery calls it for the keys a failed rank
+// shared.
+func (s *Store) repair(ctx context.Context, h uint64) (rec []byte, found bool, err error) {
+	if err := s.keys.lock(ctx, h); err != nil {
+		return nil, false, err
+	}
+	defer s.keys.unlock(h)
+	for attempt := 0; ; attempt++ {
+		rec, found, err = s.repairOnce(ctx, h)
+		if !errors.Is(err, errRetry) || attempt > s.n {
+			return rec, found, err
+		}
+		s.st.retries.Add(1)
+	}
+}
+
+func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) {
+	reps, err := s.replicas(ctx, h, true)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(reps) == 0 {
+		return nil, false, errRetry
+	}
+	if err := s.lockAll(ctx, h, reps); err != nil {
+		return nil, false, err
+	}
+	s.countTakeovers(reps)
+	if err := s.readRecords(ctx, reps); err != nil {
+		s.unlockAll(ctx, reps)
+		return nil, false, err
+	}
+	// Candidates: every complete current copy, and pending copies of
+	// transactions that committed.
+	var best []byte
+	var bestVer uint64
+	have := false
+	consider := func(rec []byte, v uint64) {
+		if !have || v > bestVer {
+			best, bestVer, have = rec, v, true
+		}
+	}
+	for _, p := range reps {
+		if p.failed || p.slot < 0 {
+			continue
+		}
+		v := p.word(slotCurVer)
+		if p.word(slotCurAddr) == 0 {
+			if v > 0 {
+				consider(nil, v) // a deletion
+			}
+		} else if r, ok := decodeRecord(p.rec); ok && r.hash == h && r.version == v {
+			consider(p.rec, v)
+		}
+		if p.word(slotPAddr) != 0 {
+			r, ok := decodeRecord(p.prec)
+			if !ok || r.hash != h || r.version != p.word(slotPVer) {
+				continue
+			}
+			committed, err := s.txCommitted(ctx, r.tx)
+			if err != nil {
+				s.unlockAll(ctx, reps)
+				return nil, false, err
+			}
+			if committed {
+				consider(p.prec, r.version)
+			}
+		}
+	}
+	if !have {
+		s.unlockAll(ctx, reps)
+		return nil, false, nil
+	}
+	for _, p := range reps {
+		p.same = !p.failed && p.word(slotPAddr) == 0 && p.word(slotCurVer) == bestVer &&
+			(p.word(slotCurAddr) != 0) == (best != nil) && p.rec != nil == (best != nil)
+		if p.same && best != nil {
+			r, ok := decodeRecord(p.rec)
+			p.same = ok && r.version == bestVer
+		}
+	}
+	if err := s.publish(ctx, h, reps, best, bestVer); err != nil {
+		return nil, false, err
+	}
+	s.st.repairs.Add(1)
+	for _, p := range reps {
+		if p.failed {
+			return nil, false, errRetry
+		}
+	}
+	return best, best != nil, nil
+}
+
+// readRecords reads the records the (already read) slots point to.
+func (s *Store) readRecords(ctx context.Context, reps []*replica) error {
+	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+	for _, p := range reps {
+		p.rec, p.prec = nil, nil
+		if p.slot < 0 || p.failed {
+			continue
+		}
+		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a != 0 && n <= limit {
+			p.rec = make([]byte, n)
+			if err := s.w.Get(p.r, a, p.rec); err != nil {
+				p.rec = nil
+			}
+		}
+		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
+			p.prec = make([]byte, n)
+			if err := s.w.Get(p.r, a, p.prec); err != nil {
+				p.prec = nil
+			}
+		}
+	}
+	failed, err := s.flushAll(ctx, reps)
+	if failed {
+		return errRetry
+	}
+	if err != nil && !errors.Is(err, ftrma.ErrOutOfBounds) && !errors.Is(err, ftrma.ErrUnknownRegion) {
+		return err
+	}
+	return nil
+}
+
+// txKey is the key under which writer keeps the number of its last
+// committed transaction: the commit point of a transaction is the Put of
+// that number.
+func txKey(writer int) []byte { return []byte(reservedPrefix + "tx." + strconv.Itoa(writer)) }
+
+func txTag(seq uint64, writer ftrma.Rank) uint64 { return lockWord(seq, int(writer)) }
+
+// txCommitted reports whether the transaction tagged tag committed: whether
+// its writer's decision key holds its number or a later one.
+func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
+	writer, seq := lockOwner(tag), lockVersion(tag)
+	if writer < 0 {
+		return true, nil // not a transaction
+	}
+	k := txKey(writer)
+	v, err := s.get(ctx, hashKey(k), k)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(v) != 8 {
+		return false, nil
+	}
+	return binary.LittleEndian.Uint64(v) >= seq, nil
+}

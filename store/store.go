@@ -1,0 +1,333 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/window"
+)
+
+// Errors of the store. Test with errors.Is; the runtime's errors
+// (ftrma.ErrProcFailed, ftrma.ErrRevoked, ...) come wrapped as they are.
+var (
+	// ErrNotFound: the key has no value (never put, or deleted).
+	ErrNotFound = errors.New("key not found")
+	// ErrDataLost: the key has no copy on a live rank, and at least Copies of
+	// the ranks that held or could have held it have failed, so its copies
+	// may all be gone. (The store cannot tell a lost key from one that was
+	// never put there.)
+	ErrDataLost = errors.New("every copy of the key may be lost")
+	// ErrClosed: the store was closed.
+	ErrClosed = fmt.Errorf("store closed: %w", ftrma.ErrClosed)
+	// ErrFull: a rank's key slot table or chunk table is full.
+	ErrFull = errors.New("store full")
+)
+
+// Options configure a store. The zero value of a field means its default.
+// Every rank must pass the same options to Open.
+type Options struct {
+	// Copies is the number of replicas of each key, on distinct ranks
+	// (default 3, at most the communicator's size).
+	Copies int
+	// MaxValueSize bounds a value's length (default 64 MiB).
+	MaxValueSize int
+	// MaxKeySize bounds a key's length (default 1 KiB).
+	MaxKeySize int
+	// Slots is the number of key slots at each rank (default 16384). Each
+	// rank holds about Copies/Size of all keys.
+	Slots int
+	// ChunkSize is the size of the heap chunks a rank attaches for writers
+	// (default 1 MiB); larger values get a chunk of their own.
+	ChunkSize int
+	// Chunks is the number of heap chunks a rank can attach (default 4096).
+	Chunks int
+	// Reserve is the number of free chunks each rank keeps attached ahead of
+	// demand (default 2).
+	Reserve int
+	// Host names this rank's host; replicas of a key go to distinct hosts
+	// while there are enough (default: os.Hostname).
+	Host string
+}
+
+func (o *Options) fill(size int) error {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Copies, 3)
+	def(&o.MaxValueSize, 64<<20)
+	def(&o.MaxKeySize, 1024)
+	def(&o.Slots, 16384)
+	def(&o.ChunkSize, 1<<20)
+	def(&o.Chunks, 4096)
+	def(&o.Reserve, 2)
+	switch {
+	case o.Copies < 1 || o.Copies > size:
+		return fmt.Errorf("%w: Copies %d with %d ranks", ftrma.ErrInvalid, o.Copies, size)
+	case o.Copies > ownerMask || size >= ownerMask:
+		return fmt.Errorf("%w: too many ranks", ftrma.ErrInvalid)
+	case o.MaxValueSize < 0 || o.MaxKeySize < 1 || o.Slots < 8 || o.Chunks < 1 || o.Reserve < 0:
+		return fmt.Errorf("%w: negative or too small limit in %+v", ftrma.ErrInvalid, *o)
+	case o.ChunkSize < 4096 || o.ChunkSize%8 != 0:
+		return fmt.Errorf("%w: ChunkSize %d (at least 4096, a multiple of 8)", ftrma.ErrInvalid, o.ChunkSize)
+	}
+	if o.Host == "" {
+		o.Host, _ = os.Hostname()
+	}
+	return nil
+}
+
+// Stats are counters of this rank's store handle.
+type Stats struct {
+	Puts, Gets, Deletes uint64 // completed calls
+	Commits, Aborts     uint64 // transactions
+	Retries             uint64 // operations started again (conflict, failure, torn read)
+	Takeovers           uint64 // locks taken from failed holders
+	Repairs             uint64 // keys whose replicas this rank made consistent again
+	KeysHeld            int    // key slots in use at this rank
+	HeapAttached        uint64 // bytes of heap this rank has attached
+	HeapLive            uint64 // bytes of live values in this rank's heap
+}
+
+// Store is one rank's handle on a replicated key-value store. Its methods may
+// be called from any goroutine.
+type Store struct {
+	w      *window.Window
+	c      window.Comm
+	me     ftrma.Rank
+	n      int
+	opt    Options
+	place  *placement
+	tables []uint64 // address of each rank's table region
+	chunk0 uint64   // offset of the chunk table in a table region
+
+	table []uint64 // this rank's table region
+	heap  struct {
+		sync.Mutex
+		mem      [][]uint64 // attached chunks, kept alive
+		attached uint64
+	}
+
+	keys   keyLocks
+	arenas []*arena // this rank's allocations, by target rank
+
+	cache struct {
+		sync.Mutex
+		slot  map[slotKey]int    // where a key's slot is at a rank
+		lock  map[slotKey]uint64 // the free lock word last seen there
+		chunk map[slotKey]int    // chunk entry of a heap region at a rank
+	}
+
+	txSeq atomic.Uint64
+
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+
+	st struct {
+		puts, gets, deletes, commits, aborts, retries, takeovers, repairs atomic.Uint64
+	}
+}
+
+type slotKey struct {
+	rank ftrma.Rank
+	hash uint64
+}
+
+// Open creates a store over c. Collective: every rank of c calls it with the
+// same options. The store uses the ranks of c as they are numbered now, for
+// its whole life; failed ranks are left out of placement, no Shrink needed.
+func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
+	if err := opt.fill(c.Size()); err != nil {
+		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
+	}
+	w, err := window.CreateDynamic(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
+	s.keys.m = map[uint64]*keyLock{}
+	s.cache.slot = map[slotKey]int{}
+	s.cache.lock = map[slotKey]uint64{}
+	s.cache.chunk = map[slotKey]int{}
+	s.arenas = make([]*arena, s.n)
+	for i := range s.arenas {
+		s.arenas[i] = &arena{}
+	}
+	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
+	s.table = make([]uint64, hdrWords+opt.Slots*slotWords+opt.Chunks*chunkWords)
+	s.table[hdrMagic] = tableMagic
+	for i := range opt.Chunks {
+		s.table[int(s.chunk0/8)+i*chunkWords+chunkOwner] = chunkNotReady
+	}
+	addr, err := w.Attach(wordBytes(s.table))
+	if err != nil {
+		w.Free(ctx)
+		return nil, err
+	}
+	mine := make([]byte, 8, 8+len(opt.Host))
+	binary.LittleEndian.PutUint64(mine, addr)
+	mine = append(mine, opt.Host...)
+	all, err := c.Allgather(ctx, mine)
+	if err != nil {
+		w.Free(ctx)
+		return nil, err
+	}
+	s.tables = make([]uint64, s.n)
+	hosts := make([]string, s.n)
+	for r, b := range all {
+		if len(b) < 8 {
+			continue // a failed rank
+		}
+		s.tables[r] = binary.LittleEndian.Uint64(b)
+		hosts[r] = string(b[8:])
+	}
+	s.place = newPlacement(opt.Copies, hosts)
+	for range opt.Reserve {
+		s.attachChunk(opt.ChunkSize)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		w.Free(ctx)
+		return nil, err
+	}
+	go s.housekeeping()
+	return s, nil
+}
+
+// wordBytes views words as bytes (8-byte aligned memory for the window).
+func wordBytes(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)
+}
+
+// Close stops this rank's handle: its housekeeping ends and every later call
+// returns ErrClosed. Collective when the ranks are alive (it frees the
+// window, which synchronizes with the other live ranks); it returns after
+// failures too.
+func (s *Store) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return ErrClosed
+	}
+	close(s.stop)
+	<-s.done
+	s.w.FlushAll(ctx)
+	return s.w.Free(ctx)
+}
+
+// Stats returns this rank's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), Deletes: s.st.deletes.Load(),
+		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
+		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(),
+	}
+	for i := range s.opt.Slots {
+		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotHash]) != 0 {
+			st.KeysHeld++
+		}
+	}
+	s.heap.Lock()
+	st.HeapAttached = s.heap.attached
+	s.heap.Unlock()
+	st.HeapLive = s.heapLive()
+	return st
+}
+
+// Rank is this rank; Copies the number of replicas of each key.
+func (s *Store) Rank() ftrma.Rank { return s.me }
+
+// Copies is the number of replicas each key has.
+func (s *Store) Copies() int { return s.opt.Copies }
+
+// Window is the store's window, for tests and tools that inspect it.
+func (s *Store) Window() *window.Window { return s.w }
+
+func (s *Store) failed(r ftrma.Rank) bool { return s.c.ProcFailed(r) }
+
+func (s *Store) check(op string, key []byte, value []byte) error {
+	switch {
+	case s.closed.Load():
+		return &ftrma.OpError{Op: op, Rank: -1, Err: ErrClosed}
+	case len(key) == 0:
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: empty key", ftrma.ErrInvalid)}
+	case len(key) > s.opt.MaxKeySize:
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: key of %d bytes, limit %d", ftrma.ErrInvalid, len(key), s.opt.MaxKeySize)}
+	case len(value) > s.opt.MaxValueSize:
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: value of %d bytes, limit %d (Options.MaxValueSize)", ftrma.ErrInvalid, len(value), s.opt.MaxValueSize)}
+	case len(key) >= len(reservedPrefix) && string(key[:len(reservedPrefix)]) == reservedPrefix:
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: keys starting with %q are the store's own", ftrma.ErrInvalid, reservedPrefix)}
+	}
+	return nil
+}
+
+// reservedPrefix starts the store's own keys (transaction decisions).
+const reservedPrefix = "\x00ftkv."
+
+// keyLocks serializes this process's operations on one key: the lock word
+// names a rank, not a goroutine.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[uint64]*keyLock
+}
+
+type keyLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+func (k *keyLocks) lock(ctx context.Context, h uint64) error {
+	k.mu.Lock()
+	l := k.m[h]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		k.m[h] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		k.release(h, l)
+		return ctx.Err()
+	}
+}
+
+func (k *keyLocks) unlock(h uint64) {
+	k.mu.Lock()
+	l := k.m[h]
+	k.mu.Unlock()
+	<-l.ch
+	k.release(h, l)
+}
+
+func (k *keyLocks) release(h uint64, l *keyLock) {
+	k.mu.Lock()
+	l.refs--
+	if l.refs == 0 {
+		delete(k.m, h)
+	}
+	k.mu.Unlock()
+}
+
+// backoff sleeps before attempt i of a contended operation.
+func backoff(ctx context.Context, i int) error {
+	d := 20 * time.Microsecond << min(i, 7)
+	d += time.Duration(uint64(time.Now().UnixNano()) % uint64(d))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,301 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Tx is a multi-key transaction: its puts and deletes become visible all
+// together at Commit, or not at all, also when the writer dies in the middle
+// of Commit. Begin one with Store.Begin; a Tx is used by one goroutine.
+type Tx struct {
+	s    *Store
+	ops  map[string]txOp
+	done bool
+}
+
+type txOp struct {
+	value []byte
+	del   bool
+}
+
+// Begin starts a transaction.
+func (s *Store) Begin() *Tx { return &Tx{s: s, ops: map[string]txOp{}} }
+
+// Put adds a put of value under key to the transaction (the last write of a
+// key in a transaction wins). It checks its arguments at once.
+func (t *Tx) Put(key, value []byte) error {
+	if err := t.usable("tx put", key, value); err != nil {
+		return err
+	}
+	t.ops[string(key)] = txOp{value: slices.Clone(value)}
+	return nil
+}
+
+// Delete adds the deletion of key to the transaction.
+func (t *Tx) Delete(key []byte) error {
+	if err := t.usable("tx delete", key, nil); err != nil {
+		return err
+	}
+	t.ops[string(key)] = txOp{del: true}
+	return nil
+}
+
+func (t *Tx) usable(op string, key, value []byte) error {
+	if t.done {
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: transaction already committed", ftrma.ErrInvalid)}
+	}
+	return t.s.check(op, key, value)
+}
+
+type txKeyState struct {
+	key  []byte
+	h    uint64
+	op   txOp
+	reps []*replica
+	ver  uint64
+	rec  []byte
+}
+
+// Commit makes the transaction's writes visible, all of them or none.
+//
+// It takes the lock of every key at every replica (in hash order, giving all
+// back and retrying after a backoff when a live rank holds one), writes each
+// new value into a fresh block at each replica as the slot's pending record,
+// and then commits by putting the transaction's number under this rank's
+// decision key — the commit point. Then it moves each pending record to the
+// slot's current descriptor and releases the locks. Readers wait while a key
+// has a pending record and its writer lives; when the writer has failed,
+// whoever meets the key next (a reader or recovery) reads the decision key:
+// if it holds the transaction's number the pending records are made current
+// everywhere, if not they are dropped.
+//
+// When Commit returns nil every write is visible at every live replica. An
+// error before the commit point leaves nothing visible; after it, Commit
+// finishes regardless of ctx.
+func (t *Tx) Commit(ctx context.Context) error {
+	if t.done {
+		return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("%w: transaction already committed", ftrma.ErrInvalid)}
+	}
+	s := t.s
+	if s.closed.Load() {
+		return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: ErrClosed}
+	}
+	t.done = true
+	if len(t.ops) == 0 {
+		return nil
+	}
+	keys := make([]*txKeyState, 0, len(t.ops))
+	for k, op := range t.ops {
+		kb := []byte(k)
+		keys = append(keys, &txKeyState{key: kb, h: hashKey(kb), op: op})
+	}
+	slices.SortFunc(keys, func(a, b *txKeyState) int {
+		switch {
+		case a.h < b.h:
+			return -1
+		case a.h > b.h:
+			return 1
+		}
+		return 0
+	})
+	for i, k := range keys {
+		if i > 0 && keys[i-1].h == k.h {
+			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("%w: two keys of the transaction have the same 64-bit hash", ftrma.ErrInvalid)}
+		}
+		if err := s.keys.lock(ctx, k.h); err != nil {
+			for _, l := range keys[:i] {
+				s.keys.unlock(l.h)
+			}
+			return err
+		}
+	}
+	defer func() {
+		for _, k := range keys {
+			s.keys.unlock(k.h)
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		err := s.commitOnce(ctx, keys)
+		if !errors.Is(err, errRetry) {
+			if err != nil {
+				s.st.aborts.Add(1)
+				return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
+			}
+			s.st.commits.Add(1)
+			return nil
+		}
+		s.st.retries.Add(1)
+		if attempt > s.n {
+			s.st.aborts.Add(1)
+			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("%w: replicas kept failing", ftrma.ErrProcFailed)}
+		}
+	}
+}
+
+// commitOnce runs one attempt; errRetry (before the commit point) means
+// nothing is visible and the locks are given back.
+func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
+	var all []*replica
+	for _, k := range keys {
+		reps, err := s.replicas(ctx, k.h, true)
+		if err != nil {
+			return err
+		}
+		k.reps = reps
+		all = append(all, reps...)
+	}
+	// Lock every key, in hash order within one round of compare-and-swaps.
+	if err := s.lockAll(ctx, 0, all); err != nil {
+		return err
+	}
+	s.countTakeovers(all)
+	seq := s.txSeq.Add(1)
+	tag := txTag(seq, s.me)
+	// Pending records.
+	pdesc := make([]byte, 3*8)
+	abort := func(err error) error {
+		s.dropPending(ctx, keys)
+		s.unlockAll(ctx, all)
+		return err
+	}
+	for _, k := range keys {
+		k.ver = newest(k.reps) + 1
+		if k.ver > maxVersion {
+			return abort(fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid))
+		}
+		if !k.op.del {
+			k.rec = make([]byte, recordLen(len(k.key), len(k.op.value)))
+			encodeRecord(k.rec, record{hash: k.h, version: k.ver, tx: tag, key: k.key, value: k.op.value})
+		} else {
+			k.rec = make([]byte, recordLen(len(k.key), 0))
+			encodeRecord(k.rec, record{hash: k.h, version: k.ver, tx: tag, key: k.key})
+		}
+		for _, p := range k.reps {
+			a, err := s.alloc(ctx, p.r, len(k.rec))
+			if errors.Is(err, ftrma.ErrProcFailed) {
+				return abort(errRetry)
+			}
+			if err != nil {
+				return abort(err)
+			}
+			p.pending = a
+			s.w.Put(p.r, a, k.rec)
+			putWords(pdesc, a, k.ver, uint64(len(k.rec)))
+			s.w.Put(p.r, p.addr+slotPAddr*8, pdesc)
+		}
+	}
+	if failed, err := s.flushAll(ctx, all); failed || err != nil {
+		if err == nil {
+			err = errRetry
+		}
+		return abort(err)
+	}
+	if testHookCommit != nil {
+		testHookCommit(s, "pending")
+	}
+	// The commit point.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var num [8]byte
+	binary.LittleEndian.PutUint64(num[:], seq)
+	dk := txKey(int(s.me))
+	if err := s.write(cctx, hashKey(dk), dk, num[:], false); err != nil {
+		// Undecided: ask the decision key, which a Get makes consistent.
+		committed, err2 := s.txCommitted(cctx, tag)
+		if err2 != nil {
+			return err2 // locks stay held; the key is decided when this rank fails
+		}
+		if !committed {
+			return abort(err)
+		}
+	}
+	if testHookCommit != nil {
+		testHookCommit(s, "decided")
+	}
+	// Publish: pending → current, unlock with the version.
+	var repairs []uint64
+	for ki, k := range keys {
+		if ki == 1 && testHookCommit != nil {
+			s.flushAll(cctx, keys[0].reps)
+			testHookCommit(s, "published-one")
+		}
+		var rec []byte
+		if !k.op.del {
+			rec = k.rec
+		}
+		for _, p := range k.reps {
+			if p.failed {
+				continue
+			}
+			var lw [8]byte
+			putWords(lw[:], lockWord(max(k.ver, lockVersion(p.lock)), -1))
+			desc := make([]byte, 6*8)
+			if rec != nil {
+				putWords(desc, p.pending, k.ver, uint64(len(rec)), 0, 0, 0)
+			} else {
+				putWords(desc, 0, k.ver, 0, 0, 0, 0)
+			}
+			s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
+			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+		}
+	}
+	s.flushAll(cctx, all)
+	for _, k := range keys {
+		lost := false
+		for _, p := range k.reps {
+			if p.failed {
+				lost = true
+				continue
+			}
+			s.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+			s.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+			if k.op.del {
+				s.free(cctx, p.r, p.pending, uint64(len(k.rec)))
+			}
+			s.cache.Lock()
+			s.cache.lock[slotKey{p.r, k.h}] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
+			s.cache.Unlock()
+			p.held = false
+		}
+		if lost {
+			repairs = append(repairs, k.h)
+		}
+	}
+	// Keys that lost a replica meanwhile get their new one now.
+	for _, h := range repairs {
+		s.keys.unlock(h)
+		_, _, err := s.repair(cctx, h)
+		s.keys.lock(cctx, h)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropPending clears the pending descriptors this attempt wrote and frees
+// their blocks.
+func (s *Store) dropPending(ctx context.Context, keys []*txKeyState) {
+	zero := make([]byte, 3*8)
+	for _, k := range keys {
+		for _, p := range k.reps {
+			if p.pending != 0 && !p.failed {
+				s.w.Put(p.r, p.addr+slotPAddr*8, zero)
+			}
+		}
+	}
+	for _, k := range keys {
+		s.flushAll(ctx, k.reps)
+		for _, p := range k.reps {
+			s.free(ctx, p.r, p.pending, uint64(len(k.rec)))
+			p.pending = 0
+		}
+	}
+}
