@@ -254,7 +254,7 @@ func (s *Store) grow() (busy bool) {
 		}
 		busy = true
 	}
-	if want := s.table[hdrWant]; atomic.LoadUint64(&s.table[hdrWant]) != 0 {
+	if want := atomic.LoadUint64(&s.table[hdrWant]); want != 0 {
 		size := max((want+4095)&^4095, uint64(s.opt.ChunkSize))
 		s.attachChunk(int(size))
 		atomic.CompareAndSwapUint64(&s.table[hdrWant], want, 0)
