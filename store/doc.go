@@ -1,0 +1,75 @@
+// Package store is ftrma's resilient key-value store for checkpoints: every
+// key has Copies replicas in the memory of distinct ranks, written and read
+// with one-sided operations only, so that data survives the loss of up to
+// Copies−1 ranks and no rank ever serves another's requests.
+//
+// It is built for the checkpoints of a task-parallel runtime: frequent
+// writes, few reads, each writer owning a roughly fixed set of keys, values
+// of any size, concurrent writes to a key only after failures (when a
+// survivor takes over a dead writer's keys), and any rank reading any key.
+//
+// # Semantics
+//
+// Put is synchronous: when it returns nil every live replica holds the value.
+// Get returns the newest complete copy, never a torn or mixed value. Put, Get
+// and Delete of one key are linearizable, also across failures: a Put that
+// returned an error may or may not have taken effect, and when it has, every
+// later Get sees it. A transaction (Begin, Tx.Put/Delete, Commit) is all or
+// nothing, also when its writer dies in the middle of Commit.
+//
+// # Design (the "localized recovery variant" of Fohry and Fink)
+//
+// One dynamic window, one lock-all epoch, no collective after Open. Each rank
+// exposes a table — a header, Slots key slots and a chunk table — and a heap
+// of chunks it attaches as they are needed.
+//
+//   - Placement: rendezvous hashing of the key's 64-bit hash over the ranks
+//     of the communicator given to Open (see placement.go): the first Copies
+//     live ranks in the key's preference order, one per host first. Failed
+//     ranks drop out; nothing is renumbered, so the rule needs no agreement
+//     and a failure moves only the keys the failed rank held.
+//   - Key slots: found by linear probing from hash mod Slots, claimed by
+//     compare-and-swap of the hash into an empty slot. A slot holds a lock
+//     word (the version of its last write and the rank holding the lock), the
+//     current descriptor (address, version, length of the value's record)
+//     and a pending descriptor for transactions.
+//   - Localized CAS locking: a writer takes the key's lock at every replica
+//     with CAS(free → me), or CAS(dead → me) once the holder's failure is
+//     known, reading the slot in the same round trip; a lock held by a live
+//     rank makes it give back what it took and retry after a backoff.
+//   - Versions: the new version is one more than any version a replica
+//     shows. A record (key, value, version, transaction tag) is checksummed
+//     (CRC-32C) and written to a fresh heap block, then the descriptor, then
+//     the lock word with the version, unlocked: a Put is two round trips, to
+//     all replicas at once.
+//   - Reads: Get reads every live replica's slot and record at once. When
+//     they agree it is done; when they differ and a live rank holds a lock,
+//     it waits; when they differ and nobody live does (a writer died in the
+//     middle), it takes the locks and makes the replicas agree on the newest
+//     complete copy first.
+//   - Heap: a writer claims a chunk at a rank with one compare-and-swap and
+//     allocates in it alone; each chunk counts its live bytes, decremented by
+//     whoever replaces a value; empty sealed chunks return to the table.
+//   - Transactions: pending records at every replica of every key under all
+//     the keys' locks, then the commit point — a Put of the transaction's
+//     number under the writer's decision key — then pending becomes current.
+//     A dead writer's pending records are rolled forward or back by whoever
+//     meets them, according to the decision key.
+//   - Localized recovery: each rank's housekeeping goroutine scans its own
+//     slots (local memory) when ranks fail, and for the keys whose placement
+//     changed or whose lock a failed rank held, it makes the replicas whole
+//     again (a new replica gets the newest copy). Ranks that shared no key
+//     with the failed rank do nothing.
+//
+// # A rank's duties
+//
+//  1. s, err := store.Open(ctx, c, store.Options{Copies: 3}) on every rank.
+//  2. Put, Get, Delete, Begin/Commit from any goroutine, any rank.
+//  3. s.Close(ctx) on every live rank.
+//
+// Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
+// ErrFull (a rank's slots or chunks are used up), ftrma.ErrInvalid for bad
+// input (empty, oversized or reserved key, oversized value), and the
+// runtime's errors (ftrma.ErrProcFailed when no live replica is left,
+// ftrma.ErrRevoked, context errors).
+package store

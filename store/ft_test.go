@@ -1,0 +1,223 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+)
+
+// waitWhole waits until every key has Copies complete replicas agreeing on
+// one version, at the placement the survivors compute.
+func waitWhole(ctx context.Context, t *testing.T, s *Store, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		for {
+			reps, err := s.Locate(ctx, []byte(k))
+			if err != nil {
+				t.Fatalf("locate %s: %v", k, err)
+			}
+			whole := len(reps) == s.opt.Copies
+			for _, p := range reps {
+				whole = whole && p.Complete && p.Version == reps[0].Version && p.Version > 0 && !s.failed(p.Rank)
+			}
+			if whole {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s never got %d whole replicas back: %+v", k, s.opt.Copies, reps)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// Copies−1 simultaneous crashes lose no acknowledged put, and recovery
+// restores Copies replicas of every key on the survivors.
+func TestCrashesLoseNothing(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	world, st := openAll(t, 7, smallOptions(3))
+	var keys []string
+	want := map[string]string{}
+	for r, s := range st {
+		for i := range 15 {
+			k := fmt.Sprintf("ckpt/%d/%d", r, i)
+			v := fmt.Sprintf("value %d of rank %d", i, r)
+			if err := s.Put(ctx, []byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+			want[k] = v
+		}
+	}
+	world.Net.Crash(2)
+	world.Net.Crash(5)
+	alive := []*Store{st[0], st[1], st[3], st[4], st[6]}
+	for _, s := range alive {
+		for s.failed(2) == false || s.failed(5) == false {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i, k := range keys {
+		v, err := alive[i%len(alive)].Get(ctx, []byte(k))
+		if err != nil || string(v) != want[k] {
+			t.Fatalf("%s after the crashes: %q, %v; want %q", k, v, err, want[k])
+		}
+	}
+	waitWhole(ctx, t, st[0], keys)
+	// The survivors keep writing, and the data stays whole.
+	for i, k := range keys[:20] {
+		if err := alive[i%len(alive)].Put(ctx, []byte(k), []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWhole(ctx, t, st[6], keys)
+	var repairs uint64
+	for _, s := range alive {
+		repairs += s.Stats().Repairs
+	}
+	if repairs == 0 {
+		t.Fatal("no rank repaired anything")
+	}
+}
+
+// A key whose every copy was on crashed ranks reports ErrDataLost, not
+// ErrNotFound.
+func TestDataLost(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	world, st := openAll(t, 4, smallOptions(2))
+	if err := st[0].Put(ctx, []byte("precious"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	reps, _ := st[0].Locate(ctx, []byte("precious"))
+	reader := st[0]
+	for _, p := range reps {
+		world.Net.Crash(p.Rank)
+		if p.Rank == reader.me {
+			reader = st[(int(reader.me)+1)%4]
+		}
+	}
+	for _, p := range reps {
+		for !reader.failed(p.Rank) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if reader.me == reps[0].Rank || reader.me == reps[1].Rank {
+		reader = st[slices.IndexFunc(st, func(s *Store) bool { return s.me != reps[0].Rank && s.me != reps[1].Rank })]
+	}
+	if _, err := reader.Get(ctx, []byte("precious")); !errors.Is(err, ErrDataLost) {
+		t.Fatalf("get with both copies gone: %v", err)
+	}
+}
+
+// A writer crashed in the middle of a put, after one replica has the new
+// value: every reader gets the old value or the new one, all the same one,
+// never a mix, and the replicas agree afterwards.
+func TestWriterCrashMidPut(t *testing.T) {
+	for _, at := range []int{1, 2} {
+		t.Run(fmt.Sprintf("after%d", at), func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			world, st := openAll(t, 5, smallOptions(3))
+			key := []byte("task/17")
+			old, neu := bytes.Repeat([]byte("o"), 5000), bytes.Repeat([]byte("n"), 5000)
+			if err := st[1].Put(ctx, key, old); err != nil {
+				t.Fatal(err)
+			}
+			reps, _ := st[1].Locate(ctx, key)
+			writer := st[slices.IndexFunc(st, func(s *Store) bool {
+				return !slices.ContainsFunc(reps, func(p Replica) bool { return p.Rank == s.me })
+			})]
+			testHookPublish = func(s *Store, reps []*replica, i int) {
+				if s == writer && i == at {
+					for _, p := range reps[:i] {
+						s.w.Flush(ctx, p.r)
+					}
+					world.Net.Crash(s.me)
+				}
+			}
+			defer func() { testHookPublish = nil }()
+			if err := writer.Put(ctx, key, neu); err == nil {
+				t.Fatal("put by a crashed writer succeeded")
+			}
+			testHookPublish = nil
+			var first []byte
+			for _, s := range st {
+				if s == writer {
+					continue
+				}
+				for !s.failed(writer.me) {
+					time.Sleep(time.Millisecond)
+				}
+				v, err := s.Get(ctx, key)
+				if err != nil {
+					t.Fatalf("rank %d: %v", s.me, err)
+				}
+				if !bytes.Equal(v, old) && !bytes.Equal(v, neu) {
+					t.Fatalf("rank %d read a mixed value", s.me)
+				}
+				if first == nil {
+					first = v
+				} else if !bytes.Equal(v, first) {
+					t.Fatalf("rank %d read %c…, an earlier reader %c…", s.me, v[0], first[0])
+				}
+			}
+			waitWhole(ctx, t, st[(int(writer.me)+1)%len(st)], []string{string(key)})
+		})
+	}
+}
+
+// A writer crashed during a transaction's commit: before the commit point
+// nothing is visible, after it everything is.
+func TestWriterCrashMidCommit(t *testing.T) {
+	for _, c := range []struct {
+		stage   string
+		visible bool
+	}{{"pending", false}, {"decided", true}, {"published-one", true}} {
+		t.Run(c.stage, func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			world, st := openAll(t, 5, smallOptions(3))
+			writer := st[3]
+			keys := []string{"a", "b", "c", "d", "e", "f"}
+			for _, k := range keys {
+				if err := writer.Put(ctx, []byte(k), []byte("old "+k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testHookCommit = func(s *Store, stage string) {
+				if s == writer && stage == c.stage {
+					world.Net.Crash(s.me)
+				}
+			}
+			defer func() { testHookCommit = nil }()
+			tx := writer.Begin()
+			for _, k := range keys {
+				tx.Put([]byte(k), []byte("new "+k))
+			}
+			tx.Commit(ctx) // its result does not matter: the writer is dead
+			testHookCommit = nil
+			for _, s := range st {
+				if s == writer {
+					continue
+				}
+				for !s.failed(writer.me) {
+					time.Sleep(time.Millisecond)
+				}
+				for _, k := range keys {
+					v, err := s.Get(ctx, []byte(k))
+					want := "old " + k
+					if c.visible {
+						want = "new " + k
+					}
+					if err != nil || string(v) != want {
+						t.Fatalf("rank %d, %s: %q %v; want %q", s.me, k, v, err, want)
+					}
+				}
+			}
+			waitWhole(ctx, t, st[0], keys)
+		})
+	}
+}
