@@ -8,7 +8,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
 )
 
 // waitWhole waits until every key has Copies complete replicas agreeing on
