@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -24,6 +25,7 @@ type replica struct {
 	prec    []byte // the pending record, when read
 	failed  bool
 	written bool
+	block   uint64 // the block publish wrote
 	same    bool   // already holds what publish would write: only unlock
 	pending uint64 // block of a transaction's pending record
 }
@@ -124,6 +126,11 @@ var errRetry = errors.New("replica failed, retry")
 // flushAll flushes toward every replica, marking the ones that failed; the
 // first other error is returned.
 func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
+	for _, p := range reps {
+		if !p.failed {
+			s.w.Push(p.r)
+		}
+	}
 	for _, p := range reps {
 		if p.failed {
 			continue
@@ -292,19 +299,25 @@ func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool
 }
 
 func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del bool) error {
-	reps, err := s.replicas(ctx, h, true)
-	if err != nil {
-		return err
+	reps, leased := s.leased(h)
+	if !leased {
+		var err error
+		if reps, err = s.replicas(ctx, h, true); err != nil {
+			return err
+		}
 	}
 	if len(reps) == 0 {
 		return fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 	}
-	if err := s.lockAll(ctx, h, reps); err != nil {
-		return err
+	if !leased {
+		if err := s.lockAll(ctx, h, reps); err != nil {
+			return err
+		}
+		s.countTakeovers(reps)
 	}
-	s.countTakeovers(reps)
 	v := newest(reps) + 1
 	if v > maxVersion {
+		s.dropLease(h)
 		s.unlockAll(ctx, reps)
 		return fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
 	}
@@ -313,7 +326,7 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 		rec = make([]byte, recordLen(len(key), len(value)))
 		encodeRecord(rec, record{hash: h, version: v, key: key, value: value})
 	}
-	if err := s.publish(ctx, h, reps, rec, v); err != nil {
+	if err := s.publish(ctx, h, reps, rec, v, s.keepLease(h)); err != nil {
 		return err
 	}
 	for _, p := range reps {
@@ -325,13 +338,20 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 }
 
 // publish writes rec (nil: a deletion) as version v at every replica whose
-// lock this rank holds, and releases the locks: record, then descriptor
-// (clearing any pending one), then the lock word with the version. The old
-// blocks are freed once the new descriptors are in place.
-func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []byte, v uint64) error {
+// lock this rank holds, in one batch per replica: the record into a fresh
+// block, the descriptor (clearing any pending one), the lock word with the
+// version, and the release of the old blocks. With keep the lock words go on
+// naming this rank and the locks become a lease (see lease); without, they
+// are released and any lease on the key ends.
+func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []byte, v uint64, keep bool) error {
 	desc := make([]byte, 6*8)
+	lv := max(v, newest(reps)) // the lock word's version: the highest seen
 	var lw [8]byte
-	putWords(lw[:], lockWord(max(v, newest(reps)), -1))
+	if keep {
+		putWords(lw[:], lockWord(lv, int(s.me)))
+	} else {
+		putWords(lw[:], lockWord(lv, -1))
+	}
 	for i, p := range reps {
 		if testHookPublish != nil {
 			testHookPublish(s, reps, i)
@@ -351,6 +371,7 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 				continue
 			}
 			if err != nil {
+				s.dropLease(h)
 				s.unlockAll(ctx, reps)
 				return err
 			}
@@ -363,20 +384,37 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 		putWords(desc, addr, v, uint64(len(rec)), 0, 0, 0)
 		s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
 		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
-		p.written = true
+		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		p.written, p.block = true, addr
 	}
-	_, err := s.flushAll(ctx, reps)
+	failed, err := s.flushAll(ctx, reps)
+	keep = keep && !failed && err == nil
+	var l *lease
+	if keep {
+		l = &lease{version: lv, since: time.Now(), used: time.Now()}
+	}
 	for _, p := range reps {
 		if p.held && !p.failed {
-			if !p.same {
-				s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-				s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
-			}
 			s.cache.Lock()
-			s.cache.lock[slotKey{p.r, h}] = word(lw[:], 0)
+			s.cache.lock[slotKey{p.r, h}] = lockWord(lv, -1)
 			s.cache.Unlock()
+			if l != nil {
+				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec))})
+			}
 			p.held = false
 		}
+	}
+	if l != nil {
+		s.leases.Lock()
+		old := s.leases.m[h]
+		if old != nil {
+			l.since = old.since
+		}
+		s.leases.m[h] = l
+		s.leases.Unlock()
+	} else {
+		s.dropLease(h)
 	}
 	return err
 }

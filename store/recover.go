@@ -45,6 +45,7 @@ func (s *Store) housekeeping() {
 	idle := 0
 	for {
 		busy := s.grow()
+		s.expireLeases()
 		var fresh bool
 		for r := range s.n {
 			if !known[r] && s.failed(ftrma.Rank(r)) {

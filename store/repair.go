@@ -95,7 +95,7 @@ func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) 
 			p.same = ok && r.version == bestVer
 		}
 	}
-	if err := s.publish(ctx, h, reps, best, bestVer); err != nil {
+	if err := s.publish(ctx, h, reps, best, bestVer, false); err != nil {
 		return nil, false, err
 	}
 	s.st.repairs.Add(1)

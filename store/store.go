@@ -127,6 +127,11 @@ type Store struct {
 		chunk map[slotKey]int    // chunk entry of a heap region at a rank
 	}
 
+	leases struct {
+		sync.Mutex
+		m map[uint64]*lease
+	}
+
 	txSeq atomic.Uint64
 
 	closed atomic.Bool
@@ -159,6 +164,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.cache.slot = map[slotKey]int{}
 	s.cache.lock = map[slotKey]uint64{}
 	s.cache.chunk = map[slotKey]int{}
+	s.leases.m = map[uint64]*lease{}
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i] = &arena{}
@@ -218,6 +224,15 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	close(s.stop)
 	<-s.done
+	s.leases.Lock()
+	var held []uint64
+	for h := range s.leases.m {
+		held = append(held, h)
+	}
+	s.leases.Unlock()
+	for _, h := range held {
+		s.endLease(h)
+	}
 	s.w.FlushAll(ctx)
 	return s.w.Free(ctx)
 }
@@ -298,6 +313,25 @@ func (k *keyLocks) lock(ctx context.Context, h uint64) error {
 	case <-ctx.Done():
 		k.release(h, l)
 		return ctx.Err()
+	}
+}
+
+// tryLock takes the key's process lock if it is free.
+func (k *keyLocks) tryLock(h uint64) bool {
+	k.mu.Lock()
+	l := k.m[h]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		k.m[h] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+		return true
+	default:
+		k.release(h, l)
+		return false
 	}
 }
 

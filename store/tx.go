@@ -248,6 +248,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	}
 	s.flushAll(cctx, all)
 	for _, k := range keys {
+		s.dropLease(k.h) // the commit released the key's locks
 		lost := false
 		for _, p := range k.reps {
 			if p.failed {

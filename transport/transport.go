@@ -135,6 +135,11 @@ type Transport interface {
 	// ftrma.ErrProcFailed even when nothing is pending.
 	Flush(ctx context.Context, peer ftrma.Rank) error
 
+	// Push starts sending the operations posted toward peer without waiting
+	// for them, so that a Flush of several peers in turn overlaps their round
+	// trips. Transports that send at once do nothing.
+	Push(peer ftrma.Rank)
+
 	// Send posts a control message of at most MaxControlMessage bytes to peer.
 	// msg is copied; messages to one peer arrive in order, after the operations
 	// posted before them. It fails when the peer is already known down; a

@@ -656,10 +656,22 @@ func (w *Window) rankOf(op string, r ftrma.Rank) (ftrma.Rank, error) {
 	return w.peers[r].tr, nil
 }
 
+// Push starts sending the operations posted toward target without waiting
+// for them: calling Push for several targets before flushing each overlaps
+// their round trips. It has no effect on the operations' semantics.
+func (w *Window) Push(target ftrma.Rank) {
+	if tr, err := w.rankOf("push", target); err == nil {
+		w.t.Push(tr)
+	}
+}
+
 // FlushAll is Flush toward every rank; it returns the first error.
 func (w *Window) FlushAll(ctx context.Context) error {
 	if err := w.usable("flush", -1); err != nil {
 		return err
+	}
+	for _, p := range w.peers {
+		w.t.Push(p.tr)
 	}
 	var first error
 	for r, p := range w.peers {

@@ -157,6 +157,9 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 
 // Flush waits until every operation posted toward peer so far is complete,
 // with the blocking and errors of Wait. Toward a peer that is down it fails
+// Push does nothing: memnet delivers operations as they are posted.
+func (t *Transport) Push(peer ftrma.Rank) {}
+
 // with ftrma.ErrProcFailed even when nothing is pending.
 func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	if err := t.check("flush", peer); err != nil {

@@ -296,6 +296,13 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 	return p.comp.Wait(ctx, seq, 0)
 }
 
+// Push sends the operations held for batching toward r now.
+func (t *Transport) Push(r ftrma.Rank) {
+	if p, err := t.peer("push", r); err == nil && !p.self {
+		p.kick()
+	}
+}
+
 // Flush waits until every operation posted toward r is complete. Toward a
 // peer that is down it fails even when nothing is pending.
 func (t *Transport) Flush(ctx context.Context, r ftrma.Rank) error {

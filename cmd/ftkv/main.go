@@ -1,0 +1,321 @@
+// Command ftkv runs ftrma's replicated key-value store under ftrun.
+//
+//	ftrun -n N ftkv bench --copies K --size S --ops M [-json]
+//
+// bench: every rank is a writer that owns --keys keys and overwrites them in
+// turn with values of S bytes: --warmup untimed puts, then M timed puts, then
+// --gets timed gets of its own keys, each checked against the value last put.
+// Rank 0 prints the latency percentiles of all ranks' operations pooled
+// (put and get p50, p99, p999, in microseconds) and the put throughput (all
+// ranks' timed puts over the slowest rank's timed phase); with -json, one
+// line holding a JSON array of {"bench","size","copies","system","value",
+// "unit"} records, the shape of bench/rma's results.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"time"
+
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/store"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "bench" {
+		fmt.Fprintln(os.Stderr, "usage: ftrun -n N ftkv bench --copies K --size S --ops M [-json] (ftkv bench -h for more)")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("ftkv bench", flag.ExitOnError)
+	var o benchOptions
+	fs.IntVar(&o.copies, "copies", 3, "replicas of each key `K`")
+	fs.IntVar(&o.size, "size", 64, "value size in bytes `S`")
+	fs.IntVar(&o.ops, "ops", 1000, "timed puts per rank `M`")
+	fs.IntVar(&o.warmup, "warmup", 100, "untimed puts per rank before the timed ones")
+	fs.IntVar(&o.gets, "gets", 200, "timed gets per rank after the puts")
+	fs.IntVar(&o.keys, "keys", 16, "keys each writer owns")
+	fs.IntVar(&o.writers, "writers", 0, "writers in all, spread over the ranks round robin (default: one per rank)")
+	fs.BoolVar(&o.json, "json", false, "print the results as one line of JSON")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	fs.Parse(os.Args[2:])
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if p := os.Getenv("FTKV_CPUPROFILE"); p != "" {
+		f, err := os.Create(p + "." + os.Getenv("FTRMA_RANK"))
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if err := bench(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "ftkv bench:", err)
+		os.Exit(1)
+	}
+}
+
+type benchOptions struct {
+	copies, size, ops, warmup, gets, keys, writers int
+	json                                           bool
+}
+
+func bench(ctx context.Context, o benchOptions) error {
+	if o.size < 1 || o.ops < 1 || o.keys < 1 || o.warmup < 0 || o.gets < 0 || o.writers < 0 {
+		return fmt.Errorf("bad options %+v", o)
+	}
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := store.Open(ctx, c, store.Options{Copies: o.copies, MaxValueSize: max(o.size, 64<<20)})
+	if err != nil {
+		return err
+	}
+	me := int(c.Rank())
+	writers := o.writers
+	if writers == 0 {
+		writers = c.Size()
+	}
+	var mine []*writer
+	for w := me; w < writers; w += c.Size() {
+		mine = append(mine, newWriter(w, o))
+	}
+	// Each phase runs every writer of this rank at once, then all ranks meet.
+	phase := func(f func(*writer) error) error {
+		errs := make(chan error, len(mine))
+		for _, w := range mine {
+			go func() { errs <- f(w) }()
+		}
+		var first error
+		for range mine {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return first
+		}
+		return c.Barrier(ctx)
+	}
+	if err := phase(func(w *writer) error {
+		for i := range o.warmup {
+			if _, err := w.put(ctx, s, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := phase(func(w *writer) error {
+		for i := range o.ops {
+			d, err := w.put(ctx, s, o.warmup+i)
+			if err != nil {
+				return err
+			}
+			w.putLat = append(w.putLat, us(d))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	if err := phase(func(w *writer) error { return w.getAll(ctx, s, o.gets) }); err != nil {
+		return err
+	}
+	var putLat, getLat []float64
+	for _, w := range mine {
+		putLat, getLat = append(putLat, w.putLat...), append(getLat, w.getLat...)
+	}
+	// Pool the samples at rank 0, through the store itself.
+	samples := encodeSamples(elapsed, putLat, getLat)
+	if err := s.Put(ctx, fmt.Appendf(nil, "bench/samples/%d", me), samples); err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if me == 0 {
+		var puts, gets []float64
+		var slowest time.Duration
+		for r := range c.Size() {
+			b, err := s.Get(ctx, fmt.Appendf(nil, "bench/samples/%d", r))
+			if err != nil {
+				return err
+			}
+			ph, p, g, err := decodeSamples(b)
+			if err != nil {
+				return fmt.Errorf("samples of rank %d: %w", r, err)
+			}
+			puts, gets = append(puts, p...), append(gets, g...)
+			slowest = max(slowest, ph)
+		}
+		report(o, c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds())
+		if !o.json {
+			fmt.Printf("  rank 0's store: %+v\n", s.Stats())
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	return s.Close(ctx)
+}
+
+// writer is one writer: it owns its keys and remembers what it put last.
+type writer struct {
+	keys           [][]byte
+	value          []byte
+	last           [][]byte
+	putLat, getLat []float64
+}
+
+func newWriter(w int, o benchOptions) *writer {
+	wr := &writer{keys: make([][]byte, o.keys), value: make([]byte, o.size), last: make([][]byte, o.keys)}
+	for k := range wr.keys {
+		wr.keys[k] = fmt.Appendf(nil, "bench/%d/%d", w, k)
+	}
+	for i := range wr.value {
+		wr.value[i] = byte(w*31 + i)
+	}
+	return wr
+}
+
+// put writes the writer's i-th put: key i mod keys, the value stamped with i.
+func (w *writer) put(ctx context.Context, s *store.Store, i int) (time.Duration, error) {
+	k := i % len(w.keys)
+	var stamp [8]byte
+	binary.LittleEndian.PutUint64(stamp[:], uint64(i))
+	copy(w.value, stamp[:])
+	t := time.Now()
+	err := s.Put(ctx, w.keys[k], w.value)
+	d := time.Since(t)
+	w.last[k] = slices.Clone(w.value)
+	return d, err
+}
+
+// getAll reads back the writer's keys n times in all, checking each value.
+func (w *writer) getAll(ctx context.Context, s *store.Store, n int) error {
+	for i := range n {
+		k := i % len(w.keys)
+		if w.last[k] == nil {
+			continue
+		}
+		t := time.Now()
+		v, err := s.Get(ctx, w.keys[k])
+		d := time.Since(t)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(v, w.last[k]) {
+			return fmt.Errorf("get %s: read back %d bytes that differ from the last put", w.keys[k], len(v))
+		}
+		w.getLat = append(w.getLat, us(d))
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func encodeSamples(phase time.Duration, puts, gets []float64) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(phase))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(puts)))
+	for _, v := range puts {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(gets)))
+	for _, v := range gets {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+func decodeSamples(b []byte) (time.Duration, []float64, []float64, error) {
+	bad := errors.New("malformed")
+	if len(b) < 12 {
+		return 0, nil, nil, bad
+	}
+	phase := time.Duration(binary.LittleEndian.Uint64(b))
+	b = b[8:]
+	list := func() ([]float64, error) {
+		if len(b) < 4 {
+			return nil, bad
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if len(b) < 8*n {
+			return nil, bad
+		}
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		b = b[8*n:]
+		return out, nil
+	}
+	puts, err := list()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	gets, err := list()
+	return phase, puts, gets, err
+}
+
+// percentile is the nearest-rank percentile of sorted samples.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+type result struct {
+	Bench  string  `json:"bench"`
+	Size   int     `json:"size"`
+	Copies int     `json:"copies"`
+	System string  `json:"system"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+}
+
+func report(o benchOptions, ranks, writers int, puts, gets []float64, rate float64) {
+	slices.Sort(puts)
+	slices.Sort(gets)
+	var rs []result
+	add := func(bench string, v float64, unit string) {
+		rs = append(rs, result{bench, o.size, o.copies, "ftrma-tcp", math.Round(v*100) / 100, unit})
+	}
+	for _, p := range []struct {
+		name string
+		p    float64
+	}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
+		add("put_"+p.name, percentile(puts, p.p), "us")
+	}
+	if len(gets) > 0 {
+		for _, p := range []struct {
+			name string
+			p    float64
+		}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
+			add("get_"+p.name, percentile(gets, p.p), "us")
+		}
+	}
+	add("put_rate", rate, "ops/s")
+	if o.json {
+		b, _ := json.Marshal(rs)
+		fmt.Println(string(b))
+		return
+	}
+	fmt.Printf("ftkv bench: %d writers on %d ranks, %d copies, %d-byte values, %d puts and %d gets in all\n", writers, ranks, o.copies, o.size, len(puts), len(gets))
+	for _, r := range rs {
+		fmt.Printf("  %-9s %12.2f %s\n", r.Bench, r.Value, r.Unit)
+	}
+}

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Leases. A writer that has just put a key keeps the key's lock at every
+// replica (the lock words go on naming it) for as long as it keeps writing
+// the key, so that its next put of the key needs no compare-and-swap: one
+// round trip — record, descriptor, lock word with the new version, release
+// of the old block — to all replicas at once. This is the common case of the
+// workload, where each writer owns its keys. Nobody else can change the key
+// while the lease lasts, so the writer's version and descriptors are the
+// replicas'. A lease ends, writing the lock words back free, when the key has
+// not been written for leaseIdle (by this rank's housekeeping), at the first
+// put after leaseMax (so that other writers get their turn), when the key's
+// placement changes, or when a transaction or repair of the key releases its
+// locks. Readers are not held up: a lock held by a live rank only makes them
+// wait when the replicas disagree, that is while a put is under way. A lease
+// of a failed rank is taken over like any lock of a failed holder.
+const (
+	leaseIdle = 2 * time.Millisecond
+	leaseMax  = 20 * time.Millisecond
+)
+
+type lease struct {
+	reps        []leased
+	version     uint64
+	since, used time.Time
+}
+
+type leased struct {
+	r          ftrma.Rank
+	slot       int
+	addr       uint64 // the slot's address
+	block, len uint64 // the current record
+}
+
+// leased returns the key's replicas as held under this rank's lease, when it
+// has one and the key's placement has not changed since.
+func (s *Store) leased(h uint64) ([]*replica, bool) {
+	s.leases.Lock()
+	l := s.leases.m[h]
+	s.leases.Unlock()
+	if l == nil {
+		return nil, false
+	}
+	now := s.place.replicas(h, s.failed)
+	same := len(now) == len(l.reps)
+	for i := 0; same && i < len(now); i++ {
+		same = now[i] == l.reps[i].r
+	}
+	if !same {
+		s.endLease(h)
+		return nil, false
+	}
+	reps := make([]*replica, len(l.reps))
+	for i, lr := range l.reps {
+		p := &replica{r: lr.r, slot: lr.slot, addr: lr.addr, held: true, lock: lockWord(l.version, int(s.me))}
+		putWords(p.buf[:], 0, p.lock, lr.block, l.version, lr.len, 0, 0, 0)
+		reps[i] = p
+	}
+	return reps, true
+}
+
+// keepLease reports whether a put of key h may keep (or take) a lease.
+func (s *Store) keepLease(h uint64) bool {
+	s.leases.Lock()
+	defer s.leases.Unlock()
+	l := s.leases.m[h]
+	return l == nil || time.Since(l.since) < leaseMax
+}
+
+// dropLease forgets the key's lease; the caller releases the locks.
+func (s *Store) dropLease(h uint64) {
+	s.leases.Lock()
+	delete(s.leases.m, h)
+	s.leases.Unlock()
+}
+
+// endLease releases the key's lease: free lock words, posted, at its live
+// replicas (they complete with the next flush, or the transport's own
+// sending, and precede any later operation of this rank there). The caller
+// holds the key's process lock.
+func (s *Store) endLease(h uint64) {
+	s.leases.Lock()
+	l := s.leases.m[h]
+	delete(s.leases.m, h)
+	s.leases.Unlock()
+	if l == nil {
+		return
+	}
+	var w [8]byte
+	putWords(w[:], lockWord(l.version, -1))
+	for _, lr := range l.reps {
+		if !s.failed(lr.r) {
+			s.w.Put(lr.r, lr.addr+slotLock*8, w[:])
+		}
+	}
+}
+
+// expireLeases ends the leases not used for leaseIdle whose keys no
+// goroutine of this process is working on.
+func (s *Store) expireLeases() {
+	var idle []uint64
+	s.leases.Lock()
+	for h, l := range s.leases.m {
+		if time.Since(l.used) >= leaseIdle {
+			idle = append(idle, h)
+		}
+	}
+	s.leases.Unlock()
+	for _, h := range idle {
+		if s.keys.tryLock(h) {
+			s.endLease(h)
+			s.keys.unlock(h)
+		}
+	}
+}
