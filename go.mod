@@ -3,6 +3,7 @@ module github.com/ftrma/ftrma
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.0.3
 	github.com/hazelcast/hazelcast-go-client v1.4.2
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0

@@ -27,8 +27,11 @@ var allowed = map[string][]string{
 	"failure":               {"", "internal/overlay"},
 	"revoke":                {"", "internal/overlay", "failure"},
 	"agree":                 {""},
+	"store":                 {"", "transport", "window"},
 	"internal/rmacheck":     {"", "window"},
 	"cmd/ftrun":             {"launcher"},
+	"cmd/ftkv":              {"comm", "store"},
+	"examples/ckpt":         {"", "comm", "store"},
 	"examples/rmademo":      {"comm", "internal/rmacheck"},
 	"examples/ftdemo":       {"", "comm", "internal/rmacheck", "window"},
 	"bench/rma":             {"bench/internal/result", "bench/internal/host"},
@@ -39,7 +42,7 @@ var allowed = map[string][]string{
 	"bench/internal/result": {},
 	"bench/internal/host":   {},
 	"e2e":                   {},
-	"e2e/testprog":          {"", "comm", "internal/rmacheck", "window"},
+	"e2e/testprog":          {"", "comm", "internal/rmacheck", "store", "window"},
 }
 
 const module = "github.com/ftrma/ftrma"

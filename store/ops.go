@@ -102,7 +102,7 @@ func (s *Store) replicas(ctx context.Context, h uint64, claim bool) ([]*replica,
 	for _, r := range ranks {
 		i, err := s.findSlot(ctx, r, h, claim)
 		if errors.Is(err, ftrma.ErrProcFailed) {
-			return nil, errRetry
+			return nil, fmt.Errorf("%w: %v", errRetry, err)
 		}
 		if err != nil {
 			return nil, err
@@ -136,6 +136,7 @@ func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, 
 			continue
 		}
 		if e := s.w.Flush(ctx, p.r); e != nil {
+			s.noteGone(e)
 			if errors.Is(e, ftrma.ErrProcFailed) {
 				p.failed, anyFailed = true, true
 			} else if err == nil {
@@ -232,8 +233,9 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 }
 
 func (s *Store) retryable(err error) error {
+	s.noteGone(err)
 	if errors.Is(err, ftrma.ErrProcFailed) {
-		return errRetry
+		return fmt.Errorf("%w: %v", errRetry, err)
 	}
 	return err
 }
@@ -293,7 +295,7 @@ func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool
 		}
 		s.st.retries.Add(1)
 		if attempt > s.n {
-			return fmt.Errorf("%w: replicas kept failing", ftrma.ErrProcFailed)
+			return fmt.Errorf("%w: replicas kept failing (%v)", ftrma.ErrProcFailed, err)
 		}
 	}
 }
@@ -331,7 +333,8 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 	}
 	for _, p := range reps {
 		if p.failed {
-			return errRetry // the key needs its new replica: write again
+			// The key needs its new replica: write again.
+			return fmt.Errorf("%w: rank %d failed during the write", errRetry, p.r)
 		}
 	}
 	return nil

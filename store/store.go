@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -133,6 +134,7 @@ type Store struct {
 	}
 
 	txSeq atomic.Uint64
+	gone  []atomic.Bool // ranks that left
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -165,6 +167,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.cache.lock = map[slotKey]uint64{}
 	s.cache.chunk = map[slotKey]int{}
 	s.leases.m = map[uint64]*lease{}
+	s.gone = make([]atomic.Bool, s.n)
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i] = &arena{}
@@ -265,7 +268,20 @@ func (s *Store) Copies() int { return s.opt.Copies }
 // Window is the store's window, for tests and tools that inspect it.
 func (s *Store) Window() *window.Window { return s.w }
 
-func (s *Store) failed(r ftrma.Rank) bool { return s.c.ProcFailed(r) }
+// failed reports whether rank r is gone for the store: failed, or departed
+// (its transport closed, which a rank does only when it is done).
+func (s *Store) failed(r ftrma.Rank) bool {
+	return s.c.ProcFailed(r) || s.gone[r].Load()
+}
+
+// noteGone records the rank of an operation that failed because its target
+// had left the job.
+func (s *Store) noteGone(err error) {
+	var oe *ftrma.OpError
+	if errors.Is(err, transport.ErrPeerLeft) && errors.As(err, &oe) && oe.Rank >= 0 && int(oe.Rank) < s.n {
+		s.gone[oe.Rank].Store(true)
+	}
+}
 
 func (s *Store) check(op string, key []byte, value []byte) error {
 	switch {

@@ -17,6 +17,10 @@
 //	                       meanwhile), then verifies counters on the result
 //	testprog idle D        every rank does light RMA traffic for duration D and
 //	                       prints how many ranks it saw fail ("failed N")
+//	testprog kvlin DIR DURATION COPIES KEYS   store clients recording a history
+//	                       for the linearizability check (see kv.go)
+//	testprog kvpause VICTIM PARTNER DURATION  put latency of ranks that share
+//	                       no key with a rank killed meanwhile (see kv.go)
 //	testprog stopped V     rank V prints "pid PID" and then keeps writing into
 //	                       every other rank's window; the others watch their
 //	                       windows: once V is declared failed (the test stops
@@ -99,6 +103,10 @@ func run(ctx context.Context, args []string) error {
 		return shrinkloop(ctx, c, args[1:])
 	case "idle":
 		return idle(ctx, c, args[1:])
+	case "kvlin":
+		return kvlin(ctx, c, args[1:])
+	case "kvpause":
+		return kvpause(ctx, c, args[1:])
 	case "fail-rank":
 		if len(args) < 2 {
 			return fmt.Errorf("fail-rank needs a rank")

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// kvInput and kvOutput are one store operation for porcupine.
+type kvInput struct {
+	kind  string // put, del, get
+	key   int
+	value string
+}
+
+type kvOutput struct {
+	value   string // for get: the value read, "" when not found
+	unknown bool   // the call never returned, or returned an error
+}
+
+// kvModel is a register per key; the initial state is "not found" ("").
+var kvModel = porcupine.Model{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[int][]porcupine.Operation{}
+		for _, op := range h {
+			k := op.Input.(kvInput).key
+			by[k] = append(by[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return "" },
+	Step: func(state, input, output any) (bool, any) {
+		in, out := input.(kvInput), output.(kvOutput)
+		switch in.kind {
+		case "put":
+			return true, in.value
+		case "del":
+			return true, ""
+		}
+		return out.value == state.(string), state
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(kvInput), output.(kvOutput)
+		if in.kind == "get" {
+			return fmt.Sprintf("get(%d) -> %q", in.key, out.value)
+		}
+		return fmt.Sprintf("%s(%d, %q)", in.kind, in.key, in.value)
+	},
+}
+
+// readHistory reads the hist.* files kvlin wrote: a call without a return,
+// or a put or delete that returned an error, may or may not have taken
+// effect, so it stays open to the end; a get without an answer is dropped.
+func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, open int) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "hist.*"))
+	if len(files) == 0 {
+		t.Fatal("no history files")
+	}
+	type call struct {
+		cl   int
+		in   kvInput
+		at   int64
+		seen bool
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := map[int]*call{}
+		var order []int
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			w := strings.Fields(sc.Text())
+			if len(w) < 6 {
+				continue // a line cut by the kill
+			}
+			id, _ := strconv.Atoi(w[2])
+			switch {
+			case w[0] == "C" && len(w) == 7:
+				cl, _ := strconv.Atoi(w[1])
+				k, _ := strconv.Atoi(w[4])
+				at, _ := strconv.ParseInt(w[6], 10, 64)
+				val := w[5]
+				calls[id] = &call{cl: cl, in: kvInput{w[3], k, val}, at: at}
+				order = append(order, id)
+			case w[0] == "R":
+				c := calls[id]
+				at, err := strconv.ParseInt(w[5], 10, 64)
+				if c == nil || err != nil {
+					continue
+				}
+				c.seen = true
+				out := kvOutput{}
+				switch w[3] {
+				case "ok":
+					if c.in.kind == "get" {
+						out.value = w[4]
+					}
+				case "notfound":
+				default:
+					if c.in.kind == "get" {
+						continue // no effect
+					}
+					out.unknown, at = true, math.MaxInt64
+					open++
+				}
+				if !out.unknown {
+					done++
+				}
+				ops = append(ops, porcupine.Operation{ClientId: c.cl, Input: c.in, Call: c.at, Output: out, Return: at})
+			}
+		}
+		f.Close()
+		for _, id := range order {
+			if c := calls[id]; !c.seen && c.in.kind != "get" {
+				ops = append(ops, porcupine.Operation{ClientId: c.cl, Input: c.in, Call: c.at, Output: kvOutput{unknown: true}, Return: math.MaxInt64})
+				open++
+			}
+		}
+	}
+	return ops, done, open
+}
+
+// The store's linearizability under SIGKILLs: 8 ranks, 16 clients on 4
+// shared keys (concurrent writers on purpose), Copies 3, and two ranks killed
+// (Copies−1) during the run, at once or one after the other. The history of
+// every key must be linearizable; every key must end with 3 whole replicas.
+func TestStoreLinearizableUnderKills(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for _, c := range []struct {
+		name string
+		gap  time.Duration
+	}{{"simultaneous", 0}, {"staggered", 700 * time.Millisecond}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			a := 1 + rng.IntN(7)
+			b := 1 + (a+rng.IntN(6))%7
+			at := 700*time.Millisecond + time.Duration(rng.IntN(600))*time.Millisecond
+			t.Logf("seed %d: killing ranks %d at %v and %d at %v", seed, a, at, b, at+c.gap)
+			out, code := ftrun(t, 2*time.Minute, "-n", "8", "--tag-output",
+				"--kill", fmt.Sprintf("%d@%v", a, at), "--kill", fmt.Sprintf("%d@%v", b, at+c.gap),
+				filepath.Join(bins(t), "testprog"), "kvlin", dir, "2.5s", "3", "4")
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for k := range 4 {
+				if !regexp.MustCompile(fmt.Sprintf(`(?m)\] whole %d 3$`, k)).MatchString(out) {
+					t.Errorf("key %d did not get 3 whole replicas back:\n%s", k, out)
+				}
+			}
+			ops, done, open := readHistory(t, dir)
+			if done < 500 {
+				t.Fatalf("only %d operations completed:\n%s", done, out)
+			}
+			res, info := porcupine.CheckOperationsVerbose(kvModel, ops, time.Minute)
+			t.Logf("%d operations completed, %d left open by kills or errors: %v", done, open, res)
+			if res != porcupine.Ok {
+				viz := filepath.Join(os.TempDir(), fmt.Sprintf("ftrma-lin-%d.html", seed))
+				if err := porcupine.VisualizePath(kvModel, info, viz); err == nil {
+					t.Logf("visualization in %s", viz)
+				}
+				t.Fatalf("history not linearizable (%v)", res)
+			}
+		})
+	}
+}
+
+// A rank that shares no key with a killed rank sees no pause: its put
+// latency across the failure stays below the failure detector's timeout.
+func TestStoreUninvolvedRankNoPause(t *testing.T) {
+	out, code := ftrun(t, 2*time.Minute, "-n", "6", "--tag-output", "--kill", "2@1500ms",
+		filepath.Join(bins(t), "testprog"), "kvpause", "2", "3", "3s")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`(?m)^\[(\d)\] (before|pause) (\d+) (\d+) (\d+)$`)
+	ms := re.FindAllStringSubmatch(out, -1)
+	if len(ms) != 8 { // ranks 0, 1, 4, 5: two lines each
+		t.Fatalf("want before/pause lines of 4 uninvolved ranks:\n%s", out)
+	}
+	// ftrun's detector timeout for 6 ranks on this machine's CPUs.
+	bound := 60 * time.Millisecond * time.Duration((6+numCPU()-1)/numCPU())
+	for _, m := range ms {
+		maxUS, _ := strconv.Atoi(m[3])
+		when := map[string]string{"before": "before the failure", "pause": "across the failure"}[m[2]]
+		t.Logf("rank %s %s: max %d us, p50 %s us over %s puts", m[1], when, maxUS, m[4], m[5])
+		if m[2] == "pause" && time.Duration(maxUS)*time.Microsecond >= bound {
+			t.Errorf("rank %s paused %v across the failure (bound %v)", m[1], time.Duration(maxUS)*time.Microsecond, bound)
+		}
+	}
+}
+
+func numCPU() int { return runtime.NumCPU() }

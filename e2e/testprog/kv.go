@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/store"
+)
+
+// kvlin DIR DURATION COPIES KEYS: every rank runs two clients that put, get
+// and delete random keys of a small shared set for DURATION, recording every
+// call and return (wall-clock nanoseconds) in DIR/hist.RANK, one line each,
+// written before the call and after the return so that a SIGKILL leaves
+// calls without returns. Then each survivor reads every key once more, and
+// the lowest survivor waits until recovery has given every key COPIES whole
+// replicas and prints "whole KEY n" lines.
+func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
+	if len(args) < 4 {
+		return errors.New("kvlin DIR DURATION COPIES KEYS")
+	}
+	dir := args[0]
+	dur, err := time.ParseDuration(args[1])
+	if err != nil {
+		return err
+	}
+	copies, err := strconv.Atoi(args[2])
+	if err != nil {
+		return err
+	}
+	nkeys, err := strconv.Atoi(args[3])
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, c, store.Options{Copies: copies})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("hist.%d", c.Rank())), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var mu sync.Mutex
+	opid := 0
+	record := func(format string, a ...any) {
+		mu.Lock()
+		f.WriteString(fmt.Sprintf(format, a...) + "\n")
+		mu.Unlock()
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "lin/%d", i) }
+	// one runs one recorded operation of client cl.
+	one := func(cl int, kind string, k int, val string) {
+		mu.Lock()
+		opid++
+		id := opid
+		mu.Unlock()
+		record("C %d %d %s %d %s %d", cl, id, kind, k, val, time.Now().UnixNano())
+		var res, out string
+		var err error
+		switch kind {
+		case "put":
+			err = s.Put(ctx, key(k), []byte(val))
+		case "del":
+			err = s.Delete(ctx, key(k))
+		case "get":
+			var v []byte
+			v, err = s.Get(ctx, key(k))
+			out = string(v)
+		}
+		switch {
+		case err == nil:
+			res = "ok"
+		case errors.Is(err, store.ErrNotFound):
+			res, err = "notfound", nil
+		default:
+			res = "err"
+		}
+		if out == "" {
+			out = "-"
+		}
+		record("R %d %d %s %s %d", cl, id, res, out, time.Now().UnixNano())
+	}
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for g := range 2 {
+		cl := int(c.Rank())*2 + g
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(cl), uint64(time.Now().UnixNano())))
+			for seq := 0; time.Now().Before(end); seq++ {
+				k := rng.IntN(nkeys)
+				switch x := rng.IntN(10); {
+				case x < 5:
+					one(cl, "put", k, fmt.Sprintf("c%d.%d", cl, seq))
+				case x < 6:
+					one(cl, "del", k, "-")
+				default:
+					one(cl, "get", k, "-")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range nkeys {
+		one(int(c.Rank())*2, "get", k, "-")
+	}
+	fmt.Printf("clients done\n")
+	// The lowest survivor checks that recovery made every key whole again;
+	// the others wait for it (their memory holds replicas).
+	defer survivorsMeet(ctx, c)
+	for r := range c.Rank() {
+		if !c.ProcFailed(r) {
+			return nil
+		}
+	}
+	for k := range nkeys {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			reps, err := s.Locate(ctx, key(k))
+			if err != nil {
+				return err
+			}
+			whole := 0
+			for _, p := range reps {
+				if p.Complete && p.Version == reps[0].Version && !c.ProcFailed(p.Rank) {
+					whole++
+				}
+			}
+			if whole == copies || time.Now().After(deadline) {
+				fmt.Printf("whole %d %d\n", k, whole)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// kvpause VICTIM PARTNER DURATION: copies 2. Rank VICTIM keeps putting keys
+// replicated on itself and PARTNER; every other rank keeps putting keys of
+// its own whose replicas avoid VICTIM, recording each put's latency, until
+// DURATION has passed. The test kills VICTIM meanwhile. Each uninvolved rank
+// prints "pause MAXUS P50US N" for its puts from the kill on (the first put
+// after ftrun's kill time is taken from the failure becoming known) and
+// "before MAXUS P50US N" for those before.
+func kvpause(ctx context.Context, c *comm.Comm, args []string) error {
+	if len(args) < 3 {
+		return errors.New("kvpause VICTIM PARTNER DURATION")
+	}
+	victim, err1 := strconv.Atoi(args[0])
+	partner, err2 := strconv.Atoi(args[1])
+	dur, err3 := time.ParseDuration(args[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, c, store.Options{Copies: 2})
+	if err != nil {
+		return err
+	}
+	me := int(c.Rank())
+	// Choose 8 keys whose replicas suit this rank's role.
+	var keys [][]byte
+	for i := 0; len(keys) < 8; i++ {
+		k := fmt.Appendf(nil, "pause/%d/%d", me, i)
+		reps, err := s.Locate(ctx, k)
+		if err != nil {
+			return err
+		}
+		ranks := []int{int(reps[0].Rank), int(reps[1].Rank)}
+		onVictim, onPartner := slices.Contains(ranks, victim), slices.Contains(ranks, partner)
+		if me == victim && onVictim && onPartner || me != victim && !onVictim && !onPartner {
+			keys = append(keys, k)
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if me == victim {
+		fmt.Printf("pid %d\n", os.Getpid())
+	}
+	type sample struct {
+		at time.Time
+		d  time.Duration
+	}
+	var samples []sample
+	var failedAt time.Time
+	val := bytes.Repeat([]byte{byte(me)}, 256)
+	end := time.Now().Add(dur)
+	for i := 0; time.Now().Before(end); i++ {
+		t := time.Now()
+		if err := s.Put(ctx, keys[i%len(keys)], val); err != nil {
+			return fmt.Errorf("put: %w", err)
+		}
+		samples = append(samples, sample{t, time.Since(t)})
+		if failedAt.IsZero() && c.ProcFailed(ftrma.Rank(victim)) {
+			failedAt = time.Now()
+		}
+	}
+	defer survivorsMeet(ctx, c)
+	if me == victim || me == partner {
+		return nil
+	}
+	if failedAt.IsZero() {
+		return errors.New("the victim never failed")
+	}
+	// Puts from 200 ms before the failure was known (the kill) on.
+	cut := failedAt.Add(-200 * time.Millisecond)
+	report := func(name string, keep func(sample) bool) {
+		var ds []time.Duration
+		for _, x := range samples {
+			if keep(x) {
+				ds = append(ds, x.d)
+			}
+		}
+		slices.Sort(ds)
+		if len(ds) == 0 {
+			fmt.Printf("%s 0 0 0\n", name)
+			return
+		}
+		fmt.Printf("%s %d %d %d\n", name, ds[len(ds)-1].Microseconds(), ds[len(ds)/2].Microseconds(), len(ds))
+	}
+	report("before", func(x sample) bool { return x.at.Before(cut) })
+	report("pause", func(x sample) bool { return !x.at.Before(cut) })
+	return nil
+}
+
+// survivorsMeet returns once every surviving rank has called it: the
+// fault-tolerant agreement, which works across failures, as a barrier.
+func survivorsMeet(ctx context.Context, c *comm.Comm) {
+	c.FailureAck()
+	c.Agree(ctx, 1)
+}
