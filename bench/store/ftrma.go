@@ -21,11 +21,11 @@ import (
 //	ftrun --timeout T -n N <ftkv> bench --copies K --size S --ops M -json
 //
 // whose standard output carries the results (see parseFtkvOutput). It is
-// measured only when -ftkv names the ftkv binary (or the package directory
-// to build it from, e.g. ./cmd/ftkv); the store does not exist yet.
+// built from ./cmd/ftkv unless -ftkv names another binary or package
+// directory (-ftkv "" leaves ftrma out).
 
-// ftrmaNotBuilt is the plain statement printed when -ftkv is not given.
-const ftrmaNotBuilt = sysFtrma + ": not measured (store not built yet; pass -ftkv)"
+// ftrmaNotBuilt is the plain statement printed when -ftkv is "".
+const ftrmaNotBuilt = sysFtrma + ": not measured (-ftkv \"\")"
 
 type ftrmaSystem struct {
 	ftrun     string
@@ -37,13 +37,18 @@ type ftrmaSystem struct {
 }
 
 // setupFtrma builds cmd/ftrun, and ftkv when given as a package directory.
-func setupFtrma(ctx context.Context, goBin, root, dir, ftkv string, ranks int, ftrunArgs, ftkvArgs []string) (*ftrmaSystem, error) {
+func setupFtrma(ctx context.Context, goBin, root, dir, ftkv string, ranks int, wl workload, ftrunArgs, ftkvArgs []string) (*ftrmaSystem, error) {
 	s := &ftrmaSystem{ranks: ranks, ftrunArgs: ftrunArgs, ftkvArgs: ftkvArgs}
 	s.ftrun = filepath.Join(dir, "ftrun")
 	if err := goBuild(ctx, goBin, root, s.ftrun, "./cmd/ftrun"); err != nil {
 		return nil, err
 	}
 	st, err := os.Stat(ftkv)
+	if err != nil && !filepath.IsAbs(ftkv) {
+		if st, err = os.Stat(filepath.Join(root, ftkv)); err == nil {
+			ftkv = filepath.Join(root, ftkv)
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("-ftkv %s: %w", ftkv, err)
@@ -63,7 +68,8 @@ func setupFtrma(ctx context.Context, goBin, root, dir, ftkv string, ranks int, f
 			return nil, err
 		}
 	}
-	s.notes = append(s.notes, fmt.Sprintf("ftrma over TCP: every run is a fresh job, %s", strings.Join(s.argv(0, 0, 0, time.Minute), " ")))
+	s.notes = append(s.notes, fmt.Sprintf("ftrma over TCP: every run is a fresh job of %d ranks, the writers spread over them round robin (each rank is an application process embedding the store): %s",
+		ranks, strings.Join(s.argv(0, 0, 0, wl, time.Minute), " ")))
 	return s, nil
 }
 
@@ -76,8 +82,9 @@ func goBuild(ctx context.Context, goBin, root, out, pkg string) error {
 	return nil
 }
 
-// argv is one run's command line (copies, size and ops 0 render as K, S, M).
-func (s *ftrmaSystem) argv(copies, size, ops int, timeout time.Duration) []string {
+// argv is one run's command line (copies, size and ops 0 render as K, S, M);
+// the writers, their keys, warm-up puts and gets are the workload's.
+func (s *ftrmaSystem) argv(copies, size, ops int, wl workload, timeout time.Duration) []string {
 	num := func(n int, sym string) string {
 		if n == 0 {
 			return sym
@@ -87,7 +94,9 @@ func (s *ftrmaSystem) argv(copies, size, ops int, timeout time.Duration) []strin
 	a := []string{s.ftrun, "--timeout", timeout.String()}
 	a = append(a, s.ftrunArgs...)
 	a = append(a, "-n", strconv.Itoa(s.ranks), s.ftkv, "bench",
-		"--copies", num(copies, "K"), "--size", num(size, "S"), "--ops", num(ops, "M"), "-json")
+		"--copies", num(copies, "K"), "--size", num(size, "S"), "--ops", num(ops, "M"), "-json",
+		"--writers", strconv.Itoa(wl.Writers), "--keys", strconv.Itoa(wl.KeysPerWriter),
+		"--warmup", strconv.Itoa(wl.Warmup), "--gets", strconv.Itoa(wl.Gets))
 	return append(a, s.ftkvArgs...)
 }
 
@@ -107,8 +116,8 @@ func (s *ftrmaSystem) Notes() []string                                       { r
 func (s *ftrmaSystem) Close()                                                {}
 
 func (s *ftrmaSystem) Run(ctx context.Context, copies, size int, p plan) ([]result.Result, error) {
-	ops := p.workload(size).Puts
-	argv := s.argv(copies, size, ops, p.runTimeout)
+	wl := p.workload(size)
+	argv := s.argv(copies, size, wl.Puts, wl, p.runTimeout)
 	ctx, cancel := context.WithTimeout(ctx, p.runTimeout+15*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

@@ -10,8 +10,8 @@
 // directory, runs the same put workload on each, interleaving the systems
 // round by round, and stops everything it started. It prints a table of the
 // medians over rounds, writes them as JSON, and draws put latency against
-// the copy count as SVG next to the JSON. The ftrma side runs only when
-// -ftkv names the store's ftkv command. See bench/README.md.
+// the copy count as SVG next to the JSON. The ftrma side runs the store's
+// ftkv command under ftrun. See bench/README.md.
 package main
 
 import (
@@ -37,8 +37,8 @@ import (
 
 const usage = `Usage: go run ./bench/store [flags]
 
-Measures a replicated put workload on Hazelcast IMap, Redis and etcd (and on
-ftrma's store when -ftkv is given), every server on 127.0.0.1, started and
+Measures a replicated put workload on ftrma's store, Hazelcast IMap, Redis and
+etcd, every server on 127.0.0.1, started and
 stopped by this command. For each copy count K (the number of copies of
 every value) and value size S, W writers in one client process (8 goroutines,
 each with its own keys) put values of S bytes; the results per (system, K, S):
@@ -52,7 +52,8 @@ each the median over rounds; systems are interleaved round by round.
   hazelcast  K members, IMap backup-count K-1 (synchronous), async-backup-count 0
   redis      a primary and K-1 replicas; a put is SET then WAIT K-1
   etcd       3 members, fixed: reported at K=3 only
-  ftrma-tcp  ftrun -n N <ftkv> bench --copies K --size S --ops M -json (needs -ftkv)
+  ftrma-tcp  ftrun -n N ftkv bench --copies K --size S --ops M -json --writers W ...
+             (N ranks, default 8; the W writers spread over them)
 
 Missing servers are installed: redis-server, etcd-server, a Java runtime and
 Maven with apt-get (as root), the Hazelcast jar from Maven Central with mvn.
@@ -103,7 +104,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	puts := fs.Int("puts", 0, "timed puts per writer per run at small sizes `M` (default 400 with -quick, 1000 without)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on the whole benchmark after this long")
 	fs.DurationVar(&o.hzBackup, "hz-backup-timeout", hazelcastDefaultBackupTimeout, "Hazelcast's hazelcast.operation.backup.timeout.millis: how long a member waits\nfor synchronous backup acks before it reports a put successful anyway")
-	fs.StringVar(&o.ftkv, "ftkv", "", "the ftkv command of ftrma's store, a binary or a package directory to build (e.g. ./cmd/ftkv);\nwithout it ftrma-tcp is not measured")
+	fs.StringVar(&o.ftkv, "ftkv", "./cmd/ftkv", "the ftkv command of ftrma's store, a binary or a package directory to build;\n\"\" leaves ftrma-tcp out")
 	fs.IntVar(&o.ftkvRanks, "ftkv-n", 8, "ranks `N` of each ftkv job")
 	fs.StringVar(&o.ftrunArgs, "ftrun-args", "", "extra space-separated `ARGS` for ftrun, placed before -n")
 	fs.StringVar(&o.ftkvArgs, "ftkv-args", "", "extra space-separated `ARGS` for ftkv bench, placed after -json")
@@ -154,7 +155,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 			}
 		}
 		if len(o.only) == 1 && o.only[0] == sysFtrma && o.ftkv == "" {
-			return o, errors.New("-only " + sysFtrma + " needs -ftkv")
+			return o, errors.New("-only " + sysFtrma + " with -ftkv \"\" leaves nothing to measure")
 		}
 	}
 	if o.hzBackup < time.Millisecond {
@@ -353,7 +354,7 @@ func setup(ctx context.Context, o options, dir string) ([]system, []string) {
 					errs[i] = goErr
 					return
 				}
-				s, err := setupFtrma(ctx, goBin, root, dir, o.ftkv, o.ftkvRanks,
+				s, err := setupFtrma(ctx, goBin, root, dir, o.ftkv, o.ftkvRanks, o.plan.workload(64),
 					strings.Fields(o.ftrunArgs), strings.Fields(o.ftkvArgs))
 				if err == nil {
 					out[i] = s

@@ -68,8 +68,9 @@ func TestParseFtkvOutput(t *testing.T) {
 
 func TestFtrmaArgv(t *testing.T) {
 	s := &ftrmaSystem{ftrun: "/t/ftrun", ftkv: "/t/ftkv", ranks: 8, ftrunArgs: []string{"--spin", "0"}}
-	got := strings.Join(s.argv(3, 64, 400, time.Minute), " ")
-	want := "/t/ftrun --timeout 1m0s --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json"
+	wl := workload{Writers: 8, KeysPerWriter: 16, Warmup: 50, Gets: 100}
+	got := strings.Join(s.argv(3, 64, 400, wl, time.Minute), " ")
+	want := "/t/ftrun --timeout 1m0s --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json --writers 8 --keys 16 --warmup 50 --gets 100"
 	if got != want {
 		t.Errorf("argv = %q\nwant    %q", got, want)
 	}
@@ -343,7 +344,7 @@ func TestParseFlags(t *testing.T) {
 
 	for _, bad := range [][]string{
 		{"-only", "mongodb"},
-		{"-only", "ftrma-tcp"}, // needs -ftkv
+		{"-only", "ftrma-tcp", "-ftkv", ""}, // nothing left to measure
 		{"-copies", "0"},
 		{"-sizes", "x"},
 		{"-rounds", "-1"},
