@@ -37,10 +37,11 @@ const defaultSpin = 50 * time.Microsecond
 
 // Transport is a TCP transport.Transport.
 type Transport struct {
-	cfg  Config
-	spin time.Duration
-	mem  transport.Memory
-	ln   net.Listener
+	cfg      Config
+	spin     time.Duration
+	spinning atomic.Bool // a waiter is busy-polling
+	mem      transport.Memory
+	ln       net.Listener
 
 	peers []*peer // indexed by rank; peers[cfg.Rank] is the loopback peer
 
@@ -289,8 +290,11 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 	}
 	if p.comp.Completed() < seq && !p.self {
 		p.kick()
-		if t.spin > 0 {
+		// One waiter of the process busy-polls at a time: more would only
+		// take the CPU from the peers they wait for (and from each other).
+		if t.spin > 0 && t.spinning.CompareAndSwap(false, true) {
 			p.poll(seq, t.spin)
+			t.spinning.Store(false)
 		}
 	}
 	return p.comp.Wait(ctx, seq, 0)
