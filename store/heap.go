@@ -207,6 +207,7 @@ func (s *Store) attachChunk(size int) bool {
 		s.heap.Lock()
 		s.heap.mem = append(s.heap.mem, mem)
 		s.heap.attached += uint64(size)
+		s.heap.entries.Store(int64(max(int(s.heap.entries.Load()), e+1)))
 		s.heap.Unlock()
 		s.entry(e, chunkSize).Store(uint64(size))
 		s.entry(e, chunkAddr).Store(addr)
@@ -233,7 +234,7 @@ func (w localWord) CompareAndSwap(o, n uint64) bool { return atomic.CompareAndSw
 // answers a writer's want.
 func (s *Store) grow() (busy bool) {
 	free := 0
-	for e := range s.opt.Chunks {
+	for e := range int(s.heap.entries.Load()) {
 		owner := s.entry(e, chunkOwner).Load()
 		if owner == chunkNotReady {
 			continue
@@ -266,7 +267,7 @@ func (s *Store) grow() (busy bool) {
 // heapLive is the bytes of live blocks in this rank's heap.
 func (s *Store) heapLive() uint64 {
 	var n uint64
-	for e := range s.opt.Chunks {
+	for e := range int(s.heap.entries.Load()) {
 		if s.entry(e, chunkOwner).Load() != chunkNotReady {
 			n += s.entry(e, chunkLive).Load()
 		}

@@ -116,6 +116,7 @@ type Store struct {
 		sync.Mutex
 		mem      [][]uint64 // attached chunks, kept alive
 		attached uint64
+		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
 
 	keys   keyLocks
