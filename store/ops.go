@@ -288,14 +288,14 @@ func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool
 		return err
 	}
 	defer s.keys.unlock(h)
-	for attempt := 0; ; attempt++ {
+	rt := s.retrier()
+	for {
 		err := s.writeOnce(ctx, h, key, value, del)
 		if !errors.Is(err, errRetry) {
 			return err
 		}
-		s.st.retries.Add(1)
-		if attempt > s.n {
-			return fmt.Errorf("%w: replicas kept failing (%v)", ftrma.ErrProcFailed, err)
+		if err := rt.again(ctx, err); err != nil {
+			return err
 		}
 	}
 }
@@ -448,12 +448,16 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
+	rt := s.retrier()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		reps, err := s.replicas(ctx, h, false)
 		if errors.Is(err, errRetry) {
+			if err := rt.again(ctx, err); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
@@ -463,6 +467,9 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 		}
 		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
+			if err := rt.again(ctx, err); err != nil {
+				return nil, err
+			}
 			continue
 		} else if err != nil {
 			return nil, err
@@ -485,6 +492,9 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 		// the middle. Make them agree.
 		val, found, err = s.repair(ctx, h)
 		if errors.Is(err, errRetry) {
+			if err := rt.again(ctx, err); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
@@ -617,15 +627,22 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 		return nil, err
 	}
 	h := hashKey(key)
+	rt := s.retrier()
 	for {
 		reps, err := s.replicas(ctx, h, false)
 		if errors.Is(err, errRetry) {
+			if err := rt.again(ctx, err); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
 		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
+			if err := rt.again(ctx, err); err != nil {
+				return nil, err
+			}
 			continue
 		} else if err != nil {
 			return nil, err

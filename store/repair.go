@@ -21,12 +21,15 @@ func (s *Store) repair(ctx context.Context, h uint64) (rec []byte, found bool, e
 		return nil, false, err
 	}
 	defer s.keys.unlock(h)
-	for attempt := 0; ; attempt++ {
+	rt := s.retrier()
+	for {
 		rec, found, err = s.repairOnce(ctx, h)
-		if !errors.Is(err, errRetry) || attempt > s.n {
+		if !errors.Is(err, errRetry) {
 			return rec, found, err
 		}
-		s.st.retries.Add(1)
+		if err := rt.again(ctx, err); err != nil {
+			return nil, false, err
+		}
 	}
 }
 

@@ -369,6 +369,57 @@ func (k *keyLocks) release(h uint64, l *keyLock) {
 	k.mu.Unlock()
 }
 
+// retryBound bounds how long an operation keeps starting again because
+// replicas failed under it.
+const retryBound = 10 * time.Second
+
+// retrier paces an operation that starts again because a replica failed.
+// Progress needs this rank to learn of the failure, which can come a little
+// after the transport reported the broken connection: each retry waits until
+// the known failures change, or a pause growing from 1 to 64 ms has passed.
+type retrier struct {
+	s     *Store
+	start time.Time
+	i     int
+	known int
+}
+
+func (s *Store) retrier() *retrier {
+	return &retrier{s: s, start: time.Now(), known: s.knownFailed()}
+}
+
+func (s *Store) knownFailed() int {
+	n := 0
+	for r := range s.n {
+		if s.failed(ftrma.Rank(r)) {
+			n++
+		}
+	}
+	return n
+}
+
+// again waits before the next attempt after err (an errRetry); it returns an
+// error wrapping ftrma.ErrProcFailed after retryBound, or ctx's error.
+func (r *retrier) again(ctx context.Context, err error) error {
+	r.s.st.retries.Add(1)
+	if time.Since(r.start) > retryBound {
+		return fmt.Errorf("%w: replicas kept failing for %v (%v)", ftrma.ErrProcFailed, retryBound, err)
+	}
+	deadline := time.Now().Add(time.Millisecond << min(r.i, 6))
+	r.i++
+	for r.s.knownFailed() == r.known && time.Now().Before(deadline) {
+		t := time.NewTimer(200 * time.Microsecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	r.known = r.s.knownFailed()
+	return ctx.Err()
+}
+
 // backoff sleeps before attempt i of a contended operation.
 func backoff(ctx context.Context, i int) error {
 	d := 20 * time.Microsecond << min(i, 7)

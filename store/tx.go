@@ -121,21 +121,21 @@ func (t *Tx) Commit(ctx context.Context) error {
 			s.keys.unlock(k.h)
 		}
 	}()
-	for attempt := 0; ; attempt++ {
+	rt := s.retrier()
+	for {
 		err := s.commitOnce(ctx, keys)
-		if !errors.Is(err, errRetry) {
-			if err != nil {
-				s.st.aborts.Add(1)
-				return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
+		if errors.Is(err, errRetry) {
+			err = rt.again(ctx, err)
+			if err == nil {
+				continue
 			}
-			s.st.commits.Add(1)
-			return nil
 		}
-		s.st.retries.Add(1)
-		if attempt > s.n {
+		if err != nil {
 			s.st.aborts.Add(1)
-			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("%w: replicas kept failing", ftrma.ErrProcFailed)}
+			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
 		}
+		s.st.commits.Add(1)
+		return nil
 	}
 }
 
