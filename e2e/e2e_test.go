@@ -41,6 +41,7 @@ func bins(t *testing.T) string {
 			"github.com/ftrma/ftrma/cmd/ftrun",
 			"github.com/ftrma/ftrma/examples/rmademo",
 			"github.com/ftrma/ftrma/examples/ftdemo",
+			"github.com/ftrma/ftrma/examples/ckpt",
 			"github.com/ftrma/ftrma/e2e/testprog")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
