@@ -24,7 +24,7 @@ const (
 	// rank holding the lock, plus one, in its low bits (0: free). The current
 	// descriptor says where the value's record is; the pending descriptor
 	// holds a transaction's value until the transaction is decided.
-	slotWords   = 8
+	slotWords   = 9
 	slotHash    = 0
 	slotLock    = 1
 	slotCurAddr = 2 // 0: no value (never written, or deleted)
@@ -33,6 +33,7 @@ const (
 	slotPAddr   = 5 // pending record, 0: none
 	slotPVer    = 6
 	slotPLen    = 7
+	slotWant    = 8 // a rank that waits for the lock, plus one: asks a lease to end
 	slotBytes   = slotWords * 8
 
 	// A chunk table entry: a piece of heap memory attached by the owner and

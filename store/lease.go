@@ -15,14 +15,16 @@ import (
 // while the lease lasts, so the writer's version and descriptors are the
 // replicas'. A lease ends, writing the lock words back free, when the key has
 // not been written for leaseIdle (by this rank's housekeeping), at the first
-// put after leaseMax (so that other writers get their turn), when the key's
-// placement changes, or when a transaction or repair of the key releases its
-// locks. Readers are not held up: a lock held by a live rank only makes them
+// put after leaseMax, at the first put after another rank asked for the key
+// (a writer that finds the lock held by a live rank writes its rank into the
+// slot's want word, which the lease holder reads with each put), when the
+// key's placement changes, or when a transaction or repair of the key
+// releases its locks. Readers are not held up: a lock held by a live rank only makes them
 // wait when the replicas disagree, that is while a put is under way. A lease
 // of a failed rank is taken over like any lock of a failed holder.
 const (
-	leaseIdle = 2 * time.Millisecond
-	leaseMax  = 20 * time.Millisecond
+	leaseIdle = 100 * time.Millisecond
+	leaseMax  = time.Second
 )
 
 type lease struct {
@@ -65,12 +67,24 @@ func (s *Store) leased(h uint64) ([]*replica, bool) {
 	return reps, true
 }
 
-// keepLease reports whether a put of key h may keep (or take) a lease.
+// keepLease reports whether a put of key h may keep (or take) a lease: not
+// after leaseMax, and not for leaseIdle after the key was contended (this
+// rank met another's lock on it, or was asked to end its lease).
 func (s *Store) keepLease(h uint64) bool {
 	s.leases.Lock()
 	defer s.leases.Unlock()
+	if t, ok := s.leases.contended[h]; ok && time.Since(t) < leaseIdle {
+		return false
+	}
 	l := s.leases.m[h]
 	return l == nil || time.Since(l.since) < leaseMax
+}
+
+// contended notes that key h is wanted by more than one rank.
+func (s *Store) contended(h uint64) {
+	s.leases.Lock()
+	s.leases.contended[h] = time.Now()
+	s.leases.Unlock()
 }
 
 // dropLease forgets the key's lease; the caller releases the locks.
@@ -92,11 +106,13 @@ func (s *Store) endLease(h uint64) {
 	if l == nil {
 		return
 	}
-	var w [8]byte
+	var w, zero [8]byte
 	putWords(w[:], lockWord(l.version, -1))
 	for _, lr := range l.reps {
 		if !s.failed(lr.r) {
+			s.w.Put(lr.r, lr.addr+slotWant*8, zero[:])
 			s.w.Put(lr.r, lr.addr+slotLock*8, w[:])
+			s.w.Push(lr.r)
 		}
 	}
 }
@@ -109,6 +125,11 @@ func (s *Store) expireLeases() {
 	for h, l := range s.leases.m {
 		if time.Since(l.used) >= leaseIdle {
 			idle = append(idle, h)
+		}
+	}
+	for h, t := range s.leases.contended {
+		if time.Since(t) >= leaseIdle {
+			delete(s.leases.contended, h)
 		}
 	}
 	s.leases.Unlock()

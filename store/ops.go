@@ -26,6 +26,8 @@ type replica struct {
 	failed  bool
 	written bool
 	block   uint64 // the block publish wrote
+	wanted  bool   // a live rank holds the lock: ask it to end its lease
+	want    [8]byte
 	same    bool   // already holds what publish would write: only unlock
 	pending uint64 // block of a transaction's pending record
 }
@@ -181,6 +183,17 @@ func (s *Store) lockAll(ctx context.Context, h uint64, reps []*replica) error {
 			return nil
 		}
 		if conflict {
+			// Ask the live holders to end their leases, then give back
+			// what was taken; take no lease on a contended key.
+			s.contended(h)
+			var want [8]byte
+			putWords(want[:], uint64(s.me)+1)
+			for _, p := range reps {
+				if p.wanted {
+					s.w.Put(p.r, p.addr+slotWant*8, want[:])
+					p.wanted = false
+				}
+			}
 			s.unlockAll(ctx, reps)
 			s.st.retries.Add(1)
 			if err := backoff(ctx, attempt); err != nil {
@@ -211,7 +224,7 @@ func (s *Store) checkHeld(reps []*replica) (conflict, again bool) {
 		case s.failed(ftrma.Rank(owner)):
 			p.expect, p.took, again = got, true, true
 		default:
-			p.expect, conflict = lockWord(lockVersion(got), -1), true
+			p.expect, conflict, p.wanted = lockWord(lockVersion(got), -1), true, true
 		}
 	}
 	return conflict, again
@@ -389,10 +402,17 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		if keep {
+			s.w.Get(p.r, p.addr+slotWant*8, p.want[:])
+		}
 		p.written, p.block = true, addr
 	}
 	failed, err := s.flushAll(ctx, reps)
 	keep = keep && !failed && err == nil
+	wanted := false
+	for _, p := range reps {
+		wanted = wanted || p.written && !p.failed && word(p.want[:], 0) != 0
+	}
 	var l *lease
 	if keep {
 		l = &lease{version: lv, since: time.Now(), used: time.Now()}
@@ -416,6 +436,10 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 		}
 		s.leases.m[h] = l
 		s.leases.Unlock()
+		if wanted {
+			s.contended(h)
+			s.endLease(h) // another rank waits for the key
+		}
 	} else {
 		s.dropLease(h)
 	}

@@ -131,7 +131,8 @@ type Store struct {
 
 	leases struct {
 		sync.Mutex
-		m map[uint64]*lease
+		m         map[uint64]*lease
+		contended map[uint64]time.Time
 	}
 
 	txSeq atomic.Uint64
@@ -168,6 +169,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.cache.lock = map[slotKey]uint64{}
 	s.cache.chunk = map[slotKey]int{}
 	s.leases.m = map[uint64]*lease{}
+	s.leases.contended = map[uint64]time.Time{}
 	s.gone = make([]atomic.Bool, s.n)
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
