@@ -160,6 +160,8 @@ Each rank's environment:
   FTRMA_SPIN              the --spin duration, when given
   FTRMA_HB_PERIOD         the --hb-period duration, when given
   FTRMA_HB_TIMEOUT        the --hb-timeout duration, when given
+  GOMAXPROCS=1            when the job has at least as many ranks as this host
+                          has CPUs and GOMAXPROCS is not set already
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 

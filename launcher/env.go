@@ -112,11 +112,19 @@ func envInt(name string, min int) (int, error) {
 // rankEnv returns the environment of rank r of a job: base without any FTRMA_
 // variable, plus the job's.
 func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string, o *Options) []string {
-	env := make([]string, 0, len(base)+6)
+	env := make([]string, 0, len(base)+7)
+	userProcs := false
 	for _, kv := range base {
 		if !strings.HasPrefix(kv, "FTRMA_") {
 			env = append(env, kv)
 		}
+		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
+	}
+	if size >= runtime.NumCPU() && !userProcs {
+		// As many ranks as CPUs or more: each rank runs its goroutines on
+		// one thread, sparing the CPUs the hand-offs between threads of one
+		// rank (the user's GOMAXPROCS wins).
+		env = append(env, "GOMAXPROCS=1")
 	}
 	if o.Spin != 0 {
 		env = append(env, EnvSpin+"="+o.Spin.String())

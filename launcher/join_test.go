@@ -108,11 +108,26 @@ func TestJoinOutsideJob(t *testing.T) {
 }
 
 func TestRankEnv(t *testing.T) {
-	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, 3, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", &Options{})
-	want := []string{"PATH=/bin", "HOME=/h", "FTRMA_RANK=1", "FTRMA_SIZE=3", "FTRMA_RENDEZVOUS=127.0.0.1:5",
-		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=3"}
+	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
+	n := runtime.NumCPU()
+	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, n, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", &Options{})
+	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
+		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("rankEnv = %q, want %q", env, want)
+	}
+	// Fewer ranks than CPUs, or the user's own GOMAXPROCS: left alone.
+	for _, c := range []struct {
+		base []string
+		size int
+	}{{[]string{"PATH=/bin"}, n - 1}, {[]string{"GOMAXPROCS=4"}, n}} {
+		if c.size < 1 {
+			continue
+		}
+		env := rankEnv(c.base, 0, c.size, "x", nil, "j", &Options{})
+		if slices.Contains(env, "GOMAXPROCS=1") {
+			t.Errorf("rankEnv(%q, size %d) sets GOMAXPROCS=1", c.base, c.size)
+		}
 	}
 }
 
