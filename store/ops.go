@@ -27,6 +27,8 @@ type replica struct {
 	written bool
 	block   uint64 // the block publish wrote
 	wanted  bool   // a live rank holds the lock: ask it to end its lease
+	key     slotKey
+	guess   desc // where the record was when this rank last looked
 	want    [8]byte
 	same    bool   // already holds what publish would write: only unlock
 	pending uint64 // block of a transaction's pending record
@@ -109,7 +111,7 @@ func (s *Store) replicas(ctx context.Context, h uint64, claim bool) ([]*replica,
 		if err != nil {
 			return nil, err
 		}
-		p := &replica{r: r, slot: i}
+		p := &replica{r: r, slot: i, key: slotKey{r, h}}
 		if i >= 0 {
 			p.addr = s.slotAddr(r, i)
 			s.cache.Lock()
@@ -360,7 +362,7 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 // naming this rank and the locks become a lease (see lease); without, they
 // are released and any lease on the key ends.
 func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []byte, v uint64, keep bool) error {
-	desc := make([]byte, 6*8)
+	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen
 	var lw [8]byte
 	if keep {
@@ -397,8 +399,8 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 				continue
 			}
 		}
-		putWords(desc, addr, v, uint64(len(rec)), 0, 0, 0)
-		s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
+		putWords(dw, addr, v, uint64(len(rec)), 0, 0, 0)
+		s.w.Put(p.r, p.addr+slotCurAddr*8, dw)
 		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
@@ -421,6 +423,9 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 		if p.held && !p.failed {
 			s.cache.Lock()
 			s.cache.lock[slotKey{p.r, h}] = lockWord(lv, -1)
+			if p.written {
+				s.cache.desc[slotKey{p.r, h}] = desc{p.block, uint64(len(rec))}
+			}
 			s.cache.Unlock()
 			if l != nil {
 				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec))})
@@ -549,7 +554,16 @@ func (s *Store) missing(h uint64) error {
 // readAll reads the slot of every replica that has one, then the records the
 // slots point to.
 func (s *Store) readAll(ctx context.Context, reps []*replica) error {
+	// The record a replica's slot pointed to when this rank last saw it is
+	// read in the same round trip as the slot, speculatively: when the slot
+	// still points there (a stable key, or this rank's own last write) the
+	// read is done in one round trip.
+	tolerable := func(err error) bool {
+		return err == nil || errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion)
+	}
+	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
 	for _, p := range reps {
+		p.rec, p.prec, p.guess = nil, nil, desc{}
 		if p.slot < 0 {
 			continue
 		}
@@ -557,33 +571,59 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 			return s.retryable(err)
 		}
 	}
+	for _, p := range reps {
+		if p.slot >= 0 {
+			s.cache.Lock()
+			p.guess = s.cache.desc[p.key]
+			s.cache.Unlock()
+			if p.guess.addr != 0 && p.guess.len <= limit {
+				p.rec = make([]byte, p.guess.len)
+				if err := s.w.Get(p.r, p.guess.addr, p.rec); err != nil {
+					p.rec = nil
+				}
+			}
+		}
+	}
 	if failed, err := s.flushAll(ctx, reps); failed {
 		return errRetry
-	} else if err != nil {
+	} else if !tolerable(err) {
 		return err
 	}
+	again := false
 	for _, p := range reps {
 		if p.slot < 0 {
 			continue
 		}
-		p.rec, p.prec = nil, nil
-		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a != 0 && n <= uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a == 0 || n > limit {
+			p.rec = nil
+		} else if a != p.guess.addr || n != p.guess.len || p.rec == nil {
 			p.rec = make([]byte, n)
 			if err := s.w.Get(p.r, a, p.rec); err != nil {
 				p.rec = nil
 			}
+			again = true
 		}
-		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
 			p.prec = make([]byte, n)
 			if err := s.w.Get(p.r, a, p.prec); err != nil {
 				p.prec = nil
 			}
+			again = true
 		}
 	}
-	if failed, err := s.flushAll(ctx, reps); failed {
-		return errRetry
-	} else if err != nil && !errors.Is(err, ftrma.ErrOutOfBounds) && !errors.Is(err, ftrma.ErrUnknownRegion) {
-		return err
+	if again {
+		if failed, err := s.flushAll(ctx, reps); failed {
+			return errRetry
+		} else if !tolerable(err) {
+			return err
+		}
+	}
+	for _, p := range reps {
+		if p.slot >= 0 {
+			s.cache.Lock()
+			s.cache.desc[p.key] = desc{p.word(slotCurAddr), p.word(slotCurLen)}
+			s.cache.Unlock()
+		}
 	}
 	return nil
 }

@@ -127,6 +127,7 @@ type Store struct {
 		slot  map[slotKey]int    // where a key's slot is at a rank
 		lock  map[slotKey]uint64 // the free lock word last seen there
 		chunk map[slotKey]int    // chunk entry of a heap region at a rank
+		desc  map[slotKey]desc   // a key's record at a rank, as last seen
 	}
 
 	leases struct {
@@ -146,6 +147,9 @@ type Store struct {
 		puts, gets, deletes, commits, aborts, retries, takeovers, repairs atomic.Uint64
 	}
 }
+
+// desc is where a record lies: its block's address and length.
+type desc struct{ addr, len uint64 }
 
 type slotKey struct {
 	rank ftrma.Rank
@@ -168,6 +172,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.cache.slot = map[slotKey]int{}
 	s.cache.lock = map[slotKey]uint64{}
 	s.cache.chunk = map[slotKey]int{}
+	s.cache.desc = map[slotKey]desc{}
 	s.leases.m = map[uint64]*lease{}
 	s.leases.contended = map[uint64]time.Time{}
 	s.gone = make([]atomic.Bool, s.n)
