@@ -220,3 +220,55 @@ func TestWriterCrashMidCommit(t *testing.T) {
 		})
 	}
 }
+
+// Localized recovery: after a crash only the ranks that shared keys with the
+// crashed rank repair anything; the others do nothing.
+func TestRecoveryIsLocal(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	world, st := openAll(t, 8, smallOptions(2))
+	// Rank 7 is kept apart from the victim: no key has both.
+	const victim, apart = 2, 7
+	var keys []string
+	shared := make([]bool, 8)
+	for i := 0; len(keys) < 40; i++ {
+		k := fmt.Sprintf("k%d", i)
+		reps := st[0].place.replicas(hashKey([]byte(k)), noneFailed)
+		if slices.Contains(reps, victim) && slices.Contains(reps, apart) {
+			continue
+		}
+		if err := st[i%8].Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+		if slices.Contains(reps, victim) {
+			for _, r := range reps {
+				shared[r] = true
+			}
+		}
+	}
+	// Let the writers' leases lapse, so that no rank holds a key's lock.
+	time.Sleep(2 * leaseIdle)
+	before := make([]Stats, 8)
+	for r, s := range st {
+		before[r] = s.Stats()
+	}
+	world.Net.Crash(victim)
+	waitWhole(ctx, t, st[apart], keys)
+	acted := 0
+	for r, s := range st {
+		if r == victim {
+			continue
+		}
+		d := s.Stats().Repairs - before[r].Repairs
+		c := s.Stats().RecoveryChecks - before[r].RecoveryChecks
+		if !shared[r] && (d != 0 || c != 0) {
+			t.Errorf("rank %d shared no key with rank %d but checked %d keys and repaired %d", r, victim, c, d)
+		}
+		if shared[r] {
+			acted += int(d)
+		}
+	}
+	if acted == 0 {
+		t.Error("no rank that shared keys with the victim repaired anything")
+	}
+}

@@ -118,6 +118,7 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.st.checks.Add(1)
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := s.get(jctx, j.h, nil)
 		cancel()

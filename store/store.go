@@ -94,6 +94,7 @@ type Stats struct {
 	Retries             uint64 // operations started again (conflict, failure, torn read)
 	Takeovers           uint64 // locks taken from failed holders
 	Repairs             uint64 // keys whose replicas this rank made consistent again
+	RecoveryChecks      uint64 // keys this rank's recovery looked at after failures
 	KeysHeld            int    // key slots in use at this rank
 	HeapAttached        uint64 // bytes of heap this rank has attached
 	HeapLive            uint64 // bytes of live values in this rank's heap
@@ -144,7 +145,7 @@ type Store struct {
 	done   chan struct{}
 
 	st struct {
-		puts, gets, deletes, commits, aborts, retries, takeovers, repairs atomic.Uint64
+		puts, gets, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
 	}
 }
 
@@ -253,7 +254,7 @@ func (s *Store) Stats() Stats {
 	st := Stats{
 		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), Deletes: s.st.deletes.Load(),
 		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
-		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(),
+		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(), RecoveryChecks: s.st.checks.Load(),
 	}
 	for i := range s.opt.Slots {
 		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotHash]) != 0 {
