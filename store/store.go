@@ -43,7 +43,9 @@ type Options struct {
 	// MaxKeySize bounds a key's length (default 1 KiB).
 	MaxKeySize int
 	// Slots is the number of key slots at each rank (default 16384). Each
-	// rank holds about Copies/Size of all keys.
+	// rank holds about Copies/Size of all keys; a deleted key keeps its slot
+	// (and reuses it when put again), so Slots bounds the distinct keys ever
+	// put, not the live ones.
 	Slots int
 	// ChunkSize is the size of the heap chunks a rank attaches for writers
 	// (default 1 MiB); larger values get a chunk of their own.
