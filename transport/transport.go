@@ -88,6 +88,20 @@ type Receiver interface {
 	HandlePeerDown(peer ftrma.Rank, err error)
 }
 
+// Allocator is implemented by transports whose peers can reach only memory
+// the transport allocated itself, such as shared memory: their Register
+// accepts only buffers returned by Alloc (or sub-slices of them) and fails
+// with ftrma.ErrInvalid for other memory. Layers above allocate what they
+// register through it when the transport has it (window.Alloc does).
+type Allocator interface {
+	// Alloc returns size bytes of zeroed, 8-byte aligned memory that peers
+	// can reach once it is registered. It stays valid until Release.
+	Alloc(size int) ([]byte, error)
+	// Release frees memory returned by Alloc; no part of it may still be
+	// registered. Releasing other memory fails with ftrma.ErrInvalid.
+	Release(buf []byte) error
+}
+
 // Transport is the one-sided communication layer of one rank.
 //
 // All methods may be called from any goroutine. Posting methods never block on
