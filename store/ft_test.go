@@ -226,14 +226,16 @@ func TestWriterCrashMidCommit(t *testing.T) {
 func TestRecoveryIsLocal(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	world, st := openAll(t, 8, smallOptions(2))
-	// Rank 7 is kept apart from the victim: no key has both.
+	// Rank 7 is kept apart from the victim: no key the victim holds has
+	// rank 7 among its replicas, before or after the failure.
 	const victim, apart = 2, 7
 	var keys []string
 	shared := make([]bool, 8)
 	for i := 0; len(keys) < 40; i++ {
 		k := fmt.Sprintf("k%d", i)
 		reps := st[0].place.replicas(hashKey([]byte(k)), noneFailed)
-		if slices.Contains(reps, victim) && slices.Contains(reps, apart) {
+		after := st[0].place.replicas(hashKey([]byte(k)), failedSet(victim))
+		if slices.Contains(reps, victim) && (slices.Contains(reps, apart) || slices.Contains(after, apart)) {
 			continue
 		}
 		if err := st[i%8].Put(ctx, []byte(k), []byte("v")); err != nil {
@@ -241,7 +243,7 @@ func TestRecoveryIsLocal(t *testing.T) {
 		}
 		keys = append(keys, k)
 		if slices.Contains(reps, victim) {
-			for _, r := range reps {
+			for _, r := range append(reps, after...) {
 				shared[r] = true
 			}
 		}

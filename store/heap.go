@@ -199,9 +199,13 @@ func (s *Store) attachChunk(size int) bool {
 		if s.entry(e, chunkOwner).Load() != chunkNotReady || s.entry(e, chunkAddr).Load() != 0 {
 			continue
 		}
-		mem := make([]uint64, size/8)
-		addr, err := s.w.Attach(wordBytes(mem))
+		mem, err := s.w.Alloc(size)
 		if err != nil {
+			return false
+		}
+		addr, err := s.w.Attach(mem)
+		if err != nil {
+			s.w.Release(mem)
 			return false
 		}
 		s.heap.Lock()

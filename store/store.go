@@ -114,10 +114,11 @@ type Store struct {
 	tables []uint64 // address of each rank's table region
 	chunk0 uint64   // offset of the chunk table in a table region
 
-	table []uint64 // this rank's table region
+	table    []uint64 // this rank's table region
+	tableMem []byte   // the same memory, as allocated
 	heap  struct {
 		sync.Mutex
-		mem      [][]uint64 // attached chunks, kept alive
+		mem      [][]byte // attached chunks
 		attached uint64
 		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
@@ -184,14 +185,21 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		s.arenas[i] = &arena{}
 	}
 	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
-	s.table = make([]uint64, hdrWords+opt.Slots*slotWords+opt.Chunks*chunkWords)
+	tbl, err := w.Alloc((hdrWords + opt.Slots*slotWords + opt.Chunks*chunkWords) * 8)
+	if err != nil {
+		w.Free(ctx)
+		return nil, err
+	}
+	s.tableMem = tbl
+	s.table = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tbl))), len(tbl)/8)
 	s.table[hdrMagic] = tableMagic
 	for i := range opt.Chunks {
 		s.table[int(s.chunk0/8)+i*chunkWords+chunkOwner] = chunkNotReady
 	}
-	addr, err := w.Attach(wordBytes(s.table))
+	addr, err := w.Attach(tbl)
 	if err != nil {
 		w.Free(ctx)
+		w.Release(tbl)
 		return nil, err
 	}
 	mine := make([]byte, 8, 8+len(opt.Host))
@@ -223,10 +231,6 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	return s, nil
 }
 
-// wordBytes views words as bytes (8-byte aligned memory for the window).
-func wordBytes(w []uint64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)
-}
 
 // Close stops this rank's handle: its housekeeping ends and every later call
 // returns ErrClosed. Collective when the ranks are alive (it frees the
@@ -248,7 +252,15 @@ func (s *Store) Close(ctx context.Context) error {
 		s.endLease(h)
 	}
 	s.w.FlushAll(ctx)
-	return s.w.Free(ctx)
+	err := s.w.Free(ctx)
+	s.heap.Lock()
+	for _, m := range s.heap.mem {
+		s.w.Release(m)
+	}
+	s.heap.mem = nil
+	s.heap.Unlock()
+	s.w.Release(s.tableMem)
+	return err
 }
 
 // Stats returns this rank's counters.

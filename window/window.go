@@ -123,6 +123,7 @@ type Window struct {
 	kind  kind
 	mem   []byte   // local window memory (nil for dynamic windows)
 	ctl   []uint64 // local control block, registered as ctlKey
+	owned [][]byte // memory this window allocated, released by Free
 	peers []peerInfo
 	freed atomic.Bool
 
@@ -140,7 +141,60 @@ func Allocate(ctx context.Context, c Comm, size int) (*Window, error) {
 	if size < 0 {
 		return nil, &ftrma.OpError{Op: "allocate", Rank: -1, Err: fmt.Errorf("%w: negative size %d", ftrma.ErrInvalid, size)}
 	}
-	return create(ctx, c, allocated, alignedBytes(size))
+	mem, err := allocMem(c.Transport(), size)
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "allocate", Rank: -1, Err: err}
+	}
+	w, err := create(ctx, c, allocated, mem)
+	if err != nil {
+		releaseMem(c.Transport(), mem)
+		return nil, err
+	}
+	w.owned = append(w.owned, mem)
+	return w, nil
+}
+
+// allocMem returns size bytes of zeroed, 8-byte aligned memory that peers
+// can reach once registered: from the transport when it is a
+// transport.Allocator (shared memory), else from the Go heap.
+func allocMem(t transport.Transport, size int) ([]byte, error) {
+	if a, ok := t.(transport.Allocator); ok {
+		b, err := a.Alloc(max(size, 8))
+		if err != nil {
+			return nil, err
+		}
+		return b[:size:size], nil
+	}
+	return alignedBytes(size), nil
+}
+
+func releaseMem(t transport.Transport, b []byte) error {
+	if a, ok := t.(transport.Allocator); ok {
+		return a.Release(b[:cap(b)])
+	}
+	return nil
+}
+
+// Alloc returns zeroed, 8-byte aligned memory of size bytes to Attach to a
+// dynamic window: from the transport when its peers can reach only memory it
+// allocated (shared memory), else from the Go heap. Release it after Detach.
+func (w *Window) Alloc(size int) ([]byte, error) {
+	if size < 0 {
+		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: fmt.Errorf("%w: negative size %d", ftrma.ErrInvalid, size)}
+	}
+	b, err := allocMem(w.t, size)
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: err}
+	}
+	return b, nil
+}
+
+// Release gives back memory from Alloc that is no longer attached.
+func (w *Window) Release(buf []byte) error {
+	if err := releaseMem(w.t, buf); err != nil {
+		return &ftrma.OpError{Op: "release", Rank: -1, Err: err}
+	}
+	return nil
 }
 
 // Create creates a window exposing buf at this rank. Collective. For atomic
@@ -156,12 +210,22 @@ func CreateDynamic(ctx context.Context, c Comm) (*Window, error) {
 	return create(ctx, c, dynamic, nil)
 }
 
-func create(ctx context.Context, c Comm, k kind, mem []byte) (*Window, error) {
+func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err error) {
 	t := c.Transport()
-	w := &Window{c: c, t: t, rank: c.Rank(), kind: k, mem: mem, ctl: make([]uint64, ctlWords),
+	ctlMem, err := allocMem(t, ctlWords*8)
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
+	}
+	defer func() {
+		if err != nil {
+			releaseMem(t, ctlMem)
+		}
+	}()
+	w := &Window{c: c, t: t, rank: c.Rank(), kind: k, mem: mem,
+		ctl:   unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ctlMem))), ctlWords),
+		owned: [][]byte{ctlMem},
 		locks: make(map[ftrma.Rank]LockType), attached: make(map[transport.Key]struct{})}
 	var info peerInfo
-	var err error
 	if k != dynamic {
 		if info.key, err = t.Register(mem); err != nil {
 			return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
@@ -323,7 +387,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 	if _, err := w.c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return nil, wrap("shrink", -1, err)
 	}
-	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, rank: -1,
+	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, rank: -1,
 		revokeID: w.revokeID + "/shrunk", locks: make(map[ftrma.Rank]LockType), attached: w.attached}
 	for _, p := range w.peers {
 		if w.c.ProcFailed(p.cr) {
@@ -877,6 +941,10 @@ func (w *Window) Free(ctx context.Context) error {
 	}
 	w.attached = nil
 	w.mu.Unlock()
+	for _, b := range w.owned {
+		releaseMem(w.t, b)
+	}
+	w.owned = nil
 	if flushErr != nil {
 		return flushErr
 	}
