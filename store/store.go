@@ -116,7 +116,7 @@ type Store struct {
 
 	table    []uint64 // this rank's table region
 	tableMem []byte   // the same memory, as allocated
-	heap  struct {
+	heap     struct {
 		sync.Mutex
 		mem      [][]byte // attached chunks
 		attached uint64
@@ -230,7 +230,6 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	go s.housekeeping()
 	return s, nil
 }
-
 
 // Close stops this rank's handle: its housekeeping ends and every later call
 // returns ErrClosed. Collective when the ranks are alive (it frees the
