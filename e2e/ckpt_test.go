@@ -27,7 +27,9 @@ func ckptResult(t *testing.T, out string) (nodes, survivors, adopted string) {
 // mid-run ends with exactly the failure-free result, ftrun exits 0 (every
 // survivor did), and the killed ranks' task lists were adopted part-way by
 // the next ranks, 3 and 6.
-func TestCkptSameResultUnderKills(t *testing.T) {
+func TestCkptSameResultUnderKills(t *testing.T) { eachTransport(t, testCkptSameResultUnderKills) }
+
+func testCkptSameResultUnderKills(t *testing.T) {
 	prog := filepath.Join(bins(t), "ckpt")
 	start := time.Now()
 	out, code := ftrun(t, 2*time.Minute, "-n", "8", "--tag-output", prog)

@@ -53,6 +53,28 @@ func bins(t *testing.T) string {
 	return binDir
 }
 
+// transport is the --transport of the jobs the running test starts ("":
+// ftrun's default); eachTransport sets it. Tests run one at a time.
+var transport string
+
+func transportArgs() []string {
+	if transport == "" {
+		return nil
+	}
+	return []string{"--transport", transport}
+}
+
+// eachTransport runs f once per transport ftrun offers, as subtests.
+func eachTransport(t *testing.T, f func(t *testing.T)) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			transport = tr
+			defer func() { transport = "" }()
+			f(t)
+		})
+	}
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
@@ -66,6 +88,7 @@ func TestMain(m *testing.M) {
 func ftrun(t *testing.T, timeout time.Duration, args ...string) (string, int) {
 	t.Helper()
 	dir := bins(t)
+	args = append(transportArgs(), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), args...)
@@ -89,7 +112,9 @@ func ftrun(t *testing.T, timeout time.Duration, args ...string) (string, int) {
 // as processes, 2,000 CAS-loop and 2,000 FetchAndOp increments each (16,000
 // per counter), 500 lock/get/put/unlock rounds each (4,000), and put/get
 // through a third rank up to 4 MiB.
-func TestCountersAndLocksOverTCP(t *testing.T) {
+func TestCountersAndLocks(t *testing.T) { eachTransport(t, testCountersAndLocks) }
+
+func testCountersAndLocks(t *testing.T) {
 	out, code := ftrun(t, 5*time.Minute, "-n", "8", "--tag-output", filepath.Join(bins(t), "rmademo"),
 		"-iters", "2000", "-rounds", "500", "-max-size", fmt.Sprint(4<<20))
 	if code != 0 {
@@ -109,7 +134,8 @@ func TestIntruderRefused(t *testing.T) {
 	dir := bins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), "-n", "3", "--tag-output", filepath.Join(dir, "testprog"), "intruder")
+	// The intruder attacks rank 0's TCP listener.
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), "--transport", "tcp", "-n", "3", "--tag-output", filepath.Join(dir, "testprog"), "intruder")
 	cmd.Dir = dir
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

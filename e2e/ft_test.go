@@ -38,7 +38,7 @@ func startJob(t *testing.T, args ...string) *job {
 	dir := bins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), append(transportArgs(), args...)...)
 	cmd.Dir = dir
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -112,7 +112,9 @@ func pidOf(t *testing.T, s string) int {
 // CAS, fetch-and-add and lock at the victims; the victims are killed; every
 // survivor gets ErrProcFailed within the detector's timeout + 50 ms of the
 // kill, then agrees, shrinks and finishes correctly.
-func TestKillWhileHammering(t *testing.T) {
+func TestKillWhileHammering(t *testing.T) { eachTransport(t, testKillWhileHammering) }
+
+func testKillWhileHammering(t *testing.T) {
 	for _, victims := range [][]string{{"3"}, {"3", "5"}} {
 		t.Run("kill "+strings.Join(victims, ","), func(t *testing.T) {
 			j := startJob(t, append([]string{"-n", "8", "--tag-output", filepath.Join(bins(t), "testprog"), "hammer"}, victims...)...)
@@ -158,7 +160,9 @@ func TestKillWhileHammering(t *testing.T) {
 
 // Ranks die while every rank shrinks the communicator over and over: every
 // Shrink completes, and the survivors end with the same, correct group.
-func TestKillDuringShrink(t *testing.T) {
+func TestKillDuringShrink(t *testing.T) { eachTransport(t, testKillDuringShrink) }
+
+func testKillDuringShrink(t *testing.T) {
 	out, code := ftrun(t, 3*time.Minute, "-n", "8", "--kill", "2@400ms", "--kill", "6@700ms", "--tag-output",
 		filepath.Join(bins(t), "testprog"), "shrinkloop", "100", "6")
 	if code != 0 {
@@ -170,7 +174,9 @@ func TestKillDuringShrink(t *testing.T) {
 }
 
 // A lock held by a killed rank is acquired by the others after detection.
-func TestLockTakeover(t *testing.T) {
+func TestLockTakeover(t *testing.T) { eachTransport(t, testLockTakeover) }
+
+func testLockTakeover(t *testing.T) {
 	j := startJob(t, "-n", "4", "--tag-output", "--kill", "1@1s", filepath.Join(bins(t), "testprog"), "lockholder", "1")
 	if code := j.wait(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, j.output())
@@ -187,7 +193,9 @@ func TestLockTakeover(t *testing.T) {
 // Fencing (seed 004): a rank stopped with SIGSTOP until it is declared
 // failed, then continued: none of its queued writes lands in the survivors'
 // windows, and it is killed.
-func TestStoppedRankIsFenced(t *testing.T) {
+func TestStoppedRankIsFenced(t *testing.T) { eachTransport(t, testStoppedRankIsFenced) }
+
+func testStoppedRankIsFenced(t *testing.T) {
 	j := startJob(t, "-n", "4", "--tag-output", filepath.Join(bins(t), "testprog"), "stopped", "2")
 	pid := pidOf(t, j.waitLine(t, regexp.MustCompile(`^\[2\] pid (\d+)$`))[1])
 	time.Sleep(200 * time.Millisecond) // rank 2 is writing

@@ -142,7 +142,9 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 // shared keys (concurrent writers on purpose), Copies 3, and two ranks killed
 // (Copies−1) during the run, at once or one after the other. The history of
 // every key must be linearizable; every key must end with 3 whole replicas.
-func TestStoreLinearizableUnderKills(t *testing.T) {
+func TestStoreLinearizableUnderKills(t *testing.T) { eachTransport(t, testStoreLinearizableUnderKills) }
+
+func testStoreLinearizableUnderKills(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for _, c := range []struct {
@@ -157,7 +159,7 @@ func TestStoreLinearizableUnderKills(t *testing.T) {
 			t.Logf("seed %d: killing ranks %d at %v and %d at %v", seed, a, at, b, at+c.gap)
 			out, code := ftrun(t, 2*time.Minute, "-n", "8", "--tag-output",
 				"--kill", fmt.Sprintf("%d@%v", a, at), "--kill", fmt.Sprintf("%d@%v", b, at+c.gap),
-				filepath.Join(bins(t), "testprog"), "kvlin", dir, "2.5s", "3", "4")
+				filepath.Join(bins(t), "testprog"), "kvlin", dir, "2.5s", "3", "4", "6ms")
 			if code != 0 {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
@@ -185,7 +187,9 @@ func TestStoreLinearizableUnderKills(t *testing.T) {
 
 // A rank that shares no key with a killed rank sees no pause: its put
 // latency across the failure stays below the failure detector's timeout.
-func TestStoreUninvolvedRankNoPause(t *testing.T) {
+func TestStoreUninvolvedRankNoPause(t *testing.T) { eachTransport(t, testStoreUninvolvedRankNoPause) }
+
+func testStoreUninvolvedRankNoPause(t *testing.T) {
 	out, code := ftrun(t, 2*time.Minute, "-n", "6", "--tag-output", "--kill", "2@1500ms",
 		filepath.Join(bins(t), "testprog"), "kvpause", "2", "3", "3s")
 	if code != 0 {

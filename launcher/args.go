@@ -54,6 +54,13 @@ type Options struct {
 	// as FTRMA_SPIN); 0 leaves the transport's default, negative disables
 	// busy-polling.
 	Spin time.Duration
+	// Transport is the transport between the ranks: "auto" (or ""), "tcp",
+	// "shm" or "verbs". auto chooses shared memory between ranks of one host
+	// (every rank of an ftrun job is on this host). Resolve it with
+	// ResolveTransport.
+	Transport string
+	// Verbose makes ftrun report its choices (the transport) before starting.
+	Verbose bool
 	// Prog and Args are the program every rank runs and its arguments.
 	Prog string
 	Args []string
@@ -144,6 +151,10 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
+  --transport NAME        auto, tcp, shm or verbs (default auto: shared memory
+                          between ranks of one host, which every rank of an
+                          ftrun job is; verbs is not built into this ftrun)
+  -v                      report the choices made (the transport) on stderr
   --spin DURATION         how long ranks busy-poll for a reply before parking
                           (default: the transport's, 50us, or none when ranks
                           outnumber cores); negative disables busy-polling
@@ -194,6 +205,8 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.DurationVar(&o.Spin, "spin", 0, "busy-poll duration of the ranks' transport")
 	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
+	fs.StringVar(&o.Transport, "transport", "", "transport: auto (default), tcp, shm or verbs")
+	fs.BoolVar(&o.Verbose, "v", false, "report the choices made")
 	fs.DurationVar(&o.HBPeriod, "hb-period", 0, "failure detector heartbeat period")
 	fs.DurationVar(&o.HBTimeout, "hb-timeout", 0, "failure detector timeout")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
@@ -230,6 +243,9 @@ func ParseArgs(args []string) (*Options, error) {
 	case fs.NArg() == 0:
 		return nil, errors.New("no program to run")
 	}
+	if _, err := ResolveTransport(o.Transport); err != nil {
+		return nil, err
+	}
 	for _, k := range o.Kills {
 		if int(k.Rank) >= o.N {
 			return nil, fmt.Errorf("--kill %v: no rank %d in a job of %d", k, k.Rank, o.N)
@@ -237,4 +253,25 @@ func ParseArgs(args []string) (*Options, error) {
 	}
 	o.Prog, o.Args = fs.Arg(0), fs.Args()[1:]
 	return o, nil
+}
+
+// Transports ftrun can give its ranks.
+const (
+	TransportTCP = "tcp"
+	TransportSHM = "shm"
+)
+
+// ResolveTransport turns a --transport value into the transport the ranks
+// use. Every rank of an ftrun job runs on this host, so auto means shared
+// memory. verbs is refused: this ftrun is built without it.
+func ResolveTransport(name string) (string, error) {
+	switch name {
+	case "", "auto", TransportSHM:
+		return TransportSHM, nil
+	case TransportTCP:
+		return TransportTCP, nil
+	case "verbs":
+		return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support")
+	}
+	return "", fmt.Errorf("--transport %q: want auto, tcp, shm or verbs", name)
 }

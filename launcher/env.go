@@ -23,6 +23,7 @@ const (
 	EnvSpin       = "FTRMA_SPIN"       // busy-poll duration (ftrun --spin), optional
 	EnvHBPeriod   = "FTRMA_HB_PERIOD"  // failure detector heartbeat period (ftrun --hb-period), optional
 	EnvHBTimeout  = "FTRMA_HB_TIMEOUT" // failure detector timeout (ftrun --hb-timeout), optional
+	EnvTransport  = "FTRMA_TRANSPORT"  // tcp or shm (ftrun --transport, resolved); tcp when unset
 )
 
 // minSecret is the shortest job secret a rank accepts, in bytes. ftrun
@@ -47,6 +48,7 @@ type jobEnv struct {
 	job        string
 	localSize  int
 	spin       time.Duration // 0 when FTRMA_SPIN is unset
+	transport  string        // TransportTCP or TransportSHM
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -86,6 +88,17 @@ func readEnv() (jobEnv, error) {
 		if e.spin, err = time.ParseDuration(v); err != nil || e.spin == 0 {
 			return e, fmt.Errorf("launcher: %s=%q: want a non-zero duration", EnvSpin, v)
 		}
+	}
+	switch e.transport = os.Getenv(EnvTransport); e.transport {
+	case "":
+		e.transport = TransportTCP
+	case TransportTCP:
+	case TransportSHM:
+		if e.job == "" || strings.Trim(e.job, "0123456789abcdef") != "" {
+			return e, fmt.Errorf("launcher: %s=%q: shared memory needs a hex job id", EnvJob, e.job)
+		}
+	default:
+		return e, fmt.Errorf("launcher: %s=%q: want %s or %s", EnvTransport, e.transport, TransportTCP, TransportSHM)
 	}
 	e.localSize = size
 	if _, ok := os.LookupEnv(EnvLocalSize); ok {
@@ -134,6 +147,9 @@ func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []
 	}
 	if o.HBTimeout != 0 {
 		env = append(env, EnvHBTimeout+"="+o.HBTimeout.String())
+	}
+	if tr, err := ResolveTransport(o.Transport); err == nil {
+		env = append(env, EnvTransport+"="+tr)
 	}
 	return append(env,
 		EnvRank+"="+strconv.Itoa(int(r)),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // outputGrace is how long a rank's output is still forwarded after the rank
@@ -354,6 +355,13 @@ func (j *Job) abort(r ftrma.Rank) {
 // records the result.
 func (j *Job) finish() {
 	j.wg.Wait()
+	if tr, _ := ResolveTransport(j.opts.Transport); tr == TransportSHM {
+		// Ranks remove their own segments when they close; a killed rank
+		// cannot, so the launcher removes whatever of the job is left.
+		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {
+			j.out.reportf("removing the job's shared memory: %v", err)
+		}
+	}
 	j.mu.Lock()
 	j.finished = true
 	for _, t := range j.timers {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
 )
 
@@ -92,7 +93,12 @@ func (s *Session) watch(recv transport.Receiver) {
 		if err != nil || r == s.rank {
 			continue
 		}
-		recv.HandlePeerDown(r, fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed))
+		err = fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed)
+		if pd, ok := s.t.(interface{ PeerDown(ftrma.Rank, error) }); ok {
+			pd.PeerDown(r, err) // the transport marks it down and tells recv
+		} else {
+			recv.HandlePeerDown(r, err)
+		}
 	}
 }
 
@@ -121,14 +127,30 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	if recv == nil {
 		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
 	}
-	cfg := tcp.Config{
-		Rank:   env.rank,
-		Size:   env.size,
-		Secret: env.secret,
-		Logf: func(format string, args ...any) {
-			log.Printf("ftrma rank %d: "+format, append([]any{env.rank}, args...)...)
-		},
+	logf := func(format string, args ...any) {
+		log.Printf("ftrma rank %d: "+format, append([]any{env.rank}, args...)...)
 	}
+	var t transport.Transport
+	var conn net.Conn
+	var err error
+	if env.transport == TransportSHM {
+		t, conn, err = joinSHM(ctx, env, recv, logf)
+	} else {
+		t, conn, err = joinTCP(ctx, env, recv, logf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}
+	sess.watching.Add(1)
+	go sess.watch(recv)
+	return sess, nil
+}
+
+// joinTCP builds the TCP transport, exchanges addresses through the
+// rendezvous and connects to every peer.
+func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf}
 	if env.localSize > runtime.NumCPU() {
 		cfg.Spin = -1 // more ranks than CPUs here: a spinning rank steals a peer's CPU
 	}
@@ -137,23 +159,49 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	}
 	t, err := tcp.Listen(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	t.SetReceiver(recv)
 	conn, addrs, err := rendezvous(ctx, env, t.Addr())
 	if err != nil {
 		t.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := t.Connect(ctx, addrs); err != nil {
 		conn.Close()
 		t.Close()
-		return nil, fmt.Errorf("launcher: rank %d: connect to peers: %w", env.rank, err)
+		return nil, nil, fmt.Errorf("launcher: rank %d: connect to peers: %w", env.rank, err)
 	}
-	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}
-	sess.watching.Add(1)
-	go sess.watch(recv)
-	return sess, nil
+	return t, conn, nil
+}
+
+// joinSHM builds the shared-memory transport (its segments exist before
+// this rank publishes itself), joins the rendezvous, whose end means every
+// rank's segments exist, and maps the peers.
+func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+	cfg := shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logf: logf}
+	if env.localSize > runtime.NumCPU() {
+		cfg.Spin = -1
+	}
+	if env.spin != 0 {
+		cfg.Spin = env.spin
+	}
+	t, err := shm.Open(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	t.SetReceiver(recv)
+	conn, _, err := rendezvous(ctx, env, "shm")
+	if err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	if err := t.Connect(ctx); err != nil {
+		conn.Close()
+		t.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: map peers: %w", env.rank, err)
+	}
+	return t, conn, nil
 }
 
 // rendezvous dials the launcher, runs the rank's side of the protocol and

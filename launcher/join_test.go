@@ -50,7 +50,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: TransportTCP}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("readEnv() = %+v, want %+v", e, want)
 	}
@@ -107,11 +107,31 @@ func TestJoinOutsideJob(t *testing.T) {
 	}
 }
 
+func TestResolveTransport(t *testing.T) {
+	for in, want := range map[string]string{"": "shm", "auto": "shm", "shm": "shm", "tcp": "tcp"} {
+		if got, err := ResolveTransport(in); err != nil || got != want {
+			t.Errorf("ResolveTransport(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"verbs", "udp"} {
+		if _, err := ResolveTransport(bad); err == nil {
+			t.Errorf("ResolveTransport(%q) accepted", bad)
+		}
+	}
+	if _, err := ParseArgs([]string{"--transport", "udp", "-n", "2", "prog"}); err == nil {
+		t.Error("ftrun --transport udp accepted")
+	}
+	o, err := ParseArgs([]string{"--transport", "tcp", "-v", "-n", "2", "prog"})
+	if err != nil || o.Transport != "tcp" || !o.Verbose {
+		t.Errorf("--transport tcp -v: %+v, %v", o, err)
+	}
+}
+
 func TestRankEnv(t *testing.T) {
 	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
 	n := runtime.NumCPU()
 	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, n, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", &Options{})
-	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
+	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("rankEnv = %q, want %q", env, want)

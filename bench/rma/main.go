@@ -1,14 +1,16 @@
-// Command rma compares ftrma's one-sided operations over TCP with Open MPI
-// 4.1's (osc pt2pt over btl tcp), side by side in one run. Run it from the
-// module root:
+// Command rma compares ftrma's one-sided operations with MPI's, side by side
+// in one run: ftrma over TCP with Open MPI 4.1 over TCP (osc pt2pt over btl
+// tcp), and ftrma over shared memory with Open MPI over shared memory (osc sm
+// over btl vader) and with MPICH's defaults. Run it from the module root:
 //
 //	go run ./bench/rma -quick -json out.json
 //
-// It builds cmd/ftrun and bench/rma/rank (the ftrma side) and compiles
-// bench/rma/mpi/rma_bench.c with mpicc (the Open MPI side, installing Open MPI
-// with apt-get when mpicc is missing), then runs the two systems in
-// alternation, round after round, and reports per benchmark and size the
-// median over the rounds. See bench/README.md.
+// It builds cmd/ftrun and bench/rma/rank (the ftrma side, run under ftrun
+// --transport tcp and --transport shm) and compiles bench/rma/mpi/rma_bench.c
+// with mpicc.openmpi and mpicc.mpich (installing Open MPI and MPICH with
+// apt-get when they are missing), then runs the systems in turn, round after
+// round, and reports per benchmark and size the median over the rounds. See
+// bench/README.md.
 package main
 
 import (
@@ -17,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ftrma/ftrma/bench/internal/host"
 	"io"
 	"os"
 	"os/signal"
@@ -26,14 +27,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ftrma/ftrma/bench/internal/host"
 	"github.com/ftrma/ftrma/bench/internal/result"
 )
 
 const usage = `Usage: go run ./bench/rma [flags]
 
-Measures one-sided (RMA) operations between two ranks on this machine, ftrma
-over TCP against Open MPI 4.1 over TCP, interleaving the two systems round by
-round (A, B, A, B, ...) and reporting the median over rounds.
+Measures one-sided (RMA) operations between two ranks on this machine and
+reports the median over rounds; each round runs every system once, in this
+order (A, B, C, ..., A, B, C, ...):
+  ftrma-tcp    ftrma under ftrun --transport tcp
+  openmpi-tcp  Open MPI 4.1, --mca pml ob1 --mca btl self,tcp --mca osc pt2pt, on lo
+  ftrma-shm    ftrma under ftrun --transport shm
+  openmpi-shm  Open MPI 4.1, --mca pml ob1 --mca btl self,vader --mca osc sm
+               (not the default osc rdma: it segfaults on MPI_Compare_and_swap here)
+  mpich        MPICH with its defaults (shared memory within a node)
 
 Rank 0 is the origin, rank 1 the passive target that holds the window:
   put_lat   Put of SIZE bytes + Flush, microseconds per operation
@@ -43,9 +51,10 @@ Rank 0 is the origin, rank 1 the passive target that holds the window:
   lock_lat  exclusive Lock + Unlock with nothing inside, microseconds
   put_rate  64 Puts of 8 bytes then one Flush, operations per second
 
-Open MPI runs with --mca pml ob1 --mca btl self,tcp --mca osc pt2pt on lo.
-If mpicc is missing, the openmpi-bin and libopenmpi-dev packages are installed
-with apt-get (needs root); if that fails, only ftrma is measured.
+If mpicc.openmpi (or mpicc) is missing, openmpi-bin and libopenmpi-dev are
+installed with apt-get; if mpicc.mpich or mpiexec.mpich is, mpich and
+libmpich-dev are (needs root). A system that cannot be set up is reported
+MISSING and the others are measured.
 
 Exit status: 0 when every requested system gave results, 3 when some system
 is missing (results of the others are still printed and written), 1 when
@@ -66,13 +75,13 @@ type options struct {
 	quick     bool
 	jsonPath  string
 	rounds    int
-	only      string
+	only      []string // systems to measure, in allSystems order
 	timeout   time.Duration
-	ftrunArgs string
+	ftrunArgs []string
 	verbose   bool
 }
 
-func parseFlags() (options, error) {
+func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rma", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -82,20 +91,23 @@ func parseFlags() (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "measure sizes 8, 64, 1K, 16K, 64K, 1M with fewer iterations and rounds (under 5 minutes);\nwithout it every power of two from 8 B to 1 MiB")
 	fs.StringVar(&o.jsonPath, "json", "", "write the medians to `FILE` as a JSON array of {bench,size,system,value,unit}")
 	fs.IntVar(&o.rounds, "rounds", 0, "number of rounds `N`, each running every system once (default 7 with -quick, 11 without)")
-	fs.StringVar(&o.only, "only", "", "measure only `SYSTEM`: "+sysFtrma+" or "+sysOpenMPI)
+	only := fs.String("only", "", "measure only `SYSTEMS`, a comma-separated list of "+strings.Join(allSystems, ", "))
 	fs.DurationVar(&o.timeout, "timeout", 0, "kill a run of one system after this long (default 1m with -quick, 10m without);\na system that fails twice in a row is not run again")
-	fs.StringVar(&o.ftrunArgs, "ftrun-args", "", "extra space-separated `ARGS` for ftrun, placed before -n 2")
+	ftrunArgs := fs.String("ftrun-args", "", "extra space-separated `ARGS` for ftrun (both ftrma systems), placed before -n 2;\nnot --transport, which each system sets")
 	fs.BoolVar(&o.verbose, "v", false, "print every round's values, not just the medians")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	switch o.only {
-	case "", sysFtrma, sysOpenMPI:
-	default:
-		return o, fmt.Errorf("-only %q: want %s or %s", o.only, sysFtrma, sysOpenMPI)
+	var err error
+	if o.only, err = parseOnly(*only); err != nil {
+		return o, err
+	}
+	o.ftrunArgs = strings.Fields(*ftrunArgs)
+	if err := checkFtrunArgs(o.ftrunArgs); err != nil {
+		return o, err
 	}
 	if o.rounds < 0 {
 		return o, errors.New("-rounds must be positive")
@@ -116,7 +128,7 @@ func parseFlags() (options, error) {
 }
 
 func run() int {
-	o, err := parseFlags()
+	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -139,35 +151,13 @@ func run() int {
 	}
 	defer os.RemoveAll(dir)
 
-	// Set both systems up at once: apt-get and go build overlap.
-	want := []string{sysFtrma, sysOpenMPI}
-	if o.only != "" {
-		want = []string{o.only}
-	}
-	fmt.Printf("bench/rma: setting up %s in %s\n", strings.Join(want, " and "), dir)
-	systems := make([]*system, len(want))
-	logs := make([]bytes.Buffer, len(want))
-	var wg sync.WaitGroup
-	for i, name := range want {
-		wg.Go(func() {
-			switch name {
-			case sysFtrma:
-				systems[i] = setupFtrma(ctx, goBin, root, dir, strings.Fields(o.ftrunArgs))
-			case sysOpenMPI:
-				systems[i] = setupOpenMPI(ctx, dir, &logs[i])
-			}
-		})
-	}
-	wg.Wait()
+	fmt.Printf("bench/rma: setting up %s in %s\n", strings.Join(o.only, ", "), dir)
+	systems := setup(ctx, goBin, root, dir, o)
 	var ready []*system
-	for i, s := range systems {
-		io.Copy(os.Stdout, &logs[i])
+	for _, s := range systems {
 		if s.missing != "" {
 			fmt.Printf("MISSING: %s will not be measured: %s\n", s.name, s.missing)
 			continue
-		}
-		for _, n := range s.notes {
-			fmt.Printf("%s: %s\n", s.name, n)
 		}
 		ready = append(ready, s)
 	}
@@ -238,8 +228,8 @@ func run() int {
 	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
 
 	medians := set.Medians()
-	fmt.Printf("median over rounds (ratio below 1 means ftrma is faster for latencies, slower for put_rate):\n")
-	if err := result.WriteTable(os.Stdout, medians, []string{sysFtrma, sysOpenMPI}); err != nil {
+	fmt.Printf("median over rounds (a ratio column is ftrma/MPI: below 1 means ftrma is faster for latencies, slower for put_rate):\n")
+	if err := writeTable(os.Stdout, medians, o.only); err != nil {
 		fmt.Fprintln(os.Stderr, "rma:", err)
 		return 1
 	}
@@ -263,6 +253,11 @@ func run() int {
 			fmt.Printf("NOTE: %d of %d %s runs failed or were incomplete; medians use the runs that gave values.\n",
 				set.Failures(s.name), o.rounds, s.name)
 		}
+		if s.missing == "" {
+			for _, n := range s.notes {
+				fmt.Printf("NOTE: %s: %s\n", s.name, n)
+			}
+		}
 	}
 	if len(medians) == 0 {
 		status = 1
@@ -275,6 +270,62 @@ func run() int {
 		fmt.Printf("wrote %d results to %s\n", len(medians), o.jsonPath)
 	}
 	return status
+}
+
+// setup builds and installs what the systems in o.only need, the three
+// families at once (go build, apt-get and the compilers overlap), and returns
+// them in o.only's order, each ready or with the reason it is missing.
+// Progress of the installs is printed once all are done.
+func setup(ctx context.Context, goBin, root, dir string, o options) []*system {
+	var (
+		ftrmaNames, ompiNames []string
+		wantMPICH             bool
+	)
+	for _, n := range o.only {
+		switch n {
+		case sysFtrmaTCP, sysFtrmaSHM:
+			ftrmaNames = append(ftrmaNames, n)
+		case sysOpenMPITCP, sysOpenMPISHM:
+			ompiNames = append(ompiNames, n)
+		case sysMPICH:
+			wantMPICH = true
+		}
+	}
+	var (
+		a                 apt
+		wg                sync.WaitGroup
+		ftrmaSys, ompiSys []*system
+		mpichSys          *system
+		ompiLog, mpichLog bytes.Buffer
+	)
+	if len(ftrmaNames) > 0 {
+		wg.Go(func() { ftrmaSys = setupFtrma(ctx, goBin, root, dir, o.ftrunArgs, ftrmaNames) })
+	}
+	if len(ompiNames) > 0 {
+		wg.Go(func() { ompiSys = setupOpenMPI(ctx, dir, &a, &ompiLog, ompiNames) })
+	}
+	if wantMPICH {
+		wg.Go(func() { mpichSys = setupMPICH(ctx, dir, &a, &mpichLog) })
+	}
+	wg.Wait()
+	io.Copy(os.Stdout, &ompiLog)
+	io.Copy(os.Stdout, &mpichLog)
+
+	byName := make(map[string]*system)
+	for _, s := range append(append(ftrmaSys, ompiSys...), mpichSys) {
+		if s != nil {
+			byName[s.name] = s
+		}
+	}
+	var out []*system
+	for _, n := range o.only {
+		s := byName[n]
+		if s == nil { // a setup that forgot one of its names
+			s = &system{name: n, missing: "not set up (driver bug)"}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func firstLine(s string) string {

@@ -28,6 +28,7 @@ import (
 const ftrmaNotBuilt = sysFtrma + ": not measured (-ftkv \"\")"
 
 type ftrmaSystem struct {
+	name      string // sysFtrma or sysFtrmaSHM
 	ftrun     string
 	ftkv      string
 	ranks     int      // N
@@ -37,8 +38,11 @@ type ftrmaSystem struct {
 }
 
 // setupFtrma builds cmd/ftrun, and ftkv when given as a package directory.
-func setupFtrma(ctx context.Context, goBin, root, dir, ftkv string, ranks int, wl workload, ftrunArgs, ftkvArgs []string) (*ftrmaSystem, error) {
-	s := &ftrmaSystem{ranks: ranks, ftrunArgs: ftrunArgs, ftkvArgs: ftkvArgs}
+func setupFtrma(ctx context.Context, name, goBin, root, dir, ftkv string, ranks int, wl workload, ftrunArgs, ftkvArgs []string) (*ftrmaSystem, error) {
+	s := &ftrmaSystem{name: name, ranks: ranks, ftrunArgs: ftrunArgs, ftkvArgs: ftkvArgs}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	s.ftrun = filepath.Join(dir, "ftrun")
 	if err := goBuild(ctx, goBin, root, s.ftrun, "./cmd/ftrun"); err != nil {
 		return nil, err
@@ -68,8 +72,8 @@ func setupFtrma(ctx context.Context, goBin, root, dir, ftkv string, ranks int, w
 			return nil, err
 		}
 	}
-	s.notes = append(s.notes, fmt.Sprintf("ftrma over TCP: every run is a fresh job of %d ranks, the writers spread over them round robin (each rank is an application process embedding the store): %s",
-		ranks, strings.Join(s.argv(0, 0, 0, wl, time.Minute), " ")))
+	s.notes = append(s.notes, fmt.Sprintf("ftrma over %s: every run is a fresh job of %d ranks, the writers spread over them round robin (each rank is an application process embedding the store): %s",
+		map[string]string{"tcp": "TCP", "shm": "shared memory"}[ftrmaTransport(name)], ranks, strings.Join(s.argv(0, 0, 0, wl, time.Minute), " ")))
 	return s, nil
 }
 
@@ -91,7 +95,7 @@ func (s *ftrmaSystem) argv(copies, size, ops int, wl workload, timeout time.Dura
 		}
 		return strconv.Itoa(n)
 	}
-	a := []string{s.ftrun, "--timeout", timeout.String()}
+	a := []string{s.ftrun, "--timeout", timeout.String(), "--transport", ftrmaTransport(s.name)}
 	a = append(a, s.ftrunArgs...)
 	a = append(a, "-n", strconv.Itoa(s.ranks), s.ftkv, "bench",
 		"--copies", num(copies, "K"), "--size", num(size, "S"), "--ops", num(ops, "M"), "-json",
@@ -100,7 +104,7 @@ func (s *ftrmaSystem) argv(copies, size, ops int, wl workload, timeout time.Dura
 	return append(a, s.ftkvArgs...)
 }
 
-func (s *ftrmaSystem) Name() string { return sysFtrma }
+func (s *ftrmaSystem) Name() string { return s.name }
 
 func (s *ftrmaSystem) Supports(copies int) string {
 	if copies > s.ranks {
@@ -130,7 +134,7 @@ func (s *ftrmaSystem) Run(ctx context.Context, copies, size int, p plan) ([]resu
 		return nil, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err,
 			tailString(append(stderr.Bytes(), stdout.Bytes()...), 10))
 	}
-	return parseFtkvOutput(stdout.Bytes(), size, copies)
+	return parseFtkvOutput(stdout.Bytes(), s.name, size, copies)
 }
 
 // parseFtkvOutput reads the results of one ftkv bench job from its standard
@@ -146,7 +150,7 @@ func (s *ftrmaSystem) Run(ctx context.Context, copies, size int, p plan) ([]resu
 // Benchmarks other than put_p50, put_p99 and get_p50 are ignored (ftkv also
 // reports p999 and throughput). Values in ns, ms or s are converted to us.
 // Every one of the three must be present.
-func parseFtkvOutput(out []byte, size, copies int) ([]result.Result, error) {
+func parseFtkvOutput(out []byte, system string, size, copies int) ([]result.Result, error) {
 	got := make(map[string]result.Result)
 	add := func(r result.Result) error {
 		if r.Size != 0 && r.Size != size {
@@ -162,7 +166,7 @@ func parseFtkvOutput(out []byte, size, copies int) ([]result.Result, error) {
 		if err != nil {
 			return fmt.Errorf("ftkv %s: %w", r.Bench, err)
 		}
-		got[r.Bench] = result.Result{Bench: r.Bench, Size: size, Copies: copies, System: sysFtrma, Value: v, Unit: "us"}
+		got[r.Bench] = result.Result{Bench: r.Bench, Size: size, Copies: copies, System: system, Value: v, Unit: "us"}
 		return nil
 	}
 	for _, line := range strings.Split(string(out), "\n") {

@@ -154,8 +154,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 				o.only = append(o.only, s)
 			}
 		}
-		if len(o.only) == 1 && o.only[0] == sysFtrma && o.ftkv == "" {
-			return o, errors.New("-only " + sysFtrma + " with -ftkv \"\" leaves nothing to measure")
+		if !slices.ContainsFunc(o.only, func(s string) bool { return !isFtrma(s) }) && o.ftkv == "" {
+			return o, errors.New("-only " + strings.Join(o.only, ",") + " with -ftkv \"\" leaves nothing to measure")
 		}
 	}
 	if o.hzBackup < time.Millisecond {
@@ -243,21 +243,28 @@ func run() int {
 			columns = append(columns, s)
 		}
 	}
-	base := ""
-	if slices.ContainsFunc(medians, func(r result.Result) bool { return r.System == sysFtrma }) {
-		base = sysFtrma
+	var bases []string
+	for _, b := range []string{sysFtrma, sysFtrmaSHM} {
+		if slices.ContainsFunc(medians, func(r result.Result) bool { return r.System == b }) {
+			bases = append(bases, b)
+		}
 	}
-	fmt.Printf("\nmedian over rounds, microseconds (%d writers; the notes say what each system's put waits for)", p.writers)
-	if base != "" {
-		fmt.Print("; ratio columns ftrma-tcp/other: below 1 means ftrma is faster")
+	if len(bases) == 0 {
+		bases = []string{""}
 	}
-	fmt.Println(":")
-	if err := result.WriteTableRatios(os.Stdout, medians, columns, base); err != nil {
-		fmt.Fprintln(os.Stderr, "store:", err)
-		return 1
+	for _, base := range bases {
+		fmt.Printf("\nmedian over rounds, microseconds (%d writers; the notes say what each system's put waits for)", p.writers)
+		if base != "" {
+			fmt.Printf("; ratio columns %s/other: below 1 means ftrma is faster", base)
+		}
+		fmt.Println(":")
+		if err := result.WriteTableRatios(os.Stdout, medians, columns, base); err != nil {
+			fmt.Fprintln(os.Stderr, "store:", err)
+			return 1
+		}
 	}
 	fmt.Println()
-	if o.wanted(sysFtrma) && o.ftkv == "" {
+	if (o.wanted(sysFtrma) || o.wanted(sysFtrmaSHM)) && o.ftkv == "" {
 		fmt.Println(ftrmaNotBuilt)
 	}
 	fmt.Println("notes:")
@@ -335,7 +342,7 @@ func setup(ctx context.Context, o options, dir string) ([]system, []string) {
 	in := newInstaller(io.Discard)
 	var names []string
 	for _, s := range allSystems {
-		if o.wanted(s) && (s != sysFtrma || o.ftkv != "") {
+		if o.wanted(s) && (!isFtrma(s) || o.ftkv != "") {
 			names = append(names, s)
 		}
 	}
@@ -349,12 +356,12 @@ func setup(ctx context.Context, o options, dir string) ([]system, []string) {
 			t0 := time.Now()
 			w := &lockedWriter{mu: &logMu, w: os.Stdout}
 			switch name {
-			case sysFtrma:
+			case sysFtrma, sysFtrmaSHM:
 				if goErr != nil {
 					errs[i] = goErr
 					return
 				}
-				s, err := setupFtrma(ctx, goBin, root, dir, o.ftkv, o.ftkvRanks, o.plan.workload(64),
+				s, err := setupFtrma(ctx, name, goBin, root, filepath.Join(dir, name), o.ftkv, o.ftkvRanks, o.plan.workload(64),
 					strings.Fields(o.ftrunArgs), strings.Fields(o.ftkvArgs))
 				if err == nil {
 					out[i] = s

@@ -25,7 +25,7 @@ func TestParseFtkvOutput(t *testing.T) {
 [0] [{"bench":"put_p50","size":64,"copies":3,"value":12.5,"unit":"us"},{"bench":"put_p99","size":64,"copies":3,"value":0.04,"unit":"ms"},{"bench":"get_p50","size":64,"value":9000,"unit":"ns"},{"bench":"put_rate","size":64,"copies":3,"value":1e5,"unit":"ops/s"}]
 [1] done
 `
-	rs, err := parseFtkvOutput([]byte(jsonOut), 64, 3)
+	rs, err := parseFtkvOutput([]byte(jsonOut), sysFtrma, 64, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestParseFtkvOutput(t *testing.T) {
 	}
 
 	lines := "RESULT put_p50 4096 20 us copies=2\n[0] RESULT put_p99 4096 80 us copies=2\nRESULT get_p50 4096 7.5 us\nRESULT put_p999 4096 300 us copies=2\n"
-	rs, err = parseFtkvOutput([]byte(lines), 4096, 2)
+	rs, err = parseFtkvOutput([]byte(lines), sysFtrmaSHM, 4096, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,17 +60,17 @@ func TestParseFtkvOutput(t *testing.T) {
 		"bad JSON":        `[{"bench":"put_p50",`,
 		"nothing":         "",
 	} {
-		if rs, err := parseFtkvOutput([]byte(bad), 64, 3); err == nil {
+		if rs, err := parseFtkvOutput([]byte(bad), sysFtrma, 64, 3); err == nil {
 			t.Errorf("%s: accepted, gave %+v", name, rs)
 		}
 	}
 }
 
 func TestFtrmaArgv(t *testing.T) {
-	s := &ftrmaSystem{ftrun: "/t/ftrun", ftkv: "/t/ftkv", ranks: 8, ftrunArgs: []string{"--spin", "0"}}
+	s := &ftrmaSystem{name: sysFtrmaSHM, ftrun: "/t/ftrun", ftkv: "/t/ftkv", ranks: 8, ftrunArgs: []string{"--spin", "0"}}
 	wl := workload{Writers: 8, KeysPerWriter: 16, Warmup: 50, Gets: 100}
 	got := strings.Join(s.argv(3, 64, 400, wl, time.Minute), " ")
-	want := "/t/ftrun --timeout 1m0s --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json --writers 8 --keys 16 --warmup 50 --gets 100"
+	want := "/t/ftrun --timeout 1m0s --transport shm --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json --writers 8 --keys 16 --warmup 50 --gets 100"
 	if got != want {
 		t.Errorf("argv = %q\nwant    %q", got, want)
 	}
@@ -111,7 +111,8 @@ func TestTableAndJSONShape(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := result.WriteTableRatios(&buf, rs, allSystems, sysFtrma); err != nil {
+	peers := []string{sysFtrma, sysHazelcast, sysRedis, sysEtcd}
+	if err := result.WriteTableRatios(&buf, rs, peers, sysFtrma); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")

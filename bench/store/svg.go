@@ -29,6 +29,7 @@ type series struct {
 // systemColors gives each system one color; sizes differ by dash pattern.
 var systemColors = map[string]string{
 	sysFtrma:     "#d62728",
+	sysFtrmaSHM:  "#ff7f0e",
 	sysHazelcast: "#1f77b4",
 	sysRedis:     "#2ca02c",
 	sysEtcd:      "#9467bd",

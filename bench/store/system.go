@@ -12,13 +12,25 @@ import (
 // The system names, as they appear in the table, the JSON and -only.
 const (
 	sysFtrma     = "ftrma-tcp"
+	sysFtrmaSHM  = "ftrma-shm"
 	sysHazelcast = "hazelcast"
 	sysRedis     = "redis"
 	sysEtcd      = "etcd"
 )
 
 // allSystems is the column order of the table.
-var allSystems = []string{sysFtrma, sysHazelcast, sysRedis, sysEtcd}
+var allSystems = []string{sysFtrma, sysFtrmaSHM, sysHazelcast, sysRedis, sysEtcd}
+
+// isFtrma reports whether system s is ftrma's store (on some transport).
+func isFtrma(s string) bool { return s == sysFtrma || s == sysFtrmaSHM }
+
+// ftrmaTransport is the ftrun --transport of an ftrma system.
+func ftrmaTransport(s string) string {
+	if s == sysFtrmaSHM {
+		return "shm"
+	}
+	return "tcp"
+}
 
 // system is one column of the comparison.
 type system interface {

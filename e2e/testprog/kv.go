@@ -18,8 +18,10 @@ import (
 	"github.com/ftrma/ftrma/store"
 )
 
-// kvlin DIR DURATION COPIES KEYS: every rank runs two clients that put, get
-// and delete random keys of a small shared set for DURATION, recording every
+// kvlin DIR DURATION COPIES KEYS [PACE]: every rank runs two clients that put,
+// get and delete random keys of a small shared set for DURATION, pausing up to
+// PACE (default 0) between operations so that the history stays small enough
+// to check on a fast transport, recording every
 // call and return (wall-clock nanoseconds) in DIR/hist.RANK, one line each,
 // written before the call and after the return so that a SIGKILL leaves
 // calls without returns. Then each survivor reads every key once more, and
@@ -27,7 +29,14 @@ import (
 // replicas and prints "whole KEY n" lines.
 func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	if len(args) < 4 {
-		return errors.New("kvlin DIR DURATION COPIES KEYS")
+		return errors.New("kvlin DIR DURATION COPIES KEYS [PACE]")
+	}
+	var pace time.Duration
+	if len(args) > 4 {
+		var err error
+		if pace, err = time.ParseDuration(args[4]); err != nil {
+			return err
+		}
 	}
 	dir := args[0]
 	dur, err := time.ParseDuration(args[1])
@@ -100,6 +109,9 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(cl), uint64(time.Now().UnixNano())))
 			for seq := 0; time.Now().Before(end); seq++ {
+				if pace > 0 {
+					time.Sleep(time.Duration(rng.Int64N(int64(pace))))
+				}
 				k := rng.IntN(nkeys)
 				switch x := rng.IntN(10); {
 				case x < 5:

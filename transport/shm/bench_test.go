@@ -1,0 +1,78 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma/transport"
+)
+
+func benchPair(b *testing.B) ([]*Transport, []*recorder, transport.Key) {
+	ts, rs, _ := cluster(b, 2, clusterOpts{})
+	mem := must(ts[1].Alloc(64 << 10))
+	return ts, rs, must(ts[1].Register(mem))
+}
+
+func BenchmarkWrite8(b *testing.B) {
+	ts, _, key := benchPair(b)
+	src := make([]byte, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		ts[0].Write(1, key, 0, src)
+	}
+}
+
+func BenchmarkRead4K(b *testing.B) {
+	ts, _, key := benchPair(b)
+	dst := make([]byte, 4096)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		ts[0].Read(1, key, 0, dst)
+	}
+}
+
+func BenchmarkWrite32K(b *testing.B) {
+	ts, _, key := benchPair(b)
+	src := make([]byte, transport.WordAtomicWrite)
+	b.SetBytes(transport.WordAtomicWrite)
+	b.ReportAllocs()
+	for b.Loop() {
+		ts[0].Write(1, key, 0, src)
+	}
+}
+
+func BenchmarkCompareAndSwapWait(b *testing.B) {
+	ts, _, key := benchPair(b)
+	ctx := context.Background()
+	var old uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		seq, _ := ts[0].CompareAndSwap64(1, key, 0, old, old+1, &old)
+		ts[0].Wait(ctx, 1, seq)
+	}
+}
+
+func BenchmarkSendPingPong(b *testing.B) {
+	for _, spin := range []time.Duration{-1, 0, 50 * time.Microsecond} {
+		b.Run("spin="+spin.String(), func(b *testing.B) { benchPingPong(b, spin) })
+	}
+}
+
+func benchPingPong(b *testing.B, spin time.Duration) {
+	ts, rs, _ := cluster(b, 2, clusterOpts{cfg: func(c *Config) { c.Spin = spin }})
+	ctx := context.Background()
+	msg := make([]byte, 64)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		ts[0].Send(1, msg)
+		rs[1].await(b, ctx, "ping", func() bool { return rs[1].count() >= i })
+		ts[1].Send(0, msg)
+		rs[0].await(b, ctx, "pong", func() bool { return rs[0].count() >= i })
+	}
+}

@@ -1,0 +1,218 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// DefaultDir is where segments live when Config.Dir is empty: the host's
+// shared-memory file system.
+const DefaultDir = "/dev/shm"
+
+// Config configures a shared-memory transport. The zero value of each field
+// means its default.
+type Config struct {
+	// Rank is this process's rank and Size the number of ranks of the job,
+	// all of them on this host (at most 65536). Required.
+	Rank ftrma.Rank
+	Size int
+	// Job names the job in file names; every rank of a job uses the same.
+	// 1 to 128 characters from [A-Za-z0-9._-]. Required.
+	Job string
+	// Dir is the directory of the segment files; default DefaultDir. Every
+	// rank of a job must use the same.
+	Dir string
+	// Spin is how long the progress goroutine busy-polls the incoming rings
+	// after its last message before parking on its doorbell, and how long a
+	// sender polls a full ring before parking. Default 10µs when the host has
+	// at least two CPUs per rank (a rank's application and its progress
+	// goroutine each need one while the progress goroutine spins), else
+	// none; negative disables busy-polling.
+	Spin time.Duration
+	// RingBytes is the capacity, in bytes, of each incoming message ring
+	// (one per peer, in this rank's control segment). Default 128 KiB;
+	// rounded up to a multiple of 8; at least
+	// transport.MaxControlMessage+8, at most 1 GiB.
+	RingBytes int
+	// Regions is how many regions may be registered at once: the size of the
+	// key table peers resolve keys in. Default 4096; rounded up to a power of
+	// two; at most 1<<20.
+	Regions int
+	// DrainTimeout bounds how long Deregister and Fence wait for a peer's
+	// operation under way on this rank's memory when the peer is neither
+	// down nor exited (a peer stopped in the middle of an operation).
+	// Default 5s.
+	DrainTimeout time.Duration
+	// Logf logs lost peers and anomalies; default log.Printf.
+	Logf func(format string, args ...any)
+}
+
+const (
+	defaultSpin         = 10 * time.Microsecond
+	defaultRingBytes    = 128 << 10
+	minRingBytes        = transport.MaxControlMessage + msgHeader
+	maxRingBytes        = 1 << 30
+	defaultRegions      = 4096
+	maxRegions          = 1 << 20
+	defaultDrainTimeout = 5 * time.Second
+	maxJob              = 128
+	maxSize             = 1 << 16
+
+	// msgHeader is the length prefix of a message in a ring.
+	msgHeader = 8
+)
+
+// withDefaults validates cfg and fills in its defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Size < 1 || cfg.Size > maxSize || cfg.Rank < 0 || int(cfg.Rank) >= cfg.Size {
+		return cfg, fmt.Errorf("shm transport: rank %d of size %d: %w", cfg.Rank, cfg.Size, ftrma.ErrRankOutOfRange)
+	}
+	if err := checkJob(cfg.Job); err != nil {
+		return cfg, err
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = DefaultDir
+	}
+	switch {
+	case cfg.Spin < 0:
+		cfg.Spin = 0
+	case cfg.Spin == 0 && 2*cfg.Size > runtime.NumCPU():
+		// A spinning progress goroutine would take the CPU of its own
+		// application or of the peer it waits for.
+	case cfg.Spin == 0:
+		cfg.Spin = defaultSpin
+	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = defaultRingBytes
+	}
+	cfg.RingBytes = (cfg.RingBytes + 7) &^ 7
+	if cfg.RingBytes < minRingBytes || cfg.RingBytes > maxRingBytes {
+		return cfg, fmt.Errorf("shm transport: ring of %d bytes, want %d to %d: %w", cfg.RingBytes, minRingBytes, maxRingBytes, ftrma.ErrInvalid)
+	}
+	if cfg.Regions == 0 {
+		cfg.Regions = defaultRegions
+	}
+	if cfg.Regions < 0 || cfg.Regions > maxRegions {
+		return cfg, fmt.Errorf("shm transport: %d regions, want 1 to %d: %w", cfg.Regions, maxRegions, ftrma.ErrInvalid)
+	}
+	for n := 1; ; n <<= 1 {
+		if n >= cfg.Regions {
+			cfg.Regions = n
+			break
+		}
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = defaultDrainTimeout
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	return cfg, nil
+}
+
+// checkJob accepts job names that are safe in a file name.
+func checkJob(job string) error {
+	if len(job) < 1 || len(job) > maxJob {
+		return fmt.Errorf("shm transport: job name of %d bytes, want 1 to %d: %w", len(job), maxJob, ftrma.ErrInvalid)
+	}
+	for _, c := range []byte(job) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("shm transport: job name %q: only [A-Za-z0-9._-] allowed: %w", job, ftrma.ErrInvalid)
+		}
+	}
+	if job == "." || job == ".." {
+		return fmt.Errorf("shm transport: job name %q: %w", job, ftrma.ErrInvalid)
+	}
+	return nil
+}
+
+// File names. Every file of a job starts with "ftrma-<job>-<rank>-":
+//
+//	ftrma-<job>-<rank>-ctl        the rank's control segment
+//	ftrma-<job>-<rank>-ctl.tmp    the same while Open initializes it
+//	ftrma-<job>-<rank>-seg-<id>   a segment from Alloc; ids count from 1
+func ctlName(job string, r ftrma.Rank) string {
+	return "ftrma-" + job + "-" + strconv.Itoa(int(r)) + "-ctl"
+}
+
+func segName(job string, r ftrma.Rank, id uint64) string {
+	return "ftrma-" + job + "-" + strconv.Itoa(int(r)) + "-seg-" + strconv.FormatUint(id, 10)
+}
+
+const tmpSuffix = ".tmp"
+
+// isJobFile reports whether name is one of job's files: "ftrma-<job>-", a
+// rank, then "-ctl", "-ctl.tmp" or "-seg-<id>". The strict parse keeps job
+// "a" from matching the files of job "a-1".
+func isJobFile(name, job string) bool {
+	rest, ok := strings.CutPrefix(name, "ftrma-"+job+"-")
+	if !ok {
+		return false
+	}
+	rank, kind, ok := strings.Cut(rest, "-")
+	if !ok || !isDigits(rank) {
+		return false
+	}
+	if kind == "ctl" || kind == "ctl"+tmpSuffix {
+		return true
+	}
+	id, ok := strings.CutPrefix(kind, "seg-")
+	return ok && isDigits(id)
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveJob removes every file of job from dir (DefaultDir when empty): the
+// control and data segments of all its ranks, including those that were
+// killed before they could close. The launcher calls it when the job ends.
+// Processes that still map a removed file keep their mapping; the memory is
+// freed when the last one unmaps it. A missing dir is not an error.
+func RemoveJob(dir, job string) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
+	if dir == "" {
+		dir = DefaultDir
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("shm transport: remove job %s: %w", job, err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if !isJobFile(e.Name(), job) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("shm transport: remove job %s: %w", job, errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+// Package shm is ftrma's transport between the processes of one host: each
+// rank's registered memory lives in shared-memory segments that the other
+// ranks map, so Write and Read are memory copies and CompareAndSwap64 and
+// FetchAndAdd64 are hardware atomics on the mapping, all done by the origin
+// while the target takes no part. Control messages travel through
+// single-producer single-consumer rings in shared memory, and a futex
+// "doorbell" wakes the receiver. It implements transport.Transport and
+// transport.Allocator, and needs Linux (elsewhere Open fails).
+//
+// # Segments and names
+//
+// Every file of a job is in Config.Dir (default /dev/shm), mode 0600, and
+// named after the job and the owning rank:
+//
+//	ftrma-<job>-<rank>-ctl        control segment, made by Open, removed by Close
+//	ftrma-<job>-<rank>-ctl.tmp    the same while Open fills it in
+//	ftrma-<job>-<rank>-seg-<id>   a data segment, made by Alloc, removed by Release or Close
+//
+// A rank derives every peer's names from (Dir, Job, rank, segment id): there
+// is no rendezvous. RemoveJob removes every file of a job, including those of
+// ranks that were killed; the launcher calls it when the job ends.
+//
+// A control segment (sizes for n ranks, R = Config.RingBytes, K =
+// Config.Regions; every word accessed atomically, words written by different
+// processes on different 64-byte lines):
+//
+//	header   512 B      magic, version, n, rank, R, K, pid, file size;
+//	                    state (open, closed), doorbell and sleeping (futex),
+//	                    epoch, release count
+//	active   n × 64 B   per origin rank: operations under way here (two
+//	                    counters, by epoch) and the fence flag for that origin
+//	keys     K × 32 B   key table: state (key<<8|1, or 0), segment id, offset,
+//	                    length
+//	rings    n × (256 B + R), page aligned: the incoming ring from each rank:
+//	                    head (consumer), tail (producer), closed flag, space
+//	                    futex and waiting flag, then R bytes of messages
+//
+// # Memory and one-sided operations
+//
+// Alloc makes a data segment of its own (a file of whole pages, reserved with
+// fallocate so that a full file system fails Alloc rather than a later
+// access) and maps it. Register accepts any part of Alloc's memory, and
+// only that; it publishes the region in the key table and returns a key
+// whose low bits pick the table slot and whose high bits count the slot's
+// uses, so keys are not reused. An origin resolves (rank, key) itself: it
+// reads the target's key table, maps the named segment on first use (and
+// keeps the mapping), checks bounds and, for atomics, alignment, and does the
+// operation. Writes and reads of up to transport.WordAtomicWrite bytes move
+// every aligned 8-byte word whole. An operation is complete when its call
+// returns (Wait and Flush never block; Flush is a memory fence), and its
+// errors are reported by the next Wait or Flush, as with every transport.
+//
+// While it accesses a target, an origin is counted in its line of the
+// target's active table, in the counter the target's epoch selects, and only
+// then reads the key table and its fence flag. Deregister clears the key's
+// entry, flips the epoch and waits until every origin's counter of the old
+// epoch has been seen at zero: an access it did not wait for saw the entry
+// gone, so none that found the key runs on after Deregister returns (see
+// Config.DrainTimeout). Release removes the file and counts the release; an
+// origin that sees the count change unmaps the segments whose files are gone.
+//
+// # Control messages
+//
+// A message is copied into the receiver's ring for the sender, behind an
+// 8-byte length, after which the sender publishes the new tail and bumps the
+// receiver's doorbell, waking it with FUTEX_WAKE if it said it sleeps. A
+// full ring makes Send wait: it spins, then parks on the ring's space futex,
+// which the receiver bumps when it frees room for a waiting sender. Each
+// rank's progress goroutine polls its rings, delivers in order per sender,
+// spins for Config.Spin after the last message (by default only on hosts with
+// two CPUs per rank), then parks on the doorbell for at most 10 ms. Futexes are
+// the shared (not process-private) kind: the words are in MAP_SHARED files.
+//
+// # Failures and fencing
+//
+// Peer death is not detected here: the launcher learns that a process exited
+// and calls PeerDown. Operations and Send toward a down peer fail with an
+// error wrapping ftrma.ErrProcFailed, its messages are no longer delivered,
+// its mappings are dropped, and the receiver gets HandlePeerDown once.
+//
+// Fence raises this rank's fence flag for the peer, which the peer's
+// operations check after counting themselves active, and waits for the ones
+// under way, then cuts the peer off as PeerDown does. A peer that sees the
+// flag treats the fencing rank as down. But shared memory a process has
+// mapped cannot be revoked: a fenced peer that ignores the flag (a bug, a
+// process stopped in the middle of an operation) can still write. A rank
+// declared failed must therefore be killed by the launcher, as ftrun does.
+//
+// Close flags its ring into each peer closed after its last message and
+// marks its control segment closed: peers' operations toward it fail with
+// transport.ErrPeerLeft (and ftrma.ErrProcFailed), and their progress
+// goroutines deliver what it sent, then report it down with ErrPeerLeft.
+//
+// # Limits
+//
+//   - One host; Linux; ranks of a job must agree on Size, Job and Dir.
+//   - Each rank's control segment holds a ring per rank, reserved up front
+//     like all segments: n ranks use about n²·(R+256) bytes of shared memory
+//     in all (128 MiB for 32 ranks with the default 128 KiB rings).
+//   - At most Config.Regions regions registered at once per rank, and about
+//     16 million registrations over a transport's life.
+//   - Every Alloc is a file and a mapping of whole pages.
+//   - Send waits while the peer's ring is full; a Receiver that sends can
+//     therefore wait for a peer's receiver.
+//   - A rank cannot rejoin: its name is taken until Close or RemoveJob.
+//
+// # Use
+//
+//  1. Open(cfg) on every rank: it creates the rank's control segment, so
+//     peers can reach the rank as soon as Open returns.
+//  2. SetReceiver, before peers send (their messages wait in the ring until
+//     then).
+//  3. Connect(ctx): it maps every peer's control segment, waiting for ranks
+//     that have not opened yet.
+//  4. Alloc memory, Register it, publish the keys; post operations; Send.
+//  5. Call PeerDown when the launcher reports a rank's exit; Fence ranks
+//     declared failed (and have the launcher kill them).
+//  6. Close; the launcher calls RemoveJob when the job is over.
+//
+// Example:
+//
+//	t, err := shm.Open(shm.Config{Rank: rank, Size: n, Job: job})
+//	if err != nil {
+//		return err
+//	}
+//	defer t.Close()
+//	t.SetReceiver(recv)
+//	if err := t.Connect(ctx); err != nil {
+//		return err
+//	}
+//	mem, _ := t.Alloc(4096)
+//	key, _ := t.Register(mem) // publish key to the peers
+//	var old uint64
+//	seq, err := t.CompareAndSwap64(peer, peerKey, 0, 0, 1, &old) // done on return
+//	if err == nil {
+//		err = t.Wait(ctx, peer, seq) // reports a bounds or region error
+//	}
+package shm

@@ -1,0 +1,157 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/ftrma/ftrma"
+)
+
+// The control segment of a rank (see doc.go for the picture). Offsets are in
+// bytes from the start of the file; every word is accessed with sync/atomic.
+// Words written by different processes sit on different 64-byte lines.
+const (
+	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
+	layoutVersion = 1
+
+	// Header: written once by Open before the file gets its final name,
+	// except for the words from offState on.
+	offMagic     = 0
+	offVersion   = 8
+	offSize      = 16 // ranks of the job
+	offRank      = 24 // the owner's rank
+	offRingBytes = 32 // capacity of each incoming ring
+	offRegions   = 40 // key-table entries, a power of two
+	offPID       = 48 // the owner's process id
+	offTotal     = 56 // file size
+	offState     = 64 // stateOpen, then stateClosed when the owner closes
+	// offDoorbell is the owner's futex word (uint32): senders bump it after
+	// publishing a message and wake the owner if offSleeping (uint32) is set.
+	offDoorbell = 128
+	offSleeping = 132
+	// offEpoch selects which of the two in-flight counters of an origin new
+	// operations count themselves in; Deregister flips it and waits for the
+	// other to drain.
+	offEpoch = 192
+	// offReleaseGen counts Release calls: a peer that sees it change drops
+	// its mappings of segments whose files are gone.
+	offReleaseGen = 256
+	headerBytes   = 512
+
+	// One line per origin rank: operations of that origin under way in this
+	// rank's memory, counted in the slot of the epoch they entered in, and
+	// whether this rank fenced the origin.
+	activeStride = 64
+	actCount0    = 0
+	actCount1    = 8
+	actFenced    = 16
+
+	// Key table entry: state is key<<8|1 while the key is registered, 0 when
+	// free; the other words are written before state is published.
+	entryBytes  = 32
+	entryState  = 0
+	entrySeg    = 8
+	entryOffset = 16
+	entryLength = 24
+
+	// Incoming ring from one sender: its header, then RingBytes of data.
+	ringHead    = 0   // consumer position (bytes consumed), written by the owner
+	ringTail    = 64  // producer position (bytes published), written by the sender
+	ringClosed  = 128 // uint32: the sender closed its transport after its last message
+	ringSpace   = 192 // uint32 futex word: bumped when a waiting sender may have room
+	ringWaiting = 196 // uint32: the sender is parked waiting for room
+	ringHeader  = 256
+
+	stateOpen   = 1
+	stateClosed = 2
+)
+
+var pageSize = os.Getpagesize()
+
+func alignUp(n, a int) int { return (n + a - 1) / a * a }
+
+// layout places the parts of a control segment.
+type layout struct {
+	size, ringBytes, regions int
+	active, keys, rings      int // offsets of the active lines, key table, rings
+	ringStride, total        int
+}
+
+func makeLayout(size, ringBytes, regions int) layout {
+	l := layout{size: size, ringBytes: ringBytes, regions: regions}
+	l.active = headerBytes
+	l.keys = l.active + size*activeStride
+	l.rings = alignUp(l.keys+regions*entryBytes, pageSize)
+	l.ringStride = alignUp(ringHeader+ringBytes, 64)
+	l.total = alignUp(l.rings+size*l.ringStride, pageSize)
+	return l
+}
+
+// ctl is a mapping of a rank's control segment, the owner's or a peer's.
+type ctl struct {
+	mem []byte // the whole mapping
+	lay layout
+}
+
+func (c *ctl) word(off int) *uint64   { return (*uint64)(unsafe.Pointer(&c.mem[off])) }
+func (c *ctl) word32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&c.mem[off])) }
+
+// active returns the offset of origin r's line.
+func (c *ctl) active(r ftrma.Rank) int { return c.lay.active + int(r)*activeStride }
+
+// entry returns the offset of key-table slot i.
+func (c *ctl) entry(i int) int { return c.lay.keys + i*entryBytes }
+
+// ring returns the incoming ring from sender r.
+func (c *ctl) ring(r ftrma.Rank) ring {
+	off := c.lay.rings + int(r)*c.lay.ringStride
+	return ring{
+		head:    c.word(off + ringHead),
+		tail:    c.word(off + ringTail),
+		closed:  c.word32(off + ringClosed),
+		space:   c.word32(off + ringSpace),
+		waiting: c.word32(off + ringWaiting),
+		data:    c.mem[off+ringHeader : off+ringHeader+c.lay.ringBytes : off+ringHeader+c.lay.ringBytes],
+	}
+}
+
+// initHeader writes a new control segment's header.
+func (c *ctl) initHeader(rank ftrma.Rank, pid int) {
+	*c.word(offMagic) = magicWord
+	*c.word(offVersion) = layoutVersion
+	*c.word(offSize) = uint64(c.lay.size)
+	*c.word(offRank) = uint64(rank)
+	*c.word(offRingBytes) = uint64(c.lay.ringBytes)
+	*c.word(offRegions) = uint64(c.lay.regions)
+	*c.word(offPID) = uint64(pid)
+	*c.word(offTotal) = uint64(c.lay.total)
+}
+
+// parseCtl checks the header of a peer's control segment mem against what
+// this rank expects and returns its layout. The file comes from another
+// process: nothing in it is trusted further than checked here.
+func parseCtl(mem []byte, size int, rank ftrma.Rank) (layout, error) {
+	if len(mem) < headerBytes {
+		return layout{}, fmt.Errorf("control segment of %d bytes", len(mem))
+	}
+	c := &ctl{mem: mem}
+	w := func(off int) uint64 { return *c.word(off) }
+	if w(offMagic) != magicWord || w(offVersion) != layoutVersion {
+		return layout{}, fmt.Errorf("not an ftrma shm control segment of version %d", layoutVersion)
+	}
+	if w(offSize) != uint64(size) || w(offRank) != uint64(rank) {
+		return layout{}, fmt.Errorf("control segment of rank %d of %d, want rank %d of %d", w(offRank), w(offSize), rank, size)
+	}
+	rb, rg := w(offRingBytes), w(offRegions)
+	if rb < minRingBytes || rb > maxRingBytes || rb%8 != 0 || rg < 1 || rg > maxRegions || rg&(rg-1) != 0 {
+		return layout{}, fmt.Errorf("control segment with rings of %d bytes and %d regions", rb, rg)
+	}
+	lay := makeLayout(size, int(rb), int(rg))
+	if w(offTotal) != uint64(lay.total) || len(mem) != lay.total {
+		return layout{}, fmt.Errorf("control segment of %d bytes, its header says %d, its layout %d", len(mem), w(offTotal), lay.total)
+	}
+	return lay, nil
+}

@@ -1,0 +1,236 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// segment is a data segment of this rank, from Alloc.
+type segment struct {
+	id   uint64
+	mem  []byte // the whole mapping
+	path string
+	regs int // regions registered inside it; guarded by Transport.mu
+}
+
+func (s *segment) base() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(s.mem))) }
+
+// region is a registered region of this rank.
+type region struct {
+	slot int
+	seg  *segment
+}
+
+// Alloc returns size bytes of zeroed shared memory, 8-byte aligned (page
+// aligned, in fact): a new segment file of size bytes rounded up to whole
+// pages, reserved in the file system and mapped. The result's length and
+// capacity are size. It stays valid until Release, and after Close until
+// Release or the process exits. It fails with ftrma.ErrInvalid for a negative
+// size, ftrma.ErrClosed after Close, or the file system's error (no space).
+func (t *Transport) Alloc(size int) ([]byte, error) {
+	if size < 0 {
+		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: fmt.Errorf("%w: shm transport: negative size %d", ftrma.ErrInvalid, size)}
+	}
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed.Load() {
+		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: ftrma.ErrClosed}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nextSeg++
+	s := &segment{id: t.nextSeg}
+	s.path = filepath.Join(t.cfg.Dir, segName(t.cfg.Job, t.cfg.Rank, s.id))
+	mem, err := createFile(s.path, alignUp(max(size, 1), pageSize))
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: fmt.Errorf("shm transport: %w", err)}
+	}
+	s.mem = mem
+	i := sort.Search(len(t.segs), func(i int) bool { return t.segs[i].base() > s.base() })
+	t.segs = append(t.segs, nil)
+	copy(t.segs[i+1:], t.segs[i:])
+	t.segs[i] = s
+	t.peers[t.cfg.Rank].addSelfSegment(s.id, s.mem)
+	return mem[:size:size], nil
+}
+
+// Release unmaps memory returned by Alloc (buf must start where it started;
+// its length does not matter) and removes its file. No part of it may be
+// registered. Peers drop their mappings of it when they next reach this
+// rank. Other memory, or registered memory, fails with ftrma.ErrInvalid.
+// Release also works after Close, so that memory Close left mapped can be
+// given back.
+func (t *Transport) Release(buf []byte) error {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	i := sort.Search(len(t.segs), func(i int) bool { return t.segs[i].base() >= p })
+	if buf == nil || i == len(t.segs) || t.segs[i].base() != p {
+		return &ftrma.OpError{Op: "release", Rank: -1, Err: fmt.Errorf("%w: shm transport: release memory from Alloc", ftrma.ErrInvalid)}
+	}
+	s := t.segs[i]
+	if s.regs > 0 {
+		return &ftrma.OpError{Op: "release", Rank: -1, Err: fmt.Errorf("%w: shm transport: release of memory with %d registered regions", ftrma.ErrInvalid, s.regs)}
+	}
+	t.segs = append(t.segs[:i], t.segs[i+1:]...)
+	t.peers[t.cfg.Rank].removeSelfSegment(s.id)
+	unmap(s.mem)
+	if !t.unmapped {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+		}
+		// Counted after the file is gone: a peer that sees the count drops
+		// its mappings of the segments whose files are missing.
+		atomic.AddUint64(t.own.word(offReleaseGen), 1)
+	}
+	return nil
+}
+
+// findSegment returns the segment holding all of mem and mem's offset in it.
+// The caller holds t.mu.
+func (t *Transport) findSegment(mem []byte) (*segment, uint64, bool) {
+	if unsafe.SliceData(mem) == nil {
+		return nil, 0, false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	i := sort.Search(len(t.segs), func(i int) bool { return t.segs[i].base() > p }) - 1
+	if i < 0 {
+		return nil, 0, false
+	}
+	s := t.segs[i]
+	off := uint64(p - s.base())
+	if off > uint64(len(s.mem)) || uint64(len(mem)) > uint64(len(s.mem))-off {
+		return nil, 0, false
+	}
+	return s, off, true
+}
+
+// keyBits is the number of low key bits that select a key-table slot; the
+// bits above count the slot's uses, so that keys are not reused.
+func (t *Transport) keyBits() int { return bits.TrailingZeros(uint(t.cfg.Regions)) }
+
+// Register publishes mem, which must lie inside memory from Alloc (any
+// sub-slice of it, even empty), in this rank's key table and returns its
+// key: never 0, at most transport.MaxKey, not reused while the transport is
+// open. Peers resolve the key in the table themselves; they reach mem until
+// Deregister. Other memory fails with ftrma.ErrInvalid; so does a full key
+// table (Config.Regions keys registered at once). After Close it fails with
+// ftrma.ErrClosed.
+func (t *Transport) Register(mem []byte) (transport.Key, error) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed.Load() {
+		return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: ftrma.ErrClosed}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, off, ok := t.findSegment(mem)
+	if !ok {
+		return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: fmt.Errorf("%w: shm transport: register memory from Alloc", ftrma.ErrInvalid)}
+	}
+	kb := t.keyBits()
+	maxGen := uint32(transport.MaxKey >> kb)
+	for len(t.freeSlots) > 0 {
+		slot := t.freeSlots[0]
+		t.freeSlots = t.freeSlots[1:]
+		gen := t.slotGen[slot]
+		if gen > maxGen {
+			continue // every key of this slot was used: retired
+		}
+		t.slotGen[slot]++
+		key := transport.Key(gen)<<kb | transport.Key(slot)
+		e := t.own.entry(slot)
+		atomic.StoreUint64(t.own.word(e+entrySeg), s.id)
+		atomic.StoreUint64(t.own.word(e+entryOffset), off)
+		atomic.StoreUint64(t.own.word(e+entryLength), uint64(len(mem)))
+		atomic.StoreUint64(t.own.word(e+entryState), uint64(key)<<8|1)
+		s.regs++
+		t.regions[key] = region{slot: slot, seg: s}
+		return key, nil
+	}
+	return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: fmt.Errorf("%w: shm transport: key table full (%d regions registered)", ftrma.ErrInvalid, len(t.regions))}
+}
+
+// Deregister withdraws key from the key table, then waits until every
+// operation that found it there has finished (operations of peers that are
+// down are not waited for, nor, past Config.DrainTimeout, those of a peer
+// stopped in the middle of one). Later operations naming key fail with
+// ftrma.ErrUnknownRegion at their origin. An unknown key fails with
+// ftrma.ErrUnknownRegion; after Close it fails with ftrma.ErrClosed.
+func (t *Transport) Deregister(key transport.Key) error {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed.Load() {
+		return &ftrma.OpError{Op: "deregister", Rank: -1, Err: ftrma.ErrClosed}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	reg, ok := t.regions[key]
+	if !ok {
+		return &ftrma.OpError{Op: "deregister", Rank: -1, Err: fmt.Errorf("shm transport: deregister key %d: %w", key, ftrma.ErrUnknownRegion)}
+	}
+	atomic.StoreUint64(t.own.word(t.own.entry(reg.slot)+entryState), 0)
+	// Operations that enter from now on count themselves in the other slot
+	// and see the entry gone; wait for those counted in this one.
+	ep := t.own.word(offEpoch)
+	e := atomic.LoadUint64(ep)
+	atomic.StoreUint64(ep, e+1)
+	slot := actCount0 + 8*int(e&1)
+	for _, p := range t.peers {
+		t.drain(p, slot, fmt.Sprintf("deregister key %d", key))
+	}
+	delete(t.regions, key)
+	reg.seg.regs--
+	t.freeSlots = append(t.freeSlots, reg.slot)
+	return nil
+}
+
+// drain waits until the counter at slot of p's active line in this rank's
+// control segment is seen zero, or p is down or its process gone, or
+// Config.DrainTimeout passed (then it logs). The caller holds t.life for
+// reading.
+func (t *Transport) drain(p *peer, slot int, what string) {
+	w := t.own.word(t.own.active(p.rank) + slot)
+	if atomic.LoadUint64(w) == 0 {
+		return
+	}
+	start := time.Now()
+	pause := time.Microsecond
+	for i := 0; atomic.LoadUint64(w) != 0; i++ {
+		if !p.self && p.downErr() != nil {
+			return
+		}
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+		p.mu.RLock()
+		pid := p.pid
+		p.mu.RUnlock()
+		if !p.self && processGone(pid) {
+			return
+		}
+		if time.Since(start) > t.cfg.DrainTimeout {
+			t.cfg.Logf("shm transport: rank %d: %s: rank %d still has an operation under way after %v; not waiting longer", t.cfg.Rank, what, p.rank, t.cfg.DrainTimeout)
+			return
+		}
+	}
+}

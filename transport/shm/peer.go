@@ -1,0 +1,315 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+	"golang.org/x/sys/unix"
+)
+
+// peer is this rank's view of one rank (itself included): the mappings of
+// its segments, the completion of the operations posted toward it, the ring
+// this rank sends into, and the ring it receives from.
+type peer struct {
+	t    *Transport
+	rank ftrma.Rank
+	self bool
+
+	// mu guards the mappings of the peer's memory: ctl, gone, and unmapping
+	// the segments in segs. Operations and Send hold it for reading while they
+	// touch the peer's memory; mapping the control segment, sweeping released
+	// segments and unmapping everything take it for writing, so nothing is
+	// unmapped under an access.
+	mu   sync.RWMutex
+	ctl  *ctl // the peer's control segment; nil until mapped and once gone
+	gone bool // the mappings were dropped for good (the peer is down, or Close)
+	pid  int  // the peer's process id, from its header; 0 when unknown
+	// segs maps segment ids to the mappings of the peer's data segments (for
+	// self, of this rank's own). Readers load it under mu (read); additions
+	// copy it under segMu; removals also hold mu for writing.
+	segs   atomic.Pointer[map[uint64][]byte]
+	segMu  sync.Mutex
+	relGen atomic.Uint64 // the peer's release generation segs was swept at
+
+	cmu  sync.Mutex // orders numbering and completing operations toward the peer
+	comp transport.Completion
+
+	smu sync.Mutex // serializes this rank's producers into the peer's ring
+
+	// Receive side, used by the progress goroutine only (in is fixed).
+	in    ring   // the ring from the peer in this rank's control segment
+	rhead uint64 // consumer position in in
+
+	// Down state. err is set once, to the first cause: operations fail with
+	// it. rstop stops delivery of the peer's messages. downed is set once the
+	// peer-down event has been decided (queued in notify, or suppressed by
+	// Close), so that HandlePeerDown is called at most once.
+	err    atomic.Pointer[error]
+	rstop  atomic.Bool
+	downed atomic.Bool
+	notify atomic.Bool // HandlePeerDown is due, delivered by the progress goroutine
+}
+
+var (
+	errFenced       = errors.New("fenced")
+	errFencedByPeer = errors.New("the peer fenced this rank")
+	errGone         = errors.New("shm transport: peer mappings dropped")
+	errNotOpened    = errors.New("shm transport: peer has not opened its transport")
+	errCorrupt      = errors.New("shm transport: corrupt shared state")
+)
+
+func newPeer(t *Transport, r ftrma.Rank) *peer {
+	p := &peer{t: t, rank: r, self: r == t.cfg.Rank}
+	m := map[uint64][]byte{}
+	p.segs.Store(&m)
+	return p
+}
+
+// downErr returns the error operations toward the peer fail with, or nil
+// while it is up.
+func (p *peer) downErr() error {
+	if e := p.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// fail records err as the reason operations toward the peer fail (only the
+// first reason counts) and fails its pending waits.
+func (p *peer) fail(err error) {
+	if p.err.CompareAndSwap(nil, &err) {
+		p.comp.Fail(err)
+	}
+}
+
+// lock returns the peer's control segment with p.mu held for reading, having
+// mapped the segment (without waiting for it to appear) and swept released
+// segments first if needed. On error p.mu is not held; errGone means the
+// peer is down or the transport closed.
+func (p *peer) lock() (*ctl, error) {
+	for {
+		p.mu.RLock()
+		c := p.ctl
+		if c != nil && (p.self || atomic.LoadUint64(c.word(offReleaseGen)) == p.relGen.Load()) {
+			return c, nil
+		}
+		p.mu.RUnlock()
+		if err := p.prepare(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// prepare maps the peer's control segment, or drops the mappings of its
+// released segments.
+func (p *peer) prepare() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.gone:
+		return errGone
+	case p.ctl == nil:
+		return p.mapCtlLocked()
+	case !p.self:
+		p.sweepLocked()
+	}
+	return nil
+}
+
+// mapCtlLocked maps the peer's control segment. The caller holds p.mu.
+func (p *peer) mapCtlLocked() error {
+	t := p.t
+	path := filepath.Join(t.cfg.Dir, ctlName(t.cfg.Job, p.rank))
+	mem, err := mapFile(path)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return errNotOpened
+		}
+		return fmt.Errorf("shm transport: map control segment of rank %d: %w", p.rank, err)
+	}
+	lay, err := parseCtl(mem, t.cfg.Size, p.rank)
+	if err != nil {
+		unmap(mem)
+		return fmt.Errorf("shm transport: %s: %w: %w", path, ftrma.ErrInvalid, err)
+	}
+	c := &ctl{mem: mem, lay: lay}
+	p.pid = int(*c.word(offPID))
+	p.relGen.Store(atomic.LoadUint64(c.word(offReleaseGen)))
+	p.ctl = c
+	return nil
+}
+
+// sweepLocked unmaps the peer's segments whose files are gone: the peer
+// released them (it removes a file before it counts the release). The
+// caller holds p.mu for writing.
+func (p *peer) sweepLocked() {
+	gen := atomic.LoadUint64(p.ctl.word(offReleaseGen))
+	old := *p.segs.Load()
+	keep := make(map[uint64][]byte, len(old))
+	for id, mem := range old {
+		if exists(p.segPath(id)) {
+			keep[id] = mem
+		} else {
+			unmap(mem)
+		}
+	}
+	p.segMu.Lock()
+	p.segs.Store(&keep)
+	p.segMu.Unlock()
+	p.relGen.Store(gen)
+}
+
+func (p *peer) segPath(id uint64) string {
+	return filepath.Join(p.t.cfg.Dir, segName(p.t.cfg.Job, p.rank, id))
+}
+
+// segment returns the mapping of the peer's data segment id, mapping it on
+// first use. The caller holds p.mu for reading.
+func (p *peer) segment(id uint64) ([]byte, error) {
+	if mem, ok := (*p.segs.Load())[id]; ok {
+		return mem, nil
+	}
+	if p.self {
+		return nil, ftrma.ErrUnknownRegion
+	}
+	p.segMu.Lock()
+	defer p.segMu.Unlock()
+	old := *p.segs.Load()
+	if mem, ok := old[id]; ok {
+		return mem, nil
+	}
+	mem, err := mapFile(p.segPath(id))
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, ftrma.ErrUnknownRegion // released under a stale key entry
+		}
+		return nil, fmt.Errorf("%w: shm transport: map segment %d of rank %d: %w", ftrma.ErrInvalid, id, p.rank, err)
+	}
+	m := make(map[uint64][]byte, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[id] = mem
+	p.segs.Store(&m)
+	return mem, nil
+}
+
+// addSelfSegment and removeSelfSegment keep the self peer's segs in step with
+// this rank's Alloc and Release.
+func (p *peer) addSelfSegment(id uint64, mem []byte) {
+	p.segMu.Lock()
+	old := *p.segs.Load()
+	m := make(map[uint64][]byte, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[id] = mem
+	p.segs.Store(&m)
+	p.segMu.Unlock()
+}
+
+func (p *peer) removeSelfSegment(id uint64) {
+	p.mu.Lock()
+	p.segMu.Lock()
+	old := *p.segs.Load()
+	m := make(map[uint64][]byte, len(old))
+	for k, v := range old {
+		if k != id {
+			m[k] = v
+		}
+	}
+	p.segs.Store(&m)
+	p.segMu.Unlock()
+	p.mu.Unlock()
+}
+
+// drop unmaps everything of the peer for good. For self only the references
+// go: this rank's own memory is unmapped by Release and Close.
+func (p *peer) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone {
+		return
+	}
+	p.gone = true
+	m := map[uint64][]byte{}
+	p.segMu.Lock()
+	old := p.segs.Swap(&m)
+	p.segMu.Unlock()
+	if p.self {
+		p.ctl = nil
+		return
+	}
+	for _, mem := range *old {
+		unmap(mem)
+	}
+	if p.ctl != nil {
+		unmap(p.ctl.mem)
+		p.ctl = nil
+	}
+}
+
+// wakeSender wakes a producer of this rank parked on the peer's full ring,
+// so that it notices the peer went down.
+func (p *peer) wakeSender() {
+	p.mu.RLock()
+	if c := p.ctl; c != nil && !p.self {
+		futexWake(c.ring(p.t.cfg.Rank).space)
+	}
+	p.mu.RUnlock()
+}
+
+// down cuts the peer off for cause: operations toward it fail with an error
+// wrapping ftrma.ErrProcFailed and cause, nothing more from it is delivered,
+// and its mappings are dropped (after the accesses under way). Unless quiet,
+// the receiver's HandlePeerDown is queued, once per peer. It must not be
+// called with p.mu or p.smu held.
+func (t *Transport) down(p *peer, cause error, quiet bool) {
+	p.fail(transport.ErrPeerDown(p.rank, cause))
+	p.rstop.Store(true)
+	if !p.downed.Swap(true) && !quiet {
+		if cause != errFenced && cause != transport.ErrPeerLeft {
+			t.cfg.Logf("shm transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+		}
+		p.notify.Store(true)
+		t.wake()
+	}
+	p.wakeSender()
+	p.drop()
+}
+
+// lost handles what an access found out about the peer (status from lock,
+// or from the peer's shared state), after the peer's locks are released. It
+// returns the error to give the caller.
+func (t *Transport) lost(op string, p *peer, status error) error {
+	switch status {
+	case errFencedByPeer:
+		t.down(p, errFencedByPeer, false)
+	case transport.ErrPeerLeft:
+		// Operations fail at once; the progress goroutine reports the peer
+		// down once it has delivered everything the peer sent.
+		p.fail(transport.ErrPeerDown(p.rank, transport.ErrPeerLeft))
+		t.wake()
+	case errCorrupt:
+		t.down(p, errCorrupt, false)
+	case errGone:
+		if t.closed.Load() {
+			return &ftrma.OpError{Op: op, Rank: p.rank, Err: ftrma.ErrClosed}
+		}
+	case errNotOpened:
+		return &ftrma.OpError{Op: op, Rank: p.rank, Err: fmt.Errorf("%w: shm transport: rank %d has not opened its transport yet (Connect waits for it)", ftrma.ErrInvalid, p.rank)}
+	default:
+		return &ftrma.OpError{Op: op, Rank: p.rank, Err: status}
+	}
+	if err := p.downErr(); err != nil {
+		return err
+	}
+	return &ftrma.OpError{Op: op, Rank: p.rank, Err: ftrma.ErrClosed}
+}

@@ -1,0 +1,150 @@
+//go:build linux
+
+package shm
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma/transport"
+)
+
+// parkTimeout bounds a park on a futex, so that a wake-up lost to a process
+// that died between publishing and waking costs only this much.
+const parkTimeout = 10 * time.Millisecond
+
+// run is the progress goroutine: it delivers the messages of the incoming
+// rings, messages to self and peer-down events to the receiver, busy-polls
+// for Config.Spin after the last thing it did, then parks on the doorbell.
+func (t *Transport) run() {
+	defer t.wg.Done()
+	buf := make([]byte, transport.MaxControlMessage)
+	db, sleeping := t.own.word32(offDoorbell), t.own.word32(offSleeping)
+	var spinUntil, watched time.Time
+	for busy := 0; !t.stop.Load(); {
+		if t.poll(buf) {
+			busy++
+			if t.cfg.Spin > 0 || busy%64 == 0 {
+				now := time.Now()
+				spinUntil = now.Add(t.cfg.Spin)
+				if now.Sub(watched) >= parkTimeout { // busy for long: look anyway
+					t.watchPeers()
+					watched = now
+				}
+			}
+			continue
+		}
+		busy = 0
+		if t.cfg.Spin > 0 && time.Now().Before(spinUntil) {
+			continue
+		}
+		t.watchPeers()
+		watched = time.Now()
+		// Senders bump the doorbell after publishing and wake this goroutine
+		// if sleeping is set: sleeping is set before the doorbell is read and
+		// the rings are polled once more, so either the poll sees the message
+		// or the sender sees sleeping (and the doorbell has moved on).
+		atomic.StoreUint32(sleeping, 1)
+		v := atomic.LoadUint32(db)
+		if !t.stop.Load() && !t.poll(buf) {
+			futexWait(db, v, parkTimeout)
+		}
+		atomic.StoreUint32(sleeping, 0)
+	}
+}
+
+// poll delivers what is ready and reports whether it did anything.
+func (t *Transport) poll(buf []byte) bool {
+	did := false
+	r := t.receiver()
+	if r != nil {
+		for _, p := range t.peers {
+			if p.notify.Load() && p.notify.CompareAndSwap(true, false) {
+				r.HandlePeerDown(p.rank, p.downErr())
+				did = true
+			}
+		}
+		t.selfMu.Lock()
+		q := t.selfQ
+		t.selfQ = nil
+		t.selfMu.Unlock()
+		for _, m := range q {
+			r.HandleMessage(t.cfg.Rank, m)
+		}
+		did = did || len(q) > 0
+	}
+	for _, p := range t.peers {
+		if !p.self && !p.rstop.Load() && t.pollRing(p, r, buf) {
+			did = true
+		}
+	}
+	return did
+}
+
+// maxBatch bounds the messages taken from one ring in a row, for fairness.
+const maxBatch = 64
+
+// pollRing delivers the messages waiting in p's ring (when there is a
+// receiver), and reports p down once it closed and its ring is drained.
+func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
+	rg := &p.in
+	tail := atomic.LoadUint64(rg.tail)
+	if tail == p.rhead {
+		// The sender flags its ring after publishing its last message.
+		if atomic.LoadUint32(rg.closed) != 0 && atomic.LoadUint64(rg.tail) == p.rhead {
+			t.down(p, transport.ErrPeerLeft, false)
+			return true
+		}
+		return false
+	}
+	if r == nil {
+		return false // held in the ring until a receiver is set
+	}
+	for k := 0; k < maxBatch && p.rhead != tail; k++ {
+		n, next, err := rg.take(p.rhead, tail, buf)
+		if err != nil {
+			t.down(p, err, false)
+			return true
+		}
+		p.rhead = next
+		atomic.StoreUint64(rg.head, next)
+		if atomic.LoadUint32(rg.waiting) != 0 {
+			atomic.AddUint32(rg.space, 1)
+			futexWake(rg.space)
+		}
+		if p.rstop.Load() {
+			return true
+		}
+		r.HandleMessage(p.rank, buf[:n])
+	}
+	return true
+}
+
+// watchPeers looks at the flags of the mapped peers: a peer that fenced
+// this rank is down; a peer that closed is down once its ring is drained.
+func (t *Transport) watchPeers() {
+	for _, p := range t.peers {
+		if p.self || p.rstop.Load() {
+			continue
+		}
+		var fenced, closed bool
+		p.mu.RLock()
+		if c := p.ctl; c != nil {
+			fenced = atomic.LoadUint64(c.word(c.active(t.cfg.Rank)+actFenced)) != 0
+			closed = atomic.LoadUint64(c.word(offState)) != stateOpen
+		}
+		p.mu.RUnlock()
+		switch {
+		case fenced:
+			t.down(p, errFencedByPeer, false)
+		case closed:
+			p.fail(transport.ErrPeerDown(p.rank, transport.ErrPeerLeft))
+			// A peer that sent flagged its ring before closing: pollRing
+			// reports it once drained. One that never mapped this rank left
+			// its ring empty.
+			if atomic.LoadUint64(p.in.tail) == p.rhead {
+				t.down(p, transport.ErrPeerLeft, false)
+			}
+		}
+	}
+}

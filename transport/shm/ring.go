@@ -1,0 +1,187 @@
+//go:build linux
+
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// ring is a single-producer single-consumer byte ring in a receiver's
+// control segment, carrying the messages of one sender. Positions count
+// bytes since the start and only grow; a position's place in data is the
+// position modulo its length. A message is an 8-byte header holding its
+// length, then its bytes, padded to a multiple of 8, possibly wrapping past
+// the end of data.
+type ring struct {
+	head, tail *uint64
+	closed     *uint32
+	space      *uint32
+	waiting    *uint32
+	data       []byte
+}
+
+// room returns the free bytes, or false if the positions are impossible.
+func (rg *ring) room(head, tail uint64) (uint64, bool) {
+	used := tail - head
+	if used > uint64(len(rg.data)) || used%8 != 0 {
+		return 0, false
+	}
+	return uint64(len(rg.data)) - used, true
+}
+
+// put writes msg at position tail and returns the position after it. The
+// caller has checked the room.
+func (rg *ring) put(tail uint64, msg []byte) uint64 {
+	n := uint64(len(rg.data))
+	at := tail % n
+	binary.LittleEndian.PutUint64(rg.data[at:at+msgHeader], uint64(len(msg)))
+	at = (at + msgHeader) % n
+	k := copy(rg.data[at:], msg)
+	copy(rg.data, msg[k:])
+	return tail + msgHeader + uint64(len(msg)+7)&^7
+}
+
+// take copies the message at position head into buf (at least
+// transport.MaxControlMessage bytes) and returns its length and the position
+// after it. tail is the published producer position.
+func (rg *ring) take(head, tail uint64, buf []byte) (int, uint64, error) {
+	size := uint64(len(rg.data))
+	avail := tail - head
+	if avail > size || avail%8 != 0 || avail < msgHeader {
+		return 0, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
+	}
+	at := head % size
+	m := binary.LittleEndian.Uint64(rg.data[at : at+msgHeader])
+	if m > transport.MaxControlMessage || msgHeader+(m+7)&^7 > avail {
+		return 0, 0, fmt.Errorf("%w: message of %d bytes with %d published", errCorrupt, m, avail)
+	}
+	at = (at + msgHeader) % size
+	k := copy(buf[:m], rg.data[at:])
+	copy(buf[k:m], rg.data)
+	return int(m), head + msgHeader + (m+7)&^7, nil
+}
+
+// ringDoorbell bumps the doorbell of the rank whose control segment is c and
+// wakes it if it said it sleeps. Call it after publishing.
+func ringDoorbell(c *ctl) {
+	atomic.AddUint32(c.word32(offDoorbell), 1)
+	if atomic.LoadUint32(c.word32(offSleeping)) != 0 {
+		futexWake(c.word32(offDoorbell))
+	}
+}
+
+// maxHeldSelf bounds the messages to self held before a receiver is set.
+const maxHeldSelf = 4096
+
+// Send copies msg, at most transport.MaxControlMessage bytes, into peer's
+// ring for this rank and rings peer's doorbell; peer's progress goroutine
+// delivers it, after the messages this rank sent before (operations posted
+// before it have taken effect already). If the ring is full, Send waits for
+// room (spinning for Config.Spin, then parking) until the peer consumes,
+// goes down or closes. A message to self is queued for this rank's progress
+// goroutine and never waits.
+//
+// It fails with ftrma.ErrInvalid for a message too large or a peer that has
+// not opened its transport yet, ftrma.ErrRankOutOfRange, ftrma.ErrClosed,
+// or the peer-down error (wrapping ftrma.ErrProcFailed), also when the peer
+// goes down while Send waits. A Receiver that sends must keep in mind that
+// Send can wait for the peer: two ranks whose receivers send to each other
+// through full rings would wait for each other.
+func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
+	p, err := t.peer("send", r)
+	if err != nil {
+		return err
+	}
+	if len(msg) > transport.MaxControlMessage {
+		return &ftrma.OpError{Op: "send", Rank: r, Err: fmt.Errorf("%w: shm transport: message of %d bytes exceeds %d", ftrma.ErrInvalid, len(msg), transport.MaxControlMessage)}
+	}
+	if p.self {
+		t.selfMu.Lock()
+		if t.receiver() != nil || len(t.selfQ) < maxHeldSelf {
+			t.selfQ = append(t.selfQ, slices.Clone(msg))
+		}
+		t.selfMu.Unlock()
+		t.wake()
+		return nil
+	}
+	if err := p.downErr(); err != nil {
+		return err
+	}
+	p.smu.Lock()
+	status := t.sendLocked(p, msg)
+	p.smu.Unlock()
+	if status != nil {
+		return t.lost("send", p, status)
+	}
+	return nil
+}
+
+// sendLocked does Send's work under p.smu and returns a status for t.lost.
+func (t *Transport) sendLocked(p *peer, msg []byte) error {
+	c, err := p.lock()
+	if err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
+	rg := c.ring(t.cfg.Rank)
+	need := msgHeader + uint64(len(msg)+7)&^7
+	tail := atomic.LoadUint64(rg.tail)
+	var deadline time.Time
+	for i := 0; ; i++ {
+		room, ok := rg.room(atomic.LoadUint64(rg.head), tail)
+		if !ok {
+			return errCorrupt
+		}
+		if room >= need {
+			break
+		}
+		if status := t.sendable(p, c); status != nil {
+			return status
+		}
+		if t.cfg.Spin > 0 {
+			if i == 0 {
+				deadline = time.Now().Add(t.cfg.Spin)
+			}
+			if i&15 != 15 || time.Now().Before(deadline) {
+				continue
+			}
+		}
+		// Park until the receiver frees room. It bumps space after moving
+		// head if waiting is set; setting waiting before reading space and
+		// head means one of the two sides sees the other.
+		atomic.StoreUint32(rg.waiting, 1)
+		v := atomic.LoadUint32(rg.space)
+		if room, ok := rg.room(atomic.LoadUint64(rg.head), tail); !ok || room < need {
+			futexWait(rg.space, v, parkTimeout)
+		}
+		atomic.StoreUint32(rg.waiting, 0)
+	}
+	if status := t.sendable(p, c); status != nil {
+		return status
+	}
+	atomic.StoreUint64(rg.tail, rg.put(tail, msg))
+	ringDoorbell(c)
+	return nil
+}
+
+// sendable reports why nothing more can be sent to p, or nil.
+func (t *Transport) sendable(p *peer, c *ctl) error {
+	switch {
+	case t.closed.Load():
+		return errGone
+	case p.downErr() != nil:
+		return errGone
+	case atomic.LoadUint64(c.word(c.active(t.cfg.Rank)+actFenced)) != 0:
+		return errFencedByPeer
+	case atomic.LoadUint64(c.word(offState)) != stateOpen:
+		return transport.ErrPeerLeft
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// The kinds of one-sided operation.
+const (
+	rmaWrite = iota
+	rmaRead
+	rmaCAS
+	rmaFAdd
+)
+
+// rma describes one operation for execute.
+type rma struct {
+	kind   int
+	src    []byte  // rmaWrite
+	dst    []byte  // rmaRead
+	a, b   uint64  // rmaCAS: old, new; rmaFAdd: delta
+	result *uint64 // rmaCAS, rmaFAdd; may be nil
+}
+
+var opNames = [...]string{rmaWrite: "write", rmaRead: "read", rmaCAS: "compare-and-swap", rmaFAdd: "fetch-and-add"}
+
+// Write copies src into peer's region key at off before it returns; the
+// operation is complete at once. Aligned words are stored whole when
+// len(src) <= transport.WordAtomicWrite. It fails at once with
+// ftrma.ErrClosed, ftrma.ErrRankOutOfRange, the peer-down error (wrapping
+// ftrma.ErrProcFailed; transport.ErrPeerLeft too when the peer closed), or
+// ftrma.ErrInvalid if the peer has not opened its transport yet; region,
+// bounds and alignment errors are reported by the next Wait or Flush.
+func (t *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
+	o := rma{kind: rmaWrite, src: src}
+	return t.post(peer, key, off, &o)
+}
+
+// Read copies len(dst) bytes of peer's region key at off into dst before it
+// returns. Aligned words are loaded whole when len(dst) <=
+// transport.WordAtomicWrite. Errors are those of Write.
+func (t *Transport) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
+	o := rma{kind: rmaRead, dst: dst}
+	return t.post(peer, key, off, &o)
+}
+
+// CompareAndSwap64 atomically replaces the word at off of peer's region key
+// with new if it equals old, with a hardware compare-and-swap on the shared
+// mapping, and stores the prior value in *result (if not nil) before it
+// returns. A word that is not 8-byte aligned fails with ftrma.ErrMisaligned.
+// Errors are those of Write.
+func (t *Transport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	o := rma{kind: rmaCAS, a: old, b: new, result: result}
+	return t.post(peer, key, off, &o)
+}
+
+// FetchAndAdd64 atomically adds delta to the word at off of peer's region key
+// and stores the prior value in *result (if not nil), as CompareAndSwap64.
+func (t *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	o := rma{kind: rmaFAdd, a: delta, result: result}
+	return t.post(peer, key, off, &o)
+}
+
+// post executes o toward peer and numbers it, complete.
+func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (transport.Seq, error) {
+	p, err := t.peer(opNames[o.kind], r)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.downErr(); err != nil {
+		return 0, err
+	}
+	opErr, status := p.execute(key, off, o)
+	if status != nil {
+		return 0, t.lost(opNames[o.kind], p, status)
+	}
+	if opErr != nil {
+		opErr = &ftrma.OpError{Op: opNames[o.kind], Rank: r, Err: opErr}
+	}
+	// Numbered after it executed: a sequence that Wait sees complete is an
+	// operation that took effect.
+	p.cmu.Lock()
+	seq := p.comp.Next()
+	p.comp.Complete(seq, opErr)
+	p.cmu.Unlock()
+	return seq, nil
+}
+
+// execute runs o on the peer's memory. opErr is the operation's own failure
+// (region, bounds, alignment); status is what the access found out about the
+// peer, for t.lost.
+func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status error) {
+	c, err := p.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer p.mu.RUnlock()
+	if p.t.closed.Load() {
+		return nil, errGone // Close waits for the accesses that got here first
+	}
+	act := c.active(p.t.cfg.Rank)
+	slot := enter(c, act)
+	defer atomic.AddUint64(slot, ^uint64(0))
+	// Checked after entering: Fence and Deregister publish their change before
+	// they wait for the operations that entered earlier.
+	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
+		return nil, errFencedByPeer
+	}
+	if !p.self && atomic.LoadUint64(c.word(offState)) != stateOpen {
+		return nil, transport.ErrPeerLeft
+	}
+	reg, err := p.resolve(c, key)
+	if err != nil {
+		return err, nil
+	}
+	n := uint64(len(o.src) + len(o.dst))
+	if o.kind == rmaCAS || o.kind == rmaFAdd {
+		n = 8
+	}
+	if off > uint64(len(reg)) || n > uint64(len(reg))-off {
+		return ftrma.ErrOutOfBounds, nil
+	}
+	b := reg[off : off+n]
+	switch o.kind {
+	case rmaWrite:
+		storeTo(b, o.src)
+	case rmaRead:
+		loadFrom(o.dst, b)
+	case rmaCAS, rmaFAdd:
+		if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+			return ftrma.ErrMisaligned, nil
+		}
+		w := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))
+		var v uint64
+		if o.kind == rmaFAdd {
+			v = atomic.AddUint64(w, o.a) - o.a
+		} else {
+			for {
+				v = atomic.LoadUint64(w)
+				if v != o.a || atomic.CompareAndSwapUint64(w, o.a, o.b) {
+					break
+				}
+			}
+		}
+		if o.result != nil {
+			*o.result = v
+		}
+	}
+	return nil, nil
+}
+
+// enter counts an operation of this rank in the peer's active line act, in
+// the slot of the current epoch, and returns the counter to decrement when
+// the operation is done.
+//
+// Safety does not rest on the epoch: Deregister (and Fence) publish their
+// change and only then read the counters, while an operation counts itself
+// and only then reads the key table (and fence flag), all with sequentially
+// consistent atomics. So an operation that the drain does not see counted
+// sees the change. The epoch only spares Deregister from waiting for
+// operations that start after it, which count themselves in the other slot.
+func enter(c *ctl, act int) *uint64 {
+	e := atomic.LoadUint64(c.word(offEpoch))
+	w := c.word(act + actCount0 + 8*int(e&1))
+	atomic.AddUint64(w, 1)
+	return w
+}
+
+// resolve looks key up in the peer's key table and returns the region's
+// memory. The caller holds p.mu for reading and is counted active.
+func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
+	if key == 0 || key > transport.MaxKey {
+		return nil, ftrma.ErrUnknownRegion
+	}
+	e := c.entry(int(key) & (c.lay.regions - 1))
+	if atomic.LoadUint64(c.word(e+entryState)) != uint64(key)<<8|1 {
+		return nil, ftrma.ErrUnknownRegion
+	}
+	id := atomic.LoadUint64(c.word(e + entrySeg))
+	off := atomic.LoadUint64(c.word(e + entryOffset))
+	n := atomic.LoadUint64(c.word(e + entryLength))
+	mem, err := p.segment(id)
+	if err != nil {
+		return nil, err
+	}
+	if off > uint64(len(mem)) || n > uint64(len(mem))-off {
+		return nil, fmt.Errorf("%w: shm transport: key %d of rank %d names bytes %d+%d of a %d-byte segment", ftrma.ErrInvalid, key, p.rank, off, n, len(mem))
+	}
+	return mem[off : off+n : off+n], nil
+}
+
+// storeTo copies src into dst, shared memory of at least len(src) bytes. When
+// len(src) <= transport.WordAtomicWrite every 8-byte aligned word of dst that
+// src covers is stored whole (the unaligned ends go byte by byte), so that a
+// concurrent reader never sees it torn; larger copies use memmove.
+func storeTo(dst, src []byte) {
+	n := len(src)
+	if n > transport.WordAtomicWrite {
+		copy(dst, src)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	dst = dst[:n]
+	i := 0
+	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(dst))) & 7); i < head && i < n; i++ {
+		dst[i] = src[i]
+	}
+	for ; i+8 <= n; i += 8 {
+		storeWord(&dst[i], binary.NativeEndian.Uint64(src[i:i+8]))
+	}
+	for ; i < n; i++ {
+		dst[i] = src[i]
+	}
+}
+
+// loadFrom copies src, shared memory, into dst, loading every aligned word
+// of src whole when len(dst) <= transport.WordAtomicWrite, as storeTo.
+func loadFrom(dst, src []byte) {
+	n := len(dst)
+	if n > transport.WordAtomicWrite {
+		copy(dst, src)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	src = src[:n]
+	i := 0
+	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(src))) & 7); i < head && i < n; i++ {
+		dst[i] = src[i]
+	}
+	for ; i+8 <= n; i += 8 {
+		binary.NativeEndian.PutUint64(dst[i:i+8], loadWord(&src[i]))
+	}
+	for ; i < n; i++ {
+		dst[i] = src[i]
+	}
+}
+
+// Wait returns once operation seq toward peer is complete, which it is as
+// soon as it was posted: it never blocks. It returns the errors (joined) of
+// operations up to seq not yet reported by Wait or Flush, each an
+// *ftrma.OpError; the peer-down error (wrapping ftrma.ErrProcFailed) if
+// operations toward peer failed since; ftrma.ErrInvalid for a sequence never
+// posted; ftrma.ErrClosed after Close.
+func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq) error {
+	p, err := t.peer("wait", peer)
+	if err != nil {
+		return err
+	}
+	if seq > p.comp.Posted() {
+		return &ftrma.OpError{Op: "wait", Rank: peer, Err: fmt.Errorf("%w: shm transport: sequence %d not posted", ftrma.ErrInvalid, seq)}
+	}
+	return p.comp.Wait(ctx, seq, 0)
+}
+
+// Flush is a full memory fence followed by Wait for every operation posted
+// toward peer; it never blocks. Toward a peer that is down it fails with an
+// error wrapping ftrma.ErrProcFailed even when nothing is pending.
+func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
+	p, err := t.peer("flush", peer)
+	if err != nil {
+		return err
+	}
+	t.fence.Add(1) // a locked read-modify-write: orders every store before it
+	return p.comp.Flush(ctx, 0)
+}
+
+// Push does nothing: operations take effect when posted.
+func (t *Transport) Push(peer ftrma.Rank) {}

@@ -1,0 +1,1069 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+func TestWriteReadRoundTrip(t *testing.T) {
+	ts, _, _ := cluster(t, 3, clusterOpts{})
+	ctx := testCtx(t)
+	mem := must(ts[1].Alloc(256 << 10))
+	if uintptrOf(mem)%8 != 0 || len(mem) != 256<<10 || cap(mem) != 256<<10 {
+		t.Fatalf("Alloc returned %d/%d bytes at %#x", len(mem), cap(mem), uintptrOf(mem))
+	}
+	sizes := []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 100, 4095, 4096, 4097, transport.WordAtomicWrite, transport.WordAtomicWrite + 1, 40000, 100 << 10}
+	for _, base := range []int{0, 3, 8} {
+		reg := mem[base : base+(120<<10)]
+		key := must(ts[1].Register(reg))
+		for _, size := range sizes {
+			for _, off := range []uint64{0, 1, 3, 8, 13} {
+				src := make([]byte, size)
+				for i := range src {
+					src[i] = byte(i*7 + size + int(off) + base)
+				}
+				if _, err := ts[0].Write(1, key, off, src); err != nil {
+					t.Fatal(err)
+				}
+				if err := ts[0].Flush(ctx, 1); err != nil {
+					t.Fatalf("base %d size %d off %d: flush: %v", base, size, off, err)
+				}
+				if !bytes.Equal(reg[off:off+uint64(size)], src) {
+					t.Fatalf("base %d size %d off %d: the owner's memory differs", base, size, off)
+				}
+				for _, reader := range []int{2, 1} { // a peer, and the owner through its transport
+					dst := make([]byte, size)
+					seq, err := ts[reader].Read(1, key, off, dst)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := ts[reader].Wait(ctx, 1, seq); err != nil {
+						t.Fatalf("base %d size %d off %d: wait: %v", base, size, off, err)
+					}
+					if !bytes.Equal(dst, src) {
+						t.Fatalf("base %d size %d off %d: rank %d read back something else", base, size, off, reader)
+					}
+				}
+			}
+		}
+		if err := ts[1].Deregister(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts[1].Release(mem); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func uintptrOf(b []byte) uintptr {
+	return uintptr(unsafePointer(b))
+}
+
+func TestOperationErrors(t *testing.T) {
+	ts, _, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	a, b := ts[0], ts[1]
+	mem := must(b.Alloc(64))
+	key := must(b.Register(mem))
+	odd := must(b.Register(mem[4:36]))
+
+	var res uint64
+	check := func(what string, seq transport.Seq, err error, want error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: posting failed: %v", what, err)
+		}
+		err = a.Wait(ctx, 1, seq)
+		var oe *ftrma.OpError
+		if !errors.Is(err, want) || !errors.As(err, &oe) || oe.Rank != 1 {
+			t.Fatalf("%s: got %v, want an *ftrma.OpError for rank 1 wrapping %v", what, err, want)
+		}
+	}
+	seq, err := a.Write(1, key, 60, make([]byte, 8))
+	check("write past the end", seq, err, ftrma.ErrOutOfBounds)
+	seq, err = a.Read(1, key, 65, nil)
+	check("read beyond the end", seq, err, ftrma.ErrOutOfBounds)
+	seq, err = a.Read(1, key, 1<<63, make([]byte, 1))
+	check("read at a huge offset", seq, err, ftrma.ErrOutOfBounds)
+	seq, err = a.CompareAndSwap64(1, key, 4, 0, 1, &res)
+	check("misaligned compare-and-swap", seq, err, ftrma.ErrMisaligned)
+	seq, err = a.FetchAndAdd64(1, odd, 0, 1, nil)
+	check("fetch-and-add in a misaligned region", seq, err, ftrma.ErrMisaligned)
+	seq, err = a.FetchAndAdd64(1, key, 64, 1, nil)
+	check("fetch-and-add past the end", seq, err, ftrma.ErrOutOfBounds)
+	for _, k := range []transport.Key{0, 12345, transport.MaxKey, transport.MaxKey + 1} {
+		seq, err = a.Write(1, k, 0, []byte{1})
+		check("write to an unknown key", seq, err, ftrma.ErrUnknownRegion)
+	}
+
+	// A failure is reported once; operations after it succeed.
+	seq, err = a.Write(1, key, 64, []byte{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(1, key, 0, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, 1); !errors.Is(err, ftrma.ErrOutOfBounds) {
+		t.Fatalf("flush: %v, want the earlier bounds error", err)
+	}
+	if err := a.Flush(ctx, 1); err != nil {
+		t.Fatalf("second flush: %v", err)
+	}
+	_ = seq
+
+	// Deregistered keys are unknown.
+	if err := b.Deregister(key); err != nil {
+		t.Fatal(err)
+	}
+	seq, err = a.Write(1, key, 0, []byte{1})
+	check("write after deregister", seq, err, ftrma.ErrUnknownRegion)
+	seq, err = b.Read(1, key, 0, make([]byte, 1))
+	if err != nil || !errors.Is(b.Wait(ctx, 1, seq), ftrma.ErrUnknownRegion) {
+		t.Fatal("read toward self after deregister did not fail with ErrUnknownRegion")
+	}
+	if err := b.Deregister(key); !errors.Is(err, ftrma.ErrUnknownRegion) {
+		t.Fatalf("second deregister: %v", err)
+	}
+
+	// Memory rules.
+	beyond := unsafeSlice(unsafePointer(mem), 5000) // past the segment's one page
+	for name, m := range map[string][]byte{"heap memory": make([]byte, 64), "nil": nil, "past the end": beyond} {
+		_, err := b.Register(m)
+		if !errors.Is(err, ftrma.ErrInvalid) || !strings.Contains(err.Error(), "register memory from Alloc") {
+			t.Fatalf("register %s: %v", name, err)
+		}
+	}
+	if err := b.Release(mem); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("release of registered memory: %v", err)
+	}
+	if err := b.Deregister(odd); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string][]byte{"heap memory": make([]byte, 64), "a sub-slice": mem[8:], "nil": nil} {
+		if err := b.Release(m); !errors.Is(err, ftrma.ErrInvalid) {
+			t.Fatalf("release of %s: %v", name, err)
+		}
+	}
+	if err := b.Release(mem); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(mem); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("second release: %v", err)
+	}
+	if _, err := b.Alloc(-1); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("alloc of -1 bytes: %v", err)
+	}
+	empty := must(b.Alloc(0))
+	ek := must(b.Register(empty))
+	if seq, err := a.Write(1, ek, 0, nil); err != nil || a.Wait(ctx, 1, seq) != nil {
+		t.Fatalf("empty write to an empty region: %v", err)
+	}
+
+	// Arguments.
+	if err := a.Wait(ctx, 1, a.peers[1].comp.Posted()+1); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("wait for an unposted sequence: %v", err)
+	}
+	if _, err := a.Write(2, key, 0, nil); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+		t.Fatalf("write to rank 2 of 2: %v", err)
+	}
+	if err := a.Send(-1, nil); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+		t.Fatalf("send to rank -1: %v", err)
+	}
+	if err := a.Send(1, make([]byte, transport.MaxControlMessage+1)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("oversized send: %v", err)
+	}
+	if err := a.Fence(0); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("fence of self: %v", err)
+	}
+	if got := a.Caps(); !got.Has(transport.CapOneSided | transport.CapNativeAtomics | transport.CapOrdered | transport.CapRemoteCompletion) {
+		t.Fatalf("caps %b", got)
+	}
+}
+
+func TestConfigAndOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, cfg := range []Config{
+		{Rank: 0, Size: 0, Job: "j"},
+		{Rank: 2, Size: 2, Job: "j"},
+		{Rank: -1, Size: 2, Job: "j"},
+	} {
+		cfg.Dir = dir
+		if _, err := Open(cfg); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+			t.Errorf("Open(%+v): %v", cfg, err)
+		}
+	}
+	for _, job := range []string{"", "a/b", "..", "a b", strings.Repeat("x", 129)} {
+		if _, err := Open(Config{Size: 1, Job: job, Dir: dir}); !errors.Is(err, ftrma.ErrInvalid) {
+			t.Errorf("job %q: %v", job, err)
+		}
+	}
+	if _, err := Open(Config{Size: 1, Job: "j", Dir: dir, RingBytes: 1000}); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("tiny ring: %v", err)
+	}
+	tr, err := Open(Config{Size: 2, Job: "j", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := Open(Config{Size: 2, Job: "j", Dir: dir}); !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), "RemoveJob") {
+		t.Fatalf("second Open of rank 0: %v", err)
+	}
+	// A peer of a different size is refused when mapped.
+	other, err := Open(Config{Rank: 1, Size: 3, Job: "j", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := tr.Connect(ctx); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("connect to a rank of another size: %v", err)
+	}
+}
+
+func TestConnectWaitsForPeers(t *testing.T) {
+	dir := t.TempDir()
+	a := must(Open(Config{Rank: 0, Size: 2, Job: "j", Dir: dir}))
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := a.Connect(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connect without the peer: %v", err)
+	}
+	if err := a.Send(1, []byte("x")); !errors.Is(err, ftrma.ErrInvalid) || !strings.Contains(err.Error(), "not opened") {
+		t.Fatalf("send to a rank that has not opened: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- a.Connect(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b := must(Open(Config{Rank: 1, Size: 2, Job: "j", Dir: dir}))
+	defer b.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// b never called Connect: it maps a when it first sends.
+	rec := newRecorder()
+	a.SetReceiver(rec)
+	if err := b.Send(0, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, testCtx(t), "the message", func() bool { return rec.count() == 1 })
+}
+
+func TestAtomicsFromManyRanks(t *testing.T) {
+	const n, goroutines, iters = 4, 4, 400
+	ts, _, _ := cluster(t, n, clusterOpts{})
+	ctx := testCtx(t)
+	mem := must(ts[0].Alloc(64))
+	key := must(ts[0].Register(mem[8:]))
+	olds := make(chan uint64, n*goroutines*iters)
+	var wg sync.WaitGroup
+	for r := range ts {
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tr := ts[r]
+				for range iters {
+					var old uint64
+					if g%2 == 0 {
+						seq, err := tr.FetchAndAdd64(0, key, 8, 1, &old)
+						if err == nil {
+							err = tr.Wait(ctx, 0, seq)
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					} else {
+						var cur uint64
+						for {
+							seq, err := tr.CompareAndSwap64(0, key, 8, cur, cur+1, &old)
+							if err == nil {
+								err = tr.Wait(ctx, 0, seq)
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if old == cur {
+								break
+							}
+							cur = old
+						}
+					}
+					olds <- old
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(olds)
+	const total = n * goroutines * iters
+	if got := atomic.LoadUint64((*uint64)(unsafePointer(mem[16:]))); got != total {
+		t.Fatalf("counter is %d, want %d", got, total)
+	}
+	var all []uint64
+	for v := range olds {
+		all = append(all, v)
+	}
+	slices.Sort(all)
+	for i, v := range all {
+		if v != uint64(i) {
+			t.Fatalf("the increments saw prior values %v..., not each of 0..%d once", all[:min(i+2, len(all))][max(i-2, 0):], total-1)
+		}
+	}
+	// The CAS result when the comparison fails is the current value.
+	var cur uint64
+	if seq, err := ts[1].CompareAndSwap64(0, key, 8, 12345, 1, &cur); err != nil || ts[1].Wait(ctx, 0, seq) != nil || cur != total {
+		t.Fatalf("failed CAS returned %d (%v), want %d", cur, err, total)
+	}
+}
+
+// A reader never sees an aligned word half written, for writes up to
+// transport.WordAtomicWrite, aligned or not.
+func TestWordAtomicity(t *testing.T) {
+	ts, _, _ := cluster(t, 3, clusterOpts{})
+	ctx := testCtx(t)
+	const size = transport.WordAtomicWrite
+	mem := must(ts[0].Alloc(size + 64))
+	key := must(ts[0].Register(mem))
+	patterns := [2][]byte{bytes.Repeat([]byte{0x11}, size), bytes.Repeat([]byte{0xee}, size)}
+	for _, off := range []uint64{0, 3} {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		stopWriter := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		defer stopWriter()
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := ts[1].Write(0, key, off, patterns[i%2][off:]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		dst := make([]byte, size)
+		deadline := time.Now().Add(150 * time.Millisecond)
+		for reads := 0; reads < 20 || time.Now().Before(deadline); reads++ {
+			seq, err := ts[2].Read(0, key, 0, dst)
+			if err == nil {
+				err = ts[2].Wait(ctx, 0, seq)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := 1; w < size/8; w++ { // word 0 is partly covered when off is 3
+				v := binary.NativeEndian.Uint64(dst[8*w:])
+				if v != 0 && v != 0x1111111111111111 && v != 0xeeeeeeeeeeeeeeee {
+					t.Fatalf("offset %d: word %d read as %#x: torn", off, w, v)
+				}
+			}
+		}
+		stopWriter()
+	}
+}
+
+func TestMessagesInOrder(t *testing.T) {
+	const n, goroutines, count = 4, 3, 300
+	ts, rs, _ := cluster(t, n, clusterOpts{})
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for from := range ts {
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range count {
+					for to := range ts {
+						msg := make([]byte, 8+(i*13)%200)
+						msg[0] = byte(g)
+						binary.BigEndian.PutUint32(msg[1:], uint32(i))
+						msg[5] = byte(from)
+						if err := ts[from].Send(ftrma.Rank(to), msg); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for to, rec := range rs {
+		rec.await(t, ctx, "every message", func() bool { return rec.count() == n*goroutines*count })
+		for from := range ts {
+			next := make([]uint32, goroutines)
+			for _, m := range rec.from(ftrma.Rank(from)) {
+				g, i := m[0], binary.BigEndian.Uint32(m[1:])
+				if int(m[5]) != from || i != next[g] || len(m) != 8+(int(i)*13)%200 {
+					t.Fatalf("rank %d got message %d of goroutine %d of rank %d (%d bytes), want %d", to, i, g, m[5], len(m), next[g])
+				}
+				next[g]++
+			}
+		}
+	}
+}
+
+// Large messages wrap around the ring's end many times.
+func TestLargeMessagesWrapAround(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	sizes := []int{transport.MaxControlMessage, 1, 777, transport.MaxControlMessage - 1, 40000, 0, 65535, 8, 12345}
+	const count = 60
+	body := func(i int) []byte {
+		m := make([]byte, sizes[i%len(sizes)])
+		for j := range m {
+			m[j] = byte(i + j*31)
+		}
+		return m
+	}
+	go func() {
+		for i := range count {
+			if err := ts[0].Send(1, body(i)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	rs[1].await(t, ctx, "every message", func() bool { return rs[1].count() == count })
+	for i, m := range rs[1].from(0) {
+		if !bytes.Equal(m, body(i)) {
+			t.Fatalf("message %d: %d bytes differ from the %d sent", i, len(m), len(body(i)))
+		}
+	}
+	if head := atomic.LoadUint64(ts[1].peers[0].in.head); head <= 2*defaultRingBytes {
+		t.Fatalf("the ring did not wrap: %d bytes consumed", head)
+	}
+}
+
+// A full ring makes Send wait for the receiver; nothing is lost.
+func TestFullRingWaitsForSlowReceiver(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{noReceiver: true, cfg: func(c *Config) { c.RingBytes = minRingBytes }})
+	ctx := testCtx(t)
+	release := make(chan struct{})
+	var first sync.Once
+	rs[1].hook = func(ftrma.Rank, []byte) {
+		first.Do(func() { <-release }) // the receiver stalls on its first message
+	}
+	ts[1].SetReceiver(rs[1])
+	const count, size = 500, 1000
+	var sent atomic.Int64
+	go func() {
+		for i := range count {
+			m := make([]byte, size)
+			binary.BigEndian.PutUint32(m, uint32(i))
+			if err := ts[0].Send(1, m); err != nil {
+				t.Error(err)
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	// The sender stops once the ring is full.
+	for last := int64(-1); ; {
+		time.Sleep(30 * time.Millisecond)
+		n := sent.Load()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	if n := sent.Load(); n == count || n*(size+msgHeader) < minRingBytes-size {
+		t.Fatalf("the sender stopped after %d messages of %d bytes with a ring of %d bytes", n, size, minRingBytes)
+	}
+	close(release)
+	rs[1].await(t, ctx, "every message", func() bool { return rs[1].count() == count })
+	for i, m := range rs[1].from(0) {
+		if binary.BigEndian.Uint32(m) != uint32(i) || len(m) != size {
+			t.Fatalf("message %d is %d", i, binary.BigEndian.Uint32(m))
+		}
+	}
+}
+
+// Messages that arrive before the receiver is set wait for it.
+func TestMessagesHeldUntilReceiver(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{noReceiver: true})
+	ctx := testCtx(t)
+	for i := range 10 {
+		if err := ts[0].Send(1, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[1].Send(1, []byte{byte(100 + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts[1].PeerDown(0, errors.New("test"))
+	time.Sleep(20 * time.Millisecond)
+	ts[1].SetReceiver(rs[1])
+	rs[1].await(t, ctx, "held messages", func() bool { return rs[1].count() == 10 && len(rs[1].downsOf(0)) == 1 })
+	for i, m := range rs[1].from(1) {
+		if m[0] != byte(100+i) {
+			t.Fatalf("self message %d is %d", i, m[0])
+		}
+	}
+	// Rank 0's messages were dropped with it: it is down.
+	if got := rs[1].from(0); len(got) != 0 {
+		t.Fatalf("%d messages of a rank reported down were delivered", len(got))
+	}
+}
+
+func TestFence(t *testing.T) {
+	ts, rs, _ := cluster(t, 3, clusterOpts{})
+	ctx := testCtx(t)
+	mem0 := must(ts[0].Alloc(64))
+	key0 := must(ts[0].Register(mem0))
+	mem1 := must(ts[1].Alloc(64))
+	key1 := must(ts[1].Register(mem1))
+	if err := ts[0].Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 0's side: operations toward 1 fail; one peer-down event.
+	if _, err := ts[0].Write(1, key1, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write toward a fenced rank: %v", err)
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("flush toward a fenced rank: %v", err)
+	}
+	if err := ts[0].Send(1, nil); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("send toward a fenced rank: %v", err)
+	}
+	rs[0].await(t, ctx, "rank 0's peer-down event", func() bool { return len(rs[0].downsOf(1)) == 1 })
+	// Rank 1's side: the fence is noticed, as a closed connection.
+	if _, err := ts[1].Write(0, key0, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write by the fenced rank: %v", err)
+	}
+	if err := ts[1].Send(0, nil); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("send by the fenced rank: %v", err)
+	}
+	rs[1].await(t, ctx, "rank 1's peer-down event", func() bool { return len(rs[1].downsOf(0)) == 1 })
+	if err := ts[0].Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 2 is not affected.
+	if seq, err := ts[2].Write(0, key0, 8, []byte{7}); err != nil || ts[2].Wait(ctx, 0, seq) != nil || mem0[8] != 7 {
+		t.Fatalf("rank 2's write: %v", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := len(rs[0].downsOf(1)); n != 1 {
+		t.Fatalf("%d peer-down events for rank 1", n)
+	}
+	if ts[0].peers[1].ctl != nil || len(*ts[0].peers[1].segs.Load()) != 0 {
+		t.Fatal("the fenced rank's segments are still mapped")
+	}
+}
+
+// Messages of a fenced rank waiting in the ring are not delivered; Fence
+// works while the receiver is busy with one of them.
+func TestFenceDropsQueuedMessages(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{noReceiver: true})
+	ctx := testCtx(t)
+	inside, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	rs[0].hook = func(ftrma.Rank, []byte) {
+		first.Do(func() { close(inside); <-release })
+	}
+	ts[0].SetReceiver(rs[0])
+	for i := range 20 {
+		if err := ts[1].Send(0, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-inside
+	if err := ts[0].Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) == 1 })
+	time.Sleep(20 * time.Millisecond)
+	if n := len(rs[0].from(1)); n != 1 {
+		t.Fatalf("%d messages delivered, want only the one under way at the fence", n)
+	}
+}
+
+// After Fence returns, a fenced rank's operations no longer land, even if it
+// has not noticed the fence yet (its progress goroutine is stopped here):
+// each operation checks the fence flag itself.
+func TestFenceStopsOperationsOfPeer(t *testing.T) {
+	ts, _, _ := cluster(t, 2, clusterOpts{})
+	mem := must(ts[0].Alloc(64))
+	key := must(ts[0].Register(mem))
+	ts[1].stop.Store(true) // rank 1 stops watching its peers
+	ts[1].wake()
+	ts[1].wg.Wait()
+	errc := make(chan error, 1)
+	var writes atomic.Int64
+	go func() {
+		for i := uint64(1); ; i++ {
+			var b [8]byte
+			binary.NativeEndian.PutUint64(b[:], i)
+			if _, err := ts[1].Write(0, key, 0, b[:]); err != nil {
+				errc <- err
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	for writes.Load() < 100 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := ts[0].Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	word := binary.NativeEndian.Uint64(mem)
+	time.Sleep(30 * time.Millisecond)
+	if got := binary.NativeEndian.Uint64(mem); got != word {
+		t.Fatalf("rank 1 wrote %d after the fence (was %d)", got, word)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Fatalf("the fenced rank's write failed with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the fenced rank's writes still succeed")
+	}
+}
+
+// The doorbell wakes a parked receiver at once, not at its park timeout.
+func TestPingPongWakesPromptly(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{cfg: func(c *Config) { c.Spin = -1 }})
+	ctx := testCtx(t)
+	const rounds = 200
+	start := time.Now()
+	for i := range rounds {
+		if err := ts[0].Send(1, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		rs[1].await(t, ctx, "ping", func() bool { return rs[1].count() == i+1 })
+		if err := ts[1].Send(0, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		rs[0].await(t, ctx, "pong", func() bool { return rs[0].count() == i+1 })
+	}
+	el := time.Since(start)
+	t.Logf("%d round trips without spinning: %v, %v each", rounds, el, el/rounds)
+	if el > rounds*parkTimeout/4 {
+		t.Fatalf("%d round trips took %v: wake-ups wait for the park timeout", rounds, el)
+	}
+}
+
+func TestPeerDown(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	mem := must(ts[1].Alloc(64))
+	key := must(ts[1].Register(mem))
+	if seq, err := ts[0].Write(1, key, 0, []byte{1}); err != nil || ts[0].Wait(ctx, 1, seq) != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("the launcher saw it exit")
+	ts[0].PeerDown(1, cause)
+	ts[0].PeerDown(1, errors.New("again"))
+	for _, err := range []error{
+		func() error { _, err := ts[0].Write(1, key, 0, []byte{1}); return err }(),
+		func() error { _, err := ts[0].FetchAndAdd64(1, key, 0, 1, nil); return err }(),
+		ts[0].Send(1, nil),
+		ts[0].Flush(ctx, 1),
+	} {
+		if !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, cause) {
+			t.Fatalf("operation toward a rank reported down: %v", err)
+		}
+	}
+	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) > 0 })
+	time.Sleep(20 * time.Millisecond)
+	downs := rs[0].downsOf(1)
+	if len(downs) != 1 || !errors.Is(downs[0], cause) || !errors.Is(downs[0], ftrma.ErrProcFailed) {
+		t.Fatalf("peer-down events %v", downs)
+	}
+	ts[0].PeerDown(0, cause) // self: ignored
+	ts[0].PeerDown(7, cause) // out of range: ignored
+	if len(rs[0].downsOf(0)) != 0 {
+		t.Fatal("PeerDown of self was reported")
+	}
+}
+
+// Deregister waits for an access under way, and not for a peer that is down.
+func TestDeregisterWaitsForAccess(t *testing.T) {
+	for _, how := range []string{"finish", "peer down"} {
+		t.Run(how, func(t *testing.T) {
+			ts, _, _ := cluster(t, 2, clusterOpts{})
+			mem := must(ts[0].Alloc(64))
+			key := must(ts[0].Register(mem))
+			// Rank 1 enters rank 0's memory as an operation does, and stays.
+			p := ts[1].peers[0]
+			c, err := p.lock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot := enter(c, c.active(1))
+			leave := sync.OnceFunc(func() {
+				atomic.AddUint64(slot, ^uint64(0))
+				p.mu.RUnlock()
+			})
+			defer leave()
+			done := make(chan error, 1)
+			go func() { done <- ts[0].Deregister(key) }()
+			select {
+			case err := <-done:
+				t.Fatalf("Deregister returned (%v) during an access", err)
+			case <-time.After(30 * time.Millisecond):
+			}
+			if how == "finish" {
+				leave()
+			} else {
+				ts[0].PeerDown(1, errors.New("gone"))
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Deregister did not return")
+			}
+		})
+	}
+}
+
+func TestReleasedSegmentsAreUnmappedByPeers(t *testing.T) {
+	ts, _, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	a := must(ts[1].Alloc(64))
+	ka := must(ts[1].Register(a))
+	b := must(ts[1].Alloc(64))
+	kb := must(ts[1].Register(b))
+	for _, k := range []transport.Key{ka, kb} {
+		if seq, err := ts[0].Write(1, k, 0, []byte{1}); err != nil || ts[0].Wait(ctx, 1, seq) != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(*ts[0].peers[1].segs.Load()); n != 2 {
+		t.Fatalf("%d segments of rank 1 mapped, want 2", n)
+	}
+	if err := ts[1].Deregister(ka); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := ts[0].Write(1, kb, 0, []byte{2}); err != nil || ts[0].Wait(ctx, 1, seq) != nil || b[0] != 2 {
+		t.Fatal(err)
+	}
+	if n := len(*ts[0].peers[1].segs.Load()); n != 1 {
+		t.Fatalf("%d segments of rank 1 mapped after a release, want 1", n)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	ts, _, _ := cluster(t, 1, clusterOpts{cfg: func(c *Config) { c.Regions = 4 }})
+	mem := must(ts[0].Alloc(64))
+	seen := map[transport.Key]bool{}
+	for range 1000 {
+		k := must(ts[0].Register(mem[8:16]))
+		if k == 0 || k > transport.MaxKey || seen[k] {
+			t.Fatalf("key %d (seen before: %v)", k, seen[k])
+		}
+		seen[k] = true
+		if err := ts[0].Deregister(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		must(ts[0].Register(mem))
+	}
+	if _, err := ts[0].Register(mem); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("register into a full key table: %v", err)
+	}
+}
+
+// Close says goodbye: the peer gets everything sent before, then a
+// peer-down event with transport.ErrPeerLeft.
+func TestClose(t *testing.T) {
+	dir := t.TempDir()
+	ts, rs, _ := cluster(t, 2, clusterOpts{dir: dir})
+	ctx := testCtx(t)
+	mem := must(ts[1].Alloc(64))
+	key := must(ts[1].Register(mem))
+	kept := must(ts[1].Alloc(100))
+	for i := range 100 {
+		if err := ts[1].Send(0, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	rs[0].await(t, ctx, "the goodbye", func() bool { return len(rs[0].downsOf(1)) == 1 })
+	rs[0].mu.Lock()
+	events := slices.Clone(rs[0].events)
+	rs[0].mu.Unlock()
+	if len(events) != 101 || events[100] != "down 1" {
+		t.Fatalf("events %v, want 100 messages then the goodbye", events)
+	}
+	if err := rs[0].downsOf(1)[0]; !errors.Is(err, transport.ErrPeerLeft) || !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("goodbye error %v", err)
+	}
+	if _, err := ts[0].Write(1, key, 0, []byte{1}); !errors.Is(err, transport.ErrPeerLeft) || !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write toward a closed rank: %v", err)
+	}
+	// Rank 1's files are gone.
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "ftrma-t-1-") {
+			t.Fatalf("%s left behind", e.Name())
+		}
+	}
+	// Everything fails with ErrClosed after Close.
+	cl := ts[1]
+	var res uint64
+	for name, err := range map[string]error{
+		"write":      func() error { _, err := cl.Write(0, 1, 0, nil); return err }(),
+		"read":       func() error { _, err := cl.Read(0, 1, 0, nil); return err }(),
+		"cas":        func() error { _, err := cl.CompareAndSwap64(0, 1, 0, 0, 0, &res); return err }(),
+		"fadd":       func() error { _, err := cl.FetchAndAdd64(0, 1, 0, 0, &res); return err }(),
+		"wait":       cl.Wait(ctx, 0, 0),
+		"flush":      cl.Flush(ctx, 0),
+		"send":       cl.Send(0, nil),
+		"send self":  cl.Send(1, nil),
+		"fence":      cl.Fence(0),
+		"register":   func() error { _, err := cl.Register(mem); return err }(),
+		"deregister": cl.Deregister(key),
+		"alloc":      func() error { _, err := cl.Alloc(8); return err }(),
+		"connect":    cl.Connect(ctx),
+	} {
+		if !errors.Is(err, ftrma.ErrClosed) {
+			t.Errorf("%s after close: %v", name, err)
+		}
+	}
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	kept[99] = 1 // memory not released stays usable
+	if err := cl.Release(kept); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRemoveJob(t *testing.T) {
+	dir := t.TempDir()
+	job := []string{"ftrma-j-0-ctl", "ftrma-j-12-seg-3", "ftrma-j-2-ctl.tmp"}
+	other := []string{"ftrma-j-x-ctl", "ftrma-j-1-0-ctl", "ftrma-jj-0-ctl", "ftrma-j-1-seg-", "ftrma-j-1-segx-1", "other", "ftrma-j-0-ctl.old"}
+	for _, name := range append(slices.Clone(job), other...) {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveJob(dir, "j"); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	sort.Strings(other)
+	if !slices.Equal(left, other) {
+		t.Fatalf("left %v, want %v", left, other)
+	}
+	if err := RemoveJob(filepath.Join(dir, "missing"), "j"); err != nil {
+		t.Fatalf("missing directory: %v", err)
+	}
+	if err := RemoveJob(dir, "../x"); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("bad job name: %v", err)
+	}
+
+	// The files of a transport that never closed.
+	ts, _, _ := cluster(t, 2, clusterOpts{dir: dir, job: "k"})
+	must(ts[1].Alloc(10))
+	if err := RemoveJob(dir, "k"); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ = os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "ftrma-k-") {
+			t.Fatalf("%s left behind", e.Name())
+		}
+	}
+}
+
+// 32 ranks on a host with fewer cores exchange messages all to all and
+// increment a counter, without busy-waiting each other out.
+func TestManyRanksAllToAll(t *testing.T) {
+	const n, count = 32, 20
+	ts, rs, _ := cluster(t, n, clusterOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	mem := must(ts[0].Alloc(8))
+	key := must(ts[0].Register(mem))
+	var wg sync.WaitGroup
+	for from := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range count {
+				for to := range ts {
+					if err := ts[from].Send(ftrma.Rank(to), []byte{byte(from), byte(i)}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+			if seq, err := ts[from].FetchAndAdd64(0, key, 0, 1, nil); err != nil || ts[from].Wait(ctx, 0, seq) != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, rec := range rs {
+		rec.await(t, ctx, "every message", func() bool { return rec.count() == n*count })
+	}
+	if got := binary.NativeEndian.Uint64(mem); got != n {
+		t.Fatalf("counter %d, want %d", got, n)
+	}
+	t.Logf("%d ranks, %d messages each way: %v", n, count, time.Since(start))
+}
+
+// A sender parked on a full ring is woken when the receiver frees room, not
+// at its park timeout.
+func TestFullRingSenderWakesPromptly(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{noReceiver: true, cfg: func(c *Config) { c.Spin = -1; c.RingBytes = minRingBytes }})
+	release := make(chan struct{})
+	rs[1].hook = func(_ ftrma.Rank, m []byte) {
+		if len(m) == 1 {
+			<-release // a stall marker: wait for the test
+		}
+	}
+	ts[1].SetReceiver(rs[1])
+	waiting := ts[1].peers[0].in.waiting
+	const rounds = 15
+	var took []time.Duration
+	for range rounds {
+		done := make(chan error, 1)
+		go func() {
+			if err := ts[0].Send(1, []byte{1}); err != nil {
+				done <- err
+				return
+			}
+			for range minRingBytes/1008 + 2 { // more than the ring holds
+				if err := ts[0].Send(1, make([]byte, 1000)); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for atomic.LoadUint32(waiting) == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond) // parked by now
+		start := time.Now()
+		release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("parked sender done after %v (median of %d)", took[rounds/2], rounds)
+	if took[rounds/2] > parkTimeout/4 {
+		t.Fatalf("median %v from freeing room to the sender's return: the sender waits for its park timeout", took[rounds/2])
+	}
+}
+
+// No operation lands in a region after its Deregister returned, while a peer
+// keeps writing to every key it has been given.
+func TestNoWriteAfterDeregister(t *testing.T) {
+	ts, _, _ := cluster(t, 3, clusterOpts{})
+	mem := must(ts[0].Alloc(4096))
+	var cur atomic.Uint32 // the key the writers aim at
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 1; w <= 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one := bytes.Repeat([]byte{0xff}, 64)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ts[w].Write(0, transport.Key(cur.Load()), 0, one)
+			}
+		}()
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		region := mem[64*(i%64) : 64*(i%64)+64]
+		k := must(ts[0].Register(region))
+		cur.Store(uint32(k))
+		time.Sleep(50 * time.Microsecond)
+		if err := ts[0].Deregister(k); err != nil {
+			t.Fatal(err)
+		}
+		clear(region)
+		for range 200 {
+			runtime.Gosched()
+		}
+		if !bytes.Equal(region, make([]byte, 64)) {
+			t.Fatalf("round %d: a write landed after Deregister returned", i)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// A peer that said goodbye (Close) and then exited: the launcher's exit
+// notice (PeerDown) must not cut off what it sent before leaving; it is
+// delivered, and the peer is reported gone with ErrPeerLeft.
+func TestPeerDownAfterGoodbye(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	for i := range 50 {
+		if err := ts[1].Send(0, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ts[0].PeerDown(1, errors.New("the launcher saw it exit"))
+	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) > 0 })
+	if got := rs[0].from(1); len(got) != 50 {
+		t.Fatalf("%d of 50 messages delivered", len(got))
+	}
+	if downs := rs[0].downsOf(1); !errors.Is(downs[0], transport.ErrPeerLeft) {
+		t.Fatalf("peer-down error %v, want ErrPeerLeft", downs[0])
+	}
+}

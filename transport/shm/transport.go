@@ -1,0 +1,344 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+	"golang.org/x/sys/unix"
+)
+
+// Transport is the shared-memory transport of one rank. Its methods may be
+// called from any goroutine.
+type Transport struct {
+	cfg     Config
+	own     *ctl   // this rank's control segment; unmapped by Close (see life)
+	ctlPath string // its file
+	peers   []*peer
+
+	// life is held for reading by calls that touch own outside a peer's
+	// mapping lock (key table, fence flags, doorbell); Close holds it for
+	// writing to unmap own and remove the files.
+	life     sync.RWMutex
+	unmapped bool // own is unmapped and the files removed; guarded by life
+
+	mu        sync.Mutex // guards the bookkeeping of own memory below
+	segs      []*segment // data segments from Alloc, by base address
+	nextSeg   uint64     // the last segment id handed out
+	regions   map[transport.Key]region
+	slotGen   []uint32 // per key-table slot: the generation of its next key
+	freeSlots []int    // key-table slots without a key, oldest first
+
+	recv   atomic.Pointer[receiverBox]
+	selfMu sync.Mutex // guards selfQ
+	selfQ  [][]byte   // messages to self, not yet delivered
+
+	closed  atomic.Bool    // set first thing by Close
+	stop    atomic.Bool    // the progress goroutine must return
+	closeMu sync.Mutex     // serializes Close
+	wg      sync.WaitGroup // the progress goroutine
+	fence   atomic.Uint64  // target of Flush's fencing read-modify-write
+}
+
+type receiverBox struct{ r transport.Receiver }
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Allocator = (*Transport)(nil)
+)
+
+// Open creates this rank's control segment (its incoming rings, key table
+// and doorbell) under its final name, ready for peers, and starts the
+// progress goroutine. It does not wait for peers: they are mapped by Connect,
+// or on first use. It fails with ftrma.ErrRankOutOfRange or ftrma.ErrInvalid
+// for a bad Config, and with an error matching fs.ErrExist if the rank's
+// control segment exists already (the rank is open elsewhere, or a killed
+// run of the same job left it: RemoveJob removes it).
+func Open(cfg Config) (*Transport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	lay := makeLayout(cfg.Size, cfg.RingBytes, cfg.Regions)
+	path := filepath.Join(cfg.Dir, ctlName(cfg.Job, cfg.Rank))
+	stale := func(err error) error {
+		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", path, cfg.Rank, cfg.Job, err)
+	}
+	// The segment is made under a temporary name and linked to its final
+	// one when complete: a peer never maps a half-made segment.
+	tmp := path + tmpSuffix
+	mem, err := createFile(tmp, lay.total)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, stale(err)
+		}
+		return nil, fmt.Errorf("shm transport: create control segment: %w", err)
+	}
+	own := &ctl{mem: mem, lay: lay}
+	own.initHeader(cfg.Rank, os.Getpid())
+	atomic.StoreUint64(own.word(offState), stateOpen)
+	err = unix.Link(tmp, path)
+	unix.Unlink(tmp)
+	if err != nil {
+		unmap(mem)
+		if errors.Is(err, fs.ErrExist) {
+			return nil, stale(err)
+		}
+		return nil, fmt.Errorf("shm transport: publish %s: %w", path, err)
+	}
+	t := &Transport{
+		cfg:     cfg,
+		own:     own,
+		ctlPath: path,
+		regions: make(map[transport.Key]region),
+		slotGen: make([]uint32, cfg.Regions),
+	}
+	t.freeSlots = make([]int, cfg.Regions)
+	for i := range t.freeSlots {
+		t.freeSlots[i] = i
+		t.slotGen[i] = 1
+	}
+	t.peers = make([]*peer, cfg.Size)
+	for r := range t.peers {
+		p := newPeer(t, ftrma.Rank(r))
+		if p.self {
+			p.ctl = own
+		} else {
+			p.in = own.ring(p.rank)
+		}
+		t.peers[r] = p
+	}
+	t.wg.Add(1)
+	go t.run()
+	return t, nil
+}
+
+// Connect maps the control segment of every peer, waiting for those not
+// created yet (ranks start at different times) until ctx ends. Peers already
+// down are skipped. Operations and Send toward a peer not yet mapped try to
+// map it once and fail if it does not exist yet, so call Connect before
+// using peers that may still be starting.
+func (t *Transport) Connect(ctx context.Context) error {
+	for _, p := range t.peers {
+		if p.self {
+			continue
+		}
+		pause := 100 * time.Microsecond
+		for {
+			if t.closed.Load() {
+				return &ftrma.OpError{Op: "connect", Rank: p.rank, Err: ftrma.ErrClosed}
+			}
+			err := p.prepare()
+			if err == nil || err == errGone {
+				break
+			}
+			if err != errNotOpened {
+				return &ftrma.OpError{Op: "connect", Rank: p.rank, Err: err}
+			}
+			timer := time.NewTimer(pause)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return &ftrma.OpError{Op: "connect", Rank: p.rank, Err: fmt.Errorf("shm transport: waiting for rank %d to open its transport: %w", p.rank, ctx.Err())}
+			}
+			pause = min(2*pause, 20*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// Rank returns this process's rank.
+func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
+
+// Size returns the number of ranks.
+func (t *Transport) Size() int { return t.cfg.Size }
+
+// Caps reports one-sided operations with native atomics, ordered and
+// remotely complete: an operation has taken effect in the target's memory
+// when its posting call returns.
+func (t *Transport) Caps() transport.Caps {
+	return transport.CapOneSided | transport.CapNativeAtomics | transport.CapOrdered | transport.CapRemoteCompletion
+}
+
+// peer returns the peer r for operation op, or the error of a closed
+// transport or a rank out of range.
+func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
+	if t.closed.Load() {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrClosed}
+	}
+	if r < 0 || int(r) >= len(t.peers) {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	return t.peers[r], nil
+}
+
+// SetReceiver installs the receiver of control messages and peer-down
+// events; the progress goroutine calls it, one call at a time. Until a
+// receiver is set (or while it is nil) messages stay in the incoming rings,
+// where their senders' Send waits for room once a ring is full, and up to
+// 4096 messages to self are held; peer-down events are held too. They are
+// delivered to the receiver first, in order.
+func (t *Transport) SetReceiver(r transport.Receiver) {
+	t.recv.Store(&receiverBox{r})
+	t.wake()
+}
+
+func (t *Transport) receiver() transport.Receiver {
+	if b := t.recv.Load(); b != nil {
+		return b.r
+	}
+	return nil
+}
+
+// wake rings this rank's own doorbell: the progress goroutine looks again.
+func (t *Transport) wake() {
+	t.life.RLock()
+	if !t.unmapped {
+		ringDoorbell(t.own)
+	}
+	t.life.RUnlock()
+}
+
+// Fence cuts peer off for good. It raises this rank's fence flag for peer,
+// which peer's operations check after entering, and waits until peer's
+// operations under way in this rank's memory have finished (at most
+// Config.DrainTimeout for a peer stopped in the middle of one). Then
+// operations toward peer fail with an error wrapping ftrma.ErrProcFailed,
+// peer's mappings are dropped, its messages are no longer delivered (a
+// Receiver call the progress goroutine had already begun may still be
+// running), and HandlePeerDown(peer) is queued, once per peer. peer learns
+// of the fence from the flag: its operations and Send toward this rank fail
+// and it gets HandlePeerDown, as for a closed connection.
+//
+// A peer that does not cooperate can still reach this rank's memory: its
+// mappings cannot be revoked. A rank declared failed must be killed (the
+// launcher does). Fencing one's own rank fails with ftrma.ErrInvalid. Fence
+// may be called from a Receiver.
+func (t *Transport) Fence(r ftrma.Rank) error {
+	p, err := t.peer("fence", r)
+	if err != nil {
+		return err
+	}
+	if p.self {
+		return &ftrma.OpError{Op: "fence", Rank: r, Err: fmt.Errorf("%w: shm transport: cannot fence own rank", ftrma.ErrInvalid)}
+	}
+	t.life.RLock()
+	if t.closed.Load() {
+		t.life.RUnlock()
+		return &ftrma.OpError{Op: "fence", Rank: r, Err: ftrma.ErrClosed}
+	}
+	atomic.StoreUint64(t.own.word(t.own.active(r)+actFenced), 1)
+	t.drain(p, actCount0, "fence")
+	t.drain(p, actCount1, "fence")
+	t.life.RUnlock()
+	p.mu.RLock()
+	if c := p.ctl; c != nil {
+		ringDoorbell(c) // the peer's progress goroutine notices the flag
+	}
+	p.mu.RUnlock()
+	t.down(p, errFenced, false)
+	return nil
+}
+
+// PeerDown tells the transport that peer's process is gone (the launcher saw
+// it exit): operations toward it fail with an error wrapping
+// ftrma.ErrProcFailed and err, nothing more from it is delivered, its
+// mappings are dropped, this rank's fence flag for it is raised, and the
+// receiver's HandlePeerDown(peer) is called once per peer (not again if the
+// peer was down already). It does not wait for the peer. It does nothing
+// after Close, toward self, or for a rank out of range.
+func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
+	p, perr := t.peer("peer down", peer)
+	if perr != nil || p.self {
+		return
+	}
+	t.life.RLock()
+	if !t.unmapped && atomic.LoadUint32(p.in.closed) != 0 {
+		// It said goodbye before it exited: the progress goroutine delivers
+		// what it sent, then reports it gone with transport.ErrPeerLeft.
+		t.life.RUnlock()
+		t.wake()
+		return
+	}
+	if !t.unmapped {
+		atomic.StoreUint64(t.own.word(t.own.active(peer)+actFenced), 1)
+	}
+	t.life.RUnlock()
+	t.down(p, err, false)
+}
+
+// Close waits for this rank's operations under way, says goodbye to every
+// peer (it flags its ring into each peer closed, after everything this rank
+// sent, and rings the doorbell; peers deliver what it sent, then report it
+// down with transport.ErrPeerLeft), marks its control segment closed (peers'
+// operations toward it fail from then on), stops the
+// progress goroutine, cuts every peer off without HandlePeerDown, unmaps the
+// peers' segments and its own control segment, and removes this rank's
+// files. Memory from Alloc that was not released stays mapped, unreachable
+// by peers, until Release or the process exits. Later calls fail with
+// ftrma.ErrClosed (Release excepted); Close itself returns nil again. It
+// must not be called from a Receiver.
+func (t *Transport) Close() error {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
+	if t.closed.Swap(true) {
+		return nil
+	}
+	for _, p := range t.peers {
+		p.wakeSender() // a Send parked on a full ring returns
+	}
+	// Operations and Send check closed under the peer's lock: once it was
+	// held for writing, none is under way, and the goodbye follows them.
+	for _, p := range t.peers {
+		p.smu.Lock()
+		p.mu.Lock()
+		if c := p.ctl; c != nil && !p.self {
+			atomic.StoreUint32(c.ring(t.cfg.Rank).closed, 1)
+			ringDoorbell(c)
+		}
+		p.mu.Unlock()
+		p.smu.Unlock()
+	}
+	atomic.StoreUint64(t.own.word(offState), stateClosed)
+	for _, p := range t.peers {
+		if !p.self { // peers parked on a full ring of ours notice
+			atomic.AddUint32(p.in.space, 1)
+			futexWake(p.in.space)
+		}
+	}
+	t.stop.Store(true)
+	t.wake()
+	t.wg.Wait()
+	for _, p := range t.peers {
+		p.fail(&ftrma.OpError{Op: "transport", Rank: p.rank, Err: ftrma.ErrClosed})
+		p.rstop.Store(true)
+		p.downed.Store(true)
+		p.drop()
+	}
+	t.life.Lock()
+	defer t.life.Unlock()
+	t.unmapped = true
+	t.mu.Lock()
+	for _, s := range t.segs {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+		}
+	}
+	t.mu.Unlock()
+	unmap(t.own.mem)
+	if err := os.Remove(t.ctlPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+	}
+	return nil
+}
