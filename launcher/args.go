@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // defaultHBPeriod is the failure detector's default heartbeat period, for
@@ -274,4 +275,29 @@ func ResolveTransport(name string) (string, error) {
 		return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support")
 	}
 	return "", fmt.Errorf("--transport %q: want auto, tcp, shm or verbs", name)
+}
+
+// chooseTransport resolves a --transport value for a job of n ranks and
+// says why. auto picks shared memory unless its directory lacks the room a
+// job of n ranks needs at least (the message rings grow with n²), and then
+// falls back to TCP.
+func chooseTransport(name string, n int) (string, string, error) {
+	tr, err := ResolveTransport(name)
+	if err != nil {
+		return "", "", err
+	}
+	if name != "" && name != "auto" {
+		return tr, "as asked", nil
+	}
+	need := shmNeed(n)
+	if free, ok := shmFree(); ok && free < need {
+		return TransportTCP, fmt.Sprintf("auto: %s has %d MiB free, a job of %d ranks needs about %d MiB", shm.DefaultDir, free>>20, n, need>>20), nil
+	}
+	return TransportSHM, "auto: every rank runs on this host", nil
+}
+
+// shmNeed estimates the shared memory a job of n ranks needs before its
+// windows: n control segments, each with an incoming ring per rank.
+func shmNeed(n int) uint64 {
+	return uint64(n)*uint64(n)*(160<<10) + uint64(n)*(4<<20)
 }

@@ -23,12 +23,13 @@ const outputGrace = 2 * time.Second
 // Job is a running job: N ranks of one program on this host, the rendezvous
 // server that connects them, and the timers of --kill and --timeout.
 type Job struct {
-	opts Options
-	id   string
-	out  *sink
-	rv   *rvServer
-	wg   sync.WaitGroup // one per started rank, done when its exit is recorded
-	done chan struct{}  // closed when every rank exited; result is then set
+	opts         Options // Transport resolved
+	transportWhy string  // why that transport
+	id           string
+	out          *sink
+	rv           *rvServer
+	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
+	done         chan struct{}  // closed when every rank exited; result is then set
 
 	mu         sync.Mutex // guards the fields below, and every rankProc's running and killed
 	ranks      []*rankProc
@@ -141,7 +142,12 @@ func Start(opts *Options) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	j := &Job{opts: *opts, done: make(chan struct{})}
+	tr, why, err := chooseTransport(opts.Transport, opts.N)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
+	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why}
+	j.opts.Transport = tr
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
 		j.out.stdout = os.Stdout
@@ -163,7 +169,7 @@ func Start(opts *Options) (*Job, error) {
 	}
 	base := os.Environ()
 	for r := range opts.N {
-		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id, opts)); err != nil {
+		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id, &j.opts)); err != nil {
 			j.mu.Lock()
 			j.quiet = true
 			for _, p := range j.ranks {
@@ -190,6 +196,10 @@ func Start(opts *Options) (*Job, error) {
 
 // ID is the job's id, as the ranks see it in FTRMA_JOB.
 func (j *Job) ID() string { return j.id }
+
+// Transport is the transport the ranks use (TransportSHM or TransportTCP)
+// and why it was chosen.
+func (j *Job) Transport() (string, string) { return j.opts.Transport, j.transportWhy }
 
 // Done is closed when every rank has exited.
 func (j *Job) Done() <-chan struct{} { return j.done }
@@ -355,7 +365,7 @@ func (j *Job) abort(r ftrma.Rank) {
 // records the result.
 func (j *Job) finish() {
 	j.wg.Wait()
-	if tr, _ := ResolveTransport(j.opts.Transport); tr == TransportSHM {
+	if j.opts.Transport == TransportSHM {
 		// Ranks remove their own segments when they close; a killed rank
 		// cannot, so the launcher removes whatever of the job is left.
 		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {

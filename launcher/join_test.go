@@ -389,3 +389,23 @@ func TestDetectorSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestChooseTransport(t *testing.T) {
+	for _, c := range []struct{ name, want string }{{"tcp", "tcp"}, {"shm", "shm"}} {
+		if got, why, err := chooseTransport(c.name, 4); err != nil || got != c.want || why != "as asked" {
+			t.Errorf("chooseTransport(%q) = %q, %q, %v", c.name, got, why, err)
+		}
+	}
+	free, ok := shmFree()
+	got, why, err := chooseTransport("auto", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[bool]string{true: "shm", false: "tcp"}[!ok || free >= shmNeed(4)]; got != want {
+		t.Errorf("auto with %d bytes free: %q (%s), want %q", free, got, why, want)
+	}
+	// A job too large for any /dev/shm falls back to TCP.
+	if got, why, _ := chooseTransport("", 1<<20); ok && got != "tcp" {
+		t.Errorf("auto for 2^20 ranks: %q (%s)", got, why)
+	}
+}

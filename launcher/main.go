@@ -36,12 +36,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ftrun: %s\n", strings.TrimPrefix(err.Error(), "launcher: "))
 		return ExitLaunch
 	}
-	if opts.Verbose {
-		tr, _ := ResolveTransport(opts.Transport)
-		why := "as asked"
-		if opts.Transport == "" || opts.Transport == "auto" {
-			why = "auto: every rank runs on this host"
-		}
+	if tr, why := job.Transport(); opts.Verbose || tr != TransportSHM && (opts.Transport == "" || opts.Transport == "auto") {
 		fmt.Fprintf(stderr, "ftrun: job %s, %d ranks, transport %s (%s)\n", job.ID(), opts.N, tr, why)
 	}
 	go func() {
