@@ -28,6 +28,8 @@ type Completion struct {
 	down    error         // non-nil once the peer is down: pending and later operations fail
 	wake    chan struct{} // closed when done advances while waiters > 0, then replaced
 	waiters atomic.Int32  // goroutines parked in Wait
+	nerrs   atomic.Int32  // len(errs), for Wait's fast path
+	isDown  atomic.Bool   // down != nil, for Down's fast path
 }
 
 type seqErr struct {
@@ -52,6 +54,7 @@ func (c *Completion) Complete(seq Seq, err error) {
 	if err != nil {
 		c.mu.Lock()
 		c.errs = append(c.errs, seqErr{seq, err})
+		c.nerrs.Store(int32(len(c.errs)))
 		c.mu.Unlock()
 	}
 	if uint64(seq) > c.done.Load() {
@@ -77,6 +80,7 @@ func (c *Completion) Fail(err error) bool {
 		return false
 	}
 	c.down = err
+	c.isDown.Store(true)
 	if c.wake != nil {
 		close(c.wake)
 		c.wake = nil
@@ -86,6 +90,9 @@ func (c *Completion) Fail(err error) bool {
 
 // Down returns the error given to Fail, or nil while the peer is up.
 func (c *Completion) Down() error {
+	if !c.isDown.Load() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.down
@@ -95,6 +102,11 @@ func (c *Completion) Down() error {
 // It returns the first unreported failure of an operation up to seq, the
 // peer-down error if seq could not complete, or ctx's error.
 func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) error {
+	// Fast path: complete, and no failure waiting to be reported (Complete
+	// counts a failure before it advances done).
+	if Seq(c.done.Load()) >= seq && c.nerrs.Load() == 0 {
+		return nil
+	}
 	if Seq(c.done.Load()) < seq && spin > 0 {
 		deadline := time.Now().Add(spin)
 		for i := 0; Seq(c.done.Load()) < seq; i++ {
@@ -159,6 +171,7 @@ func (c *Completion) takeErrs(seq Seq) error {
 		errs = append(errs, c.errs[i].err)
 	}
 	c.errs = c.errs[i:]
+	c.nerrs.Store(int32(len(c.errs)))
 	return errors.Join(errs...)
 }
 

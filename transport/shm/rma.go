@@ -102,13 +102,23 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 	if err != nil {
 		return nil, err
 	}
-	defer p.mu.RUnlock()
 	if p.t.closed.Load() {
+		p.mu.RUnlock()
 		return nil, errGone // Close waits for the accesses that got here first
 	}
 	act := c.active(p.t.cfg.Rank)
 	slot := enter(c, act)
-	defer atomic.AddUint64(slot, ^uint64(0))
+	// No defers: this is the hot path of every operation, and access has
+	// too many returns for the compiler to inline deferred calls.
+	opErr, status = p.access(c, act, key, off, o)
+	atomic.AddUint64(slot, ^uint64(0))
+	p.mu.RUnlock()
+	return opErr, status
+}
+
+// access is execute's part inside the target: the peer's mapping lock held
+// and this origin counted in the target's active table.
+func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (opErr, status error) {
 	// Checked after entering: Fence and Deregister publish their change before
 	// they wait for the operations that entered earlier.
 	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
