@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): static checks, the race-enabled
 # test suite (unit, memnet simulations, and process tests through ftrun over
-# TCP), and a bounded run of the frame-decoder fuzzer.
+# shared memory and TCP), and a bounded run of the frame-decoder fuzzer.
 #
 # FUZZTIME (default 300000x: an execution count, ~15 s here) bounds the fuzzer;
 # a count, not a duration, because a duration-bounded -fuzz run can fail with a
