@@ -204,7 +204,15 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
-	fs.DurationVar(&o.Spin, "spin", 0, "busy-poll duration of the ranks' transport")
+	fs.Func("spin", "busy-poll duration of the ranks' transport (negative: none)", func(v string) error {
+		if n, err := strconv.Atoi(v); err == nil && n <= 0 {
+			o.Spin = time.Duration(n) // -1 (no unit needed) disables, 0 is the default
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		o.Spin = d
+		return err
+	})
 	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
 	fs.StringVar(&o.Transport, "transport", "", "transport: auto (default), tcp, shm or verbs")
 	fs.BoolVar(&o.Verbose, "v", false, "report the choices made")

@@ -409,3 +409,15 @@ func TestChooseTransport(t *testing.T) {
 		t.Errorf("auto for 2^20 ranks: %q (%s)", got, why)
 	}
 }
+
+func TestSpinFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{"-1": -1, "0": 0, "20us": 20 * time.Microsecond, "-1ms": -time.Millisecond} {
+		o, err := ParseArgs([]string{"--spin", in, "-n", "2", "prog"})
+		if err != nil || o.Spin != want {
+			t.Errorf("--spin %s: %v, %v; want %v", in, o.Spin, err, want)
+		}
+	}
+	if _, err := ParseArgs([]string{"--spin", "fast", "-n", "2", "prog"}); err == nil {
+		t.Error("--spin fast accepted")
+	}
+}
