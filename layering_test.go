@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"transport/shm":         {"", "transport"},
 	"launcher":              {"", "transport", "transport/shm", "transport/tcp"},
 	"comm":                  {"", "transport", "launcher", "failure", "revoke", "agree"},
-	"comm/commtest":         {"", "transport", "transport/memnet", "comm"},
+	"comm/commtest":         {"", "transport", "transport/memnet", "transport/shm", "comm"},
 	"window":                {"", "transport"},
 	"internal/overlay":      {},
 	"internal/script":       {},

@@ -25,10 +25,25 @@ func smallOptions(copies int) Options {
 	return Options{Copies: copies, Slots: 512, ChunkSize: 64 << 10, Chunks: 256, Reserve: 1, MaxValueSize: 1 << 20}
 }
 
-// openAll opens a store on every rank of a new n-rank world.
+// worldFunc builds an n-rank world: commtest.New (memnet) or NewSHM.
+type worldFunc func(testing.TB, int) *commtest.World
+
+// bothWorlds runs f over memnet and over shared memory, as subtests.
+func bothWorlds(t *testing.T, f func(t *testing.T, newWorld worldFunc)) {
+	t.Run("memnet", func(t *testing.T) { f(t, commtest.New) })
+	t.Run("shm", func(t *testing.T) { f(t, commtest.NewSHM) })
+}
+
+// openAll opens a store on every rank of a new n-rank memnet world.
 func openAll(t *testing.T, n int, opt Options) (*commtest.World, []*Store) {
 	t.Helper()
-	w := commtest.New(t, n)
+	return openAllOn(t, commtest.New, n, opt)
+}
+
+// openAllOn is openAll on a world newWorld builds.
+func openAllOn(t *testing.T, newWorld worldFunc, n int, opt Options) (*commtest.World, []*Store) {
+	t.Helper()
+	w := newWorld(t, n)
 	ctx := testCtx(t, time.Minute)
 	stores := make([]*Store, n)
 	for r, err := range w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
@@ -51,9 +66,11 @@ func openAll(t *testing.T, n int, opt Options) (*commtest.World, []*Store) {
 	return w, stores
 }
 
-func TestPutGetDeleteAcrossRanks(t *testing.T) {
+func TestPutGetDeleteAcrossRanks(t *testing.T) { bothWorlds(t, testPutGetDeleteAcrossRanks) }
+
+func testPutGetDeleteAcrossRanks(t *testing.T, newWorld worldFunc) {
 	ctx := testCtx(t, time.Minute)
-	_, st := openAll(t, 5, smallOptions(3))
+	_, st := openAllOn(t, newWorld, 5, smallOptions(3))
 	for r, s := range st {
 		for i := range 20 {
 			key := fmt.Appendf(nil, "k%d.%d", r, i)
@@ -109,10 +126,12 @@ func TestPutGetDeleteAcrossRanks(t *testing.T) {
 // Overwriting keys many times, with sizes that cross chunk boundaries and
 // values larger than a chunk, reuses heap space instead of growing without
 // end.
-func TestHeapReuse(t *testing.T) {
+func TestHeapReuse(t *testing.T) { bothWorlds(t, testHeapReuse) }
+
+func testHeapReuse(t *testing.T, newWorld worldFunc) {
 	ctx := testCtx(t, time.Minute)
 	opt := smallOptions(2)
-	_, st := openAll(t, 3, opt)
+	_, st := openAllOn(t, newWorld, 3, opt)
 	rng := rand.New(rand.NewPCG(1, 2))
 	sizes := []int{1, 100, 3000, 20000, 40000, 200000}
 	last := map[string][]byte{}
@@ -199,9 +218,11 @@ func TestOptionsChecked(t *testing.T) {
 	}
 }
 
-func TestTransaction(t *testing.T) {
+func TestTransaction(t *testing.T) { bothWorlds(t, testTransaction) }
+
+func testTransaction(t *testing.T, newWorld worldFunc) {
 	ctx := testCtx(t, time.Minute)
-	_, st := openAll(t, 4, smallOptions(3))
+	_, st := openAllOn(t, newWorld, 4, smallOptions(3))
 	st[0].Put(ctx, []byte("gone"), []byte("soon"))
 	tx := st[1].Begin()
 	for i := range 5 {
@@ -224,9 +245,11 @@ func TestTransaction(t *testing.T) {
 
 // Concurrent writers on distinct and shared keys from every rank and from
 // several goroutines of one rank; every key ends with one of the values put.
-func TestConcurrentWriters(t *testing.T) {
+func TestConcurrentWriters(t *testing.T) { bothWorlds(t, testConcurrentWriters) }
+
+func testConcurrentWriters(t *testing.T, newWorld worldFunc) {
 	ctx := testCtx(t, 2*time.Minute)
-	_, st := openAll(t, 4, smallOptions(3))
+	_, st := openAllOn(t, newWorld, 4, smallOptions(3))
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for r, s := range st {

@@ -23,18 +23,25 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// run runs f on every rank of a fresh n-rank memnet world and fails the test
-// with every rank's error.
-func run(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error) *commtest.World {
+// run runs f on every rank of a fresh n-rank world, once over memnet and
+// once over shared memory (goroutine ranks with real shared mappings), and
+// fails the test with every rank's error.
+func run(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error) {
 	t.Helper()
-	w := commtest.New(t, n)
-	ctx := testCtx(t, time.Minute)
-	for r, err := range w.Run(ctx, f) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
+	for _, tr := range []struct {
+		name  string
+		world func(testing.TB, int) *commtest.World
+	}{{"memnet", commtest.New}, {"shm", commtest.NewSHM}} {
+		t.Run(tr.name, func(t *testing.T) {
+			w := tr.world(t, n)
+			ctx := testCtx(t, time.Minute)
+			for r, err := range w.Run(ctx, f) {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
 	}
-	return w
 }
 
 // The foundation's acceptance counts, on goroutine ranks over memnet.
@@ -205,7 +212,9 @@ func TestDynamicWindowAttach(t *testing.T) {
 		var mem []byte
 		var addr [8]byte
 		if c.Rank() == 0 {
-			mem = make([]byte, 64)
+			if mem, err = w.Alloc(64); err != nil {
+				return err
+			}
 			a, err := w.Attach(mem)
 			if err != nil {
 				return err
@@ -256,7 +265,11 @@ func TestDynamicWindowBounds(t *testing.T) {
 		}
 		var addr [8]byte
 		if c.Rank() == 0 {
-			a, err := w.Attach(make([]byte, 16))
+			mem, err := w.Alloc(16)
+			if err != nil {
+				return err
+			}
+			a, err := w.Attach(mem)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ package commtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,11 +16,12 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/transport/memnet"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // World is n communicators over one memnet network.
 type World struct {
-	Net   *memnet.Network
+	Net   *memnet.Network // nil for NewSHM's worlds
 	Comms []*comm.Comm
 
 	mu       sync.Mutex // guards declared
@@ -67,6 +70,43 @@ func NewConfig(tb testing.TB, n int, cfg comm.Config) *World {
 	return w
 }
 
+// NewSHM builds a world of n ranks with TestConfig over the shared-memory
+// transport, every rank a goroutine of this process with its own transport
+// and segments in a temporary directory: the same tests then run over real
+// shared mappings. It has no Net: crashes cannot be injected.
+func NewSHM(tb testing.TB, n int) *World {
+	w := &World{Comms: make([]*comm.Comm, n), declared: make(map[ftrma.Rank]string)}
+	var id [6]byte
+	rand.Read(id[:])
+	dir, job := tb.TempDir(), hex.EncodeToString(id[:])
+	ts := make([]*shm.Transport, n)
+	for r := range n {
+		t, err := shm.Open(shm.Config{Rank: ftrma.Rank(r), Size: n, Job: job, Dir: dir, Spin: -1})
+		if err != nil {
+			tb.Fatalf("commtest: rank %d: %v", r, err)
+		}
+		ts[r] = t
+		c := TestConfig()
+		c.OnDeclaredFailed = func(by string) {
+			w.mu.Lock()
+			w.declared[ftrma.Rank(r)] = by
+			w.mu.Unlock()
+		}
+		if w.Comms[r], err = comm.New(t, c); err != nil {
+			tb.Fatalf("commtest: rank %d: %v", r, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for r, t := range ts {
+		if err := t.Connect(ctx); err != nil {
+			tb.Fatalf("commtest: rank %d: connect: %v", r, err)
+		}
+	}
+	tb.Cleanup(w.Close)
+	return w
+}
+
 // Declared reports whether rank r learned that the world declared it failed,
 // and why.
 func (w *World) Declared(r ftrma.Rank) (string, bool) {
@@ -106,5 +146,7 @@ func (w *World) Close() {
 	for _, c := range w.Comms {
 		c.Close()
 	}
-	w.Net.Close()
+	if w.Net != nil {
+		w.Net.Close()
+	}
 }
