@@ -114,8 +114,9 @@ type Store struct {
 	tables []uint64 // address of each rank's table region
 	chunk0 uint64   // offset of the chunk table in a table region
 
-	table    []uint64 // this rank's table region
-	tableMem []byte   // the same memory, as allocated
+	table    []uint64     // this rank's table region (nil once closed)
+	tableMem []byte       // the same memory, as allocated
+	memMu    sync.RWMutex // Close's release of the memory against Stats' reads
 	heap     struct {
 		sync.Mutex
 		mem      [][]byte // attached chunks
@@ -252,6 +253,9 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	s.w.FlushAll(ctx)
 	err := s.w.Free(ctx)
+	// The memory may be a shared mapping (shm): once released, nothing may
+	// read it, so Stats waits for this and then stops reading the table.
+	s.memMu.Lock()
 	s.heap.Lock()
 	for _, m := range s.heap.mem {
 		s.w.Release(m)
@@ -259,6 +263,8 @@ func (s *Store) Close(ctx context.Context) error {
 	s.heap.mem = nil
 	s.heap.Unlock()
 	s.w.Release(s.tableMem)
+	s.table, s.tableMem = nil, nil
+	s.memMu.Unlock()
 	return err
 }
 
@@ -268,6 +274,11 @@ func (s *Store) Stats() Stats {
 		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), Deletes: s.st.deletes.Load(),
 		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
 		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(), RecoveryChecks: s.st.checks.Load(),
+	}
+	s.memMu.RLock()
+	defer s.memMu.RUnlock()
+	if s.table == nil {
+		return st // closed: the table is gone
 	}
 	for i := range s.opt.Slots {
 		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotHash]) != 0 {

@@ -296,3 +296,31 @@ func testConcurrentWriters(t *testing.T, newWorld worldFunc) {
 		}
 	}
 }
+
+// Close on every rank; Stats and operations afterwards answer without
+// touching released memory (on shm it is unmapped).
+func TestCloseThenUse(t *testing.T) {
+	bothWorlds(t, func(t *testing.T, newWorld worldFunc) {
+		ctx := testCtx(t, time.Minute)
+		w, st := openAllOn(t, newWorld, 3, smallOptions(2))
+		if err := st[0].Put(ctx, []byte("k"), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		for r, err := range w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+			return st[c.Rank()].Close(ctx)
+		}) {
+			if err != nil {
+				t.Fatalf("rank %d: close: %v", r, err)
+			}
+		}
+		if got := st[0].Stats(); got.Puts != 1 || got.KeysHeld != 0 {
+			t.Errorf("stats after close: %+v", got)
+		}
+		if _, err := st[1].Get(ctx, []byte("k")); !errors.Is(err, ErrClosed) {
+			t.Errorf("get after close: %v", err)
+		}
+		if err := st[2].Close(ctx); !errors.Is(err, ErrClosed) {
+			t.Errorf("second close: %v", err)
+		}
+	})
+}
