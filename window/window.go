@@ -901,7 +901,9 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 // same (collective; failed ranks are skipped, so it works after failures and
 // on a revoked window), and withdraws the window's memory. It fails with
 // ftrma.ErrLockHeld, and frees nothing, while this rank holds a lock. After
-// Free every method returns ErrFreed.
+// Free every method returns ErrFreed, and the memory Allocate gave the window
+// is released (on shared memory it is unmapped: Bytes must not be used any
+// more). Memory from Alloc is the caller's to Release after Detach or Free.
 func (w *Window) Free(ctx context.Context) error {
 	if err := w.check("free"); err != nil {
 		return err
