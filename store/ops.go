@@ -482,26 +482,12 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reps, err := s.replicas(ctx, h, false)
-		if errors.Is(err, errRetry) {
-			if err := rt.again(ctx, err); err != nil {
-				return nil, err
-			}
-			continue
-		}
+		reps, err := s.readReplicas(ctx, h, rt)
 		if err != nil {
 			return nil, err
 		}
 		if len(reps) == 0 {
 			return nil, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
-		}
-		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
-			if err := rt.again(ctx, err); err != nil {
-				return nil, err
-			}
-			continue
-		} else if err != nil {
-			return nil, err
 		}
 		val, found, agree, busy := s.judge(h, key, reps)
 		if agree {
@@ -540,6 +526,23 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 			return r.value, nil
 		}
 		return val, nil
+	}
+}
+
+// readReplicas finds the key's live replicas and reads them (readAll),
+// starting again, paced by rt, while replicas fail under it.
+func (s *Store) readReplicas(ctx context.Context, h uint64, rt *retrier) ([]*replica, error) {
+	for {
+		reps, err := s.replicas(ctx, h, false)
+		if err == nil {
+			err = s.readAll(ctx, reps)
+		}
+		if !errors.Is(err, errRetry) {
+			return reps, err
+		}
+		if err := rt.again(ctx, err); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -690,38 +693,20 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	if err := s.check("store locate", key, nil); err != nil {
 		return nil, err
 	}
-	h := hashKey(key)
-	rt := s.retrier()
-	for {
-		reps, err := s.replicas(ctx, h, false)
-		if errors.Is(err, errRetry) {
-			if err := rt.again(ctx, err); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := s.readAll(ctx, reps); errors.Is(err, errRetry) {
-			if err := rt.again(ctx, err); err != nil {
-				return nil, err
-			}
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		out := make([]Replica, len(reps))
-		for i, p := range reps {
-			out[i].Rank = p.r
-			if p.slot < 0 {
-				continue
-			}
-			out[i].Version = p.word(slotCurVer)
-			out[i].HasValue = p.word(slotCurAddr) != 0
-			r, ok := decodeRecord(p.rec)
-			out[i].Complete = !out[i].HasValue || ok && r.version == out[i].Version && bytes.Equal(r.key, key)
-		}
-		return out, nil
+	reps, err := s.readReplicas(ctx, hashKey(key), s.retrier())
+	if err != nil {
+		return nil, err
 	}
+	out := make([]Replica, len(reps))
+	for i, p := range reps {
+		out[i].Rank = p.r
+		if p.slot < 0 {
+			continue
+		}
+		out[i].Version = p.word(slotCurVer)
+		out[i].HasValue = p.word(slotCurAddr) != 0
+		r, ok := decodeRecord(p.rec)
+		out[i].Complete = !out[i].HasValue || ok && r.version == out[i].Version && bytes.Equal(r.key, key)
+	}
+	return out, nil
 }

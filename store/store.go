@@ -347,15 +347,21 @@ type keyLock struct {
 	refs int
 }
 
-func (k *keyLocks) lock(ctx context.Context, h uint64) error {
+// ref returns the key's lock, counting one more user of it.
+func (k *keyLocks) ref(h uint64) *keyLock {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	l := k.m[h]
 	if l == nil {
 		l = &keyLock{ch: make(chan struct{}, 1)}
 		k.m[h] = l
 	}
 	l.refs++
-	k.mu.Unlock()
+	return l
+}
+
+func (k *keyLocks) lock(ctx context.Context, h uint64) error {
+	l := k.ref(h)
 	select {
 	case l.ch <- struct{}{}:
 		return nil
@@ -367,14 +373,7 @@ func (k *keyLocks) lock(ctx context.Context, h uint64) error {
 
 // tryLock takes the key's process lock if it is free.
 func (k *keyLocks) tryLock(h uint64) bool {
-	k.mu.Lock()
-	l := k.m[h]
-	if l == nil {
-		l = &keyLock{ch: make(chan struct{}, 1)}
-		k.m[h] = l
-	}
-	l.refs++
-	k.mu.Unlock()
+	l := k.ref(h)
 	select {
 	case l.ch <- struct{}{}:
 		return true
