@@ -31,7 +31,7 @@ import (
 
 const usage = `Usage: go run ./bench/ft [flags]
 
-Measures ftrma's fault tolerance over TCP with N = 4, 8, 16, 32 processes on
+Measures ftrma's fault tolerance (over TCP, or -transport shm) with N = 4, 8, 16, 32 processes on
 this machine, each job started by ftrun:
 
   detect_p50, detect_p99  SIGKILL of one rank -> the last survivor knows
@@ -93,6 +93,7 @@ type options struct {
 	hbTimeout    time.Duration
 	poll         time.Duration
 	timeout      time.Duration
+	transport    string // ftrun --transport
 	attempts     int
 	verbose      bool
 }
@@ -130,6 +131,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.hbTimeout, "hb-timeout", 0, "ftrun --hb-timeout: failure detector timeout (default: ftrun's, 60ms)")
 	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep of the ranks between two looks at ProcFailed or IsRevoked")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Second, "ftrun --timeout of every job; the driver kills ftrun 15s later")
+	fs.StringVar(&o.transport, "transport", "tcp", "ftrun --transport of every job: tcp or shm")
 	fs.IntVar(&o.attempts, "attempts", 5, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
 	fs.BoolVar(&o.verbose, "v", false, "print every job's values and the ranks' stderr of failed jobs in full")
 	if err := fs.Parse(args); err != nil {
@@ -147,6 +149,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.hbPeriod < 0 || o.hbTimeout < 0 || o.poll < 0 || o.timeout <= 0 {
 		return o, errors.New("durations must not be negative, -timeout must be positive")
+	}
+	if o.transport != "tcp" && o.transport != "shm" {
+		return o, fmt.Errorf("-transport %q: want tcp or shm", o.transport)
 	}
 	def := func(v *int, quick, full int) {
 		if *v == 0 {
@@ -244,7 +249,7 @@ func run() int {
 	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
 
 	rs := m.results(o)
-	fmt.Printf("ftrma over TCP, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", hbTimeout, period, src, runtime.NumCPU())
+	fmt.Printf("ftrma over %s, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", o.transport, hbTimeout, period, src, runtime.NumCPU())
 	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; the others: median; ratio = detect / detector timeout\n")
 	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), []string{sysFtrma, colTimeout}); err != nil {
 		fmt.Fprintln(os.Stderr, "ft:", err)

@@ -275,7 +275,9 @@ func (t *Transport) down(p *peer, cause error, quiet bool) {
 	p.fail(transport.ErrPeerDown(p.rank, cause))
 	p.rstop.Store(true)
 	if !p.downed.Swap(true) && !quiet {
-		if cause != errFenced && cause != transport.ErrPeerLeft {
+		// A rank that is closing sees its peers let go of it (they fence a
+		// rank that said goodbye): nothing to report then.
+		if cause != errFenced && cause != transport.ErrPeerLeft && !t.closed.Load() {
 			t.cfg.Logf("shm transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
 		}
 		p.notify.Store(true)

@@ -120,12 +120,14 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 // and this origin counted in the target's active table.
 func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (opErr, status error) {
 	// Checked after entering: Fence and Deregister publish their change before
-	// they wait for the operations that entered earlier.
-	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
-		return nil, errFencedByPeer
-	}
+	// they wait for the operations that entered earlier. A peer that closed
+	// (it marks itself closed before it cuts its peers off) has left; a
+	// fence flag on an open peer means it declared this rank failed.
 	if !p.self && atomic.LoadUint64(c.word(offState)) != stateOpen {
 		return nil, transport.ErrPeerLeft
+	}
+	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
+		return nil, errFencedByPeer
 	}
 	reg, err := p.resolve(c, key)
 	if err != nil {
