@@ -50,8 +50,9 @@ others are still printed and written), 1 when none were, 2 on bad flags.
 Flags:
 `
 
-// sysFtrma is the system name in the table and the JSON.
-const sysFtrma = "ftrma-tcp"
+// sysFtrma is the system name in the table and the JSON: ftrma-tcp, or
+// ftrma-shm with -transport shm.
+var sysFtrma = "ftrma-tcp"
 
 // colTimeout is the table's reference column: the detector timeout, shown in
 // the detect rows so that the ratio column reads detection/timeout. It is
@@ -211,6 +212,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "ft:", err)
 		return 2
 	}
+	sysFtrma = "ftrma-" + o.transport
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
