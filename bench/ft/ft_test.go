@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 func TestParseEvent(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // binaries are the programs the driver built.

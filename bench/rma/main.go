@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/bench/internal/host"
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 const usage = `Usage: go run ./bench/rma [flags]

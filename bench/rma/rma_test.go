@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 func TestQuickPlan(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // The system names, as they appear in the table, the JSON and -only.

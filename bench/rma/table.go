@@ -4,7 +4,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // writeTable prints medians with one column per system in systems (in that

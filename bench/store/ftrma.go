@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // The ftrma side: every run is a fresh job
@@ -171,19 +171,12 @@ func parseFtkvOutput(out []byte, system string, size, copies int) ([]result.Resu
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if i := strings.Index(line, "[{"); i >= 0 {
-			var rs []struct {
-				Bench  string  `json:"bench"`
-				Size   int     `json:"size"`
-				Copies int     `json:"copies"`
-				System string  `json:"system"`
-				Value  float64 `json:"value"`
-				Unit   string  `json:"unit"`
-			}
+			var rs []result.Result
 			if err := json.Unmarshal([]byte(strings.TrimSpace(line[i:])), &rs); err != nil {
 				return nil, fmt.Errorf("ftkv JSON: %w", err)
 			}
 			for _, r := range rs {
-				if err := add(result.Result{Bench: r.Bench, Size: r.Size, Copies: r.Copies, Value: r.Value, Unit: r.Unit}); err != nil {
+				if err := add(r); err != nil {
 					return nil, err
 				}
 			}

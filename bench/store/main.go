@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 const usage = `Usage: go run ./bench/store [flags]

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 func TestParseFtkvOutput(t *testing.T) {

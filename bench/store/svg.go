@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // A small SVG line plot: put_p50 against the copy count, one line per

@@ -6,7 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // The system names, as they appear in the table, the JSON and -only.

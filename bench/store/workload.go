@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // kv is a peer store as the workload sees it. w is the writer (0..Writers-1)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ftrma/ftrma/bench/internal/result"
+	"github.com/ftrma/ftrma/internal/result"
 )
 
 // memKV is an in-memory kv; its knobs break it in the ways a real store

@@ -21,11 +21,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"time"
 
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/internal/result"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -48,13 +48,6 @@ func main() {
 	fs.Parse(os.Args[2:])
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if p := os.Getenv("FTKV_CPUPROFILE"); p != "" {
-		f, err := os.Create(p + "." + os.Getenv("FTRMA_RANK"))
-		if err == nil {
-			pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-	}
 	if err := bench(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "ftkv bench:", err)
 		os.Exit(1)
@@ -269,43 +262,23 @@ func decodeSamples(b []byte) (time.Duration, []float64, []float64, error) {
 	return phase, puts, gets, err
 }
 
-// percentile is the nearest-rank percentile of sorted samples.
-func percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
-type result struct {
-	Bench  string  `json:"bench"`
-	Size   int     `json:"size"`
-	Copies int     `json:"copies"`
-	System string  `json:"system"`
-	Value  float64 `json:"value"`
-	Unit   string  `json:"unit"`
-}
-
 func report(o benchOptions, ranks, writers int, puts, gets []float64, rate float64) {
-	slices.Sort(puts)
-	slices.Sort(gets)
-	var rs []result
+	var rs []result.Result
 	add := func(bench string, v float64, unit string) {
-		rs = append(rs, result{bench, o.size, o.copies, "ftrma-tcp", math.Round(v*100) / 100, unit})
+		rs = append(rs, result.Result{Bench: bench, Size: o.size, Copies: o.copies, System: system(), Value: math.Round(v*100) / 100, Unit: unit})
 	}
 	for _, p := range []struct {
 		name string
 		p    float64
 	}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
-		add("put_"+p.name, percentile(puts, p.p), "us")
+		add("put_"+p.name, result.Percentile(puts, p.p), "us")
 	}
 	if len(gets) > 0 {
 		for _, p := range []struct {
 			name string
 			p    float64
 		}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
-			add("get_"+p.name, percentile(gets, p.p), "us")
+			add("get_"+p.name, result.Percentile(gets, p.p), "us")
 		}
 	}
 	add("put_rate", rate, "ops/s")
@@ -318,4 +291,12 @@ func report(o benchOptions, ranks, writers int, puts, gets []float64, rate float
 	for _, r := range rs {
 		fmt.Printf("  %-9s %12.2f %s\n", r.Bench, r.Value, r.Unit)
 	}
+}
+
+// system names the measured system after the transport ftrun gave the job.
+func system() string { // FTRMA_TRANSPORT: set by ftrun (launcher.EnvTransport)
+	if os.Getenv("FTRMA_TRANSPORT") == "shm" {
+		return "ftrma-shm"
+	}
+	return "ftrma-tcp"
 }

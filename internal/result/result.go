@@ -1,4 +1,4 @@
-// Package result holds what every benchmark under bench/ shares: the result
+// Package result holds what every benchmark (bench/, cmd/ftkv) shares: the result
 // record, the line format that rank programs print, the median over rounds,
 // and the table and JSON writers.
 //
