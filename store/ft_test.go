@@ -274,3 +274,35 @@ func TestRecoveryIsLocal(t *testing.T) {
 		t.Error("no rank that shared keys with the victim repaired anything")
 	}
 }
+
+// A rank that leaves the job (closes its communicator) is not a replica any
+// more: puts of keys it held go to the next ranks and succeed, and the keys
+// keep Copies replicas on the ranks that remain.
+func TestDepartedRankLeavesPlacement(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	world, st := openAll(t, 4, smallOptions(2))
+	const leaver = 3
+	var keys []string
+	for i := 0; len(keys) < 10; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if slices.Contains(st[0].place.replicas(hashKey([]byte(k)), noneFailed), leaver) {
+			if err := st[0].Put(ctx, []byte(k), []byte("before")); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	st[leaver].closed.Store(true)
+	close(st[leaver].stop)
+	<-st[leaver].done
+	world.Comms[leaver].Close()
+	for _, k := range keys {
+		if err := st[1].Put(ctx, []byte(k), []byte("after")); err != nil {
+			t.Fatalf("put %s after rank %d left: %v", k, leaver, err)
+		}
+		if v, err := st[2].Get(ctx, []byte(k)); err != nil || string(v) != "after" {
+			t.Fatalf("get %s: %q %v", k, v, err)
+		}
+	}
+	waitWhole(ctx, t, st[0], keys)
+}

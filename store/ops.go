@@ -140,7 +140,6 @@ func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, 
 			continue
 		}
 		if e := s.w.Flush(ctx, p.r); e != nil {
-			s.noteGone(e)
 			if errors.Is(e, ftrma.ErrProcFailed) {
 				p.failed, anyFailed = true, true
 			} else if err == nil {
@@ -248,7 +247,6 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 }
 
 func (s *Store) retryable(err error) error {
-	s.noteGone(err)
 	if errors.Is(err, ftrma.ErrProcFailed) {
 		return fmt.Errorf("%w: %v", errRetry, err)
 	}
@@ -518,14 +516,13 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 		if !found {
 			return nil, s.missing(h)
 		}
-		if key != nil {
-			if r, _ := decodeRecord(val); !bytes.Equal(r.key, key) {
-				return nil, fmt.Errorf("%w: another key has the same 64-bit hash", ftrma.ErrInvalid)
-			}
-			r, _ := decodeRecord(val)
+		if key == nil {
+			return val, nil // recovery: the record itself
+		}
+		if r, _ := decodeRecord(val); bytes.Equal(r.key, key) {
 			return r.value, nil
 		}
-		return val, nil
+		return nil, fmt.Errorf("%w: another key has the same 64-bit hash", ftrma.ErrInvalid)
 	}
 }
 
@@ -654,10 +651,8 @@ func (s *Store) judge(h uint64, key []byte, reps []*replica) (val []byte, found,
 			if p.word(slotCurAddr) != 0 {
 				r, ok := decodeRecord(p.rec)
 				if !ok || r.hash != h || r.version != v || (key != nil && !bytes.Equal(r.key, key)) {
-					if ok && r.hash == h && r.version == v {
-						// Same hash, other key: a collision we cannot store.
-						return nil, false, true, false
-					}
+					// Torn, stale, or another key of the same hash: the
+					// locked path (repair) sorts it out.
 					agree = false
 					continue
 				}

@@ -12,7 +12,6 @@ import (
 	"unsafe"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -142,7 +141,6 @@ type Store struct {
 	}
 
 	txSeq atomic.Uint64
-	gone  []atomic.Bool // ranks that left
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -180,7 +178,6 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.cache.desc = map[slotKey]desc{}
 	s.leases.m = map[uint64]*lease{}
 	s.leases.contended = map[uint64]time.Time{}
-	s.gone = make([]atomic.Bool, s.n)
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i] = &arena{}
@@ -292,29 +289,15 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// Rank is this rank; Copies the number of replicas of each key.
+// Rank is this rank.
 func (s *Store) Rank() ftrma.Rank { return s.me }
 
 // Copies is the number of replicas each key has.
 func (s *Store) Copies() int { return s.opt.Copies }
 
-// Window is the store's window, for tests and tools that inspect it.
-func (s *Store) Window() *window.Window { return s.w }
-
-// failed reports whether rank r is gone for the store: failed, or departed
-// (its transport closed, which a rank does only when it is done).
-func (s *Store) failed(r ftrma.Rank) bool {
-	return s.c.ProcFailed(r) || s.gone[r].Load()
-}
-
-// noteGone records the rank of an operation that failed because its target
-// had left the job.
-func (s *Store) noteGone(err error) {
-	var oe *ftrma.OpError
-	if errors.Is(err, transport.ErrPeerLeft) && errors.As(err, &oe) && oe.Rank >= 0 && int(oe.Rank) < s.n {
-		s.gone[oe.Rank].Store(true)
-	}
-}
+// failed reports whether rank r is out of the store: failed, or departed
+// (the runtime counts a rank that closed its transport as gone too).
+func (s *Store) failed(r ftrma.Rank) bool { return s.c.ProcFailed(r) }
 
 func (s *Store) check(op string, key []byte, value []byte) error {
 	switch {
