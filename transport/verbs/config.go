@@ -1,0 +1,143 @@
+package verbs
+
+import (
+	"encoding/hex"
+	"fmt"
+	"log"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Config configures one rank's verbs transport.
+type Config struct {
+	Rank ftrma.Rank
+	Size int
+	// Device is the RDMA device to use (e.g. "mlx5_0", "rxe0"); "" chooses
+	// the first device with an active port (see Select).
+	Device string
+	// Port is the device port; 0 means 1.
+	Port int
+	// GIDIndex is the GID table index to address this rank by; negative
+	// chooses the RoCE v2 GID of the port's network interface's IPv4
+	// address (0 on InfiniBand).
+	GIDIndex int
+	// Spin is how long a waiter polls the completion queue before it parks
+	// and the progress goroutine waits on the completion channel; 0 means
+	// 20µs, negative never spins.
+	Spin time.Duration
+	// Bound is the failure detector's bound: the queue pairs' retry timeout
+	// is chosen so that a peer that stopped answering fails operations
+	// within it. 0 means one second.
+	Bound time.Duration
+	// Logf reports lost peers; nil means the log package.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) check() error {
+	if c.Size < 1 || c.Rank < 0 || int(c.Rank) >= c.Size {
+		return fmt.Errorf("verbs: rank %d of %d: %w", c.Rank, c.Size, ftrma.ErrInvalid)
+	}
+	if c.Size > 1<<16 {
+		return fmt.Errorf("verbs: %d ranks, at most %d: %w", c.Size, 1<<16, ftrma.ErrInvalid)
+	}
+	if c.Port == 0 {
+		c.Port = 1
+	}
+	switch {
+	case c.Spin == 0:
+		c.Spin = 20 * time.Microsecond
+	case c.Spin < 0:
+		c.Spin = 0
+	}
+	if c.Bound <= 0 {
+		c.Bound = time.Second
+	}
+	if c.Logf == nil {
+		c.Logf = log.Printf
+	}
+	return nil
+}
+
+// Address is what a rank publishes through the rendezvous: how to reach its
+// port, where its key table is, and the number of its queue pair for each
+// rank (peers connect their queue pair for it to that one).
+type Address struct {
+	GID      [16]byte
+	LID      uint16
+	PSN      uint32 // first packet sequence number of its queue pairs
+	MTU      int    // active MTU (enum ibv_mtu)
+	Table    uint64 // address and rkey of its key table
+	TableKey uint32
+	QPN      []uint32 // by rank
+}
+
+const addrPrefix = "verbs1:"
+
+// String encodes a as "verbs1:GID/LID/PSN/MTU/TABLE/TABLEKEY/QPN,QPN,...",
+// numbers in hexadecimal.
+func (a Address) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s%s/%x/%x/%x/%x/%x/", addrPrefix, hex.EncodeToString(a.GID[:]), a.LID, a.PSN, a.MTU, a.Table, a.TableKey)
+	for i, q := range a.QPN {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(uint64(q), 16))
+	}
+	return b.String()
+}
+
+// ParseAddress decodes what Address.String produced.
+func ParseAddress(s string) (Address, error) {
+	var a Address
+	bad := func(what string) (Address, error) {
+		return Address{}, fmt.Errorf("verbs address %q: bad %s: %w", s, what, ftrma.ErrInvalid)
+	}
+	rest, ok := strings.CutPrefix(s, addrPrefix)
+	if !ok {
+		return bad("prefix (not a verbs transport address)")
+	}
+	f := strings.Split(rest, "/")
+	if len(f) != 7 {
+		return bad("field count")
+	}
+	g, err := hex.DecodeString(f[0])
+	if err != nil || len(g) != 16 {
+		return bad("GID")
+	}
+	copy(a.GID[:], g)
+	num := func(s string, bits int) (uint64, bool) {
+		v, err := strconv.ParseUint(s, 16, bits)
+		return v, err == nil
+	}
+	var v uint64
+	if v, ok = num(f[1], 16); !ok {
+		return bad("LID")
+	}
+	a.LID = uint16(v)
+	if v, ok = num(f[2], 24); !ok {
+		return bad("PSN")
+	}
+	a.PSN = uint32(v)
+	if v, ok = num(f[3], 8); !ok || v < 1 || v > 5 {
+		return bad("MTU")
+	}
+	a.MTU = int(v)
+	if a.Table, ok = num(f[4], 64); !ok {
+		return bad("key table address")
+	}
+	if v, ok = num(f[5], 32); !ok {
+		return bad("key table rkey")
+	}
+	a.TableKey = uint32(v)
+	for _, q := range strings.Split(f[6], ",") {
+		if v, ok = num(q, 24); !ok {
+			return bad("queue pair number")
+		}
+		a.QPN = append(a.QPN, uint32(v))
+	}
+	return a, nil
+}

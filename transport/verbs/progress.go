@@ -1,0 +1,656 @@
+//go:build linux && cgo && verbs
+
+package verbs
+
+/*
+#include <stdlib.h>
+#include "ibv.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// errFenced is the cause of a peer this rank fenced.
+var errFenced = errors.New("fenced by this rank")
+
+// pollSend takes the send CQ's completions and completes their entries. The
+// caller holds t.pollMu. It reports whether it found any.
+func (t *Transport) pollSend() bool {
+	if t.cqGone {
+		return false
+	}
+	n := int(C.ftv_poll(t.scq, 32, t.swc))
+	if n <= 0 {
+		return false
+	}
+	for _, wc := range unsafe.Slice(t.swc, n) {
+		r := int(wc.wr_id)
+		if r < 0 || r >= len(t.peers) {
+			continue
+		}
+		t.peers[r].completed(wc.status, wc.vendor_err)
+	}
+	return true
+}
+
+// completed handles the completion of the oldest entry toward p (completions
+// of one queue pair arrive in posting order).
+func (p *peer) completed(status, vendor C.uint32_t) {
+	p.mu.Lock()
+	if p.dead || p.n == 0 {
+		p.mu.Unlock() // a flushed request of a peer already down
+		return
+	}
+	if status != C.IBV_WC_SUCCESS {
+		p.mu.Unlock()
+		p.t.down(p, fmt.Errorf("verbs: completion toward rank %d: %s (status %d, vendor error %#x)",
+			p.rank, C.GoString(C.ftv_status_str(C.int(status))), int(status), uint32(vendor)))
+		return
+	}
+	e := p.pop()
+	switch e.kind {
+	case kRead:
+		copy(e.dst, unsafe.Slice((*byte)(e.stage), len(e.dst)))
+		p.readsOut--
+	case kCAS, kFAdd:
+		if e.result != nil {
+			*e.result = *(*uint64)(e.stage)
+		}
+		p.readsOut--
+	case kFetch:
+		w := (*[4]uint64)(e.stage)
+		reg := region{addr: w[1], len: w[2], rkey: uint32(w[3])}
+		if transport.Key(w[0]) != e.fetch.key {
+			reg = region{gone: true}
+		}
+		p.keys[e.fetch.key] = reg
+		delete(p.fetching, e.fetch.key)
+		close(e.fetch.done)
+		p.readsOut--
+	}
+	p.ring.tail = e.end
+	if e.seq != 0 {
+		p.comp.Complete(e.seq, nil)
+	}
+	// Placeholders behind it complete now, in order.
+	for p.n > 0 && p.fifo[p.head].kind == kLocal {
+		l := p.pop()
+		p.comp.Complete(l.seq, l.err)
+	}
+	p.mu.Unlock()
+	select {
+	case p.space <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) pop() entry {
+	e := p.fifo[p.head]
+	p.fifo[p.head] = entry{}
+	p.head = (p.head + 1) % len(p.fifo)
+	p.n--
+	return e
+}
+
+// await waits for ch, polling the send CQ itself while it spins (for up to
+// the configured spin, or spin if larger), then parks: the progress
+// goroutine completes what arrives after that.
+func (t *Transport) await(ch <-chan struct{}, spin time.Duration) {
+	spin = max(spin, t.cfg.Spin)
+	if spin > 0 {
+		deadline := time.Now().Add(spin)
+		for i := 0; ; i++ {
+			select {
+			case <-ch:
+				return
+			default:
+			}
+			if t.pollMu.TryLock() {
+				t.pollSend()
+				t.pollMu.Unlock()
+			}
+			if i&15 == 15 {
+				if time.Now().After(deadline) {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	if !t.connected.Load() {
+		// No progress goroutine yet (a Deregister before Connect): poll.
+		for {
+			select {
+			case <-ch:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+			if t.pollMu.TryLock() {
+				t.pollSend()
+				t.pollMu.Unlock()
+			}
+		}
+	}
+	select {
+	case <-ch:
+	case <-t.done:
+	}
+}
+
+// Wait blocks until operation seq toward peer, and every one before it, is
+// complete, polling the completion queue itself while it spins.
+func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq) error {
+	p, err := t.peerOf("wait", peer)
+	if err != nil {
+		return err
+	}
+	if p.comp.Completed() < seq && t.cfg.Spin > 0 {
+		deadline := time.Now().Add(t.cfg.Spin)
+		for i := 0; p.comp.Completed() < seq && p.comp.Down() == nil; i++ {
+			if t.pollMu.TryLock() {
+				t.pollSend()
+				t.pollMu.Unlock()
+			}
+			if i&15 == 15 && time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	return p.comp.Wait(ctx, seq, 0)
+}
+
+// Flush waits until every operation posted toward peer is complete.
+func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
+	if peer >= 0 && int(peer) < len(t.peers) {
+		p := t.peers[peer]
+		if err := t.Wait(ctx, peer, p.comp.Posted()); err != nil {
+			return err
+		}
+		return p.comp.Down()
+	}
+	_, err := t.peerOf("flush", peer)
+	return err
+}
+
+// Push does nothing: work requests go to the device when they are posted.
+func (t *Transport) Push(peer ftrma.Rank) {}
+
+// Send posts a control message to peer as SENDs of at most one receive
+// buffer each, reassembled in order by the receiver.
+func (t *Transport) Send(peer ftrma.Rank, msg []byte) error {
+	if len(msg) > transport.MaxControlMessage {
+		return &ftrma.OpError{Op: "send", Rank: peer, Err: fmt.Errorf("%w: message of %d bytes, max %d", ftrma.ErrInvalid, len(msg), transport.MaxControlMessage)}
+	}
+	p, err := t.peerOf("send", peer)
+	if err != nil {
+		return err
+	}
+	return t.sendCtl(p, mUser, msg)
+}
+
+// sendCtl posts a message of type typ to p.
+func (t *Transport) sendCtl(p *peer, typ byte, msg []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sendLocked(typ, msg)
+}
+
+func (p *peer) sendLocked(typ byte, msg []byte) error {
+	if p.dead {
+		return p.downErr()
+	}
+	for done := 0; ; {
+		n := min(len(msg)-done, maxFrag)
+		addr, end, err := p.reserve(fragHeader + n)
+		if err != nil {
+			return err
+		}
+		b := unsafe.Slice((*byte)(addr), fragHeader+n)
+		b[0] = typ
+		b[1] = 0
+		if done+n == len(msg) {
+			b[1] = 1 // last fragment
+		}
+		binary.LittleEndian.PutUint16(b[2:], uint16(n))
+		copy(b[fragHeader:], msg[done:done+n])
+		flags := p.fence()
+		if fragHeader+n <= p.t.inline {
+			flags |= C.IBV_SEND_INLINE
+		}
+		if rc := C.ftv_post_send(p.qp, C.uint64_t(p.rank), C.uint64_t(uintptr(addr)), C.uint32_t(fragHeader+n), C.uint32_t(p.t.lkey), flags); rc != 0 {
+			return p.postFailed(rc)
+		}
+		p.push(entry{kind: kSend, end: end})
+		done += n
+		if done == len(msg) {
+			return nil
+		}
+	}
+}
+
+// SetReceiver installs r; events held until now are delivered to it first,
+// by the progress goroutine.
+func (t *Transport) SetReceiver(r transport.Receiver) {
+	t.recvMu.Lock()
+	t.recv = r
+	t.recvMu.Unlock()
+	t.wake()
+}
+
+// startProgress starts the goroutine that polls both completion queues,
+// spinning briefly and then sleeping on the completion channel through Go's
+// poller.
+func (t *Transport) startProgress() error {
+	fd, err := syscall.Dup(int(C.ftv_channel_fd(t.ch)))
+	if err != nil {
+		return fmt.Errorf("verbs: dup the completion channel: %w", err)
+	}
+	syscall.SetNonblock(fd, true)
+	t.evf = os.NewFile(uintptr(fd), "ibv-comp-channel")
+	if t.evrc, err = t.evf.SyscallConn(); err != nil {
+		t.evf.Close()
+		return fmt.Errorf("verbs: completion channel: %w", err)
+	}
+	go t.progress()
+	return nil
+}
+
+// wake makes the progress goroutine look at its queues now.
+func (t *Transport) wake() {
+	if t.evf == nil {
+		return
+	}
+	t.wakeMu.Lock()
+	t.evf.SetReadDeadline(time.Unix(1, 0))
+	t.wakeMu.Unlock()
+}
+
+func (t *Transport) progress() {
+	defer close(t.done)
+	idle := time.Time{}
+	for !t.stop.Load() {
+		t.deliverHeld()
+		got := t.pollRecv()
+		t.pollMu.Lock()
+		got = t.pollSend() || got
+		t.pollMu.Unlock()
+		if got {
+			idle = time.Time{}
+			continue
+		}
+		if t.cfg.Spin > 0 {
+			if idle.IsZero() {
+				idle = time.Now()
+			}
+			if time.Since(idle) < t.cfg.Spin {
+				runtime.Gosched()
+				continue
+			}
+		}
+		idle = time.Time{}
+		// Arm both queues, look once more (a completion may have come
+		// between the last poll and the arming), then sleep.
+		C.ftv_req_notify(t.scq)
+		C.ftv_req_notify(t.rcq)
+		got = t.pollRecv()
+		t.pollMu.Lock()
+		got = t.pollSend() || got
+		t.pollMu.Unlock()
+		if got || t.pendingEvents() {
+			continue
+		}
+		t.sleep()
+	}
+}
+
+// sleep waits for a completion event or a wake.
+func (t *Transport) sleep() {
+	t.wakeMu.Lock()
+	t.evf.SetReadDeadline(time.Time{})
+	t.wakeMu.Unlock()
+	if t.stop.Load() || t.pendingEvents() {
+		return
+	}
+	t.evrc.Read(func(uintptr) bool {
+		return t.takeEvents() || t.stop.Load()
+	})
+	t.takeEvents()
+}
+
+// takeEvents takes the channel's events off it; whether there were any.
+func (t *Transport) takeEvents() bool {
+	any := false
+	for {
+		var cq *C.struct_ibv_cq
+		if C.ftv_get_event(t.ch, &cq) != 1 {
+			break
+		}
+		any = true
+		i := 0
+		if cq == t.rcq {
+			i = 1
+		}
+		if t.unack[i]++; t.unack[i] >= 64 {
+			C.ftv_ack_events(cq, C.uint(t.unack[i]))
+			t.unack[i] = 0
+		}
+	}
+	return any
+}
+
+// pendingEvents reports whether receivers or peer-down events wait.
+func (t *Transport) pendingEvents() bool {
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	return len(t.downs) > 0 || (t.recv != nil && len(t.held) > 0)
+}
+
+// deliverHeld hands held messages and queued peer-down events to the
+// receiver, in order.
+func (t *Transport) deliverHeld() {
+	t.recvMu.Lock()
+	if t.recv == nil && len(t.downs) > 0 {
+		t.held = append(t.held, t.downs...)
+		t.downs = nil
+	}
+	r := t.recv
+	var evs []event
+	if r != nil {
+		evs = append(t.held, t.downs...)
+		t.held, t.downs = nil, nil
+	}
+	t.recvMu.Unlock()
+	for _, e := range evs {
+		if e.err != nil {
+			r.HandlePeerDown(e.from, e.err)
+		} else {
+			r.HandleMessage(e.from, e.msg)
+		}
+	}
+}
+
+// pollRecv takes the receive CQ's completions: fragments of messages.
+func (t *Transport) pollRecv() bool {
+	n := int(C.ftv_poll(t.rcq, 32, t.rwc))
+	if n <= 0 {
+		return false
+	}
+	for _, wc := range unsafe.Slice(t.rwc, n) {
+		r, slot := int(wc.wr_id>>16), int(wc.wr_id&0xffff)
+		if r < 0 || r >= len(t.peers) || slot >= recvDepth {
+			continue
+		}
+		p := t.peers[r]
+		if wc.status != C.IBV_WC_SUCCESS {
+			if !p.isDead() {
+				t.down(p, fmt.Errorf("verbs: receive from rank %d: %s", r, C.GoString(C.ftv_status_str(C.int(wc.status)))))
+			}
+			continue
+		}
+		buf := unsafe.Slice((*byte)(unsafe.Add(p.rbase, slot*slotBytes)), int(wc.byte_len))
+		if len(buf) >= fragHeader {
+			p.fragment(buf)
+		}
+		// Give the buffer back (a dead peer's queue pair is gone).
+		p.mu.Lock()
+		qp := p.qp
+		if p.self {
+			qp = t.selfResp
+		}
+		if !p.dead && !t.closed.Load() {
+			C.ftv_post_recv(qp, recvID(r, slot), C.uint64_t(uintptr(unsafe.Add(p.rbase, slot*slotBytes))), slotBytes, C.uint32_t(t.lkey))
+		}
+		p.mu.Unlock()
+	}
+	return true
+}
+
+func (p *peer) isDead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dead
+}
+
+// fragment adds one received fragment; a whole message is dispatched.
+func (p *peer) fragment(b []byte) {
+	typ, last, n := b[0], b[1] == 1, int(binary.LittleEndian.Uint16(b[2:]))
+	if n > len(b)-fragHeader {
+		return
+	}
+	if len(p.asm) == 0 {
+		p.asmT = typ
+	}
+	if !last || len(p.asm) > 0 {
+		p.asm = append(p.asm, b[fragHeader:fragHeader+n]...)
+		if !last {
+			return
+		}
+		b = p.asm
+		p.asm = nil
+	} else {
+		b = b[fragHeader : fragHeader+n]
+	}
+	t := p.t
+	switch p.asmT {
+	case mUser:
+		if p.left.Load() {
+			return
+		}
+		t.recvMu.Lock()
+		r := t.recv
+		if r == nil || len(t.held) > 0 {
+			t.held = append(t.held, event{from: p.rank, msg: append([]byte(nil), b...)})
+			t.recvMu.Unlock()
+			return
+		}
+		t.recvMu.Unlock()
+		r.HandleMessage(p.rank, b)
+	case mRevoke:
+		if len(b) == 4 {
+			go t.ackRevoke(p, transport.Key(binary.LittleEndian.Uint32(b)))
+		}
+	case mRevokeAck:
+		if len(b) == 4 {
+			t.revoked(p.rank, transport.Key(binary.LittleEndian.Uint32(b)), false)
+		}
+	case mBye:
+		p.left.Store(true)
+		t.down(p, transport.ErrPeerLeft)
+	}
+}
+
+// ackRevoke stops using key toward p and acknowledges behind every
+// operation already posted on it.
+func (t *Transport) ackRevoke(p *peer, key transport.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keys[key] = region{gone: true}
+	var msg [4]byte
+	binary.LittleEndian.PutUint32(msg[:], uint32(key))
+	p.sendLocked(mRevokeAck, msg[:])
+}
+
+// down marks p lost with cause: its queue pair goes to the error state and
+// is destroyed (the device then refuses whatever the peer still sends), its
+// pending operations fail, and the receiver hears of it once.
+func (t *Transport) down(p *peer, cause error) {
+	if p.self {
+		return
+	}
+	p.downOnce.Do(func() {
+		err := transport.ErrPeerDown(p.rank, cause)
+		p.mu.Lock()
+		p.dead = true
+		if p.qp != nil {
+			C.ftv_qp_error(p.qp)
+			C.ftv_destroy_qp(p.qp)
+			p.qp = nil
+		}
+		for p.n > 0 {
+			if e := p.pop(); e.fetch != nil {
+				delete(p.fetching, e.fetch.key)
+				close(e.fetch.done)
+			}
+		}
+		p.readsOut = 0
+		p.mu.Unlock()
+		p.comp.Fail(err)
+		select {
+		case p.space <- struct{}{}:
+		default:
+		}
+		t.revoked(p.rank, 0, true)
+		if t.closed.Load() {
+			return
+		}
+		if cause != errFenced && cause != transport.ErrPeerLeft {
+			t.cfg.Logf("verbs transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+		}
+		t.recvMu.Lock()
+		t.downs = append(t.downs, event{from: p.rank, err: err})
+		t.recvMu.Unlock()
+		t.wake()
+	})
+}
+
+// Fence cuts peer off: its queue pair goes to the error state and is
+// destroyed, so the device refuses its late requests, and operations toward
+// it fail with ftrma.ErrProcFailed.
+func (t *Transport) Fence(peer ftrma.Rank) error {
+	p, err := t.peerOf("fence", peer)
+	if err != nil {
+		return err
+	}
+	if p.self {
+		return &ftrma.OpError{Op: "fence", Rank: peer, Err: fmt.Errorf("%w: cannot fence self", ftrma.ErrInvalid)}
+	}
+	t.down(p, errFenced)
+	return nil
+}
+
+// PeerDown tells the transport that peer's process is gone (the launcher saw
+// it exit): it is handled like a failed completion toward it.
+func (t *Transport) PeerDown(peer ftrma.Rank, cause error) {
+	if peer < 0 || int(peer) >= len(t.peers) {
+		return
+	}
+	t.down(t.peers[peer], cause)
+}
+
+// Close says goodbye to every live peer (they deliver what it sent first),
+// waits briefly for that, fences everyone and releases the device.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		if t.connected.Load() {
+			for _, p := range t.peers {
+				if !p.self {
+					t.sendCtl(p, mBye, nil)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			for _, p := range t.peers {
+				if !p.self {
+					t.Flush(ctx, p.rank)
+				}
+			}
+			cancel()
+		}
+		t.closed.Store(true)
+		for _, p := range t.peers {
+			if p != nil {
+				t.down(p, transport.ErrPeerLeft)
+			}
+		}
+		if t.evf != nil {
+			t.stop.Store(true)
+			t.wake()
+			<-t.done
+			t.evf.Close()
+		}
+		for _, p := range t.peers {
+			if p != nil && p.self {
+				p.comp.Fail(&ftrma.OpError{Op: "transport", Rank: p.rank, Err: ftrma.ErrClosed})
+			}
+		}
+		t.release()
+	})
+	return t.closeErr
+}
+
+// release frees every device resource that exists.
+func (t *Transport) release() {
+	t.pollMu.Lock()
+	defer t.pollMu.Unlock()
+	for _, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		p.dead = true
+		if p.qp != nil {
+			C.ftv_destroy_qp(p.qp)
+			p.qp = nil
+		}
+		p.mu.Unlock()
+	}
+	if t.selfResp != nil {
+		C.ftv_destroy_qp(t.selfResp)
+		t.selfResp = nil
+	}
+	t.regMu.Lock()
+	for k, reg := range t.regs {
+		if reg.mr != nil {
+			C.ftv_dereg_mr(reg.mr)
+		}
+		delete(t.regs, k)
+	}
+	t.regMu.Unlock()
+	if t.memMR != nil {
+		C.ftv_dereg_mr(t.memMR)
+	}
+	if t.tableMR != nil {
+		C.ftv_dereg_mr(t.tableMR)
+	}
+	if t.scq != nil {
+		C.ftv_ack_events(t.scq, C.uint(t.unack[0]))
+		C.ftv_destroy_cq(t.scq)
+	}
+	if t.rcq != nil {
+		C.ftv_ack_events(t.rcq, C.uint(t.unack[1]))
+		C.ftv_destroy_cq(t.rcq)
+	}
+	t.cqGone = true
+	if t.ch != nil {
+		C.ftv_destroy_channel(t.ch)
+	}
+	if t.pd != nil {
+		C.ftv_dealloc_pd(t.pd)
+	}
+	if t.ctx != nil {
+		C.ftv_close_device(t.ctx)
+	}
+	if t.mem != nil {
+		C.ftv_free(t.mem, C.size_t(t.memLen))
+	}
+	if t.table != nil {
+		C.ftv_free(t.table, tableSlots*entryBytes)
+	}
+	if t.swc != nil {
+		C.free(unsafe.Pointer(t.swc))
+		C.free(unsafe.Pointer(t.rwc))
+	}
+	t.scq, t.rcq, t.ch, t.pd, t.ctx, t.mem, t.table, t.memMR, t.tableMR, t.swc, t.rwc = nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil
+}

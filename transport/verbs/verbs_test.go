@@ -1,0 +1,429 @@
+//go:build linux && cgo && verbs
+
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// These tests need an RDMA device (Soft-RoCE in the guest of
+// scripts/rxe-vm.sh). Without one they fail, unless FTRMA_VERBS_OPTIONAL=1
+// says the host is not expected to have one.
+func needDevice(t *testing.T) {
+	t.Helper()
+	if _, err := Probe("", -1); err != nil {
+		if os.Getenv("FTRMA_VERBS_OPTIONAL") == "1" {
+			t.Skipf("no RDMA device: %v", err)
+		}
+		t.Fatalf("no RDMA device: %v", err)
+	}
+}
+
+// recorder is a Receiver that records what it is given.
+type recorder struct {
+	mu    sync.Mutex
+	msgs  map[ftrma.Rank][][]byte
+	downs map[ftrma.Rank]error
+	ch    chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{msgs: map[ftrma.Rank][][]byte{}, downs: map[ftrma.Rank]error{}, ch: make(chan struct{}, 1<<16)}
+}
+
+func (r *recorder) HandleMessage(from ftrma.Rank, msg []byte) {
+	r.mu.Lock()
+	r.msgs[from] = append(r.msgs[from], append([]byte(nil), msg...))
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+func (r *recorder) HandlePeerDown(peer ftrma.Rank, err error) {
+	r.mu.Lock()
+	r.downs[peer] = err
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+// until waits for cond (checked under r.mu) for up to 20 s.
+func (r *recorder) until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-r.ch:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// world opens n connected transports on the device.
+func world(t *testing.T, n int) ([]*Transport, []*recorder) {
+	t.Helper()
+	needDevice(t)
+	ts := make([]*Transport, n)
+	recs := make([]*recorder, n)
+	addrs := make([]string, n)
+	for r := range n {
+		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Bound: 2 * time.Second, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[r] = tr
+		recs[r] = newRecorder()
+		tr.SetReceiver(recs[r])
+		addrs[r] = tr.Addr()
+		t.Cleanup(func() { tr.Close() })
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = ts[r].Connect(context.Background(), addrs) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts, recs
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestAddressRoundTripOnDevice(t *testing.T) {
+	ts, _ := world(t, 2)
+	a, err := ParseAddress(ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != ts[0].Addr() || len(a.QPN) != 2 || a.QPN[1] == 0 {
+		t.Fatalf("address %q parsed as %+v", ts[0].Addr(), a)
+	}
+	t.Logf("device %+v", ts[0].Device())
+}
+
+func TestWriteReadRoundTrip(t *testing.T) {
+	ts, _ := world(t, 2)
+	mem := make([]byte, 3<<20)
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A peer writes then reads back.
+	for _, n := range []int{1, 8, 100, 4096, 70000, 1 << 20, 2<<20 + 13} {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = byte(i*13 + n)
+		}
+		off := uint64(8 + n%64)
+		if _, err := ts[0].Write(1, key, off, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Flush(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(mem[off:off+uint64(n)], src) {
+			t.Fatalf("%d bytes: target memory differs after write", n)
+		}
+		dst := make([]byte, n)
+		seq, err := ts[0].Read(1, key, off, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Wait(ctx(t), 1, seq); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("%d bytes: read back differs", n)
+		}
+		// The owner reads its own memory through the loopback pair.
+		own := make([]byte, n)
+		if _, err := ts[1].Read(1, key, off, own); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[1].Flush(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(own, src) {
+			t.Fatalf("%d bytes: loopback read differs", n)
+		}
+	}
+}
+
+func TestOperationErrors(t *testing.T) {
+	ts, _ := world(t, 2)
+	mem := make([]byte, 64)
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res uint64
+	cases := []struct {
+		name string
+		post func() (transport.Seq, error)
+		want error
+	}{
+		{"out of bounds write", func() (transport.Seq, error) { return ts[0].Write(1, key, 60, make([]byte, 8)) }, ftrma.ErrOutOfBounds},
+		{"offset past the end", func() (transport.Seq, error) { return ts[0].Read(1, key, 1<<40, make([]byte, 1)) }, ftrma.ErrOutOfBounds},
+		{"misaligned CAS", func() (transport.Seq, error) { return ts[0].CompareAndSwap64(1, key, 4, 0, 1, &res) }, ftrma.ErrMisaligned},
+		{"misaligned fetch-and-add", func() (transport.Seq, error) { return ts[0].FetchAndAdd64(1, key, 12, 1, nil) }, ftrma.ErrMisaligned},
+		{"unknown key", func() (transport.Seq, error) { return ts[0].Write(1, key+1<<keySlotBit, 0, []byte{1}) }, ftrma.ErrUnknownRegion},
+		{"key zero", func() (transport.Seq, error) { return ts[0].Write(1, 0, 0, []byte{1}) }, ftrma.ErrUnknownRegion},
+	}
+	for _, c := range cases {
+		seq, err := c.post()
+		if err == nil {
+			err = ts[0].Wait(ctx(t), 1, seq)
+		}
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := ts[0].Write(2, key, 0, []byte{1}); !errors.Is(err, ftrma.ErrRankOutOfRange) {
+		t.Errorf("write to rank 2 of 2: %v", err)
+	}
+	if _, err := ts[0].CompareAndSwap64(1, key, 0, 0, 1, nil); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("CAS with nil result: %v", err)
+	}
+	if err := ts[0].Send(1, make([]byte, transport.MaxControlMessage+1)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("oversized message: %v", err)
+	}
+	if err := ts[0].Fence(0); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("fence self: %v", err)
+	}
+	// The errors were the operations' own: the pair still works.
+	if _, err := ts[0].Write(1, key, 0, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx(t), 1); err != nil || string(mem[:2]) != "ok" {
+		t.Fatalf("write after errors: %v, memory %q", err, mem[:2])
+	}
+}
+
+// TestAtomicsFromEveryRank: every rank, the owner included (through its
+// loopback queue pair), adds to one word and CAS-increments another; no
+// increment is lost.
+func TestAtomicsFromEveryRank(t *testing.T) {
+	const n, iters = 4, 300
+	ts, _ := world(t, n)
+	mem := make([]byte, 16)
+	key, err := ts[0].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := ts[r]
+			for range iters {
+				seq, err := tr.FetchAndAdd64(0, key, 0, 1, nil)
+				if err == nil {
+					err = tr.Wait(ctx(t), 0, seq)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				var cur uint64
+				for {
+					var old uint64
+					seq, err := tr.CompareAndSwap64(0, key, 8, cur, cur+1, &old)
+					if err == nil {
+						err = tr.Wait(ctx(t), 0, seq)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					if old == cur {
+						break
+					}
+					cur = old
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var got [2]uint64
+	var buf [16]byte
+	seq, err := ts[1].Read(0, key, 0, buf[:])
+	if err == nil {
+		err = ts[1].Wait(ctx(t), 0, seq)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got[0], got[1] = binary.LittleEndian.Uint64(buf[:]), binary.LittleEndian.Uint64(buf[8:])
+	if got[0] != n*iters || got[1] != n*iters {
+		t.Fatalf("fetch-and-add counter %d, CAS counter %d, want %d each", got[0], got[1], n*iters)
+	}
+}
+
+func TestMessagesInOrder(t *testing.T) {
+	ts, recs := world(t, 3)
+	sizes := []int{0, 1, 100, maxFrag, maxFrag + 1, 3*maxFrag + 5, transport.MaxControlMessage - 2}
+	for i := range 200 {
+		n := sizes[i%len(sizes)]
+		msg := make([]byte, n+2)
+		binary.LittleEndian.PutUint16(msg, uint16(i))
+		for _, to := range []ftrma.Rank{1, 2} {
+			if err := ts[0].Send(to, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ts[2].Send(2, msg); err != nil { // to self
+			t.Fatal(err)
+		}
+	}
+	for _, rc := range []struct {
+		r    int
+		from ftrma.Rank
+	}{{1, 0}, {2, 0}, {2, 2}} {
+		rec := recs[rc.r]
+		rec.until(t, "200 messages", func() bool { return len(rec.msgs[rc.from]) == 200 })
+		for i, m := range rec.msgs[rc.from] {
+			if got := int(binary.LittleEndian.Uint16(m)); got != i || len(m) != sizes[i%len(sizes)]+2 {
+				t.Fatalf("rank %d from %d: message %d is #%d of %d bytes", rc.r, rc.from, i, got, len(m))
+			}
+		}
+	}
+}
+
+// TestFence: after rank 1 fences rank 0, rank 0's writes no longer land in
+// rank 1's memory (the device refuses them), and both sides see ProcFailed.
+func TestFence(t *testing.T) {
+	ts, recs := world(t, 2)
+	mem := make([]byte, 64)
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts[0].Write(1, key, 0, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx(t), 1); err != nil || mem[0] != 1 {
+		t.Fatalf("write before the fence: %v, %d", err, mem[0])
+	}
+	if err := ts[1].Fence(0); err != nil {
+		t.Fatal(err)
+	}
+	// The late write: refused by the device, and rank 0 learns it.
+	seq, err := ts[0].Write(1, key, 0, []byte{2})
+	if err == nil {
+		err = ts[0].Wait(ctx(t), 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write of a fenced rank: %v, want ErrProcFailed", err)
+	}
+	if mem[0] != 1 {
+		t.Fatalf("a write from a fenced rank landed: %d", mem[0])
+	}
+	if _, err := ts[1].Write(0, key, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write toward a fenced rank: %v", err)
+	}
+	recs[0].until(t, "rank 0 sees rank 1 down", func() bool { return recs[0].downs[1] != nil })
+	recs[1].until(t, "rank 1 reports rank 0 down", func() bool { return recs[1].downs[0] != nil })
+	if !errors.Is(recs[1].downs[0], ftrma.ErrProcFailed) {
+		t.Fatalf("peer-down error %v", recs[1].downs[0])
+	}
+}
+
+// TestDeregister: once Deregister returns, a peer's access fails with
+// ErrUnknownRegion (its cached key was revoked) and the pair still works.
+func TestDeregister(t *testing.T) {
+	ts, _ := world(t, 2)
+	a, b := make([]byte, 64), make([]byte, 64)
+	ka, err := ts[1].Register(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := ts[1].Register(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts[0].Write(1, ka, 0, []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx(t), 1); err != nil || a[0] != 7 {
+		t.Fatalf("write: %v %d", err, a[0])
+	}
+	if err := ts[1].Deregister(ka); err != nil {
+		t.Fatal(err)
+	}
+	seq, err := ts[0].Write(1, ka, 0, []byte{8})
+	if err == nil {
+		err = ts[0].Wait(ctx(t), 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrUnknownRegion) || a[0] != 7 {
+		t.Fatalf("write after deregister: %v, memory %d", err, a[0])
+	}
+	if err := ts[1].Deregister(ka); !errors.Is(err, ftrma.ErrUnknownRegion) {
+		t.Fatalf("second deregister: %v", err)
+	}
+	if _, err := ts[0].Write(1, kb, 0, []byte{9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx(t), 1); err != nil || b[0] != 9 {
+		t.Fatalf("write to the other region: %v %d", err, b[0])
+	}
+	// Slots are reused with a new generation: the old key stays unknown.
+	c := make([]byte, 8)
+	kc, err := ts[1].Register(c)
+	if err != nil || kc == ka {
+		t.Fatalf("register: key %d (old %d), %v", kc, ka, err)
+	}
+}
+
+func TestPeerDownAndClose(t *testing.T) {
+	ts, recs := world(t, 3)
+	ts[2].PeerDown(0, errors.New("the launcher saw it exit"))
+	if err := ts[2].Send(0, []byte("x")); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("send to a peer reported down: %v", err)
+	}
+	recs[2].until(t, "peer-down event", func() bool { return recs[2].downs[0] != nil })
+	// A clean close: messages sent before it are delivered, then ErrPeerLeft.
+	if err := ts[1].Send(0, []byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	recs[0].until(t, "goodbye", func() bool { return recs[0].downs[1] != nil })
+	if len(recs[0].msgs[1]) != 1 || !errors.Is(recs[0].downs[1], transport.ErrPeerLeft) {
+		t.Fatalf("messages %q, down %v", recs[0].msgs[1], recs[0].downs[1])
+	}
+	if _, err := ts[1].Write(0, 1, 0, []byte{1}); !errors.Is(err, ftrma.ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+}
