@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport/shm"
+	"github.com/ftrma/ftrma/transport/verbs"
 )
 
 // defaultHBPeriod is the failure detector's default heartbeat period, for
@@ -56,10 +58,22 @@ type Options struct {
 	// busy-polling.
 	Spin time.Duration
 	// Transport is the transport between the ranks: "auto" (or ""), "tcp",
-	// "shm" or "verbs". auto chooses shared memory between ranks of one host
-	// (every rank of an ftrun job is on this host). Resolve it with
-	// ResolveTransport.
+	// "shm" or "verbs". auto chooses shared memory when every rank runs on
+	// this host and TCP when Hosts names remote hosts (see chooseTransport);
+	// shm with remote hosts is an error.
 	Transport string
+	// Hosts spreads the ranks over hosts (ftrun --hosts): ranks 0.. go to
+	// the first host, the next block to the second, and so on. Empty means
+	// every rank on this host.
+	Hosts []HostSpec
+	// AgentSecret is the secret shared with the agents of Hosts; empty
+	// means the value of FTRMA_AGENT_SECRET. Only a job with remote hosts
+	// needs it.
+	AgentSecret string
+	// VerbsDevice and VerbsGID choose the RDMA device and GID table index
+	// (decimal) of the verbs transport; "" means the first device with an
+	// active port, and the RoCE v2 GID of its interface's IPv4 address.
+	VerbsDevice, VerbsGID string
 	// Verbose makes ftrun report its choices (the transport) before starting.
 	Verbose bool
 	// Prog and Args are the program every rank runs and its arguments.
@@ -135,10 +149,11 @@ func (f killFlag) Set(s string) error {
 
 // Usage is ftrun's help text.
 const Usage = `usage: ftrun -n N [flags] prog [args...]
+       ftrun agent --listen HOST[:PORT] [--once]   (see 'ftrun agent --help')
 
-ftrun starts N ranks of prog on this host as one ftrma job, connects them
-through its rendezvous, forwards their output, and exits when every rank has
-exited. A rank's death does not stop the others.
+ftrun starts N ranks of prog as one ftrma job, on this host or over several
+hosts (--hosts), connects them through its rendezvous, forwards their output,
+and exits when every rank has exited. A rank's death does not stop the others.
 
 Flags (-flag and --flag are the same; flags stop at prog):
   -n N                    number of ranks (required, >= 1)
@@ -152,9 +167,23 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
+  --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
+                          order: H is "local" (this host; ftrun starts these
+                          ranks itself) or HOST[:PORT], the ftrun agent there
+                          (port 7770 by default; write it to give a count:
+                          HOST:7770:N; IPv6 as [ADDR]:PORT:N). N ranks on that
+                          host; hosts without N share the rest evenly, earlier
+                          ones getting one more. Needs FTRMA_AGENT_SECRET, the
+                          agents' secret. Default: every rank on this host
   --transport NAME        auto, tcp, shm or verbs (default auto: shared memory
-                          between ranks of one host, which every rank of an
-                          ftrun job is; verbs is not built into this ftrun)
+                          when every rank runs on this host; over several
+                          hosts, where shm is refused, RDMA verbs when this
+                          ftrun has them and a device is usable here, else
+                          TCP, saying why)
+  --verbs-device NAME     RDMA device of the verbs transport (default: the
+                          first with an active port)
+  --verbs-gid-index N     GID table index (default: the RoCE v2 GID of the
+                          device's interface's IPv4 address)
   -v                      report the choices made (the transport) on stderr
   --spin DURATION         how long ranks busy-poll for a reply before parking
                           (default: the transport's, 50us, or none when ranks
@@ -165,17 +194,27 @@ Flags (-flag and --flag are the same; flags stop at prog):
 Each rank's environment:
   FTRMA_RANK              its rank, 0..N-1
   FTRMA_SIZE              N
-  FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server
+  FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server (127.0.0.1,
+                          or with remote --hosts this host's IP toward the
+                          first agent)
   FTRMA_SECRET            the job secret (hex); every connection proves it
   FTRMA_JOB               the job id
-  FTRMA_LOCAL_SIZE        ranks of the job on this host
+  FTRMA_LOCAL_SIZE        ranks of the job on the rank's host
+  FTRMA_HOST_ADDR         with remote --hosts: the IP the rank's transport
+                          listens on (its host's address toward ftrun)
   FTRMA_SPIN              the --spin duration, when given
   FTRMA_HB_PERIOD         the --hb-period duration, when given
   FTRMA_HB_TIMEOUT        the --hb-timeout duration, when given
-  GOMAXPROCS=1            when the job has at least as many ranks as this host
-                          has CPUs and GOMAXPROCS is not set already
+  FTRMA_VERBS_DEVICE      the --verbs-device, when given
+  FTRMA_VERBS_GID_INDEX   the --verbs-gid-index, when given
+  GOMAXPROCS=1            when the job has at least as many ranks on the
+                          rank's host as it has CPUs and GOMAXPROCS is not set
+                          already
+Ranks started by an agent get the agent's environment, not ftrun's, as base.
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
+The agents do the same for their ranks, and kill them if ftrun's connection
+to them breaks; a rank lost that way counts as failed.
 
 Failures: a rank that dies (killed by a signal, or declared failed by the
 other ranks' failure detector, which ftrun then kills) does not end the job:
@@ -215,6 +254,19 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	})
 	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
 	fs.StringVar(&o.Transport, "transport", "", "transport: auto (default), tcp, shm or verbs")
+	fs.StringVar(&o.VerbsDevice, "verbs-device", "", "RDMA device of the verbs transport")
+	fs.Func("verbs-gid-index", "GID table index of the verbs transport", func(v string) error {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			return fmt.Errorf("want a GID table index, not %q", v)
+		}
+		o.VerbsGID = v
+		return nil
+	})
+	fs.Func("hosts", "H[:N],...: spread the ranks over hosts", func(v string) error {
+		h, err := ParseHosts(v)
+		o.Hosts = h
+		return err
+	})
 	fs.BoolVar(&o.Verbose, "v", false, "report the choices made")
 	fs.DurationVar(&o.HBPeriod, "hb-period", 0, "failure detector heartbeat period")
 	fs.DurationVar(&o.HBTimeout, "hb-timeout", 0, "failure detector timeout")
@@ -255,6 +307,15 @@ func ParseArgs(args []string) (*Options, error) {
 	if _, err := ResolveTransport(o.Transport); err != nil {
 		return nil, err
 	}
+	if len(o.Hosts) > 0 {
+		blocks, err := assignRanks(o.Hosts, o.N)
+		if err != nil {
+			return nil, err
+		}
+		if tr, _ := ResolveTransport(o.Transport); multiHost(blocks) && tr == TransportSHM && o.Transport == TransportSHM {
+			return nil, fmt.Errorf("--transport %s: ranks on several hosts cannot share memory", o.Transport)
+		}
+	}
 	for _, k := range o.Kills {
 		if int(k.Rank) >= o.N {
 			return nil, fmt.Errorf("--kill %v: no rank %d in a job of %d", k, k.Rank, o.N)
@@ -266,35 +327,66 @@ func ParseArgs(args []string) (*Options, error) {
 
 // Transports ftrun can give its ranks.
 const (
-	TransportTCP = "tcp"
-	TransportSHM = "shm"
+	TransportTCP   = "tcp"
+	TransportSHM   = "shm"
+	TransportVerbs = "verbs"
 )
 
 // ResolveTransport turns a --transport value into the transport the ranks
-// use. Every rank of an ftrun job runs on this host, so auto means shared
-// memory. verbs is refused: this ftrun is built without it.
+// of a one-host job use: auto means shared memory. verbs is refused when
+// this ftrun is built without it.
 func ResolveTransport(name string) (string, error) {
 	switch name {
 	case "", "auto", TransportSHM:
 		return TransportSHM, nil
 	case TransportTCP:
 		return TransportTCP, nil
-	case "verbs":
-		return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support")
+	case TransportVerbs:
+		if !verbs.Built {
+			return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support (build it with CGO_ENABLED=1 -tags verbs)")
+		}
+		return TransportVerbs, nil
 	}
 	return "", fmt.Errorf("--transport %q: want auto, tcp, shm or verbs", name)
 }
 
-// chooseTransport resolves a --transport value for a job of n ranks and
-// says why. auto picks shared memory unless its directory lacks the room a
-// job of n ranks needs at least (the message rings grow with n²), and then
-// falls back to TCP.
-func chooseTransport(name string, n int) (string, string, error) {
+// probeVerbs reports whether the verbs transport is usable on this host
+// (a variable for tests).
+var probeVerbs = func(device string, gidIndex int) (verbs.Choice, error) { return verbs.Probe(device, gidIndex) }
+
+// chooseTransport resolves a --transport value for a job of n ranks, on
+// several hosts if multi, and says why. Over several hosts auto is verbs
+// when this ftrun has them and a device is usable here (else TCP, and why),
+// and shm an error. On one host auto picks shared memory unless its
+// directory lacks the room a job of n ranks needs at least (the message
+// rings grow with n²), and then falls back to TCP. verbs asked for is
+// probed: a clear error when no device is usable.
+func chooseTransport(name string, n int, multi bool, device, gid string) (string, string, error) {
+	gidIndex := -1
+	if gid != "" {
+		gidIndex, _ = strconv.Atoi(gid)
+	}
 	tr, err := ResolveTransport(name)
 	if err != nil {
 		return "", "", err
 	}
-	if name != "" && name != "auto" {
+	auto := name == "" || name == "auto"
+	switch {
+	case multi && auto:
+		c, err := probeVerbs(device, gidIndex)
+		if err != nil {
+			return TransportTCP, fmt.Sprintf("auto: the ranks run on several hosts; RDMA verbs unusable here (%v), falling back to TCP", err), nil
+		}
+		return TransportVerbs, "auto: the ranks run on several hosts; RDMA verbs on " + c.Why, nil
+	case tr == TransportVerbs:
+		c, err := probeVerbs(device, gidIndex)
+		if err != nil {
+			return "", "", fmt.Errorf("--transport verbs: %w", err)
+		}
+		return TransportVerbs, "as asked, on " + c.Why, nil
+	case multi && tr == TransportSHM:
+		return "", "", fmt.Errorf("--transport %s: ranks on several hosts cannot share memory", name)
+	case !auto:
 		return tr, "as asked", nil
 	}
 	need := shmNeed(n)
@@ -308,4 +400,171 @@ func chooseTransport(name string, n int) (string, string, error) {
 // windows: n control segments, each with an incoming ring per rank.
 func shmNeed(n int) uint64 {
 	return uint64(n)*uint64(n)*(160<<10) + uint64(n)*(4<<20)
+}
+
+// DefaultAgentPort is the port of an ftrun agent when --hosts or
+// "ftrun agent --listen" names none.
+const DefaultAgentPort = 7770
+
+// LocalHost is the --hosts name of the host ftrun runs on: its ranks are
+// started by ftrun itself, without an agent.
+const LocalHost = "local"
+
+// HostSpec is one entry of --hosts.
+type HostSpec struct {
+	// Addr is the host's agent, host:port; "" for LocalHost.
+	Addr string
+	// N is the number of ranks to run there; 0 if not given.
+	N int
+}
+
+// String formats h as in --hosts.
+func (h HostSpec) String() string {
+	s := cmp.Or(h.Addr, LocalHost)
+	if h.N > 0 {
+		s += ":" + strconv.Itoa(h.N)
+	}
+	return s
+}
+
+// ParseHosts parses a --hosts value: a comma-separated list of
+//
+//	local[:N]            this host: ftrun starts these ranks itself
+//	HOST[:PORT[:N]]      the ftrun agent at HOST:PORT (PORT defaults to
+//	                     DefaultAgentPort; a rank count needs the port
+//	                     written); IPv6 addresses go in brackets: [::1]:7770:2
+//
+// N, the number of ranks there, is at least 1. local may appear once.
+func ParseHosts(s string) ([]HostSpec, error) {
+	var hosts []HostSpec
+	local := false
+	for _, e := range strings.Split(s, ",") {
+		h, err := parseHost(e)
+		if err != nil {
+			return nil, fmt.Errorf("--hosts %q: %w", s, err)
+		}
+		if h.Addr == "" {
+			if local {
+				return nil, fmt.Errorf("--hosts %q: %s given twice", s, LocalHost)
+			}
+			local = true
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
+
+func parseHost(e string) (HostSpec, error) {
+	var host string
+	var rest []string // port, count
+	if strings.HasPrefix(e, "[") {
+		end := strings.IndexByte(e, ']')
+		if end < 0 {
+			return HostSpec{}, fmt.Errorf("%q: no ']' after the IPv6 address", e)
+		}
+		host = e[1:end]
+		if tail := e[end+1:]; tail != "" {
+			if tail[0] != ':' {
+				return HostSpec{}, fmt.Errorf("%q: want [ADDRESS]:PORT[:N]", e)
+			}
+			rest = strings.Split(tail[1:], ":")
+		}
+	} else {
+		f := strings.Split(e, ":")
+		host, rest = f[0], f[1:]
+	}
+	if host == "" {
+		return HostSpec{}, fmt.Errorf("empty host in %q", e)
+	}
+	count := func(c string) (int, error) {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("%q: rank count %q is not an integer >= 1", e, c)
+		}
+		return n, nil
+	}
+	if host == LocalHost {
+		switch len(rest) {
+		case 0:
+			return HostSpec{}, nil
+		case 1:
+			n, err := count(rest[0])
+			return HostSpec{N: n}, err
+		}
+		return HostSpec{}, fmt.Errorf("%q: want %s or %s:N", e, LocalHost, LocalHost)
+	}
+	if len(rest) > 2 {
+		return HostSpec{}, fmt.Errorf("%q: want HOST[:PORT[:N]] (IPv6 addresses in brackets)", e)
+	}
+	port := strconv.Itoa(DefaultAgentPort)
+	if len(rest) > 0 {
+		if p, err := strconv.Atoi(rest[0]); err != nil || p < 1 || p > 65535 {
+			return HostSpec{}, fmt.Errorf("%q: port %q is not a number in 1..65535", e, rest[0])
+		}
+		port = rest[0]
+	}
+	h := HostSpec{Addr: net.JoinHostPort(host, port)}
+	if len(rest) > 1 {
+		var err error
+		if h.N, err = count(rest[1]); err != nil {
+			return HostSpec{}, err
+		}
+	}
+	return h, nil
+}
+
+// hostBlock is the contiguous block of ranks a job runs on one host.
+type hostBlock struct {
+	addr  string // the agent's host:port, "" for this host
+	first ftrma.Rank
+	n     int
+	link  *agentLink // the connection to the agent, once made
+}
+
+// assignRanks splits the n ranks of a job over hosts in contiguous blocks, in
+// the order given. Hosts with a count get that many; the ranks left are split
+// as evenly as possible over the others, earlier hosts getting one more.
+// Counts that leave no room, or that all given do not sum to n, are an error.
+// A host left with no rank is dropped.
+func assignRanks(hosts []HostSpec, n int) ([]hostBlock, error) {
+	given, open := 0, 0
+	for _, h := range hosts {
+		given += h.N
+		if h.N == 0 {
+			open++
+		}
+	}
+	switch {
+	case open == 0 && given != n:
+		return nil, fmt.Errorf("--hosts: the rank counts sum to %d, but -n is %d", given, n)
+	case given > n:
+		return nil, fmt.Errorf("--hosts: the rank counts sum to %d, more than -n %d", given, n)
+	}
+	var blocks []hostBlock
+	first, k := 0, 0
+	for _, h := range hosts {
+		c := h.N
+		if c == 0 {
+			c = (n - given) / open
+			if k < (n-given)%open {
+				c++
+			}
+			k++
+		}
+		if c > 0 {
+			blocks = append(blocks, hostBlock{addr: h.Addr, first: ftrma.Rank(first), n: c})
+		}
+		first += c
+	}
+	return blocks, nil
+}
+
+// multiHost reports whether blocks put ranks on a host other than this one.
+func multiHost(blocks []hostBlock) bool {
+	for _, b := range blocks {
+		if b.addr != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,16 +15,24 @@ import (
 
 // The environment ftrun gives every rank.
 const (
-	EnvRank       = "FTRMA_RANK"       // this rank, 0 <= rank < size
-	EnvSize       = "FTRMA_SIZE"       // number of ranks in the job
-	EnvRendezvous = "FTRMA_RENDEZVOUS" // host:port of the launcher's rendezvous server
-	EnvSecret     = "FTRMA_SECRET"     // the job secret, hex; Join removes it from the environment
-	EnvJob        = "FTRMA_JOB"        // the job id, for logs
-	EnvLocalSize  = "FTRMA_LOCAL_SIZE" // ranks of this job on this host
-	EnvSpin       = "FTRMA_SPIN"       // busy-poll duration (ftrun --spin), optional
-	EnvHBPeriod   = "FTRMA_HB_PERIOD"  // failure detector heartbeat period (ftrun --hb-period), optional
-	EnvHBTimeout  = "FTRMA_HB_TIMEOUT" // failure detector timeout (ftrun --hb-timeout), optional
-	EnvTransport  = "FTRMA_TRANSPORT"  // tcp or shm (ftrun --transport, resolved); tcp when unset
+	EnvRank        = "FTRMA_RANK"            // this rank, 0 <= rank < size
+	EnvSize        = "FTRMA_SIZE"            // number of ranks in the job
+	EnvRendezvous  = "FTRMA_RENDEZVOUS"      // host:port of the launcher's rendezvous server
+	EnvSecret      = "FTRMA_SECRET"          // the job secret, hex; Join removes it from the environment
+	EnvJob         = "FTRMA_JOB"             // the job id, for logs
+	EnvLocalSize   = "FTRMA_LOCAL_SIZE"      // ranks of this job on this host
+	EnvSpin        = "FTRMA_SPIN"            // busy-poll duration (ftrun --spin), optional
+	EnvHBPeriod    = "FTRMA_HB_PERIOD"       // failure detector heartbeat period (ftrun --hb-period), optional
+	EnvHBTimeout   = "FTRMA_HB_TIMEOUT"      // failure detector timeout (ftrun --hb-timeout), optional
+	EnvTransport   = "FTRMA_TRANSPORT"       // tcp or shm (ftrun --transport, resolved); tcp when unset
+	EnvVerbsDevice = "FTRMA_VERBS_DEVICE"    // RDMA device (ftrun --verbs-device), optional
+	EnvVerbsGID    = "FTRMA_VERBS_GID_INDEX" // GID table index (ftrun --verbs-gid-index), optional
+	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset
+
+	// EnvAgentSecret is the agent secret that ftrun (with remote --hosts) and
+	// every ftrun agent must share: any non-empty string, used as the HMAC
+	// key. Ranks never see it.
+	EnvAgentSecret = "FTRMA_AGENT_SECRET"
 )
 
 // minSecret is the shortest job secret a rank accepts, in bytes. ftrun
@@ -48,7 +57,10 @@ type jobEnv struct {
 	job        string
 	localSize  int
 	spin       time.Duration // 0 when FTRMA_SPIN is unset
-	transport  string        // TransportTCP or TransportSHM
+	transport  string        // TransportTCP, TransportSHM or TransportVerbs
+	verbsDev   string        // FTRMA_VERBS_DEVICE
+	verbsGID   int           // FTRMA_VERBS_GID_INDEX, -1 when unset
+	hostAddr   string        // IP to listen on, "" for the transport's default
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -97,8 +109,18 @@ func readEnv() (jobEnv, error) {
 		if e.job == "" || strings.Trim(e.job, "0123456789abcdef") != "" {
 			return e, fmt.Errorf("launcher: %s=%q: shared memory needs a hex job id", EnvJob, e.job)
 		}
+	case TransportVerbs:
 	default:
-		return e, fmt.Errorf("launcher: %s=%q: want %s or %s", EnvTransport, e.transport, TransportTCP, TransportSHM)
+		return e, fmt.Errorf("launcher: %s=%q: want %s, %s or %s", EnvTransport, e.transport, TransportTCP, TransportSHM, TransportVerbs)
+	}
+	e.verbsDev, e.verbsGID = os.Getenv(EnvVerbsDevice), -1
+	if v, ok := os.LookupEnv(EnvVerbsGID); ok {
+		if e.verbsGID, err = strconv.Atoi(v); err != nil || e.verbsGID < 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a GID table index", EnvVerbsGID, v)
+		}
+	}
+	if e.hostAddr = os.Getenv(EnvHostAddr); e.hostAddr != "" && net.ParseIP(e.hostAddr) == nil {
+		return e, fmt.Errorf("launcher: %s=%q: not an IP address", EnvHostAddr, e.hostAddr)
 	}
 	e.localSize = size
 	if _, ok := os.LookupEnv(EnvLocalSize); ok {
@@ -122,23 +144,11 @@ func envInt(name string, min int) (int, error) {
 	return n, nil
 }
 
-// rankEnv returns the environment of rank r of a job: base without any FTRMA_
-// variable, plus the job's.
-func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []byte, job string, o *Options) []string {
-	env := make([]string, 0, len(base)+7)
-	userProcs := false
-	for _, kv := range base {
-		if !strings.HasPrefix(kv, "FTRMA_") {
-			env = append(env, kv)
-		}
-		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
-	}
-	if size >= runtime.NumCPU() && !userProcs {
-		// As many ranks as CPUs or more: each rank runs its goroutines on
-		// one thread, sparing the CPUs the hand-offs between threads of one
-		// rank (the user's GOMAXPROCS wins).
-		env = append(env, "GOMAXPROCS=1")
-	}
+// rankVars returns the FTRMA_ variables of rank r of a job of size ranks, of
+// which localSize run on r's host. hostAddr, if not empty, is the IP r's
+// transport listens on.
+func rankVars(r ftrma.Rank, size, localSize int, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
+	var env []string
 	if o.Spin != 0 {
 		env = append(env, EnvSpin+"="+o.Spin.String())
 	}
@@ -151,14 +161,46 @@ func rankEnv(base []string, r ftrma.Rank, size int, rendezvous string, secret []
 	if tr, err := ResolveTransport(o.Transport); err == nil {
 		env = append(env, EnvTransport+"="+tr)
 	}
+	if o.VerbsDevice != "" {
+		env = append(env, EnvVerbsDevice+"="+o.VerbsDevice)
+	}
+	if o.VerbsGID != "" {
+		env = append(env, EnvVerbsGID+"="+o.VerbsGID)
+	}
+	if hostAddr != "" {
+		env = append(env, EnvHostAddr+"="+hostAddr)
+	}
 	return append(env,
 		EnvRank+"="+strconv.Itoa(int(r)),
 		EnvSize+"="+strconv.Itoa(size),
 		EnvRendezvous+"="+rendezvous,
 		EnvSecret+"="+hex.EncodeToString(secret),
 		EnvJob+"="+job,
-		EnvLocalSize+"="+strconv.Itoa(size), // every rank runs on this host
+		EnvLocalSize+"="+strconv.Itoa(localSize),
 	)
+}
+
+// rankEnv returns the environment of a rank that is one of localSize ranks
+// of its job on this host: base without any FTRMA_ variable, then GOMAXPROCS=1
+// if this host's ranks fill its CPUs and base does not set GOMAXPROCS, then
+// vars (the rank's FTRMA_ variables, see rankVars). ftrun uses it for the
+// ranks it starts, an agent for the ranks it starts on its host.
+func rankEnv(base []string, vars []string, localSize int) []string {
+	env := make([]string, 0, len(base)+len(vars)+1)
+	userProcs := false
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, "FTRMA_") {
+			env = append(env, kv)
+		}
+		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
+	}
+	if localSize >= runtime.NumCPU() && !userProcs {
+		// As many ranks as CPUs or more: each rank runs its goroutines on
+		// one thread, sparing the CPUs the hand-offs between threads of one
+		// rank (the user's GOMAXPROCS wins).
+		env = append(env, "GOMAXPROCS=1")
+	}
+	return append(env, vars...)
 }
 
 // DetectorSettings returns the failure detector's heartbeat period and timeout

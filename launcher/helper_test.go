@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
 )
 
 // helperEnv names the helper mode when the test binary runs as a rank.
@@ -52,7 +54,7 @@ func helper(mode string, args []string) int {
 		}
 		return 0
 	case "env": // print the job environment
-		for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
+		for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize, EnvHostAddr} {
 			fmt.Printf("%s=%s\n", name, os.Getenv(name))
 		}
 		return 0
@@ -77,6 +79,42 @@ func helper(mode string, args []string) int {
 		fmt.Printf("pid %d\n", os.Getpid())
 		time.Sleep(helperLife)
 		return 0
+	case "notice": // args: K [S]: rendezvous without a transport; rank K sleeps (to be killed), rank S
+		// reports K as suspected, the others wait for the launcher's exit notice of K
+		k := arg(0)
+		env, err := readEnv()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), helperLife)
+		defer cancel()
+		conn, _, err := rendezvous(ctx, env, fmt.Sprintf("rank%d", rank))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer conn.Close()
+		fmt.Printf("rank %d joined\n", rank)
+		if rank == k {
+			time.Sleep(helperLife)
+			return 0
+		}
+		if len(args) > 1 && rank == arg(1) {
+			writeFrame(conn, msgSuspect, rankPayload(ftrma.Rank(k)))
+		}
+		conn.SetDeadline(time.Now().Add(helperLife))
+		for {
+			typ, p, err := readFrame(conn, maxSmall)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "rank %d: no exit notice for rank %d: %v\n", rank, k, err)
+				return 1
+			}
+			if r, err := parseRank(p, env.size); typ == msgExit && err == nil && int(r) == k {
+				fmt.Printf("rank %d got the exit notice of rank %d\n", rank, k)
+				return 0
+			}
+		}
 	case "join": // Join and exchange a message with every peer; args: [RANK]: that rank exits 7 instead
 		if len(args) > 0 && rank == arg(0) {
 			return 7

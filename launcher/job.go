@@ -1,9 +1,12 @@
 package launcher
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,19 +23,21 @@ import (
 // exited, for children of the rank that hold its stdout or stderr open.
 const outputGrace = 2 * time.Second
 
-// Job is a running job: N ranks of one program on this host, the rendezvous
-// server that connects them, and the timers of --kill and --timeout.
+// Job is a running job: N ranks of one program, on this host or spread over
+// hosts whose agents start them, the rendezvous server that connects them, and
+// the timers of --kill and --timeout.
 type Job struct {
 	opts         Options // Transport resolved
 	transportWhy string  // why that transport
 	id           string
 	out          *sink
 	rv           *rvServer
+	links        []*agentLink   // the agents of the job's remote hosts
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
-	mu         sync.Mutex // guards the fields below, and every rankProc's running and killed
-	ranks      []*rankProc
+	mu         sync.Mutex  // guards the fields below, and every rankProc's running and killed
+	ranks      []*rankProc // by rank; set up before any rank starts
 	timers     []*time.Timer
 	interrupts int            // SIGINT/SIGTERM received
 	signal     syscall.Signal // the first of them, 0 if none
@@ -45,12 +50,16 @@ type Job struct {
 	start      time.Time
 }
 
-// rankProc is one rank's process.
+// rankProc is one rank's process: started by this ftrun (cmd), or by the
+// agent of link.
 type rankProc struct {
 	rank  ftrma.Rank
-	cmd   *exec.Cmd
-	pipes [2]*os.File    // read ends of the rank's stdout and stderr
-	fwd   sync.WaitGroup // the two forwarding goroutines
+	cmd   *exec.Cmd      // nil for a remote rank
+	pipes [2]*os.File    // read ends of the rank's stdout and stderr; nil for a remote rank
+	fwd   sync.WaitGroup // the two forwarding goroutines, or the remote streams until they end
+
+	link *agentLink     // the agent that runs the rank, or nil
+	exit chan exitedMsg // a remote rank's exit, from link (buffer 1)
 
 	running bool // guarded by Job.mu: started and not yet reaped, so its pid is its own
 	killed  bool // guarded by Job.mu: --kill signalled it
@@ -69,16 +78,19 @@ type RankStatus struct {
 	// Declared: another rank's failure detector declared it failed.
 	Declared bool
 	// At is when the rank ended, from the start of the job.
-	At  time.Duration
-	err error // waiting for the rank failed (Code is -1)
+	At   time.Duration
+	err  error  // waiting for the rank failed (Code is -1)
+	lost string // the connection to the rank's agent broke first; why (Code is -1)
 }
 
 // OK reports whether the rank exited with status 0.
-func (s RankStatus) OK() bool { return s.Code == 0 && s.Signal == 0 && s.err == nil }
+func (s RankStatus) OK() bool { return s.Code == 0 && s.Signal == 0 && s.err == nil && s.lost == "" }
 
 // String says how the rank ended, e.g. "exited with status 3".
 func (s RankStatus) String() string {
 	switch {
+	case s.lost != "":
+		return "was lost: " + s.lost
 	case s.err != nil:
 		return fmt.Sprintf("could not be waited for: %v", s.err)
 	case s.Signal != 0:
@@ -124,11 +136,14 @@ func (r *Result) ExitCode() int {
 	return ExitOK
 }
 
-// Start starts the job opts describes: a rendezvous server on 127.0.0.1, a
-// fresh secret and job id, and opts.N ranks, each in a process group of its
-// own. The --kill and --timeout timers start when every rank has started.
-// If a rank cannot be started, the ranks already started are killed and Start
-// returns an error.
+// Start starts the job opts describes: a fresh secret and job id, a
+// rendezvous server, and opts.N ranks, each in a process group of its own:
+// on this host, or in blocks over opts.Hosts, where the ftrun agent of each
+// remote host starts that host's ranks. The rendezvous listens on 127.0.0.1,
+// or, when there are remote hosts, on this host's IP of the connection to the
+// first agent. The --kill and --timeout timers start when every rank has
+// started. If a rank cannot be started, the ranks already started are killed
+// and Start returns an error.
 func Start(opts *Options) (*Job, error) {
 	if opts.N < 1 {
 		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
@@ -138,11 +153,24 @@ func Start(opts *Options) (*Job, error) {
 			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
 		}
 	}
-	path, err := exec.LookPath(opts.Prog)
-	if err != nil {
-		return nil, fmt.Errorf("launcher: %w", err)
+	blocks := []hostBlock{{n: opts.N}}
+	if len(opts.Hosts) > 0 {
+		var err error
+		if blocks, err = assignRanks(opts.Hosts, opts.N); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
 	}
-	tr, why, err := chooseTransport(opts.Transport, opts.N)
+	multi := multiHost(blocks)
+	var path string
+	for _, b := range blocks {
+		if b.addr == "" {
+			var err error
+			if path, err = exec.LookPath(opts.Prog); err != nil {
+				return nil, fmt.Errorf("launcher: %w", err)
+			}
+		}
+	}
+	tr, why, err := chooseTransport(opts.Transport, opts.N, multi, opts.VerbsDevice, opts.VerbsGID)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
@@ -161,24 +189,72 @@ func Start(opts *Options) (*Job, error) {
 	rand.Read(id)
 	j.id = hex.EncodeToString(id)
 
+	// The agents first: the connection to the first one says which of this
+	// host's addresses the other hosts reach it at.
+	listen, hostAddr := "127.0.0.1:0", ""
+	if multi {
+		agentSecret := cmp.Or(opts.AgentSecret, os.Getenv(EnvAgentSecret))
+		if strings.TrimSpace(agentSecret) == "" {
+			return nil, fmt.Errorf("launcher: %w", errAgentSecret)
+		}
+		for i, b := range blocks {
+			if b.addr == "" {
+				continue
+			}
+			l, err := dialAgent(b.addr, []byte(agentSecret))
+			if err != nil {
+				for _, l := range j.links {
+					l.close()
+				}
+				return nil, fmt.Errorf("launcher: %w", err)
+			}
+			l.block = b
+			j.links = append(j.links, l)
+			blocks[i].link = l
+		}
+		hostAddr = j.links[0].localIP()
+		listen = net.JoinHostPort(hostAddr, "0")
+	}
+
 	j.declared = make([]bool, opts.N)
+	j.ranks = make([]*rankProc, opts.N)
+	for r := range j.ranks {
+		j.ranks[r] = &rankProc{rank: ftrma.Rank(r)}
+	}
 	j.start = time.Now()
-	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, Logf: j.out.reportf, Suspect: j.suspect})
+	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, ListenAddr: listen, Logf: j.out.reportf, Suspect: j.suspect})
 	if err != nil {
+		for _, l := range j.links {
+			l.close()
+		}
 		return nil, err
 	}
 	base := os.Environ()
-	for r := range opts.N {
-		if err := j.startRank(path, ftrma.Rank(r), rankEnv(base, ftrma.Rank(r), opts.N, j.rv.addr(), secret, j.id, &j.opts)); err != nil {
+	cwd, _ := os.Getwd()
+	for _, b := range blocks {
+		if b.link != nil {
+			err = j.launchRemote(b, cwd, secret)
+		} else {
+			for r := b.first; r < b.first+ftrma.Rank(b.n) && err == nil; r++ {
+				vars := rankVars(r, opts.N, b.n, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
+				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, b.n)); err != nil {
+					err = fmt.Errorf("start rank %d: %w", r, err)
+				}
+			}
+		}
+		if err != nil {
 			j.mu.Lock()
 			j.quiet = true
 			for _, p := range j.ranks {
 				j.signalLocked(p, syscall.SIGKILL)
 			}
 			j.mu.Unlock()
+			for _, l := range j.links {
+				l.close() // the agents kill their ranks; the links report them lost
+			}
 			j.wg.Wait()
 			j.rv.close()
-			return nil, fmt.Errorf("launcher: start rank %d: %w", r, err)
+			return nil, fmt.Errorf("launcher: %w", err)
 		}
 	}
 
@@ -192,6 +268,37 @@ func Start(opts *Options) (*Job, error) {
 	j.mu.Unlock()
 	go j.finish()
 	return j, nil
+}
+
+// launchRemote has the agent of b start b's ranks, then follows them.
+func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
+	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N}
+	for r := b.first; r < b.first+ftrma.Rank(b.n); r++ {
+		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
+		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, b.n, j.rv.addr(), secret, j.id, "", &j.opts)})
+	}
+	if _, err := b.link.launch(spec); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	for r := b.first; r < b.first+ftrma.Rank(b.n); r++ {
+		p := j.ranks[r]
+		p.link, p.exit, p.running = b.link, make(chan exitedMsg, 1), true
+		p.fwd.Add(2)
+		j.wg.Add(1)
+		go j.waitRank(p)
+	}
+	j.mu.Unlock()
+	b.link.run(j)
+	return nil
+}
+
+// prefix is what --tag-output puts before rank r's lines.
+func (j *Job) prefix(r ftrma.Rank) string {
+	if !j.opts.TagOutput {
+		return ""
+	}
+	return "[" + strconv.Itoa(int(r)) + "] "
 }
 
 // ID is the job's id, as the ranks see it in FTRMA_JOB.
@@ -233,9 +340,9 @@ func (j *Job) Interrupt(sig syscall.Signal) {
 	}
 }
 
-// startRank starts rank r and the goroutines that forward its output and wait
-// for it.
-func (j *Job) startRank(path string, r ftrma.Rank, env []string) error {
+// startRank starts rank p on this host and the goroutines that forward its
+// output and wait for it.
+func (j *Job) startRank(path string, p *rankProc, env []string) error {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -262,58 +369,72 @@ func (j *Job) startRank(path string, r ftrma.Rank, env []string) error {
 		errR.Close()
 		return err
 	}
-	p := &rankProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, running: true}
-	prefix := ""
-	if j.opts.TagOutput {
-		prefix = "[" + strconv.Itoa(int(r)) + "] "
-	}
+	prefix := j.prefix(p.rank)
+	j.mu.Lock()
+	p.cmd, p.pipes, p.running = cmd, [2]*os.File{outR, errR}, true
+	j.mu.Unlock()
 	p.fwd.Add(2)
 	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stdout, outR, prefix) }()
 	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stderr, errR, prefix) }()
-	j.mu.Lock()
-	j.ranks = append(j.ranks, p)
-	j.mu.Unlock()
 	j.wg.Add(1)
 	go j.waitRank(p)
 	return nil
 }
 
-// waitRank reaps p, lets the rendezvous know, drains p's output and reports
-// an unclean exit.
+// waitRank reaps p (or learns from its agent that it was reaped), lets the
+// rendezvous know, drains p's output and reports an unclean exit.
 func (j *Job) waitRank(p *rankProc) {
 	defer j.wg.Done()
-	err := p.cmd.Wait()
+	st := RankStatus{Rank: p.rank, Code: -1}
+	if p.link != nil {
+		m := <-p.exit
+		switch {
+		case m.lost != "":
+			st.lost = m.lost
+		case m.text != "":
+			st.err = errors.New(m.text)
+		case m.signal != 0:
+			st.Signal = m.signal
+		default:
+			st.Code = m.code
+		}
+	} else {
+		err := p.cmd.Wait()
+		if ps := p.cmd.ProcessState; ps == nil {
+			st.err = err
+		} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.Signal = ws.Signal()
+		} else {
+			st.Code = ps.ExitCode()
+		}
+	}
 	j.mu.Lock()
 	p.running = false
 	killed, quiet, declared := p.killed, j.quiet, j.declared[p.rank]
 	j.mu.Unlock()
-
-	st := RankStatus{Rank: p.rank, Code: -1, Killed: killed, Declared: declared, At: time.Since(j.start)}
-	if ps := p.cmd.ProcessState; ps == nil {
-		st.err = err
-	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		st.Signal = ws.Signal()
-	} else {
-		st.Code = ps.ExitCode()
-	}
-	st.Failed = st.Signal != 0 || declared
+	st.Killed, st.Declared, st.At = killed, declared, time.Since(j.start)
+	st.Failed = st.Signal != 0 || declared || st.lost != ""
 	j.rv.rankExited(p.rank, st.String(), st.OK())
 	if j.opts.NoFT && !st.OK() {
 		j.abort(p.rank)
 	}
 
-	drained := make(chan struct{})
-	go func() { p.fwd.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(outputGrace):
-		// Children of the rank still hold its output open: stop forwarding.
+	if p.link != nil {
+		p.fwd.Wait() // the agent bounds it (outputGrace), or the broken link ends it
+	} else {
+		drained := make(chan struct{})
+		go func() { p.fwd.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(outputGrace):
+			// Children of the rank still hold its output open: stop forwarding.
+			p.pipes[0].Close()
+			p.pipes[1].Close()
+			<-drained
+		}
 		p.pipes[0].Close()
 		p.pipes[1].Close()
-		<-drained
 	}
-	p.pipes[0].Close()
-	p.pipes[1].Close()
 	j.mu.Lock()
 	p.status = st
 	aborted := j.aborted
@@ -361,10 +482,13 @@ func (j *Job) abort(r ftrma.Rank) {
 	}
 }
 
-// finish waits for every rank, stops the timers and the rendezvous server and
-// records the result.
+// finish waits for every rank, stops the timers, the agents' connections and
+// the rendezvous server, and records the result.
 func (j *Job) finish() {
 	j.wg.Wait()
+	for _, l := range j.links {
+		l.close()
+	}
 	if j.opts.Transport == TransportSHM {
 		// Ranks remove their own segments when they close; a killed rank
 		// cannot, so the launcher removes whatever of the job is left.
@@ -431,9 +555,14 @@ func (j *Job) timeout() {
 }
 
 // signalLocked sends sig to p's process group if p has not been reaped (once
-// reaped, its pid may belong to another process). j.mu must be held.
+// reaped, its pid may belong to another process); for a remote rank it asks
+// the agent to. j.mu must be held.
 func (j *Job) signalLocked(p *rankProc, sig syscall.Signal) {
 	if !p.running {
+		return
+	}
+	if p.link != nil {
+		p.link.signal(p.rank, sig) // the agent, too, signals only an unreaped rank
 		return
 	}
 	// ESRCH (the rank is dead but not yet reaped) needs no action.

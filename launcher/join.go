@@ -16,6 +16,7 @@ import (
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
+	"github.com/ftrma/ftrma/transport/verbs"
 )
 
 // Session is a rank's membership in an ftrun job: its rank, the job's size, the
@@ -133,9 +134,12 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var t transport.Transport
 	var conn net.Conn
 	var err error
-	if env.transport == TransportSHM {
+	switch env.transport {
+	case TransportSHM:
 		t, conn, err = joinSHM(ctx, env, recv, logf)
-	} else {
+	case TransportVerbs:
+		t, conn, err = joinVerbs(ctx, env, recv, logf)
+	default:
 		t, conn, err = joinTCP(ctx, env, recv, logf)
 	}
 	if err != nil {
@@ -151,6 +155,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 // rendezvous and connects to every peer.
 func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
 	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf}
+	if env.hostAddr != "" {
+		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
+	}
 	if env.localSize > runtime.NumCPU() {
 		cfg.Spin = -1 // more ranks than CPUs here: a spinning rank steals a peer's CPU
 	}
@@ -200,6 +207,40 @@ func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 		conn.Close()
 		t.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: map peers: %w", env.rank, err)
+	}
+	return t, conn, nil
+}
+
+// joinVerbs opens the verbs transport (its queue pairs exist before this
+// rank publishes their numbers), exchanges addresses through the rendezvous
+// and brings every queue pair to ready-to-send. The queue pairs' retry
+// timeout is chosen within the failure detector's bound.
+func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+	_, bound := DetectorSettings()
+	if bound == 0 {
+		bound = defaultHBTimeout
+	}
+	cfg := verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID, Bound: bound, Logf: logf}
+	if env.localSize > runtime.NumCPU() {
+		cfg.Spin = -1
+	}
+	if env.spin != 0 {
+		cfg.Spin = env.spin
+	}
+	t, err := verbs.Open(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	t.SetReceiver(recv)
+	conn, addrs, err := rendezvous(ctx, env, t.Addr())
+	if err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	if err := t.Connect(ctx, addrs); err != nil {
+		conn.Close()
+		t.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: connect queue pairs: %w", env.rank, err)
 	}
 	return t, conn, nil
 }

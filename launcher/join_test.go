@@ -50,7 +50,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: TransportTCP}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: TransportTCP, verbsGID: -1}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("readEnv() = %+v, want %+v", e, want)
 	}
@@ -130,7 +130,8 @@ func TestResolveTransport(t *testing.T) {
 func TestRankEnv(t *testing.T) {
 	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
 	n := runtime.NumCPU()
-	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, 1, n, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", &Options{})
+	vars := rankVars(1, n, n, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", "", &Options{})
+	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, vars, n)
 	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
 	if !reflect.DeepEqual(env, want) {
@@ -144,7 +145,7 @@ func TestRankEnv(t *testing.T) {
 		if c.size < 1 {
 			continue
 		}
-		env := rankEnv(c.base, 0, c.size, "x", nil, "j", &Options{})
+		env := rankEnv(c.base, rankVars(0, c.size, c.size, "x", nil, "j", "", &Options{}), c.size)
 		if slices.Contains(env, "GOMAXPROCS=1") {
 			t.Errorf("rankEnv(%q, size %d) sets GOMAXPROCS=1", c.base, c.size)
 		}
@@ -392,12 +393,12 @@ func TestDetectorSettings(t *testing.T) {
 
 func TestChooseTransport(t *testing.T) {
 	for _, c := range []struct{ name, want string }{{"tcp", "tcp"}, {"shm", "shm"}} {
-		if got, why, err := chooseTransport(c.name, 4); err != nil || got != c.want || why != "as asked" {
+		if got, why, err := chooseTransport(c.name, 4, false, "", ""); err != nil || got != c.want || why != "as asked" {
 			t.Errorf("chooseTransport(%q) = %q, %q, %v", c.name, got, why, err)
 		}
 	}
 	free, ok := shmFree()
-	got, why, err := chooseTransport("auto", 4)
+	got, why, err := chooseTransport("auto", 4, false, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestChooseTransport(t *testing.T) {
 		t.Errorf("auto with %d bytes free: %q (%s), want %q", free, got, why, want)
 	}
 	// A job too large for any /dev/shm falls back to TCP.
-	if got, why, _ := chooseTransport("", 1<<20); ok && got != "tcp" {
+	if got, why, _ := chooseTransport("", 1<<20, false, "", ""); ok && got != "tcp" {
 		t.Errorf("auto for 2^20 ranks: %q (%s)", got, why)
 	}
 }

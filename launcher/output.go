@@ -32,25 +32,45 @@ const lineBuffer = 64 << 10
 // with prefix, until r ends. A last line without a newline gets one when
 // prefix is not empty, so that the next tagged line starts on its own line.
 func forwardLines(s *sink, w io.Writer, r io.Reader, prefix string) {
+	scanLines(r, func(piece []byte, start, last bool) { s.writePiece(w, prefix, piece, start, last) })
+}
+
+// scanLines reads r until it ends and hands emit each line, or each piece of
+// a line longer than lineBuffer. start says that the piece begins a line;
+// last that it is the last piece of r (it may then be empty, and does not end
+// with a newline unless r did). emit must not keep piece.
+func scanLines(r io.Reader, emit func(piece []byte, start, last bool)) {
 	br := bufio.NewReaderSize(r, lineBuffer)
-	var buf []byte
 	atStart := true
 	for {
 		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			buf = buf[:0]
-			if atStart {
-				buf = append(buf, prefix...)
-			}
-			buf = append(buf, line...)
-			atStart = line[len(line)-1] == '\n'
-			if !atStart && err != nil && err != bufio.ErrBufferFull && prefix != "" {
-				buf = append(buf, '\n')
-			}
-			s.write(w, buf)
+		last := err != nil && err != bufio.ErrBufferFull
+		if len(line) > 0 || last {
+			emit(line, atStart, last)
 		}
-		if err != nil && err != bufio.ErrBufferFull {
+		if len(line) > 0 {
+			atStart = line[len(line)-1] == '\n'
+		}
+		if last {
 			return
 		}
 	}
+}
+
+// writePiece writes one piece of a rank's output (see scanLines) to w: with
+// prefix if it starts a line, and with a newline added if it is the last
+// piece, unterminated, and prefix is not empty.
+func (s *sink) writePiece(w io.Writer, prefix string, piece []byte, start, last bool) {
+	if len(piece) == 0 {
+		return
+	}
+	buf := make([]byte, 0, len(prefix)+len(piece)+1)
+	if start {
+		buf = append(buf, prefix...)
+	}
+	buf = append(buf, piece...)
+	if last && piece[len(piece)-1] != '\n' && prefix != "" {
+		buf = append(buf, '\n')
+	}
+	s.write(w, buf)
 }

@@ -1,8 +1,6 @@
 package launcher
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log"
@@ -298,59 +296,36 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 		return -1, err
 	}
 
-	nonce := make([]byte, nonceSize)
-	rand.Read(nonce)
-	if err := writeFrame(c, msgHello, hello{version: rvVersion, nonce: nonce}.append(nil)); err != nil {
-		return -1, err
-	}
-	typ, p, err := readFrame(c, maxSmall)
-	if err != nil {
-		return -1, err
-	}
-	switch typ {
-	case msgAuth:
-	case msgError:
-		return -1, fmt.Errorf("peer gave up: %s", printable(p))
-	default:
-		return refuse("unexpected message type %d, want auth", typ)
-	}
-	a, err := parseAuth(p)
-	if err != nil {
-		return refuse("%v", err)
-	}
-	if a.version != rvVersion {
-		return refuse("rendezvous version %d not supported (launcher speaks %d)", a.version, rvVersion)
-	}
-	want := proof(s.cfg.Secret, labelRank, rvVersion, a.rank, nonce, a.nonce)
-	if !hmac.Equal(want, a.proof) {
-		// Say no more than that to an unauthenticated peer.
-		writeFrame(c, msgError, []byte("authentication failed"))
-		return -1, fmt.Errorf("claims rank %d: authentication failed (wrong job secret)", a.rank)
-	}
-	if uint64(a.rank) >= uint64(s.cfg.Size) {
-		return refuse("rank %d out of range [0, %d)", a.rank, s.cfg.Size)
-	}
-	rank := ftrma.Rank(a.rank)
-	s.mu.Lock()
-	taken := s.joined[rank]
-	s.joined[rank] = true
-	s.mu.Unlock()
-	if taken {
-		return refuse("rank %d already joined", rank)
-	}
-	published := false
-	defer func() {
-		if !published {
-			s.mu.Lock()
-			s.joined[rank] = false
-			s.mu.Unlock()
+	admitted, joinedID := false, uint32(0)
+	id, err := serverHandshake(c, s.cfg.Secret, rvHandshake, func(id uint32) error {
+		if uint64(id) >= uint64(s.cfg.Size) {
+			return fmt.Errorf("rank %d out of range [0, %d)", id, s.cfg.Size)
 		}
-	}()
-
-	if err := writeFrame(c, msgProof, proof(s.cfg.Secret, labelLauncher, rvVersion, a.rank, nonce, a.nonce)); err != nil {
+		s.mu.Lock()
+		taken := s.joined[id]
+		s.joined[id] = true
+		s.mu.Unlock()
+		if taken {
+			return fmt.Errorf("rank %d already joined", id)
+		}
+		admitted, joinedID = true, id
+		return nil
+	})
+	published := false
+	if admitted {
+		defer func() {
+			if !published {
+				s.mu.Lock()
+				s.joined[joinedID] = false
+				s.mu.Unlock()
+			}
+		}()
+	}
+	if err != nil {
 		return -1, err
 	}
-	typ, p, err = readFrame(c, maxSmall)
+	rank := ftrma.Rank(id)
+	typ, p, err := readFrame(c, maxSmall)
 	if err != nil {
 		return -1, fmt.Errorf("rank %d published no address: %w", rank, err)
 	}

@@ -59,9 +59,9 @@ const (
 	nonceSize = 32
 	proofSize = sha256.Size
 
-	maxAddr      = 1024    // longest transport address, bytes
-	maxErrorText = 1024    // longest error text, bytes
-	maxSmall     = 4 << 10 // largest frame other than addrs
+	maxAddr      = 16 << 10 // longest transport address, bytes (verbs: a queue pair number per rank)
+	maxErrorText = 1024     // longest error text, bytes
+	maxSmall     = 4 << 10  // largest frame other than addrs
 	maxAddrs     = 64 << 20
 )
 
@@ -152,23 +152,29 @@ type hello struct {
 	nonce   []byte
 }
 
-func (h hello) append(b []byte) []byte {
-	b = append(b, rvMagic...)
+func (h hello) append(b []byte) []byte { return h.appendAs(b, rvHandshake) }
+
+// appendAs encodes h as the hello of protocol k.
+func (h hello) appendAs(b []byte, k handshakeKind) []byte {
+	b = append(b, k.magic...)
 	b = binary.BigEndian.AppendUint16(b, h.version)
 	return append(b, h.nonce...)
 }
 
 // parseHello accepts any version, so that the rank can say which one it does
 // not speak; the rest must be exactly a version-1 hello.
-func parseHello(p []byte) (hello, error) {
-	if len(p) < len(rvMagic)+2 || string(p[:len(rvMagic)]) != rvMagic {
-		return hello{}, fmt.Errorf("%w: not a rendezvous hello", errMalformed)
+func parseHello(p []byte) (hello, error) { return parseHelloAs(p, rvHandshake) }
+
+// parseHelloAs parses the hello of protocol k (see parseHello).
+func parseHelloAs(p []byte, k handshakeKind) (hello, error) {
+	if len(p) < len(k.magic)+2 || string(p[:len(k.magic)]) != k.magic {
+		return hello{}, fmt.Errorf("%w: not a %s hello", errMalformed, k.name)
 	}
-	h := hello{version: binary.BigEndian.Uint16(p[len(rvMagic):])}
-	if h.version != rvVersion {
+	h := hello{version: binary.BigEndian.Uint16(p[len(k.magic):])}
+	if h.version != k.version {
 		return h, nil
 	}
-	rest := p[len(rvMagic)+2:]
+	rest := p[len(k.magic)+2:]
 	if len(rest) != nonceSize {
 		return hello{}, fmt.Errorf("%w: hello of %d bytes", errMalformed, len(p))
 	}
@@ -193,12 +199,15 @@ func (a auth) append(b []byte) []byte {
 
 // parseAuth parses an auth; a version other than rvVersion is returned with
 // the other fields unset.
-func parseAuth(p []byte) (auth, error) {
+func parseAuth(p []byte) (auth, error) { return parseAuthAs(p, rvVersion) }
+
+// parseAuthAs parses an auth of a protocol at version (see parseAuth).
+func parseAuthAs(p []byte, version uint16) (auth, error) {
 	if len(p) < 2 {
 		return auth{}, fmt.Errorf("%w: auth of %d bytes", errMalformed, len(p))
 	}
 	a := auth{version: binary.BigEndian.Uint16(p)}
-	if a.version != rvVersion {
+	if a.version != version {
 		return a, nil
 	}
 	if len(p) != 2+4+nonceSize+proofSize {

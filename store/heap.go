@@ -234,6 +234,22 @@ func (w localWord) Load() uint64                    { return atomic.LoadUint64(w
 func (w localWord) Store(v uint64)                  { atomic.StoreUint64(w.p, v) }
 func (w localWord) CompareAndSwap(o, n uint64) bool { return atomic.CompareAndSwapUint64(w.p, o, n) }
 
+// casOwn compare-and-swaps a word of this rank's own memory that peers
+// update with remote atomics: with the CPU when the transport's atomics are
+// atomic with it, else through the window (the device) like a peer does.
+func (s *Store) casOwn(w localWord, addr uint64, old, new uint64) bool {
+	if s.w.LocalAtomics() {
+		return w.CompareAndSwap(old, new)
+	}
+	var got int64
+	if err := s.w.CompareAndSwap(s.me, addr, int64(old), int64(new), &got); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), retryBound)
+	defer cancel()
+	return s.w.Flush(ctx, s.me) == nil && uint64(got) == old
+}
+
 // grow reclaims empty chunks, keeps Reserve free chunks attached and
 // answers a writer's want.
 func (s *Store) grow() (busy bool) {
@@ -245,7 +261,7 @@ func (s *Store) grow() (busy bool) {
 		}
 		if owner != 0 && s.entry(e, chunkLive).Load() == 0 &&
 			(owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1)) {
-			if s.entry(e, chunkOwner).CompareAndSwap(owner, 0) {
+			if s.casOwn(s.entry(e, chunkOwner), s.entryAddr(s.me, e, chunkOwner), owner, 0) {
 				owner = 0
 			}
 		}
@@ -262,7 +278,7 @@ func (s *Store) grow() (busy bool) {
 	if want := atomic.LoadUint64(&s.table[hdrWant]); want != 0 {
 		size := max((want+4095)&^4095, uint64(s.opt.ChunkSize))
 		s.attachChunk(int(size))
-		atomic.CompareAndSwapUint64(&s.table[hdrWant], want, 0)
+		s.casOwn(localWord{&s.table[hdrWant]}, s.tables[s.me]+hdrWant*8, want, 0)
 		busy = true
 	}
 	return busy

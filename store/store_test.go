@@ -30,8 +30,9 @@ type worldFunc func(testing.TB, int) *commtest.World
 
 // bothWorlds runs f over memnet and over shared memory, as subtests.
 func bothWorlds(t *testing.T, f func(t *testing.T, newWorld worldFunc)) {
-	t.Run("memnet", func(t *testing.T) { f(t, commtest.New) })
-	t.Run("shm", func(t *testing.T) { f(t, commtest.NewSHM) })
+	for _, m := range commtest.Worlds() {
+		t.Run(m.Name, func(t *testing.T) { f(t, m.New) })
+	}
 }
 
 // openAll opens a store on every rank of a new n-rank memnet world.

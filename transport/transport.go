@@ -61,6 +61,12 @@ const (
 	// CapRemoteCompletion: a completed Write is visible in the target's memory,
 	// not merely handed to the network.
 	CapRemoteCompletion
+	// CapLocalAtomics: the owner's own CPU atomics (sync/atomic) on its
+	// registered memory are atomic with the CompareAndSwap64 and
+	// FetchAndAdd64 peers apply to it. Without it (an RDMA device whose
+	// atomics are atomic only among themselves) the owner reaches such words
+	// through the transport, toward itself.
+	CapLocalAtomics
 )
 
 // Has reports whether every capability in x is present.

@@ -365,6 +365,13 @@ func (w *Window) Failed() []ftrma.Rank {
 	return out
 }
 
+// LocalAtomics reports whether this rank's own CPU atomics on its window
+// memory are atomic with the remote atomic operations peers apply to it. When
+// they are not (RDMA devices with IBV_ATOMIC_HCA), the owner must update
+// words that peers update atomically with this window's atomic operations on
+// itself, which go through the device like everyone else's.
+func (w *Window) LocalAtomics() bool { return w.t.Caps().Has(transport.CapLocalAtomics) }
+
 // Rank is this rank's rank in the window; Size the window's number of ranks.
 // They equal the communicator's, except in a window made by Shrink.
 func (w *Window) Rank() ftrma.Rank { return w.rank }

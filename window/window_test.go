@@ -28,12 +28,9 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // fails the test with every rank's error.
 func run(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error) {
 	t.Helper()
-	for _, tr := range []struct {
-		name  string
-		world func(testing.TB, int) *commtest.World
-	}{{"memnet", commtest.New}, {"shm", commtest.NewSHM}} {
-		t.Run(tr.name, func(t *testing.T) {
-			w := tr.world(t, n)
+	for _, tr := range commtest.Worlds() {
+		t.Run(tr.Name, func(t *testing.T) {
+			w := tr.New(t, n)
 			ctx := testCtx(t, time.Minute)
 			for r, err := range w.Run(ctx, f) {
 				if err != nil {

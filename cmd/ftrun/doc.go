@@ -1,8 +1,13 @@
-// Command ftrun starts an ftrma job: N ranks of a program on this host,
-// connected through the launcher's rendezvous.
+// Command ftrun starts an ftrma job: N ranks of a program, on this host or
+// spread over hosts, connected through the launcher's rendezvous.
 //
 //	ftrun -n 4 [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
+//	ftrun -n 8 --hosts local:4,node2:7770:4 prog [args...]
+//	ftrun agent --listen HOST[:PORT] [--once]
 //
-// Run "ftrun --help" for the flags, the environment each rank receives and the
-// exit status. All the work is done by package launcher; this is a thin main.
+// "ftrun agent" is the per-host daemon that starts the ranks of remote hosts;
+// ftrun and its agents share a secret in FTRMA_AGENT_SECRET. Run "ftrun
+// --help" and "ftrun agent --help" for the flags, the environment each rank
+// receives and the exit status. All the work is done by package launcher;
+// this is a thin main.
 package main

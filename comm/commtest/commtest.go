@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/transport/memnet"
 	"github.com/ftrma/ftrma/transport/shm"
+	"github.com/ftrma/ftrma/transport/verbs"
 )
 
 // World is n communicators over one memnet network.
@@ -105,6 +108,78 @@ func NewSHM(tb testing.TB, n int) *World {
 	}
 	tb.Cleanup(w.Close)
 	return w
+}
+
+// NewVerbs builds a world of n ranks with TestConfig over the verbs
+// transport, every rank a goroutine of this process with its own device
+// context and queue pairs (on Soft-RoCE in the test guest). It has no Net.
+// It fails the test when the binary lacks verbs or no device is usable.
+func NewVerbs(tb testing.TB, n int) *World {
+	w := &World{Comms: make([]*comm.Comm, n), declared: make(map[ftrma.Rank]string)}
+	ts := make([]*verbs.Transport, n)
+	addrs := make([]string, n)
+	for r := range n {
+		bound, _ := time.ParseDuration(os.Getenv("FTRMA_VERBS_BOUND"))
+		t, err := verbs.Open(verbs.Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Spin: -1, Bound: max(bound, 2*time.Second)})
+		if err != nil {
+			tb.Fatalf("commtest: rank %d: %v", r, err)
+		}
+		ts[r] = t
+		addrs[r] = t.Addr()
+		c := TestConfig()
+		if bound > c.Detector.Timeout {
+			c.Detector.Timeout = bound
+		}
+		c.OnDeclaredFailed = func(by string) {
+			w.mu.Lock()
+			w.declared[ftrma.Rank(r)] = by
+			w.mu.Unlock()
+		}
+		if w.Comms[r], err = comm.New(t, c); err != nil {
+			tb.Fatalf("commtest: rank %d: %v", r, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, t := range ts {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = t.Connect(ctx, addrs) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			tb.Fatalf("commtest: rank %d: connect: %v", r, err)
+		}
+	}
+	tb.Cleanup(w.Close)
+	return w
+}
+
+// A Maker builds a world of n ranks.
+type Maker struct {
+	Name string
+	New  func(tb testing.TB, n int) *World
+}
+
+// Worlds lists the worlds suites run over: those FTRMA_TEST_WORLDS names
+// (comma-separated from memnet, shm, verbs), by default memnet and shm. The
+// verbs world needs a binary built with -tags verbs and an RDMA device (the
+// guest of scripts/rxe-vm.sh sets FTRMA_TEST_WORLDS=verbs).
+func Worlds() []Maker {
+	all := []Maker{{"memnet", New}, {"shm", NewSHM}, {"verbs", NewVerbs}}
+	names := os.Getenv("FTRMA_TEST_WORLDS")
+	if names == "" {
+		names = "memnet,shm"
+	}
+	var out []Maker
+	for _, m := range all {
+		if slices.Contains(strings.Split(names, ","), m.Name) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Declared reports whether rank r learned that the world declared it failed,

@@ -59,11 +59,12 @@ func (t *Transport) Rank() ftrma.Rank { return t.rank }
 // Size returns the number of ranks in the network.
 func (t *Transport) Size() int { return len(t.net.ends) }
 
-// Caps reports CapOrdered|CapRemoteCompletion: operations are emulated by the
-// target's goroutine (not one-sided, no native atomics), take effect in
+// Caps reports CapOrdered|CapRemoteCompletion|CapLocalAtomics: operations
+// are emulated by the target's goroutine (not one-sided, no native atomics;
+// its atomics are sync/atomic, atomic with the owner's), take effect in
 // posting order per peer, and a completed Write is visible at the target.
 func (t *Transport) Caps() transport.Caps {
-	return transport.CapOrdered | transport.CapRemoteCompletion
+	return transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics
 }
 
 // Register exposes mem to every peer and returns its key. The caller keeps

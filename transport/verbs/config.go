@@ -141,3 +141,17 @@ func ParseAddress(s string) (Address, error) {
 	}
 	return a, nil
 }
+
+// ackTimeout chooses the queue pairs' local ACK timeout exponent (4.096 µs ×
+// 2^t) and retry count so that a peer that stopped answering fails its
+// operations within bound: (retry+1) attempts of the timeout each.
+func ackTimeout(bound time.Duration) (timeout, retry int) {
+	retry = 6
+	timeout = 10
+	for t := 20; t > 10; t-- {
+		if time.Duration(4096<<t)*time.Nanosecond*time.Duration(retry+1) <= bound {
+			return t, retry
+		}
+	}
+	return timeout, retry
+}

@@ -395,8 +395,13 @@ func (t *Transport) pollRecv() bool {
 		}
 		p := t.peers[r]
 		if wc.status != C.IBV_WC_SUCCESS {
+			// A flushed receive means the queue pair entered the error
+			// state; a failed send toward the peer usually says why.
+			t.pollMu.Lock()
+			t.pollSend()
+			t.pollMu.Unlock()
 			if !p.isDead() {
-				t.down(p, fmt.Errorf("verbs: receive from rank %d: %s", r, C.GoString(C.ftv_status_str(C.int(wc.status)))))
+				t.down(p, fmt.Errorf("verbs: receive from rank %d: %s (the queue pair is in the error state)", r, C.GoString(C.ftv_status_str(C.int(wc.status)))))
 			}
 			continue
 		}

@@ -107,7 +107,7 @@ type Transport struct {
 	table    unsafe.Pointer // the key table peers read
 	tableMR  *C.struct_ibv_mr
 	peers    []*peer
-	tables   []remoteTable // every rank's key table, from its address
+	tables   []remoteTable    // every rank's key table, from its address
 	selfResp *C.struct_ibv_qp // the passive end of the loopback pair
 
 	regMu   sync.Mutex
@@ -213,8 +213,8 @@ type peer struct {
 // entry is one posted send-side work request (or a kLocal placeholder).
 type entry struct {
 	kind   uint8
-	seq    transport.Seq // the operation it completes, 0 for none
-	end    uint64        // staging ring position released at completion
+	seq    transport.Seq  // the operation it completes, 0 for none
+	end    uint64         // staging ring position released at completion
 	stage  unsafe.Pointer // the read data or atomic result in staging
 	dst    []byte
 	result *uint64
@@ -296,7 +296,7 @@ func (t *Transport) open() error {
 	t.global = t.info.link_layer == C.IBV_LINK_LAYER_ETHERNET || t.info.lid == 0
 	t.caps = transport.CapOneSided | transport.CapOrdered | transport.CapRemoteCompletion
 	if t.info.atomic_cap == C.IBV_ATOMIC_GLOB {
-		t.caps |= transport.CapNativeAtomics
+		t.caps |= transport.CapNativeAtomics | transport.CapLocalAtomics
 	}
 	if t.info.atomic_cap == C.IBV_ATOMIC_NONE {
 		return errors.New("the device has no atomic operations")
@@ -460,20 +460,6 @@ func (t *Transport) connectQP(qp *C.struct_ibv_qp, mtu int, rqpn, rpsn uint32, a
 	return nil
 }
 
-// ackTimeout chooses the queue pairs' local ACK timeout exponent (4.096 µs ×
-// 2^t) and retry count so that a peer that stopped answering fails its
-// operations within bound: (retry+1) attempts of the timeout each.
-func ackTimeout(bound time.Duration) (timeout, retry int) {
-	retry = 6
-	timeout = 10
-	for t := 20; t > 10; t-- {
-		if time.Duration(4096<<t)*time.Nanosecond*time.Duration(retry+1) <= bound {
-			return t, retry
-		}
-	}
-	return timeout, retry
-}
-
 // Rank is this rank.
 func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
 
@@ -481,9 +467,9 @@ func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
 func (t *Transport) Size() int { return t.cfg.Size }
 
 // Caps reports one-sided, ordered operations with remote completion, and
-// native atomics only when the device's atomics are atomic with the CPU's
-// (IBV_ATOMIC_GLOB); otherwise the owner reaches its own words through the
-// loopback queue pair like everyone else.
+// native and local atomics only when the device's atomics are atomic with the
+// CPU's (IBV_ATOMIC_GLOB); otherwise the owner reaches its own words through
+// the loopback queue pair like everyone else.
 func (t *Transport) Caps() transport.Caps { return t.caps }
 
 // Register registers mem with the device for local write and remote read,

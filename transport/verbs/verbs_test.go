@@ -427,3 +427,96 @@ func TestPeerDownAndClose(t *testing.T) {
 		t.Fatalf("write after close: %v", err)
 	}
 }
+
+// TestAllToAll: eight ranks send messages of many sizes to each other, and
+// hammer one counter, all at once.
+func TestAllToAll(t *testing.T) {
+	const n, msgs = 8, 100
+	ts, recs := world(t, n)
+	mem := make([]byte, 8)
+	key, err := ts[0].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range msgs {
+				msg := make([]byte, 2+(i*997)%(3*maxFrag))
+				binary.LittleEndian.PutUint16(msg, uint16(i))
+				for to := range n {
+					if err := ts[r].Send(ftrma.Rank(to), msg); err != nil {
+						errs <- err
+						return
+					}
+				}
+				seq, err := ts[r].FetchAndAdd64(0, key, 0, 1, nil)
+				if err == nil {
+					err = ts[r].Wait(ctx(t), 0, seq)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for r := range n {
+		rec := recs[r]
+		rec.until(t, "all messages", func() bool {
+			for from := range n {
+				if len(rec.msgs[ftrma.Rank(from)]) != msgs {
+					return false
+				}
+			}
+			return true
+		})
+		for from := range n {
+			for i, m := range rec.msgs[ftrma.Rank(from)] {
+				if int(binary.LittleEndian.Uint16(m)) != i || len(m) != 2+(i*997)%(3*maxFrag) {
+					t.Fatalf("rank %d from %d: message %d wrong", r, from, i)
+				}
+			}
+		}
+	}
+	if got := binary.LittleEndian.Uint64(mem); got != n*msgs {
+		t.Fatalf("counter %d, want %d", got, n*msgs)
+	}
+}
+
+// TestSendBeforePeerConnects: a message sent before the peer's queue pair
+// is ready is retried by the device and arrives.
+func TestSendBeforePeerConnects(t *testing.T) {
+	needDevice(t)
+	ts := make([]*Transport, 2)
+	addrs := make([]string, 2)
+	rec := newRecorder()
+	for r := range 2 {
+		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: 2, GIDIndex: -1, Bound: 5 * time.Second, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		tr.SetReceiver(rec)
+		ts[r], addrs[r] = tr, tr.Addr()
+	}
+	if err := ts[0].Connect(ctx(t), addrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Send(1, []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := ts[1].Connect(ctx(t), addrs); err != nil {
+		t.Fatal(err)
+	}
+	rec.until(t, "the early message", func() bool { return len(rec.msgs[0]) == 1 })
+}

@@ -1,0 +1,538 @@
+package launcher
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// AgentConfig configures an ftrun agent.
+type AgentConfig struct {
+	// Listen is the address to listen on, host:port. Required.
+	Listen string
+	// Secret is the agent secret launchers must prove (FTRMA_AGENT_SECRET).
+	// Required.
+	Secret []byte
+	// Once makes Serve return after the first authenticated job ended.
+	Once bool
+	// Env is the base environment of the ranks (without FTRMA_ variables,
+	// which the launcher sends); nil means os.Environ().
+	Env []string
+	// HandshakeTimeout bounds authentication and the launch message. Default
+	// 10 s.
+	HandshakeTimeout time.Duration
+	// Logf reports jobs and refused connections. Default log.Printf with an
+	// "ftrun agent: " prefix.
+	Logf func(format string, args ...any)
+}
+
+// Agent is an ftrun agent: a per-host daemon that starts the ranks of remote
+// ftrun jobs on its host. Each launcher connection is one job; when it closes,
+// the agent kills that job's ranks.
+type Agent struct {
+	cfg  AgentConfig
+	ln   net.Listener
+	wg   sync.WaitGroup // one per connection being served
+	quit chan struct{}  // closed by Close
+
+	mu     sync.Mutex            // guards the fields below
+	conns  map[net.Conn]struct{} // connections being served; Close closes them
+	closed bool
+}
+
+// ListenAgent starts listening for launchers; Serve serves them.
+func ListenAgent(cfg AgentConfig) (*Agent, error) {
+	if len(cfg.Secret) == 0 {
+		return nil, errAgentSecret
+	}
+	if cfg.Listen == "" {
+		return nil, fmt.Errorf("launcher: agent: no listen address: %w", ftrma.ErrInvalid)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) { log.Printf("ftrun agent: "+format, args...) }
+	}
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &Agent{cfg: cfg, ln: ln, quit: make(chan struct{}), conns: make(map[net.Conn]struct{})}, nil
+}
+
+// Addr is the address the agent listens on.
+func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
+
+// Serve accepts launchers and serves each job, until Close or, with Once,
+// until the first authenticated job ended. It waits for the jobs it started
+// to end before it returns.
+func (a *Agent) Serve() error {
+	defer a.wg.Wait()
+	var backoff time.Duration
+	for {
+		c, err := a.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			a.cfg.Logf("accept: %v; retrying in %v", err, backoff)
+			select {
+			case <-a.quit:
+				return nil
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		if !a.track(c) {
+			c.Close()
+			return nil
+		}
+		if a.cfg.Once {
+			served := a.serve(c)
+			a.wg.Done()
+			if served {
+				a.ln.Close()
+				return nil
+			}
+			continue
+		}
+		go func() {
+			defer a.wg.Done()
+			a.serve(c)
+		}()
+	}
+}
+
+// track registers a connection to serve; false if the agent is closing.
+func (a *Agent) track(c net.Conn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.conns[c] = struct{}{}
+	a.wg.Add(1)
+	return true
+}
+
+// Close stops accepting and ends every job: their ranks are killed. It waits
+// for the jobs to end.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.quit)
+		a.ln.Close()
+		for c := range a.conns {
+			c.Close()
+		}
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	return nil
+}
+
+// agentJob is one launcher connection's job on this host.
+type agentJob struct {
+	a    *Agent
+	c    net.Conn
+	spec *launchSpec
+	wmu  sync.Mutex     // serializes writes on c
+	wg   sync.WaitGroup // the ranks' waiting and forwarding goroutines
+
+	mu    sync.Mutex // guards every agentProc's running
+	procs []*agentProc
+}
+
+// agentProc is one rank process of an agentJob.
+type agentProc struct {
+	rank    ftrma.Rank
+	cmd     *exec.Cmd
+	pipes   [2]*os.File    // read ends of stdout and stderr
+	fwd     sync.WaitGroup // the two forwarding goroutines
+	running bool           // guarded by agentJob.mu: started and not reaped
+}
+
+// serve runs one connection: authentication, the launch, then supervision
+// until the launcher closes the connection, when the job's ranks are killed.
+// It reports whether the connection authenticated and launched a job.
+func (a *Agent) serve(c net.Conn) bool {
+	defer func() {
+		a.mu.Lock()
+		delete(a.conns, c)
+		a.mu.Unlock()
+		c.Close()
+	}()
+	c.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
+	if _, err := serverHandshake(c, a.cfg.Secret, agentHandshake, nil); err != nil {
+		select {
+		case <-a.quit:
+		default:
+			a.cfg.Logf("refused connection from %s: %v", c.RemoteAddr(), err)
+		}
+		return false
+	}
+	spec, err := readLaunch(c)
+	if err != nil {
+		writeFrame(c, msgError, errorText(err.Error()))
+		a.cfg.Logf("launcher %s: %v", c.RemoteAddr(), err)
+		return true
+	}
+	c.SetDeadline(time.Time{})
+	j := &agentJob{a: a, c: c, spec: spec}
+	first, last := spec.ranks[0].rank, spec.ranks[len(spec.ranks)-1].rank
+	a.cfg.Logf("job %s from %s: starting ranks %d..%d of %d", printable([]byte(spec.job)), c.RemoteAddr(), first, last, spec.size)
+	if err := j.start(); err != nil {
+		writeFrame(c, msgError, errorText(err.Error()))
+		a.cfg.Logf("job %s: %v", printable([]byte(spec.job)), err)
+		return true
+	}
+	j.supervise()
+	a.cfg.Logf("job %s: ended", printable([]byte(spec.job)))
+	return true
+}
+
+// readLaunch reads and checks the launch message.
+func readLaunch(c net.Conn) (*launchSpec, error) {
+	typ, p, err := readFrame(c, maxLaunch)
+	if err != nil {
+		return nil, fmt.Errorf("read launch: %w", err)
+	}
+	if err := expectFrom(typ, p, msgLaunch, "launch", "launcher"); err != nil {
+		return nil, err
+	}
+	spec, err := parseLaunch(p)
+	if err != nil {
+		return nil, err
+	}
+	if spec.size < 1 || len(spec.ranks) == 0 || len(spec.ranks) > spec.size {
+		return nil, fmt.Errorf("launch of %d ranks of a job of %d", len(spec.ranks), spec.size)
+	}
+	seen := make(map[ftrma.Rank]bool)
+	for _, r := range spec.ranks {
+		if r.rank < 0 || int(r.rank) >= spec.size || seen[r.rank] {
+			return nil, fmt.Errorf("launch: rank %d repeated or not in [0, %d)", r.rank, spec.size)
+		}
+		seen[r.rank] = true
+		for _, kv := range r.env {
+			if !strings.HasPrefix(kv, "FTRMA_") || !strings.Contains(kv, "=") {
+				return nil, fmt.Errorf("launch: rank %d: environment entry %q is not an FTRMA_ variable", r.rank, printable([]byte(kv)))
+			}
+		}
+	}
+	return spec, nil
+}
+
+// program resolves the launch's program on this host: relative to the
+// launcher's directory if that exists here, else to the agent's, or through
+// PATH when it names no directory.
+func (j *agentJob) program() (path, dir string, err error) {
+	if st, err := os.Stat(j.spec.dir); err == nil && st.IsDir() && filepath.IsAbs(j.spec.dir) {
+		dir = j.spec.dir
+	}
+	path = j.spec.prog
+	if strings.Contains(path, "/") && !filepath.IsAbs(path) && dir != "" {
+		path = filepath.Join(dir, path)
+	}
+	path, err = exec.LookPath(path)
+	return path, dir, err
+}
+
+// start starts every rank of the launch and says so to the launcher; if one
+// cannot be started, the ones started are killed and reaped.
+func (j *agentJob) start() error {
+	path, dir, err := j.program()
+	if err != nil {
+		return fmt.Errorf("on %s: %w", j.c.LocalAddr(), err)
+	}
+	hostIP := addrIP(j.c.LocalAddr())
+	var pids []rankPID
+	for _, r := range j.spec.ranks {
+		vars := append(append([]string(nil), r.env...), EnvHostAddr+"="+hostIP)
+		p, err := j.startRank(path, dir, r.rank, rankEnv(j.a.cfg.Env, vars, len(j.spec.ranks)))
+		if err != nil {
+			for _, p := range j.procs {
+				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+				p.cmd.Wait()
+				p.pipes[0].Close()
+				p.pipes[1].Close()
+			}
+			return fmt.Errorf("on %s: start rank %d: %w", j.c.LocalAddr(), r.rank, err)
+		}
+		j.procs = append(j.procs, p)
+		pids = append(pids, rankPID{rank: r.rank, pid: p.cmd.Process.Pid})
+	}
+	// started goes out before any output or exit of the ranks.
+	if err := j.send(msgStarted, appendStarted(nil, pids)); err != nil {
+		j.killAll()
+	}
+	for _, p := range j.procs {
+		j.wg.Add(3)
+		go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStdout) }()
+		go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStderr) }()
+		go func() { defer j.wg.Done(); j.wait(p) }()
+	}
+	return nil
+}
+
+// startRank starts one rank in a process group of its own, as ftrun does.
+func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*agentProc, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{j.spec.prog}, j.spec.args...),
+		Env:         env,
+		Dir:         dir,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: sysProcAttr(),
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, running: true}
+	p.fwd.Add(2)
+	return p, nil
+}
+
+// forward sends one output stream of p to the launcher, line by line.
+func (j *agentJob) forward(p *agentProc, stream byte) {
+	buf := make([]byte, 0, 256)
+	scanLines(p.pipes[stream-1], func(piece []byte, start, last bool) {
+		m := outputMsg{rank: p.rank, stream: stream, data: piece}
+		if start {
+			m.flags |= outStart
+		}
+		if last {
+			m.flags |= outLast
+		}
+		buf = m.append(buf[:0])
+		j.send(msgOutput, buf) // a broken connection ends the job anyway
+	})
+}
+
+// wait reaps p, reports its exit, and stops forwarding its output
+// outputGrace after it exited, should children of the rank hold it open.
+func (j *agentJob) wait(p *agentProc) {
+	err := p.cmd.Wait()
+	j.mu.Lock()
+	p.running = false
+	j.mu.Unlock()
+	m := exitedMsg{rank: p.rank, code: -1}
+	if ps := p.cmd.ProcessState; ps == nil {
+		m.text = err.Error()
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		m.signal = ws.Signal()
+	} else {
+		m.code = ps.ExitCode()
+	}
+	j.send(msgExited, m.append(nil))
+	drained := make(chan struct{})
+	go func() { p.fwd.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+		p.pipes[0].Close()
+		p.pipes[1].Close()
+		<-drained
+	}
+	p.pipes[0].Close()
+	p.pipes[1].Close()
+}
+
+// supervise carries out the launcher's signals until the connection closes,
+// then kills every rank still running and waits for them.
+func (j *agentJob) supervise() {
+	for {
+		typ, p, err := readFrame(j.c, maxSmall)
+		if err != nil {
+			break
+		}
+		switch typ {
+		case msgSignal:
+			r, sig, err := parseSignal(p)
+			if err != nil {
+				j.a.cfg.Logf("job %s: %v", printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.signal(r, sig)
+		case msgError:
+			j.a.cfg.Logf("job %s: launcher says: %s", printable([]byte(j.spec.job)), printable(p))
+		default:
+			j.a.cfg.Logf("job %s: unexpected message type %d; ignored", printable([]byte(j.spec.job)), typ)
+		}
+	}
+	j.killAll()
+	j.c.Close() // unblocks forwarding to a launcher that is gone
+	j.wg.Wait()
+}
+
+// signal sends sig to rank r's process group if r runs here and has not been
+// reaped (after that its pid may be another process's).
+func (j *agentJob) signal(r ftrma.Rank, sig syscall.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.procs {
+		if p.rank == r && p.running {
+			syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+}
+
+// killAll sends SIGKILL to every rank still running.
+func (j *agentJob) killAll() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.procs {
+		if p.running {
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// send writes one frame to the launcher.
+func (j *agentJob) send(typ byte, payload []byte) error {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	return writeFrame(j.c, typ, payload)
+}
+
+// addrIP returns the IP of a TCP address as text.
+func addrIP(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, _ := net.SplitHostPort(a.String())
+	return host
+}
+
+// AgentUsage is the help text of "ftrun agent".
+const AgentUsage = `usage: ftrun agent --listen HOST[:PORT] [--once]
+
+ftrun agent is the per-host daemon of multi-host ftrun jobs: an ftrun started
+with --hosts connects to the agent of every remote host, which starts that
+host's ranks, forwards their output and exits, and carries out ftrun's kills
+and signals. When ftrun's connection closes, the agent kills the job's ranks.
+
+Both sides prove, with an HMAC challenge and response, that they know the
+agent secret in FTRMA_AGENT_SECRET (any non-empty string; required). The
+connection is authenticated, not encrypted: use a trusted network.
+
+Flags:
+  --listen HOST[:PORT]    where to listen for ftrun (required; the port
+                          defaults to 7770)
+  --once                  serve one job, then exit
+  -h, --help              print this help and exit
+
+The ranks get the agent's environment without its FTRMA_ variables, plus the
+job's FTRMA_ variables from ftrun and FTRMA_HOST_ADDR: the agent's IP on its
+connection from ftrun, where their transports listen. SIGINT or SIGTERM kills
+the ranks of every job and ends the agent.
+`
+
+// RunAgent is "ftrun agent": args are the arguments after "agent". It serves
+// jobs until SIGINT or SIGTERM (or one job with --once) and returns the exit
+// status: 0, or ExitUsage for a bad command line or a missing
+// FTRMA_AGENT_SECRET, or ExitLaunch if it cannot listen.
+func RunAgent(args []string, stdout, stderr io.Writer) int {
+	var listen string
+	var once, help bool
+	fs := flag.NewFlagSet("ftrun agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&listen, "listen", "", "address to listen on")
+	fs.BoolVar(&once, "once", false, "serve one job")
+	fs.BoolVar(&help, "help", false, "print help")
+	fs.BoolVar(&help, "h", false, "print help")
+	usage := func(err error) int {
+		fmt.Fprintf(stderr, "ftrun agent: %v\nRun 'ftrun agent --help' for usage.\n", err)
+		return ExitUsage
+	}
+	if err := fs.Parse(args); err != nil {
+		return usage(err)
+	}
+	if help {
+		io.WriteString(stdout, AgentUsage)
+		return ExitOK
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usage(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case listen == "":
+		return usage(errors.New("--listen HOST[:PORT] is required"))
+	}
+	secret := os.Getenv(EnvAgentSecret)
+	os.Unsetenv(EnvAgentSecret)
+	if strings.TrimSpace(secret) == "" {
+		return usage(errAgentSecret)
+	}
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(stderr, "ftrun agent: "+format+"\n", args...)
+	}
+	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: []byte(secret), Once: once, Logf: logf})
+	if err != nil {
+		logf("%v", err)
+		return ExitLaunch
+	}
+	logf("listening on %s", a.Addr())
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	served := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigc:
+			logf("got %v: killing the ranks and exiting", sig)
+			a.Close()
+		case <-served:
+		}
+	}()
+	a.Serve()
+	close(served)
+	a.Close()
+	return ExitOK
+}
+
+// agentListenAddr adds the default port to an address without one.
+func agentListenAddr(s string) string {
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s
+	}
+	return net.JoinHostPort(strings.Trim(s, "[]"), strconv.Itoa(DefaultAgentPort))
+}

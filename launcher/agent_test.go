@@ -1,0 +1,635 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport/verbs"
+)
+
+const testAgentSecret = "launcher-test-agent-secret"
+
+func TestParseHosts(t *testing.T) {
+	for in, want := range map[string][]HostSpec{
+		"local":                          {{}},
+		"local:3":                        {{N: 3}},
+		"h1":                             {{Addr: "h1:7770"}},
+		"h1:9000":                        {{Addr: "h1:9000"}},
+		"local:2,127.0.0.1:9000:2":       {{N: 2}, {Addr: "127.0.0.1:9000", N: 2}},
+		"a,b:1234,c:7770:5":              {{Addr: "a:7770"}, {Addr: "b:1234"}, {Addr: "c:7770", N: 5}},
+		"[::1]:7000:2,[fe80::1],local:1": {{Addr: "[::1]:7000", N: 2}, {Addr: "[fe80::1]:7770"}, {N: 1}},
+	} {
+		got, err := ParseHosts(in)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("ParseHosts(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for in, msg := range map[string]string{
+		"":                 "empty host",
+		"a,,b":             "empty host",
+		":7770":            "empty host",
+		"[]:7770":          "empty host",
+		"a:port":           "port",
+		"a:0":              "port",
+		"a:70000":          "port",
+		"a:7770:0":         "rank count",
+		"a:7770:x":         "rank count",
+		"a:1:2:3":          "HOST[:PORT[:N]]",
+		"local:0":          "rank count",
+		"local:1:2":        "want local",
+		"local,local:2":    "twice",
+		"[::1":             "]",
+		"[::1]7770":        "[ADDRESS]:PORT",
+		"local:2,h:7770:x": "rank count",
+	} {
+		if _, err := ParseHosts(in); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ParseHosts(%q): %v, want an error about %q", in, err, msg)
+		}
+	}
+}
+
+func TestAssignRanks(t *testing.T) {
+	h := func(addr string, n int) HostSpec { return HostSpec{Addr: addr, N: n} }
+	b := func(addr string, first, n int) hostBlock {
+		return hostBlock{addr: addr, first: ftrma.Rank(first), n: n}
+	}
+	for _, c := range []struct {
+		hosts []HostSpec
+		n     int
+		want  []hostBlock
+	}{
+		{[]HostSpec{h("", 2), h("a:1", 2)}, 4, []hostBlock{b("", 0, 2), b("a:1", 2, 2)}},
+		{[]HostSpec{h("a:1", 0), h("b:1", 0), h("c:1", 0)}, 8, []hostBlock{b("a:1", 0, 3), b("b:1", 3, 3), b("c:1", 6, 2)}},
+		{[]HostSpec{h("a:1", 5), h("b:1", 0), h("c:1", 0)}, 8, []hostBlock{b("a:1", 0, 5), b("b:1", 5, 2), b("c:1", 7, 1)}},
+		{[]HostSpec{h("", 0), h("b:1", 0), h("c:1", 0)}, 2, []hostBlock{b("", 0, 1), b("b:1", 1, 1)}}, // c gets none
+		{[]HostSpec{h("a:1", 3), h("b:1", 0)}, 3, []hostBlock{b("a:1", 0, 3)}},
+	} {
+		got, err := assignRanks(c.hosts, c.n)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("assignRanks(%v, %d) = %v, %v; want %v", c.hosts, c.n, got, err, c.want)
+		}
+	}
+	if _, err := assignRanks([]HostSpec{h("", 2), h("a:1", 1)}, 4); err == nil || !strings.Contains(err.Error(), "sum to 3, but -n is 4") {
+		t.Errorf("counts below N: %v", err)
+	}
+	if _, err := assignRanks([]HostSpec{h("", 3), h("a:1", 0)}, 2); err == nil || !strings.Contains(err.Error(), "more than -n 2") {
+		t.Errorf("counts above N: %v", err)
+	}
+}
+
+func TestParseArgsHosts(t *testing.T) {
+	o, err := ParseArgs([]string{"-n", "4", "--hosts", "local:2,10.0.0.2:7770:2", "prog"})
+	if err != nil || !reflect.DeepEqual(o.Hosts, []HostSpec{{N: 2}, {Addr: "10.0.0.2:7770", N: 2}}) {
+		t.Fatalf("--hosts: %+v, %v", o, err)
+	}
+	for _, c := range []struct{ args, err string }{
+		{"-n 4 --hosts local:2,h:7770:1 prog", "sum to 3, but -n is 4"},
+		{"-n 4 --hosts local:3,h:7770:3 prog", "sum to 6, but -n is 4"},
+		{"-n 4 --hosts local,,h prog", "empty host"},
+		{"-n 4 --hosts local:2,h:7770:2 --transport shm prog", "cannot share memory"},
+	} {
+		if _, err := ParseArgs(strings.Fields(c.args)); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("ParseArgs(%s): %v, want an error with %q", c.args, err, c.err)
+		}
+	}
+	// On this host alone shm stays allowed, and auto means shm.
+	if _, err := ParseArgs([]string{"-n", "2", "--hosts", "local", "--transport", "shm", "prog"}); err != nil {
+		t.Errorf("--hosts local --transport shm: %v", err)
+	}
+	var stderr bytes.Buffer
+	if code := Main([]string{"-n", "2", "--hosts", "local:1,h:7770:2", "prog"}, new(bytes.Buffer), &stderr); code != ExitUsage {
+		t.Errorf("bad --hosts: exit %d, want %d; stderr %q", code, ExitUsage, stderr.String())
+	}
+}
+
+func TestChooseTransportMultiHost(t *testing.T) {
+	defer func(p func(string, int) (verbs.Choice, error)) { probeVerbs = p }(probeVerbs)
+	probeVerbs = func(string, int) (verbs.Choice, error) { return verbs.Choice{}, verbs.ErrNoDevice }
+	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportTCP || !strings.Contains(why, "several hosts") || !strings.Contains(why, "no usable RDMA device") {
+		t.Errorf("auto over hosts without RDMA: %q, %q, %v", tr, why, err)
+	}
+	probeVerbs = func(string, int) (verbs.Choice, error) {
+		return verbs.Choice{Device: "mlx5_0", Why: "mlx5_0 port 1"}, nil
+	}
+	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportVerbs || !strings.Contains(why, "mlx5_0") {
+		t.Errorf("auto over hosts with RDMA: %q, %q, %v", tr, why, err)
+	}
+	if tr, _, err := chooseTransport("tcp", 4, true, "", ""); err != nil || tr != TransportTCP {
+		t.Errorf("tcp over hosts: %q, %v", tr, err)
+	}
+	if _, _, err := chooseTransport("shm", 4, true, "", ""); err == nil {
+		t.Error("shm over hosts accepted")
+	}
+}
+
+func TestAgentWire(t *testing.T) {
+	spec := &launchSpec{job: "ab12", prog: "./prog", dir: "/tmp", args: []string{"-x", ""}, size: 5,
+		ranks: []launchRank{{rank: 3, env: []string{"FTRMA_RANK=3"}}, {rank: 4, env: nil}}}
+	got, err := parseLaunch(spec.append(nil))
+	spec.ranks[1].env = []string{} // decoded as empty, not nil
+	if err != nil || !reflect.DeepEqual(got, spec) {
+		t.Errorf("launch round trip: %+v, %v; want %+v", got, err, spec)
+	}
+	good := spec.append(nil)
+	for i := range good {
+		if _, err := parseLaunch(good[:i]); err == nil {
+			t.Errorf("parseLaunch accepted %d of %d bytes", i, len(good))
+		}
+	}
+	if _, err := parseLaunch(append(good, 0)); err == nil {
+		t.Error("parseLaunch accepted a trailing byte")
+	}
+	pids := []rankPID{{1, 100}, {2, 200}}
+	if got, err := parseStarted(appendStarted(nil, pids)); err != nil || !reflect.DeepEqual(got, pids) {
+		t.Errorf("started round trip: %v, %v", got, err)
+	}
+	o := outputMsg{rank: 7, stream: streamStderr, flags: outStart | outLast, data: []byte("line\n")}
+	if got, err := parseOutput(o.append(nil)); err != nil || !reflect.DeepEqual(got, o) {
+		t.Errorf("output round trip: %+v, %v", got, err)
+	}
+	if _, err := parseOutput([]byte{0, 0, 0, 1, 3, 0}); err == nil {
+		t.Error("parseOutput accepted stream 3")
+	}
+	e := exitedMsg{rank: 2, code: -1, signal: syscall.SIGKILL}
+	if got, err := parseExited(e.append(nil)); err != nil || got != e {
+		t.Errorf("exited round trip: %+v, %v", got, err)
+	}
+	if r, sig, err := parseSignal(signalPayload(9, syscall.SIGINT)); err != nil || r != 9 || sig != syscall.SIGINT {
+		t.Errorf("signal round trip: %d, %v, %v", r, sig, err)
+	}
+	// An agent hello is no rendezvous hello, and the other way round.
+	nonce := make([]byte, nonceSize)
+	if _, err := parseHello(hello{version: agentVersion, nonce: nonce}.appendAs(nil, agentHandshake)); err == nil {
+		t.Error("parseHello accepted an agent hello")
+	}
+	if _, err := parseHelloAs(hello{version: rvVersion, nonce: nonce}.append(nil), agentHandshake); err == nil {
+		t.Error("parseHelloAs(agent) accepted a rendezvous hello")
+	}
+}
+
+func FuzzParseAgentFrames(f *testing.F) {
+	f.Add((&launchSpec{job: "j", prog: "p", args: []string{"a"}, size: 2, ranks: []launchRank{{rank: 1, env: []string{"FTRMA_X=1"}}}}).append(nil))
+	f.Add(appendStarted(nil, []rankPID{{0, 1}}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		parseLaunch(p)
+		parseStarted(p)
+		parseOutput(p)
+		parseExited(p)
+		parseSignal(p)
+	})
+}
+
+// logBuffer collects log lines; safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(&l.b, format+"\n", args...)
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startAgent runs an in-process agent on 127.0.0.1 whose ranks run this test
+// binary in helper mode; the test's cleanup closes it (killing its ranks).
+func startAgent(t *testing.T, mode string, once bool) (*Agent, *logBuffer) {
+	t.Helper()
+	logs := new(logBuffer)
+	env := append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: []byte(testAgentSecret), Once: once, Env: env, Logf: logs.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { a.Serve(); close(served) }()
+	t.Cleanup(func() {
+		a.Close()
+		<-served
+	})
+	return a, logs
+}
+
+// selfPath is this test binary, the helper rank program.
+func selfPath(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
+}
+
+// Both sides of the agent connection prove the agent secret: the agent
+// refuses a launcher with another secret, and the launcher an agent that
+// cannot prove it.
+func TestAgentSecretRefused(t *testing.T) {
+	a, logs := startAgent(t, "print", false)
+	if _, err := dialAgent(a.Addr().String(), []byte("not the secret")); err == nil || !strings.Contains(err.Error(), "agent says: authentication failed") {
+		t.Errorf("launcher with a wrong secret: %v", err)
+	}
+	if !waitFor(func() bool { return strings.Contains(logs.String(), "wrong agent secret") }) {
+		t.Errorf("agent log does not report the refusal:\n%s", logs)
+	}
+	l, err := dialAgent(a.Addr().String(), []byte(testAgentSecret))
+	if err != nil {
+		t.Fatalf("the right secret: %v", err)
+	}
+	l.close()
+
+	// A fake agent that does not know the secret.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		nonce := make([]byte, nonceSize)
+		rand.Read(nonce)
+		writeFrame(c, msgHello, hello{version: agentVersion, nonce: nonce}.appendAs(nil, agentHandshake))
+		_, p, err := readFrame(c, maxSmall)
+		if err != nil {
+			return
+		}
+		au, _ := parseAuthAs(p, agentVersion)
+		writeFrame(c, msgProof, proof([]byte("a guess"), agentHandshake.serverLabel, agentVersion, au.rank, nonce, au.nonce))
+		readFrame(c, maxSmall) // the launcher's error
+	}()
+	if _, err := dialAgent(ln.Addr().String(), []byte(testAgentSecret)); err == nil || !strings.Contains(err.Error(), "failed to prove it knows the agent secret") {
+		t.Errorf("agent with a wrong secret: %v", err)
+	}
+
+	// Neither side runs without a secret.
+	t.Setenv(EnvAgentSecret, "")
+	var out, errs bytes.Buffer
+	if code := RunAgent([]string{"--listen", "127.0.0.1:0"}, &out, &errs); code != ExitUsage || !strings.Contains(errs.String(), EnvAgentSecret) {
+		t.Errorf("agent without secret: exit %d, stderr %q", code, errs.String())
+	}
+	if _, err := Start(&Options{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), EnvAgentSecret) {
+		t.Errorf("launcher without secret: %v", err)
+	}
+}
+
+// When the launcher's connection drops, the agent kills the job's ranks, and
+// it goes on serving other jobs; closing the agent kills those ranks too.
+func TestAgentKillsRanksOnDrop(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	a, _ := startAgent(t, "pid", false)
+	launch := func() (*agentLink, []rankPID) {
+		t.Helper()
+		l, err := dialAgent(a.Addr().String(), []byte(testAgentSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := &launchSpec{job: "t", prog: selfPath(t), size: 3,
+			ranks: []launchRank{{rank: 1, env: []string{"FTRMA_RANK=1"}}, {rank: 2, env: []string{"FTRMA_RANK=2"}}}}
+		pids, err := l.launch(spec)
+		if err != nil {
+			l.close()
+			t.Fatal(err)
+		}
+		for _, p := range pids {
+			if !alive(p.pid) {
+				t.Errorf("rank %d (pid %d) is not running", p.rank, p.pid)
+			}
+		}
+		return l, pids
+	}
+	gone := func(pids []rankPID, after string) {
+		t.Helper()
+		for _, p := range pids {
+			if !waitFor(func() bool { return !alive(p.pid) }) {
+				t.Errorf("rank %d (pid %d) outlived %s", p.rank, p.pid, after)
+			}
+		}
+	}
+	l, pids := launch()
+	l.close()
+	gone(pids, "the launcher's connection")
+
+	_, pids = launch() // still serving
+	a.Close()
+	gone(pids, "the agent")
+}
+
+// A job over two hosts: two ranks here, two through an agent (a separate
+// "ftrun agent --once" process); every rank joins and talks to every other,
+// the output arrives tagged, and the agent exits after the job.
+func TestMultiHostJoin(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "join")
+	stdout, stderr, code := runJob(t, "join", []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2", "--tag-output", "--timeout", "60s"})
+	if code != ExitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s\nagent:\n%s", code, stdout, stderr, ag.logs)
+	}
+	got := sortedLines(stdout)
+	if len(got) != 4 {
+		t.Fatalf("stdout %q, want 4 lines", got)
+	}
+	for r, l := range got {
+		want := regexp.MustCompile(fmt.Sprintf(`^\[%d\] rank %d of 4 in job [0-9a-f]+: exchanged with 3 peers$`, r, r))
+		if !want.MatchString(l) {
+			t.Errorf("line %q does not match %v", l, want)
+		}
+	}
+	if !strings.Contains(stderr, "transport tcp (auto: the ranks run on several hosts; RDMA verbs unusable here (") {
+		t.Errorf("stderr does not name the transport:\n%s", stderr)
+	}
+	if code := ag.wait(t); code != 0 {
+		t.Errorf("agent --once exited %d after the job; log:\n%s", code, ag.logs)
+	}
+	if !strings.Contains(ag.logs.String(), "starting ranks 2..3 of 4") {
+		t.Errorf("agent log:\n%s", ag.logs)
+	}
+}
+
+// Ranks on each host get that host's FTRMA_LOCAL_SIZE and FTRMA_HOST_ADDR.
+func TestMultiHostEnvironment(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "env")
+	stdout, stderr, code := runJob(t, "env", []string{"-n", "4", "--hosts", "local:1," + ag.addr, "--tag-output"})
+	if code != ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	for r, local := range []int{1, 3, 3, 3} {
+		for _, want := range []string{
+			fmt.Sprintf("[%d] %s=%d\n", r, EnvRank, r),
+			fmt.Sprintf("[%d] %s=%d\n", r, EnvLocalSize, local),
+			fmt.Sprintf("[%d] %s=127.0.0.1\n", r, EnvHostAddr),
+			fmt.Sprintf("[%d] %s=127.0.0.1:", r, EnvRendezvous),
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, stdout)
+			}
+		}
+	}
+	if strings.Contains(stdout, EnvAgentSecret) || strings.Contains(stdout, testAgentSecret) {
+		t.Error("a rank saw the agent secret")
+	}
+}
+
+// A remote rank killed with --kill is reported, counts as failed, and the
+// survivors on both hosts get its exit notice; the exit status is that of the
+// survivors.
+func TestMultiHostKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	t.Setenv(helperEnv, "notice") // for the local ranks and the agent's
+	t.Setenv("GORACE", "atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	a, _ := startAgent(t, "notice", true)
+	out := make(lineChan, 100)
+	var errs logBuffer
+	j, err := Start(&Options{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 2}}, AgentSecret: testAgentSecret,
+		TagOutput: true, Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{"3"}, Stdout: out, Stderr: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := 0
+	var lines []string
+	for joined < 4 {
+		select {
+		case l := <-out:
+			lines = append(lines, l)
+			if strings.Contains(l, "joined") {
+				joined++
+			}
+		case <-j.Done():
+			t.Fatalf("job ended early; output %q; stderr:\n%s", lines, errs.String())
+		}
+	}
+	j.kill(KillSpec{Rank: 3}) // what the --kill timer does, once every rank is in
+	res := j.Wait()
+	close(out)
+	for l := range out {
+		lines = append(lines, l)
+	}
+	if code := res.ExitCode(); code != ExitOK {
+		t.Errorf("exit %d, want 0; result %+v; stderr:\n%s", code, res, errs.String())
+	}
+	if st := res.Ranks[3]; !st.Killed || st.Signal != syscall.SIGKILL || !st.Failed {
+		t.Errorf("rank 3: %+v, want killed by SIGKILL", st)
+	}
+	for r := range 3 {
+		want := fmt.Sprintf("[%d] rank %d got the exit notice of rank 3\n", r, r)
+		if !strings.Contains(strings.Join(lines, ""), want) {
+			t.Errorf("no %q in %q", want, lines)
+		}
+		if !res.Ranks[r].OK() {
+			t.Errorf("rank %d: %v", r, res.Ranks[r])
+		}
+	}
+	for _, want := range []string{"ftrun: killed rank 3 (--kill 3@0s)\n", "ftrun: rank 3 failed at "} {
+		if !strings.Contains(errs.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs.String())
+		}
+	}
+}
+
+// lineChan is a Writer that passes on each write (ftrun writes whole lines).
+type lineChan chan string
+
+func (c lineChan) Write(p []byte) (int, error) {
+	c <- string(p)
+	return len(p), nil
+}
+
+// A remote rank declared failed by a rank's detector is killed through its
+// agent, and the survivors get its exit notice.
+func TestMultiHostSuspect(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "notice")
+	stdout, stderr, code := runJob(t, "notice", []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2", "--tag-output", "--timeout", "60s"}, "3", "0")
+	if code != ExitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s\nagent:\n%s", code, stdout, stderr, ag.logs)
+	}
+	for r := range 3 {
+		if want := fmt.Sprintf("[%d] rank %d got the exit notice of rank 3\n", r, r); !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`ftrun: rank 3 was declared failed by rank 0's detector at \d+\.\d{3}s: killing it\n`),
+		regexp.MustCompile(`ftrun: rank 3 failed at \d+\.\d{3}s: was killed by signal 9 \(killed\)\n`),
+	} {
+		if !want.MatchString(stderr) {
+			t.Errorf("stderr does not match %v:\n%s", want, stderr)
+		}
+	}
+}
+
+// --kill through the command line, the exit status of a remote rank, and
+// --timeout over hosts.
+func TestMultiHostExitStatus(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	hosts := func(ag *agentDaemon) []string { return []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2"} }
+
+	ag := startAgentDaemon(t, "sleep")
+	_, stderr, code := runJob(t, "sleep", append(hosts(ag), "--kill", "3@200ms", "--timeout", "60s"), "3")
+	if code != ExitOK || !strings.Contains(stderr, "ftrun: killed rank 3 (--kill 3@200ms)\n") ||
+		!regexp.MustCompile(`ftrun: rank 3 failed at \d+\.\d{3}s: was killed by signal 9`).MatchString(stderr) {
+		t.Errorf("--kill 3@200ms: exit %d, stderr:\n%s", code, stderr)
+	}
+
+	ag = startAgentDaemon(t, "exit")
+	_, stderr, code = runJob(t, "exit", append(hosts(ag), "--timeout", "60s"), "3", "5")
+	if code != ExitFailed || !strings.Contains(stderr, "ftrun: rank 3 exited with status 5\n") {
+		t.Errorf("remote rank exits 5: exit %d, stderr:\n%s", code, stderr)
+	}
+
+	ag = startAgentDaemon(t, "sleep")
+	_, stderr, code = runJob(t, "sleep", append(hosts(ag), "--timeout", "300ms"), "2")
+	if code != ExitTimeout || !strings.Contains(stderr, "ftrun: timeout (300ms) expired: killing the job\n") {
+		t.Errorf("--timeout: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// SIGINT to ftrun reaches the remote ranks through their agent.
+func TestMultiHostInterrupt(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "hang")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "hang", []string{"-n", "3", "--hosts", "local:1," + ag.addr + ":2", "--tag-output", "--timeout", "60s"})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := lineReader(stdout)
+	waitLines(t, lines, "ready", 3)
+	cmd.Process.Signal(syscall.SIGINT)
+	got := waitLines(t, lines, "got interrupt", 3)
+	for range lines {
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Fatalf("ftrun: %v, want exit status %d; stderr:\n%s", err, 128+int(syscall.SIGINT), errs.String())
+	}
+	for r := range 3 {
+		if !strings.Contains(strings.Join(got, "\n"), fmt.Sprintf("[%d] rank %d got interrupt", r, r)) {
+			t.Errorf("rank %d did not get the interrupt: %q", r, got)
+		}
+	}
+}
+
+// agentDaemon is an "ftrun agent --once" process.
+type agentDaemon struct {
+	addr    string
+	logs    *logBuffer
+	cmd     *exec.Cmd
+	drained chan struct{} // its stderr ended
+	waited  bool
+	code    int
+}
+
+// startAgentDaemon starts "ftrun agent --once" on 127.0.0.1 with the helper
+// mode in its environment (so in its ranks'). The test's cleanup waits for it
+// to exit, stopping it with SIGTERM if it has not.
+func startAgentDaemon(t *testing.T, mode string) *agentDaemon {
+	t.Helper()
+	cmd := exec.Command(ftrun(t), "agent", "--once", "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"), EnvAgentSecret+"="+testAgentSecret)
+	cmd.WaitDelay = 5 * time.Second
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ag := &agentDaemon{logs: new(logBuffer), cmd: cmd, drained: make(chan struct{})}
+	lines := lineReader(stderr)
+	first := waitLines(t, lines, "listening on ", 1)[0]
+	ag.addr = first[strings.Index(first, "listening on ")+len("listening on "):]
+	go func() {
+		defer close(ag.drained)
+		for l := range lines {
+			ag.logs.Write([]byte(l + "\n"))
+		}
+	}()
+	t.Cleanup(func() {
+		if !ag.waited {
+			ag.wait(t)
+		}
+	})
+	return ag
+}
+
+// wait waits for the agent to exit by itself (SIGTERM after helperLife) and
+// returns its exit status.
+func (ag *agentDaemon) wait(t *testing.T) int {
+	ag.waited = true
+	select {
+	case <-ag.drained:
+	case <-time.After(helperLife):
+		t.Errorf("agent %s did not exit by itself", ag.addr)
+		ag.cmd.Process.Signal(syscall.SIGTERM)
+		<-ag.drained
+	}
+	err := ag.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Errorf("agent: %v", err)
+		return -1
+	}
+	return 0
+}
+
+// FTRMA_HOST_ADDR must be an IP; it becomes the transport's listen address.
+func TestReadEnvHostAddr(t *testing.T) {
+	for v, want := range map[string]string{"": "", "10.1.2.3": "10.1.2.3", "::1": "::1", "node2": "error"} {
+		setJobEnv(t, goodEnv())
+		t.Setenv(EnvHostAddr, v)
+		e, err := readEnv()
+		switch {
+		case want == "error" && err == nil:
+			t.Errorf("%s=%q accepted", EnvHostAddr, v)
+		case want != "error" && (err != nil || e.hostAddr != want):
+			t.Errorf("%s=%q: %q, %v", EnvHostAddr, v, e.hostAddr, err)
+		}
+	}
+}

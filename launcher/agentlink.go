@@ -1,0 +1,201 @@
+package launcher
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// agentTimeout bounds connecting to an agent, authenticating, and the agent's
+// answer to a launch.
+const agentTimeout = 10 * time.Second
+
+// agentLink is the launcher's connection to the agent that runs one block of
+// a job's ranks on a remote host.
+type agentLink struct {
+	addr  string // the agent's host:port, as in --hosts
+	conn  net.Conn
+	block hostBlock
+	wg    sync.WaitGroup // the reader and writer goroutines, once run
+
+	mu     sync.Mutex // guards the fields below
+	queue  [][]byte   // frames for the writer
+	wake   chan struct{}
+	closed bool // close was called: a broken connection is no news
+}
+
+// dialAgent connects to the agent at addr and authenticates both ways.
+func dialAgent(addr string, secret []byte) (*agentLink, error) {
+	c, err := net.DialTimeout("tcp", addr, agentTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Now().Add(agentTimeout))
+	if err := clientHandshake(c, secret, agentHandshake, 0); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Time{})
+	return &agentLink{addr: addr, conn: c, wake: make(chan struct{}, 1)}, nil
+}
+
+// localIP is this host's IP on the connection to the agent: an address the
+// agent's host reaches this one at.
+func (l *agentLink) localIP() string { return addrIP(l.conn.LocalAddr()) }
+
+// launch asks the agent to start the ranks of spec and waits for its answer.
+func (l *agentLink) launch(spec *launchSpec) ([]rankPID, error) {
+	l.conn.SetDeadline(time.Now().Add(agentTimeout))
+	defer l.conn.SetDeadline(time.Time{})
+	if err := writeFrame(l.conn, msgLaunch, spec.append(nil)); err != nil {
+		return nil, fmt.Errorf("agent %s: send launch: %w", l.addr, err)
+	}
+	typ, p, err := readFrame(l.conn, maxLaunch)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: read launch answer: %w", l.addr, err)
+	}
+	if err := expectFrom(typ, p, msgStarted, "started", "agent"); err != nil {
+		return nil, fmt.Errorf("agent %s: %w", l.addr, err)
+	}
+	pids, err := parseStarted(p)
+	if err == nil && len(pids) != len(spec.ranks) {
+		err = fmt.Errorf("%w: %d ranks started, %d asked for", errMalformed, len(pids), len(spec.ranks))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", l.addr, err)
+	}
+	return pids, nil
+}
+
+// run starts the goroutines that carry the job's traffic with the agent: the
+// ranks' output, exits and signals.
+func (l *agentLink) run(j *Job) {
+	l.wg.Add(2)
+	go l.writeLoop()
+	go l.readLoop(j)
+}
+
+// signal asks the agent to send sig to rank r's process group. It does not
+// block.
+func (l *agentLink) signal(r ftrma.Rank, sig syscall.Signal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.queue = append(l.queue, appendFrame(nil, msgSignal, signalPayload(r, sig)))
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close closes the connection, which makes the agent kill whatever of the
+// job still runs there, and waits for the goroutines of run.
+func (l *agentLink) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.conn.Close()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	l.wg.Wait()
+}
+
+func (l *agentLink) writeLoop() {
+	defer l.wg.Done()
+	for range l.wake {
+		l.mu.Lock()
+		q, closed := l.queue, l.closed
+		l.queue = nil
+		l.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, f := range q {
+			l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
+			if _, err := l.conn.Write(f); err != nil {
+				return // the reader sees the broken connection too
+			}
+		}
+	}
+}
+
+// readLoop takes the agent's messages until the connection closes. Then
+// every rank of the block that has not exited counts as lost with it, and its
+// output as ended.
+func (l *agentLink) readLoop(j *Job) {
+	defer l.wg.Done()
+	n := l.block.n
+	exited := make([]bool, n)
+	ended := make([][2]bool, n) // ended[i][stream-1]: the stream of rank first+i ended
+	in := func(r ftrma.Rank) (int, bool) {
+		i := int(r - l.block.first)
+		return i, r >= l.block.first && i < n
+	}
+	var err error
+	for {
+		var typ byte
+		var p []byte
+		if typ, p, err = readFrame(l.conn, maxLaunch); err != nil {
+			break
+		}
+		switch typ {
+		case msgOutput:
+			m, perr := parseOutput(p)
+			i, ok := in(m.rank)
+			if perr != nil || !ok || ended[i][m.stream-1] {
+				j.out.reportf("agent %s: bad output message; ignored", l.addr)
+				continue
+			}
+			w := j.out.stdout
+			if m.stream == streamStderr {
+				w = j.out.stderr
+			}
+			last := m.flags&outLast != 0
+			j.out.writePiece(w, j.prefix(m.rank), m.data, m.flags&outStart != 0, last)
+			if last {
+				ended[i][m.stream-1] = true
+				j.ranks[m.rank].fwd.Done()
+			}
+		case msgExited:
+			m, perr := parseExited(p)
+			i, ok := in(m.rank)
+			if perr != nil || !ok || exited[i] {
+				j.out.reportf("agent %s: bad exit message; ignored", l.addr)
+				continue
+			}
+			exited[i] = true
+			j.ranks[m.rank].exit <- m
+		case msgError:
+			j.out.reportf("agent %s says: %s", l.addr, printable(p))
+		default:
+			j.out.reportf("agent %s: unexpected message type %d; ignored", l.addr, typ)
+		}
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	lost := 0
+	for i := range n {
+		r := l.block.first + ftrma.Rank(i)
+		if !exited[i] {
+			lost++
+			j.ranks[r].exit <- exitedMsg{rank: r, code: -1, lost: fmt.Sprintf("the connection to agent %s broke", l.addr)}
+		}
+		for s := range ended[i] {
+			if !ended[i][s] {
+				j.ranks[r].fwd.Done()
+			}
+		}
+	}
+	if !closed && lost > 0 {
+		j.out.reportf("lost the connection to agent %s (%v): its %d running rank(s) count as failed", l.addr, err, lost)
+	}
+}

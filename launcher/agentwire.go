@@ -1,0 +1,281 @@
+package launcher
+
+import (
+	"encoding/binary"
+	"fmt"
+	"syscall"
+
+	"github.com/ftrma/ftrma"
+)
+
+// The agent wire format, version 1: how ftrun drives the ftrun agent of a
+// remote host. Frames as in wire.go (length, type, payload), message types
+// from the same append-only numbering.
+//
+// A conversation, L the launcher (client) and A the agent (server); one
+// connection is one job:
+//
+//	A→L  hello    "FTRA", version uint16, agent nonce [32]
+//	L→A  auth     version uint16, 0 uint32, launcher nonce [32], launcher proof [32]
+//	A→L  proof    agent proof [32]
+//	L→A  launch   job string, program string, dir string, args strings,
+//	              size uint32, count uint32, count × (rank uint32, env strings)
+//	A→L  started  count uint32, count × (rank uint32, pid uint32): every rank
+//	              of the launch runs
+//
+// and afterwards, until either side closes:
+//
+//	A→L  output   rank uint32, stream uint8 (1 stdout, 2 stderr), flags uint8
+//	              (1: the data starts a line; 2: the stream ended after the
+//	              data), data: a line of the rank's output, or a piece of one
+//	A→L  exited   rank uint32, code int32 (-1 after a signal), signal uint32
+//	              (0: none), text (why the rank could not be waited for; empty
+//	              normally): the agent reaped the rank
+//	L→A  signal   rank uint32, signal uint32: send it to the rank's process
+//	              group if the rank has not been reaped
+//	any  error    as in wire.go; sent instead of started when a rank cannot
+//	              be started
+//
+// where string is length uint32 then UTF-8 bytes, strings is count uint32
+// then count strings, and the proofs are those of wire.go with the labels
+// "ftrma agent launcher\x00" (L) and "ftrma agent\x00" (A), keyed by the
+// agent secret (FTRMA_AGENT_SECRET). env holds only FTRMA_ variables: the
+// agent's own environment is the base. When the connection closes, the agent
+// kills every rank of the job with SIGKILL.
+const (
+	agentMagic   = "FTRA"
+	agentVersion = 1
+
+	maxLaunch = 4 << 20 // largest agent frame (the launch spec)
+)
+
+// Agent message types (continuing wire.go's numbering).
+const (
+	msgLaunch  byte = 10 // L→A: the job's ranks on this host
+	msgStarted byte = 11 // A→L: every rank runs
+	msgOutput  byte = 12 // A→L: a piece of a rank's output
+	msgExited  byte = 13 // A→L: a rank was reaped
+	msgSignal  byte = 14 // L→A: signal a rank's process group
+)
+
+// Output streams and flags of msgOutput.
+const (
+	streamStdout byte = 1
+	streamStderr byte = 2
+
+	outStart byte = 1 // the data starts a line
+	outLast  byte = 2 // the stream ended after the data
+)
+
+var agentHandshake = handshakeKind{
+	name: "agent protocol", magic: agentMagic, version: agentVersion,
+	client: "launcher", server: "agent", secretName: "agent secret",
+	clientLabel: "ftrma agent launcher\x00", serverLabel: "ftrma agent\x00",
+	maxFrameSize: maxSmall,
+}
+
+// launchSpec is what a launch message carries.
+type launchSpec struct {
+	job   string
+	prog  string // as given to ftrun; the agent looks it up on its host
+	dir   string // ftrun's working directory, used by the agent if it exists there
+	args  []string
+	size  int
+	ranks []launchRank
+}
+
+// launchRank is one rank of a launch.
+type launchRank struct {
+	rank ftrma.Rank
+	env  []string // FTRMA_ variables only
+}
+
+func (l *launchSpec) append(b []byte) []byte {
+	b = appendString(b, l.job)
+	b = appendString(b, l.prog)
+	b = appendString(b, l.dir)
+	b = appendStrings(b, l.args)
+	b = binary.BigEndian.AppendUint32(b, uint32(l.size))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(l.ranks)))
+	for _, r := range l.ranks {
+		b = binary.BigEndian.AppendUint32(b, uint32(r.rank))
+		b = appendStrings(b, r.env)
+	}
+	return b
+}
+
+func parseLaunch(p []byte) (*launchSpec, error) {
+	d := decoder{p: p}
+	l := &launchSpec{job: d.string(), prog: d.string(), dir: d.string(), args: d.strings()}
+	l.size = int(d.uint32())
+	n := d.count(4 + 4)
+	for range n {
+		l.ranks = append(l.ranks, launchRank{rank: ftrma.Rank(d.uint32()), env: d.strings()})
+	}
+	if err := d.end("launch"); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// rankPID is one entry of a started message.
+type rankPID struct {
+	rank ftrma.Rank
+	pid  int
+}
+
+func appendStarted(b []byte, pids []rankPID) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(pids)))
+	for _, p := range pids {
+		b = binary.BigEndian.AppendUint32(b, uint32(p.rank))
+		b = binary.BigEndian.AppendUint32(b, uint32(p.pid))
+	}
+	return b
+}
+
+func parseStarted(p []byte) ([]rankPID, error) {
+	d := decoder{p: p}
+	n := d.count(8)
+	pids := make([]rankPID, 0, n)
+	for range n {
+		pids = append(pids, rankPID{rank: ftrma.Rank(d.uint32()), pid: int(d.uint32())})
+	}
+	return pids, d.end("started")
+}
+
+// outputMsg is a msgOutput.
+type outputMsg struct {
+	rank   ftrma.Rank
+	stream byte
+	flags  byte
+	data   []byte
+}
+
+func (o outputMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(o.rank))
+	b = append(b, o.stream, o.flags)
+	return append(b, o.data...)
+}
+
+func parseOutput(p []byte) (outputMsg, error) {
+	if len(p) < 6 || p[4] != streamStdout && p[4] != streamStderr {
+		return outputMsg{}, fmt.Errorf("%w: output message of %d bytes", errMalformed, len(p))
+	}
+	return outputMsg{rank: ftrma.Rank(binary.BigEndian.Uint32(p)), stream: p[4], flags: p[5], data: p[6:]}, nil
+}
+
+// exitedMsg is a msgExited.
+type exitedMsg struct {
+	rank   ftrma.Rank
+	code   int
+	signal syscall.Signal
+	text   string
+	lost   string // not sent: set by the launcher when the agent's connection broke first
+}
+
+func (e exitedMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(e.rank))
+	b = binary.BigEndian.AppendUint32(b, uint32(int32(e.code)))
+	b = binary.BigEndian.AppendUint32(b, uint32(e.signal))
+	return append(b, errorText(e.text)...)
+}
+
+func parseExited(p []byte) (exitedMsg, error) {
+	if len(p) < 12 {
+		return exitedMsg{}, fmt.Errorf("%w: exited message of %d bytes", errMalformed, len(p))
+	}
+	return exitedMsg{
+		rank:   ftrma.Rank(binary.BigEndian.Uint32(p)),
+		code:   int(int32(binary.BigEndian.Uint32(p[4:]))),
+		signal: syscall.Signal(binary.BigEndian.Uint32(p[8:])),
+		text:   printable(p[12:]),
+	}, nil
+}
+
+// signalPayload encodes a msgSignal.
+func signalPayload(r ftrma.Rank, sig syscall.Signal) []byte {
+	return binary.BigEndian.AppendUint32(rankPayload(r), uint32(sig))
+}
+
+func parseSignal(p []byte) (ftrma.Rank, syscall.Signal, error) {
+	if len(p) != 8 {
+		return 0, 0, fmt.Errorf("%w: signal message of %d bytes", errMalformed, len(p))
+	}
+	return ftrma.Rank(binary.BigEndian.Uint32(p)), syscall.Signal(binary.BigEndian.Uint32(p[4:])), nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(ss)))
+	for _, s := range ss {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+// decoder reads the fields of a payload; the first error sticks and later
+// reads return zero values.
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", errMalformed, what)
+	}
+	d.p = nil
+}
+
+func (d *decoder) uint32() uint32 {
+	if len(d.p) < 4 {
+		d.fail("integer")
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.p)
+	d.p = d.p[4:]
+	return v
+}
+
+// count reads a count of entries of at least min bytes each, refusing counts
+// the rest of the payload cannot hold.
+func (d *decoder) count(min int) int {
+	n := d.uint32()
+	if uint64(n)*uint64(min) > uint64(len(d.p)) {
+		d.fail("list")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) string() string {
+	n := d.uint32()
+	if uint64(n) > uint64(len(d.p)) {
+		d.fail("string")
+		return ""
+	}
+	s := string(d.p[:n])
+	d.p = d.p[n:]
+	return s
+}
+
+func (d *decoder) strings() []string {
+	n := d.count(4)
+	ss := make([]string, 0, n)
+	for range n {
+		ss = append(ss, d.string())
+	}
+	return ss
+}
+
+// end returns the first error, or one if bytes are left over.
+func (d *decoder) end(what string) error {
+	if d.err == nil && len(d.p) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes after %s", errMalformed, len(d.p), what)
+	}
+	return d.err
+}
