@@ -25,9 +25,14 @@ var (
 	buildErr  error
 )
 
-// bins builds ftrun and the test programs once per test binary.
+// bins builds ftrun and the test programs once per test binary, or returns
+// FTRMA_E2E_BINDIR, where they were built beforehand (the RDMA guest of
+// scripts/verbs-test.sh has no Go toolchain).
 func bins(t *testing.T) string {
 	t.Helper()
+	if dir := os.Getenv("FTRMA_E2E_BINDIR"); dir != "" {
+		return dir
+	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "ftrma-e2e-")
 		if buildErr != nil {
@@ -58,15 +63,42 @@ func bins(t *testing.T) string {
 var transport string
 
 func transportArgs() []string {
-	if transport == "" {
-		return nil
+	var args []string
+	if transport != "" {
+		args = append(args, "--transport", transport)
 	}
-	return []string{"--transport", transport}
+	if h := os.Getenv("FTRMA_E2E_HOSTS"); h != "" {
+		args = append(args, "--hosts", h)
+	}
+	if hbTimeout() != detectorTimeout {
+		args = append(args, "--hb-timeout", hbTimeout().String())
+	}
+	return args
 }
 
-// eachTransport runs f once per transport ftrun offers, as subtests.
+// hbTimeout is the failure detector timeout of the jobs: FTRMA_E2E_HB_TIMEOUT
+// (an emulated RDMA guest is many times slower than real hardware), else
+// the detector's default.
+func hbTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FTRMA_E2E_HB_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return detectorTimeout
+}
+
+// multiHost reports whether the jobs are spread over hosts
+// (FTRMA_E2E_HOSTS, e.g. "local,198.18.0.2:7770"): ranks in the first block
+// run here, where the tests can signal them by pid.
+func multiHost() bool { return os.Getenv("FTRMA_E2E_HOSTS") != "" }
+
+// eachTransport runs f once per transport, as subtests: FTRMA_E2E_TRANSPORTS
+// (comma-separated), by default tcp and shm.
 func eachTransport(t *testing.T, f func(t *testing.T)) {
-	for _, tr := range []string{"tcp", "shm"} {
+	trs := []string{"tcp", "shm"}
+	if v := os.Getenv("FTRMA_E2E_TRANSPORTS"); v != "" {
+		trs = strings.Split(v, ",")
+	}
+	for _, tr := range trs {
 		t.Run(tr, func(t *testing.T) {
 			transport = tr
 			defer func() { transport = "" }()

@@ -16,6 +16,12 @@
 //	-atomic ITERS:WARMUP               cas_lat and fadd_lat (8-byte int64, + Flush)
 //	-lock ITERS:WARMUP                 lock_lat (Lock exclusive + Unlock, no ops)
 //	-rate SIZE:WINDOW:BATCHES:WARMUP   put_rate (WINDOW Puts, then one Flush, per batch)
+//	-pingpong ITERS:WARMUP             put_pingpong: both ranks take part; each Puts an
+//	                                   8-byte counter into the other's window and polls
+//	                                   its own for the reply; half the round trip, the
+//	                                   measure of perftest's ib_write_lat (for one-sided
+//	                                   transports, shm and verbs: over TCP the poller
+//	                                   starves Go's network poller)
 //
 // Latencies are the mean over the timed iterations in microseconds; the rate is
 // operations per second.
@@ -24,13 +30,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
@@ -50,7 +60,7 @@ type step struct {
 // plan is what to measure, as given on the command line.
 type plan struct {
 	lat                                           []step
-	atomic, lock                                  *step // size unused
+	atomic, lock, pingpong                        *step // size unused
 	rateSize, rateWindow, rateBatches, rateWarmup int
 	rate                                          bool
 }
@@ -78,6 +88,7 @@ func parsePlan(args []string) (plan, error) {
 	atomic := fs.String("atomic", "", "cas_lat/fadd_lat ITERS:WARMUP")
 	lock := fs.String("lock", "", "lock_lat ITERS:WARMUP")
 	rate := fs.String("rate", "", "put_rate SIZE:WINDOW:BATCHES:WARMUP")
+	pingpong := fs.String("pingpong", "", "put_pingpong ITERS:WARMUP")
 	if err := fs.Parse(args); err != nil {
 		return p, err
 	}
@@ -100,7 +111,7 @@ func parsePlan(args []string) (plan, error) {
 		name string
 		val  string
 		dst  **step
-	}{{"atomic", *atomic, &p.atomic}, {"lock", *lock, &p.lock}} {
+	}{{"atomic", *atomic, &p.atomic}, {"lock", *lock, &p.lock}, {"pingpong", *pingpong, &p.pingpong}} {
 		if x.val == "" {
 			continue
 		}
@@ -173,7 +184,8 @@ func run(ctx context.Context, p plan) error {
 	}
 	me := c.Rank()
 
-	// Only the target's memory is used; the origin exposes a token 8 bytes.
+	// Only the target's memory is used; the origin exposes a token 8 bytes
+	// (the ping-pong's reply word).
 	size := 8
 	if me == target {
 		size = p.windowBytes()
@@ -205,6 +217,13 @@ func run(ctx context.Context, p plan) error {
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return fmt.Errorf("barrier: %w", err)
+	}
+
+	// Phase 3: both ranks.
+	if p.pingpong != nil {
+		if err := benchPingPong(ctx, c, w, *p.pingpong); err != nil {
+			return err
+		}
 	}
 
 	if err := w.Free(ctx); err != nil {
@@ -372,4 +391,68 @@ func benchLock(ctx context.Context, w *window.Window, s step) error {
 	}
 	report("lock_lat", 8, micros(time.Since(t0), s.iters), "us")
 	return nil
+}
+
+// benchPingPong bounces a counter between the ranks: each Puts i into the
+// other's word 0 and polls its own word 0 until it reads the other's i.
+func benchPingPong(ctx context.Context, c *comm.Comm, w *window.Window, s step) error {
+	me, other := c.Rank(), 1-c.Rank()
+	word := (*uint64)(unsafe.Pointer(&w.Bytes()[0]))
+	atomic.StoreUint64(word, 0)
+	if err := c.Barrier(ctx); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	var msg [8]byte
+	put := func(v uint64) error {
+		binary.LittleEndian.PutUint64(msg[:], v)
+		if err := w.Put(other, 0, msg[:]); err != nil {
+			return fmt.Errorf("put: %w", err)
+		}
+		w.Push(other)
+		return nil
+	}
+	await := func(v uint64) error {
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; atomic.LoadUint64(word) != v; i++ {
+			runtime.Gosched() // a transport whose progress goroutine writes the word needs the CPU
+			if i&1023 == 1023 && time.Now().After(deadline) {
+				return fmt.Errorf("ping-pong: no %d from rank %d after 10 s (word %d)", v, other, atomic.LoadUint64(word))
+			}
+		}
+		return nil
+	}
+	var t0 time.Time
+	for i := uint64(1); i <= uint64(s.warmup+s.iters); i++ {
+		if i == uint64(s.warmup)+1 {
+			t0 = time.Now()
+		}
+		if me == origin {
+			if err := put(i); err != nil {
+				return err
+			}
+			if err := await(i); err != nil {
+				return err
+			}
+		} else {
+			if err := await(i); err != nil {
+				return err
+			}
+			if err := put(i); err != nil {
+				return err
+			}
+		}
+		if i%64 == 0 {
+			if err := w.Flush(ctx, other); err != nil {
+				return fmt.Errorf("flush: %w", err)
+			}
+		}
+	}
+	d := time.Since(t0)
+	if err := w.Flush(ctx, other); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	if me == origin {
+		report("put_pingpong", 8, micros(d, 2*s.iters), "us")
+	}
+	return c.Barrier(ctx)
 }

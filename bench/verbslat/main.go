@@ -1,0 +1,209 @@
+// Command verbslat compares ftrma's verbs transport with perftest on the same
+// RDMA device, in the same run, as ratios. It runs where the device is (the
+// Soft-RoCE guest of scripts/verbs-test.sh bench), with ftrun and the
+// bench/rma rank program beside it in bin/:
+//
+//	verbslat [-n ITERS] [-rounds R] [-device rxe0] [-gid 1] [-json out.json]
+//
+// Per round, interleaved: perftest's ib_write_lat, ib_read_lat and
+// ib_atomic_lat (CMP_AND_SWAP, FETCH_AND_ADD), server and client on the one
+// device (exchange over 127.0.0.1), and one ftrun job of two ranks over
+// --transport verbs running the rank program (put+flush, get+flush, CAS and
+// fetch-and-op + flush, and a put ping-pong). The table pairs like with like:
+//
+//	put_pingpong  ↔ ib_write_lat   (half a ping-pong round trip)
+//	get_lat       ↔ ib_read_lat    (one round trip)
+//	cas_lat       ↔ ib_atomic_lat -A CMP_AND_SWAP
+//	fadd_lat      ↔ ib_atomic_lat -A FETCH_AND_ADD
+//	put_lat       ↔ ib_write_lat × 2 (a put+flush is a write and its ACK)
+//
+// perftest's value is its t_avg; ftrma's is the mean over the timed
+// iterations. Each row is the median over the rounds. Under an emulator the
+// times are not real times: only the ratios mean anything.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma/internal/result"
+)
+
+func main() {
+	n := flag.Int("n", 2000, "timed iterations per measurement")
+	rounds := flag.Int("rounds", 3, "interleaved rounds; the table shows medians")
+	device := flag.String("device", "rxe0", "RDMA device")
+	gid := flag.Int("gid", 1, "GID index (1: the IPv4-mapped RoCE v2 GID on rxe)")
+	jsonOut := flag.String("json", "", "write the medians as JSON to this file")
+	flag.Parse()
+	if err := run(*n, *rounds, *device, *gid, *jsonOut); err != nil {
+		fmt.Fprintln(os.Stderr, "verbslat:", err)
+		os.Exit(1)
+	}
+}
+
+// pair is one row: an ftrma bench and the perftest measurement it is set beside.
+type pair struct {
+	ftrma, perftest string
+	factor          float64 // perftest value × factor is the comparable time
+}
+
+var pairs = []pair{
+	{"put_pingpong", "ib_write_lat", 1},
+	{"get_lat", "ib_read_lat", 1},
+	{"cas_lat", "ib_atomic_lat CMP_AND_SWAP", 1},
+	{"fadd_lat", "ib_atomic_lat FETCH_AND_ADD", 1},
+	{"put_lat", "ib_write_lat", 2},
+}
+
+func run(n, rounds int, device string, gid int, jsonOut string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bin := filepath.Dir(exe)
+	var set result.Set
+	for round := range rounds {
+		for _, pt := range []struct{ tool, atomic string }{{"ib_write_lat", ""}, {"ib_read_lat", ""}, {"ib_atomic_lat", "CMP_AND_SWAP"}, {"ib_atomic_lat", "FETCH_AND_ADD"}} {
+			v, err := perftest(pt.tool, pt.atomic, device, gid, n)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", round, err)
+			}
+			name := strings.TrimSpace(pt.tool + " " + pt.atomic)
+			if err := set.Add(result.Result{Bench: name, Size: 8, System: "perftest", Value: v, Unit: "us"}); err != nil {
+				return err
+			}
+		}
+		rs, err := ftrmaJob(bin, device, gid, n)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		for _, r := range rs {
+			r.System = "ftrma-verbs"
+			if err := set.Add(r); err != nil {
+				return err
+			}
+		}
+	}
+	med := map[string]float64{}
+	var out []result.Result
+	for _, r := range set.Medians() {
+		med[r.Bench] = r.Value
+		out = append(out, r)
+	}
+	fmt.Printf("\n%-14s %-30s %12s %12s %7s\n", "ftrma", "perftest", "ftrma us", "perftest us", "ratio")
+	for _, p := range pairs {
+		f, ok1 := med[p.ftrma]
+		pv, ok2 := med[p.perftest]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("missing %s or %s in the results", p.ftrma, p.perftest)
+		}
+		label := p.perftest
+		if p.factor != 1 {
+			label = fmt.Sprintf("%s × %g", p.perftest, p.factor)
+		}
+		ratio := f / (pv * p.factor)
+		fmt.Printf("%-14s %-30s %12.2f %12.2f %7.2f\n", p.ftrma, label, f, pv*p.factor, ratio)
+		out = append(out, result.Result{Bench: p.ftrma + "/" + strings.ReplaceAll(p.perftest, " ", "_"), Size: 8, System: "ratio", Value: ratio, Unit: "x"})
+	}
+	fmt.Printf("(%d rounds, %d iterations each; medians; emulator times: only the ratios mean anything)\n", rounds, n)
+	if jsonOut != "" {
+		return result.WriteJSONFile(jsonOut, out)
+	}
+	return nil
+}
+
+// perftest runs a perftest latency tool's server and client on one device and
+// returns the client's t_avg in microseconds.
+func perftest(tool, atomic, device string, gid, n int) (float64, error) {
+	args := []string{"-d", device, "-x", strconv.Itoa(gid), "-n", strconv.Itoa(n), "-s", "8"}
+	if atomic != "" {
+		args = []string{"-d", device, "-x", strconv.Itoa(gid), "-n", strconv.Itoa(n), "-A", atomic}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv := exec.CommandContext(ctx, tool, args...)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return 0, fmt.Errorf("%s: %w", tool, err)
+	}
+	defer srv.Wait()
+	var out []byte
+	var err error
+	for try := 0; try < 40; try++ { // the client retries until the server listens
+		time.Sleep(250 * time.Millisecond)
+		out, err = exec.CommandContext(ctx, tool, append(args, "127.0.0.1")...).CombinedOutput()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		srv.Process.Kill()
+		return 0, fmt.Errorf("%s %s: %v\n%s\nserver:\n%s", tool, atomic, err, out, srvOut.String())
+	}
+	return parsePerftest(out)
+}
+
+// parsePerftest finds t_avg in a perftest latency report: the number under
+// the "t_avg[usec]" heading.
+func parsePerftest(out []byte) (float64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	col := -1
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if col < 0 {
+			for i, h := range f {
+				if strings.HasPrefix(h, "t_avg") {
+					col = i
+				}
+			}
+			continue
+		}
+		if len(f) > col {
+			if v, err := strconv.ParseFloat(f[col], 64); err == nil {
+				return v, nil
+			}
+		}
+	}
+	return 0, errors.New("no t_avg in perftest's output:\n" + string(out))
+}
+
+// ftrmaJob runs the rank program under ftrun over verbs and returns its results.
+func ftrmaJob(bin, device string, gid, n int) ([]result.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	it := fmt.Sprintf("%d:%d", n, n/10)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ftrun"), "-n", "2", "--transport", "verbs",
+		"--verbs-device", device, "--verbs-gid-index", strconv.Itoa(gid), "--hb-timeout", "2s",
+		filepath.Join(bin, "rank"), "-lat", "8:"+it, "-atomic", it, "-pingpong", it)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ftrun: %v\n%s", err, out)
+	}
+	var rs []result.Result
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		r, ok, err := result.ParseLine(sc.Text())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("no results from the ftrma job:\n%s", out)
+	}
+	return rs, nil
+}
