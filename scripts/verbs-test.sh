@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-ci}
 VM=$PWD/scripts/rxe-vm.sh
-export RXEVM_MEM=${RXEVM_MEM:-2048}
+export RXEVM_MEM=${RXEVM_MEM:-2048} RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-1500}
 
 say() { printf '== verbs: %s\n' "$*"; }
 

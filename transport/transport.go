@@ -67,15 +67,21 @@ const (
 	// atomics are atomic only among themselves) the owner reaches such words
 	// through the transport, toward itself.
 	CapLocalAtomics
+	// CapWholeWords: Write and Read of at most WordAtomicWrite bytes store and
+	// load every aligned 8-byte word whole, so a concurrent reader never sees
+	// a torn word. Without it (an RDMA device copies bytes as it likes; Soft-
+	// RoCE's copy does tear words) only the atomics touch a word whole.
+	CapWholeWords
 )
 
 // Has reports whether every capability in x is present.
 func (c Caps) Has(x Caps) bool { return c&x == x }
 
-// WordAtomicWrite is the largest Write whose aligned 8-byte words every
-// transport stores whole: a concurrent reader sees each such word either
-// before or after the write, never torn. Larger writes may be landed by a bulk
-// copy. window/ splits element-atomic accumulates into writes of this size.
+// WordAtomicWrite is the largest Write whose aligned 8-byte words a
+// transport with CapWholeWords stores whole: a concurrent reader sees each
+// such word either before or after the write, never torn. Larger writes may be
+// landed by a bulk copy. window/ splits element-atomic accumulates into writes
+// of this size (and into atomics on transports without CapWholeWords).
 const WordAtomicWrite = 32 << 10
 
 // MaxControlMessage is the largest control message every transport carries.

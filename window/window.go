@@ -583,7 +583,7 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 		}
 	case NoOp:
 		if result != nil {
-			_, err := w.t.Read(tr, key, off, int64Bytes(result))
+			_, err := w.readWords(tr, key, off, int64Bytes(result))
 			return wrap(name, target, err)
 		}
 	default:
@@ -593,8 +593,14 @@ func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin,
 }
 
 // writeWords writes b in pieces the transport stores in whole aligned words,
-// so that every element is replaced atomically.
+// so that every element is replaced atomically. On a transport without
+// CapWholeWords the aligned words are swapped in one at a time with
+// compare-and-swap (each waits for its round trip); bytes outside them are
+// written.
 func (w *Window) writeWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
+	if !w.WholeWords() {
+		return w.swapWords(tr, key, off, b)
+	}
 	var seq transport.Seq
 	for first := true; first || len(b) > 0; first = false {
 		n := min(len(b), transport.WordAtomicWrite)
@@ -606,6 +612,67 @@ func (w *Window) writeWords(tr ftrma.Rank, key transport.Key, off uint64, b []by
 	}
 	return seq, nil
 }
+
+// swapWords stores b at off with a swap per aligned 8-byte word and a write
+// for the bytes before the first and after the last.
+func (w *Window) swapWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
+	head := int((8 - off%8) % 8)
+	if head >= len(b) {
+		return w.t.Write(tr, key, off, b)
+	}
+	var seq transport.Seq
+	var err error
+	if head > 0 {
+		if seq, err = w.t.Write(tr, key, off, b[:head]); err != nil {
+			return 0, err
+		}
+	}
+	i := head
+	for ; i+8 <= len(b); i += 8 {
+		if _, err := w.swap(tr, key, off+uint64(i), binary.NativeEndian.Uint64(b[i:])); err != nil {
+			return 0, err
+		}
+	}
+	if i < len(b) {
+		return w.t.Write(tr, key, off+uint64(i), b[i:])
+	}
+	return seq, nil
+}
+
+// readWords reads len(b) bytes at off into b so that every aligned 8-byte
+// word is read whole: one Read on a transport with CapWholeWords, else a
+// fetch-and-add of zero per aligned word and a Read of the bytes around
+// them. Complete at the returned sequence.
+func (w *Window) readWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
+	if w.WholeWords() || len(b) > transport.WordAtomicWrite {
+		return w.t.Read(tr, key, off, b)
+	}
+	head := min(int((8-off%8)%8), len(b))
+	var seq transport.Seq
+	var err error
+	if head > 0 {
+		if seq, err = w.t.Read(tr, key, off, b[:head]); err != nil {
+			return 0, err
+		}
+	}
+	i := head
+	for ; i+8 <= len(b); i += 8 {
+		if seq, err = w.t.FetchAndAdd64(tr, key, off+uint64(i), 0, (*uint64)(unsafe.Pointer(&b[i]))); err != nil {
+			return 0, err
+		}
+	}
+	if i < len(b) {
+		return w.t.Read(tr, key, off+uint64(i), b[i:])
+	}
+	return seq, nil
+}
+
+// WholeWords reports whether Put, Get and the byte accumulates store and load
+// aligned 8-byte words whole on this window's transport. When not (RDMA
+// devices), Accumulate and GetAccumulate still treat every element atomically
+// (through the device's atomics), but a Get concurrent with a Put or an
+// Accumulate to the same place may see a torn word, as MPI allows.
+func (w *Window) WholeWords() bool { return w.t.Caps().Has(transport.CapWholeWords) }
 
 // swap atomically replaces the word at off with v and returns the old value,
 // by compare-and-swap until one succeeds. It waits for each round trip.
@@ -653,17 +720,17 @@ func (w *Window) GetAccumulateBytes(target ftrma.Rank, disp uint64, data, result
 	if op != Replace && op != NoOp {
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE, NO_OP)", ftrma.ErrInvalid, op)}
 	}
-	if _, _, err := w.get(name, target, disp, result); err != nil {
+	tr, key, off, err := w.target(name, target, disp, len(data), false)
+	if err != nil {
 		return err
 	}
-	if op == Replace {
-		tr, key, off, err := w.target(name, target, disp, len(data), false)
-		if err == nil {
-			_, err = w.writeWords(tr, key, off, data)
-		}
+	if _, err := w.readWords(tr, key, off, result); err != nil {
 		return wrap(name, target, err)
 	}
-	return nil
+	if op == Replace {
+		_, err = w.writeWords(tr, key, off, data)
+	}
+	return wrap(name, target, err)
 }
 
 // FetchAndOp applies op (Sum, Replace or NoOp) with operand to the int64 at

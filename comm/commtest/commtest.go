@@ -17,6 +17,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/memnet"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/verbs"
@@ -157,6 +158,16 @@ func NewVerbs(tb testing.TB, n int) *World {
 	return w
 }
 
+// NewWeak is New over a network whose endpoints report neither
+// CapWholeWords nor CapLocalAtomics: the layers above then take the paths
+// an RDMA device makes them take (element atomics through the transport's
+// atomics, the owner's atomics on its own memory through the transport).
+func NewWeak(tb testing.TB, n int) *World {
+	w := New(tb, n)
+	w.Net.DropCaps(transport.CapWholeWords | transport.CapLocalAtomics)
+	return w
+}
+
 // A Maker builds a world of n ranks.
 type Maker struct {
 	Name string
@@ -164,14 +175,15 @@ type Maker struct {
 }
 
 // Worlds lists the worlds suites run over: those FTRMA_TEST_WORLDS names
-// (comma-separated from memnet, shm, verbs), by default memnet and shm. The
+// (comma-separated from memnet, weak, shm, verbs), by default memnet, weak
+// and shm. The
 // verbs world needs a binary built with -tags verbs and an RDMA device (the
 // guest of scripts/rxe-vm.sh sets FTRMA_TEST_WORLDS=verbs).
 func Worlds() []Maker {
-	all := []Maker{{"memnet", New}, {"shm", NewSHM}, {"verbs", NewVerbs}}
+	all := []Maker{{"memnet", New}, {"weak", NewWeak}, {"shm", NewSHM}, {"verbs", NewVerbs}}
 	names := os.Getenv("FTRMA_TEST_WORLDS")
 	if names == "" {
-		names = "memnet,shm"
+		names = "memnet,weak,shm"
 	}
 	var out []Maker
 	for _, m := range all {

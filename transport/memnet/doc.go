@@ -14,7 +14,7 @@
 // reverse link and completes the operation in the origin's
 // transport.Completion. Everything sent on one link, operations and control
 // messages alike, is executed or delivered in sending order. Caps are
-// CapOrdered|CapRemoteCompletion|CapLocalAtomics.
+// CapOrdered|CapRemoteCompletion|CapLocalAtomics|CapWholeWords.
 //
 // Each endpoint runs one goroutine, which executes operations, applies
 // replies and calls the Receiver; a Network of n ranks runs n goroutines. All

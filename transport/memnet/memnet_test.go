@@ -1026,7 +1026,7 @@ func TestInvalidArguments(t *testing.T) {
 	if err := a.Flush(ctx, 1); err != nil {
 		t.Errorf("Flush with nothing posted = %v", err)
 	}
-	if got := a.Caps(); got != transport.CapOrdered|transport.CapRemoteCompletion|transport.CapLocalAtomics {
+	if got := a.Caps(); got != transport.CapOrdered|transport.CapRemoteCompletion|transport.CapLocalAtomics|transport.CapWholeWords {
 		t.Errorf("Caps = %b", got)
 	}
 	if a.Rank() != 0 || a.Size() != 2 || net.Size() != 2 {

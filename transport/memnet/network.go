@@ -41,6 +41,7 @@ func lostError(peer ftrma.Rank) error {
 // until Close.
 type Network struct {
 	ends []*Transport          // ends[r] is rank r's endpoint; fixed after New
+	drop atomic.Uint32         // capabilities the endpoints do not report (DropCaps)
 	seed atomic.Pointer[int64] // seed of the links' drop RNGs; replaced, never changed, by SetSeed
 }
 
@@ -273,3 +274,9 @@ func (l *link) setCut(cut bool) {
 	}
 	l.cut.Store(gen << 1)
 }
+
+// DropCaps makes every endpoint stop reporting the capabilities c, so that
+// the layers above take the paths they take on a weaker transport (one
+// without CapWholeWords or CapLocalAtomics, like an RDMA device). The
+// operations themselves are unchanged. Call it before the endpoints are used.
+func (net *Network) DropCaps(c transport.Caps) { net.drop.Store(uint32(c)) }

@@ -59,12 +59,14 @@ func (t *Transport) Rank() ftrma.Rank { return t.rank }
 // Size returns the number of ranks in the network.
 func (t *Transport) Size() int { return len(t.net.ends) }
 
-// Caps reports CapOrdered|CapRemoteCompletion|CapLocalAtomics: operations
+// Caps reports CapOrdered|CapRemoteCompletion|CapLocalAtomics|CapWholeWords: operations
 // are emulated by the target's goroutine (not one-sided, no native atomics;
 // its atomics are sync/atomic, atomic with the owner's), take effect in
 // posting order per peer, and a completed Write is visible at the target.
+// Network.DropCaps takes some away.
 func (t *Transport) Caps() transport.Caps {
-	return transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics
+	all := transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics | transport.CapWholeWords
+	return all &^ transport.Caps(t.net.drop.Load())
 }
 
 // Register exposes mem to every peer and returns its key. The caller keeps

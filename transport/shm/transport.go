@@ -168,7 +168,7 @@ func (t *Transport) Size() int { return t.cfg.Size }
 // remotely complete: an operation has taken effect in the target's memory
 // when its posting call returns.
 func (t *Transport) Caps() transport.Caps {
-	return transport.CapOneSided | transport.CapNativeAtomics | transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics
+	return transport.CapOneSided | transport.CapNativeAtomics | transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics | transport.CapWholeWords
 }
 
 // peer returns the peer r for operation op, or the error of a closed

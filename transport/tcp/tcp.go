@@ -101,7 +101,7 @@ func (t *Transport) Size() int { return t.cfg.Size }
 
 // Caps reports an ordered, remotely complete, emulated transport.
 func (t *Transport) Caps() transport.Caps {
-	return transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics
+	return transport.CapOrdered | transport.CapRemoteCompletion | transport.CapLocalAtomics | transport.CapWholeWords
 }
 
 // Connect dials every rank above this one and waits until every peer is

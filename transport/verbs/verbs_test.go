@@ -19,7 +19,7 @@ import (
 // These tests need an RDMA device (Soft-RoCE in the guest of
 // scripts/rxe-vm.sh). Without one they fail, unless FTRMA_VERBS_OPTIONAL=1
 // says the host is not expected to have one.
-func needDevice(t *testing.T) {
+func needDevice(t testing.TB) {
 	t.Helper()
 	if _, err := Probe("", -1); err != nil {
 		if os.Getenv("FTRMA_VERBS_OPTIONAL") == "1" {
@@ -76,7 +76,7 @@ func (r *recorder) until(t *testing.T, what string, cond func() bool) {
 }
 
 // world opens n connected transports on the device.
-func world(t *testing.T, n int) ([]*Transport, []*recorder) {
+func world(t testing.TB, n int) ([]*Transport, []*recorder) {
 	t.Helper()
 	needDevice(t)
 	ts := make([]*Transport, n)
@@ -519,4 +519,40 @@ func TestSendBeforePeerConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.until(t, "the early message", func() bool { return len(rec.msgs[0]) == 1 })
+}
+
+// Round-trip latencies at the transport: go test -tags verbs -bench . in the
+// guest (emulator times; bench/verbslat sets them beside perftest).
+func BenchmarkWriteFlush(b *testing.B) { benchOp(b, "write") }
+func BenchmarkReadWait(b *testing.B)   { benchOp(b, "read") }
+func BenchmarkCASWait(b *testing.B)    { benchOp(b, "cas") }
+
+func benchOp(b *testing.B, op string) {
+	ts, _ := world(b, 2)
+	mem := make([]byte, 64)
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	var res uint64
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		var seq transport.Seq
+		switch op {
+		case "write":
+			seq, err = ts[0].Write(1, key, 0, buf)
+		case "read":
+			seq, err = ts[0].Read(1, key, 0, buf)
+		case "cas":
+			seq, err = ts[0].CompareAndSwap64(1, key, 0, uint64(i), uint64(i+1), &res)
+		}
+		if err == nil {
+			err = ts[0].Wait(ctx, 1, seq)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
