@@ -86,6 +86,11 @@ func hbTimeout() time.Duration {
 	return detectorTimeout
 }
 
+// emulated reports whether the jobs run in an emulated guest
+// (FTRMA_E2E_HB_TIMEOUT set): start-up takes seconds there, so kills that
+// must land in a running job come later and runs last longer.
+func emulated() bool { return hbTimeout() != detectorTimeout }
+
 // multiHost reports whether the jobs are spread over hosts
 // (FTRMA_E2E_HOSTS, e.g. "local,198.18.0.2:7770"): ranks in the first block
 // run here, where the tests can signal them by pid.

@@ -156,10 +156,14 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 			a := 1 + rng.IntN(7)
 			b := 1 + (a+rng.IntN(6))%7
 			at := 700*time.Millisecond + time.Duration(rng.IntN(600))*time.Millisecond
+			run := "2.5s"
+			if emulated() {
+				at, run = at+6*time.Second, "10s"
+			}
 			t.Logf("seed %d: killing ranks %d at %v and %d at %v", seed, a, at, b, at+c.gap)
-			out, code := ftrun(t, 2*time.Minute, "-n", "8", "--tag-output",
+			out, code := ftrun(t, 4*time.Minute, "-n", "8", "--tag-output",
 				"--kill", fmt.Sprintf("%d@%v", a, at), "--kill", fmt.Sprintf("%d@%v", b, at+c.gap),
-				filepath.Join(bins(t), "testprog"), "kvlin", dir, "2.5s", "3", "4", "6ms")
+				filepath.Join(bins(t), "testprog"), "kvlin", dir, run, "3", "4", "6ms")
 			if code != 0 {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
@@ -190,8 +194,12 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 func TestStoreUninvolvedRankNoPause(t *testing.T) { eachTransport(t, testStoreUninvolvedRankNoPause) }
 
 func testStoreUninvolvedRankNoPause(t *testing.T) {
-	out, code := ftrun(t, 2*time.Minute, "-n", "6", "--tag-output", "--kill", "2@1500ms",
-		filepath.Join(bins(t), "testprog"), "kvpause", "2", "3", "3s")
+	kill, run := "2@1500ms", "3s"
+	if emulated() {
+		kill, run = "2@7s", "12s"
+	}
+	out, code := ftrun(t, 4*time.Minute, "-n", "6", "--tag-output", "--kill", kill,
+		filepath.Join(bins(t), "testprog"), "kvpause", "2", "3", run)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}

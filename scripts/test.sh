@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): static checks, the race-enabled
 # test suite (unit, memnet simulations, and process tests through ftrun over
-# shared memory and TCP), and a bounded run of the frame-decoder fuzzer.
+# shared memory and TCP), a bounded run of the frame-decoder fuzzer, and the
+# RDMA verbs suite in Soft-RoCE guests (scripts/verbs-test.sh).
 #
 # FUZZTIME (default 300000x: an execution count, ~15 s here) bounds the fuzzer;
 # a count, not a duration, because a duration-bounded -fuzz run can fail with a
@@ -31,3 +32,10 @@ go test -count=1 -timeout 10m ./transport/... ./window/... ./agree/... ./failure
 
 echo "== fuzz FuzzParseFrame for ${FUZZTIME:-300000x}"
 go test -run '^$' -fuzz '^FuzzParseFrame$' -fuzztime "${FUZZTIME:-300000x}" ./transport/tcp
+
+# The RDMA verbs transport on Soft-RoCE in qemu guests (installs qemu and the
+# guest kernel with apt-get when it can; says plainly when it cannot).
+if [ "${FTRMA_VERBS:-1}" != 0 ]; then
+	echo "== verbs suite (scripts/verbs-test.sh ci; FTRMA_VERBS=0 skips it)"
+	./scripts/verbs-test.sh ci
+fi

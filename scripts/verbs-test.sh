@@ -12,9 +12,10 @@
 #   bench       ftrma verbs put/get/CAS latency beside perftest on rxe0
 #               (emulator times: only the ratios mean anything)
 #
-# Usage: scripts/verbs-test.sh [ci|full|bench]   (default ci)
-#   ci     a bounded slice of each suite (about 6 minutes here)
+# Usage: scripts/verbs-test.sh [ci|full|one|two|bench]   (default ci)
+#   ci     a bounded slice of each suite, one guest then two (about 9 minutes here)
 #   full   every test of the suites
+#   one    ci's one-guest part only; two: its two-guest part only
 #   bench  only the latency comparison; writes bench/verbs.json
 #
 # When qemu, the guest kernel or the RDMA packages cannot be installed (no
@@ -48,17 +49,46 @@ if readelf -d "$share/bin/ftrun" | grep -q 'NEEDED.*libibverbs'; then
 	exit 1
 fi
 
+say "vet and unit tests of the verbs build on this host"
+go vet -tags verbs ./...
+go test -tags verbs -count=1 -run '^(TestAddressRoundTrip|TestChoose|TestAckTimeoutWithinBound|TestProbeOnThisHost)$' ./transport/verbs
+
+# On this host (no RDMA device) the verbs-enabled ftrun refuses --transport
+# verbs clearly, and a job over hosts falls back to TCP with the reason.
+say "the verbs-enabled ftrun on this host, which has no RDMA device"
+set +e
+out=$("$share/bin/ftrun" -n 2 --transport verbs "$share/bin/rank" -lat 8:10:1 2>&1); code=$?
+set -e
+echo "$out" | head -3
+if [ $code != 3 ] || ! grep -q "no usable RDMA device\|cannot load libibverbs" <<<"$out"; then
+	say "FAIL: --transport verbs without a device: exit $code, want 3 and the reason"; exit 1
+fi
+export FTRMA_AGENT_SECRET=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+"$share/bin/ftrun" agent --listen 127.0.0.1:0 --once 2> "$share/agent.log" &
+agent=$!
+for _ in $(seq 100); do grep -q listening "$share/agent.log" && break; sleep 0.1; done
+addr=$(sed -n 's/.*listening on //p' "$share/agent.log")
+set +e
+out=$("$share/bin/ftrun" -v -n 2 --hosts "local:1,$addr:1" "$share/bin/rank" -lat 8:100:10 2>&1); code=$?
+set -e
+wait $agent || true
+unset FTRMA_AGENT_SECRET
+echo "$out" | grep -i "transport"
+if [ $code != 0 ] || ! grep -q "transport tcp (auto: .*RDMA verbs unusable here" <<<"$out"; then
+	say "FAIL: a job over hosts did not fall back to TCP (exit $code):"; echo "$out"; exit 1
+fi
+
 # What each mode runs: go test -run patterns.
 case $MODE in
 full)
 	WINDOW_RUN=. STORE_RUN=. E2E_RUN='TestCountersAndLocks|TestKill|TestLockTakeover|TestStoppedRankIsFenced|TestStore|TestCkpt'
 	E2E2_RUN=$E2E_RUN ;;
-ci | bench)
+ci | one | two | bench)
 	WINDOW_RUN='TestCountersEightRanks|TestPutFlushGetFromThirdRank|TestSharedLocksCoexist|TestDynamicWindow|TestOperationSemantics|TestReplaceAccumulateNeverTorn'
 	STORE_RUN='TestPutGetDeleteAcrossRanks|TestHeapReuse|TestTransaction|TestConcurrentWriters'
 	E2E_RUN='TestCountersAndLocks|TestKillWhileHammering|TestStoppedRankIsFenced|TestStoreLinearizableUnderKills'
 	E2E2_RUN='TestCountersAndLocks|TestKillWhileHammering/verbs/kill_1$|TestStoppedRankIsFenced|TestStoreUninvolved' ;;
-*) echo "usage: $0 [ci|full|bench]" >&2; exit 2 ;;
+*) echo "usage: $0 [ci|full|one|two|bench]" >&2; exit 2 ;;
 esac
 
 # The guest's environment for the suites: the emulator is many times slower
@@ -74,7 +104,7 @@ suite() {
 	if [ $st = ok ]; then grep -E "^(ok|PASS|---)" /tmp/suite.log | tail -3; else grep -v "^=== \(RUN\|PAUSE\|CONT\)" /tmp/suite.log | tail -80; fi
 }'
 
-if [ "$MODE" != bench ]; then
+if [ "$MODE" != bench ] && [ "$MODE" != two ]; then
 	say "one guest: transport, window, store and process suites"
 	"$VM" run "$share" "$ENVS
 $SUITE
@@ -83,7 +113,9 @@ suite window ./window.test -test.count=1 -test.timeout 600s -test.v -test.run '$
 suite store ./store.test -test.count=1 -test.timeout 600s -test.v -test.run '$STORE_RUN'
 suite process ./e2e.test -test.count=1 -test.timeout 900s -test.v -test.run '$E2E_RUN'
 exit \$R" || { say "FAIL: one-guest suites"; exit 1; }
+fi
 
+if [ "$MODE" != bench ] && [ "$MODE" != one ]; then
 	say "two guests: process suites with the ranks split over both"
 	secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 	rm -f "$share/.done" "$share/.agent"

@@ -278,9 +278,13 @@ func (t *Transport) wake() {
 	t.wakeMu.Unlock()
 }
 
+// progress is the progress goroutine. It does not spin: a waiter polls the
+// send queue itself while it spins (Wait), so the progress goroutine only
+// has to deliver messages and complete what nobody waits for, and a spinning
+// progress goroutine would take the CPU from the waiter when ranks fill the
+// CPUs.
 func (t *Transport) progress() {
 	defer close(t.done)
-	idle := time.Time{}
 	for !t.stop.Load() {
 		t.deliverHeld()
 		got := t.pollRecv()
@@ -288,19 +292,8 @@ func (t *Transport) progress() {
 		got = t.pollSend() || got
 		t.pollMu.Unlock()
 		if got {
-			idle = time.Time{}
 			continue
 		}
-		if t.cfg.Spin > 0 {
-			if idle.IsZero() {
-				idle = time.Now()
-			}
-			if time.Since(idle) < t.cfg.Spin {
-				runtime.Gosched()
-				continue
-			}
-		}
-		idle = time.Time{}
 		// Arm both queues, look once more (a completion may have come
 		// between the last poll and the arming), then sleep.
 		C.ftv_req_notify(t.scq)

@@ -72,7 +72,7 @@ func Select(device string, port, gidIndex int) (Choice, error) {
 	}
 	var ports []portInfo
 	for _, d := range devs {
-		ports = append(ports, readPort(d, port))
+		ports = append(ports, readPort(d, port, gidIndex))
 	}
 	return choose(ports, gidIndex, interfaceIPv4)
 }
@@ -128,30 +128,42 @@ func choose(ports []portInfo, gidIndex int, ipv4 func(netdev string) []net.IP) (
 	return Choice{}, fmt.Errorf("%w: %s", ErrNoDevice, strings.Join(why, "; "))
 }
 
-// readPort reads one port's state and GID table from sysfs.
-func readPort(device string, port int) portInfo {
+// maxGIDGap is how many empty GID table entries in a row end the scan: the
+// table has a thousand entries or more (Soft-RoCE: 1024), the populated ones
+// sit at the start, and every sysfs read costs a system call.
+const maxGIDGap = 16
+
+// readPort reads one port's state and GID table from sysfs: only entry only
+// when it is not negative, else the entries up to the first maxGIDGap empty
+// ones in a row.
+func readPort(device string, port, only int) portInfo {
 	dir := filepath.Join(rdmamap.RdmaClassDir, device, rdmamap.RdmaPortsdir, strconv.Itoa(port))
 	p := portInfo{Device: device, Port: port}
 	p.LinkLayer = readLine(filepath.Join(dir, "link_layer"))
 	p.Active = strings.HasSuffix(readLine(filepath.Join(dir, "state")), "ACTIVE")
-	ents, _ := os.ReadDir(filepath.Join(dir, "gids"))
-	for _, e := range ents {
-		i, err := strconv.Atoi(e.Name())
+	first, gap := 0, 0
+	if only >= 0 {
+		first = only
+	}
+	for i := first; gap < maxGIDGap && (only < 0 || i == only); i++ {
+		name := strconv.Itoa(i)
+		line, err := os.ReadFile(filepath.Join(dir, "gids", name))
 		if err != nil {
-			continue
+			break // past the end of the table
 		}
-		gid := net.ParseIP(readLine(filepath.Join(dir, "gids", e.Name())))
+		gid := net.ParseIP(strings.TrimSpace(string(line)))
 		if gid == nil || gid.IsUnspecified() {
+			gap++
 			continue
 		}
+		gap = 0
 		p.GIDs = append(p.GIDs, gidEntry{
 			Index:  i,
 			GID:    gid,
-			Type:   readLine(filepath.Join(dir, rdmamap.RdmaGidAttrDir, "types", e.Name())),
-			Netdev: readLine(filepath.Join(dir, rdmamap.RdmaGidAttrDir, rdmamap.RdmaGidAttrNdevDir, e.Name())),
+			Type:   readLine(filepath.Join(dir, rdmamap.RdmaGidAttrDir, "types", name)),
+			Netdev: readLine(filepath.Join(dir, rdmamap.RdmaGidAttrDir, rdmamap.RdmaGidAttrNdevDir, name)),
 		})
 	}
-	sort.Slice(p.GIDs, func(a, b int) bool { return p.GIDs[a].Index < p.GIDs[b].Index })
 	return p
 }
 

@@ -556,3 +556,46 @@ func benchOp(b *testing.B, op string) {
 		}
 	}
 }
+
+// BenchmarkOpenConnectClose: the set-up and tear-down of an 8-rank world,
+// phase by phase (reported as metrics).
+func BenchmarkOpenConnectClose(b *testing.B) {
+	needDevice(b)
+	const n = 8
+	for range b.N {
+		t0 := time.Now()
+		ts := make([]*Transport, n)
+		addrs := make([]string, n)
+		for r := range n {
+			tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Bound: 2 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts[r], addrs[r] = tr, tr.Addr()
+			tr.SetReceiver(newRecorder())
+		}
+		t1 := time.Now()
+		for _, tr := range ts {
+			if err := tr.Connect(context.Background(), addrs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t2 := time.Now()
+		for _, tr := range ts {
+			tr.Close()
+		}
+		t3 := time.Now()
+		b.ReportMetric(float64(t1.Sub(t0).Milliseconds())/n, "open-ms/rank")
+		b.ReportMetric(float64(t2.Sub(t1).Milliseconds())/n, "connect-ms/rank")
+		b.ReportMetric(float64(t3.Sub(t2).Milliseconds())/n, "close-ms/rank")
+	}
+}
+
+func BenchmarkSelect(b *testing.B) {
+	needDevice(b)
+	for range b.N {
+		if _, err := Select("", 1, -1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
