@@ -242,7 +242,45 @@ func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf fu
 		t.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: connect queue pairs: %w", env.rank, err)
 	}
+	// A queue pair drops what arrives before it is ready, and the device
+	// retries only within the detector's bound: wait until every rank's
+	// queue pairs are ready before anyone sends.
+	if err := awaitStart(ctx, conn, env, t); err != nil {
+		conn.Close()
+		t.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: wait for every rank to connect: %w", env.rank, err)
+	}
 	return t, conn, nil
+}
+
+// awaitStart tells the launcher this rank is connected and waits for its
+// start. Exit notices that come first are passed on to the transport (they
+// would otherwise be lost: the watcher starts after Join).
+func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, t interface{ PeerDown(ftrma.Rank, error) }) error {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := writeFrame(conn, msgConnected, nil); err != nil {
+		return err
+	}
+	for {
+		typ, p, err := readFrame(conn, maxSmall)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return err
+		}
+		switch typ {
+		case msgStart:
+			return nil
+		case msgExit:
+			if r, err := parseRank(p, env.size); err == nil && r != env.rank {
+				t.PeerDown(r, fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed))
+			}
+		case msgError:
+			return fmt.Errorf("launcher says: %s", printable(p))
+		}
+	}
 }
 
 // rendezvous dials the launcher, runs the rank's side of the protocol and

@@ -54,6 +54,8 @@ type rvServer struct {
 	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
 	gone      []bool     // gone[r]: rank r's process exited
 	leaving   []bool     // leaving[r]: rank r said it leaves on purpose
+	connected []bool     // connected[r]: rank r's transport is connected (msgConnected)
+	started   bool       // msgStart went out
 	wmu       sync.Mutex // serializes writes on supervision channels
 }
 
@@ -89,6 +91,8 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		super:   make([]net.Conn, cfg.Size),
 		gone:    make([]bool, cfg.Size),
 		leaving: make([]bool, cfg.Size),
+
+		connected: make([]bool, cfg.Size),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -127,6 +131,39 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	}
 	s.mu.Unlock()
 	s.notify(tell, appendFrame(nil, msgExit, rankPayload(r)))
+	s.maybeStart()
+}
+
+// maybeStart sends start to every rank once every rank that has not exited
+// said its transport is connected. Transports that do not wait for start
+// never send connected; then start never goes out, which costs nothing.
+func (s *rvServer) maybeStart() {
+	s.mu.Lock()
+	if s.started || s.list == nil {
+		s.mu.Unlock()
+		return
+	}
+	any := false
+	for r := range s.connected {
+		if !s.connected[r] && !s.gone[r] {
+			s.mu.Unlock()
+			return
+		}
+		any = any || s.connected[r]
+	}
+	if !any {
+		s.mu.Unlock()
+		return
+	}
+	s.started = true
+	var tell []net.Conn
+	for q, c := range s.super {
+		if c != nil && !s.gone[q] {
+			tell = append(tell, c)
+		}
+	}
+	s.mu.Unlock()
+	s.notify(tell, appendFrame(nil, msgStart, nil))
 }
 
 // notify writes frame to every connection, bounded in time: a rank too slow to
@@ -271,6 +308,11 @@ func (s *rvServer) serve(c net.Conn) {
 			s.mu.Lock()
 			s.leaving[rank] = true
 			s.mu.Unlock()
+		case msgConnected:
+			s.mu.Lock()
+			s.connected[rank] = true
+			s.mu.Unlock()
+			s.maybeStart()
 		case msgSuspect:
 			r, err := parseRank(p, s.cfg.Size)
 			if err != nil {

@@ -416,3 +416,60 @@ func TestRankChecksLauncher(t *testing.T) {
 		})
 	}
 }
+
+// peerDowns records the exit notices awaitStart hands on.
+type peerDowns struct {
+	mu    sync.Mutex
+	ranks []ftrma.Rank
+}
+
+func (p *peerDowns) PeerDown(r ftrma.Rank, err error) {
+	p.mu.Lock()
+	p.ranks = append(p.ranks, r)
+	p.mu.Unlock()
+}
+
+// The start barrier: no rank starts before every rank that has not exited
+// said it is connected; a rank that exits first counts as done, and its exit
+// notice reaches the waiting ranks' transports.
+func TestStartWaitsForEveryRankConnected(t *testing.T) {
+	const n = 3
+	s, _ := startServer(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	envs := []jobEnv{fakeEnv(s, 0, n), fakeEnv(s, 1, n), fakeEnv(s, 2, n)}
+	res := joinAll(ctx, envs)
+	defer closeAll(res)
+	for _, r := range res {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	done := make([]chan error, 2)
+	downs := make([]*peerDowns, 2)
+	for r := range 2 {
+		done[r], downs[r] = make(chan error, 1), new(peerDowns)
+		go func() { done[r] <- awaitStart(ctx, res[r].conn, envs[r], downs[r]) }()
+	}
+	// Ranks 0 and 1 are connected, rank 2 is not: nobody may start.
+	if !waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.connected[0] && s.connected[1] }) {
+		t.Fatal("the launcher did not record ranks 0 and 1 connected")
+	}
+	select {
+	case err := <-done[0]:
+		t.Fatalf("rank 0 started while rank 2 was not connected (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.rankExited(2, "was killed by signal 9", false)
+	for r := range 2 {
+		if err := <-done[r]; err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		downs[r].mu.Lock()
+		got := downs[r].ranks
+		downs[r].mu.Unlock()
+		if !reflect.DeepEqual(got, []ftrma.Rank{2}) {
+			t.Errorf("rank %d was told of exits %v, want [2]", r, got)
+		}
+	}
+}

@@ -37,6 +37,10 @@ import (
 //	R→L  suspect  rank uint32: this rank's failure detector declared that rank
 //	              failed; the launcher kills it if it still runs (a false
 //	              suspicion must not leave a live process behind)
+//	R→L  connected  empty: this rank's transport is connected to every peer
+//	              (sent by transports whose peers must not send before that,
+//	              verbs: a queue pair drops what arrives before it is ready)
+//	L→R  start    empty: every rank sent connected or is gone; sent once
 //	R→L  leaving  empty: this rank finishes on purpose; if it then exits with
 //	              status 0, its exit is no failure and the others are not told
 //
@@ -76,6 +80,9 @@ const (
 	msgExit    byte = 7 // L→R: rank uint32 — that rank's process is gone
 	msgSuspect byte = 8 // R→L: rank uint32 — this rank declared that rank failed
 	msgLeaving byte = 9 // R→L: empty — this rank is leaving the job on purpose
+	// 10..14 are the agent protocol's (agentwire.go).
+	msgConnected byte = 15 // R→L: empty — this rank's transport is connected to every peer
+	msgStart     byte = 16 // L→R: empty — every rank is connected (or gone)
 )
 
 const (

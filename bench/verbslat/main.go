@@ -45,8 +45,9 @@ func main() {
 	device := flag.String("device", "rxe0", "RDMA device")
 	gid := flag.Int("gid", 1, "GID index (1: the IPv4-mapped RoCE v2 GID on rxe)")
 	jsonOut := flag.String("json", "", "write the medians as JSON to this file")
+	ftrunArgs := flag.String("ftrun-args", "", "extra space-separated `ARGS` for ftrun, e.g. \"--spin 500us\"")
 	flag.Parse()
-	if err := run(*n, *rounds, *device, *gid, *jsonOut); err != nil {
+	if err := run(*n, *rounds, *device, *gid, *jsonOut, strings.Fields(*ftrunArgs)); err != nil {
 		fmt.Fprintln(os.Stderr, "verbslat:", err)
 		os.Exit(1)
 	}
@@ -66,7 +67,7 @@ var pairs = []pair{
 	{"put_lat", "ib_write_lat", 2},
 }
 
-func run(n, rounds int, device string, gid int, jsonOut string) error {
+func run(n, rounds int, device string, gid int, jsonOut string, extra []string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -84,7 +85,7 @@ func run(n, rounds int, device string, gid int, jsonOut string) error {
 				return err
 			}
 		}
-		rs, err := ftrmaJob(bin, device, gid, n)
+		rs, err := ftrmaJob(bin, device, gid, n, extra)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
@@ -116,7 +117,7 @@ func run(n, rounds int, device string, gid int, jsonOut string) error {
 		fmt.Printf("%-14s %-30s %12.2f %12.2f %7.2f\n", p.ftrma, label, f, pv*p.factor, ratio)
 		out = append(out, result.Result{Bench: p.ftrma + "/" + strings.ReplaceAll(p.perftest, " ", "_"), Size: 8, System: "ratio", Value: ratio, Unit: "x"})
 	}
-	fmt.Printf("(%d rounds, %d iterations each; medians; emulator times: only the ratios mean anything)\n", rounds, n)
+	fmt.Printf("(%d rounds, %d iterations each; medians; ftrun %s; emulator times: only the ratios mean anything)\n", rounds, n, strings.Join(extra, " "))
 	if jsonOut != "" {
 		return result.WriteJSONFile(jsonOut, out)
 	}
@@ -180,13 +181,14 @@ func parsePerftest(out []byte) (float64, error) {
 }
 
 // ftrmaJob runs the rank program under ftrun over verbs and returns its results.
-func ftrmaJob(bin, device string, gid, n int) ([]result.Result, error) {
+func ftrmaJob(bin, device string, gid, n int, extra []string) ([]result.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	it := fmt.Sprintf("%d:%d", n, n/10)
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ftrun"), "-n", "2", "--transport", "verbs",
-		"--verbs-device", device, "--verbs-gid-index", strconv.Itoa(gid), "--hb-timeout", "2s",
-		filepath.Join(bin, "rank"), "-lat", "8:"+it, "-atomic", it, "-pingpong", it)
+	args := append([]string{"-n", "2", "--transport", "verbs", "--verbs-device", device,
+		"--verbs-gid-index", strconv.Itoa(gid), "--hb-timeout", "2s"}, extra...)
+	args = append(args, filepath.Join(bin, "rank"), "-lat", "8:"+it, "-atomic", it, "-pingpong", it)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ftrun"), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("ftrun: %v\n%s", err, out)

@@ -90,6 +90,9 @@ func (p *peer) completed(status, vendor C.uint32_t) {
 		l := p.pop()
 		p.comp.Complete(l.seq, l.err)
 	}
+	if len(p.backlog) > 0 {
+		p.drainLocked() // a failure marks the peer down by itself
+	}
 	p.mu.Unlock()
 	select {
 	case p.space <- struct{}{}:
@@ -130,23 +133,22 @@ func (t *Transport) await(ch <-chan struct{}, spin time.Duration) {
 			}
 		}
 	}
-	if !t.connected.Load() {
-		// No progress goroutine yet (a Deregister before Connect): poll.
-		for {
-			select {
-			case <-ch:
-				return
-			case <-time.After(100 * time.Microsecond):
-			}
-			if t.pollMu.TryLock() {
-				t.pollSend()
-				t.pollMu.Unlock()
-			}
+	// Then poll now and then: the progress goroutine may be busy (or not
+	// started yet), and what is awaited needs someone to take completions.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ch:
+			return
+		case <-t.done:
+			return
+		case <-tick.C:
 		}
-	}
-	select {
-	case <-ch:
-	case <-t.done:
+		if t.pollMu.TryLock() {
+			t.pollSend()
+			t.pollMu.Unlock()
+		}
 	}
 }
 
@@ -208,37 +210,55 @@ func (t *Transport) sendCtl(p *peer, typ byte, msg []byte) error {
 	return p.sendLocked(typ, msg)
 }
 
+// sendLocked posts a message as fragments, or queues them in the backlog
+// when the send queue or the staging ring is full (or the backlog is not
+// empty): sending never blocks, because the receiver's handlers send from
+// the progress goroutine, which must keep taking completions and reposting
+// receive buffers. The caller holds p.mu.
 func (p *peer) sendLocked(typ byte, msg []byte) error {
 	if p.dead {
 		return p.downErr()
 	}
 	for done := 0; ; {
 		n := min(len(msg)-done, maxFrag)
-		addr, end, err := p.reserve(fragHeader + n)
-		if err != nil {
-			return err
-		}
-		b := unsafe.Slice((*byte)(addr), fragHeader+n)
-		b[0] = typ
-		b[1] = 0
+		f := make([]byte, fragHeader+n)
+		f[0] = typ
 		if done+n == len(msg) {
-			b[1] = 1 // last fragment
+			f[1] = 1 // last fragment
 		}
-		binary.LittleEndian.PutUint16(b[2:], uint16(n))
-		copy(b[fragHeader:], msg[done:done+n])
+		binary.LittleEndian.PutUint16(f[2:], uint16(n))
+		copy(f[fragHeader:], msg[done:done+n])
+		p.backlog = append(p.backlog, f)
+		done += n
+		if done == len(msg) {
+			break
+		}
+	}
+	return p.drainLocked()
+}
+
+// drainLocked posts backlogged fragments while there is room. The caller
+// holds p.mu.
+func (p *peer) drainLocked() error {
+	for len(p.backlog) > 0 && !p.dead && p.n < len(p.fifo) {
+		f := p.backlog[0]
+		addr, end, ok := p.ring.alloc(len(f))
+		if !ok {
+			return nil
+		}
+		copy(unsafe.Slice((*byte)(addr), len(f)), f)
 		flags := p.fence()
-		if fragHeader+n <= p.t.inline {
+		if len(f) <= p.t.inline {
 			flags |= C.IBV_SEND_INLINE
 		}
-		if rc := C.ftv_post_send(p.qp, C.uint64_t(p.rank), C.uint64_t(uintptr(addr)), C.uint32_t(fragHeader+n), C.uint32_t(p.t.lkey), flags); rc != 0 {
+		if rc := C.ftv_post_send(p.qp, C.uint64_t(p.rank), C.uint64_t(uintptr(addr)), C.uint32_t(len(f)), C.uint32_t(p.t.lkey), flags); rc != 0 {
 			return p.postFailed(rc)
 		}
 		p.push(entry{kind: kSend, end: end})
-		done += n
-		if done == len(msg) {
-			return nil
-		}
+		p.backlog[0] = nil
+		p.backlog = p.backlog[1:]
 	}
+	return nil
 }
 
 // SetReceiver installs r; events held until now are delivered to it first,
@@ -458,7 +478,7 @@ func (p *peer) fragment(b []byte) {
 		r.HandleMessage(p.rank, b)
 	case mRevoke:
 		if len(b) == 4 {
-			go t.ackRevoke(p, transport.Key(binary.LittleEndian.Uint32(b)))
+			t.ackRevoke(p, transport.Key(binary.LittleEndian.Uint32(b)))
 		}
 	case mRevokeAck:
 		if len(b) == 4 {
@@ -503,6 +523,7 @@ func (t *Transport) down(p *peer, cause error) {
 				close(e.fetch.done)
 			}
 		}
+		p.backlog = nil
 		p.readsOut = 0
 		p.mu.Unlock()
 		p.comp.Fail(err)

@@ -197,8 +197,9 @@ type peer struct {
 	ring     stageRing
 	keys     map[transport.Key]region
 	fetching map[transport.Key]*keyFetch
-	readsOut int  // reads and atomics in flight: a later request waits for them (fence)
-	dead     bool // fenced, failed or left: the queue pair is gone
+	readsOut int      // reads and atomics in flight: a later request waits for them (fence)
+	backlog  [][]byte // message fragments (header included) waiting for room, in order
+	dead     bool     // fenced, failed or left: the queue pair is gone
 	space    chan struct{}
 
 	downOnce sync.Once
@@ -773,14 +774,15 @@ func (p *peer) fence() C.int {
 	return 0
 }
 
-// reserve waits for a send queue slot and n bytes of staging. The caller
-// holds p.mu; it fails when the peer goes down meanwhile.
+// reserve waits for a send queue slot and n bytes of staging, behind any
+// backlogged message fragments (they were posted first). The caller holds
+// p.mu; it fails when the peer goes down meanwhile.
 func (p *peer) reserve(n int) (unsafe.Pointer, uint64, error) {
 	for {
 		if p.dead {
 			return nil, 0, p.downErr()
 		}
-		if p.n < len(p.fifo) {
+		if p.n < len(p.fifo) && len(p.backlog) == 0 {
 			if addr, end, ok := p.ring.alloc(n); ok {
 				return addr, end, nil
 			}

@@ -599,3 +599,48 @@ func BenchmarkSelect(b *testing.B) {
 		}
 	}
 }
+
+// echoer answers every message with many big ones, from the progress
+// goroutine: more than the send queue and the staging ring hold, so the
+// sends wait in the backlog (they must never block the handler).
+type echoer struct {
+	t    *Transport
+	to   ftrma.Rank
+	errs chan error
+}
+
+func (e *echoer) HandleMessage(from ftrma.Rank, msg []byte) {
+	for i := range 300 {
+		m := make([]byte, 10<<10)
+		binary.LittleEndian.PutUint16(m, uint16(msg[0])*300+uint16(i))
+		if err := e.t.Send(e.to, m); err != nil {
+			e.errs <- err
+			return
+		}
+	}
+}
+
+func (e *echoer) HandlePeerDown(ftrma.Rank, error) {}
+
+func TestHandlerSendsGoToBacklog(t *testing.T) {
+	ts, recs := world(t, 2)
+	e := &echoer{t: ts[1], to: 0, errs: make(chan error, 1)}
+	ts[1].SetReceiver(e)
+	for i := range 3 {
+		if err := ts[0].Send(1, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := recs[0]
+	rec.until(t, "900 answers", func() bool { return len(rec.msgs[1]) == 900 })
+	select {
+	case err := <-e.errs:
+		t.Fatal(err)
+	default:
+	}
+	for i, m := range rec.msgs[1] {
+		if got := int(binary.LittleEndian.Uint16(m)); got != i || len(m) != 10<<10 {
+			t.Fatalf("answer %d is #%d of %d bytes", i, got, len(m))
+		}
+	}
+}
