@@ -78,12 +78,18 @@ func (r *recorder) until(t *testing.T, what string, cond func() bool) {
 // world opens n connected transports on the device.
 func world(t testing.TB, n int) ([]*Transport, []*recorder) {
 	t.Helper()
+	return worldSpin(t, n, 0)
+}
+
+// worldSpin is world with the transports' Config.Spin.
+func worldSpin(t testing.TB, n int, spin time.Duration) ([]*Transport, []*recorder) {
+	t.Helper()
 	needDevice(t)
 	ts := make([]*Transport, n)
 	recs := make([]*recorder, n)
 	addrs := make([]string, n)
 	for r := range n {
-		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Bound: 2 * time.Second, Logf: t.Logf})
+		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Spin: spin, Bound: 2 * time.Second, Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -528,7 +534,8 @@ func BenchmarkReadWait(b *testing.B)   { benchOp(b, "read") }
 func BenchmarkCASWait(b *testing.B)    { benchOp(b, "cas") }
 
 func benchOp(b *testing.B, op string) {
-	ts, _ := world(b, 2)
+	spin, _ := time.ParseDuration(os.Getenv("FTRMA_BENCH_SPIN"))
+	ts, _ := worldSpin(b, 2, spin)
 	mem := make([]byte, 64)
 	key, err := ts[1].Register(mem)
 	if err != nil {
