@@ -56,8 +56,13 @@ func (p *peer) completed(status, vendor C.uint32_t) {
 	}
 	if status != C.IBV_WC_SUCCESS {
 		p.mu.Unlock()
-		p.t.down(p, fmt.Errorf("verbs: completion toward rank %d: %s (status %d, vendor error %#x)",
-			p.rank, C.GoString(C.ftv_status_str(C.int(status))), int(status), uint32(vendor)))
+		err := fmt.Errorf("verbs: completion toward rank %d: %s (status %d, vendor error %#x)",
+			p.rank, C.GoString(C.ftv_status_str(C.int(status))), int(status), uint32(vendor))
+		if p.self {
+			p.t.selfFailed(p, err)
+			return
+		}
+		p.t.down(p, err)
 		return
 	}
 	e := p.pop()
@@ -171,7 +176,23 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 			}
 		}
 	}
-	return p.comp.Wait(ctx, seq, 0)
+	err = p.comp.Wait(ctx, seq, 0)
+	if err != nil && ctx.Err() != nil && p.comp.Down() == nil {
+		t.cfg.Logf("verbs transport: rank %d: gave up waiting for operation %d toward rank %d: %s", t.cfg.Rank, seq, peer, p.state())
+	}
+	return err
+}
+
+// state describes the requests toward p, for a wait that gave up.
+func (p *peer) state() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	oldest := "none"
+	if p.n > 0 {
+		oldest = opNames[p.fifo[p.head].kind]
+	}
+	return fmt.Sprintf("posted %d, completed %d, %d requests in flight (oldest: %s), %d reads or atomics, %d fragments backlogged, staging %d..%d",
+		p.comp.Posted(), p.comp.Completed(), p.n, oldest, p.readsOut, len(p.backlog), p.ring.tail, p.ring.head)
 }
 
 // Flush waits until every operation posted toward peer is complete.
@@ -542,6 +563,27 @@ func (t *Transport) down(p *peer, cause error) {
 		t.downs = append(t.downs, event{from: p.rank, err: err})
 		t.recvMu.Unlock()
 		t.wake()
+	})
+}
+
+// selfFailed handles the failure of the loopback queue pair, which never
+// happens while the device works: operations toward this rank itself fail
+// from now on (with the device's error, not ErrProcFailed: this rank is
+// alive) instead of waiting forever.
+func (t *Transport) selfFailed(p *peer, cause error) {
+	p.downOnce.Do(func() {
+		t.cfg.Logf("verbs transport: rank %d: the loopback queue pair failed: %v", t.cfg.Rank, cause)
+		p.mu.Lock()
+		p.dead = true
+		for p.n > 0 {
+			if e := p.pop(); e.fetch != nil {
+				delete(p.fetching, e.fetch.key)
+				close(e.fetch.done)
+			}
+		}
+		p.backlog = nil
+		p.mu.Unlock()
+		p.comp.Fail(&ftrma.OpError{Op: "transport", Rank: p.rank, Err: cause})
 	})
 }
 
