@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"bench/ft":            {"internal/result", "bench/internal/host"},
 	"bench/ft/rank":       {"", "comm"},
 	"bench/store":         {"internal/result", "bench/internal/host"},
+	"bench/verbslat":      {"internal/result"},
 	"internal/result":     {},
 	"bench/internal/host": {},
 	"e2e":                 {},
