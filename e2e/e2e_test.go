@@ -91,6 +91,23 @@ func hbTimeout() time.Duration {
 // must land in a running job come later and runs last longer.
 func emulated() bool { return hbTimeout() != detectorTimeout }
 
+// sharedTempDir is a temporary directory every rank of a job can write:
+// t.TempDir, or, when the jobs span hosts, one under FTRMA_E2E_SHARED_DIR (a
+// directory both hosts see, like the guests' 9p share).
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("FTRMA_E2E_SHARED_DIR")
+	if base == "" {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // multiHost reports whether the jobs are spread over hosts
 // (FTRMA_E2E_HOSTS, e.g. "local,198.18.0.2:7770"): ranks in the first block
 // run here, where the tests can signal them by pid.

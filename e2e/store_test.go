@@ -153,7 +153,7 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 		gap  time.Duration
 	}{{"simultaneous", 0}, {"staggered", 700 * time.Millisecond}} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
+			dir := sharedTempDir(t)
 			a := 1 + rng.IntN(7)
 			b := 1 + (a+rng.IntN(6))%7
 			at := 700*time.Millisecond + time.Duration(rng.IntN(600))*time.Millisecond

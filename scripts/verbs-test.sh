@@ -146,7 +146,7 @@ if [ \$RXEVM_ID = 2 ]; then
 	exit 0
 fi
 n=0; until [ -f /host/.agent ]; do sleep 0.2; n=\$((n+1)); [ \$n -gt 300 ] && { echo 'no agent in guest 2'; touch /host/.done; exit 1; }; done
-export FTRMA_E2E_HOSTS=local,\$RXEVM_PEER:7770
+export FTRMA_E2E_HOSTS=local,\$RXEVM_PEER:7770 FTRMA_E2E_SHARED_DIR=/host
 suite process-two-guests ./e2e.test -test.count=1 -test.timeout 900s -test.v -test.run '$E2E2_RUN'
 touch /host/.done
 exit \$R" || { say "FAIL: two-guest suites"; exit 1; }
