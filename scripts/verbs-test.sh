@@ -102,7 +102,9 @@ full)
 ci | one | two | bench)
 	WINDOW_RUN='TestCountersEightRanks|TestPutFlushGetFromThirdRank|TestSharedLocksCoexist|TestDynamicWindow|TestOperationSemantics|TestReplaceAccumulateNeverTorn'
 	STORE_RUN='TestPutGetDeleteAcrossRanks|TestHeapReuse|TestTransaction|TestConcurrentWriters'
-	E2E_RUN='TestCountersAndLocks|TestKillWhileHammering|TestStoppedRankIsFenced|TestStoreLinearizableUnderKills'
+	# The store's linearizability test kills at fixed times, which in an
+	# emulated guest can land before the job has started: full mode only.
+	E2E_RUN='TestCountersAndLocks|TestKillWhileHammering|TestStoppedRankIsFenced|TestStoreUninvolved'
 	E2E2_RUN='TestCountersAndLocks|TestKillWhileHammering/verbs/kill_1$|TestStoppedRankIsFenced|TestStoreUninvolved' ;;
 *) echo "usage: $0 [ci|full|one|two|bench]" >&2; exit 2 ;;
 esac
