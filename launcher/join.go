@@ -154,61 +154,30 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
 func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf}
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf, Spin: env.transportSpin()}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
-	}
-	if env.localSize > runtime.NumCPU() {
-		cfg.Spin = -1 // more ranks than CPUs here: a spinning rank steals a peer's CPU
-	}
-	if env.spin != 0 {
-		cfg.Spin = env.spin // ftrun --spin overrides
 	}
 	t, err := tcp.Listen(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	t.SetReceiver(recv)
-	conn, addrs, err := rendezvous(ctx, env, t.Addr())
-	if err != nil {
-		t.Close()
-		return nil, nil, err
-	}
-	if err := t.Connect(ctx, addrs); err != nil {
-		conn.Close()
-		t.Close()
-		return nil, nil, fmt.Errorf("launcher: rank %d: connect to peers: %w", env.rank, err)
-	}
-	return t, conn, nil
+	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect to peers", func(conn net.Conn, addrs []string) error {
+		return t.Connect(ctx, addrs)
+	})
 }
 
 // joinSHM builds the shared-memory transport (its segments exist before
 // this rank publishes itself), joins the rendezvous, whose end means every
 // rank's segments exist, and maps the peers.
 func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
-	cfg := shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logf: logf}
-	if env.localSize > runtime.NumCPU() {
-		cfg.Spin = -1
-	}
-	if env.spin != 0 {
-		cfg.Spin = env.spin
-	}
-	t, err := shm.Open(cfg)
+	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logf: logf, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	t.SetReceiver(recv)
-	conn, _, err := rendezvous(ctx, env, "shm")
-	if err != nil {
-		t.Close()
-		return nil, nil, err
-	}
-	if err := t.Connect(ctx); err != nil {
-		conn.Close()
-		t.Close()
-		return nil, nil, fmt.Errorf("launcher: rank %d: map peers: %w", env.rank, err)
-	}
-	return t, conn, nil
+	return rendezvousThen(ctx, env, t, recv, "shm", "map peers", func(net.Conn, []string) error {
+		return t.Connect(ctx)
+	})
 }
 
 // joinVerbs opens the verbs transport (its queue pairs exist before this
@@ -220,35 +189,50 @@ func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf fu
 	if bound == 0 {
 		bound = defaultHBTimeout
 	}
-	cfg := verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID, Bound: bound, Logf: logf}
-	if env.localSize > runtime.NumCPU() {
-		cfg.Spin = -1
-	}
-	if env.spin != 0 {
-		cfg.Spin = env.spin
-	}
-	t, err := verbs.Open(cfg)
+	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
+		Bound: bound, Logf: logf, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
+	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect queue pairs", func(conn net.Conn, addrs []string) error {
+		if err := t.Connect(ctx, addrs); err != nil {
+			return err
+		}
+		// A queue pair drops what arrives before it is ready, and the
+		// device retries only within the detector's bound: wait until every
+		// rank's queue pairs are ready before anyone sends.
+		return awaitStart(ctx, conn, env, t)
+	})
+}
+
+// transportSpin is the busy-poll setting of this rank's transport: ftrun's
+// --spin when given, none when this host has more ranks than CPUs (a spinning
+// rank steals a peer's CPU), else the transport's default.
+func (env jobEnv) transportSpin() time.Duration {
+	if env.spin != 0 {
+		return env.spin
+	}
+	if env.localSize > runtime.NumCPU() {
+		return -1
+	}
+	return 0
+}
+
+// rendezvousThen installs recv on the opened transport t, publishes addr
+// through the rendezvous and hands the connection and every rank's address
+// to connect. On any failure it closes what it opened.
+func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv transport.Receiver, addr, what string,
+	connect func(conn net.Conn, addrs []string) error) (transport.Transport, net.Conn, error) {
 	t.SetReceiver(recv)
-	conn, addrs, err := rendezvous(ctx, env, t.Addr())
+	conn, addrs, err := rendezvous(ctx, env, addr)
 	if err != nil {
 		t.Close()
 		return nil, nil, err
 	}
-	if err := t.Connect(ctx, addrs); err != nil {
+	if err := connect(conn, addrs); err != nil {
 		conn.Close()
 		t.Close()
-		return nil, nil, fmt.Errorf("launcher: rank %d: connect queue pairs: %w", env.rank, err)
-	}
-	// A queue pair drops what arrives before it is ready, and the device
-	// retries only within the detector's bound: wait until every rank's
-	// queue pairs are ready before anyone sends.
-	if err := awaitStart(ctx, conn, env, t); err != nil {
-		conn.Close()
-		t.Close()
-		return nil, nil, fmt.Errorf("launcher: rank %d: wait for every rank to connect: %w", env.rank, err)
+		return nil, nil, fmt.Errorf("launcher: rank %d: %s: %w", env.rank, what, err)
 	}
 	return t, conn, nil
 }

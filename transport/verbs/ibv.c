@@ -262,6 +262,20 @@ int ftv_qp_error(struct ibv_qp *qp) {
 	return 0;
 }
 
+// prepare fills a signaled send work request of one scatter entry.
+static void prepare(struct ibv_send_wr *wr, struct ibv_sge *sge, uint64_t wr_id, int opcode,
+                    uint64_t laddr, uint32_t len, uint32_t lkey, int flags) {
+	sge->addr = laddr;
+	sge->length = len;
+	sge->lkey = lkey;
+	memset(wr, 0, sizeof *wr);
+	wr->wr_id = wr_id;
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	wr->opcode = opcode;
+	wr->send_flags = IBV_SEND_SIGNALED | flags;
+}
+
 static int post(struct ibv_qp *qp, struct ibv_send_wr *wr) {
 	struct ibv_send_wr *bad = NULL;
 	return ibv_post_send(qp, wr, &bad);
@@ -269,14 +283,9 @@ static int post(struct ibv_qp *qp, struct ibv_send_wr *wr) {
 
 int ftv_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t len,
                   uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags) {
-	struct ibv_sge sge = {.addr = laddr, .length = len, .lkey = lkey};
+	struct ibv_sge sge;
 	struct ibv_send_wr wr;
-	memset(&wr, 0, sizeof wr);
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = opcode;
-	wr.send_flags = IBV_SEND_SIGNALED | flags;
+	prepare(&wr, &sge, wr_id, opcode, laddr, len, lkey, flags);
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	return post(qp, &wr);
@@ -284,14 +293,9 @@ int ftv_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr,
 
 int ftv_post_atomic(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t lkey,
                     uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap, int flags) {
-	struct ibv_sge sge = {.addr = laddr, .length = 8, .lkey = lkey};
+	struct ibv_sge sge;
 	struct ibv_send_wr wr;
-	memset(&wr, 0, sizeof wr);
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = opcode;
-	wr.send_flags = IBV_SEND_SIGNALED | flags;
+	prepare(&wr, &sge, wr_id, opcode, laddr, 8, lkey, flags);
 	wr.wr.atomic.remote_addr = raddr;
 	wr.wr.atomic.rkey = rkey;
 	wr.wr.atomic.compare_add = compare_add;
@@ -300,14 +304,9 @@ int ftv_post_atomic(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t ladd
 }
 
 int ftv_post_send(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey, int flags) {
-	struct ibv_sge sge = {.addr = laddr, .length = len, .lkey = lkey};
+	struct ibv_sge sge;
 	struct ibv_send_wr wr;
-	memset(&wr, 0, sizeof wr);
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED | flags;
+	prepare(&wr, &sge, wr_id, IBV_WR_SEND, laddr, len, lkey, flags);
 	return post(qp, &wr);
 }
 

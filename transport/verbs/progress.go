@@ -69,12 +69,10 @@ func (p *peer) completed(status, vendor C.uint32_t) {
 	switch e.kind {
 	case kRead:
 		copy(e.dst, unsafe.Slice((*byte)(e.stage), len(e.dst)))
-		p.readsOut--
 	case kCAS, kFAdd:
 		if e.result != nil {
 			*e.result = *(*uint64)(e.stage)
 		}
-		p.readsOut--
 	case kFetch:
 		w := (*[4]uint64)(e.stage)
 		reg := region{addr: w[1], len: w[2], rkey: uint32(w[3])}
@@ -84,7 +82,6 @@ func (p *peer) completed(status, vendor C.uint32_t) {
 		p.keys[e.fetch.key] = reg
 		delete(p.fetching, e.fetch.key)
 		close(e.fetch.done)
-		p.readsOut--
 	}
 	p.ring.tail = e.end
 	if e.seq != 0 {
@@ -187,12 +184,18 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 func (p *peer) state() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	oldest := "none"
+	oldest, reads := "none", 0
 	if p.n > 0 {
 		oldest = opNames[p.fifo[p.head].kind]
 	}
+	for i := range p.n {
+		switch p.fifo[(p.head+i)%len(p.fifo)].kind {
+		case kRead, kCAS, kFAdd, kFetch:
+			reads++
+		}
+	}
 	return fmt.Sprintf("posted %d, completed %d, %d requests in flight (oldest: %s), %d reads or atomics, %d fragments backlogged, staging %d..%d",
-		p.comp.Posted(), p.comp.Completed(), p.n, oldest, p.readsOut, len(p.backlog), p.ring.tail, p.ring.head)
+		p.comp.Posted(), p.comp.Completed(), p.n, oldest, reads, len(p.backlog), p.ring.tail, p.ring.head)
 }
 
 // Flush waits until every operation posted toward peer is complete.
@@ -268,7 +271,7 @@ func (p *peer) drainLocked() error {
 			return nil
 		}
 		copy(unsafe.Slice((*byte)(addr), len(f)), f)
-		flags := p.fence()
+		flags := C.int(0)
 		if len(f) <= p.t.inline {
 			flags |= C.IBV_SEND_INLINE
 		}
@@ -545,7 +548,6 @@ func (t *Transport) down(p *peer, cause error) {
 			}
 		}
 		p.backlog = nil
-		p.readsOut = 0
 		p.mu.Unlock()
 		p.comp.Fail(err)
 		select {

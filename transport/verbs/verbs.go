@@ -197,7 +197,6 @@ type peer struct {
 	ring     stageRing
 	keys     map[transport.Key]region
 	fetching map[transport.Key]*keyFetch
-	readsOut int      // reads and atomics in flight: a later request waits for them (fence)
 	backlog  [][]byte // message fragments (header included) waiting for room, in order
 	dead     bool     // fenced, failed or left: the queue pair is gone
 	space    chan struct{}
@@ -705,7 +704,11 @@ func (p *peer) local(err error) (transport.Seq, error) {
 	}
 }
 
-// postOp posts the work requests of one operation. The caller holds p.mu,
+// postOp posts the work requests of one operation. No request carries
+// IBV_SEND_FENCE: a reliable-connected responder executes requests in the
+// order they arrive, reads and atomics included, so operations take effect in
+// posting order without it; and on Soft-RoCE (Linux 6.1) fenced requests
+// mixed into heavy traffic stalled a queue pair's reads and atomics for good. The caller holds p.mu,
 // which it may release while waiting for queue or staging space.
 func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint64, result *uint64) (transport.Seq, error) {
 	t := p.t
@@ -721,11 +724,10 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 			op = C.IBV_WR_ATOMIC_FETCH_AND_ADD
 		}
 		rc := C.ftv_post_atomic(p.qp, C.uint64_t(p.rank), op, C.uint64_t(uintptr(addr)), C.uint32_t(t.lkey),
-			C.uint64_t(reg.addr+off), C.uint32_t(reg.rkey), C.uint64_t(a), C.uint64_t(b), p.fence())
+			C.uint64_t(reg.addr+off), C.uint32_t(reg.rkey), C.uint64_t(a), C.uint64_t(b), 0)
 		if rc != 0 {
 			return 0, p.postFailed(rc)
 		}
-		p.readsOut++
 		p.push(entry{kind: kind, seq: seq, end: end, stage: addr, result: result})
 		return seq, nil
 	}
@@ -747,7 +749,7 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 		var rc C.int
 		if kind == kWrite {
 			copy(unsafe.Slice((*byte)(addr), piece), buf[done:done+piece])
-			flags := p.fence()
+			flags := C.int(0)
 			if piece <= t.inline {
 				flags |= C.IBV_SEND_INLINE
 			}
@@ -756,10 +758,7 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 		} else {
 			e.stage, e.dst = addr, buf[done:done+piece]
 			rc = C.ftv_post_rdma(p.qp, C.uint64_t(p.rank), C.IBV_WR_RDMA_READ, C.uint64_t(uintptr(addr)), C.uint32_t(piece),
-				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), p.fence())
-			if rc == 0 {
-				p.readsOut++
-			}
+				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), 0)
 		}
 		if rc != 0 {
 			return 0, p.postFailed(rc)
@@ -769,15 +768,6 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 	}
 	return seq, nil
 }
-
-// fence is the send flag of a new request: none. A reliable-connected
-// responder executes requests in the order they arrive, reads and atomics
-// included, so operations take effect in posting order without
-// IBV_SEND_FENCE (which only holds a request until earlier reads and atomics
-// have returned their data here). Soft-RoCE (Linux 6.1) also stalls a queue
-// pair's reads and atomics for good under load when fenced requests are
-// mixed in: seen in the store's kill tests, gone without the flag.
-func (p *peer) fence() C.int { return 0 }
 
 // reserve waits for a send queue slot and n bytes of staging, behind any
 // backlogged message fragments (they were posted first). The caller holds
@@ -855,11 +845,10 @@ func (p *peer) region(key transport.Key) (region, error) {
 			}
 			f = &keyFetch{key: key, done: make(chan struct{})}
 			rc := C.ftv_post_rdma(p.qp, C.uint64_t(p.rank), C.IBV_WR_RDMA_READ, C.uint64_t(uintptr(addr)), entryBytes,
-				C.uint32_t(p.t.lkey), C.uint64_t(p.tableAddr()+uint64(slot*entryBytes)), C.uint32_t(p.tableKey()), p.fence())
+				C.uint32_t(p.t.lkey), C.uint64_t(p.tableAddr()+uint64(slot*entryBytes)), C.uint32_t(p.tableKey()), 0)
 			if rc != 0 {
 				return region{}, p.postFailed(rc)
 			}
-			p.readsOut++
 			p.fetching[key] = f
 			p.push(entry{kind: kFetch, end: end, stage: addr, fetch: f})
 		}

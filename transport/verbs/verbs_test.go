@@ -651,3 +651,43 @@ func TestHandlerSendsGoToBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestDeregisterWithFailedPeer: Deregister waits for the live peers'
+// acknowledgements only; a fenced peer (which can no longer reach the
+// memory) does not hold it, and the live peer's late access is refused.
+func TestDeregisterWithFailedPeer(t *testing.T) {
+	ts, _ := world(t, 3)
+	mem := make([]byte, 64)
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{0, 2} {
+		if _, err := ts[r].Write(1, key, 0, []byte{byte(r + 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[r].Flush(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts[1].Fence(2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ts[1].Deregister(key) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Deregister waited for the fenced rank")
+	}
+	seq, err := ts[0].Write(1, key, 0, []byte{9})
+	if err == nil {
+		err = ts[0].Wait(ctx(t), 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrUnknownRegion) || mem[0] != 3 {
+		t.Fatalf("write after deregister: %v, memory %d", err, mem[0])
+	}
+}
