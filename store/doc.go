@@ -23,13 +23,21 @@
 // exposes a table — a header, Slots key slots and a chunk table — and a heap
 // of chunks it attaches as they are needed.
 //
-//   - Placement: rendezvous hashing of the key's 64-bit hash over the ranks
+//   - Keys: a key is its full bytes. Its hash is SipHash-2-4 under a
+//     128-bit key the ranks draw together at Open (each contributes random
+//     bits), so nobody can choose keys that collide; keys that do collide
+//     anyway keep their own slots and values.
+//   - Placement: rendezvous hashing of the key's hash over the ranks
 //     of the communicator given to Open (see placement.go): the first Copies
 //     live ranks in the key's preference order, one per host first. Failed
 //     ranks drop out; nothing is renumbered, so the rule needs no agreement
 //     and a failure moves only the keys the failed rank held.
-//   - Key slots: found by linear probing from hash mod Slots, claimed by
-//     compare-and-swap of the hash into an empty slot. A slot holds a lock
+//   - Key slots: found by linear probing from hash mod Slots. A slot is
+//     claimed by writing the key into a key block at the slot's rank and
+//     compare-and-swapping the block's address into an empty slot; a prober
+//     that meets a slot with its hash compares the block's key with its own
+//     and passes over a colliding key's slot. Records carry the key too, and
+//     every read and repair checks it. A slot holds a lock
 //     word (the version of its last write and the rank holding the lock), the
 //     current descriptor (address, version, length of the value's record)
 //     and a pending descriptor for transactions.

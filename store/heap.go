@@ -108,7 +108,7 @@ func (s *Store) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool) {
 	region := addr >> 40
 	s.cache.Lock()
-	e, ok := s.cache.chunk[slotKey{r, region}]
+	e, ok := s.cache.chunk[regionRef{r, region}]
 	s.cache.Unlock()
 	if ok {
 		return e, true
@@ -117,7 +117,7 @@ func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bo
 		return 0, false
 	}
 	s.cache.Lock()
-	e, ok = s.cache.chunk[slotKey{r, region}]
+	e, ok = s.cache.chunk[regionRef{r, region}]
 	s.cache.Unlock()
 	return e, ok
 }
@@ -133,7 +133,7 @@ func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error
 	s.cache.Lock()
 	for e := range s.opt.Chunks {
 		if a := word(tbl, e*chunkWords+chunkAddr); a != 0 {
-			s.cache.chunk[slotKey{r, a >> 40}] = e
+			s.cache.chunk[regionRef{r, a >> 40}] = e
 		}
 	}
 	s.cache.Unlock()

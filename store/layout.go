@@ -19,12 +19,17 @@ const (
 	hdrWant    = 1                  // bytes a writer asks the owner to attach (0: nothing asked)
 	tableMagic = 0x6674726d612d6b76 // "ftrma-kv"
 
-	// A key slot. The key's 64-bit hash names it; the lock word holds the
-	// version of the slot's last completed write in its high bits and the
-	// rank holding the lock, plus one, in its low bits (0: free). The current
-	// descriptor says where the value's record is; the pending descriptor
-	// holds a transaction's value until the transaction is decided.
-	slotWords   = 9
+	// A key slot. Its key is the full key, kept in an immutable key block
+	// at the slot's rank (see keyBlock) whose address is the claim word:
+	// compare-and-swap of 0 to the block's address claims an empty slot for
+	// a key. The hash word holds the key's keyed hash, written after the
+	// claim, as a filter for probes (0 while the claim is under way: the key
+	// block decides). The lock word holds the version of the slot's last
+	// completed write in its high bits and the rank holding the lock, plus
+	// one, in its low bits (0: free). The current descriptor says where the
+	// value's record is; the pending descriptor holds a transaction's value
+	// until the transaction is decided.
+	slotWords   = 10
 	slotHash    = 0
 	slotLock    = 1
 	slotCurAddr = 2 // 0: no value (never written, or deleted)
@@ -34,6 +39,7 @@ const (
 	slotPVer    = 6
 	slotPLen    = 7
 	slotWant    = 8 // a rank that waits for the lock, plus one: asks a lease to end
+	slotKey     = 9 // address of the slot's key block; 0: the slot is free
 	slotBytes   = slotWords * 8
 
 	// A chunk table entry: a piece of heap memory attached by the owner and
@@ -65,7 +71,7 @@ func lockVersion(w uint64) uint64 { return w >> ownerBits }
 
 // A record, as stored in a heap block:
 //
-//	hash     8  the key's hash
+//	hash     8  the key's keyed hash
 //	version  8
 //	tx       8  the writer's transaction number and rank (0: a plain put)
 //	klen     4
@@ -85,6 +91,9 @@ type record struct {
 	key     []byte
 	value   []byte
 }
+
+// is reports whether r is a record of key id.
+func (r record) is(id ident) bool { return r.hash == id.h && string(r.key) == id.key }
 
 func recordLen(klen, vlen int) int { return (recHeader + klen + vlen + 7) &^ 7 }
 
@@ -133,18 +142,33 @@ func decodeRecord(b []byte) (r record, ok bool) {
 	return r, true
 }
 
-// hashKey is the key's 64-bit name: FNV-1a, then a finalizer, never 0.
-func hashKey(key []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range key {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	h = mix64(h)
-	if h == 0 {
-		h = 1
-	}
-	return h
+// A key block, the identity of a key slot, written once by the writer that
+// claims the slot and never changed while the slot names it:
+//
+//	hash     8  the key's keyed hash
+//	klen     8
+//	key, zero padding to 8 bytes
+//
+// A prober that meets a slot whose hash is its key's (or not yet written)
+// reads keyBlockLen(len(its key)) bytes at the block's address: the slot is
+// its key's exactly when the block holds its hash, length and bytes. A block
+// of a longer key holds another length; a shorter one may end before the
+// read does (out of bounds: not its key either).
+const keyHeader = 16
+
+func keyBlockLen(klen int) int { return (keyHeader + klen + 7) &^ 7 }
+
+func encodeKeyBlock(h uint64, key string) []byte {
+	b := make([]byte, keyBlockLen(len(key)))
+	putWords(b, h, uint64(len(key)))
+	copy(b[keyHeader:], key)
+	return b
+}
+
+// isKeyBlock reports whether b, read at a slot's key address, names id.
+func isKeyBlock(b []byte, id ident) bool {
+	return len(b) == keyBlockLen(len(id.key)) && word(b, 0) == id.h &&
+		word(b, 1) == uint64(len(id.key)) && string(b[keyHeader:keyHeader+len(id.key)]) == id.key
 }
 
 // mix64 is the splitmix64 finalizer.

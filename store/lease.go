@@ -42,14 +42,14 @@ type leased struct {
 
 // leased returns the key's replicas as held under this rank's lease, when it
 // has one and the key's placement has not changed since.
-func (s *Store) leased(h uint64) ([]*replica, bool) {
+func (s *Store) leased(h ident) ([]*replica, bool) {
 	s.leases.Lock()
 	l := s.leases.m[h]
 	s.leases.Unlock()
 	if l == nil {
 		return nil, false
 	}
-	now := s.place.replicas(h, s.failed)
+	now := s.place.replicas(h.h, s.failed)
 	same := len(now) == len(l.reps)
 	for i := 0; same && i < len(now); i++ {
 		same = now[i] == l.reps[i].r
@@ -60,7 +60,7 @@ func (s *Store) leased(h uint64) ([]*replica, bool) {
 	}
 	reps := make([]*replica, len(l.reps))
 	for i, lr := range l.reps {
-		p := &replica{r: lr.r, slot: lr.slot, addr: lr.addr, held: true, lock: lockWord(l.version, int(s.me))}
+		p := &replica{r: lr.r, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true, lock: lockWord(l.version, int(s.me))}
 		putWords(p.buf[:], 0, p.lock, lr.block, l.version, lr.len, 0, 0, 0)
 		reps[i] = p
 	}
@@ -70,7 +70,7 @@ func (s *Store) leased(h uint64) ([]*replica, bool) {
 // keepLease reports whether a put of key h may keep (or take) a lease: not
 // after leaseMax, and not for leaseIdle after the key was contended (this
 // rank met another's lock on it, or was asked to end its lease).
-func (s *Store) keepLease(h uint64) bool {
+func (s *Store) keepLease(h ident) bool {
 	s.leases.Lock()
 	defer s.leases.Unlock()
 	if t, ok := s.leases.contended[h]; ok && time.Since(t) < leaseIdle {
@@ -81,14 +81,14 @@ func (s *Store) keepLease(h uint64) bool {
 }
 
 // contended notes that key h is wanted by more than one rank.
-func (s *Store) contended(h uint64) {
+func (s *Store) contended(h ident) {
 	s.leases.Lock()
 	s.leases.contended[h] = time.Now()
 	s.leases.Unlock()
 }
 
 // dropLease forgets the key's lease; the caller releases the locks.
-func (s *Store) dropLease(h uint64) {
+func (s *Store) dropLease(h ident) {
 	s.leases.Lock()
 	delete(s.leases.m, h)
 	s.leases.Unlock()
@@ -98,7 +98,7 @@ func (s *Store) dropLease(h uint64) {
 // replicas (they complete with the next flush, or the transport's own
 // sending, and precede any later operation of this rank there). The caller
 // holds the key's process lock.
-func (s *Store) endLease(h uint64) {
+func (s *Store) endLease(h ident) {
 	s.leases.Lock()
 	l := s.leases.m[h]
 	delete(s.leases.m, h)
@@ -120,7 +120,7 @@ func (s *Store) endLease(h uint64) {
 // expireLeases ends the leases not used for leaseIdle whose keys no
 // goroutine of this process is working on.
 func (s *Store) expireLeases() {
-	var idle []uint64
+	var idle []ident
 	s.leases.Lock()
 	for h, l := range s.leases.m {
 		if time.Since(l.used) >= leaseIdle {

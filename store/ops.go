@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ type replica struct {
 	written bool
 	block   uint64 // the block publish wrote
 	wanted  bool   // a live rank holds the lock: ask it to end its lease
-	key     slotKey
+	ref     slotRef
 	guess   desc // where the record was when this rank last looked
 	want    [8]byte
 	same    bool   // already holds what publish would write: only unlock
@@ -40,21 +39,39 @@ func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
 	return s.tables[r] + uint64(hdrWords+i*slotWords)*8
 }
 
-// findSlot finds the key's slot at rank r, claiming an empty one when claim
-// is set; -1 when r has none. Slots are probed linearly from hash mod Slots;
-// a slot, once claimed by a key, stays that key's (deletion leaves it), so an
-// empty slot ends the search.
-func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, h uint64, claim bool) (int, error) {
-	sk := slotKey{r, h}
+// findSlot finds id's slot at rank r, claiming an empty one when claim is
+// set; -1 when r has none. Slots are probed linearly from the key's hash mod
+// Slots. A slot whose hash word is id's, or not yet written, is id's when its
+// key block names id (a colliding key's slot is passed over); an empty slot
+// ends the search. A slot is claimed by writing id's key block into r's heap
+// and compare-and-swapping its address into the slot's key word; when
+// another writer claimed the slot first, its block says whose it is. A slot,
+// once claimed by a key, stays that key's (deletion leaves it), so what is
+// found is kept.
+func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (int, error) {
+	ck := keyAt{r, id.key}
 	s.cache.Lock()
-	i, ok := s.cache.slot[sk]
+	i, ok := s.cache.slot[ck]
 	s.cache.Unlock()
 	if ok {
 		return i, nil
 	}
+	found := func(idx int) (int, error) {
+		s.cache.Lock()
+		s.cache.slot[ck] = idx
+		s.cache.Unlock()
+		return idx, nil
+	}
+	var block uint64 // the key block this call wrote at r, 0: none yet
+	blockLen := keyBlockLen(len(id.key))
+	defer func() {
+		if block != 0 {
+			s.free(ctx, r, block, uint64(blockLen))
+		}
+	}()
 	const group = 8
 	buf := make([]byte, group*slotBytes)
-	start := int(h % uint64(s.opt.Slots))
+	start := int(id.h % uint64(s.opt.Slots))
 	for probed := 0; probed < s.opt.Slots; {
 		first := (start + probed) % s.opt.Slots
 		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
@@ -65,29 +82,49 @@ func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, h uint64, claim bool
 			return -1, err
 		}
 		for j := 0; j < n; j++ {
-			got := word(buf, j*slotWords+slotHash)
 			idx := first + j
-			if got == 0 && claim {
+			ka, hw := word(buf, j*slotWords+slotKey), word(buf, j*slotWords+slotHash)
+			if ka == 0 {
+				if !claim {
+					return -1, nil
+				}
+				if block == 0 {
+					a, err := s.alloc(ctx, r, blockLen)
+					if err != nil {
+						return -1, err
+					}
+					block = a
+					if err := s.w.Put(r, a, encodeKeyBlock(id.h, id.key)); err != nil {
+						return -1, err
+					}
+				}
 				var old int64
-				if err := s.w.CompareAndSwap(r, s.slotAddr(r, idx)+slotHash*8, 0, int64(h), &old); err != nil {
+				if err := s.w.CompareAndSwap(r, s.slotAddr(r, idx)+slotKey*8, 0, int64(block), &old); err != nil {
 					return -1, err
 				}
 				if err := s.w.Flush(ctx, r); err != nil {
 					return -1, err
 				}
-				got = uint64(old)
-				if got == 0 {
-					got = h
+				if old == 0 {
+					var hw [8]byte
+					putWords(hw[:], id.h)
+					if err := s.w.Put(r, s.slotAddr(r, idx)+slotHash*8, hw[:]); err != nil {
+						return -1, err
+					}
+					block = 0 // the slot's now
+					return found(idx)
 				}
+				ka, hw = uint64(old), 0 // another writer claimed it: whose is it?
 			}
-			if got == h {
-				s.cache.Lock()
-				s.cache.slot[sk] = idx
-				s.cache.Unlock()
-				return idx, nil
+			if hw != 0 && hw != id.h {
+				continue
 			}
-			if got == 0 {
-				return -1, nil
+			mine, err := s.isKeyAt(ctx, r, ka, id)
+			if err != nil {
+				return -1, err
+			}
+			if mine {
+				return found(idx)
 			}
 		}
 		probed += n
@@ -98,24 +135,40 @@ func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, h uint64, claim bool
 	return -1, nil
 }
 
+// isKeyAt reports whether the key block at addr at rank r names id.
+func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
+	b := make([]byte, keyBlockLen(len(id.key)))
+	err := s.w.Get(r, addr, b)
+	if err == nil {
+		err = s.w.Flush(ctx, r)
+	}
+	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
+		return false, nil // the block ends before id's would: a shorter key's
+	}
+	if err != nil {
+		return false, err
+	}
+	return isKeyBlock(b, id), nil
+}
+
 // replicas returns the key's live replicas with their slots found (claimed
 // when claim is set).
-func (s *Store) replicas(ctx context.Context, h uint64, claim bool) ([]*replica, error) {
-	ranks := s.place.replicas(h, s.failed)
+func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
+	ranks := s.place.replicas(id.h, s.failed)
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
-		i, err := s.findSlot(ctx, r, h, claim)
+		i, err := s.findSlot(ctx, r, id, claim)
 		if errors.Is(err, ftrma.ErrProcFailed) {
 			return nil, fmt.Errorf("%w: %v", errRetry, err)
 		}
 		if err != nil {
 			return nil, err
 		}
-		p := &replica{r: r, slot: i, key: slotKey{r, h}}
+		p := &replica{r: r, slot: i, ref: slotRef{r, i}}
 		if i >= 0 {
 			p.addr = s.slotAddr(r, i)
 			s.cache.Lock()
-			p.expect = s.cache.lock[slotKey{r, h}]
+			p.expect = s.cache.lock[p.ref]
 			s.cache.Unlock()
 		}
 		reps = append(reps, p)
@@ -156,7 +209,7 @@ func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, 
 // executed after it at the target, so the slot is read under the lock. When
 // a live rank holds one of the locks, the ones taken are given back and the
 // attempt starts again after a backoff. A replica failing returns errRetry.
-func (s *Store) lockAll(ctx context.Context, h uint64, reps []*replica) error {
+func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 	for attempt := 0; ; attempt++ {
 		for _, p := range reps {
 			if p.held {
@@ -186,7 +239,7 @@ func (s *Store) lockAll(ctx context.Context, h uint64, reps []*replica) error {
 		if conflict {
 			// Ask the live holders to end their leases, then give back
 			// what was taken; take no lease on a contended key.
-			s.contended(h)
+			s.contended(id)
 			var want [8]byte
 			putWords(want[:], uint64(s.me)+1)
 			for _, p := range reps {
@@ -276,7 +329,7 @@ func (s *Store) Put(ctx context.Context, key, value []byte) error {
 	if err := s.check("store put", key, value); err != nil {
 		return err
 	}
-	if err := s.write(ctx, hashKey(key), key, value, false); err != nil {
+	if err := s.write(ctx, s.ident(key), value, false); err != nil {
 		return &ftrma.OpError{Op: "store put", Rank: -1, Err: err}
 	}
 	s.st.puts.Add(1)
@@ -289,21 +342,21 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 	if err := s.check("store delete", key, nil); err != nil {
 		return err
 	}
-	if err := s.write(ctx, hashKey(key), key, nil, true); err != nil {
+	if err := s.write(ctx, s.ident(key), nil, true); err != nil {
 		return &ftrma.OpError{Op: "store delete", Rank: -1, Err: err}
 	}
 	s.st.deletes.Add(1)
 	return nil
 }
 
-func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool) error {
-	if err := s.keys.lock(ctx, h); err != nil {
+func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) error {
+	if err := s.keys.lock(ctx, id); err != nil {
 		return err
 	}
-	defer s.keys.unlock(h)
+	defer s.keys.unlock(id)
 	rt := s.retrier()
 	for {
-		err := s.writeOnce(ctx, h, key, value, del)
+		err := s.writeOnce(ctx, id, value, del)
 		if !errors.Is(err, errRetry) {
 			return err
 		}
@@ -313,11 +366,11 @@ func (s *Store) write(ctx context.Context, h uint64, key, value []byte, del bool
 	}
 }
 
-func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del bool) error {
-	reps, leased := s.leased(h)
+func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
+	reps, leased := s.leased(id)
 	if !leased {
 		var err error
-		if reps, err = s.replicas(ctx, h, true); err != nil {
+		if reps, err = s.replicas(ctx, id, true); err != nil {
 			return err
 		}
 	}
@@ -325,23 +378,23 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 		return fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 	}
 	if !leased {
-		if err := s.lockAll(ctx, h, reps); err != nil {
+		if err := s.lockAll(ctx, id, reps); err != nil {
 			return err
 		}
 		s.countTakeovers(reps)
 	}
 	v := newest(reps) + 1
 	if v > maxVersion {
-		s.dropLease(h)
+		s.dropLease(id)
 		s.unlockAll(ctx, reps)
 		return fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
 	}
 	var rec []byte
 	if !del {
-		rec = make([]byte, recordLen(len(key), len(value)))
-		encodeRecord(rec, record{hash: h, version: v, key: key, value: value})
+		rec = make([]byte, recordLen(len(id.key), len(value)))
+		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
-	if err := s.publish(ctx, h, reps, rec, v, s.keepLease(h)); err != nil {
+	if err := s.publish(ctx, id, reps, rec, v, s.keepLease(id)); err != nil {
 		return err
 	}
 	for _, p := range reps {
@@ -359,7 +412,7 @@ func (s *Store) writeOnce(ctx context.Context, h uint64, key, value []byte, del 
 // version, and the release of the old blocks. With keep the lock words go on
 // naming this rank and the locks become a lease (see lease); without, they
 // are released and any lease on the key ends.
-func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []byte, v uint64, keep bool) error {
+func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
 	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen
 	var lw [8]byte
@@ -387,7 +440,7 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 				continue
 			}
 			if err != nil {
-				s.dropLease(h)
+				s.dropLease(id)
 				s.unlockAll(ctx, reps)
 				return err
 			}
@@ -420,9 +473,9 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 	for _, p := range reps {
 		if p.held && !p.failed {
 			s.cache.Lock()
-			s.cache.lock[slotKey{p.r, h}] = lockWord(lv, -1)
+			s.cache.lock[p.ref] = lockWord(lv, -1)
 			if p.written {
-				s.cache.desc[slotKey{p.r, h}] = desc{p.block, uint64(len(rec))}
+				s.cache.desc[p.ref] = desc{p.block, uint64(len(rec))}
 			}
 			s.cache.Unlock()
 			if l != nil {
@@ -433,18 +486,18 @@ func (s *Store) publish(ctx context.Context, h uint64, reps []*replica, rec []by
 	}
 	if l != nil {
 		s.leases.Lock()
-		old := s.leases.m[h]
+		old := s.leases.m[id]
 		if old != nil {
 			l.since = old.since
 		}
-		s.leases.m[h] = l
+		s.leases.m[id] = l
 		s.leases.Unlock()
 		if wanted {
-			s.contended(h)
-			s.endLease(h) // another rank waits for the key
+			s.contended(id)
+			s.endLease(id) // another rank waits for the key
 		}
 	} else {
-		s.dropLease(h)
+		s.dropLease(id)
 	}
 	return err
 }
@@ -466,7 +519,7 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := s.check("store get", key, nil); err != nil {
 		return nil, err
 	}
-	v, err := s.get(ctx, hashKey(key), key)
+	v, err := s.get(ctx, s.ident(key))
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
 	}
@@ -474,23 +527,23 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
+func (s *Store) get(ctx context.Context, id ident) ([]byte, error) {
 	rt := s.retrier()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reps, err := s.readReplicas(ctx, h, rt)
+		reps, err := s.readReplicas(ctx, id, rt)
 		if err != nil {
 			return nil, err
 		}
 		if len(reps) == 0 {
 			return nil, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 		}
-		val, found, agree, busy := s.judge(h, key, reps)
+		val, found, agree, busy := s.judge(id, reps)
 		if agree {
 			if !found {
-				return nil, s.missing(h)
+				return nil, s.missing(id.h)
 			}
 			return val, nil
 		}
@@ -503,7 +556,7 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 		}
 		// Nobody live is writing, yet the copies differ: a writer died in
 		// the middle. Make them agree.
-		val, found, err = s.repair(ctx, h)
+		rec, err := s.repair(ctx, id)
 		if errors.Is(err, errRetry) {
 			if err := rt.again(ctx, err); err != nil {
 				return nil, err
@@ -513,24 +566,19 @@ func (s *Store) get(ctx context.Context, h uint64, key []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !found {
-			return nil, s.missing(h)
+		if rec == nil {
+			return nil, s.missing(id.h)
 		}
-		if key == nil {
-			return val, nil // recovery: the record itself
-		}
-		if r, _ := decodeRecord(val); bytes.Equal(r.key, key) {
-			return r.value, nil
-		}
-		return nil, fmt.Errorf("%w: another key has the same 64-bit hash", ftrma.ErrInvalid)
+		r, _ := decodeRecord(rec) // repair chose a whole record of id
+		return r.value, nil
 	}
 }
 
 // readReplicas finds the key's live replicas and reads them (readAll),
 // starting again, paced by rt, while replicas fail under it.
-func (s *Store) readReplicas(ctx context.Context, h uint64, rt *retrier) ([]*replica, error) {
+func (s *Store) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
 	for {
-		reps, err := s.replicas(ctx, h, false)
+		reps, err := s.replicas(ctx, id, false)
 		if err == nil {
 			err = s.readAll(ctx, reps)
 		}
@@ -574,7 +622,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 	for _, p := range reps {
 		if p.slot >= 0 {
 			s.cache.Lock()
-			p.guess = s.cache.desc[p.key]
+			p.guess = s.cache.desc[p.ref]
 			s.cache.Unlock()
 			if p.guess.addr != 0 && p.guess.len <= limit {
 				p.rec = make([]byte, p.guess.len)
@@ -621,7 +669,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 	for _, p := range reps {
 		if p.slot >= 0 {
 			s.cache.Lock()
-			s.cache.desc[p.key] = desc{p.word(slotCurAddr), p.word(slotCurLen)}
+			s.cache.desc[p.ref] = desc{p.word(slotCurAddr), p.word(slotCurLen)}
 			s.cache.Unlock()
 		}
 	}
@@ -632,7 +680,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 // of them have the same version, complete, with no transaction pending (then
 // val and found are the answer); busy when they do not and a live rank holds
 // a lock, so waiting will do.
-func (s *Store) judge(h uint64, key []byte, reps []*replica) (val []byte, found, agree, busy bool) {
+func (s *Store) judge(id ident, reps []*replica) (val []byte, found, agree, busy bool) {
 	agree = true
 	var ver uint64
 	for i, p := range reps {
@@ -650,9 +698,8 @@ func (s *Store) judge(h uint64, key []byte, reps []*replica) (val []byte, found,
 			v = p.word(slotCurVer)
 			if p.word(slotCurAddr) != 0 {
 				r, ok := decodeRecord(p.rec)
-				if !ok || r.hash != h || r.version != v || (key != nil && !bytes.Equal(r.key, key)) {
-					// Torn, stale, or another key of the same hash: the
-					// locked path (repair) sorts it out.
+				if !ok || !r.is(id) || r.version != v {
+					// Torn or stale: the locked path (repair) sorts it out.
 					agree = false
 					continue
 				}
@@ -672,6 +719,7 @@ func (s *Store) judge(h uint64, key []byte, reps []*replica) (val []byte, found,
 var (
 	testHookPublish func(s *Store, reps []*replica, i int) // before writing replica i
 	testHookCommit  func(s *Store, stage string)           // "pending", "decided", "published-one"
+	testHookHash    func(key []byte) uint64                // replaces the keyed hash
 )
 
 // Replica is one copy of a key as Locate finds it.
@@ -688,7 +736,8 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	if err := s.check("store locate", key, nil); err != nil {
 		return nil, err
 	}
-	reps, err := s.readReplicas(ctx, hashKey(key), s.retrier())
+	id := s.ident(key)
+	reps, err := s.readReplicas(ctx, id, s.retrier())
 	if err != nil {
 		return nil, err
 	}
@@ -701,7 +750,7 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 		out[i].Version = p.word(slotCurVer)
 		out[i].HasValue = p.word(slotCurAddr) != 0
 		r, ok := decodeRecord(p.rec)
-		out[i].Complete = !out[i].HasValue || ok && r.version == out[i].Version && bytes.Equal(r.key, key)
+		out[i].Complete = !out[i].HasValue || ok && r.version == out[i].Version && r.is(id)
 	}
 	return out, nil
 }

@@ -24,7 +24,7 @@ func TestPlacementDistinctAndEven(t *testing.T) {
 		count := make([]int, c.n)
 		const keys = 20000
 		for k := range keys {
-			reps := p.replicas(hashKey(fmt.Appendf(nil, "key/%d", k)), noneFailed)
+			reps := p.replicas(testHash(fmt.Appendf(nil, "key/%d", k)), noneFailed)
 			if len(reps) != c.copies {
 				t.Fatalf("%+v: %d replicas", c, len(reps))
 			}
@@ -53,7 +53,7 @@ func TestPlacementMovesOnlyTheFailedRanksKeys(t *testing.T) {
 	after := failedSet(4, 7)
 	moved := 0
 	for k := range 5000 {
-		h := hashKey(fmt.Appendf(nil, "k%d", k))
+		h := testHash(fmt.Appendf(nil, "k%d", k))
 		before, now := p.replicas(h, noneFailed), p.replicas(h, after)
 		if len(now) != 3 || slices.Contains(now, 4) || slices.Contains(now, 7) {
 			t.Fatalf("key %d: %v with 4 and 7 failed", k, now)
@@ -82,7 +82,7 @@ func TestPlacementDistinctHosts(t *testing.T) {
 	hosts := []string{"a", "a", "a", "b", "b", "b", "c", "c"}
 	p := newPlacement(3, hosts)
 	for k := range 3000 {
-		h := hashKey(fmt.Appendf(nil, "k%d", k))
+		h := testHash(fmt.Appendf(nil, "k%d", k))
 		reps := p.replicas(h, noneFailed)
 		used := map[string]bool{}
 		for _, r := range reps {
@@ -102,3 +102,6 @@ func TestPlacementDistinctHosts(t *testing.T) {
 		}
 	}
 }
+
+// testHash is the keyed hash under a fixed key, for tests of placement.
+func testHash(key []byte) uint64 { return sipHash24(sipKey{1, 2}, key) }

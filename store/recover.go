@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -81,14 +82,16 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
 	type job struct {
 		h   uint64
+		key uint64 // the slot's key block
 		pos int
 	}
 	var jobs []job
 	for i := range s.opt.Slots {
 		base := hdrWords + i*slotWords
+		ka := atomic.LoadUint64(&s.table[base+slotKey])
 		h := atomic.LoadUint64(&s.table[base+slotHash])
-		if h == 0 {
-			continue
+		if ka == 0 || h == 0 {
+			continue // free, or a claim under way: no value yet
 		}
 		lw := atomic.LoadUint64(&s.table[base+slotLock])
 		now := s.place.replicas(h, s.failed)
@@ -100,7 +103,7 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 		touched := !slices.Equal(now, s.place.replicas(h, wasFailed)) ||
 			(o >= 0 && s.failed(ftrma.Rank(o)) && !oldFailed[o])
 		if touched {
-			jobs = append(jobs, job{h, pos})
+			jobs = append(jobs, job{h, ka, pos})
 		}
 	}
 	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
@@ -120,10 +123,37 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 		}
 		s.st.checks.Add(1)
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := s.get(jctx, j.h, nil)
+		id, err := s.ownKey(jctx, j.h, j.key)
+		if err == nil {
+			_, err = s.get(jctx, id)
+		}
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {
 			s.st.retries.Add(1)
 		}
 	}
+}
+
+// ownKey reads the key block at addr of this rank's heap: the key of a slot
+// of this rank whose hash word is h.
+func (s *Store) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
+	var hdr [keyHeader]byte
+	if err := s.w.Get(s.me, addr, hdr[:]); err != nil {
+		return ident{}, err
+	}
+	if err := s.w.Flush(ctx, s.me); err != nil {
+		return ident{}, err
+	}
+	n := word(hdr[:], 1)
+	if word(hdr[:], 0) != h || n == 0 || n > uint64(s.opt.MaxKeySize) && n > uint64(len(reservedPrefix)+32) {
+		return ident{}, fmt.Errorf("store: slot's key block at %#x is not of hash %#x", addr, h)
+	}
+	b := make([]byte, keyBlockLen(int(n)))
+	if err := s.w.Get(s.me, addr, b); err != nil {
+		return ident{}, err
+	}
+	if err := s.w.Flush(ctx, s.me); err != nil {
+		return ident{}, err
+	}
+	return ident{h, string(b[keyHeader : keyHeader+n])}, nil
 }

@@ -13,41 +13,41 @@ import (
 // one of them: it decides any transaction a failed writer left pending,
 // picks the newest complete copy (a value or a deletion), writes it where it
 // is missing or older, and releases the locks. It returns the chosen record
-// (nil when the key has no value). Readers call it when the copies differ and
+// (nil when the key has no value), a whole record of id. Readers call it when the copies differ and
 // no live writer holds a lock; recovery calls it for the keys a failed rank
 // shared.
-func (s *Store) repair(ctx context.Context, h uint64) (rec []byte, found bool, err error) {
-	if err := s.keys.lock(ctx, h); err != nil {
-		return nil, false, err
+func (s *Store) repair(ctx context.Context, id ident) (rec []byte, err error) {
+	if err := s.keys.lock(ctx, id); err != nil {
+		return nil, err
 	}
-	defer s.keys.unlock(h)
+	defer s.keys.unlock(id)
 	rt := s.retrier()
 	for {
-		rec, found, err = s.repairOnce(ctx, h)
+		rec, err = s.repairOnce(ctx, id)
 		if !errors.Is(err, errRetry) {
-			return rec, found, err
+			return rec, err
 		}
 		if err := rt.again(ctx, err); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 }
 
-func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) {
-	reps, err := s.replicas(ctx, h, true)
+func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
+	reps, err := s.replicas(ctx, id, true)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if len(reps) == 0 {
-		return nil, false, errRetry
+		return nil, errRetry
 	}
-	if err := s.lockAll(ctx, h, reps); err != nil {
-		return nil, false, err
+	if err := s.lockAll(ctx, id, reps); err != nil {
+		return nil, err
 	}
 	s.countTakeovers(reps)
 	if err := s.readRecords(ctx, reps); err != nil {
 		s.unlockAll(ctx, reps)
-		return nil, false, err
+		return nil, err
 	}
 	// Candidates: every complete current copy, and pending copies of
 	// transactions that committed.
@@ -68,18 +68,18 @@ func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) 
 			if v > 0 {
 				consider(nil, v) // a deletion
 			}
-		} else if r, ok := decodeRecord(p.rec); ok && r.hash == h && r.version == v {
+		} else if r, ok := decodeRecord(p.rec); ok && r.is(id) && r.version == v {
 			consider(p.rec, v)
 		}
 		if p.word(slotPAddr) != 0 {
 			r, ok := decodeRecord(p.prec)
-			if !ok || r.hash != h || r.version != p.word(slotPVer) {
+			if !ok || !r.is(id) || r.version != p.word(slotPVer) {
 				continue
 			}
 			committed, err := s.txCommitted(ctx, r.tx)
 			if err != nil {
 				s.unlockAll(ctx, reps)
-				return nil, false, err
+				return nil, err
 			}
 			if committed {
 				consider(p.prec, r.version)
@@ -88,7 +88,7 @@ func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) 
 	}
 	if !have {
 		s.unlockAll(ctx, reps)
-		return nil, false, nil
+		return nil, nil
 	}
 	for _, p := range reps {
 		p.same = !p.failed && p.word(slotPAddr) == 0 && p.word(slotCurVer) == bestVer &&
@@ -98,16 +98,16 @@ func (s *Store) repairOnce(ctx context.Context, h uint64) ([]byte, bool, error) 
 			p.same = ok && r.version == bestVer
 		}
 	}
-	if err := s.publish(ctx, h, reps, best, bestVer, false); err != nil {
-		return nil, false, err
+	if err := s.publish(ctx, id, reps, best, bestVer, false); err != nil {
+		return nil, err
 	}
 	s.st.repairs.Add(1)
 	for _, p := range reps {
 		if p.failed {
-			return nil, false, errRetry
+			return nil, errRetry
 		}
 	}
-	return best, best != nil, nil
+	return best, nil
 }
 
 // readRecords reads the records the (already read) slots point to.
@@ -156,7 +156,7 @@ func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
 		return true, nil // not a transaction
 	}
 	k := txKey(writer)
-	v, err := s.get(ctx, hashKey(k), k)
+	v, err := s.get(ctx, s.ident(k))
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}

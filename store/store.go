@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -126,18 +127,20 @@ type Store struct {
 	keys   keyLocks
 	arenas []*arena // this rank's allocations, by target rank
 
+	sip sipKey // the keyed hash's key, agreed at Open
+
 	cache struct {
 		sync.Mutex
-		slot  map[slotKey]int    // where a key's slot is at a rank
-		lock  map[slotKey]uint64 // the free lock word last seen there
-		chunk map[slotKey]int    // chunk entry of a heap region at a rank
-		desc  map[slotKey]desc   // a key's record at a rank, as last seen
+		slot  map[keyAt]int      // where a key's slot is at a rank
+		lock  map[slotRef]uint64 // the free lock word last seen in a slot
+		chunk map[regionRef]int  // chunk entry of a heap region at a rank
+		desc  map[slotRef]desc   // a slot's record, as last seen
 	}
 
 	leases struct {
 		sync.Mutex
-		m         map[uint64]*lease
-		contended map[uint64]time.Time
+		m         map[ident]*lease
+		contended map[ident]time.Time
 	}
 
 	txSeq atomic.Uint64
@@ -154,9 +157,45 @@ type Store struct {
 // desc is where a record lies: its block's address and length.
 type desc struct{ addr, len uint64 }
 
-type slotKey struct {
-	rank ftrma.Rank
-	hash uint64
+// ident is a key as the store's operations carry it: the full key, which is
+// its identity, and its keyed hash, which places it and starts its probes.
+type ident struct {
+	h   uint64
+	key string
+}
+
+// keyAt names a key at a rank; slotRef a key slot (index) at a rank;
+// regionRef a heap region (window address >> 40) at a rank.
+type (
+	keyAt struct {
+		rank ftrma.Rank
+		key  string
+	}
+	slotRef struct {
+		rank ftrma.Rank
+		slot int
+	}
+	regionRef struct {
+		rank   ftrma.Rank
+		region uint64
+	}
+)
+
+// ident returns key's identity under this store's hash.
+func (s *Store) ident(key []byte) ident { return ident{s.hash(key), string(key)} }
+
+// hash is the key's keyed hash (SipHash-2-4 under the store's key), never 0.
+func (s *Store) hash(key []byte) uint64 {
+	var h uint64
+	if testHookHash != nil {
+		h = testHookHash(key)
+	} else {
+		h = sipHash24(s.sip, key)
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
 }
 
 // Open creates a store over c. Collective: every rank of c calls it with the
@@ -171,13 +210,13 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
-	s.keys.m = map[uint64]*keyLock{}
-	s.cache.slot = map[slotKey]int{}
-	s.cache.lock = map[slotKey]uint64{}
-	s.cache.chunk = map[slotKey]int{}
-	s.cache.desc = map[slotKey]desc{}
-	s.leases.m = map[uint64]*lease{}
-	s.leases.contended = map[uint64]time.Time{}
+	s.keys.m = map[ident]*keyLock{}
+	s.cache.slot = map[keyAt]int{}
+	s.cache.lock = map[slotRef]uint64{}
+	s.cache.chunk = map[regionRef]int{}
+	s.cache.desc = map[slotRef]desc{}
+	s.leases.m = map[ident]*lease{}
+	s.leases.contended = map[ident]time.Time{}
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i] = &arena{}
@@ -200,8 +239,14 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		w.Release(tbl)
 		return nil, err
 	}
-	mine := make([]byte, 8, 8+len(opt.Host))
+	// Every rank contributes 128 random bits to the hash's key; the key is
+	// their sum (xor), so no rank alone chooses it.
+	mine := make([]byte, 24, 24+len(opt.Host))
 	binary.LittleEndian.PutUint64(mine, addr)
+	if _, err := rand.Read(mine[8:24]); err != nil {
+		w.Free(ctx)
+		return nil, err
+	}
 	mine = append(mine, opt.Host...)
 	all, err := c.Allgather(ctx, mine)
 	if err != nil {
@@ -211,11 +256,13 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.tables = make([]uint64, s.n)
 	hosts := make([]string, s.n)
 	for r, b := range all {
-		if len(b) < 8 {
+		if len(b) < 24 {
 			continue // a failed rank
 		}
 		s.tables[r] = binary.LittleEndian.Uint64(b)
-		hosts[r] = string(b[8:])
+		s.sip.k0 ^= binary.LittleEndian.Uint64(b[8:])
+		s.sip.k1 ^= binary.LittleEndian.Uint64(b[16:])
+		hosts[r] = string(b[24:])
 	}
 	s.place = newPlacement(opt.Copies, hosts)
 	for range opt.Reserve {
@@ -240,7 +287,7 @@ func (s *Store) Close(ctx context.Context) error {
 	close(s.stop)
 	<-s.done
 	s.leases.Lock()
-	var held []uint64
+	var held []ident
 	for h := range s.leases.m {
 		held = append(held, h)
 	}
@@ -278,7 +325,7 @@ func (s *Store) Stats() Stats {
 		return st // closed: the table is gone
 	}
 	for i := range s.opt.Slots {
-		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotHash]) != 0 {
+		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotKey]) != 0 {
 			st.KeysHeld++
 		}
 	}
@@ -321,8 +368,8 @@ const reservedPrefix = "\x00ftkv."
 // keyLocks serializes this process's operations on one key: the lock word
 // names a rank, not a goroutine.
 type keyLocks struct {
-	mu sync.Mutex
-	m  map[uint64]*keyLock
+	mu sync.Mutex // guards m
+	m  map[ident]*keyLock
 }
 
 type keyLock struct {
@@ -331,7 +378,7 @@ type keyLock struct {
 }
 
 // ref returns the key's lock, counting one more user of it.
-func (k *keyLocks) ref(h uint64) *keyLock {
+func (k *keyLocks) ref(h ident) *keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.m[h]
@@ -343,7 +390,7 @@ func (k *keyLocks) ref(h uint64) *keyLock {
 	return l
 }
 
-func (k *keyLocks) lock(ctx context.Context, h uint64) error {
+func (k *keyLocks) lock(ctx context.Context, h ident) error {
 	l := k.ref(h)
 	select {
 	case l.ch <- struct{}{}:
@@ -355,7 +402,7 @@ func (k *keyLocks) lock(ctx context.Context, h uint64) error {
 }
 
 // tryLock takes the key's process lock if it is free.
-func (k *keyLocks) tryLock(h uint64) bool {
+func (k *keyLocks) tryLock(h ident) bool {
 	l := k.ref(h)
 	select {
 	case l.ch <- struct{}{}:
@@ -366,7 +413,7 @@ func (k *keyLocks) tryLock(h uint64) bool {
 	}
 }
 
-func (k *keyLocks) unlock(h uint64) {
+func (k *keyLocks) unlock(h ident) {
 	k.mu.Lock()
 	l := k.m[h]
 	k.mu.Unlock()
@@ -374,7 +421,7 @@ func (k *keyLocks) unlock(h uint64) {
 	k.release(h, l)
 }
 
-func (k *keyLocks) release(h uint64, l *keyLock) {
+func (k *keyLocks) release(h ident, l *keyLock) {
 	k.mu.Lock()
 	l.refs--
 	if l.refs == 0 {

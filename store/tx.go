@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -55,8 +57,7 @@ func (t *Tx) usable(op string, key, value []byte) error {
 }
 
 type txKeyState struct {
-	key  []byte
-	h    uint64
+	id   ident
 	op   txOp
 	reps []*replica
 	ver  uint64
@@ -93,32 +94,22 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	keys := make([]*txKeyState, 0, len(t.ops))
 	for k, op := range t.ops {
-		kb := []byte(k)
-		keys = append(keys, &txKeyState{key: kb, h: hashKey(kb), op: op})
+		keys = append(keys, &txKeyState{id: s.ident([]byte(k)), op: op})
 	}
 	slices.SortFunc(keys, func(a, b *txKeyState) int {
-		switch {
-		case a.h < b.h:
-			return -1
-		case a.h > b.h:
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.id.h, b.id.h), strings.Compare(a.id.key, b.id.key))
 	})
 	for i, k := range keys {
-		if i > 0 && keys[i-1].h == k.h {
-			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("%w: two keys of the transaction have the same 64-bit hash", ftrma.ErrInvalid)}
-		}
-		if err := s.keys.lock(ctx, k.h); err != nil {
+		if err := s.keys.lock(ctx, k.id); err != nil {
 			for _, l := range keys[:i] {
-				s.keys.unlock(l.h)
+				s.keys.unlock(l.id)
 			}
 			return err
 		}
 	}
 	defer func() {
 		for _, k := range keys {
-			s.keys.unlock(k.h)
+			s.keys.unlock(k.id)
 		}
 	}()
 	rt := s.retrier()
@@ -144,7 +135,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	var all []*replica
 	for _, k := range keys {
-		reps, err := s.replicas(ctx, k.h, true)
+		reps, err := s.replicas(ctx, k.id, true)
 		if err != nil {
 			return err
 		}
@@ -152,7 +143,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		all = append(all, reps...)
 	}
 	// Lock every key, in hash order within one round of compare-and-swaps.
-	if err := s.lockAll(ctx, 0, all); err != nil {
+	if err := s.lockAll(ctx, ident{}, all); err != nil {
 		return err
 	}
 	s.countTakeovers(all)
@@ -170,13 +161,8 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		if k.ver > maxVersion {
 			return abort(fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid))
 		}
-		if !k.op.del {
-			k.rec = make([]byte, recordLen(len(k.key), len(k.op.value)))
-			encodeRecord(k.rec, record{hash: k.h, version: k.ver, tx: tag, key: k.key, value: k.op.value})
-		} else {
-			k.rec = make([]byte, recordLen(len(k.key), 0))
-			encodeRecord(k.rec, record{hash: k.h, version: k.ver, tx: tag, key: k.key})
-		}
+		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
+		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value})
 		for _, p := range k.reps {
 			a, err := s.alloc(ctx, p.r, len(k.rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
@@ -205,8 +191,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	defer cancel()
 	var num [8]byte
 	binary.LittleEndian.PutUint64(num[:], seq)
-	dk := txKey(int(s.me))
-	if err := s.write(cctx, hashKey(dk), dk, num[:], false); err != nil {
+	if err := s.write(cctx, s.ident(txKey(int(s.me))), num[:], false); err != nil {
 		// Undecided: ask the decision key, which a Get makes consistent.
 		committed, err2 := s.txCommitted(cctx, tag)
 		if err2 != nil {
@@ -220,7 +205,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		testHookCommit(s, "decided")
 	}
 	// Publish: pending → current, unlock with the version.
-	var repairs []uint64
+	var repairs []ident
 	for ki, k := range keys {
 		if ki == 1 && testHookCommit != nil {
 			s.flushAll(cctx, keys[0].reps)
@@ -248,7 +233,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	}
 	s.flushAll(cctx, all)
 	for _, k := range keys {
-		s.dropLease(k.h) // the commit released the key's locks
+		s.dropLease(k.id) // the commit released the key's locks
 		lost := false
 		for _, p := range k.reps {
 			if p.failed {
@@ -261,19 +246,19 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 				s.free(cctx, p.r, p.pending, uint64(len(k.rec)))
 			}
 			s.cache.Lock()
-			s.cache.lock[slotKey{p.r, k.h}] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
+			s.cache.lock[p.ref] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
 			s.cache.Unlock()
 			p.held = false
 		}
 		if lost {
-			repairs = append(repairs, k.h)
+			repairs = append(repairs, k.id)
 		}
 	}
 	// Keys that lost a replica meanwhile get their new one now.
-	for _, h := range repairs {
-		s.keys.unlock(h)
-		_, _, err := s.repair(cctx, h)
-		s.keys.lock(cctx, h)
+	for _, id := range repairs {
+		s.keys.unlock(id)
+		_, err := s.repair(cctx, id)
+		s.keys.lock(cctx, id)
 		if err != nil {
 			return err
 		}
