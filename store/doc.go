@@ -76,7 +76,8 @@
 //  3. s.Close(ctx) on every live rank.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
-// ErrFull (a rank's slots or chunks are used up), ftrma.ErrInvalid for bad
+// ErrFull (a replica's slots or chunks are used up, or it cannot attach
+// memory: every Put returns, never waits for room), ftrma.ErrInvalid for bad
 // input (empty, oversized or reserved key, oversized value), and the
 // runtime's errors (ftrma.ErrProcFailed when no live replica is left,
 // ftrma.ErrRevoked, context errors).

@@ -141,10 +141,22 @@ func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error
 }
 
 // claimChunk takes a free chunk of size in [lo, hi] at rank r (the smallest
-// such), asking r to attach one when there is none.
+// such), asking r to attach one when there is none. It fails with ErrFull
+// when r has no chunk to give: its chunk table is full, it answered a want
+// of this call's without attaching anything (no memory, no room in its
+// transport's region table), or it attached nothing for attachBound.
 func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*ownedChunk, error) {
+	full := func(why string, args ...any) error {
+		return &ftrma.OpError{Op: "store alloc", Rank: r, Err: fmt.Errorf("%w: rank %d: %s", ErrFull, r, fmt.Sprintf(why, args...))}
+	}
+	start := time.Now()
+	asked := false // a want of this call's is out
 	for i := 0; ; i++ {
-		tbl, err := s.readChunkTable(ctx, r)
+		var hdr [3 * 8]byte
+		if err := s.w.Get(r, s.tables[r], hdr[:]); err != nil {
+			return nil, err
+		}
+		tbl, err := s.readChunkTable(ctx, r) // flushes the header's read too
 		if err != nil {
 			return nil, err
 		}
@@ -171,8 +183,13 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 			}
 			continue // somebody else took it
 		}
-		if !empty {
-			return nil, &ftrma.OpError{Op: "store alloc", Rank: r, Err: fmt.Errorf("%w: rank %d has attached all %d chunks (Options.Chunks)", ErrFull, r, s.opt.Chunks)}
+		switch want, noRoom := word(hdr[:], hdrWant), word(hdr[:], hdrNoRoom); {
+		case !empty:
+			return nil, full("all %d chunks attached (Options.Chunks)", s.opt.Chunks)
+		case asked && want == 0 && noRoom != 0:
+			return nil, full("could not attach %d more bytes of heap (out of memory, or its transport's region table is full)", noRoom)
+		case time.Since(start) > attachBound:
+			return nil, full("attached no heap memory for %v", attachBound)
 		}
 		var want [8]byte
 		binary.LittleEndian.PutUint64(want[:], lo)
@@ -182,6 +199,7 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 		if err := s.w.Flush(ctx, r); err != nil {
 			return nil, err
 		}
+		asked = true
 		t := time.NewTimer(time.Duration(1+i%10) * time.Millisecond)
 		select {
 		case <-t.C:
@@ -191,6 +209,10 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 		}
 	}
 }
+
+// attachBound bounds how long a writer waits for a live rank to attach heap
+// memory it asked for (the rank's housekeeping answers within milliseconds).
+const attachBound = 5 * time.Second
 
 // attachChunk attaches a chunk of size bytes to this rank's heap and lists
 // it as free; false when the chunk table is full.
@@ -276,8 +298,14 @@ func (s *Store) grow() (busy bool) {
 		busy = true
 	}
 	if want := atomic.LoadUint64(&s.table[hdrWant]); want != 0 {
+		// The answer to a want: a new chunk, or the size that could not be
+		// attached, which tells the writers to give up (ErrFull).
 		size := max((want+4095)&^4095, uint64(s.opt.ChunkSize))
-		s.attachChunk(int(size))
+		noRoom := size
+		if s.attachChunk(int(size)) {
+			noRoom = 0
+		}
+		atomic.StoreUint64(&s.table[hdrNoRoom], noRoom)
 		s.casOwn(localWord{&s.table[hdrWant]}, s.tables[s.me]+hdrWant*8, want, 0)
 		busy = true
 	}

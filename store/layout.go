@@ -17,6 +17,7 @@ const (
 	hdrWords   = 8
 	hdrMagic   = 0                  // magic, so a reader can tell a table from garbage
 	hdrWant    = 1                  // bytes a writer asks the owner to attach (0: nothing asked)
+	hdrNoRoom  = 2                  // bytes the owner last failed to attach (0: its last attach worked)
 	tableMagic = 0x6674726d612d6b76 // "ftrma-kv"
 
 	// A key slot. Its key is the full key, kept in an immutable key block

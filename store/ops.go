@@ -421,6 +421,32 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 	} else {
 		putWords(lw[:], lockWord(lv, -1))
 	}
+	// Blocks first, at every replica, so that a replica that cannot take
+	// the value (ErrFull) fails the write before anything is written.
+	if rec != nil {
+		for _, p := range reps {
+			if !p.held || p.failed || p.same {
+				continue
+			}
+			a, err := s.alloc(ctx, p.r, len(rec))
+			if errors.Is(err, ftrma.ErrProcFailed) {
+				p.failed = true
+				continue
+			}
+			if err != nil {
+				for _, q := range reps {
+					if q.block != 0 {
+						s.free(ctx, q.r, q.block, uint64(len(rec)))
+						q.block = 0
+					}
+				}
+				s.dropLease(id)
+				s.unlockAll(ctx, reps)
+				return err
+			}
+			p.block = a
+		}
+	}
 	for i, p := range reps {
 		if testHookPublish != nil {
 			testHookPublish(s, reps, i)
@@ -432,25 +458,13 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 			continue
 		}
-		var addr uint64
 		if rec != nil {
-			a, err := s.alloc(ctx, p.r, len(rec))
-			if errors.Is(err, ftrma.ErrProcFailed) {
-				p.failed = true
-				continue
-			}
-			if err != nil {
-				s.dropLease(id)
-				s.unlockAll(ctx, reps)
-				return err
-			}
-			addr = a
-			if err := s.w.Put(p.r, addr, rec); err != nil {
+			if err := s.w.Put(p.r, p.block, rec); err != nil {
 				p.failed = true
 				continue
 			}
 		}
-		putWords(dw, addr, v, uint64(len(rec)), 0, 0, 0)
+		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
 		s.w.Put(p.r, p.addr+slotCurAddr*8, dw)
 		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
@@ -458,7 +472,7 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 		if keep {
 			s.w.Get(p.r, p.addr+slotWant*8, p.want[:])
 		}
-		p.written, p.block = true, addr
+		p.written = true
 	}
 	failed, err := s.flushAll(ctx, reps)
 	keep = keep && !failed && err == nil

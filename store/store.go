@@ -28,7 +28,10 @@ var (
 	ErrDataLost = errors.New("every copy of the key may be lost")
 	// ErrClosed: the store was closed.
 	ErrClosed = fmt.Errorf("store closed: %w", ftrma.ErrClosed)
-	// ErrFull: a rank's key slot table or chunk table is full.
+	// ErrFull: a replica of the key cannot take the value: its rank's key
+	// slots or chunk table are full, or it cannot attach more heap memory
+	// (out of memory, its transport's region table full). Nothing of the
+	// value was written.
 	ErrFull = errors.New("store full")
 )
 
@@ -50,7 +53,10 @@ type Options struct {
 	// ChunkSize is the size of the heap chunks a rank attaches for writers
 	// (default 1 MiB); larger values get a chunk of their own.
 	ChunkSize int
-	// Chunks is the number of heap chunks a rank can attach (default 4096).
+	// Chunks is the number of heap chunks a rank can attach (default 4096,
+	// fewer when the transport can register fewer regions: each chunk is
+	// one). Open refuses more chunks than the transport can register, less
+	// regionHeadroom regions for the store's table and other windows.
 	Chunks int
 	// Reserve is the number of free chunks each rank keeps attached ahead of
 	// demand (default 2).
@@ -71,20 +77,45 @@ func (o *Options) fill(size int) error {
 	def(&o.MaxKeySize, 1024)
 	def(&o.Slots, 16384)
 	def(&o.ChunkSize, 1<<20)
-	def(&o.Chunks, 4096)
 	def(&o.Reserve, 2)
 	switch {
 	case o.Copies < 1 || o.Copies > size:
 		return fmt.Errorf("%w: Copies %d with %d ranks", ftrma.ErrInvalid, o.Copies, size)
 	case o.Copies > ownerMask || size >= ownerMask:
 		return fmt.Errorf("%w: too many ranks", ftrma.ErrInvalid)
-	case o.MaxValueSize < 0 || o.MaxKeySize < 1 || o.Slots < 8 || o.Chunks < 1 || o.Reserve < 0:
+	case o.MaxValueSize < 0 || o.MaxKeySize < 1 || o.Slots < 8 || o.Chunks < 0 || o.Reserve < 0:
 		return fmt.Errorf("%w: negative or too small limit in %+v", ftrma.ErrInvalid, *o)
 	case o.ChunkSize < 4096 || o.ChunkSize%8 != 0:
 		return fmt.Errorf("%w: ChunkSize %d (at least 4096, a multiple of 8)", ftrma.ErrInvalid, o.ChunkSize)
 	}
 	if o.Host == "" {
 		o.Host, _ = os.Hostname()
+	}
+	return nil
+}
+
+// regionHeadroom is how many of a rank's transport regions the store leaves
+// to its table and to windows (its own control memory, the program's other
+// windows) when it sizes its chunk table.
+const regionHeadroom = 64
+
+// fitChunks sets Chunks, when zero, to its default within what the transport
+// can register (limit regions, 0: no limit of its own), and refuses a Chunks
+// beyond it: every chunk a rank attaches is one registered region, and a
+// chunk the owner cannot attach would leave writers nowhere to write.
+func (o *Options) fitChunks(limit int) error {
+	room := 4096
+	if limit > 0 {
+		room = limit - regionHeadroom
+		if room < 1 {
+			return fmt.Errorf("%w: the transport registers only %d regions a rank, too few for a store", ftrma.ErrInvalid, limit)
+		}
+		if o.Chunks > room {
+			return fmt.Errorf("%w: Options.Chunks %d, but the transport registers at most %d regions a rank (%d for chunks)", ftrma.ErrInvalid, o.Chunks, limit, room)
+		}
+	}
+	if o.Chunks == 0 {
+		o.Chunks = min(4096, room)
 	}
 	return nil
 }
@@ -208,6 +239,10 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	w, err := window.CreateDynamic(ctx, c)
 	if err != nil {
 		return nil, err
+	}
+	if err := opt.fitChunks(w.RegionLimit()); err != nil {
+		w.Free(ctx)
+		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
 	}
 	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
 	s.keys.m = map[ident]*keyLock{}

@@ -114,6 +114,14 @@ type Allocator interface {
 	Release(buf []byte) error
 }
 
+// RegionLimiter is implemented by transports that can register only so many
+// regions at once (shared memory: the size of its key table). Layers that
+// register many regions (the store's heap chunks) size themselves by it.
+type RegionLimiter interface {
+	// RegionLimit is how many regions one rank may have registered at once.
+	RegionLimit() int
+}
+
 // Transport is the one-sided communication layer of one rank.
 //
 // All methods may be called from any goroutine. Posting methods never block on

@@ -372,6 +372,16 @@ func (w *Window) Failed() []ftrma.Rank {
 // itself, which go through the device like everyone else's.
 func (w *Window) LocalAtomics() bool { return w.t.Caps().Has(transport.CapLocalAtomics) }
 
+// RegionLimit is how many regions (attached buffers, plus the window's own
+// control memory and that of other windows) this rank's transport can have
+// registered at once; 0 when it sets no limit of its own.
+func (w *Window) RegionLimit() int {
+	if l, ok := w.t.(transport.RegionLimiter); ok {
+		return l.RegionLimit()
+	}
+	return 0
+}
+
 // Rank is this rank's rank in the window; Size the window's number of ranks.
 // They equal the communicator's, except in a window made by Shrink.
 func (w *Window) Rank() ftrma.Rank { return w.rank }

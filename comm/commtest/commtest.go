@@ -78,14 +78,19 @@ func NewConfig(tb testing.TB, n int, cfg comm.Config) *World {
 // transport, every rank a goroutine of this process with its own transport
 // and segments in a temporary directory: the same tests then run over real
 // shared mappings. It has no Net: crashes cannot be injected.
-func NewSHM(tb testing.TB, n int) *World {
+func NewSHM(tb testing.TB, n int) *World { return NewSHMConfig(tb, n, shm.Config{Spin: -1}) }
+
+// NewSHMConfig is NewSHM with the transport's settings from cfg (its Rank,
+// Size, Job and Dir are filled in per rank).
+func NewSHMConfig(tb testing.TB, n int, cfg shm.Config) *World {
 	w := &World{Comms: make([]*comm.Comm, n), declared: make(map[ftrma.Rank]string)}
 	var id [6]byte
 	rand.Read(id[:])
 	dir, job := tb.TempDir(), hex.EncodeToString(id[:])
 	ts := make([]*shm.Transport, n)
 	for r := range n {
-		t, err := shm.Open(shm.Config{Rank: ftrma.Rank(r), Size: n, Job: job, Dir: dir, Spin: -1})
+		cfg.Rank, cfg.Size, cfg.Job, cfg.Dir = ftrma.Rank(r), n, job, dir
+		t, err := shm.Open(cfg)
 		if err != nil {
 			tb.Fatalf("commtest: rank %d: %v", r, err)
 		}
