@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	for _, m := range []message{
+		{code: reqStop},
+		{code: reqGet, fields: [][]byte{[]byte("k")}},
+		{code: reqPut, fields: [][]byte{[]byte("key"), {}}},
+		{code: reqPut, fields: [][]byte{[]byte("key"), bytes.Repeat([]byte{0, 0xff, '\n'}, 1000)}},
+		{code: statusError, fields: [][]byte{[]byte("no")}},
+	} {
+		r := bytes.NewReader(appendFrame(appendFrame(nil, m), m)) // two frames in a row
+		for range 2 {
+			got, err := readFrame(r, 1<<20)
+			if err != nil || got.code != m.code || !slices.EqualFunc(got.fields, m.fields, bytes.Equal) {
+				t.Fatalf("%+v came back as %+v, %v", m, got, err)
+			}
+		}
+		if _, err := readFrame(r, 1<<20); err != io.EOF {
+			t.Errorf("after the frames: %v, want io.EOF", err)
+		}
+	}
+}
+
+// Malformed input is an error, never a panic; a malformed message in a
+// whole frame leaves the stream in step, a frame over the limit or cut short
+// does not.
+func TestReadFrameMalformed(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		in        []byte
+		malformed bool  // a malformedError: the next frame can be read
+		is        error // else an error that is this
+	}{
+		{"empty frame", []byte{0, 0, 0, 0}, true, nil},
+		{"cut field length", []byte{0, 0, 0, 3, 2, 0, 0}, true, nil},
+		{"field past the end", []byte{0, 0, 0, 6, 1, 0, 0, 0, 9, 'k'}, true, nil},
+		{"huge field length", []byte{0, 0, 0, 5, 1, 0xff, 0xff, 0xff, 0xff}, true, nil},
+		{"over the limit", []byte{0, 1, 0, 0, 1}, false, errFrameTooLarge},
+		{"cut header", []byte{0, 0}, false, io.ErrUnexpectedEOF},
+		{"cut body", []byte{0, 0, 0, 9, 1, 0, 0}, false, io.ErrUnexpectedEOF},
+	} {
+		_, err := readFrame(bytes.NewReader(c.in), 1000)
+		var mal *malformedError
+		if errors.As(err, &mal) != c.malformed || (c.is != nil && !errors.Is(err, c.is)) || err == nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	k, v := []byte("k"), []byte("v")
+	for _, c := range []struct {
+		m  message
+		ok bool
+	}{
+		{message{code: reqGet, fields: [][]byte{k}}, true},
+		{message{code: reqPut, fields: [][]byte{k, v}}, true},
+		{message{code: reqPut, fields: [][]byte{k, {}}}, true}, // an empty value is a value
+		{message{code: reqDel, fields: [][]byte{k}}, true},
+		{message{code: reqStop}, true},
+		{message{code: reqGet}, false},
+		{message{code: reqGet, fields: [][]byte{{}}}, false},
+		{message{code: reqPut, fields: [][]byte{k}}, false},
+		{message{code: reqPut, fields: [][]byte{{}, v}}, false},
+		{message{code: reqDel, fields: [][]byte{k, v}}, false},
+		{message{code: reqStop, fields: [][]byte{k}}, false},
+		{message{code: 0}, false},
+		{message{code: 200, fields: [][]byte{k}}, false},
+	} {
+		if err := checkRequest(c.m); (err == nil) != c.ok {
+			t.Errorf("%+v: %v", c.m, err)
+		}
+	}
+}
+
+func TestCheckReply(t *testing.T) {
+	v := []byte("v")
+	for _, c := range []struct {
+		req byte
+		rep message
+		ok  bool
+	}{
+		{reqGet, message{code: statusOK, fields: [][]byte{v}}, true},
+		{reqGet, message{code: statusNotFound}, true},
+		{reqPut, message{code: statusOK}, true},
+		{reqStop, message{code: statusError, fields: [][]byte{v}}, true},
+		{reqGet, message{code: statusOK}, false},
+		{reqPut, message{code: statusOK, fields: [][]byte{v}}, false},
+		{reqDel, message{code: statusNotFound}, false},
+		{reqPut, message{code: statusError}, false},
+		{reqPut, message{code: 9}, false},
+	} {
+		if err := checkReply(c.req, c.rep); (err == nil) != c.ok {
+			t.Errorf("reply %+v to %d: %v", c.rep, c.req, err)
+		}
+	}
+}
+
+// Whatever the bytes, reading a frame and checking it as a request or a
+// reply returns or errs without panicking, and a message read back encodes
+// to the same bytes.
+func FuzzReadFrame(f *testing.F) {
+	f.Add(appendFrame(nil, message{code: reqPut, fields: [][]byte{[]byte("k"), []byte("v")}}))
+	f.Add(appendFrame(nil, message{code: reqStop}))
+	f.Add([]byte{0, 0, 0, 5, 1, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := readFrame(bytes.NewReader(b), 1<<16)
+		if err != nil {
+			return
+		}
+		checkRequest(m)
+		for _, code := range []byte{reqGet, reqPut, reqDel, reqStop} {
+			checkReply(code, m)
+		}
+		n := 4 + int(binary.BigEndian.Uint32(b))
+		if again := appendFrame(nil, m); !bytes.Equal(again, b[:n]) {
+			t.Fatalf("%x read as %+v encodes as %x", b[:n], m, again)
+		}
+	})
+}
