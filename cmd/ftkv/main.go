@@ -1,302 +1,182 @@
-// Command ftkv runs ftrma's replicated key-value store under ftrun.
+// Command ftkv is the tool of ftrma's replicated key-value store: a benchmark
+// and a server run as ftrun jobs, and client commands that talk to a server.
 //
-//	ftrun -n N ftkv bench --copies K --size S --ops M [-json]
+//	ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json]
+//	ftrun -n N ftkv serve --socket PATH [--copies K]
+//	ftkv put --socket PATH KEY VALUE      (VALUE - reads it from stdin)
+//	ftkv get --socket PATH KEY            (the value, raw, on stdout)
+//	ftkv del --socket PATH KEY
+//	ftkv stop --socket PATH
 //
-// bench: every rank is a writer that owns --keys keys and overwrites them in
-// turn with values of S bytes: --warmup untimed puts, then M timed puts, then
-// --gets timed gets of its own keys, each checked against the value last put.
-// Rank 0 prints the latency percentiles of all ranks' operations pooled
-// (put and get p50, p99, p999, in microseconds) and the put throughput (all
-// ranks' timed puts over the slowest rank's timed phase); with -json, one
-// line holding a JSON array of {"bench","size","copies","system","value",
-// "unit"} records, the shape of bench/rma's results.
+// serve: every rank of the job opens the store and serves requests on its
+// own Unix domain socket — rank 0 on PATH, rank r > 0 on PATH.r — so that a
+// client reaches the store through any rank. A socket is mode 0600 and is
+// removed when its rank exits; a rank refuses to start when its path is a
+// live socket (a stale one, left by a killed server, is replaced). A rank's
+// death does not stop the others (ULFM: ftrun carries on), and the store
+// keeps every value whose replicas are not all gone. stop, sent to any
+// rank, stops every rank: that rank broadcasts a notice (comm.Notify, a
+// reliable broadcast that tolerates failures), every rank stops serving,
+// the survivors agree (fault-tolerantly) that they are done, close the store
+// and exit 0.
+//
+// The client commands exit 0 on success, 1 when the key is not found (get),
+// the server reports an error or cannot be reached, and 2 on a usage error.
+// The protocol is in proto.go.
 package main
 
 import (
-	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"math"
+	"io"
 	"os"
-	"slices"
-	"time"
-
-	"github.com/ftrma/ftrma/comm"
-	"github.com/ftrma/ftrma/internal/result"
-	"github.com/ftrma/ftrma/store"
+	"strconv"
 )
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] != "bench" {
-		fmt.Fprintln(os.Stderr, "usage: ftrun -n N ftkv bench --copies K --size S --ops M [-json] (ftkv bench -h for more)")
-		os.Exit(2)
-	}
-	fs := flag.NewFlagSet("ftkv bench", flag.ExitOnError)
-	var o benchOptions
-	fs.IntVar(&o.copies, "copies", 3, "replicas of each key `K`")
-	fs.IntVar(&o.size, "size", 64, "value size in bytes `S`")
-	fs.IntVar(&o.ops, "ops", 1000, "timed puts per rank `M`")
-	fs.IntVar(&o.warmup, "warmup", 100, "untimed puts per rank before the timed ones")
-	fs.IntVar(&o.gets, "gets", 200, "timed gets per rank after the puts")
-	fs.IntVar(&o.keys, "keys", 16, "keys each writer owns")
-	fs.IntVar(&o.writers, "writers", 0, "writers in all, spread over the ranks round robin (default: one per rank)")
-	fs.BoolVar(&o.json, "json", false, "print the results as one line of JSON")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
-	fs.Parse(os.Args[2:])
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	if err := bench(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "ftkv bench:", err)
-		os.Exit(1)
-	}
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+const usage = `usage: ftkv COMMAND [flags] [args]
+
+ftkv runs ftrma's replicated key-value store under ftrun, and talks to it.
+
+Commands run as ftrun jobs:
+  ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json]
+        measure put and get latency and put throughput
+  ftrun -n N ftkv serve --socket PATH [--copies K]
+        serve the store on Unix sockets: rank 0 on PATH, rank r on PATH.r
+
+Client commands, against a serving job:
+  ftkv put --socket PATH KEY VALUE    store VALUE under KEY (VALUE - : stdin)
+  ftkv get --socket PATH KEY          print KEY's value, raw, to stdout
+  ftkv del --socket PATH KEY          delete KEY (no error if missing)
+  ftkv stop --socket PATH             stop every rank of the serving job
+
+  ftkv help [COMMAND]                 this text, or a command's flags
+
+Exit status: 0 success; 1 failure (for get: the key is not found); 2 usage
+error. "ftkv COMMAND -h" describes a command's flags.
+`
+
+// commands maps a command name to its entry point, which returns the exit
+// status.
+var commands = map[string]func(args []string, stdin io.Reader, stdout, stderr io.Writer) int{
+	"bench": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runBench(args, stdout, stderr) },
+	"serve": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runServe(args, stdout, stderr) },
+	"put": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("put", args, stdin, stdout, stderr)
+	},
+	"get": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("get", args, stdin, stdout, stderr)
+	},
+	"del": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("del", args, stdin, stdout, stderr)
+	},
+	"stop": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("stop", args, stdin, stdout, stderr)
+	},
 }
 
-type benchOptions struct {
-	copies, size, ops, warmup, gets, keys, writers int
-	json                                           bool
-}
-
-func bench(ctx context.Context, o benchOptions) error {
-	if o.size < 1 || o.ops < 1 || o.keys < 1 || o.warmup < 0 || o.gets < 0 || o.writers < 0 {
-		return fmt.Errorf("bad options %+v", o)
+// run is ftkv with its arguments (without the program name) and streams; it
+// returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
-	c, err := comm.Init(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := store.Open(ctx, c, store.Options{Copies: o.copies, MaxValueSize: max(o.size, 64<<20)})
-	if err != nil {
-		return err
-	}
-	me := int(c.Rank())
-	writers := o.writers
-	if writers == 0 {
-		writers = c.Size()
-	}
-	var mine []*writer
-	for w := me; w < writers; w += c.Size() {
-		mine = append(mine, newWriter(w, o))
-	}
-	// Each phase runs every writer of this rank at once, then all ranks meet.
-	phase := func(f func(*writer) error) error {
-		errs := make(chan error, len(mine))
-		for _, w := range mine {
-			go func() { errs <- f(w) }()
-		}
-		var first error
-		for range mine {
-			if err := <-errs; err != nil && first == nil {
-				first = err
+	switch name := args[0]; name {
+	case "help", "-h", "-help", "--help":
+		if name == "help" && len(args) > 1 {
+			if cmd, ok := commands[args[1]]; ok {
+				return cmd([]string{"-h"}, stdin, stdout, stderr)
 			}
+			fmt.Fprintf(stderr, "ftkv help: unknown command %q\n\n%s", args[1], usage)
+			return 2
 		}
-		if first != nil {
-			return first
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		cmd, ok := commands[name]
+		if !ok {
+			fmt.Fprintf(stderr, "ftkv: unknown command %q\n\n%s", name, usage)
+			return 2
 		}
-		return c.Barrier(ctx)
+		return cmd(args[1:], stdin, stdout, stderr)
 	}
-	if err := phase(func(w *writer) error {
-		for i := range o.warmup {
-			if _, err := w.put(ctx, s, i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := phase(func(w *writer) error {
-		for i := range o.ops {
-			d, err := w.put(ctx, s, o.warmup+i)
-			if err != nil {
-				return err
-			}
-			w.putLat = append(w.putLat, us(d))
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	elapsed := time.Since(start)
-	if err := phase(func(w *writer) error { return w.getAll(ctx, s, o.gets) }); err != nil {
-		return err
-	}
-	var putLat, getLat []float64
-	for _, w := range mine {
-		putLat, getLat = append(putLat, w.putLat...), append(getLat, w.getLat...)
-	}
-	// Pool the samples at rank 0, through the store itself.
-	samples := encodeSamples(elapsed, putLat, getLat)
-	if err := s.Put(ctx, fmt.Appendf(nil, "bench/samples/%d", me), samples); err != nil {
-		return err
-	}
-	if err := c.Barrier(ctx); err != nil {
-		return err
-	}
-	if me == 0 {
-		var puts, gets []float64
-		var slowest time.Duration
-		for r := range c.Size() {
-			b, err := s.Get(ctx, fmt.Appendf(nil, "bench/samples/%d", r))
-			if err != nil {
-				return err
-			}
-			ph, p, g, err := decodeSamples(b)
-			if err != nil {
-				return fmt.Errorf("samples of rank %d: %w", r, err)
-			}
-			puts, gets = append(puts, p...), append(gets, g...)
-			slowest = max(slowest, ph)
-		}
-		report(o, c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds())
-		if !o.json {
-			fmt.Printf("  rank 0's store: %+v\n", s.Stats())
-		}
-	}
-	if err := c.Barrier(ctx); err != nil {
-		return err
-	}
-	return s.Close(ctx)
 }
 
-// writer is one writer: it owns its keys and remembers what it put last.
-type writer struct {
-	keys           [][]byte
-	value          []byte
-	last           [][]byte
-	putLat, getLat []float64
-}
-
-func newWriter(w int, o benchOptions) *writer {
-	wr := &writer{keys: make([][]byte, o.keys), value: make([]byte, o.size), last: make([][]byte, o.keys)}
-	for k := range wr.keys {
-		wr.keys[k] = fmt.Appendf(nil, "bench/%d/%d", w, k)
-	}
-	for i := range wr.value {
-		wr.value[i] = byte(w*31 + i)
-	}
-	return wr
-}
-
-// put writes the writer's i-th put: key i mod keys, the value stamped with i.
-func (w *writer) put(ctx context.Context, s *store.Store, i int) (time.Duration, error) {
-	k := i % len(w.keys)
-	var stamp [8]byte
-	binary.LittleEndian.PutUint64(stamp[:], uint64(i))
-	copy(w.value, stamp[:])
-	t := time.Now()
-	err := s.Put(ctx, w.keys[k], w.value)
-	d := time.Since(t)
-	w.last[k] = slices.Clone(w.value)
-	return d, err
-}
-
-// getAll reads back the writer's keys n times in all, checking each value.
-func (w *writer) getAll(ctx context.Context, s *store.Store, n int) error {
-	for i := range n {
-		k := i % len(w.keys)
-		if w.last[k] == nil {
-			continue
+// parseFlags parses a command's flags, which may come before, between and
+// after its arguments; "--" ends the flags. It returns the arguments; when
+// done, the command ends with exit status code: 0 after -h (synopsis and
+// flags on stdout), 2 after a bad flag (the error on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout, stderr io.Writer) (rest []string, code int, done bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
 		}
-		t := time.Now()
-		v, err := s.Get(ctx, w.keys[k])
-		d := time.Since(t)
+	}
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "%s\n\nFlags:\n", synopsis)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, 0, true
+		}
 		if err != nil {
-			return err
+			return nil, usageError(stderr, fs.Name(), err), true
 		}
-		if !slices.Equal(v, w.last[k]) {
-			return fmt.Errorf("get %s: read back %d bytes that differ from the last put", w.keys[k], len(v))
+		if fs.NArg() == 0 {
+			break
 		}
-		w.getLat = append(w.getLat, us(d))
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	return nil
+	return append(rest, tail...), 0, false
 }
 
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func encodeSamples(phase time.Duration, puts, gets []float64) []byte {
-	b := binary.LittleEndian.AppendUint64(nil, uint64(phase))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(puts)))
-	for _, v := range puts {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(gets)))
-	for _, v := range gets {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
+// usageError reports a usage error of command cmd and returns exit status 2.
+func usageError(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "ftkv %s: %v\n(ftkv %s -h lists the flags)\n", cmd, err, cmd)
+	return 2
 }
 
-func decodeSamples(b []byte) (time.Duration, []float64, []float64, error) {
-	bad := errors.New("malformed")
-	if len(b) < 12 {
-		return 0, nil, nil, bad
-	}
-	phase := time.Duration(binary.LittleEndian.Uint64(b))
-	b = b[8:]
-	list := func() ([]float64, error) {
-		if len(b) < 4 {
-			return nil, bad
-		}
-		n := int(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-		if len(b) < 8*n {
-			return nil, bad
-		}
-		out := make([]float64, n)
-		for i := range out {
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-		}
-		b = b[8*n:]
-		return out, nil
-	}
-	puts, err := list()
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	gets, err := list()
-	return phase, puts, gets, err
+// errUsage marks errors that are the user's to fix, found only once the job
+// runs (such as more copies than ranks): the command exits 2.
+var errUsage = errors.New("usage")
+
+// copiesFlag is --copies: the replicas of each key, by default 3 or the
+// number of ranks if fewer.
+type copiesFlag struct {
+	n   int
+	set bool // given on the command line
 }
 
-func report(o benchOptions, ranks, writers int, puts, gets []float64, rate float64) {
-	var rs []result.Result
-	add := func(bench string, v float64, unit string) {
-		rs = append(rs, result.Result{Bench: bench, Size: o.size, Copies: o.copies, System: system(), Value: math.Round(v*100) / 100, Unit: unit})
-	}
-	for _, p := range []struct {
-		name string
-		p    float64
-	}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
-		add("put_"+p.name, result.Percentile(puts, p.p), "us")
-	}
-	if len(gets) > 0 {
-		for _, p := range []struct {
-			name string
-			p    float64
-		}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
-			add("get_"+p.name, result.Percentile(gets, p.p), "us")
+const defaultCopies = 3
+
+func (c *copiesFlag) define(fs *flag.FlagSet) {
+	c.n = defaultCopies
+	fs.Func("copies", "replicas of each key `K`, on distinct ranks (default 3, or the number of ranks if fewer)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
 		}
-	}
-	add("put_rate", rate, "ops/s")
-	if o.json {
-		b, _ := json.Marshal(rs)
-		fmt.Println(string(b))
-		return
-	}
-	fmt.Printf("ftkv bench: %d writers on %d ranks, %d copies, %d-byte values, %d puts and %d gets in all\n", writers, ranks, o.copies, o.size, len(puts), len(gets))
-	for _, r := range rs {
-		fmt.Printf("  %-9s %12.2f %s\n", r.Bench, r.Value, r.Unit)
-	}
+		c.n, c.set = n, true
+		return nil
+	})
 }
 
-// system names the measured system after the transport ftrun gave the job.
-func system() string { // FTRMA_TRANSPORT: set by ftrun (launcher.EnvTransport)
-	if os.Getenv("FTRMA_TRANSPORT") == "shm" {
-		return "ftrma-shm"
+// resolve returns the copies a job of size ranks uses.
+func (c copiesFlag) resolve(size int) (int, error) {
+	if !c.set {
+		return min(c.n, size), nil
 	}
-	return "ftrma-tcp"
+	if c.n > size {
+		return 0, fmt.Errorf("%w: --copies %d, but the job has %d ranks", errUsage, c.n, size)
+	}
+	return c.n, nil
 }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// runFtkv runs ftkv in-process and returns its exit status and output.
+func runFtkv(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, strings.NewReader(""), &o, &e)
+	return code, o.String(), e.String()
+}
+
+// Help, however asked for, goes to stdout with exit status 0; the top-level
+// text names every command.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{
+		{}, {"-h"}, {"-help"}, {"--help"}, {"help"},
+		{"help", "bench"}, {"bench", "-h"}, {"bench", "--help"},
+		{"serve", "-h"}, {"put", "-h"}, {"get", "--help"}, {"del", "-h"}, {"stop", "-h"},
+		{"get", "--socket", "x", "-h"},
+	} {
+		code, out, errOut := runFtkv(args...)
+		if code != 0 || out == "" || errOut != "" {
+			t.Errorf("ftkv %q: exit %d, %d bytes on stdout, stderr %q; want 0, help, nothing", args, code, len(out), errOut)
+		}
+	}
+	_, out, _ := runFtkv("--help")
+	for name := range commands {
+		if !strings.Contains(out, "ftkv "+name+" ") {
+			t.Errorf("the usage does not list %q:\n%s", name, out)
+		}
+	}
+	_, out, _ = runFtkv("bench", "-h")
+	for _, f := range []string{"-copies", "-size", "-ops", "-json", "-timeout"} {
+		if !strings.Contains(out, f) {
+			t.Errorf("bench -h does not list %s:\n%s", f, out)
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	for _, args := range [][]string{{"frob"}, {"--copies", "3"}, {"help", "frob"}, {"ls"}} {
+		code, out, errOut := runFtkv(args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "unknown command") || !strings.Contains(errOut, "usage: ftkv") {
+			t.Errorf("ftkv %q: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", args, code, out, errOut)
+		}
+	}
+}
+
+// Flag values that make no sense are refused with exit status 2 and a
+// message naming the flag, before anything starts: outside ftrun, a command
+// that went on would fail to join the job with status 1 instead.
+func TestFlagValidation(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"bench", "--copies", "0"}, "--copies"},
+		{[]string{"bench", "--copies=-2"}, "--copies"},
+		{[]string{"bench", "--copies", "two"}, "copies"},
+		{[]string{"bench", "--size", "0"}, "--size"},
+		{[]string{"bench", "--size", "2000000000"}, "--size"},
+		{[]string{"bench", "--ops", "0"}, "--ops"},
+		{[]string{"bench", "--keys", "0"}, "--keys"},
+		{[]string{"bench", "--warmup", "-1"}, "--warmup"},
+		{[]string{"bench", "--gets", "-1"}, "--gets"},
+		{[]string{"bench", "--writers", "-1"}, "--writers"},
+		{[]string{"bench", "--timeout", "0s"}, "--timeout"},
+		{[]string{"bench", "extra"}, "extra"},
+		{[]string{"bench", "--nope"}, "nope"},
+		{[]string{"serve"}, "--socket"},
+		{[]string{"serve", "--socket", "s", "--copies", "0"}, "--copies"},
+		{[]string{"serve", "--socket", "s", "--max-value", "0"}, "--max-value"},
+		{[]string{"serve", "--socket", "s", "--request-timeout", "-1s"}, "--request-timeout"},
+		{[]string{"serve", "--socket", "s", "x"}, "x"},
+		{[]string{"put", "--socket", "s", "k"}, "KEY VALUE"},
+		{[]string{"put", "k", "v"}, "--socket"},
+		{[]string{"get", "--socket", "s"}, "KEY"},
+		{[]string{"get", "--socket", "s", "a", "b"}, "KEY"},
+		{[]string{"get", "--socket", "s", ""}, "empty"},
+		{[]string{"get", "--socket", "s", strings.Repeat("k", maxKey+1)}, "key"},
+		{[]string{"get", "--socket", "s", "--timeout", "0s", "k"}, "--timeout"},
+		{[]string{"del", "--socket", "s"}, "KEY"},
+		{[]string{"stop", "--socket", "s", "k"}, "no arguments"},
+		{[]string{"stop"}, "--socket"},
+	} {
+		code, out, errOut := runFtkv(c.args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("ftkv %q: exit %d, stdout %q, stderr %q; want 2 and a message with %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+func TestCopiesResolve(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		size      int
+		want      int
+		wantUsage bool
+	}{
+		{nil, 8, 3, false},
+		{nil, 2, 2, false}, // the default shrinks to a small job
+		{[]string{"--copies", "1"}, 4, 1, false},
+		{[]string{"--copies", "4"}, 4, 4, false},
+		{[]string{"--copies", "5"}, 4, 0, true}, // asked for: refused, not shrunk
+	} {
+		var o benchOptions
+		if err := benchFlags(&o).Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := o.copies.resolve(c.size)
+		if got != c.want || errors.Is(err, errUsage) != c.wantUsage || (err != nil) != c.wantUsage {
+			t.Errorf("%q with %d ranks: %d, %v; want %d (usage error %v)", c.args, c.size, got, err, c.want, c.wantUsage)
+		}
+	}
+}
+
+// Flags may come between and after the arguments; after "--" everything is
+// an argument.
+func TestParseFlagsInterspersed(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		wantRest   []string
+		wantSocket string
+	}{
+		{[]string{"--socket", "p", "k", "v"}, []string{"k", "v"}, "p"},
+		{[]string{"k", "--socket", "p", "v"}, []string{"k", "v"}, "p"},
+		{[]string{"k", "v", "--socket=p"}, []string{"k", "v"}, "p"},
+		{[]string{"--socket", "p", "k", "-"}, []string{"k", "-"}, "p"},
+		{[]string{"--socket", "p", "--", "-k", "--socket"}, []string{"-k", "--socket"}, "p"},
+	} {
+		var o clientOptions
+		var out, errOut bytes.Buffer
+		rest, code, done := parseFlags(clientFlags("put", &o), c.args, "", &out, &errOut)
+		if done || code != 0 || !slices.Equal(rest, c.wantRest) || o.socket != c.wantSocket {
+			t.Errorf("%q: rest %q, socket %q, done %v (%s); want %q, %q", c.args, rest, o.socket, done, errOut.String(), c.wantRest, c.wantSocket)
+		}
+	}
+	var o clientOptions
+	if _, code, done := parseFlags(clientFlags("put", &o), []string{"k", "-x"}, "", new(bytes.Buffer), new(bytes.Buffer)); !done || code != 2 {
+		t.Errorf("an unknown flag after an argument: done %v, code %d; want a usage error", done, code)
+	}
+}
