@@ -32,15 +32,18 @@
 //     live ranks in the key's preference order, one per host first. Failed
 //     ranks drop out; nothing is renumbered, so the rule needs no agreement
 //     and a failure moves only the keys the failed rank held.
-//   - Key slots: found by linear probing from hash mod Slots. A slot is
-//     claimed by writing the key into a key block at the slot's rank and
-//     compare-and-swapping the block's address into an empty slot; a prober
-//     that meets a slot with its hash compares the block's key with its own
-//     and passes over a colliding key's slot. Records carry the key too, and
-//     every read and repair checks it. A slot holds a lock
-//     word (the version of its last write and the rank holding the lock), the
-//     current descriptor (address, version, length of the value's record)
-//     and a pending descriptor for transactions.
+//   - Key slots: found by linear probing from hash mod Slots (see
+//     slots.go). A slot is claimed, under the rank's claim lock, by writing
+//     the key into a key block at the slot's rank and compare-and-swapping
+//     the block's address into a free slot; a prober that meets a slot with
+//     its hash compares the block's key with its own and passes over a
+//     colliding key's slot. Records carry the key too, and every read and
+//     repair checks it. A deletion turns the key's slots into tombstones at
+//     every replica at once (with a new generation, so that ranks that
+//     remembered them look again), which later claims reuse. A slot holds a
+//     lock word (the version of its last write and the rank holding the
+//     lock), the current descriptor (address, version, length of the value's
+//     record) and a pending descriptor for transactions.
 //   - Localized CAS locking: a writer takes the key's lock at every replica
 //     with CAS(free → me), or CAS(dead → me) once the holder's failure is
 //     known, reading the slot in the same round trip; a lock held by a live

@@ -181,7 +181,7 @@ func TestWriterCrashMidCommit(t *testing.T) {
 			world, st := openAll(t, 5, smallOptions(3))
 			writer := st[3]
 			keys := []string{"a", "b", "c", "d", "e", "f"}
-			for _, k := range keys {
+			for _, k := range append(keys, "gone") {
 				if err := writer.Put(ctx, []byte(k), []byte("old "+k)); err != nil {
 					t.Fatal(err)
 				}
@@ -196,6 +196,7 @@ func TestWriterCrashMidCommit(t *testing.T) {
 			for _, k := range keys {
 				tx.Put([]byte(k), []byte("new "+k))
 			}
+			tx.Delete([]byte("gone"))
 			tx.Commit(ctx) // its result does not matter: the writer is dead
 			testHookCommit = nil
 			for _, s := range st {
@@ -214,6 +215,11 @@ func TestWriterCrashMidCommit(t *testing.T) {
 					if err != nil || string(v) != want {
 						t.Fatalf("rank %d, %s: %q %v; want %q", s.me, k, v, err, want)
 					}
+				}
+				// The deletion is rolled forward as a deletion.
+				v, err := s.Get(ctx, []byte("gone"))
+				if c.visible && !errors.Is(err, ErrNotFound) || !c.visible && string(v) != "old gone" {
+					t.Fatalf("rank %d, the deleted key: %q %v (deletion visible: %v)", s.me, v, err, c.visible)
 				}
 			}
 			waitWhole(ctx, t, st[0], keys)

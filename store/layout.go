@@ -18,19 +18,26 @@ const (
 	hdrMagic   = 0                  // magic, so a reader can tell a table from garbage
 	hdrWant    = 1                  // bytes a writer asks the owner to attach (0: nothing asked)
 	hdrNoRoom  = 2                  // bytes the owner last failed to attach (0: its last attach worked)
+	hdrClaim   = 3                  // the rank claiming a key slot here, plus one (0: none): claims are one at a time
+	hdrAsk     = 4                  // counts requests to end leases this rank holds (see askLeases)
 	tableMagic = 0x6674726d612d6b76 // "ftrma-kv"
 
 	// A key slot. Its key is the full key, kept in an immutable key block
-	// at the slot's rank (see keyBlock) whose address is the claim word:
-	// compare-and-swap of 0 to the block's address claims an empty slot for
-	// a key. The hash word holds the key's keyed hash, written after the
-	// claim, as a filter for probes (0 while the claim is under way: the key
-	// block decides). The lock word holds the version of the slot's last
+	// at the slot's rank (see keyBlock) whose address is the key word: a
+	// writer claims an empty slot (0) or a tombstone (slotTomb: the slot of
+	// a deleted key) by compare-and-swapping the block's address into it,
+	// under the rank's claim lock (hdrClaim), so that a key never gets two
+	// slots at a rank. A deletion turns the slot into a tombstone at every
+	// replica, under the key's locks, and counts up its generation, so that
+	// a rank that kept the slot's place (key word and generation) for the
+	// key sees that it is another key's now. The hash word holds the key's
+	// keyed hash, written after the claim, as a filter for probes (0 while
+	// the claim is under way, or in a tombstone: the key block decides). The lock word holds the version of the slot's last
 	// completed write in its high bits and the rank holding the lock, plus
 	// one, in its low bits (0: free). The current descriptor says where the
 	// value's record is; the pending descriptor holds a transaction's value
 	// until the transaction is decided.
-	slotWords   = 10
+	slotWords   = 11
 	slotHash    = 0
 	slotLock    = 1
 	slotCurAddr = 2 // 0: no value (never written, or deleted)
@@ -39,9 +46,11 @@ const (
 	slotPAddr   = 5 // pending record, 0: none
 	slotPVer    = 6
 	slotPLen    = 7
-	slotWant    = 8 // a rank that waits for the lock, plus one: asks a lease to end
-	slotKey     = 9 // address of the slot's key block; 0: the slot is free
+	slotWant    = 8  // a rank that waits for the lock, plus one: asks a lease to end
+	slotKey     = 9  // address of the slot's key block; 0: never used; slotTomb: free again
+	slotGen     = 10 // counts the slot's tombstones
 	slotBytes   = slotWords * 8
+	slotTomb    = 1 // the key word of a tombstone (never a block's address)
 
 	// A chunk table entry: a piece of heap memory attached by the owner and
 	// handed to one writer, who allocates in it without asking anyone.
@@ -78,7 +87,7 @@ func lockVersion(w uint64) uint64 { return w >> ownerBits }
 //	klen     4
 //	vlen     4
 //	crc      4  CRC-32C of everything else in the record
-//	flags    4
+//	flags    4  recDeleted: the record of a deletion (a transaction's)
 //	key, value, zero padding to 8 bytes
 const recHeader = 40
 
@@ -91,7 +100,10 @@ type record struct {
 	tx      uint64
 	key     []byte
 	value   []byte
+	deleted bool // a transaction's deletion of the key, pending
 }
+
+const recDeleted = 1
 
 // is reports whether r is a record of key id.
 func (r record) is(id ident) bool { return r.hash == id.h && string(r.key) == id.key }
@@ -107,7 +119,11 @@ func encodeRecord(b []byte, r record) {
 	le.PutUint32(b[24:], uint32(len(r.key)))
 	le.PutUint32(b[28:], uint32(len(r.value)))
 	le.PutUint32(b[32:], 0)
-	le.PutUint32(b[36:], 0)
+	var flags uint32
+	if r.deleted {
+		flags |= recDeleted
+	}
+	le.PutUint32(b[36:], flags)
 	n := copy(b[recHeader:], r.key)
 	n += copy(b[recHeader+n:], r.value)
 	clear(b[recHeader+n:])
@@ -140,6 +156,7 @@ func decodeRecord(b []byte) (r record, ok bool) {
 	r.tx = le.Uint64(b[16:])
 	r.key = b[recHeader : recHeader+klen]
 	r.value = b[recHeader+klen : recHeader+klen+vlen]
+	r.deleted = le.Uint32(b[36:])&recDeleted != 0
 	return r, true
 }
 

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/window"
 )
 
 // Leases. A writer that has just put a key keeps the key's lock at every
@@ -15,15 +18,18 @@ import (
 // while the lease lasts, so the writer's version and descriptors are the
 // replicas'. A lease ends, writing the lock words back free, when the key has
 // not been written for leaseIdle (by this rank's housekeeping), at the first
-// put after leaseMax, at the first put after another rank asked for the key
-// (a writer that finds the lock held by a live rank writes its rank into the
-// slot's want word, which the lease holder reads with each put), when the
+// put after leaseMax, as soon as another rank asks for the key, when the
 // key's placement changes, or when a transaction or repair of the key
-// releases its locks. Readers are not held up: a lock held by a live rank only makes them
+// releases its locks. A writer that finds the lock held by a live rank
+// writes its rank into the slot's want word, which the lease holder reads
+// with each put, and counts up the ask word in the holder's own header: the
+// holder's housekeeping sees it at its next tick (local memory, no message),
+// reads the want words of its leases and ends the wanted ones, so an idle
+// lease holds a waiting writer up for a tick, not for leaseIdle. Readers are not held up: a lock held by a live rank only makes them
 // wait when the replicas disagree, that is while a put is under way. A lease
 // of a failed rank is taken over like any lock of a failed holder.
-const (
-	leaseIdle = 100 * time.Millisecond
+var (
+	leaseIdle = 100 * time.Millisecond // a variable for tests
 	leaseMax  = time.Second
 )
 
@@ -38,6 +44,7 @@ type leased struct {
 	slot       int
 	addr       uint64 // the slot's address
 	block, len uint64 // the current record
+	key, gen   uint64 // the slot's key word and generation
 }
 
 // leased returns the key's replicas as held under this rank's lease, when it
@@ -60,8 +67,9 @@ func (s *Store) leased(h ident) ([]*replica, bool) {
 	}
 	reps := make([]*replica, len(l.reps))
 	for i, lr := range l.reps {
-		p := &replica{r: lr.r, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true, lock: lockWord(l.version, int(s.me))}
-		putWords(p.buf[:], 0, p.lock, lr.block, l.version, lr.len, 0, 0, 0)
+		p := &replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true,
+			lock: lockWord(l.version, int(s.me)), keyAddr: lr.key, gen: lr.gen}
+		putWords(p.buf[:], h.h, p.lock, lr.block, l.version, lr.len, 0, 0, 0, 0, lr.key, lr.gen)
 		reps[i] = p
 	}
 	return reps, true
@@ -139,4 +147,47 @@ func (s *Store) expireLeases() {
 			s.keys.unlock(h)
 		}
 	}
+}
+
+// askLeases asks rank r to look at the want words of the leases it holds.
+func (s *Store) askLeases(r ftrma.Rank) {
+	s.w.Accumulate(r, s.tables[r]+hdrAsk*8, []int64{1}, window.Sum)
+}
+
+// answerAsks ends the leases of this rank that another rank asked for, once
+// the ask word has moved since seen; it returns the ask word now.
+func (s *Store) answerAsks(ctx context.Context, seen uint64) uint64 {
+	ask := atomic.LoadUint64(&s.table[hdrAsk])
+	if ask == seen {
+		return ask
+	}
+	type read struct {
+		id   ident
+		want [][8]byte
+	}
+	var reads []*read
+	s.leases.Lock()
+	for id, l := range s.leases.m {
+		rd := &read{id: id, want: make([][8]byte, len(l.reps))}
+		for i, lr := range l.reps {
+			if !s.failed(lr.r) {
+				s.w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
+			}
+		}
+		reads = append(reads, rd)
+	}
+	s.leases.Unlock()
+	s.w.FlushAll(ctx) // a failed replica's read fails; the others are done
+	for _, rd := range reads {
+		wanted := false
+		for _, w := range rd.want {
+			wanted = wanted || word(w[:], 0) != 0
+		}
+		if wanted && s.keys.tryLock(rd.id) {
+			s.contended(rd.id)
+			s.endLease(rd.id)
+			s.keys.unlock(rd.id)
+		}
+	}
+	return ask
 }

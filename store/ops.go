@@ -12,7 +12,10 @@ import (
 // replica is one copy of a key during an operation.
 type replica struct {
 	r       ftrma.Rank
+	id      ident  // the key
 	slot    int    // slot index at r; -1: r has no slot for the key
+	keyAddr uint64 // the slot's key word and generation when this rank found
+	gen     uint64 // it: the slot is the key's while they are unchanged
 	addr    uint64 // the slot's address
 	expect  uint64 // lock word a compare-and-swap expects
 	res     int64  // its result
@@ -26,6 +29,7 @@ type replica struct {
 	written bool
 	block   uint64 // the block publish wrote
 	wanted  bool   // a live rank holds the lock: ask it to end its lease
+	holder  ftrma.Rank
 	ref     slotRef
 	guess   desc // where the record was when this rank last looked
 	want    [8]byte
@@ -37,118 +41,6 @@ func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
 
 func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
 	return s.tables[r] + uint64(hdrWords+i*slotWords)*8
-}
-
-// findSlot finds id's slot at rank r, claiming an empty one when claim is
-// set; -1 when r has none. Slots are probed linearly from the key's hash mod
-// Slots. A slot whose hash word is id's, or not yet written, is id's when its
-// key block names id (a colliding key's slot is passed over); an empty slot
-// ends the search. A slot is claimed by writing id's key block into r's heap
-// and compare-and-swapping its address into the slot's key word; when
-// another writer claimed the slot first, its block says whose it is. A slot,
-// once claimed by a key, stays that key's (deletion leaves it), so what is
-// found is kept.
-func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (int, error) {
-	ck := keyAt{r, id.key}
-	s.cache.Lock()
-	i, ok := s.cache.slot[ck]
-	s.cache.Unlock()
-	if ok {
-		return i, nil
-	}
-	found := func(idx int) (int, error) {
-		s.cache.Lock()
-		s.cache.slot[ck] = idx
-		s.cache.Unlock()
-		return idx, nil
-	}
-	var block uint64 // the key block this call wrote at r, 0: none yet
-	blockLen := keyBlockLen(len(id.key))
-	defer func() {
-		if block != 0 {
-			s.free(ctx, r, block, uint64(blockLen))
-		}
-	}()
-	const group = 8
-	buf := make([]byte, group*slotBytes)
-	start := int(id.h % uint64(s.opt.Slots))
-	for probed := 0; probed < s.opt.Slots; {
-		first := (start + probed) % s.opt.Slots
-		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
-		if err := s.w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
-			return -1, err
-		}
-		if err := s.w.Flush(ctx, r); err != nil {
-			return -1, err
-		}
-		for j := 0; j < n; j++ {
-			idx := first + j
-			ka, hw := word(buf, j*slotWords+slotKey), word(buf, j*slotWords+slotHash)
-			if ka == 0 {
-				if !claim {
-					return -1, nil
-				}
-				if block == 0 {
-					a, err := s.alloc(ctx, r, blockLen)
-					if err != nil {
-						return -1, err
-					}
-					block = a
-					if err := s.w.Put(r, a, encodeKeyBlock(id.h, id.key)); err != nil {
-						return -1, err
-					}
-				}
-				var old int64
-				if err := s.w.CompareAndSwap(r, s.slotAddr(r, idx)+slotKey*8, 0, int64(block), &old); err != nil {
-					return -1, err
-				}
-				if err := s.w.Flush(ctx, r); err != nil {
-					return -1, err
-				}
-				if old == 0 {
-					var hw [8]byte
-					putWords(hw[:], id.h)
-					if err := s.w.Put(r, s.slotAddr(r, idx)+slotHash*8, hw[:]); err != nil {
-						return -1, err
-					}
-					block = 0 // the slot's now
-					return found(idx)
-				}
-				ka, hw = uint64(old), 0 // another writer claimed it: whose is it?
-			}
-			if hw != 0 && hw != id.h {
-				continue
-			}
-			mine, err := s.isKeyAt(ctx, r, ka, id)
-			if err != nil {
-				return -1, err
-			}
-			if mine {
-				return found(idx)
-			}
-		}
-		probed += n
-	}
-	if claim {
-		return -1, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, s.opt.Slots, r)}
-	}
-	return -1, nil
-}
-
-// isKeyAt reports whether the key block at addr at rank r names id.
-func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
-	b := make([]byte, keyBlockLen(len(id.key)))
-	err := s.w.Get(r, addr, b)
-	if err == nil {
-		err = s.w.Flush(ctx, r)
-	}
-	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
-		return false, nil // the block ends before id's would: a shorter key's
-	}
-	if err != nil {
-		return false, err
-	}
-	return isKeyBlock(b, id), nil
 }
 
 // replicas returns the key's live replicas with their slots found (claimed
@@ -164,9 +56,9 @@ func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica,
 		if err != nil {
 			return nil, err
 		}
-		p := &replica{r: r, slot: i, ref: slotRef{r, i}}
-		if i >= 0 {
-			p.addr = s.slotAddr(r, i)
+		p := &replica{r: r, id: id, slot: i.idx, ref: slotRef{r, i.idx}, keyAddr: i.key, gen: i.gen}
+		if i.idx >= 0 {
+			p.addr = s.slotAddr(r, i.idx)
 			s.cache.Lock()
 			p.expect = s.cache.lock[p.ref]
 			s.cache.Unlock()
@@ -233,6 +125,10 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			return err
 		}
 		conflict, again := s.checkHeld(reps)
+		if err := s.checkSlots(reps); err != nil {
+			s.unlockAll(ctx, reps)
+			return err
+		}
 		if !conflict && !again {
 			return nil
 		}
@@ -242,10 +138,15 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			s.contended(id)
 			var want [8]byte
 			putWords(want[:], uint64(s.me)+1)
+			asked := map[ftrma.Rank]bool{}
 			for _, p := range reps {
 				if p.wanted {
 					s.w.Put(p.r, p.addr+slotWant*8, want[:])
 					p.wanted = false
+					if !asked[p.holder] {
+						asked[p.holder] = true
+						s.askLeases(p.holder)
+					}
 				}
 			}
 			s.unlockAll(ctx, reps)
@@ -278,7 +179,7 @@ func (s *Store) checkHeld(reps []*replica) (conflict, again bool) {
 		case s.failed(ftrma.Rank(owner)):
 			p.expect, p.took, again = got, true, true
 		default:
-			p.expect, conflict, p.wanted = lockWord(lockVersion(got), -1), true, true
+			p.expect, conflict, p.wanted, p.holder = lockWord(lockVersion(got), -1), true, true, ftrma.Rank(owner)
 		}
 	}
 	return conflict, again
@@ -413,6 +314,9 @@ func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool)
 // naming this rank and the locks become a lease (see lease); without, they
 // are released and any lease on the key ends.
 func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
+	if rec == nil {
+		return s.tombstone(ctx, id, reps, v)
+	}
 	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen
 	var lw [8]byte
@@ -493,7 +397,7 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 			}
 			s.cache.Unlock()
 			if l != nil {
-				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec))})
+				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec)), key: p.keyAddr, gen: p.gen})
 			}
 			p.held = false
 		}
@@ -513,6 +417,60 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 	} else {
 		s.dropLease(id)
 	}
+	return err
+}
+
+// tombstone publishes the deletion of id as version v at every replica
+// whose lock this rank holds, and frees the key's slots there: each slot
+// becomes a tombstone in one batch (descriptors cleared, key word slotTomb,
+// generation counted up, hash word cleared, the key's and the value's blocks
+// freed), and only once every batch is complete are the lock words released,
+// carrying the version on. Until then nobody can lock the slots, so no write
+// lands in a slot that is being freed; a rank that remembered a slot meets
+// its new generation (errStale) and looks for the key again. Every replica
+// of the key is freed at once, so a tombstone never stands beside an older
+// copy of the key that a repair could bring back — but when this rank dies
+// in the middle, a reader's repair may (the deletion then did not happen).
+func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint64) error {
+	lv := max(v, newest(reps))
+	desc, tomb := make([]byte, 6*8), make([]byte, 3*8)
+	var zero, lw [8]byte
+	putWords(desc, 0, v, 0, 0, 0, 0)
+	putWords(lw[:], lockWord(lv, -1))
+	for i, p := range reps {
+		if testHookPublish != nil {
+			testHookPublish(s, reps, i)
+		}
+		if !p.held || p.failed {
+			continue
+		}
+		putWords(tomb, 0, slotTomb, p.word(slotGen)+1) // want, key, generation
+		s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
+		s.w.Put(p.r, p.addr+slotWant*8, tomb)
+		s.w.Put(p.r, p.addr+slotHash*8, zero[:])
+		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		if k := p.word(slotKey); k != 0 && k != slotTomb {
+			s.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
+		}
+	}
+	_, err := s.flushAll(ctx, reps)
+	for _, p := range reps {
+		if p.held && !p.failed {
+			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+			p.written = true
+		}
+		s.forget(p.r, id)
+		s.cache.Lock()
+		delete(s.cache.desc, p.ref)
+		s.cache.lock[p.ref] = lockWord(lv, -1)
+		s.cache.Unlock()
+		p.held = false
+	}
+	if _, e := s.flushAll(ctx, reps); err == nil {
+		err = e
+	}
+	s.dropLease(id)
 	return err
 }
 
@@ -649,6 +607,9 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 	if failed, err := s.flushAll(ctx, reps); failed {
 		return errRetry
 	} else if !tolerable(err) {
+		return err
+	}
+	if err := s.checkSlots(reps); err != nil {
 		return err
 	}
 	again := false

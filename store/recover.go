@@ -44,9 +44,11 @@ func (s *Store) housekeeping() {
 		<-recDone
 	}()
 	idle := 0
+	var asked uint64
 	for {
 		busy := s.grow()
 		s.expireLeases()
+		asked = s.answerAsks(ctx, asked)
 		var fresh bool
 		for r := range s.n {
 			if !known[r] && s.failed(ftrma.Rank(r)) {

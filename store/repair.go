@@ -81,7 +81,9 @@ func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 				s.unlockAll(ctx, reps)
 				return nil, err
 			}
-			if committed {
+			if committed && r.deleted {
+				consider(nil, r.version)
+			} else if committed {
 				consider(p.prec, r.version)
 			}
 		}

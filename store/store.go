@@ -46,9 +46,9 @@ type Options struct {
 	// MaxKeySize bounds a key's length (default 1 KiB).
 	MaxKeySize int
 	// Slots is the number of key slots at each rank (default 16384). Each
-	// rank holds about Copies/Size of all keys; a deleted key keeps its slot
-	// (and reuses it when put again), so Slots bounds the distinct keys ever
-	// put, not the live ones.
+	// rank holds about Copies/Size of all keys; a deletion frees the key's
+	// slots, so Slots bounds the live keys (plus the transaction decision
+	// keys, one per rank that committed a transaction).
 	Slots int
 	// ChunkSize is the size of the heap chunks a rank attaches for writers
 	// (default 1 MiB); larger values get a chunk of their own.
@@ -155,14 +155,15 @@ type Store struct {
 		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
 
-	keys   keyLocks
-	arenas []*arena // this rank's allocations, by target rank
+	keys     keyLocks
+	arenas   []*arena     // this rank's allocations, by target rank
+	claiming []sync.Mutex // held while this process claims a key slot at a rank
 
 	sip sipKey // the keyed hash's key, agreed at Open
 
 	cache struct {
 		sync.Mutex
-		slot  map[keyAt]int      // where a key's slot is at a rank
+		slot  map[keyAt]slotID   // where a key's slot is at a rank
 		lock  map[slotRef]uint64 // the free lock word last seen in a slot
 		chunk map[regionRef]int  // chunk entry of a heap region at a rank
 		desc  map[slotRef]desc   // a slot's record, as last seen
@@ -246,12 +247,13 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	}
 	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
 	s.keys.m = map[ident]*keyLock{}
-	s.cache.slot = map[keyAt]int{}
+	s.cache.slot = map[keyAt]slotID{}
 	s.cache.lock = map[slotRef]uint64{}
 	s.cache.chunk = map[regionRef]int{}
 	s.cache.desc = map[slotRef]desc{}
 	s.leases.m = map[ident]*lease{}
 	s.leases.contended = map[ident]time.Time{}
+	s.claiming = make([]sync.Mutex, s.n)
 	s.arenas = make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i] = &arena{}
@@ -360,7 +362,7 @@ func (s *Store) Stats() Stats {
 		return st // closed: the table is gone
 	}
 	for i := range s.opt.Slots {
-		if atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotKey]) != 0 {
+		if k := atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotKey]); k != 0 && k != slotTomb {
 			st.KeysHeld++
 		}
 	}

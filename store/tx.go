@@ -162,7 +162,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			return abort(fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid))
 		}
 		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
-		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value})
+		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value, deleted: k.op.del})
 		for _, p := range k.reps {
 			a, err := s.alloc(ctx, p.r, len(k.rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
@@ -211,9 +211,8 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			s.flushAll(cctx, keys[0].reps)
 			testHookCommit(s, "published-one")
 		}
-		var rec []byte
-		if !k.op.del {
-			rec = k.rec
+		if k.op.del {
+			continue // below
 		}
 		for _, p := range k.reps {
 			if p.failed {
@@ -222,16 +221,18 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			var lw [8]byte
 			putWords(lw[:], lockWord(max(k.ver, lockVersion(p.lock)), -1))
 			desc := make([]byte, 6*8)
-			if rec != nil {
-				putWords(desc, p.pending, k.ver, uint64(len(rec)), 0, 0, 0)
-			} else {
-				putWords(desc, 0, k.ver, 0, 0, 0, 0)
-			}
+			putWords(desc, p.pending, k.ver, uint64(len(k.rec)), 0, 0, 0)
 			s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
 			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 		}
 	}
 	s.flushAll(cctx, all)
+	for _, k := range keys {
+		if k.op.del {
+			// Deletions free the key's slots (and release their locks).
+			s.tombstone(cctx, k.id, k.reps, k.ver)
+		}
+	}
 	for _, k := range keys {
 		s.dropLease(k.id) // the commit released the key's locks
 		lost := false
@@ -240,11 +241,12 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 				lost = true
 				continue
 			}
-			s.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-			s.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 			if k.op.del {
 				s.free(cctx, p.r, p.pending, uint64(len(k.rec)))
+				continue // the tombstone freed the rest
 			}
+			s.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+			s.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 			s.cache.Lock()
 			s.cache.lock[p.ref] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
 			s.cache.Unlock()

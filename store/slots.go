@@ -1,0 +1,230 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Key slots: finding, claiming and freeing them.
+//
+// A key's slot at a rank is found by linear probing from its hash mod Slots:
+// a slot whose hash word is the key's, or not written yet, is the key's when
+// its key block names the key; tombstones and other keys' slots are passed
+// over; a never-used slot ends the chain. Claims are serialized per rank by
+// the claim lock in the rank's header: a claimer takes it (compare-and-swap
+// free → me, or failed holder → me), probes again, and takes the first
+// tombstone or never-used slot of the chain, so two writers of one key
+// cannot claim two slots for it. A deletion frees the key's slots: it turns
+// them into tombstones (see publish), which later claims reuse; the slot's
+// generation tells a rank that remembered the slot that it is no longer its
+// key's (errStale).
+
+// slotID is where a key's slot is at a rank, as found: its index (-1: none),
+// and its key word and generation then.
+type slotID struct {
+	idx      int
+	key, gen uint64
+}
+
+var noSlot = slotID{idx: -1}
+
+// errStale: a slot this rank remembered for a key holds another key now (the
+// key was deleted and the slot reused); find it again.
+var errStale = fmt.Errorf("%w: key slot reused", errRetry)
+
+// findSlot finds id's slot at rank r, claiming one when claim is set; noSlot
+// when r has none.
+func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
+	ck := keyAt{r, id.key}
+	s.cache.Lock()
+	sl, ok := s.cache.slot[ck]
+	s.cache.Unlock()
+	if ok {
+		return sl, nil
+	}
+	sl, free, err := s.probe(ctx, r, id)
+	if err != nil || sl.idx >= 0 || !claim {
+		if sl.idx >= 0 {
+			s.remember(r, id, sl)
+		}
+		return sl, err
+	}
+	s.claiming[r].Lock() // one claimer of this process at a time: the lock names a rank
+	defer s.claiming[r].Unlock()
+	if err := s.lockClaims(ctx, r); err != nil {
+		return noSlot, err
+	}
+	defer s.unlockClaims(r)
+	if sl, free, err = s.probe(ctx, r, id); err != nil || sl.idx >= 0 {
+		if sl.idx >= 0 {
+			s.remember(r, id, sl)
+		}
+		return sl, err
+	}
+	if free.idx < 0 {
+		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, s.opt.Slots, r)}
+	}
+	blockLen := keyBlockLen(len(id.key))
+	block, err := s.alloc(ctx, r, blockLen)
+	if err != nil {
+		return noSlot, err
+	}
+	at := s.slotAddr(r, free.idx)
+	var old int64
+	err = s.w.Put(r, block, encodeKeyBlock(id.h, id.key))
+	if err == nil {
+		err = s.w.Flush(ctx, r) // the block is whole before the slot names it
+	}
+	if err == nil {
+		err = s.w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
+	}
+	if err == nil {
+		err = s.w.Flush(ctx, r)
+	}
+	if err == nil && uint64(old) != free.key {
+		// Only a claim could have changed it, and claims hold the lock:
+		// a claimer taken over as failed whose compare-and-swap landed
+		// before its fencing. Probe again.
+		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
+	}
+	if err != nil {
+		s.free(ctx, r, block, uint64(blockLen))
+		return noSlot, err
+	}
+	var hw [8]byte
+	putWords(hw[:], id.h)
+	s.w.Put(r, at+slotHash*8, hw[:]) // completes with the next flush toward r
+	sl = slotID{free.idx, block, free.gen}
+	s.remember(r, id, sl)
+	return sl, nil
+}
+
+func (s *Store) remember(r ftrma.Rank, id ident, sl slotID) {
+	s.cache.Lock()
+	s.cache.slot[keyAt{r, id.key}] = sl
+	s.cache.Unlock()
+}
+
+// forget drops what this rank remembered of id's slot at r.
+func (s *Store) forget(r ftrma.Rank, id ident) {
+	s.cache.Lock()
+	delete(s.cache.slot, keyAt{r, id.key})
+	s.cache.Unlock()
+}
+
+// probe looks for id's slot at r along its chain; free is the first slot of
+// the chain a claim could take (a tombstone, or the never-used slot that
+// ends the chain), with its key word and generation; free.idx is -1 when
+// the chain covers every slot and none is free.
+func (s *Store) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slotID, err error) {
+	const group = 8
+	free = noSlot
+	buf := make([]byte, group*slotBytes)
+	start := int(id.h % uint64(s.opt.Slots))
+	for probed := 0; probed < s.opt.Slots; {
+		first := (start + probed) % s.opt.Slots
+		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
+		if err := s.w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
+			return noSlot, noSlot, err
+		}
+		if err := s.w.Flush(ctx, r); err != nil {
+			return noSlot, noSlot, err
+		}
+		for j := range n {
+			sl := slotID{first + j, word(buf, j*slotWords+slotKey), word(buf, j*slotWords+slotGen)}
+			hw := word(buf, j*slotWords+slotHash)
+			switch {
+			case sl.key == 0:
+				if free.idx < 0 {
+					free = sl
+				}
+				return noSlot, free, nil
+			case sl.key == slotTomb:
+				if free.idx < 0 {
+					free = sl
+				}
+				continue
+			case hw != 0 && hw != id.h:
+				continue
+			}
+			mine, err := s.isKeyAt(ctx, r, sl.key, id)
+			if err != nil {
+				return noSlot, noSlot, err
+			}
+			if mine {
+				return sl, free, nil
+			}
+		}
+		probed += n
+	}
+	return noSlot, free, nil
+}
+
+// isKeyAt reports whether the key block at addr at rank r names id.
+func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
+	b := make([]byte, keyBlockLen(len(id.key)))
+	err := s.w.Get(r, addr, b)
+	if err == nil {
+		err = s.w.Flush(ctx, r)
+	}
+	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
+		return false, nil // the block ends before id's would: a shorter key's
+	}
+	if err != nil {
+		return false, err
+	}
+	return isKeyBlock(b, id), nil
+}
+
+// lockClaims takes rank r's claim lock: compare-and-swap free → this rank,
+// or a failed holder → this rank; a live holder claims one slot and lets go,
+// so it is waited for with a backoff.
+func (s *Store) lockClaims(ctx context.Context, r ftrma.Rank) error {
+	at := s.tables[r] + hdrClaim*8
+	var expect int64
+	for attempt := 0; ; attempt++ {
+		var got int64
+		if err := s.w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
+			return err
+		}
+		if err := s.w.Flush(ctx, r); err != nil {
+			return err
+		}
+		switch holder := ftrma.Rank(got - 1); {
+		case got == expect:
+			return nil
+		case holder == s.me:
+			return nil // left by an earlier claim of this process's whose unlock failed
+		case s.failed(holder):
+			expect = got
+			s.st.takeovers.Add(1)
+			continue
+		}
+		expect = 0
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) unlockClaims(r ftrma.Rank) {
+	var z [8]byte
+	s.w.Put(r, s.tables[r]+hdrClaim*8, z[:])
+	s.w.Push(r)
+}
+
+// checkSlots reports errStale, and forgets the slots, when a replica's slot
+// as just read is no longer the one this rank found for its key.
+func (s *Store) checkSlots(reps []*replica) error {
+	var err error
+	for _, p := range reps {
+		if p.slot >= 0 && !p.failed && (p.word(slotKey) != p.keyAddr || p.word(slotGen) != p.gen) {
+			s.forget(p.r, p.id)
+			err = errStale
+		}
+	}
+	return err
+}

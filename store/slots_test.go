@@ -1,0 +1,139 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A deleted key frees its slots: Slots bounds the live keys, not the keys
+// ever put. With 8 slots a rank, 200 distinct keys put and deleted in turn
+// (by Delete and by transactions) fit, and the key blocks go back to the
+// heap.
+func TestDeletedKeysFreeTheirSlots(t *testing.T) {
+	bothWorlds(t, func(t *testing.T, newWorld worldFunc) {
+		ctx := testCtx(t, time.Minute)
+		opt := smallOptions(2)
+		opt.Slots = 8
+		_, st := openAllOn(t, newWorld, 3, opt)
+		for i := range 200 {
+			k := fmt.Appendf(nil, "key-%d", i)
+			s := st[i%3]
+			if err := s.Put(ctx, k, []byte("v")); err != nil {
+				t.Fatalf("put %s: %v", k, err)
+			}
+			if i%2 == 0 {
+				if err := st[(i+1)%3].Delete(ctx, k); err != nil {
+					t.Fatalf("delete %s: %v", k, err)
+				}
+			} else {
+				tx := s.Begin()
+				tx.Delete(k)
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatalf("commit of the deletion of %s: %v", k, err)
+				}
+			}
+			if _, err := st[(i+2)%3].Get(ctx, k); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("get of deleted %s: %v", k, err)
+			}
+		}
+		// Live keys still fill the table: 3 ranks × 8 slots hold 12 keys of
+		// 2 copies, and slots of live keys are not taken.
+		held := 0
+		for _, s := range st {
+			held += s.Stats().KeysHeld
+		}
+		// Only the writers' transaction decision keys remain.
+		if held > 3*2 {
+			t.Errorf("%d slots still held after every user key was deleted", held)
+		}
+	})
+}
+
+// A rank that remembered where a key's slot was finds out when the key was
+// deleted and the slot taken by another key: its get of the deleted key is
+// not found (not the other key's value), and its put goes to a slot of its
+// own without touching the other key.
+func TestReusedSlotIsNotTheOldKeys(t *testing.T) {
+	bothWorlds(t, func(t *testing.T, newWorld worldFunc) {
+		collide(t) // every key starts its probe at the same slot
+		ctx := testCtx(t, time.Minute)
+		opt := smallOptions(3)
+		_, st := openAllOn(t, newWorld, 3, opt)
+		a, b := []byte("a"), []byte("b")
+		if err := st[0].Put(ctx, a, []byte("A")); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := st[2].Get(ctx, a); err != nil || string(v) != "A" {
+			t.Fatalf("get a: %q %v", v, err)
+		}
+		slotsOfA := st[2].slotsOf(a)
+		time.Sleep(2 * leaseIdle) // rank 0's lease on a ends
+		if err := st[1].Delete(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := st[1].Put(ctx, b, []byte("B")); err != nil {
+			t.Fatal(err)
+		}
+		if got := st[1].slotsOf(b); fmt.Sprint(got) != fmt.Sprint(slotsOfA) {
+			t.Fatalf("b's slots %v are not a's old ones %v: the test does not test reuse", got, slotsOfA)
+		}
+		// Rank 2 and rank 0 still remember a's slots.
+		if v, err := st[2].Get(ctx, a); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get of deleted a through a reused slot: %q %v", v, err)
+		}
+		if err := st[0].Put(ctx, a, []byte("A2")); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if v, err := s.Get(ctx, b); err != nil || string(v) != "B" {
+				t.Fatalf("rank %d: get b: %q %v", s.me, v, err)
+			}
+			if v, err := s.Get(ctx, a); err != nil || string(v) != "A2" {
+				t.Fatalf("rank %d: get a: %q %v", s.me, v, err)
+			}
+		}
+	})
+}
+
+// slotsOf is where this rank remembers key's slots, by rank.
+func (s *Store) slotsOf(key []byte) map[int]int {
+	out := map[int]int{}
+	s.cache.Lock()
+	defer s.cache.Unlock()
+	for k, sl := range s.cache.slot {
+		if k.key == string(key) {
+			out[int(k.rank)] = sl.idx
+		}
+	}
+	return out
+}
+
+// A lease that is not written again does not hold up another writer: the
+// holder ends it when asked, not when it expires (here: never, within the
+// test).
+func TestIdleLeaseEndsWhenAsked(t *testing.T) {
+	old := leaseIdle
+	leaseIdle = time.Hour
+	t.Cleanup(func() { leaseIdle = old })
+	bothWorlds(t, func(t *testing.T, newWorld worldFunc) {
+		ctx := testCtx(t, 30*time.Second)
+		_, st := openAllOn(t, newWorld, 3, smallOptions(3))
+		k := []byte("k")
+		if err := st[0].Put(ctx, k, []byte("0")); err != nil {
+			t.Fatal(err)
+		}
+		if _, leased := st[0].leased(st[0].ident(k)); !leased {
+			t.Fatal("rank 0 holds no lease on k: the test does not test leases")
+		}
+		for r := 1; r < 3; r++ {
+			if err := st[r].Put(ctx, k, fmt.Appendf(nil, "%d", r)); err != nil {
+				t.Fatalf("rank %d: put of a key rank 0 leased and left idle: %v", r, err)
+			}
+		}
+		if v, err := st[0].Get(ctx, k); err != nil || string(v) != "2" {
+			t.Fatalf("get: %q %v", v, err)
+		}
+	})
+}
