@@ -20,6 +20,7 @@ const (
 	hdrNoRoom  = 2                  // bytes the owner last failed to attach (0: its last attach worked)
 	hdrClaim   = 3                  // the rank claiming a key slot here, plus one (0: none): claims are one at a time
 	hdrAsk     = 4                  // counts requests to end leases this rank holds (see askLeases)
+	hdrFloor   = 5                  // the highest version a deletion left here (see nextVersion)
 	tableMagic = 0x6674726d612d6b76 // "ftrma-kv"
 
 	// A key slot. Its key is the full key, kept in an immutable key block

@@ -30,6 +30,7 @@ type replica struct {
 	block   uint64 // the block publish wrote
 	wanted  bool   // a live rank holds the lock: ask it to end its lease
 	holder  ftrma.Rank
+	floor   [8]byte // the rank's version floor, read with the lock
 	ref     slotRef
 	guess   desc // where the record was when this rank last looked
 	want    [8]byte
@@ -72,6 +73,9 @@ func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica,
 // placement.
 var errRetry = errors.New("replica failed, retry")
 
+// errLastVersion: the key's versions are used up (2^40 writes).
+var errLastVersion = fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
+
 // flushAll flushes toward every replica, marking the ones that failed; the
 // first other error is returned.
 func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
@@ -112,6 +116,10 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 				return s.retryable(err)
 			}
 			if err := s.w.Get(p.r, p.addr, p.buf[:]); err != nil {
+				s.unlockAll(ctx, reps)
+				return s.retryable(err)
+			}
+			if err := s.w.Get(p.r, s.tables[p.r]+hdrFloor*8, p.floor[:]); err != nil {
 				s.unlockAll(ctx, reps)
 				return s.retryable(err)
 			}
@@ -207,6 +215,23 @@ func (s *Store) retryable(err error) error {
 	return err
 }
 
+// nextVersion is the version of a new write of the key: one more than any
+// version a replica shows, and than its rank's floor — the highest version a
+// deletion left there. A key deleted and written again so continues its
+// versions, also in new slots: a version names one value of the key, never
+// two, which conditional writes (PutIfVersion) rely on. (The replicas of a
+// key written again include at least one rank that saw the deletion, unless
+// every copy of the key was lost.)
+func nextVersion(reps []*replica) uint64 {
+	v := newest(reps)
+	for _, p := range reps {
+		if !p.failed {
+			v = max(v, word(p.floor[:], 0))
+		}
+	}
+	return v + 1
+}
+
 // newest returns the highest version any replica shows, in its lock word or
 // its descriptors.
 func newest(reps []*replica) uint64 {
@@ -255,6 +280,11 @@ func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) err
 		return err
 	}
 	defer s.keys.unlock(id)
+	return s.writeLocked(ctx, id, value, del)
+}
+
+// writeLocked is write, by a caller that holds the key's process lock.
+func (s *Store) writeLocked(ctx context.Context, id ident, value []byte, del bool) error {
 	rt := s.retrier()
 	for {
 		err := s.writeOnce(ctx, id, value, del)
@@ -284,11 +314,11 @@ func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool)
 		}
 		s.countTakeovers(reps)
 	}
-	v := newest(reps) + 1
+	v := nextVersion(reps)
 	if v > maxVersion {
 		s.dropLease(id)
 		s.unlockAll(ctx, reps)
-		return fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
+		return errLastVersion
 	}
 	var rec []byte
 	if !del {
@@ -454,6 +484,7 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 			s.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
 		}
 	}
+	s.raiseFloors(ctx, reps, lv)
 	_, err := s.flushAll(ctx, reps)
 	for _, p := range reps {
 		if p.held && !p.failed {
@@ -474,6 +505,37 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 	return err
 }
 
+// raiseFloors makes the version floor of every held replica's rank at least
+// v, by compare-and-swap from the floor read with the lock (again from what
+// it finds, while others raise it too). Called with the locks held, before
+// they are released.
+func (s *Store) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
+	todo := make(map[ftrma.Rank]uint64)
+	for _, p := range reps {
+		if p.held && !p.failed {
+			todo[p.r] = word(p.floor[:], 0)
+		}
+	}
+	for len(todo) > 0 {
+		got := make(map[ftrma.Rank]*int64, len(todo))
+		for r, f := range todo {
+			if f >= v {
+				delete(todo, r)
+				continue
+			}
+			got[r] = new(int64)
+			s.w.CompareAndSwap(r, s.tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
+		}
+		for r, g := range got {
+			if err := s.w.Flush(ctx, r); err != nil || uint64(*g) == todo[r] {
+				delete(todo, r) // raised, or the rank failed
+			} else {
+				todo[r] = uint64(*g)
+			}
+		}
+	}
+}
+
 func (s *Store) countTakeovers(reps []*replica) {
 	for _, p := range reps {
 		if p.took {
@@ -491,7 +553,7 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := s.check("store get", key, nil); err != nil {
 		return nil, err
 	}
-	v, err := s.get(ctx, s.ident(key))
+	v, _, err := s.get(ctx, s.ident(key))
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
 	}
@@ -499,30 +561,30 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *Store) get(ctx context.Context, id ident) ([]byte, error) {
+func (s *Store) get(ctx context.Context, id ident) ([]byte, uint64, error) {
 	rt := s.retrier()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		reps, err := s.readReplicas(ctx, id, rt)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(reps) == 0 {
-			return nil, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
+			return nil, 0, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 		}
-		val, found, agree, busy := s.judge(id, reps)
+		val, ver, found, agree, busy := s.judge(id, reps)
 		if agree {
 			if !found {
-				return nil, s.missing(id.h)
+				return nil, 0, s.missing(id.h)
 			}
-			return val, nil
+			return val, ver, nil
 		}
 		s.st.retries.Add(1)
 		if busy {
 			if err := backoff(ctx, attempt); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			continue
 		}
@@ -531,18 +593,18 @@ func (s *Store) get(ctx context.Context, id ident) ([]byte, error) {
 		rec, err := s.repair(ctx, id)
 		if errors.Is(err, errRetry) {
 			if err := rt.again(ctx, err); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if rec == nil {
-			return nil, s.missing(id.h)
+			return nil, 0, s.missing(id.h)
 		}
 		r, _ := decodeRecord(rec) // repair chose a whole record of id
-		return r.value, nil
+		return r.value, r.version, nil
 	}
 }
 
@@ -655,9 +717,8 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 // of them have the same version, complete, with no transaction pending (then
 // val and found are the answer); busy when they do not and a live rank holds
 // a lock, so waiting will do.
-func (s *Store) judge(id ident, reps []*replica) (val []byte, found, agree, busy bool) {
+func (s *Store) judge(id ident, reps []*replica) (val []byte, ver uint64, found, agree, busy bool) {
 	agree = true
-	var ver uint64
 	for i, p := range reps {
 		var v uint64
 		var value []byte
@@ -687,7 +748,7 @@ func (s *Store) judge(id ident, reps []*replica) (val []byte, found, agree, busy
 			agree = false
 		}
 	}
-	return val, found, agree, busy && !agree
+	return val, ver, found, agree, busy && !agree
 }
 
 // Test hooks: called at the named points, nil outside tests.

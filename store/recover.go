@@ -127,7 +127,7 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		id, err := s.ownKey(jctx, j.h, j.key)
 		if err == nil {
-			_, err = s.get(jctx, id)
+			_, _, err = s.get(jctx, id)
 		}
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {

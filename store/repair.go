@@ -49,14 +49,27 @@ func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 		s.unlockAll(ctx, reps)
 		return nil, err
 	}
-	// Candidates: every complete current copy, and pending copies of
-	// transactions that committed.
-	var best []byte
-	var bestVer uint64
+	best, ver, _, err := s.settle(ctx, id, reps)
+	if err != nil {
+		s.unlockAll(ctx, reps)
+		return nil, err
+	}
+	if err := s.publishSettled(ctx, id, reps, best, ver); err != nil {
+		return nil, err
+	}
+	return best, nil
+}
+
+// settle decides what the key's replicas, locked by this rank and read
+// (readRecords), hold: the newest complete copy among their current records
+// and the pending records of transactions that committed — best (nil for a
+// deletion, or no value at all) of version ver — and whether every live
+// replica already holds exactly that with nothing pending (whole).
+func (s *Store) settle(ctx context.Context, id ident, reps []*replica) (best []byte, ver uint64, whole bool, err error) {
 	have := false
 	consider := func(rec []byte, v uint64) {
-		if !have || v > bestVer {
-			best, bestVer, have = rec, v, true
+		if !have || v > ver {
+			best, ver, have = rec, v, true
 		}
 	}
 	for _, p := range reps {
@@ -78,8 +91,7 @@ func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 			}
 			committed, err := s.txCommitted(ctx, r.tx)
 			if err != nil {
-				s.unlockAll(ctx, reps)
-				return nil, err
+				return nil, 0, false, err
 			}
 			if committed && r.deleted {
 				consider(nil, r.version)
@@ -88,28 +100,38 @@ func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 			}
 		}
 	}
-	if !have {
-		s.unlockAll(ctx, reps)
-		return nil, nil
-	}
+	whole = true
 	for _, p := range reps {
-		p.same = !p.failed && p.word(slotPAddr) == 0 && p.word(slotCurVer) == bestVer &&
+		if p.failed {
+			continue
+		}
+		p.same = p.slot >= 0 && p.word(slotPAddr) == 0 && p.word(slotCurVer) == ver &&
 			(p.word(slotCurAddr) != 0) == (best != nil) && p.rec != nil == (best != nil)
 		if p.same && best != nil {
 			r, ok := decodeRecord(p.rec)
-			p.same = ok && r.version == bestVer
+			p.same = ok && r.version == ver
 		}
+		if !have {
+			p.same = p.slot < 0 || p.word(slotCurAddr) == 0 && p.word(slotPAddr) == 0
+		}
+		whole = whole && p.same
 	}
-	if err := s.publish(ctx, id, reps, best, bestVer, false); err != nil {
-		return nil, err
+	return best, ver, whole, nil
+}
+
+// publishSettled makes the locked replicas hold what settle chose and
+// releases their locks; a key with no value at all gets its slots freed.
+func (s *Store) publishSettled(ctx context.Context, id ident, reps []*replica, best []byte, ver uint64) error {
+	if err := s.publish(ctx, id, reps, best, ver, false); err != nil {
+		return err
 	}
 	s.st.repairs.Add(1)
 	for _, p := range reps {
 		if p.failed {
-			return nil, errRetry
+			return errRetry
 		}
 	}
-	return best, nil
+	return nil
 }
 
 // readRecords reads the records the (already read) slots point to.
@@ -158,7 +180,7 @@ func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
 		return true, nil // not a transaction
 	}
 	k := txKey(writer)
-	v, err := s.get(ctx, s.ident(k))
+	v, _, err := s.get(ctx, s.ident(k))
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}

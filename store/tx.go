@@ -157,9 +157,9 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		return err
 	}
 	for _, k := range keys {
-		k.ver = newest(k.reps) + 1
+		k.ver = nextVersion(k.reps)
 		if k.ver > maxVersion {
-			return abort(fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid))
+			return abort(errLastVersion)
 		}
 		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
 		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value, deleted: k.op.del})
