@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"testing/quick"
+	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -121,5 +122,52 @@ func TestAdopterUnique(t *testing.T) {
 	}
 	if err := quick.Check(check, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	f := crashFlag{}
+	for _, s := range []string{"2@0.25", "5@0", "0@0.999"} {
+		if err := f.Set(s); err != nil {
+			t.Errorf("-crash %s: %v", s, err)
+		}
+	}
+	if want := (crashFlag{2: 0.25, 5: 0, 0: 0.999}); len(f) != 3 || f[2] != want[2] || f[0] != want[0] {
+		t.Errorf("-crash set %v, want %v", f, want)
+	}
+	for _, s := range []string{"2", "2@", "@0.5", "x@0.5", "-1@0.5", "2@1", "2@-0.1", "2@NaN", "2@0.5@1"} {
+		if err := (crashFlag{}).Set(s); err == nil {
+			t.Errorf("-crash %s accepted", s)
+		}
+	}
+	ok := config{tasks: 1, copies: 1, poll: time.Millisecond}
+	if err := ok.validate(); err != nil {
+		t.Errorf("%+v: %v", ok, err)
+	}
+	for _, bad := range []func(*config){
+		func(c *config) { c.tasks = 0 },
+		func(c *config) { c.copies = 0 },
+		func(c *config) { c.copies = -3 },
+		func(c *config) { c.every = -time.Second },
+		func(c *config) { c.poll = 0 },
+		func(c *config) { c.lostGrace = -time.Second },
+	} {
+		c := ok
+		bad(&c)
+		if err := c.validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+// The crash position is the fraction of the rank's own list, and only that
+// rank crashes.
+func TestCrashAt(t *testing.T) {
+	cfg := testConfig(t, 4096)
+	cfg.crash = map[ftrma.Rank]float64{2: 0.25, 5: 0.5}
+	for r, want := range map[ftrma.Rank]int{2: 128, 5: 256, 3: -1} {
+		if w := newWorker(fakeRank{newFakeStore(8, nil), r}, nil, cfg, nil, nil); w.crashAt != want {
+			t.Errorf("rank %d crashes at %d, want %d", r, w.crashAt, want)
+		}
 	}
 }

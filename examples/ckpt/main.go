@@ -3,7 +3,12 @@
 // so that when ranks are killed the survivors take over their work and still
 // finish with exactly the result of a failure-free run.
 //
-//	ftrun -n 8 --kill 2@1s --kill 5@2s --tag-output ckpt
+//	ftrun -n 8 --tag-output ckpt -crash 2@0.25 -crash 5@0.5
+//
+// -crash R@F makes rank R SIGKILL itself before the task at fraction F of
+// its own list: a failure after progress, which lands mid-run whatever the
+// machine's speed. (ftrun --kill R@DURATION kills from outside, after a fixed
+// time, which a fast machine can outrun.)
 //
 // The work is an unbalanced tree search: task i counts the nodes of a
 // deterministic pseudo-random tree whose size nobody can predict (see tree),
@@ -19,7 +24,14 @@
 //     if an adopter dies too, the next live rank adopts both. It reads
 //     ckpt/f (none yet: f's list from the start) and goes on with f's list
 //     beside its own, checkpointing into ckpt/f.
-//  3. A rank with nothing left to run polls the checkpoints until every list
+//  3. A checkpoint can be lost: when every rank that held a copy failed
+//     (store.ErrDataLost; more than -copies-1 failures). A rank that learns
+//     of a failure therefore saves the checkpoints of the lists it runs again;
+//     an adopter that finds a lost checkpoint recomputes the list from its
+//     start, with sum 0 — still exactly once, since the sum travels with the
+//     position — and says so on stderr. A rank waiting for a list whose
+//     checkpoint stays lost for -lost-wait recomputes it itself.
+//  4. A rank with nothing left to run polls the checkpoints until every list
 //     is done, still adopting ranks that fail meanwhile. Then the survivors
 //     agree (a fault-tolerant collective) and the lowest of them prints the
 //     sum of the final checkpoints.
@@ -32,6 +44,9 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -41,11 +56,31 @@ import (
 
 // config is what the flags set.
 type config struct {
-	tasks  int
-	tree   tree
-	copies int
-	every  time.Duration // checkpoint interval of a list
-	poll   time.Duration // how often an idle rank reads the checkpoints
+	tasks     int
+	tree      tree
+	copies    int
+	every     time.Duration // checkpoint interval of a list
+	poll      time.Duration // how often an idle rank reads the checkpoints
+	lostGrace time.Duration // how long a lost checkpoint may stay lost before a waiting rank recomputes its list
+	// crash maps a rank to the fraction of its own list after which it
+	// SIGKILLs itself (-crash).
+	crash map[ftrma.Rank]float64
+}
+
+// crashFlag is -crash RANK@FRACTION, repeatable.
+type crashFlag map[ftrma.Rank]float64
+
+func (f crashFlag) String() string { return fmt.Sprint(map[ftrma.Rank]float64(f)) }
+
+func (f crashFlag) Set(s string) error {
+	r, fr, ok := strings.Cut(s, "@")
+	rank, err1 := strconv.Atoi(r)
+	frac, err2 := strconv.ParseFloat(fr, 64)
+	if !ok || err1 != nil || err2 != nil || rank < 0 || !(frac >= 0 && frac < 1) {
+		return fmt.Errorf("%q is not RANK@FRACTION, with 0 <= FRACTION < 1", s)
+	}
+	f[ftrma.Rank(rank)] = frac
+	return nil
 }
 
 func main() {
@@ -58,11 +93,17 @@ func main() {
 	flag.IntVar(&cfg.copies, "copies", 3, "replicas of each checkpoint, at most one per rank: checkpoints survive copies-1 simultaneous failures")
 	flag.DurationVar(&cfg.every, "ckpt", 20*time.Millisecond, "checkpoint a task list at most this often (and when it ends)")
 	flag.DurationVar(&cfg.poll, "poll", 10*time.Millisecond, "how often a rank with nothing to run reads the checkpoints")
+	flag.DurationVar(&cfg.lostGrace, "lost-wait", time.Second, "how long a lost checkpoint of a list another rank runs may stay lost before this rank recomputes the list")
+	cfg.crash = map[ftrma.Rank]float64{}
+	flag.Var(crashFlag(cfg.crash), "crash", "`RANK@FRACTION`: RANK SIGKILLs itself before the task at FRACTION (0 to 1) of its own list; may be repeated")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
-	var err error
-	if cfg.tree, err = newTree(*b0, *m, *q, *seed); err == nil && cfg.tasks < 1 {
-		err = errors.New("-tasks must be at least 1")
+	err := cfg.validate()
+	if err == nil {
+		cfg.tree, err = newTree(*b0, *m, *q, *seed)
+	}
+	if err == nil && flag.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", flag.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ckpt:", err)
@@ -74,6 +115,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ckpt:", err)
 		os.Exit(1)
 	}
+}
+
+// validate rejects flag values that make no sense.
+func (cfg config) validate() error {
+	switch {
+	case cfg.tasks < 1:
+		return fmt.Errorf("-tasks must be at least 1 (got %d)", cfg.tasks)
+	case cfg.copies < 1:
+		return fmt.Errorf("-copies must be at least 1 (got %d)", cfg.copies)
+	case cfg.every < 0:
+		return fmt.Errorf("-ckpt must not be negative (got %v)", cfg.every)
+	case cfg.poll <= 0:
+		return fmt.Errorf("-poll must be positive (got %v)", cfg.poll)
+	case cfg.lostGrace < 0:
+		return fmt.Errorf("-lost-wait must not be negative (got %v)", cfg.lostGrace)
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -94,8 +152,17 @@ func run(ctx context.Context, cfg config) error {
 		s.Close(cctx)
 	}()
 
+	for r := range cfg.crash {
+		if int(r) >= c.Size() {
+			return fmt.Errorf("-crash %d@...: the job has %d ranks", r, c.Size())
+		}
+	}
 	start := time.Now()
-	w := newWorker(c, s, cfg)
+	w := newWorker(c, s, cfg, os.Stdout, os.Stderr)
+	w.crash = func() {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL) // -crash: this process, at once
+		select {}
+	}
 	if err := w.run(ctx); err != nil {
 		return err
 	}

@@ -5,13 +5,29 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/store"
 )
+
+// kv is what the worker needs of the store: *store.Store, or a fake in
+// tests. Get returns store.ErrNotFound for a key never put and
+// store.ErrDataLost for one whose every copy may be gone.
+type kv interface {
+	Put(ctx context.Context, key, value []byte) error
+	Get(ctx context.Context, key []byte) ([]byte, error)
+}
+
+// group is what the worker needs of the communicator: *comm.Comm, or a
+// fake in tests.
+type group interface {
+	Rank() ftrma.Rank
+	Size() int
+	Failed() []ftrma.Rank // grows only
+}
 
 // checkpoint is the progress of one rank's task list: the value of
 // ckpt/<owner>.
@@ -60,14 +76,23 @@ type list struct {
 
 // worker is one rank's part of the computation.
 type worker struct {
-	c    *comm.Comm
-	s    *store.Store
-	cfg  config
-	me   ftrma.Rank
-	n    int
-	stk  []uint64  // the tree search's stack, reused
-	seen int       // len(c.Failed()) when adoptions were last decided
-	idle time.Time // when this rank ran its last task
+	c        group
+	s        kv
+	cfg      config
+	me       ftrma.Rank
+	n        int
+	out, log io.Writer // progress (stdout), lost checkpoints (stderr)
+	stk      []uint64  // the tree search's stack, reused
+	seen     int       // len(c.Failed()) when adoptions were last decided
+	idle     time.Time // when this rank ran its last task
+
+	// crashAt is the position in this rank's own list before whose task
+	// crash is called (-crash); -1: never.
+	crashAt int
+	crash   func()
+	// lostSince holds, for each list whose checkpoint this rank found lost
+	// while another rank should run it, when it first found it so.
+	lostSince map[ftrma.Rank]time.Time
 
 	// lists holds this rank's own list, then the adopted ones in the order
 	// of adoption; an owner appears at most once.
@@ -78,8 +103,13 @@ type worker struct {
 	known int
 }
 
-func newWorker(c *comm.Comm, s *store.Store, cfg config) *worker {
-	return &worker{c: c, s: s, cfg: cfg, me: c.Rank(), n: c.Size(), idle: time.Now(), final: make([]checkpoint, c.Size())}
+func newWorker(c group, s kv, cfg config, out, log io.Writer) *worker {
+	w := &worker{c: c, s: s, cfg: cfg, me: c.Rank(), n: c.Size(), out: out, log: log, idle: time.Now(),
+		final: make([]checkpoint, c.Size()), crashAt: -1, lostSince: map[ftrma.Rank]time.Time{}}
+	if f, ok := cfg.crash[w.me]; ok {
+		w.crashAt = int(f * float64(w.length(w.me)))
+	}
+	return w
 }
 
 // run runs this rank's list and the lists it adopts until every rank's list
@@ -140,6 +170,9 @@ func (w *worker) pick() *list {
 
 // step runs l's next task, and checkpoints l when it is time.
 func (w *worker) step(ctx context.Context, l *list) error {
+	if l.owner == w.me && l.ck.next == w.crashAt && w.crash != nil {
+		w.crash() // -crash: does not return
+	}
 	var nodes uint64
 	nodes, w.stk = w.cfg.tree.count(int(l.owner)+l.ck.next*w.n, w.stk)
 	l.ck.next++
@@ -163,37 +196,54 @@ func (w *worker) save(ctx context.Context, l *list) error {
 	return nil
 }
 
-// load reads owner's checkpoint; none yet means the list's start.
-func (w *worker) load(ctx context.Context, owner ftrma.Rank) (checkpoint, error) {
+// load reads owner's checkpoint; none yet means the list's start. lost
+// reports that the checkpoint may be lost (store.ErrDataLost: every copy may
+// be gone); ck is then the list's start.
+func (w *worker) load(ctx context.Context, owner ftrma.Rank) (ck checkpoint, lost bool, err error) {
 	b, err := w.s.Get(ctx, checkpointKey(owner))
-	if errors.Is(err, store.ErrNotFound) {
-		return checkpoint{}, nil
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return checkpoint{}, false, nil
+	case errors.Is(err, store.ErrDataLost):
+		return checkpoint{}, true, nil
+	case err != nil:
+		return checkpoint{}, false, fmt.Errorf("read rank %d's checkpoint: %w", owner, err)
 	}
-	if err != nil {
-		return checkpoint{}, fmt.Errorf("read rank %d's checkpoint: %w", owner, err)
-	}
-	return decodeCheckpoint(b)
+	ck, err = decodeCheckpoint(b)
+	return ck, false, err
 }
 
-// adopt takes over the lists of the failed ranks this rank is the adopter of.
+// adopt reacts to new failures: it saves again the checkpoints of the lists
+// this rank runs (a failed rank may have held their copies), then takes over
+// the lists of the failed ranks this rank is the adopter of. A list whose
+// checkpoint is lost starts again from its beginning, with sum 0: the sum
+// travels in the checkpoint, so every task still counts exactly once.
 func (w *worker) adopt(ctx context.Context) error {
 	failed := w.c.Failed()
 	if len(failed) == w.seen { // the set only grows
 		return nil
 	}
 	w.seen = len(failed)
+	for _, l := range w.lists {
+		if err := w.save(ctx, l); err != nil {
+			return err
+		}
+	}
 	for _, f := range failed {
-		if adopter(f, w.n, failed) != w.me || w.taking(f) {
+		if adopter(f, w.n, failed) != w.me || w.running(f) != nil {
 			continue
 		}
-		ck, err := w.load(ctx, f)
+		ck, lost, err := w.load(ctx, f)
 		if err != nil {
 			return err
 		}
-		if ck.done {
-			fmt.Printf("rank %d adopts rank %d: its list was done\n", w.me, f)
-		} else {
-			fmt.Printf("rank %d adopts rank %d at task %d of %d (%d of its %d tasks checkpointed)\n",
+		switch {
+		case lost:
+			fmt.Fprintf(w.log, "rank %d adopts rank %d: its checkpoint is lost (every copy may be gone): recomputing rank %d's list from its start\n", w.me, f, f)
+		case ck.done:
+			fmt.Fprintf(w.out, "rank %d adopts rank %d: its list was done\n", w.me, f)
+		default:
+			fmt.Fprintf(w.out, "rank %d adopts rank %d at task %d of %d (%d of its %d tasks checkpointed)\n",
 				w.me, f, int(f)+ck.next*w.n, w.cfg.tasks, ck.next, w.length(f))
 		}
 		if err := w.take(ctx, f, ck); err != nil {
@@ -201,15 +251,6 @@ func (w *worker) adopt(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func (w *worker) taking(owner ftrma.Rank) bool {
-	for _, l := range w.lists {
-		if l.owner == owner {
-			return true
-		}
-	}
-	return false
 }
 
 // adopter returns the adopter of failed rank f among n ranks: the first rank
@@ -230,17 +271,63 @@ func adopter(f ftrma.Rank, n int, failed []ftrma.Rank) ftrma.Rank {
 }
 
 // allDone reads the checkpoints in rank order up to the first unfinished one
-// and reports whether every list is done.
+// and reports whether every list is done. For a list this rank runs it
+// looks at its own progress instead. A lost checkpoint of a list that
+// another rank runs is not done yet: its runner saves it again when it
+// learns of the failure, or, if it was the failed rank, its adopter
+// recomputes it. Should it stay lost for cfg.lostGrace (its runner may have
+// finished and stopped saving), this rank recomputes the list itself.
 func (w *worker) allDone(ctx context.Context) (bool, error) {
 	for w.known < w.n {
-		ck, err := w.load(ctx, ftrma.Rank(w.known))
-		if err != nil || !ck.done {
-			return false, err
+		owner := ftrma.Rank(w.known)
+		var ck checkpoint
+		if l := w.running(owner); l != nil {
+			ck = l.ck
+		} else {
+			var lost bool
+			var err error
+			if ck, lost, err = w.load(ctx, owner); err != nil {
+				return false, err
+			}
+			if lost {
+				return false, w.lostElsewhere(ctx, owner)
+			}
+			delete(w.lostSince, owner)
+		}
+		if !ck.done {
+			return false, nil
 		}
 		w.final[w.known] = ck
 		w.known++
 	}
 	return true, nil
+}
+
+// lostElsewhere handles owner's lost checkpoint, which this rank does not
+// run: past the grace period, it recomputes the list.
+func (w *worker) lostElsewhere(ctx context.Context, owner ftrma.Rank) error {
+	since, ok := w.lostSince[owner]
+	if !ok {
+		w.lostSince[owner] = time.Now()
+		return nil
+	}
+	if time.Since(since) < w.cfg.lostGrace {
+		return nil
+	}
+	delete(w.lostSince, owner)
+	fmt.Fprintf(w.log, "rank %d: rank %d's checkpoint is lost (every copy may be gone) and was not written again within %v: recomputing rank %d's list from its start\n",
+		w.me, owner, w.cfg.lostGrace, owner)
+	return w.take(ctx, owner, checkpoint{})
+}
+
+// running returns the list of owner this rank runs, or nil.
+func (w *worker) running(owner ftrma.Rank) *list {
+	for _, l := range w.lists {
+		if l.owner == owner {
+			return l
+		}
+	}
+	return nil
 }
 
 // summary describes what this rank ran.
