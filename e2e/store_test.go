@@ -20,13 +20,15 @@ import (
 
 // kvInput and kvOutput are one store operation for porcupine.
 type kvInput struct {
-	kind  string // put, del, get
+	kind  string // put, del, get, cas
 	key   int
-	value string
+	value string // put: the value; cas: the new value
+	old   string // cas: the value expected, "" for absent
 }
 
 type kvOutput struct {
 	value   string // for get: the value read, "" when not found
+	swapped bool   // for cas
 	unknown bool   // the call never returned, or returned an error
 }
 
@@ -52,6 +54,13 @@ var kvModel = porcupine.Model{
 			return true, in.value
 		case "del":
 			return true, ""
+		case "cas":
+			// An unknown outcome may be placed at the history's end, where
+			// it does nothing observable: assume it swapped when it could.
+			if in.old == state.(string) {
+				return out.unknown || out.swapped, in.value
+			}
+			return out.unknown || !out.swapped, state
 		}
 		return out.value == state.(string), state
 	},
@@ -59,6 +68,9 @@ var kvModel = porcupine.Model{
 		in, out := input.(kvInput), output.(kvOutput)
 		if in.kind == "get" {
 			return fmt.Sprintf("get(%d) -> %q", in.key, out.value)
+		}
+		if in.kind == "cas" {
+			return fmt.Sprintf("cas(%d, %q, %q) -> %v", in.key, in.old, in.value, out.swapped)
 		}
 		return fmt.Sprintf("%s(%d, %q)", in.kind, in.key, in.value)
 	},
@@ -98,8 +110,12 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 				cl, _ := strconv.Atoi(w[1])
 				k, _ := strconv.Atoi(w[4])
 				at, _ := strconv.ParseInt(w[6], 10, 64)
-				val := w[5]
-				calls[id] = &call{cl: cl, in: kvInput{w[3], k, val}, at: at}
+				in := kvInput{kind: w[3], key: k, value: w[5]}
+				if in.kind == "cas" {
+					o, n, _ := strings.Cut(w[5], ">")
+					in.old, in.value = strings.TrimPrefix(o, "-"), n
+				}
+				calls[id] = &call{cl: cl, in: in, at: at}
 				order = append(order, id)
 			case w[0] == "R":
 				c := calls[id]
@@ -114,6 +130,7 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 					if c.in.kind == "get" {
 						out.value = w[4]
 					}
+					out.swapped = c.in.kind == "cas" && w[4] == "true"
 				case "notfound":
 				default:
 					if c.in.kind == "get" {
@@ -177,6 +194,16 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 			if least := map[bool]int{false: 500, true: 150}[emulated()]; done < least {
 				t.Fatalf("only %d operations completed:\n%s", done, out)
 			}
+			swaps := map[bool]int{}
+			for _, op := range ops {
+				if in, out := op.Input.(kvInput), op.Output.(kvOutput); in.kind == "cas" && !out.unknown {
+					swaps[out.swapped]++
+				}
+			}
+			if swaps[true] == 0 || swaps[false] == 0 {
+				t.Errorf("compare-and-swaps: %d swapped, %d did not: the history does not test both", swaps[true], swaps[false])
+			}
+			t.Logf("compare-and-swaps: %d swapped, %d did not", swaps[true], swaps[false])
 			res, info := porcupine.CheckOperationsVerbose(kvModel, ops, time.Minute)
 			t.Logf("%d operations completed, %d left open by kills or errors: %v", done, open, res)
 			if res != porcupine.Ok {

@@ -763,7 +763,7 @@ type Replica struct {
 	Rank     ftrma.Rank
 	Version  uint64 // 0: this rank has no copy
 	HasValue bool   // false for a deletion or no copy
-	Complete bool   // the copy's record is whole and of its version
+	Complete bool   // the copy's record is whole and of its version (true for no copy)
 }
 
 // Locate reads the key's live replicas, in placement order, without locks: a
@@ -781,6 +781,7 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	for i, p := range reps {
 		out[i].Rank = p.r
 		if p.slot < 0 {
+			out[i].Complete = true // no copy (never put, or deleted): nothing torn
 			continue
 		}
 		out[i].Version = p.word(slotCurVer)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 		mu.Unlock()
 	}
 	key := func(i int) []byte { return fmt.Appendf(nil, "lin/%d", i) }
+	var seen []string // values gets returned lately, for compare-and-swaps (guarded by mu)
 	// one runs one recorded operation of client cl.
 	one := func(cl int, kind string, k int, val string) {
 		mu.Lock()
@@ -86,6 +88,15 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			var v []byte
 			v, err = s.Get(ctx, key(k))
 			out = string(v)
+		case "cas": // val is OLD>NEW, OLD "-" for absent
+			var old []byte
+			o, n, _ := strings.Cut(val, ">")
+			if o != "-" {
+				old = []byte(o)
+			}
+			var ok bool
+			ok, err = s.CompareAndSwap(ctx, key(k), old, []byte(n))
+			out = strconv.FormatBool(ok)
 		}
 		switch {
 		case err == nil:
@@ -99,6 +110,11 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			out = "-"
 		}
 		record("R %d %d %s %s %d", cl, id, res, out, time.Now().UnixNano())
+		if kind == "get" && res == "ok" {
+			mu.Lock()
+			seen = append(seen[max(0, len(seen)-15):], out)
+			mu.Unlock()
+		}
 	}
 	end := time.Now().Add(dur)
 	var wg sync.WaitGroup
@@ -114,10 +130,20 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 				}
 				k := rng.IntN(nkeys)
 				switch x := rng.IntN(10); {
-				case x < 5:
+				case x < 4:
 					one(cl, "put", k, fmt.Sprintf("c%d.%d", cl, seq))
-				case x < 6:
+				case x < 5:
 					one(cl, "del", k, "-")
+				case x < 6:
+					// From a value some client wrote lately (or absent):
+					// both outcomes happen.
+					old := "-"
+					mu.Lock()
+					if o := rng.IntN(2*len(seen) + 1); o < len(seen) {
+						old = seen[o]
+					}
+					mu.Unlock()
+					one(cl, "cas", k, fmt.Sprintf("%s>c%d.%d", old, cl, seq))
 				default:
 					one(cl, "get", k, "-")
 				}
@@ -152,6 +178,9 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			}
 			if whole == copies || time.Now().After(deadline) {
 				fmt.Printf("whole %d %d\n", k, whole)
+				if whole != copies {
+					fmt.Printf("replicas of key %d: %+v\n", k, reps)
+				}
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
