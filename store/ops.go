@@ -536,6 +536,19 @@ func (s *Store) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 	}
 }
 
+// release gives back the key's locks this rank holds, and frees its slots
+// when no replica holds a value or a pending one (slots claimed for a key
+// that then got no value).
+func (s *Store) release(ctx context.Context, id ident, reps []*replica) {
+	for _, p := range reps {
+		if !p.failed && p.slot >= 0 && (p.word(slotCurAddr) != 0 || p.word(slotPAddr) != 0) {
+			s.unlockAll(ctx, reps)
+			return
+		}
+	}
+	s.tombstone(ctx, id, reps, newest(reps))
+}
+
 func (s *Store) countTakeovers(reps []*replica) {
 	for _, p := range reps {
 		if p.took {

@@ -28,6 +28,9 @@ var (
 	ErrDataLost = errors.New("every copy of the key may be lost")
 	// ErrClosed: the store was closed.
 	ErrClosed = fmt.Errorf("store closed: %w", ftrma.ErrClosed)
+	// ErrConflict: a transaction read a key that another write changed
+	// before the transaction committed; nothing of it was written.
+	ErrConflict = errors.New("transaction conflict")
 	// ErrFull: a replica of the key cannot take the value: its rank's key
 	// slots or chunk table are full, or it cannot attach more heap memory
 	// (out of memory, its transport's region table full). Nothing of the

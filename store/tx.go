@@ -17,9 +17,10 @@ import (
 // together at Commit, or not at all, also when the writer dies in the middle
 // of Commit. Begin one with Store.Begin; a Tx is used by one goroutine.
 type Tx struct {
-	s    *Store
-	ops  map[string]txOp
-	done bool
+	s     *Store
+	ops   map[string]txOp
+	reads map[string]uint64 // keys Get read, with the version read (0: no value)
+	done  bool
 }
 
 type txOp struct {
@@ -28,7 +29,41 @@ type txOp struct {
 }
 
 // Begin starts a transaction.
-func (s *Store) Begin() *Tx { return &Tx{s: s, ops: map[string]txOp{}} }
+func (s *Store) Begin() *Tx { return &Tx{s: s, ops: map[string]txOp{}, reads: map[string]uint64{}} }
+
+// Get returns key's value as the transaction sees it: the transaction's own
+// write of the key if it made one, else the value the store holds now (or
+// ErrNotFound). The key joins the transaction's read set: Commit fails with
+// ErrConflict, writing nothing, when a key the transaction read has another
+// version by then (optimistic concurrency control). Committed transactions
+// are so serializable: each one's reads and writes take effect at one point,
+// its commit. Reads of a transaction that does not commit may see values
+// that no serial order explains (as in any optimistic scheme): act on them
+// only after Commit returns nil. A key read twice with different versions
+// between fails at once with ErrConflict.
+func (t *Tx) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := t.usable("tx get", key, nil); err != nil {
+		return nil, err
+	}
+	if op, ok := t.ops[string(key)]; ok {
+		if op.del {
+			return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: ErrNotFound}
+		}
+		return slices.Clone(op.value), nil
+	}
+	v, ver, err := t.s.get(ctx, t.s.ident(key))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: err}
+	}
+	if old, ok := t.reads[string(key)]; ok && old != ver {
+		return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: fmt.Errorf("%w: %q changed between two reads of the transaction", ErrConflict, key)}
+	}
+	t.reads[string(key)] = ver
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: err}
+	}
+	return v, nil
+}
 
 // Put adds a put of value under key to the transaction (the last write of a
 // key in a transaction wins). It checks its arguments at once.
@@ -57,11 +92,14 @@ func (t *Tx) usable(op string, key, value []byte) error {
 }
 
 type txKeyState struct {
-	id   ident
-	op   txOp
-	reps []*replica
-	ver  uint64
-	rec  []byte
+	id      ident
+	op      txOp
+	write   bool   // op is the transaction's write of the key
+	read    bool   // the transaction read the key, at version readVer
+	readVer uint64 // (0: no value)
+	reps    []*replica
+	ver     uint64
+	rec     []byte
 }
 
 // Commit makes the transaction's writes visible, all of them or none.
@@ -89,12 +127,18 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: ErrClosed}
 	}
 	t.done = true
-	if len(t.ops) == 0 {
+	if len(t.ops) == 0 && len(t.reads) == 0 {
 		return nil
 	}
-	keys := make([]*txKeyState, 0, len(t.ops))
+	keys := make([]*txKeyState, 0, len(t.ops)+len(t.reads))
 	for k, op := range t.ops {
-		keys = append(keys, &txKeyState{id: s.ident([]byte(k)), op: op})
+		ver, read := t.reads[k]
+		keys = append(keys, &txKeyState{id: s.ident([]byte(k)), op: op, write: true, read: read, readVer: ver})
+	}
+	for k, ver := range t.reads {
+		if _, ok := t.ops[k]; !ok {
+			keys = append(keys, &txKeyState{id: s.ident([]byte(k)), read: true, readVer: ver})
+		}
 	}
 	slices.SortFunc(keys, func(a, b *txKeyState) int {
 		return cmp.Or(cmp.Compare(a.id.h, b.id.h), strings.Compare(a.id.key, b.id.key))
@@ -153,10 +197,30 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	pdesc := make([]byte, 3*8)
 	abort := func(err error) error {
 		s.dropPending(ctx, keys)
-		s.unlockAll(ctx, all)
+		for _, k := range keys {
+			s.release(ctx, k.id, k.reps)
+		}
 		return err
 	}
+	writes := 0
 	for _, k := range keys {
+		if k.read && !unchanged(k) {
+			return abort(fmt.Errorf("%w: %q changed since the transaction read it", ErrConflict, k.id.key))
+		}
+		if k.write {
+			writes++
+		}
+	}
+	if writes == 0 {
+		for _, k := range keys {
+			s.release(ctx, k.id, k.reps) // a read-only transaction: its reads hold now
+		}
+		return nil
+	}
+	for _, k := range keys {
+		if !k.write {
+			continue
+		}
 		k.ver = nextVersion(k.reps)
 		if k.ver > maxVersion {
 			return abort(errLastVersion)
@@ -211,7 +275,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			s.flushAll(cctx, keys[0].reps)
 			testHookCommit(s, "published-one")
 		}
-		if k.op.del {
+		if !k.write || k.op.del {
 			continue // below
 		}
 		for _, p := range k.reps {
@@ -228,12 +292,18 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	}
 	s.flushAll(cctx, all)
 	for _, k := range keys {
-		if k.op.del {
+		switch {
+		case !k.write:
+			s.release(cctx, k.id, k.reps) // read only
+		case k.op.del:
 			// Deletions free the key's slots (and release their locks).
 			s.tombstone(cctx, k.id, k.reps, k.ver)
 		}
 	}
 	for _, k := range keys {
+		if !k.write {
+			continue
+		}
 		s.dropLease(k.id) // the commit released the key's locks
 		lost := false
 		for _, p := range k.reps {
@@ -286,4 +356,22 @@ func (s *Store) dropPending(ctx context.Context, keys []*txKeyState) {
 			p.pending = 0
 		}
 	}
+}
+
+// unchanged reports whether key k, read by the transaction at version
+// k.readVer, is still so at every live replica (locked by this rank).
+func unchanged(k *txKeyState) bool {
+	for _, p := range k.reps {
+		if p.failed {
+			continue
+		}
+		if p.slot < 0 || p.word(slotPAddr) != 0 {
+			return false
+		}
+		has := p.word(slotCurAddr) != 0
+		if k.readVer == 0 && has || k.readVer != 0 && (!has || p.word(slotCurVer) != k.readVer) {
+			return false
+		}
+	}
+	return true
 }
