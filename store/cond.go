@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 
@@ -46,7 +45,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key, old, new []byte) (bool,
 		if old == nil {
 			return !found
 		}
-		return found && bytes.Equal(cur, old)
+		return found && equalYielding(cur, old)
 	})
 }
 

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +197,28 @@ func TestDecisionKeysOutOfReach(t *testing.T) {
 	}
 	if v, err := st[0].Get(ctx, dk[1:]); err != nil || string(v) != "user" {
 		t.Fatalf("user key: %q %v", v, err)
+	}
+}
+
+// The yielding copies, checksums and comparisons compute what the plain
+// ones do, across piece boundaries.
+func TestYieldingHelpers(t *testing.T) {
+	b := make([]byte, 3*yieldEvery+17)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	c := cloneYielding(b)
+	if !equalYielding(b, c) || !bytes.Equal(b, c) {
+		t.Fatal("clone differs")
+	}
+	c[2*yieldEvery+3]++
+	if equalYielding(b, c) {
+		t.Fatal("equal after a change in the third piece")
+	}
+	if crcYielding(5, b) != crc32.Update(5, castagnoli, b) {
+		t.Fatal("crc differs")
+	}
+	if cloneYielding(nil) != nil {
+		t.Fatal("clone of nil is not nil")
 	}
 }

@@ -126,15 +126,14 @@ func encodeRecord(b []byte, r record) {
 	}
 	le.PutUint32(b[36:], flags)
 	n := copy(b[recHeader:], r.key)
-	n += copy(b[recHeader+n:], r.value)
+	n += copyYielding(b[recHeader+n:], r.value)
 	clear(b[recHeader+n:])
 	le.PutUint32(b[32:], recordCRC(b))
 }
 
 func recordCRC(b []byte) uint32 {
 	c := crc32.Update(0, castagnoli, b[:32])
-	c = crc32.Update(c, castagnoli, b[36:])
-	return c
+	return crcYielding(c, b[36:])
 }
 
 // decodeRecord checks and decodes a record read from a heap block; ok is false

@@ -49,7 +49,7 @@ func (t *Tx) Get(ctx context.Context, key []byte) ([]byte, error) {
 		if op.del {
 			return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: ErrNotFound}
 		}
-		return slices.Clone(op.value), nil
+		return cloneYielding(op.value), nil
 	}
 	v, ver, err := t.s.get(ctx, t.s.ident(key))
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -71,7 +71,7 @@ func (t *Tx) Put(key, value []byte) error {
 	if err := t.usable("tx put", key, value); err != nil {
 		return err
 	}
-	t.ops[string(key)] = txOp{value: slices.Clone(value)}
+	t.ops[string(key)] = txOp{value: cloneYielding(value)}
 	return nil
 }
 
