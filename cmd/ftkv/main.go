@@ -3,9 +3,12 @@
 //
 //	ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json]
 //	ftrun -n N ftkv serve --socket PATH [--copies K]
-//	ftkv put --socket PATH KEY VALUE      (VALUE - reads it from stdin)
-//	ftkv get --socket PATH KEY            (the value, raw, on stdout)
-//	ftkv del --socket PATH KEY
+//	ftkv put --socket PATH [--if-absent | --if-version N] KEY VALUE   (VALUE - reads it from stdin)
+//	ftkv get --socket PATH [--version] KEY       (the value, raw, on stdout; --version: "VERSION\t" first)
+//	ftkv del --socket PATH [--if-version N] KEY
+//	ftkv cas --socket PATH KEY OLD NEW|--delete  (OLD -: no value; prints swapped or not swapped)
+//	ftkv ls --socket PATH [--limit N] [--after KEY] [PREFIX]
+//	ftkv len --socket PATH
 //	ftkv stop --socket PATH
 //
 // serve: every rank of the job opens the store and serves requests on its
@@ -20,9 +23,12 @@
 // the survivors agree (fault-tolerantly) that they are done, close the store
 // and exit 0.
 //
-// The client commands exit 0 on success, 1 when the key is not found (get),
-// the server reports an error or cannot be reached, and 2 on a usage error.
-// The protocol is in proto.go.
+// The client commands exit 0 on success; 1 when the key is not found (get),
+// when a conditional write's condition does not hold (cas, put --if-absent,
+// put and del --if-version), or when the server reports an error or cannot
+// be reached; and 2 on a usage error. ls prints keys one a line, as they are
+// when they are plain printable text and Go-quoted otherwise (keyRule in
+// client.go). The protocol is in proto.go.
 package main
 
 import (
@@ -47,15 +53,32 @@ Commands run as ftrun jobs:
         serve the store on Unix sockets: rank 0 on PATH, rank r on PATH.r
 
 Client commands, against a serving job:
-  ftkv put --socket PATH KEY VALUE    store VALUE under KEY (VALUE - : stdin)
-  ftkv get --socket PATH KEY          print KEY's value, raw, to stdout
-  ftkv del --socket PATH KEY          delete KEY (no error if missing)
+  ftkv put --socket PATH [--if-absent | --if-version N] KEY VALUE
+        store VALUE under KEY (VALUE - : stdin); --if-absent: only if KEY has
+        no value; --if-version N: only if KEY's version is N
+  ftkv get --socket PATH [--version] KEY
+        print KEY's value, raw, to stdout; --version: its version and a tab first
+  ftkv del --socket PATH [--if-version N] KEY
+        delete KEY (no error if missing); --if-version N: only if its version is N
+  ftkv cas --socket PATH KEY OLD NEW   (or: --delete KEY OLD)
+        set KEY to NEW (or delete it) if its value is OLD (OLD - : KEY has no
+        value; NEW - : stdin); prints "swapped" or "not swapped"
+  ftkv ls --socket PATH [--limit N] [--after KEY] [PREFIX]
+        list the keys with PREFIX, one a line, in byte order (keys that are not
+        plain text are Go-quoted); --limit N: at most N, then a line on stderr
+        that says how to continue (--after KEY)
+  ftkv len --socket PATH              print the number of keys
   ftkv stop --socket PATH             stop every rank of the serving job
 
   ftkv help [COMMAND]                 this text, or a command's flags
 
-Exit status: 0 success; 1 failure (for get: the key is not found); 2 usage
-error. "ftkv COMMAND -h" describes a command's flags.
+Exit status:
+  0  success (ls also when --limit stopped it)
+  1  get: the key is not found; cas: not swapped; put --if-absent, put and del
+     --if-version: the condition did not hold (nothing changed); any command:
+     the server reports an error or cannot be reached
+  2  usage error
+"ftkv COMMAND -h" describes a command's flags.
 `
 
 // commands maps a command name to its entry point, which returns the exit
@@ -71,6 +94,15 @@ var commands = map[string]func(args []string, stdin io.Reader, stdout, stderr io
 	},
 	"del": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runClient("del", args, stdin, stdout, stderr)
+	},
+	"cas": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("cas", args, stdin, stdout, stderr)
+	},
+	"ls": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("ls", args, stdin, stdout, stderr)
+	},
+	"len": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		return runClient("len", args, stdin, stdout, stderr)
 	},
 	"stop": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runClient("stop", args, stdin, stdout, stderr)

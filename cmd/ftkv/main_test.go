@@ -22,6 +22,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{}, {"-h"}, {"-help"}, {"--help"}, {"help"},
 		{"help", "bench"}, {"bench", "-h"}, {"bench", "--help"},
 		{"serve", "-h"}, {"put", "-h"}, {"get", "--help"}, {"del", "-h"}, {"stop", "-h"},
+		{"ls", "-h"}, {"len", "-h"}, {"cas", "-h"}, {"help", "ls"},
 		{"get", "--socket", "x", "-h"},
 	} {
 		code, out, errOut := runFtkv(args...)
@@ -44,7 +45,7 @@ func TestHelpExitsZero(t *testing.T) {
 }
 
 func TestUnknownCommand(t *testing.T) {
-	for _, args := range [][]string{{"frob"}, {"--copies", "3"}, {"help", "frob"}, {"ls"}} {
+	for _, args := range [][]string{{"frob"}, {"--copies", "3"}, {"help", "frob"}, {"list"}} {
 		code, out, errOut := runFtkv(args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "unknown command") || !strings.Contains(errOut, "usage: ftkv") {
 			t.Errorf("ftkv %q: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", args, code, out, errOut)
@@ -88,6 +89,22 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"del", "--socket", "s"}, "KEY"},
 		{[]string{"stop", "--socket", "s", "k"}, "no arguments"},
 		{[]string{"stop"}, "--socket"},
+		{[]string{"len", "--socket", "s", "k"}, "no arguments"},
+		{[]string{"ls", "--socket", "s", "a", "b"}, "PREFIX"},
+		{[]string{"ls", "--socket", "s", "--limit", "-1"}, "--limit"},
+		{[]string{"ls", "--socket", "s", "--after", `"a`}, "--after"},
+		{[]string{"ls", "--socket", "s", `"\q"`}, "PREFIX"},
+		{[]string{"ls", "--socket", "s", strings.Repeat("p", maxKey+1)}, "at most"},
+		{[]string{"ls", "--version"}, "version"}, // a flag of get only
+		{[]string{"cas", "--socket", "s", "k", "old"}, "KEY OLD NEW"},
+		{[]string{"cas", "--socket", "s", "--delete", "k", "old", "new"}, "KEY OLD"},
+		{[]string{"cas", "--socket", "s", "--delete", "k", "-"}, "--delete"},
+		{[]string{"cas", "--socket", "s", "", "a", "b"}, "empty"},
+		{[]string{"put", "--socket", "s", "--if-absent", "--if-version", "1", "k", "v"}, "exclude"},
+		{[]string{"put", "--socket", "s", "--if-version", "-1", "k", "v"}, "version"},
+		{[]string{"put", "--socket", "s", "--if-version", "x", "k", "v"}, "version"},
+		{[]string{"del", "--socket", "s", "--if-version", "0", "k"}, "at least 1"},
+		{[]string{"del", "--socket", "s", "--if-absent", "k"}, "if-absent"},
 	} {
 		code, out, errOut := runFtkv(c.args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
@@ -145,4 +162,78 @@ func TestParseFlagsInterspersed(t *testing.T) {
 	if _, code, done := parseFlags(clientFlags("put", &o), []string{"k", "-x"}, "", new(bytes.Buffer), new(bytes.Buffer)); !done || code != 2 {
 		t.Errorf("an unknown flag after an argument: done %v, code %d; want a usage error", done, code)
 	}
+}
+
+// Every key ls prints reads back, through --after or PREFIX, as itself;
+// plain printable text is printed as it is, anything else quoted, so that a
+// line is one key.
+func TestPrintKeyRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		key, printed string
+	}{
+		{"task/17", "task/17"},
+		{"with space", "with space"},
+		{"ünïcødé/日本", "ünïcødé/日本"},
+		{"-x", "-x"},
+		{"a\"b", "a\"b"}, // a quote inside is fine
+		{"\"quoted\"", `"\"quoted\""`},
+		{"line\nbreak", `"line\nbreak"`},
+		{"tab\there", `"tab\there"`},
+		{"nul\x00", `"nul\x00"`},
+		{"\xff\xfe", `"\xff\xfe"`},
+		{"\u00a0nbsp", `"\u00a0nbsp"`},
+		{"cr\r", `"cr\r"`},
+	} {
+		got := printKey([]byte(c.key))
+		if got != c.printed {
+			t.Errorf("printKey(%q) = %s, want %s", c.key, got, c.printed)
+		}
+		if strings.ContainsAny(got, "\n\r") {
+			t.Errorf("printKey(%q) = %q spans lines", c.key, got)
+		}
+		back, err := keyArg(got)
+		if err != nil || string(back) != c.key {
+			t.Errorf("keyArg(%s) = %q, %v; want %q", got, back, err, c.key)
+		}
+	}
+	for _, s := range []string{`"unterminated`, `"\q"`, `"a" "b"`} {
+		if _, err := keyArg(s); err == nil {
+			t.Errorf("keyArg(%s) accepted", s)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"task/17":   "task/17",
+		"a b":       "'a b'",
+		"it's":      `'it'\''s'`,
+		`"a\x00"`:   `'"a\x00"'`,
+		"$HOME":     "'$HOME'",
+		"k-1_2.3:4": "k-1_2.3:4",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// Whatever the key's bytes, ls prints it on one line, and the line reads back
+// as the key.
+func FuzzPrintKey(f *testing.F) {
+	for _, k := range []string{"task/17", "a\nb", `"x"`, "\x00", "\xff", "\u2028", "é\u0301"} {
+		f.Add([]byte(k))
+	}
+	f.Fuzz(func(t *testing.T, key []byte) {
+		if len(key) == 0 {
+			return // keys are never empty
+		}
+		p := printKey(key)
+		if strings.ContainsAny(p, "\n\r") {
+			t.Fatalf("%q prints as %q, over lines", key, p)
+		}
+		if back, err := keyArg(p); err != nil || !bytes.Equal(back, key) {
+			t.Fatalf("%q prints as %s, which reads back as %q, %v", key, p, back, err)
+		}
+	})
 }

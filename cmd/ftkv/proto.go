@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,30 +19,101 @@ import (
 //	field   = length:uint32 bytes
 //
 // The code of a request names its type and fixes its fields; the code of a
-// reply is its status. Codes are append-only: a new request type (an ls that
-// lists keys by prefix, with fields prefix, limit and continuation, answered by
-// the keys and the next continuation) is one more code, which a server that
-// does not know it answers with statusError.
+// reply is its status. Codes are append-only: a new request type is one more
+// code, which a server that does not know it answers with statusError.
+//
+// Fixed-width fields: a flag byte, a uint32 or a uint64, big-endian. A key
+// is never empty; a value may be. A version is the store's (GetVersion): 0
+// means "the key has no value".
 const (
 	reqGet  byte = 1 // fields: key. Reply: statusOK value, or statusNotFound
 	reqPut  byte = 2 // fields: key, value. Reply: statusOK
 	reqDel  byte = 3 // fields: key. Reply: statusOK (also for a missing key)
 	reqStop byte = 4 // no fields. Reply: statusOK, then every rank of the job stops
 
+	// fields: prefix, after, limit:uint32. Reply: statusOK more:byte key*,
+	// one page of store.Scan: the keys with prefix after after (empty: from
+	// the first), in byte order, at most limit of them (0: the server's page
+	// size, which also bounds a non-zero limit, as does a byte bound); more
+	// is 1 when keys follow (ask again with after = the last key), else 0.
+	reqList byte = 5
+	// no fields. Reply: statusOK count:uint64 (store.Len).
+	reqLen byte = 6
+	// fields: key. Reply: statusOK version:uint64 value, or statusNotFound.
+	reqGetVersion byte = 7
+	// fields: key, flags:byte, old, new (store.CompareAndSwap). Flag
+	// casOldAbsent: the key must have no value (old is empty); flag
+	// casDelete: delete the key (new is empty). Reply: statusOK when swapped,
+	// statusFailed when not.
+	reqCAS byte = 8
+	// fields: key, version:uint64, value (store.PutIfVersion). Reply:
+	// statusOK when stored, statusFailed when the version differs.
+	reqPutIfVersion byte = 9
+	// fields: key, version:uint64, at least 1 (store.DeleteIfVersion).
+	// Reply: statusOK when deleted, statusFailed when the version differs.
+	reqDelIfVersion byte = 10
+
 	statusOK       byte = 0 // fields: the request's results
 	statusNotFound byte = 1 // no fields
 	statusError    byte = 2 // fields: a message for the user
+	statusFailed   byte = 3 // no fields: a conditional write's condition did not hold
 )
 
-// fieldsOf is the number of fields of each request type.
-var fieldsOf = map[byte]int{reqGet: 1, reqPut: 2, reqDel: 1, reqStop: 0}
+// Flags of a reqCAS.
+const (
+	casOldAbsent byte = 1 << iota
+	casDelete
+)
+
+// fieldKind is the kind of a request's or a reply's field.
+type fieldKind byte
+
+const (
+	fKey   fieldKind = iota // non-empty bytes
+	fBytes                  // any bytes: a value, a prefix
+	fFlag                   // one byte
+	fU32                    // 4 bytes, big-endian
+	fU64                    // 8 bytes, big-endian
+)
+
+// requestFields are the fields of each request type.
+var requestFields = map[byte][]fieldKind{
+	reqGet:          {fKey},
+	reqPut:          {fKey, fBytes},
+	reqDel:          {fKey},
+	reqStop:         {},
+	reqList:         {fBytes, fBytes, fU32},
+	reqLen:          {},
+	reqGetVersion:   {fKey},
+	reqCAS:          {fKey, fFlag, fBytes, fBytes},
+	reqPutIfVersion: {fKey, fU64, fBytes},
+	reqDelIfVersion: {fKey, fU64},
+}
+
+// okFields are the fields of a statusOK reply to each request type; a
+// reqList's reply has any number of keys after them.
+var okFields = map[byte][]fieldKind{
+	reqGet:        {fBytes},
+	reqList:       {fFlag},
+	reqLen:        {fU64},
+	reqGetVersion: {fU64, fBytes},
+}
 
 // reqName names request codes in messages.
-var reqName = map[byte]string{reqGet: "get", reqPut: "put", reqDel: "del", reqStop: "stop"}
+var reqName = map[byte]string{
+	reqGet: "get", reqPut: "put", reqDel: "del", reqStop: "stop",
+	reqList: "ls", reqLen: "len", reqGetVersion: "get-version", reqCAS: "cas",
+	reqPutIfVersion: "put-if-version", reqDelIfVersion: "del-if-version",
+}
 
-// frameOverhead is what a frame holding a key and a value of at most maxKey
-// and maxValue bytes adds to them: the lengths and the code.
-const frameOverhead = 4 + 1 + 4 + 4
+// maxRequest is the largest request message (not counting its length
+// prefix) with keys of at most maxKey and values of at most maxValue bytes:
+// a bound on a cas's (a key and two values) and an ls's (two keys).
+func maxRequest(maxValue int) int { return 1 + 4*4 + 8 + 2*maxKey + 2*maxValue }
+
+// maxReply is the largest reply message a client reads: a value with its
+// version, or a page of keys (listPageBytes).
+const maxReply = 1 + 4*2 + 8 + maxValueLimit
 
 // message is a request or a reply.
 type message struct {
@@ -124,18 +196,48 @@ func parseMessage(b []byte) (message, error) {
 	return m, nil
 }
 
-// checkRequest checks that m is a known request with the right fields: a
-// non-empty key for get, put and del.
+// checkRequest checks that m is a known request with the right fields.
 func checkRequest(m message) error {
-	want, ok := fieldsOf[m.code]
+	kinds, ok := requestFields[m.code]
 	if !ok {
 		return fmt.Errorf("unknown request type %d", m.code)
 	}
-	if len(m.fields) != want {
-		return fmt.Errorf("%s request with %d fields, want %d", reqName[m.code], len(m.fields), want)
+	name := reqName[m.code]
+	if len(m.fields) != len(kinds) {
+		return fmt.Errorf("%s request with %d fields, want %d", name, len(m.fields), len(kinds))
 	}
-	if want > 0 && len(m.fields[0]) == 0 {
-		return fmt.Errorf("%s request with an empty key", reqName[m.code])
+	if err := checkFields(m.fields, kinds); err != nil {
+		return fmt.Errorf("%s request: %w", name, err)
+	}
+	switch m.code {
+	case reqCAS:
+		flags := m.fields[1][0]
+		switch {
+		case flags&^(casOldAbsent|casDelete) != 0:
+			return fmt.Errorf("cas request with unknown flags %#x", flags)
+		case flags&casOldAbsent != 0 && len(m.fields[2]) > 0:
+			return errors.New("cas request: an old value with the flag \"old absent\"")
+		case flags&casDelete != 0 && len(m.fields[3]) > 0:
+			return errors.New("cas request: a new value with the flag \"delete\"")
+		}
+	case reqDelIfVersion:
+		if binary.BigEndian.Uint64(m.fields[1]) == 0 {
+			return errors.New("del-if-version request with version 0 (no key has it)")
+		}
+	}
+	return nil
+}
+
+// checkFields checks fields against their kinds.
+func checkFields(fields [][]byte, kinds []fieldKind) error {
+	for i, k := range kinds {
+		n := len(fields[i])
+		switch {
+		case k == fKey && n == 0:
+			return fmt.Errorf("field %d: an empty key", i+1)
+		case k == fFlag && n != 1, k == fU32 && n != 4, k == fU64 && n != 8:
+			return fmt.Errorf("field %d: %d bytes, want %d", i+1, n, map[fieldKind]int{fFlag: 1, fU32: 4, fU64: 8}[k])
+		}
 	}
 	return nil
 }
@@ -143,23 +245,74 @@ func checkRequest(m message) error {
 // checkReply checks that rep is a well-formed reply to a request of type
 // code.
 func checkReply(code byte, rep message) error {
-	want := 0
+	var kinds []fieldKind
 	switch rep.code {
 	case statusOK:
-		if code == reqGet {
-			want = 1
-		}
+		kinds = okFields[code]
 	case statusNotFound:
-		if code != reqGet {
+		if code != reqGet && code != reqGetVersion {
 			return fmt.Errorf("malformed reply: not found, to a %s", reqName[code])
 		}
+	case statusFailed:
+		if code != reqCAS && code != reqPutIfVersion && code != reqDelIfVersion {
+			return fmt.Errorf("malformed reply: condition failed, to a %s", reqName[code])
+		}
 	case statusError:
-		want = 1
+		kinds = []fieldKind{fBytes}
 	default:
 		return fmt.Errorf("malformed reply: status %d", rep.code)
 	}
-	if len(rep.fields) != want {
-		return fmt.Errorf("malformed reply: status %d with %d fields, want %d", rep.code, len(rep.fields), want)
+	if len(rep.fields) != len(kinds) && !(rep.code == statusOK && code == reqList && len(rep.fields) > len(kinds)) {
+		return fmt.Errorf("malformed reply: status %d with %d fields, want %d", rep.code, len(rep.fields), len(kinds))
+	}
+	if err := checkFields(rep.fields, kinds); err != nil {
+		return fmt.Errorf("malformed reply: %w", err)
+	}
+	if rep.code == statusOK && code == reqList {
+		if _, _, err := parseListReply(rep); err != nil {
+			return fmt.Errorf("malformed reply: %w", err)
+		}
 	}
 	return nil
 }
+
+// listRequest is a reqList for the page of keys with prefix after after, at
+// most limit of them (0: the server's page size).
+func listRequest(prefix, after []byte, limit uint32) message {
+	return message{code: reqList, fields: [][]byte{prefix, after, binary.BigEndian.AppendUint32(nil, limit)}}
+}
+
+// listReply is the statusOK reply to a reqList.
+func listReply(keys [][]byte, more bool) message {
+	flag := byte(0)
+	if more {
+		flag = 1
+	}
+	return message{code: statusOK, fields: append([][]byte{{flag}}, keys...)}
+}
+
+// parseListReply returns the keys and the more flag of a reqList's statusOK
+// reply (fields checked by checkReply): the keys are non-empty and in
+// strictly increasing byte order, and more comes with at least one key, so
+// that a client that asks again after the last key always makes progress.
+func parseListReply(rep message) (keys [][]byte, more bool, err error) {
+	if len(rep.fields) == 0 || len(rep.fields[0]) != 1 || rep.fields[0][0] > 1 {
+		return nil, false, errors.New("ls reply without a more flag of 0 or 1")
+	}
+	more, keys = rep.fields[0][0] == 1, rep.fields[1:]
+	if more && len(keys) == 0 {
+		return nil, false, errors.New("ls reply: more keys, but none in this page")
+	}
+	for i, k := range keys {
+		if len(k) == 0 {
+			return nil, false, fmt.Errorf("ls reply: key %d is empty", i+1)
+		}
+		if i > 0 && bytes.Compare(keys[i-1], k) >= 0 {
+			return nil, false, fmt.Errorf("ls reply: key %d is not after key %d", i+1, i)
+		}
+	}
+	return keys, more, nil
+}
+
+// u64 encodes a uint64 field.
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

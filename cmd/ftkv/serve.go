@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,12 +26,13 @@ type serveOptions struct {
 	copies     copiesFlag
 	maxValue   int
 	reqTimeout time.Duration
+	listPage   int // keys in an ls reply at most; 0 means listPageKeys (tests set it)
 }
 
 const serveSynopsis = `usage: ftrun -n N ftkv serve --socket PATH [--copies K] [flags]
 
 Every rank opens the store and serves the client commands (put, get, del,
-stop) on its own Unix domain socket: rank 0 on PATH, rank r > 0 on PATH.r.
+ls, len, cas, stop) on its own Unix domain socket: rank 0 on PATH, rank r > 0 on PATH.r.
 The sockets are mode 0600 and removed when their rank exits; a rank refuses a
 path that is a live socket. Rank 0 prints a line when the job is ready. A
 rank's death does not stop the others; "ftkv stop --socket PATH" (or
@@ -66,6 +68,14 @@ const maxValueLimit = 1 << 30
 
 // maxKey is the store's default key limit (store.Options.MaxKeySize).
 const maxKey = 1 << 10
+
+// Bounds of an ls reply: one page of at most listPageKeys keys and
+// listPageBytes bytes of keys (with their lengths), far below the client's
+// frame limit; the client asks for the next page.
+const (
+	listPageKeys  = 1000
+	listPageBytes = 256 << 10
+)
 
 // stopNotice is the notice (comm.Notify) that stops every serving rank.
 const stopNotice = "ftkv/stop"
@@ -287,7 +297,7 @@ func (sv *server) drain() {
 }
 
 // maxFrame is the largest request this server reads.
-func (sv *server) maxFrame() int { return frameOverhead + maxKey + sv.opt.maxValue }
+func (sv *server) maxFrame() int { return maxRequest(sv.opt.maxValue) }
 
 // handle serves the requests of one connection, one after the other.
 func (sv *server) handle(conn net.Conn) {
@@ -359,10 +369,88 @@ func (sv *server) do(req message) message {
 		if err := sv.s.Delete(ctx, req.fields[0]); err != nil {
 			return errorReply(err)
 		}
+	case reqList:
+		return sv.list(ctx, req.fields[0], req.fields[1], binary.BigEndian.Uint32(req.fields[2]))
+	case reqLen:
+		n, err := sv.s.Len(ctx)
+		if err != nil {
+			return errorReply(err)
+		}
+		return message{code: statusOK, fields: [][]byte{u64(uint64(n))}}
+	case reqGetVersion:
+		v, ver, err := sv.s.GetVersion(ctx, req.fields[0])
+		if errors.Is(err, store.ErrNotFound) {
+			return message{code: statusNotFound}
+		}
+		if err != nil {
+			return errorReply(err)
+		}
+		return message{code: statusOK, fields: [][]byte{u64(ver), v}}
+	case reqCAS:
+		// The store tells "no value" (nil) from the empty value (non-nil).
+		flags, oldV, newV := req.fields[1][0], req.fields[2], req.fields[3]
+		if flags&casOldAbsent != 0 {
+			oldV = nil
+		} else if oldV == nil {
+			oldV = []byte{}
+		}
+		if flags&casDelete != 0 {
+			newV = nil
+		} else if newV == nil {
+			newV = []byte{}
+		}
+		return condReply(sv.s.CompareAndSwap(ctx, req.fields[0], oldV, newV))
+	case reqPutIfVersion:
+		return condReply(sv.s.PutIfVersion(ctx, req.fields[0], req.fields[2], binary.BigEndian.Uint64(req.fields[1])))
+	case reqDelIfVersion:
+		return condReply(sv.s.DeleteIfVersion(ctx, req.fields[0], binary.BigEndian.Uint64(req.fields[1])))
 	case reqStop:
 		sv.c.Notify(stopNotice) // noticed here at once, by the others soon
 	}
 	return message{code: statusOK}
+}
+
+// condReply is the reply to a conditional write that returned done, err.
+func condReply(done bool, err error) message {
+	switch {
+	case err != nil:
+		return errorReply(err)
+	case !done:
+		return message{code: statusFailed}
+	}
+	return message{code: statusOK}
+}
+
+// list answers a reqList with one page of keys: at most limit (0: the page
+// size, which also bounds a larger limit), cut short of listPageBytes.
+func (sv *server) list(ctx context.Context, prefix, after []byte, limit uint32) message {
+	n := listPageKeys
+	if sv.opt.listPage > 0 {
+		n = sv.opt.listPage
+	}
+	if limit > 0 && uint64(limit) < uint64(n) {
+		n = int(limit)
+	}
+	if len(after) == 0 {
+		after = nil // from the first key
+	}
+	keys, more, err := sv.s.Scan(ctx, prefix, after, n)
+	if err != nil {
+		return errorReply(err)
+	}
+	return listReply(cutPage(keys, more, listPageBytes))
+}
+
+// cutPage cuts keys (more: keys follow them) to the first ones whose fields
+// fit in max bytes, and at least one.
+func cutPage(keys [][]byte, more bool, max int) ([][]byte, bool) {
+	size := 0
+	for i, k := range keys {
+		if size += 4 + len(k); size > max && i > 0 {
+			return keys[:i], true
+		}
+	}
+	return keys, more
 }
 
 // unixListener is a rank's listening socket, which it removes on close.

@@ -18,13 +18,15 @@ import (
 )
 
 // A world of three in-process ranks serves the store: requests through any
-// rank's socket see each other's writes, concurrent clients are served, a
-// bad request gets an error reply and the connection goes on, and a stop
-// sent to one rank ends every rank without error and removes every socket.
+// rank's socket see each other's writes, concurrent clients are served, the
+// client commands ls (over server pages of 3 keys), len, cas, get --version
+// and the conditional puts and deletes do what they say, a bad request gets
+// an error reply and the connection goes on, and a stop sent to one rank
+// ends every rank without error and removes every socket.
 func TestServeInProcess(t *testing.T) {
 	w := commtest.New(t, 3)
 	dir := t.TempDir()
-	o := serveOptions{socket: filepath.Join(dir, "kv"), maxValue: 1 << 20, reqTimeout: 10 * time.Second}
+	o := serveOptions{socket: filepath.Join(dir, "kv"), maxValue: 1 << 20, reqTimeout: 10 * time.Second, listPage: 3}
 	o.copies.n = 2
 	o.copies.set = true
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -77,6 +79,66 @@ func TestServeInProcess(t *testing.T) {
 	}
 	if rep := call(0, message{code: reqPut, fields: [][]byte{[]byte("big"), make([]byte, 2<<20)}}); rep.code != statusError {
 		t.Errorf("a value over --max-value: %+v", rep)
+	}
+
+	// The client commands, in-process. The keys are key/1 to key/11.
+	ftkv := func(wantCode int, args ...string) (stdout, stderr string) {
+		t.Helper()
+		code, stdout, stderr := runFtkv(append(args, "--socket", socketPath(o.socket, 1))...)
+		if code != wantCode {
+			t.Fatalf("ftkv %q: exit %d, want %d; stdout %q, stderr %q", args, code, wantCode, stdout, stderr)
+		}
+		return stdout, stderr
+	}
+	all := "key/1\nkey/10\nkey/11\nkey/2\nkey/3\nkey/4\nkey/5\nkey/6\nkey/7\nkey/8\nkey/9\n"
+	if out, errOut := ftkv(0, "ls", "key/"); out != all || errOut != "" {
+		t.Errorf("ls key/: %q, %q; want\n%s", out, errOut, all)
+	}
+	if out, _ := ftkv(0, "ls", "key/1"); out != "key/1\nkey/10\nkey/11\n" {
+		t.Errorf("ls key/1: %q", out)
+	}
+	if out, _ := ftkv(0, "ls", "nope/"); out != "" {
+		t.Errorf("ls nope/: %q", out)
+	}
+	out, errOut := ftkv(0, "ls", "--limit", "4", "key/")
+	if out != "key/1\nkey/10\nkey/11\nkey/2\n" || errOut != "ftkv ls: more keys follow; continue with --after key/2\n" {
+		t.Errorf("ls --limit 4: %q, %q", out, errOut)
+	}
+	if out, errOut := ftkv(0, "ls", "--after", "key/2", "--limit", "7"); out != all[len("key/1\nkey/10\nkey/11\nkey/2\n"):] || errOut != "" {
+		t.Errorf("ls --after key/2 --limit 7 (exactly the rest): %q, %q", out, errOut)
+	}
+	if out, _ := ftkv(0, "len"); out != "11\n" {
+		t.Errorf("len: %q", out)
+	}
+	if out, _ := ftkv(1, "cas", "key/1", "wrong", "new"); out != "not swapped\n" {
+		t.Errorf("cas with a wrong old value: %q", out)
+	}
+	if out, _ := ftkv(0, "cas", "key/1", "value 1", "new"); out != "swapped\n" {
+		t.Errorf("cas: %q", out)
+	}
+	ftkv(1, "cas", "key/1", "-", "x")
+	ftkv(0, "cas", "fresh", "-", "")
+	ftkv(0, "cas", "--delete", "fresh", "")
+	ftkv(1, "put", "--if-absent", "key/1", "x")
+	ftkv(0, "put", "--if-absent", "fresh", "f")
+	out, _ = ftkv(0, "get", "--version", "key/1")
+	verS, val, ok := strings.Cut(out, "\t")
+	if !ok || val != "new" {
+		t.Fatalf("get --version: %q", out)
+	}
+	ftkv(1, "put", "--if-version", verS+"0", "key/1", "x")
+	ftkv(0, "put", "--if-version", verS, "key/1", "newer")
+	ftkv(1, "del", "--if-version", verS, "key/1") // the put made a new version
+	out, _ = ftkv(0, "get", "--version", "key/1")
+	verS2, val, _ := strings.Cut(out, "\t")
+	if val != "newer" || verS2 == verS {
+		t.Errorf("get --version after put --if-version: %q (version before %s)", out, verS)
+	}
+	ftkv(0, "del", "--if-version", verS2, "key/1")
+	ftkv(1, "get", "key/1")
+	ftkv(0, "put", "--if-version", "0", "key/1", "back")
+	if out, _ := ftkv(0, "len"); out != "12\n" { // key/1 back, fresh
+		t.Errorf("len at the end: %q", out)
 	}
 
 	// One connection: a malformed message, an unknown request, then a good one.
@@ -170,5 +232,28 @@ func TestListenUnix(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
 		t.Errorf("left in the directory: %v", left)
+	}
+}
+
+func TestCutPage(t *testing.T) {
+	k := func(n int) []byte { return bytes.Repeat([]byte{'k'}, n) }
+	for _, c := range []struct {
+		keys     [][]byte
+		more     bool
+		max      int
+		wantN    int
+		wantMore bool
+	}{
+		{nil, false, 10, 0, false},
+		{[][]byte{k(2), k(3)}, false, 11, 1, true}, // 6 + 7 bytes > 11: cut
+		{[][]byte{k(2), k(3)}, false, 13, 2, false},
+		{[][]byte{k(2), k(3)}, true, 13, 2, true},
+		{[][]byte{k(2), k(3)}, false, 12, 1, true},
+		{[][]byte{k(20), k(3)}, false, 5, 1, true}, // at least one key
+	} {
+		got, more := cutPage(c.keys, c.more, c.max)
+		if len(got) != c.wantN || more != c.wantMore {
+			t.Errorf("%d keys (more %v) in %d bytes: %d keys, more %v; want %d, %v", len(c.keys), c.more, c.max, len(got), more, c.wantN, c.wantMore)
+		}
 	}
 }
