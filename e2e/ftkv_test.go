@@ -78,32 +78,9 @@ func testFtkvServe(t *testing.T) {
 	kv := ftkvBin(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "s")
-	path := func(r int) string {
-		if r == 0 {
-			return sock
-		}
-		return fmt.Sprintf("%s.%d", sock, r)
-	}
+	path := func(r int) string { return ftkvPath(sock, r) }
 	start := time.Now()
-	j := startJob(t, "-n", "4", "--tag-output", kv, "serve", "--socket", sock)
-	pids := map[int]int{}
-	ready := false
-	lineRE := regexp.MustCompile(`^\[(\d)\] (?:rank \d \(pid (\d+)\) serving at (\S+)|ftkv serve: ready, 4 ranks, (\d) copies;)`)
-	for len(pids) < 4 || !ready {
-		m := j.waitLine(t, lineRE)
-		if m[4] != "" {
-			ready = true
-			if m[4] != "3" {
-				t.Errorf("serving with %s copies, want 3", m[4])
-			}
-			continue
-		}
-		r, _ := strconv.Atoi(m[1])
-		pids[r] = pidOf(t, m[2])
-		if m[3] != path(r) {
-			t.Errorf("rank %d serves at %s, want %s", r, m[3], path(r))
-		}
-	}
+	j, pids := startFtkv(t, kv, sock)
 	t.Logf("ready after %v", time.Since(start).Round(time.Millisecond))
 	for r := range 4 {
 		fi, err := os.Lstat(path(r))
@@ -139,7 +116,7 @@ func testFtkvServe(t *testing.T) {
 
 	// Bad requests get error replies and do not hurt the server.
 	for _, raw := range [][]byte{
-		{0, 0, 0, 1, 9},                      // unknown request type
+		{0, 0, 0, 1, 0xee},                   // unknown request type
 		{0, 0, 0, 5, 1, 0, 0, 0, 9},          // a get whose key field is cut short
 		{0, 0, 0, 5, 1, 0, 0, 0, 0},          // a get with an empty key
 		{0, 0, 0, 3, 2, 0, 0},                // a put cut inside a length
@@ -185,6 +162,182 @@ func testFtkvServe(t *testing.T) {
 	left, _ := os.ReadDir(dir)
 	for _, e := range left {
 		t.Errorf("left behind: %s", e.Name())
+	}
+	t.Logf("whole run %v", time.Since(start).Round(time.Millisecond))
+}
+
+// ftkvPath is rank r's socket of a job serving at sock.
+func ftkvPath(sock string, r int) string {
+	if r == 0 {
+		return sock
+	}
+	return fmt.Sprintf("%s.%d", sock, r)
+}
+
+// startFtkv starts "ftrun -n 4 ftkv serve --socket sock" and returns the job,
+// once every rank serves, and the ranks' pids.
+func startFtkv(t *testing.T, kv, sock string) (*job, map[int]int) {
+	t.Helper()
+	j := startJob(t, "-n", "4", "--tag-output", kv, "serve", "--socket", sock)
+	pids := map[int]int{}
+	ready := false
+	lineRE := regexp.MustCompile(`^\[(\d)\] (?:rank \d \(pid (\d+)\) serving at (\S+)|ftkv serve: ready, 4 ranks, (\d) copies;)`)
+	for len(pids) < 4 || !ready {
+		m := j.waitLine(t, lineRE)
+		if m[4] != "" {
+			ready = true
+			if m[4] != "3" {
+				t.Errorf("serving with %s copies, want 3", m[4])
+			}
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		pids[r] = pidOf(t, m[2])
+		if m[3] != ftkvPath(sock, r) {
+			t.Errorf("rank %d serves at %s, want %s", r, m[3], ftkvPath(sock, r))
+		}
+	}
+	return j, pids
+}
+
+// ls, len and the conditional writes through the CLI, against "ftrun -n 4
+// ftkv serve": ls lists a prefix in byte order, pages with --limit and goes on
+// from the --after its last line on stderr names (also from a key it printed
+// quoted), and agrees with len; cas swaps when the old value matches and not
+// otherwise (exit 1, "not swapped"); put --if-absent stores only a new key;
+// put --if-version and del --if-version take effect only at the version get
+// --version printed.
+func TestFtkvListAndConditional(t *testing.T) { eachTransport(t, testFtkvListAndConditional) }
+
+func testFtkvListAndConditional(t *testing.T) {
+	if multiHost() {
+		t.Skip("the sockets of ranks on other hosts are not reachable here")
+	}
+	kv := ftkvBin(t)
+	sock := filepath.Join(t.TempDir(), "s")
+	start := time.Now()
+	j, _ := startFtkv(t, kv, sock)
+	// kv runs a client command through rank r's socket and checks its exit
+	// status.
+	kvAt := func(r, wantCode int, args ...string) (stdout, stderr string) {
+		t.Helper()
+		args = append([]string{args[0], "--socket", ftkvPath(sock, r)}, args[1:]...)
+		o, e, code := ftkvClient(t, nil, args...)
+		if code != wantCode {
+			t.Fatalf("ftkv %q: exit %d, want %d; stdout %q, stderr %q\njob output:\n%s", args, code, wantCode, o, e, j.output())
+		}
+		return o, e
+	}
+
+	// 12 keys under ls/a/ (one with a newline, which ls quotes), 2 under
+	// ls/b/, one elsewhere: put through every rank.
+	var want []string // ls ls/a/, in byte order: "ls/a/\n..." < "ls/a/01"
+	want = append(want, `"ls/a/\nnl"`)
+	kvAt(1, 0, "put", "ls/a/\nnl", "x")
+	for i := 1; i <= 11; i++ {
+		k := fmt.Sprintf("ls/a/%02d", i)
+		kvAt(i%4, 0, "put", k, "v"+k)
+		want = append(want, k)
+	}
+	for _, k := range []string{"ls/b/1", "ls/b/2", "other"} {
+		kvAt(2, 0, "put", k, "o1")
+	}
+	lines := strings.Fields // no key here has a space
+	hintRE := regexp.MustCompile(`^ftkv ls: more keys follow; continue with --after (\S+)\n$`)
+
+	if o, e := kvAt(3, 0, "ls", "ls/a/"); strings.Join(lines(o), ",") != strings.Join(want, ",") || e != "" {
+		t.Errorf("ls ls/a/:\n%s(stderr %q)\nwant\n%s", o, e, strings.Join(want, "\n"))
+	}
+	// Pages of 5: 5, 5 and the last 2, each page going on from the hint.
+	var got []string
+	after := ""
+	for page := 0; ; page++ {
+		args := []string{"ls", "--limit", "5", "ls/a/"}
+		if after != "" {
+			args = append(args, "--after", after)
+		}
+		o, e := kvAt(page%4, 0, args...)
+		l := lines(o)
+		got = append(got, l...)
+		m := hintRE.FindStringSubmatch(e)
+		if page < 2 && (len(l) != 5 || m == nil || m[1] != l[4]) {
+			t.Fatalf("ls page %d: %q, stderr %q; want 5 keys and a hint to go on after the last", page, l, e)
+		}
+		if page == 2 {
+			if len(l) != 2 || e != "" {
+				t.Errorf("last ls page: %q, stderr %q; want 2 keys and no hint", l, e)
+			}
+			break
+		}
+		after = m[1]
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("ls in pages: %q, want %q", got, want)
+	}
+	// Going on from the quoted line.
+	if o, _ := kvAt(0, 0, "ls", "--after", want[0], "ls/a/"); strings.Join(lines(o), ",") != strings.Join(want[1:], ",") {
+		t.Errorf("ls --after %s: %q", want[0], o)
+	}
+	if o, _ := kvAt(1, 0, "ls", "ls/b/"); o != "ls/b/1\nls/b/2\n" {
+		t.Errorf("ls ls/b/: %q", o)
+	}
+	o, _ := kvAt(2, 0, "ls")
+	if n := len(lines(o)); n != 15 {
+		t.Errorf("ls: %d keys, want 15:\n%s", n, o)
+	}
+	if o, _ := kvAt(3, 0, "len"); o != "15\n" {
+		t.Errorf("len: %q, want 15", o)
+	}
+
+	// cas: both outcomes, and put if absent through it.
+	if o, _ := kvAt(0, 1, "cas", "other", "wrong", "o2"); o != "not swapped\n" {
+		t.Errorf("cas with a wrong old value: %q", o)
+	}
+	if o, _ := kvAt(1, 0, "cas", "other", "o1", "o2"); o != "swapped\n" {
+		t.Errorf("cas: %q", o)
+	}
+	if o, _ := kvAt(2, 0, "get", "other"); o != "o2" {
+		t.Errorf("get after cas: %q, want o2", o)
+	}
+	kvAt(3, 1, "cas", "other", "-", "o3") // it has a value
+
+	// put --if-absent: both outcomes.
+	if _, e := kvAt(0, 1, "put", "--if-absent", "other", "x"); !strings.Contains(e, "not stored") {
+		t.Errorf("put --if-absent over a value: stderr %q", e)
+	}
+	kvAt(1, 0, "put", "--if-absent", "fresh", "f1")
+	if o, _ := kvAt(2, 0, "get", "fresh"); o != "f1" {
+		t.Errorf("get fresh: %q, want f1", o)
+	}
+
+	// get --version, then put and del --if-version with the right version and a wrong one.
+	o, _ = kvAt(3, 0, "get", "--version", "other")
+	verS, val, ok := strings.Cut(o, "\t")
+	ver, err := strconv.ParseUint(verS, 10, 64)
+	if !ok || err != nil || ver == 0 || val != "o2" {
+		t.Fatalf("get --version: %q, want VERSION<TAB>o2", o)
+	}
+	if _, e := kvAt(0, 1, "put", "--if-version", strconv.FormatUint(ver+1, 10), "other", "o3"); !strings.Contains(e, "not stored") {
+		t.Errorf("put --if-version with a wrong version: stderr %q", e)
+	}
+	kvAt(1, 0, "put", "--if-version", verS, "other", "o3")
+	o, _ = kvAt(2, 0, "get", "--version", "other")
+	ver2S, val, _ := strings.Cut(o, "\t")
+	if val != "o3" || ver2S == verS {
+		t.Errorf("get --version after put --if-version %s: %q", verS, o)
+	}
+	if _, e := kvAt(3, 1, "del", "--if-version", verS, "other"); !strings.Contains(e, "not deleted") {
+		t.Errorf("del --if-version with an old version: stderr %q", e)
+	}
+	kvAt(0, 0, "del", "--if-version", ver2S, "other")
+	kvAt(1, 1, "get", "other")
+	if o, _ := kvAt(2, 0, "len"); o != "15\n" { // other gone, fresh new
+		t.Errorf("len at the end: %q, want 15", o)
+	}
+
+	kvAt(3, 0, "stop")
+	if code := j.wait(t); code != 0 {
+		t.Fatalf("ftrun exit %d after stop:\n%s", code, j.output())
 	}
 	t.Logf("whole run %v", time.Since(start).Round(time.Millisecond))
 }
