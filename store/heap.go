@@ -49,7 +49,28 @@ func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
 // completes with the next flush toward r, before any free of the block can
 // be posted.
 func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
-	a := s.arenas[r]
+	return s.allocIn(ctx, s.arenas[r], r, n)
+}
+
+// allocNow is alloc at this rank by its own housekeeping, which must not
+// wait for a chunk (it is the one that attaches them) nor for a writer that
+// waits for one (so it has an arena of its own). It fails with ErrFull when
+// no free chunk is at hand.
+func (s *Store) allocNow(ctx context.Context, n int) (uint64, error) {
+	return s.allocIn(context.WithValue(ctx, noWaitKey{}, true), &s.ownArena, s.me, n)
+}
+
+// noWaitKey in a context tells claimChunk not to ask for a chunk and wait.
+type noWaitKey struct{}
+
+// allocKey is alloc for a key block: key blocks live as long as their keys'
+// slots, so they get chunks of their own (keyArenas) rather than pin the
+// chunks that values churn through (see compact).
+func (s *Store) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
+	return s.allocIn(ctx, s.keyArenas[r], r, n)
+}
+
+func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	size := uint64(n)
@@ -169,6 +190,9 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 			if owner == chunkNotReady && word(tbl, e*chunkWords+chunkAddr) == 0 {
 				empty = true
 			}
+			if s.reclaimable(owner, word(tbl, e*chunkWords+chunkLive)) {
+				empty = true // the owner hands it back at its next tick
+			}
 		}
 		if best >= 0 {
 			var got int64
@@ -184,6 +208,8 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 			continue // somebody else took it
 		}
 		switch want, noRoom := word(hdr[:], hdrWant), word(hdr[:], hdrNoRoom); {
+		case ctx.Value(noWaitKey{}) != nil:
+			return nil, full("no free chunk at hand")
 		case !empty:
 			return nil, full("all %d chunks attached (Options.Chunks)", s.opt.Chunks)
 		case asked && want == 0 && noRoom != 0:
@@ -281,8 +307,7 @@ func (s *Store) grow() (busy bool) {
 		if owner == chunkNotReady {
 			continue
 		}
-		if owner != 0 && s.entry(e, chunkLive).Load() == 0 &&
-			(owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1)) {
+		if s.reclaimable(owner, s.entry(e, chunkLive).Load()) {
 			if s.casOwn(s.entry(e, chunkOwner), s.entryAddr(s.me, e, chunkOwner), owner, 0) {
 				owner = 0
 			}
@@ -302,7 +327,7 @@ func (s *Store) grow() (busy bool) {
 		// attached, which tells the writers to give up (ErrFull).
 		size := max((want+4095)&^4095, uint64(s.opt.ChunkSize))
 		noRoom := size
-		if s.attachChunk(int(size)) {
+		if s.hasFree(want) || s.attachChunk(int(size)) {
 			noRoom = 0
 		}
 		atomic.StoreUint64(&s.table[hdrNoRoom], noRoom)
@@ -310,6 +335,29 @@ func (s *Store) grow() (busy bool) {
 		busy = true
 	}
 	return busy
+}
+
+// reclaimable reports whether a chunk whose owner word is owner and whose
+// live count is live goes back to the table: empty, and sealed or its
+// writer failed.
+func (s *Store) reclaimable(owner, live uint64) bool {
+	return owner != 0 && owner != chunkNotReady && live == 0 &&
+		(owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1))
+}
+
+// hasFree reports whether this rank has a free chunk that a writer who asked
+// for want bytes can claim (see alloc's sizes).
+func (s *Store) hasFree(want uint64) bool {
+	for e := range int(s.heap.entries.Load()) {
+		if s.entry(e, chunkOwner).Load() != 0 {
+			continue
+		}
+		sz := s.entry(e, chunkSize).Load()
+		if sz == want || want > uint64(s.opt.ChunkSize)/2 && sz >= want && sz <= 2*want {
+			return true
+		}
+	}
+	return false
 }
 
 // heapLive is the bytes of live blocks in this rank's heap.

@@ -33,6 +33,13 @@ func (s *Store) housekeeping() {
 	recDone := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
+		select {
+		case <-s.stop: // work under way (recovery, compaction) ends with the store
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
 		defer close(recDone)
 		for old := range work {
 			s.recover(ctx, old)
@@ -45,10 +52,15 @@ func (s *Store) housekeeping() {
 	}()
 	idle := 0
 	var asked uint64
+	compacted := time.Now()
 	for {
 		busy := s.grow()
 		s.expireLeases()
 		asked = s.answerAsks(ctx, asked)
+		if time.Since(compacted) >= compactEvery {
+			busy = s.compact(ctx) > 0 || busy
+			compacted = time.Now()
+		}
 		var fresh bool
 		for r := range s.n {
 			if !known[r] && s.failed(ftrma.Rank(r)) {

@@ -68,7 +68,7 @@ func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool
 		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, s.opt.Slots, r)}
 	}
 	blockLen := keyBlockLen(len(id.key))
-	block, err := s.alloc(ctx, r, blockLen)
+	block, err := s.allocKey(ctx, r, blockLen)
 	if err != nil {
 		return noSlot, err
 	}

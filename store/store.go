@@ -158,9 +158,11 @@ type Store struct {
 		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
 
-	keys     keyLocks
-	arenas   []*arena     // this rank's allocations, by target rank
-	claiming []sync.Mutex // held while this process claims a key slot at a rank
+	keys      keyLocks
+	arenas    []*arena     // this rank's allocations of records, by target rank
+	keyArenas []*arena     // and of key blocks
+	ownArena  arena        // the housekeeping's allocations at this rank (compaction)
+	claiming  []sync.Mutex // held while this process claims a key slot at a rank
 
 	sip sipKey // the keyed hash's key, agreed at Open
 
@@ -257,9 +259,9 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.leases.m = map[ident]*lease{}
 	s.leases.contended = map[ident]time.Time{}
 	s.claiming = make([]sync.Mutex, s.n)
-	s.arenas = make([]*arena, s.n)
+	s.arenas, s.keyArenas = make([]*arena, s.n), make([]*arena, s.n)
 	for i := range s.arenas {
-		s.arenas[i] = &arena{}
+		s.arenas[i], s.keyArenas[i] = &arena{}, &arena{}
 	}
 	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
 	tbl, err := w.Alloc((hdrWords + opt.Slots*slotWords + opt.Chunks*chunkWords) * 8)

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Compaction. A chunk returns to the table only when none of its blocks is
+// live, so one long-lived value would pin a whole chunk. Every rank's
+// housekeeping, every compactEvery, looks for sparse chunks of its own heap
+// — sealed (or of a failed writer), with live bytes no more than a quarter
+// of their size — and moves the records still live in them, one key at a
+// time, into fresh blocks: under the key's lock at this rank only (its slot's
+// lock word, compare-and-swap free → this rank, and the key's process lock),
+// it copies the record, points the slot's descriptor at the copy (same
+// version, same bytes: readers and the other replicas see no change) and
+// frees the old block; the chunk drains and is reclaimed. A writer that meets
+// the lock backs off as from any live holder; a rank that dies in the middle
+// leaves either descriptor, both whole. Key blocks stay where they are (a
+// key's block lives as long as its slot; they are small and written once,
+// when the key first comes to the rank).
+
+const compactEvery = 50 * time.Millisecond
+
+// compact moves the live records of this rank's sparse chunks; it returns
+// how many it moved.
+func (s *Store) compact(ctx context.Context) (moved int) {
+	sparse := map[uint64]bool{} // regions of sparse chunks
+	for e := range int(s.heap.entries.Load()) {
+		owner := s.entry(e, chunkOwner).Load()
+		if owner == chunkNotReady || owner == 0 {
+			continue
+		}
+		live, size := s.entry(e, chunkLive).Load(), s.entry(e, chunkSize).Load()
+		done := owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1)
+		if done && live > 0 && live*4 <= size {
+			sparse[s.entry(e, chunkAddr).Load()>>40] = true
+		}
+	}
+	if len(sparse) == 0 {
+		return 0
+	}
+	for i := range s.opt.Slots {
+		if ctx.Err() != nil {
+			return moved
+		}
+		base := hdrWords + i*slotWords
+		a := atomic.LoadUint64(&s.table[base+slotCurAddr])
+		if a == 0 || !sparse[a>>40] {
+			continue
+		}
+		if s.relocate(ctx, i) {
+			moved++
+		}
+	}
+	return moved
+}
+
+// relocate moves the record of this rank's slot i into a fresh block.
+func (s *Store) relocate(ctx context.Context, i int) bool {
+	base := hdrWords + i*slotWords
+	at := s.slotAddr(s.me, i)
+	ka, h := atomic.LoadUint64(&s.table[base+slotKey]), atomic.LoadUint64(&s.table[base+slotHash])
+	if ka == 0 || ka == slotTomb || h == 0 {
+		return false
+	}
+	id, err := s.ownKey(ctx, h, ka)
+	if err != nil || !s.keys.tryLock(id) {
+		return false
+	}
+	defer s.keys.unlock(id)
+	lw := localWord{&s.table[base+slotLock]}
+	free := lw.Load()
+	if lockOwner(free) >= 0 || !s.casOwn(lw, at+slotLock*8, free, lockWord(lockVersion(free), int(s.me))) {
+		return false // a writer holds it
+	}
+	defer func() {
+		var w [8]byte
+		putWords(w[:], free)
+		s.w.Put(s.me, at+slotLock*8, w[:])
+		s.w.Flush(ctx, s.me)
+	}()
+	// Under the lock nobody else changes the slot.
+	if atomic.LoadUint64(&s.table[base+slotKey]) != ka || atomic.LoadUint64(&s.table[base+slotPAddr]) != 0 {
+		return false
+	}
+	old, n, v := atomic.LoadUint64(&s.table[base+slotCurAddr]), atomic.LoadUint64(&s.table[base+slotCurLen]), atomic.LoadUint64(&s.table[base+slotCurVer])
+	if old == 0 || n > uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+		return false
+	}
+	rec := make([]byte, n)
+	if s.w.Get(s.me, old, rec) != nil || s.w.Flush(ctx, s.me) != nil {
+		return false
+	}
+	if r, ok := decodeRecord(rec); !ok || !r.is(id) || r.version != v {
+		return false
+	}
+	addr, err := s.allocNow(ctx, int(n))
+	if err != nil {
+		return false
+	}
+	if s.w.Put(s.me, addr, rec) != nil || s.w.Flush(ctx, s.me) != nil {
+		s.free(ctx, s.me, addr, n)
+		return false
+	}
+	var d [8]byte
+	putWords(d[:], addr)
+	if s.w.Put(s.me, at+slotCurAddr*8, d[:]) != nil || s.w.Flush(ctx, s.me) != nil {
+		return false
+	}
+	s.free(ctx, s.me, old, n)
+	return true
+}
