@@ -25,6 +25,19 @@ import (
 
 const compactEvery = 50 * time.Millisecond
 
+// compactNow has the housekeeping compact at once and returns the records it
+// moved (for tests: compaction, like attaching chunks, is the housekeeping
+// goroutine's alone).
+func (s *Store) compactNow() int {
+	reply := make(chan int)
+	select {
+	case s.kick <- reply:
+		return <-reply
+	case <-s.done:
+		return 0
+	}
+}
+
 // compact moves the live records of this rank's sparse chunks; it returns
 // how many it moved.
 func (s *Store) compact(ctx context.Context) (moved int) {

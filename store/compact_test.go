@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -36,7 +35,7 @@ func TestCompactionFreesPinnedChunks(t *testing.T) {
 			// Compaction runs every compactEvery in the housekeeping;
 			// here at once, after the long-lived key's lease ended.
 			s.expireLeases()
-			s.compact(context.Background())
+			s.compactNow()
 		}
 		for round := range 30 {
 			long := fmt.Appendf(nil, "long/%d", round)

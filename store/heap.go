@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -57,7 +58,12 @@ func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) 
 // waits for one (so it has an arena of its own). It fails with ErrFull when
 // no free chunk is at hand.
 func (s *Store) allocNow(ctx context.Context, n int) (uint64, error) {
-	return s.allocIn(context.WithValue(ctx, noWaitKey{}, true), &s.ownArena, s.me, n)
+	ctx = context.WithValue(ctx, noWaitKey{}, true)
+	a, err := s.allocIn(ctx, &s.ownArena, s.me, n)
+	if errors.Is(err, ErrFull) && s.attachChunk(s.opt.ChunkSize) {
+		a, err = s.allocIn(ctx, &s.ownArena, s.me, n) // a chunk of its own making
+	}
+	return a, err
 }
 
 // noWaitKey in a context tells claimChunk not to ask for a chunk and wait.

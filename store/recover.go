@@ -85,6 +85,10 @@ func (s *Store) housekeeping() {
 		case <-s.stop:
 			t.Stop()
 			return
+		case reply := <-s.kick:
+			t.Stop()
+			reply <- s.compact(ctx)
+			compacted = time.Now()
 		case <-t.C:
 		}
 	}

@@ -185,6 +185,7 @@ type Store struct {
 	closed atomic.Bool
 	stop   chan struct{}
 	done   chan struct{}
+	kick   chan chan int // asks the housekeeping to compact now (compactNow)
 
 	st struct {
 		puts, gets, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
@@ -250,7 +251,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		w.Free(ctx)
 		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
 	}
-	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
 	s.keys.m = map[ident]*keyLock{}
 	s.cache.slot = map[keyAt]slotID{}
 	s.cache.lock = map[slotRef]uint64{}
