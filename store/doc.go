@@ -17,6 +17,31 @@
 // later Get sees it. A transaction (Begin, Tx.Put/Delete, Commit) is all or
 // nothing, also when its writer dies in the middle of Commit.
 //
+// What users of Hazelcast's IMap or etcd look for:
+//
+//   - Conditional writes (cond.go): CompareAndSwap (replace(k, old, new);
+//     with a nil old, put if absent; with a nil new, delete if equal),
+//     PutIfAbsent, and GetVersion with PutIfVersion and DeleteIfVersion
+//     (etcd's compare on a key's version). Linearizable like Put: the
+//     condition is checked and the write made under the key's locks. A
+//     version names one value of a key, also across deletions. A call that
+//     returns (false, nil) changed nothing; one that returns an error may or
+//     may not have taken effect.
+//   - Reads in a transaction (Tx.Get): the transaction's own writes, else the
+//     store's values; Commit validates under the locks that every key read
+//     still has the version read, else fails with ErrConflict and writes
+//     nothing. Committed transactions are serializable.
+//   - Listing (scan.go): Scan (keys by prefix, in byte order, with a limit
+//     and a continuation) and Len. They read every live rank's slot table, so
+//     they cost in proportion to Slots × ranks; not a snapshot: a key with a
+//     value for the whole scan is listed, one without for the whole scan is
+//     not.
+//   - Watches (notification of changes to a key or prefix) are not built: a
+//     watch needs somebody to notice a write and tell the watcher, and no
+//     rank serves another here — the writer would have to find and signal
+//     every watcher on every put, a cost paid by the checkpoint writes this
+//     store is for. Poll with GetVersion (one key) or Scan (a prefix).
+//
 // # Design (the "localized recovery variant" of Fohry and Fink)
 //
 // One dynamic window, one lock-all epoch, no collective after Open. Each rank
@@ -60,7 +85,9 @@
 //     complete copy first.
 //   - Heap: a writer claims a chunk at a rank with one compare-and-swap and
 //     allocates in it alone; each chunk counts its live bytes, decremented by
-//     whoever replaces a value; empty sealed chunks return to the table.
+//     whoever replaces a value; empty sealed chunks return to the table, and
+//     the owner moves the records still live in sparse ones (compact.go).
+//     Every Put returns: with ErrFull when a replica has no room.
 //   - Transactions: pending records at every replica of every key under all
 //     the keys' locks, then the commit point — a Put of the transaction's
 //     number under the writer's decision key — then pending becomes current.
@@ -75,10 +102,12 @@
 // # A rank's duties
 //
 //  1. s, err := store.Open(ctx, c, store.Options{Copies: 3}) on every rank.
-//  2. Put, Get, Delete, Begin/Commit from any goroutine, any rank.
+//  2. Put, Get, Delete, the conditional writes, Scan, Begin/Commit from any
+//     goroutine, any rank.
 //  3. s.Close(ctx) on every live rank.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
+// ErrConflict (a transaction's read changed before it committed),
 // ErrFull (a replica's slots or chunks are used up, or it cannot attach
 // memory: every Put returns, never waits for room), ftrma.ErrInvalid for bad
 // input (empty, oversized or reserved key, oversized value), and the
