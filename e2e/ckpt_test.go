@@ -62,10 +62,17 @@ func testCkptSameResultUnderKills(t *testing.T) {
 	if !slices.Contains(ad, "2") || !slices.Contains(ad, "5") || survivors != fmt.Sprint(8-len(ad)) {
 		t.Errorf("%s survivors and adopted ranks [%s], want 6 and [2 5]", survivors, adopted)
 	}
-	for _, a := range []string{`\[3\] rank 3 adopts rank 2 at task \d+ `, `\[6\] rank 6 adopts rank 5 at task \d+ `} {
+	// ftrun's kills land at times taken from the failure-free run: on a
+	// loaded machine a rank may have finished its list by then, and its
+	// adopter finds it done (the README's job kills after progress, see
+	// TestCkptReadmeJobBothKillsLand, which checks adoption mid-list).
+	for _, a := range []string{`\[3\] rank 3 adopts rank 2 (at task \d+ |: its list was done)`, `\[6\] rank 6 adopts rank 5 (at task \d+ |: its list was done)`} {
 		if !regexp.MustCompile(`(?m)^` + a).MatchString(out) {
 			t.Errorf("no line matching %q", a)
 		}
+	}
+	if f := failedRanks(t, out); !slices.Equal(f, []string{"2", "5"}) && !slices.Equal(f, []string{"5", "2"}) {
+		t.Errorf("ftrun reports ranks %v failed, want 2 and 5, by SIGKILL", f)
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
