@@ -121,19 +121,9 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 // errRetry means nothing was written by it (a repair may have been).
 func (s *Store) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	cond func([]byte, bool, uint64) bool) (bool, error) {
-	reps, leased := s.leased(id)
-	if !leased {
-		var err error
-		if reps, err = s.replicas(ctx, id, true); err != nil {
-			return false, err
-		}
-		if len(reps) == 0 {
-			return false, errRetry
-		}
-		if err := s.lockAll(ctx, id, reps); err != nil {
-			return false, err
-		}
-		s.countTakeovers(reps)
+	reps, leased, err := s.acquire(ctx, id, true)
+	if err != nil {
+		return false, err
 	}
 	release := func() {
 		s.dropLease(id)

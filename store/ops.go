@@ -297,22 +297,33 @@ func (s *Store) writeLocked(ctx context.Context, id ident, value []byte, del boo
 	}
 }
 
-func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
-	reps, leased := s.leased(id)
-	if !leased {
-		var err error
-		if reps, err = s.replicas(ctx, id, true); err != nil {
-			return err
+// acquire returns the key's live replicas with their locks held by this
+// rank: under its lease on the key when it has one and may use it, else
+// found (their slots claimed) and locked. No live replica at all is an
+// error wrapping ftrma.ErrProcFailed.
+func (s *Store) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
+	if useLease {
+		if reps, leased = s.leased(id); leased {
+			return reps, true, nil
 		}
+	}
+	if reps, err = s.replicas(ctx, id, true); err != nil {
+		return nil, false, err
 	}
 	if len(reps) == 0 {
-		return fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
+		return nil, false, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 	}
-	if !leased {
-		if err := s.lockAll(ctx, id, reps); err != nil {
-			return err
-		}
-		s.countTakeovers(reps)
+	if err := s.lockAll(ctx, id, reps); err != nil {
+		return nil, false, err
+	}
+	s.countTakeovers(reps)
+	return reps, false, nil
+}
+
+func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
+	reps, _, err := s.acquire(ctx, id, true)
+	if err != nil {
+		return err
 	}
 	v := nextVersion(reps)
 	if v > maxVersion {

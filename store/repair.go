@@ -34,17 +34,10 @@ func (s *Store) repair(ctx context.Context, id ident) (rec []byte, err error) {
 }
 
 func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
-	reps, err := s.replicas(ctx, id, true)
+	reps, _, err := s.acquire(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	if len(reps) == 0 {
-		return nil, errRetry
-	}
-	if err := s.lockAll(ctx, id, reps); err != nil {
-		return nil, err
-	}
-	s.countTakeovers(reps)
 	if err := s.readRecords(ctx, reps); err != nil {
 		s.unlockAll(ctx, reps)
 		return nil, err
