@@ -107,6 +107,23 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 	if Seq(c.done.Load()) >= seq && c.nerrs.Load() == 0 {
 		return nil
 	}
+	return c.wait(ctx, seq, spin, true)
+}
+
+// Await blocks until seq is complete, like Wait, but leaves the failures of
+// operations up to seq to the next Wait or Flush: it returns nil once seq is
+// complete, the peer-down error if seq could not complete, or ctx's error. A
+// transport uses it to bound the operations it keeps in flight.
+func (c *Completion) Await(ctx context.Context, seq Seq) error {
+	if Seq(c.done.Load()) >= seq {
+		return nil
+	}
+	return c.wait(ctx, seq, 0, false)
+}
+
+// wait is Wait and Await past their fast paths; take says whether to take
+// the failures up to seq.
+func (c *Completion) wait(ctx context.Context, seq Seq, spin time.Duration, take bool) error {
 	if Seq(c.done.Load()) < seq && spin > 0 {
 		deadline := time.Now().Add(spin)
 		for i := 0; Seq(c.done.Load()) < seq; i++ {
@@ -122,7 +139,10 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 		c.waiters.Add(1)
 		if Seq(c.done.Load()) >= seq {
 			c.waiters.Add(-1)
-			err := c.takeErrs(seq)
+			var err error
+			if take {
+				err = c.takeErrs(seq)
+			}
 			c.mu.Unlock()
 			return err
 		}
