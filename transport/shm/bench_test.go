@@ -76,3 +76,24 @@ func benchPingPong(b *testing.B, spin time.Duration) {
 		rs[0].await(b, ctx, "pong", func() bool { return rs[0].count() >= i })
 	}
 }
+
+// BenchmarkWriteLarge and BenchmarkReadLarge move 16 MiB, in pieces of
+// transport.CopyChunk.
+func BenchmarkWriteLarge(b *testing.B) { benchLarge(b, true) }
+func BenchmarkReadLarge(b *testing.B)  { benchLarge(b, false) }
+
+func benchLarge(b *testing.B, write bool) {
+	const size = 16 << 20
+	ts, _, _ := cluster(b, 2, clusterOpts{})
+	key := must(ts[1].Register(must(ts[1].Alloc(size))))
+	buf := make([]byte, size)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if write {
+			ts[0].Write(1, key, 0, buf)
+		} else {
+			ts[0].Read(1, key, 0, buf)
+		}
+	}
+}

@@ -107,20 +107,44 @@ func (p *peer) lock() (*ctl, error) {
 	}
 }
 
+// lockCtl is lock for users of the control segment alone (Send): it maps
+// the control segment if needed but leaves released data segments to the
+// next operation's lock, so that a Send never waits for their unmapping.
+func (p *peer) lockCtl() (*ctl, error) {
+	for {
+		p.mu.RLock()
+		if c := p.ctl; c != nil {
+			return c, nil
+		}
+		p.mu.RUnlock()
+		if err := p.prepare(); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // prepare maps the peer's control segment, or drops the mappings of its
-// released segments.
+// released segments. These are unmapped after p.mu is let go: no access
+// can reach them any more (accesses find segments under p.mu, and the sweep
+// took them out), and unmapping a segment of hundreds of megabytes takes
+// tens of milliseconds that the lock's other users need not wait.
 func (p *peer) prepare() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var err error
+	var released [][]byte
 	switch {
 	case p.gone:
-		return errGone
+		err = errGone
 	case p.ctl == nil:
-		return p.mapCtlLocked()
+		err = p.mapCtlLocked()
 	case !p.self:
-		p.sweepLocked()
+		released = p.sweepLocked()
 	}
-	return nil
+	p.mu.Unlock()
+	for _, mem := range released {
+		unmap(mem)
+	}
+	return err
 }
 
 // mapCtlLocked maps the peer's control segment. The caller holds p.mu.
@@ -146,10 +170,11 @@ func (p *peer) mapCtlLocked() error {
 	return nil
 }
 
-// sweepLocked unmaps the peer's segments whose files are gone: the peer
-// released them (it removes a file before it counts the release). The
-// caller holds p.mu for writing.
-func (p *peer) sweepLocked() {
+// sweepLocked forgets the peer's segments whose files are gone (the peer
+// released them; it removes a file before it counts the release) and
+// returns their mappings, for the caller to unmap. The caller holds p.mu
+// for writing.
+func (p *peer) sweepLocked() (released [][]byte) {
 	gen := atomic.LoadUint64(p.ctl.word(offReleaseGen))
 	old := *p.segs.Load()
 	keep := make(map[uint64][]byte, len(old))
@@ -157,13 +182,14 @@ func (p *peer) sweepLocked() {
 		if exists(p.segPath(id)) {
 			keep[id] = mem
 		} else {
-			unmap(mem)
+			released = append(released, mem)
 		}
 	}
 	p.segMu.Lock()
 	p.segs.Store(&keep)
 	p.segMu.Unlock()
 	p.relGen.Store(gen)
+	return released
 }
 
 func (p *peer) segPath(id uint64) string {

@@ -125,7 +125,7 @@ func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
 
 // sendLocked does Send's work under p.smu and returns a status for t.lost.
 func (t *Transport) sendLocked(p *peer, msg []byte) error {
-	c, err := p.lock()
+	c, err := p.lockCtl()
 	if err != nil {
 		return err
 	}

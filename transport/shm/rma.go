@@ -28,6 +28,7 @@ type rma struct {
 	dst    []byte  // rmaRead
 	a, b   uint64  // rmaCAS: old, new; rmaFAdd: delta
 	result *uint64 // rmaCAS, rmaFAdd; may be nil
+	whole  uint64  // rmaWrite, rmaRead: bytes from off the bounds check covers, if more than src or dst (the first piece of a large operation)
 }
 
 var opNames = [...]string{rmaWrite: "write", rmaRead: "read", rmaCAS: "compare-and-swap", rmaFAdd: "fetch-and-add"}
@@ -38,7 +39,11 @@ var opNames = [...]string{rmaWrite: "write", rmaRead: "read", rmaCAS: "compare-a
 // ftrma.ErrClosed, ftrma.ErrRankOutOfRange, the peer-down error (wrapping
 // ftrma.ErrProcFailed; transport.ErrPeerLeft too when the peer closed), or
 // ftrma.ErrInvalid if the peer has not opened its transport yet; region,
-// bounds and alignment errors are reported by the next Wait or Flush.
+// bounds and alignment errors are reported by the next Wait or Flush. A
+// write larger than transport.CopyChunk is copied in pieces that let the
+// rank's other goroutines run in between; should the region be deregistered
+// or the peer fence this rank or go meanwhile, a part may have landed and
+// the write fails.
 func (t *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
 	o := rma{kind: rmaWrite, src: src}
 	return t.post(peer, key, off, &o)
@@ -46,7 +51,7 @@ func (t *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []
 
 // Read copies len(dst) bytes of peer's region key at off into dst before it
 // returns. Aligned words are loaded whole when len(dst) <=
-// transport.WordAtomicWrite. Errors are those of Write.
+// transport.WordAtomicWrite. Errors, and pieces, are those of Write.
 func (t *Transport) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
 	o := rma{kind: rmaRead, dst: dst}
 	return t.post(peer, key, off, &o)
@@ -78,7 +83,12 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	if err := p.downErr(); err != nil {
 		return 0, err
 	}
-	opErr, status := p.execute(key, off, o)
+	var opErr, status error
+	if len(o.src)+len(o.dst) <= transport.CopyChunk {
+		opErr, status = p.execute(key, off, o)
+	} else {
+		opErr, status = p.executeInPieces(key, off, o)
+	}
 	if status != nil {
 		return 0, t.lost(opNames[o.kind], p, status)
 	}
@@ -116,6 +126,36 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 	return opErr, status
 }
 
+// executeInPieces runs a write or read larger than transport.CopyChunk as
+// accesses of transport.CopyChunk bytes, each with the peer's mapping lock
+// taken and let go and this rank counted active anew, paced by a
+// transport.Pacer: a long copy holds neither the processor (a heartbeat is
+// due every few tens of milliseconds) nor the mapping lock (a Send toward
+// the peer may need it to drop released segments) for long. The
+// first piece checks the bounds of the whole operation, so one out of bounds
+// copies nothing; a region deregistered, a fence raised or the peer gone
+// midway fails the rest.
+func (p *peer) executeInPieces(key transport.Key, off uint64, o *rma) (opErr, status error) {
+	whole := len(o.src) + len(o.dst)
+	piece := rma{kind: o.kind, whole: uint64(whole)}
+	var pace transport.Pacer
+	for done := 0; ; {
+		n := min(whole-done, transport.CopyChunk)
+		if o.kind == rmaWrite {
+			piece.src = o.src[done : done+n]
+		} else {
+			piece.dst = o.dst[done : done+n]
+		}
+		opErr, status = p.execute(key, off+uint64(done), &piece)
+		done += n
+		if opErr != nil || status != nil || done == whole {
+			return opErr, status
+		}
+		piece.whole = 0
+		pace.Pause()
+	}
+}
+
 // access is execute's part inside the target: the peer's mapping lock held
 // and this origin counted in the target's active table.
 func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (opErr, status error) {
@@ -137,7 +177,7 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (o
 	if o.kind == rmaCAS || o.kind == rmaFAdd {
 		n = 8
 	}
-	if off > uint64(len(reg)) || n > uint64(len(reg))-off {
+	if off > uint64(len(reg)) || max(n, o.whole) > uint64(len(reg))-off {
 		return ftrma.ErrOutOfBounds, nil
 	}
 	b := reg[off : off+n]
@@ -212,7 +252,8 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 // storeTo copies src into dst, shared memory of at least len(src) bytes. When
 // len(src) <= transport.WordAtomicWrite every 8-byte aligned word of dst that
 // src covers is stored whole (the unaligned ends go byte by byte), so that a
-// concurrent reader never sees it torn; larger copies use memmove.
+// concurrent reader never sees it torn; larger copies use memmove (at most
+// transport.CopyChunk bytes: post splits larger operations).
 func storeTo(dst, src []byte) {
 	n := len(src)
 	if n > transport.WordAtomicWrite {

@@ -1067,3 +1067,94 @@ func TestPeerDownAfterGoodbye(t *testing.T) {
 		t.Fatalf("peer-down error %v, want ErrPeerLeft", downs[0])
 	}
 }
+
+// Writes and reads larger than transport.CopyChunk go in pieces: the bytes
+// arrive whole at any alignment, one out of bounds copies nothing, and a
+// Send toward the target while a long copy is under way does not wait for it
+// (it only needs the peer's mapping lock, which the copy lets go between
+// pieces; after a release by the peer the Send takes it for writing).
+func TestLargeOperationsInPieces(t *testing.T) {
+	ts, rs, _ := cluster(t, 2, clusterOpts{})
+	ctx := testCtx(t)
+	const size = 3*transport.CopyChunk + 4100
+	mem := must(ts[1].Alloc(size + 16))
+	key := must(ts[1].Register(mem))
+	for _, off := range []uint64{0, 5, 8} {
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*13 + int(off))
+		}
+		if _, err := ts[0].Write(1, key, off, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Flush(ctx, 1); err != nil {
+			t.Fatalf("off %d: %v", off, err)
+		}
+		if !bytes.Equal(mem[off:off+size], src) {
+			t.Fatalf("off %d: the owner's memory differs", off)
+		}
+		dst := make([]byte, size)
+		if _, err := ts[0].Read(1, key, off, dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Flush(ctx, 1); err != nil || !bytes.Equal(dst, src) {
+			t.Fatalf("off %d: read back differs (%v)", off, err)
+		}
+	}
+	// Out of bounds by one byte at the far end: not a byte lands.
+	clear(mem)
+	big := bytes.Repeat([]byte{0xee}, size+1)
+	if _, err := ts[0].Write(1, key, 16, big); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrOutOfBounds) {
+		t.Fatalf("large write past the end: %v, want ErrOutOfBounds", err)
+	}
+	if i := bytes.IndexByte(mem, 0xee); i >= 0 {
+		t.Fatalf("a large write out of bounds landed at byte %d", i)
+	}
+	if _, err := ts[0].Read(1, key, 16, big); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrOutOfBounds) {
+		t.Fatalf("large read past the end: %v, want ErrOutOfBounds", err)
+	}
+
+	// A long write toward rank 1, during which rank 1 releases a segment:
+	// a Send toward rank 1 then drops the released mapping, under the
+	// mapping lock for writing, which it gets between two pieces of the
+	// write instead of after the whole write.
+	if raceBuild {
+		t.Skip("the long write takes too long under the race detector")
+	}
+	const long = 128 << 20
+	lkey := must(ts[1].Register(must(ts[1].Alloc(long))))
+	lsrc := make([]byte, long)
+	spare := must(ts[1].Alloc(8))
+	sent := make(chan time.Duration, 1)
+	started := make(chan struct{})
+	go func() {
+		<-started
+		time.Sleep(3 * time.Millisecond) // into the write
+		if err := ts[1].Release(spare); err != nil {
+			t.Error(err)
+		}
+		t0 := time.Now()
+		if err := ts[0].Send(1, []byte("ping")); err != nil {
+			t.Error(err)
+		}
+		sent <- time.Since(t0)
+	}()
+	t0 := time.Now()
+	close(started)
+	if _, err := ts[0].Write(1, lkey, 0, lsrc); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(t0)
+	d := <-sent
+	t.Logf("write of %d MiB: %v; a Send during it: %v", long>>20, took, d)
+	if took > 30*time.Millisecond && d > took/2 {
+		t.Errorf("a Send during a write of %d MiB (%v) waited %v", long>>20, took, d)
+	}
+	rs[1].await(t, ctx, "the ping", func() bool { return len(rs[1].from(0)) > 0 })
+}
