@@ -18,6 +18,15 @@
 // posted while another goroutine is writing are gathered and written together
 // by it; a target answers everything it read in one batch with one write.
 //
+// Large operations: writes and reads go in frames of at most 1 MiB. A
+// write's frames go straight from the caller's buffer to the socket, so its
+// Write returns once the socket took them. A read keeps at most 4 MiB of
+// frames in flight and posts the rest as the answers come in: the target
+// executes a connection's frames in order, and a control message (a
+// heartbeat) posted meanwhile then waits at the target for at most 4 MiB of
+// copying instead of the whole read. The target copies in pieces that let
+// its other goroutines run (transport.Copy, transport.Memory).
+//
 // Security: every connection proves the job secret in both directions with an
 // HMAC-SHA256 challenge–response before any frame is accepted; a connection that
 // fails is closed and logged.

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/ftrma/ftrma/transport"
 )
 
 // Frames on a connection: a 4-byte big-endian length of what follows, a 1-byte
@@ -125,9 +127,16 @@ func appendHeader(b []byte, t byte, n int) []byte {
 	return append(b, t)
 }
 
+// room returns b with room for a frame whose body is n bytes long, so that
+// appending the frame never moves a large buffer in one piece (a target
+// collecting a batch of read answers holds up to the batch's bytes; see
+// transport.Grow).
+func room(b []byte, n int) []byte { return transport.Grow(b, 4+n) }
+
 // appendOp appends a request frame: Write (with data), Read (a = length), CAS
 // (a = old, b = new) or FAdd (a = delta).
 func appendOp(b []byte, t byte, seq uint64, key uint32, off uint64, a, c uint64, data []byte) []byte {
+	b = room(b, fixedLen[t]+len(data))
 	b = appendHeader(b, t, fixedLen[t]+len(data))
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = binary.BigEndian.AppendUint32(b, key)
@@ -148,17 +157,20 @@ func appendOp(b []byte, t byte, seq uint64, key uint32, off uint64, a, c uint64,
 
 // appendMsg appends a control-message frame.
 func appendMsg(b []byte, msg []byte) []byte {
+	b = room(b, 1+len(msg))
 	return append(appendHeader(b, frameMsg, 1+len(msg)), msg...)
 }
 
 // appendDone appends a completion frame for every operation through seq.
 func appendDone(b []byte, seq uint64) []byte {
+	b = room(b, fixedLen[frameDone])
 	return binary.BigEndian.AppendUint64(appendHeader(b, frameDone, fixedLen[frameDone]), seq)
 }
 
 // appendReply appends a WriteErr, ReadReply (with data) or AtomicReply (with
 // value) frame.
 func appendReply(b []byte, t byte, seq uint64, status uint8, value uint64, data []byte) []byte {
+	b = room(b, fixedLen[t]+len(data))
 	b = appendHeader(b, t, fixedLen[t]+len(data))
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = append(b, status)

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -172,6 +173,7 @@ func (p *peer) postDirect(key transport.Key, off uint64, data []byte) (transport
 		return 0, err
 	}
 	seq := p.comp.Next()
+	p.sbuf = room(p.sbuf, fixedLen[frameWrite]) // the header only: data goes from the caller's buffer
 	p.sbuf = appendHeader(p.sbuf, frameWrite, fixedLen[frameWrite]+len(data))
 	p.sbuf = binary.BigEndian.AppendUint64(p.sbuf, uint64(seq))
 	p.sbuf = binary.BigEndian.AppendUint32(p.sbuf, uint32(key))
@@ -196,6 +198,19 @@ func (p *peer) postDirect(key transport.Key, off uint64, data []byte) (transport
 		p.down(err, false)
 	}
 	return seq, nil
+}
+
+// await waits until operation seq is complete, or the peer is down (then it
+// returns the peer-down error), having sent the frames held for batching. It
+// leaves the operations' failures to Wait and Flush.
+func (p *peer) await(seq transport.Seq) error {
+	if p.comp.Completed() >= seq {
+		return nil
+	}
+	if !p.self {
+		p.kick()
+	}
+	return p.comp.Await(context.Background(), seq)
 }
 
 // Batching: operation frames are held until this many bytes are queued, or
@@ -542,7 +557,7 @@ func (p *peer) answer() error {
 	if len(p.sbuf) == 0 && !p.writing {
 		p.sbuf, p.reply = p.reply, p.sbuf[:0] // hand the answers over without copying
 	} else {
-		p.sbuf = append(p.sbuf, p.reply...)
+		p.sbuf = transport.Append(p.sbuf, p.reply) // in pieces: a batch of read answers can be large
 		p.reply = p.reply[:0]
 	}
 	return p.kickLocked(false)
@@ -679,10 +694,14 @@ func (p *peer) serve(f *frame) error {
 			}
 		case frameRead:
 			at := len(p.reply)
+			// The answers of one batch can add up to far more than a
+			// frame: room grows the buffer, and m.Read fills it, in
+			// pieces that leave the processor to other goroutines.
+			p.reply = room(p.reply, fixedLen[frameReadReply]+int(f.a))
 			p.reply = appendHeader(p.reply, frameReadReply, fixedLen[frameReadReply]+int(f.a))
 			p.reply = binary.BigEndian.AppendUint64(p.reply, f.seq)
 			p.reply = append(p.reply, transport.StatusOK)
-			p.reply = slices.Grow(p.reply, int(f.a))[:len(p.reply)+int(f.a)]
+			p.reply = p.reply[:len(p.reply)+int(f.a)]
 			if err := m.Read(key, f.off, p.reply[len(p.reply)-int(f.a):]); err != nil {
 				p.reply = appendReply(p.reply[:at], frameReadReply, f.seq, transport.StatusOf(err), 0, nil)
 			}

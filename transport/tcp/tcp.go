@@ -246,22 +246,41 @@ func (t *Transport) Write(r ftrma.Rank, key transport.Key, off uint64, src []byt
 }
 
 // Read posts a read into dst, which belongs to the transport until the
-// operation completes.
+// operation completes. Reads larger than 1 MiB are split into several
+// operations; the returned sequence is the last. A read larger than
+// readAhead waits, before it posts each further piece, until the piece
+// readAhead bytes before it is complete (or the peer is down, whose error it
+// returns), so it must not be posted from a Receiver.
 func (t *Transport) Read(r ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
 	p, err := t.peer("read", r)
 	if err != nil {
 		return 0, err
 	}
 	var seq transport.Seq
-	for first := true; first || len(dst) > 0; first = false {
+	var ahead [readAhead / maxChunk]transport.Seq // the pieces in flight, piece i at i%len
+	for i := 0; i == 0 || len(dst) > 0; i++ {
 		n := min(len(dst), maxChunk)
+		if i >= len(ahead) {
+			if err := p.await(ahead[i%len(ahead)]); err != nil {
+				return 0, err
+			}
+		}
 		if seq, err = p.post(frameRead, key, off, uint64(n), 0, nil, pending{dst: dst[:n]}); err != nil {
 			return 0, err
 		}
+		ahead[i%len(ahead)] = seq
 		dst, off = dst[n:], off+uint64(n)
 	}
 	return seq, nil
 }
+
+// readAhead bounds the bytes one Read keeps in flight toward a peer. The
+// target executes a connection's frames in order and a control message
+// posted after a read is delivered after it, so without a bound a heartbeat
+// sent while a 100 MB read is under way would wait at the target until all
+// 100 MB were copied into answers (longer than the failure detector's
+// timeout on a busy host); with it, it waits for at most readAhead bytes.
+const readAhead = 4 * maxChunk
 
 // CompareAndSwap64 posts a compare-and-swap; *result receives the prior value.
 func (t *Transport) CompareAndSwap64(r ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {

@@ -489,3 +489,102 @@ func TestLargeWriteVisibleAtFlush(t *testing.T) {
 		}
 	}
 }
+
+// Reads larger than readAhead keep only readAhead bytes in flight, posting
+// their later pieces as earlier ones complete: they still read every byte,
+// at any offset, and a control message sent meanwhile still arrives.
+func TestLargeReads(t *testing.T) {
+	ts, _ := cluster(t, 2, 0)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	ts[1].SetReceiver(rec)
+	const size = 3*readAhead + 5
+	mem := words(size + 8)
+	for i := range mem {
+		mem[i] = byte(i*31 + i>>13)
+	}
+	key, err := ts[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() {
+		n := 0
+		defer func() { sent <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if ts[0].Send(1, []byte("hb")) == nil {
+				n++
+			}
+		}
+	}()
+	for _, c := range []struct{ off, n int }{{0, readAhead + 1}, {3, size}, {8, 2 * readAhead}} {
+		dst := make([]byte, c.n)
+		seq, err := ts[0].Read(1, key, uint64(c.off), dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts[0].Wait(ctx, 1, seq); err != nil {
+			t.Fatalf("read of %d at %d: %v", c.n, c.off, err)
+		}
+		if !bytes.Equal(dst, mem[c.off:c.off+c.n]) {
+			t.Fatalf("read of %d at %d: bytes differ", c.n, c.off)
+		}
+	}
+	// A large read past the end fails as a whole, reported by Flush.
+	if _, err := ts[0].Read(1, key, 16, make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrOutOfBounds) {
+		t.Fatalf("large read past the end: %v, want ErrOutOfBounds", err)
+	}
+	close(stop)
+	n := <-sent
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		rec.mu.Lock()
+		got := len(rec.msgs)
+		rec.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages sent during the reads arrived", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A large read toward a peer that goes away returns, or its Flush fails,
+// with the peer-down error: it never waits for ever for room.
+func TestLargeReadPeerDown(t *testing.T) {
+	ts, _ := cluster(t, 2, -1)
+	ctx := testCtx(t)
+	const size = 64 << 20
+	key, err := ts[1].Register(words(size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ts[0].Read(1, key, 0, make([]byte, size))
+		if err == nil {
+			err = ts[0].Flush(ctx, 1)
+		}
+		errc <- err
+	}()
+	time.Sleep(2 * time.Millisecond)
+	ts[1].Close()
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Fatalf("read toward a peer that closed: %v, want nil or ErrProcFailed", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a large read toward a closed peer did not return")
+	}
+}
