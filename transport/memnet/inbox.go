@@ -380,7 +380,7 @@ func (t *Transport) completeLocked(m *msg) {
 	} else {
 		switch o.kind {
 		case opRead:
-			copy(o.dst, m.body)
+			transport.Copy(o.dst, m.body) // in pieces: the read may be large
 		case opCAS, opFADD:
 			if o.result != nil {
 				*o.result = m.val

@@ -97,7 +97,9 @@ func (t *Transport) Deregister(key transport.Key) error {
 // or the peer-down error (wrapping ftrma.ErrProcFailed); bounds and region
 // errors come from Wait or Flush.
 func (t *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
-	return t.post(peer, &op{kind: opWrite, key: key, off: off, data: bytes.Clone(src)})
+	data := make([]byte, len(src))
+	transport.Copy(data, src) // in pieces: src may be large
+	return t.post(peer, &op{kind: opWrite, key: key, off: off, data: data})
 }
 
 // Read posts a read of len(dst) bytes at off of peer's region key into dst.
