@@ -25,6 +25,9 @@
 //	                       every other rank's window; the others watch their
 //	                       windows: once V is declared failed (the test stops
 //	                       V with SIGSTOP), nothing of V's may land
+//	testprog bigmove SIZE ROUNDS  rank 0 puts SIZE bytes into rank 1's window
+//	                       and gets them back, ROUNDS times, checking them;
+//	                       every rank prints "bigmove failed N" (see bigmove.go)
 package main
 
 import (
@@ -107,6 +110,10 @@ func run(ctx context.Context, args []string) error {
 		return kvlin(ctx, c, args[1:])
 	case "kvpause":
 		return kvpause(ctx, c, args[1:])
+	case "bigmove":
+		if err := bigmove(ctx, c, args[1:]); err != nil {
+			return err
+		}
 	case "fail-rank":
 		if len(args) < 2 {
 			return fmt.Errorf("fail-rank needs a rank")
