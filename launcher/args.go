@@ -161,9 +161,8 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --no-ft                 abort the job when a rank fails (default: carry on)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
   --hb-timeout DURATION   silence after which a rank is declared failed
-                          (default 60ms, times the ranks per CPU when the job
-                          has more ranks than this host has CPUs); must
-                          exceed the period
+                          (default 60ms, times the ranks per CPU on a full
+                          host: see "CPUs" below); must exceed the period
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
@@ -187,7 +186,8 @@ Flags (-flag and --flag are the same; flags stop at prog):
   -v                      report the choices made (the transport) on stderr
   --spin DURATION         how long ranks busy-poll for a reply before parking
                           (default: the transport's, 50us, or none when ranks
-                          outnumber cores); negative disables busy-polling
+                          outnumber CPUs: see "CPUs" below); negative
+                          disables busy-polling
   --version               print the version and exit
   -h, --help              print this help and exit
 
@@ -207,10 +207,18 @@ Each rank's environment:
   FTRMA_HB_TIMEOUT        the --hb-timeout duration, when given
   FTRMA_VERBS_DEVICE      the --verbs-device, when given
   FTRMA_VERBS_GID_INDEX   the --verbs-gid-index, when given
-  GOMAXPROCS=1            when the job has at least as many ranks on the
-                          rank's host as it has CPUs and GOMAXPROCS is not set
-                          already
+  GOMAXPROCS=1            on a full host (see "CPUs" below), unless
+                          GOMAXPROCS is set already
 Ranks started by an agent get the agent's environment, not ftrun's, as base.
+
+CPUs: one rule fits the job to each host's CPUs. A host is full when it runs
+at least as many ranks of the job as it has CPUs; its ranks per CPU are its
+ranks divided by its CPUs, rounded up. On a full host every rank runs with
+GOMAXPROCS=1 (a rank cannot use more than one CPU) and the failure
+detector's default timeout is 60ms times the ranks per CPU (a rank waits
+that many time slices for a CPU). Where ranks outnumber CPUs (more than one
+rank per CPU) ranks do not busy-poll by default: a spinning rank would take
+another's CPU; with one rank per CPU it takes only its own.
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 The agents do the same for their ranks, and kill them if ftrun's connection

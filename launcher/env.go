@@ -180,9 +180,33 @@ func rankVars(r ftrma.Rank, size, localSize int, rendezvous string, secret []byt
 	)
 }
 
+// cpuShare is the one rule by which the ranks of a job share a host's CPUs
+// (ftrun's help states it too): localSize ranks of the job run on this host.
+// It returns whether the host is full, at least as many ranks as CPUs, and
+// how many ranks share each CPU, rounded up (1 when fewer ranks than CPUs).
+//   - On a full host each rank runs with GOMAXPROCS=1 (rankEnv; unless
+//     GOMAXPROCS is set): a rank has at most one CPU's worth to use, and
+//     more threads per rank only hand goroutines to each other across CPUs
+//     that the other ranks need.
+//   - On a full host the failure detector's default timeout is multiplied
+//     by the ranks per CPU (DetectorSettings; unless ftrun --hb-timeout):
+//     a runnable rank waits for a CPU for about that many time slices. With
+//     exactly one rank per CPU that is 1: no rank waits for a CPU, and with
+//     GOMAXPROCS=1 a rank's heartbeat waits for its own goroutines no longer
+//     than a piece of a copy (transport.CopyChunk).
+//   - Where a CPU is shared (more than one rank per CPU) no rank busy-polls
+//     (transportSpin; unless ftrun --spin): a spinning rank would take the
+//     CPU of a rank that has work. With one rank per CPU a spinning waiter
+//     takes only its own: two ranks on two CPUs answer a TCP round trip in
+//     11-18 us spinning, 25-60 us not.
+func cpuShare(localSize int) (full bool, perCPU int) {
+	cpus := runtime.NumCPU()
+	return localSize >= cpus, max(1, (localSize+cpus-1)/cpus)
+}
+
 // rankEnv returns the environment of a rank that is one of localSize ranks
 // of its job on this host: base without any FTRMA_ variable, then GOMAXPROCS=1
-// if this host's ranks fill its CPUs and base does not set GOMAXPROCS, then
+// if this host is full (cpuShare) and base does not set GOMAXPROCS, then
 // vars (the rank's FTRMA_ variables, see rankVars). ftrun uses it for the
 // ranks it starts, an agent for the ranks it starts on its host.
 func rankEnv(base []string, vars []string, localSize int) []string {
@@ -194,11 +218,8 @@ func rankEnv(base []string, vars []string, localSize int) []string {
 		}
 		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
 	}
-	if localSize >= runtime.NumCPU() && !userProcs {
-		// As many ranks as CPUs or more: each rank runs its goroutines on
-		// one thread, sparing the CPUs the hand-offs between threads of one
-		// rank (the user's GOMAXPROCS wins).
-		env = append(env, "GOMAXPROCS=1")
+	if full, _ := cpuShare(localSize); full && !userProcs {
+		env = append(env, "GOMAXPROCS=1") // the user's GOMAXPROCS wins
 	}
 	return append(env, vars...)
 }
@@ -207,10 +228,11 @@ func rankEnv(base []string, vars []string, localSize int) []string {
 // for this rank: what ftrun passed (--hb-period, --hb-timeout), or zeros (the
 // detector's defaults, 20 ms and 60 ms) where it passed none or something
 // unreadable — except that a period given without a timeout gets a timeout of
-// three periods (at least 60 ms), and that on a host with more ranks of the job than CPUs the
-// default timeout is multiplied by the ranks per CPU (rounded up): there a
-// busy rank waits for a CPU for tens of milliseconds at a time, and 60 ms of
-// silence is no sign of failure.
+// three periods (at least 60 ms), and that on a full host (cpuShare: at least
+// as many ranks of the job as CPUs) the default timeout is multiplied by the
+// ranks per CPU, rounded up: where ranks outnumber CPUs a busy rank waits for
+// a CPU for tens of milliseconds at a time, and 60 ms of silence is no sign
+// of failure.
 func DetectorSettings() (period, timeout time.Duration) {
 	period, _ = time.ParseDuration(os.Getenv(EnvHBPeriod))
 	timeout, _ = time.ParseDuration(os.Getenv(EnvHBTimeout))
@@ -223,9 +245,10 @@ func DetectorSettings() (period, timeout time.Duration) {
 		timeout = max(base, 3*period)
 		base = timeout
 	}
-	if local, err := strconv.Atoi(os.Getenv(EnvLocalSize)); err == nil && local > runtime.NumCPU() {
-		perCPU := (local + runtime.NumCPU() - 1) / runtime.NumCPU()
-		timeout = time.Duration(perCPU) * base
+	if local, err := strconv.Atoi(os.Getenv(EnvLocalSize)); err == nil {
+		if full, perCPU := cpuShare(local); full {
+			timeout = time.Duration(perCPU) * base
+		}
 	}
 	return period, timeout
 }

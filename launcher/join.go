@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 
@@ -206,13 +205,13 @@ func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf fu
 }
 
 // transportSpin is the busy-poll setting of this rank's transport: ftrun's
-// --spin when given, none when this host has more ranks than CPUs (a spinning
-// rank steals a peer's CPU), else the transport's default.
+// --spin when given, none where ranks share a CPU (cpuShare: a spinning rank
+// steals a peer's CPU), else the transport's default.
 func (env jobEnv) transportSpin() time.Duration {
 	if env.spin != 0 {
 		return env.spin
 	}
-	if env.localSize > runtime.NumCPU() {
+	if _, perCPU := cpuShare(env.localSize); perCPU > 1 {
 		return -1
 	}
 	return 0

@@ -373,7 +373,8 @@ func TestDetectorSettings(t *testing.T) {
 		wantP, wantT           time.Duration
 	}{
 		{"", "", "1", 0, 0},
-		{"", "", strconv.Itoa(cpus), 0, 0},
+		{"", "", strconv.Itoa(cpus), 0, 60 * time.Millisecond}, // full, one rank per CPU: x1
+		{"", "", strconv.Itoa(cpus + 1), 0, 2 * 60 * time.Millisecond},
 		{"", "", strconv.Itoa(2*cpus + 1), 0, 3 * 60 * time.Millisecond},
 		{"", "250ms", strconv.Itoa(4 * cpus), 0, 250 * time.Millisecond}, // explicit wins
 		{"100ms", "", strconv.Itoa(cpus + 1), 100 * time.Millisecond, 600 * time.Millisecond},
@@ -387,6 +388,48 @@ func TestDetectorSettings(t *testing.T) {
 		p, to := DetectorSettings()
 		if p != c.wantP || to != c.wantT {
 			t.Errorf("period %q timeout %q local %q: got %v, %v; want %v, %v", c.period, c.timeout, c.local, p, to, c.wantP, c.wantT)
+		}
+	}
+}
+
+// One rule fits a job to a host's CPUs (cpuShare), and GOMAXPROCS, the
+// detector's default timeout and busy-polling all follow it: GOMAXPROCS=1 and
+// the timeout times the ranks per CPU from as many ranks as CPUs on, no
+// busy-polling from more ranks than CPUs on.
+func TestOneCPURule(t *testing.T) {
+	cpus := runtime.NumCPU()
+	for _, local := range []int{1, cpus - 1, cpus, cpus + 1, 2 * cpus, 2*cpus + 1, 5 * cpus} {
+		if local < 1 {
+			continue
+		}
+		full, perCPU := cpuShare(local)
+		if want := local >= cpus; full != want {
+			t.Errorf("%d ranks on %d CPUs: full %v, want %v", local, cpus, full, want)
+		}
+		if want := max(1, (local+cpus-1)/cpus); perCPU != want {
+			t.Errorf("%d ranks on %d CPUs: %d per CPU, want %d", local, cpus, perCPU, want)
+		}
+		env := rankEnv([]string{"PATH=/bin"}, nil, local)
+		if got := slices.Contains(env, "GOMAXPROCS=1"); got != full {
+			t.Errorf("%d ranks on %d CPUs: GOMAXPROCS=1 set %v, full %v", local, cpus, got, full)
+		}
+		t.Setenv(EnvHBPeriod, "")
+		t.Setenv(EnvHBTimeout, "")
+		t.Setenv(EnvLocalSize, strconv.Itoa(local))
+		_, timeout := DetectorSettings()
+		want := time.Duration(0) // the detector's own default
+		if full {
+			want = time.Duration(perCPU) * defaultHBTimeout
+		}
+		if timeout != want {
+			t.Errorf("%d ranks on %d CPUs: detector timeout %v, want %v", local, cpus, timeout, want)
+		}
+		spin := jobEnv{localSize: local}.transportSpin()
+		if wantOff := perCPU > 1; (spin < 0) != wantOff || (!wantOff && spin != 0) {
+			t.Errorf("%d ranks on %d CPUs: spin %v, want it off: %v", local, cpus, spin, wantOff)
+		}
+		if got := (jobEnv{localSize: local, spin: time.Millisecond}).transportSpin(); got != time.Millisecond {
+			t.Errorf("%d ranks: --spin 1ms gave %v", local, got)
 		}
 	}
 }
