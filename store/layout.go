@@ -13,6 +13,7 @@ import (
 //	header  hdrWords words
 //	slots   Slots × slotWords words
 //	chunks  Chunks × chunkWords words
+//	seen    seenWords(ranks) words: a bit per rank this rank knows failed
 const (
 	hdrWords   = 8
 	hdrMagic   = 0                  // magic, so a reader can tell a table from garbage
@@ -38,7 +39,7 @@ const (
 	// one, in its low bits (0: free). The current descriptor says where the
 	// value's record is; the pending descriptor holds a transaction's value
 	// until the transaction is decided.
-	slotWords   = 11
+	slotWords   = 12
 	slotHash    = 0
 	slotLock    = 1
 	slotCurAddr = 2 // 0: no value (never written, or deleted)
@@ -50,6 +51,7 @@ const (
 	slotWant    = 8  // a rank that waits for the lock, plus one: asks a lease to end
 	slotKey     = 9  // address of the slot's key block; 0: never used; slotTomb: free again
 	slotGen     = 10 // counts the slot's tombstones
+	slotDone    = 11 // a version every live replica held when written (see fastread.go)
 	slotBytes   = slotWords * 8
 	slotTomb    = 1 // the key word of a tombstone (never a block's address)
 

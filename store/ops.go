@@ -47,6 +47,13 @@ func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
 // replicas returns the key's live replicas with their slots found (claimed
 // when claim is set).
 func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
+	if claim {
+		// A write: not before every live rank knows the failures this one
+		// does (see fastread.go).
+		if err := s.awaitSettled(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ranks := s.place.replicas(id.h, s.failed)
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
@@ -420,6 +427,9 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 		p.written = true
 	}
 	failed, err := s.flushAll(ctx, reps)
+	if !failed && err == nil {
+		s.markDone(reps, v)
+	}
 	keep = keep && !failed && err == nil
 	wanted := false
 	for _, p := range reps {
@@ -586,6 +596,16 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 func (s *Store) get(ctx context.Context, id ident) ([]byte, uint64, error) {
+	if v, ver, ok := s.fastGet(ctx, id); ok {
+		s.st.fast.Add(1)
+		return v, ver, nil
+	}
+	return s.getAll(ctx, id)
+}
+
+// getAll is get from every live replica, making them agree when a writer
+// died in the middle (recovery's check of a key).
+func (s *Store) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 	rt := s.retrier()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {

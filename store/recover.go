@@ -55,6 +55,7 @@ func (s *Store) housekeeping() {
 	compacted := time.Now()
 	for {
 		busy := s.grow()
+		s.markSeen()
 		s.expireLeases()
 		asked = s.answerAsks(ctx, asked)
 		if time.Since(compacted) >= compactEvery {
@@ -143,7 +144,7 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		id, err := s.ownKey(jctx, j.h, j.key)
 		if err == nil {
-			_, _, err = s.get(jctx, id)
+			_, _, err = s.getAll(jctx, id)
 		}
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {

@@ -126,6 +126,7 @@ func (o *Options) fitChunks(limit int) error {
 // Stats are counters of this rank's store handle.
 type Stats struct {
 	Puts, Gets, Deletes uint64 // completed calls
+	FastGets            uint64 // gets answered by the primary replica alone
 	Commits, Aborts     uint64 // transactions
 	Retries             uint64 // operations started again (conflict, failure, torn read)
 	Takeovers           uint64 // locks taken from failed holders
@@ -147,6 +148,12 @@ type Store struct {
 	place  *placement
 	tables []uint64 // address of each rank's table region
 	chunk0 uint64   // offset of the chunk table in a table region
+	seen0  uint64   // offset of the failures-seen bitmap (see fastread.go)
+
+	settled struct {
+		sync.Mutex
+		ranks map[ftrma.Rank]bool // failed ranks every live rank knows of
+	}
 
 	table    []uint64     // this rank's table region (nil once closed)
 	tableMem []byte       // the same memory, as allocated
@@ -188,7 +195,7 @@ type Store struct {
 	kick   chan chan int // asks the housekeeping to compact now (compactNow)
 
 	st struct {
-		puts, gets, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
+		puts, gets, fast, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
 	}
 }
 
@@ -260,12 +267,14 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	s.leases.m = map[ident]*lease{}
 	s.leases.contended = map[ident]time.Time{}
 	s.claiming = make([]sync.Mutex, s.n)
+	s.settled.ranks = map[ftrma.Rank]bool{}
 	s.arenas, s.keyArenas = make([]*arena, s.n), make([]*arena, s.n)
 	for i := range s.arenas {
 		s.arenas[i], s.keyArenas[i] = &arena{}, &arena{}
 	}
 	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
-	tbl, err := w.Alloc((hdrWords + opt.Slots*slotWords + opt.Chunks*chunkWords) * 8)
+	s.seen0 = s.chunk0 + uint64(opt.Chunks*chunkBytes)
+	tbl, err := w.Alloc((hdrWords + opt.Slots*slotWords + opt.Chunks*chunkWords + seenWords(s.n)) * 8)
 	if err != nil {
 		w.Free(ctx)
 		return nil, err
@@ -358,7 +367,7 @@ func (s *Store) Close(ctx context.Context) error {
 // Stats returns this rank's counters.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), Deletes: s.st.deletes.Load(),
+		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), FastGets: s.st.fast.Load(), Deletes: s.st.deletes.Load(),
 		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
 		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(), RecoveryChecks: s.st.checks.Load(),
 	}

@@ -290,7 +290,13 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
 		}
 	}
-	s.flushAll(cctx, all)
+	if failed, err := s.flushAll(cctx, all); !failed && err == nil {
+		for _, k := range keys {
+			if k.write && !k.op.del {
+				s.markDone(k.reps, k.ver)
+			}
+		}
+	}
 	for _, k := range keys {
 		switch {
 		case !k.write:

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Fast reads. A Get reads the key's primary replica alone — the first live
+// replica in placement order — in one round trip (its slot, and the record
+// the slot pointed to when this rank last looked), and answers from it when
+// the slot shows that its current version is done: every live replica held
+// it when it was written. Otherwise (a write under way, a transaction
+// pending, the key absent there, the primary failing) it reads every live
+// replica as before.
+//
+// Done versions. After a write's flush has returned from every replica (so
+// the version is at all of them and no repair can go back behind it), the
+// writer posts the version into the primary's done word. A primary whose
+// current version equals its done word therefore holds a version that no
+// later read can miss, and any write that completed before the Get began
+// has reached the primary, since every write writes every live replica. A
+// done word left behind by an earlier write, or by a slot's earlier key, is
+// older than the slot's current version (versions only grow in a slot), so
+// it sends readers the long way, never to a wrong value.
+//
+// Failure views. Ranks learn of a failure at slightly different times. A
+// writer that knows rank f failed writes the keys f held elsewhere; a
+// reader that does not know yet would still read f (on shared memory a dead
+// rank's memory stays readable) and miss the write. So no write goes ahead
+// while a failure it knows of is unsettled: until every live rank has marked
+// the failure seen in its failures-seen bitmap (its housekeeping does, a
+// tick after its runtime learns of it), writes wait (in replicas, with
+// claim). A Get that starts after a write returned thus knows every failure
+// that write knew, and picks the same primary or a later one. (A rank that
+// is itself declared failed while still running is not waited for; until it
+// learns of that and stops, its fast reads may be stale — the partition
+// problem the runtime's primary-world rules address.)
+//
+// Transports whose reads may tear aligned words (CapWholeWords unset) get
+// no fast reads: a torn version word could pass the checks.
+
+// seenWords is the size of the failures-seen bitmap of a job of n ranks.
+func seenWords(n int) int { return (n + 63) / 64 }
+
+// markSeen sets this rank's bits for the failures its runtime knows of.
+func (s *Store) markSeen() {
+	base := int(s.seen0 / 8)
+	for w := range seenWords(s.n) {
+		var bits uint64
+		for b := range 64 {
+			if r := w*64 + b; r < s.n && s.failed(ftrma.Rank(r)) {
+				bits |= 1 << b
+			}
+		}
+		if atomic.LoadUint64(&s.table[base+w]) != bits {
+			atomic.StoreUint64(&s.table[base+w], bits)
+		}
+	}
+}
+
+// settleBound bounds how long a write waits for the live ranks to learn of
+// a failure (their housekeeping marks it within milliseconds; a rank that
+// does not is hung and will itself be declared failed).
+const settleBound = 10 * time.Second
+
+// awaitSettled returns once every failure this rank knows of is known to
+// every rank it thinks live, or fails after settleBound.
+func (s *Store) awaitSettled(ctx context.Context) error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		var todo []ftrma.Rank
+		s.settled.Lock()
+		for r := range ftrma.Rank(s.n) {
+			if s.failed(r) && !s.settled.ranks[r] {
+				todo = append(todo, r)
+			}
+		}
+		s.settled.Unlock()
+		if len(todo) == 0 {
+			return nil
+		}
+		seen, err := s.readSeen(ctx)
+		if err != nil {
+			return err
+		}
+		s.settled.Lock()
+		left := 0
+		for _, f := range todo {
+			all := true
+			for _, bits := range seen {
+				all = all && bits[f/64]&(1<<(f%64)) != 0
+			}
+			if all {
+				s.settled.ranks[f] = true
+			} else {
+				left++
+			}
+		}
+		s.settled.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if time.Since(start) > settleBound {
+			return fmt.Errorf("%w: live ranks did not learn of %d failures in %v", ftrma.ErrProcFailed, left, settleBound)
+		}
+		if err := backoff(ctx, min(i, 5)); err != nil {
+			return err
+		}
+	}
+}
+
+// readSeen reads the failures-seen bitmaps of the ranks this rank thinks
+// live (a rank failing or closing meanwhile is left out).
+func (s *Store) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
+	bufs := map[ftrma.Rank][]byte{}
+	for r := range ftrma.Rank(s.n) {
+		if s.failed(r) {
+			continue
+		}
+		b := make([]byte, seenWords(s.n)*8)
+		if s.w.Get(r, s.tables[r]+s.seen0, b) == nil {
+			bufs[r] = b
+		}
+	}
+	out := map[ftrma.Rank][]uint64{}
+	for r, b := range bufs {
+		if err := s.w.Flush(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue // failed or closed: not a reader to wait for
+		}
+		ws := make([]uint64, seenWords(s.n))
+		for i := range ws {
+			ws[i] = word(b, i)
+		}
+		out[r] = ws
+	}
+	return out, nil
+}
+
+// markDone posts version v into the done word of the key's primary replica
+// (reps[0], reps in placement order), once the write of v is complete at
+// every live replica. The write completes with the next flush toward it.
+func (s *Store) markDone(reps []*replica, v uint64) {
+	if len(reps) == 0 || reps[0].failed || reps[0].slot < 0 {
+		return
+	}
+	var w [8]byte
+	putWords(w[:], v)
+	s.w.Put(reps[0].r, reps[0].addr+slotDone*8, w[:])
+	s.w.Push(reps[0].r)
+}
+
+// fastGet reads the key's primary alone; ok is false when the answer must
+// come from every replica (see above).
+func (s *Store) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
+	if !s.w.WholeWords() {
+		return nil, 0, false
+	}
+	ranks := s.place.replicas(id.h, s.failed)
+	if len(ranks) == 0 {
+		return nil, 0, false
+	}
+	r := ranks[0]
+	sl, err := s.findSlot(ctx, r, id, false)
+	if err != nil || sl.idx < 0 {
+		return nil, 0, false
+	}
+	p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, addr: s.slotAddr(r, sl.idx), keyAddr: sl.key, gen: sl.gen}
+	s.cache.Lock()
+	guess := s.cache.desc[p.ref]
+	s.cache.Unlock()
+	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+	if s.w.Get(r, p.addr, p.buf[:]) != nil {
+		return nil, 0, false
+	}
+	if guess.addr != 0 && guess.len <= limit {
+		p.rec = make([]byte, guess.len)
+		if s.w.Get(r, guess.addr, p.rec) != nil {
+			p.rec = nil
+		}
+	}
+	if s.w.Flush(ctx, r) != nil {
+		return nil, 0, false
+	}
+	if s.checkSlots([]*replica{p}) != nil {
+		return nil, 0, false
+	}
+	a, n, v := p.word(slotCurAddr), p.word(slotCurLen), p.word(slotCurVer)
+	if a == 0 || n > limit || p.word(slotPAddr) != 0 || v != p.word(slotDone) {
+		return nil, 0, false
+	}
+	if a != guess.addr || n != guess.len || p.rec == nil {
+		p.rec = make([]byte, n)
+		if s.w.Get(r, a, p.rec) != nil || s.w.Flush(ctx, r) != nil {
+			return nil, 0, false
+		}
+		s.cache.Lock()
+		s.cache.desc[p.ref] = desc{a, n}
+		s.cache.Unlock()
+	}
+	rec, good := decodeRecord(p.rec)
+	if !good || !rec.is(id) || rec.version != v {
+		return nil, 0, false
+	}
+	return rec.value, v, true
+}
