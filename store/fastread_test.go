@@ -57,7 +57,7 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	testHookPublish = func(s *Store, reps []*replica, i int) {
 		if s == writer && i == 1 {
 			s.w.Flush(context.Background(), reps[0].r) // the primary has it
-			world.Net.Crash(s.me)                       // the others do not
+			world.Net.Crash(s.me)                      // the others do not
 		}
 	}
 	t.Cleanup(func() { testHookPublish = nil })
