@@ -101,7 +101,7 @@ full)
 	E2E2_RUN=$E2E_RUN ;;
 ci | one | two | bench)
 	WINDOW_RUN='TestCountersEightRanks|TestPutFlushGetFromThirdRank|TestSharedLocksCoexist|TestDynamicWindow|TestOperationSemantics|TestReplaceAccumulateNeverTorn'
-	STORE_RUN='TestPutGetDeleteAcrossRanks|TestHeapReuse|TestTransaction|TestConcurrentWriters'
+	STORE_RUN='TestPutGetDeleteAcrossRanks|TestHeapReuse|TestTransaction|TestConcurrentWriters|TestCollidingKeysKeepTheirValues|TestConditionalWrites|TestTxGet$'
 	# The store's linearizability test kills at fixed times, which in an
 	# emulated guest can land before the job has started: full mode only.
 	E2E_RUN='TestCountersAndLocks|TestKillWhileHammering|TestStoppedRankIsFenced|TestStoreUninvolved'
