@@ -83,31 +83,18 @@ Exit status:
 
 // commands maps a command name to its entry point, which returns the exit
 // status.
-var commands = map[string]func(args []string, stdin io.Reader, stdout, stderr io.Writer) int{
-	"bench": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runBench(args, stdout, stderr) },
-	"serve": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runServe(args, stdout, stderr) },
-	"put": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("put", args, stdin, stdout, stderr)
-	},
-	"get": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("get", args, stdin, stdout, stderr)
-	},
-	"del": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("del", args, stdin, stdout, stderr)
-	},
-	"cas": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("cas", args, stdin, stdout, stderr)
-	},
-	"ls": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("ls", args, stdin, stdout, stderr)
-	},
-	"len": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("len", args, stdin, stdout, stderr)
-	},
-	"stop": func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		return runClient("stop", args, stdin, stdout, stderr)
-	},
-}
+var commands = func() map[string]func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	m := map[string]func(args []string, stdin io.Reader, stdout, stderr io.Writer) int{
+		"bench": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runBench(args, stdout, stderr) },
+		"serve": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runServe(args, stdout, stderr) },
+	}
+	for _, name := range []string{"put", "get", "del", "cas", "ls", "len", "stop"} {
+		m[name] = func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+			return runClient(name, args, stdin, stdout, stderr)
+		}
+	}
+	return m
+}()
 
 // run is ftkv with its arguments (without the program name) and streams; it
 // returns the exit status.
