@@ -178,6 +178,9 @@ func (s *Store) answerAsks(ctx context.Context, seen uint64) uint64 {
 	}
 	s.leases.Unlock()
 	s.w.FlushAll(ctx) // a failed replica's read fails; the others are done
+	if ctx.Err() != nil {
+		return seen // the store is closing: the reads may still land
+	}
 	for _, rd := range reads {
 		wanted := false
 		for _, w := range rd.want {

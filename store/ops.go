@@ -314,6 +314,11 @@ func (s *Store) acquire(ctx context.Context, id ident, useLease bool) (reps []*r
 			return reps, true, nil
 		}
 	}
+	// A lease not used here ends first: the locks taken below belong to
+	// this operation, which gives them back on every path, and no lease
+	// record may outlive them (its expiry would free locks another rank
+	// holds by then).
+	s.endLease(id)
 	if reps, err = s.replicas(ctx, id, true); err != nil {
 		return nil, false, err
 	}

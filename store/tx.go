@@ -179,6 +179,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	var all []*replica
 	for _, k := range keys {
+		s.endLease(k.id) // as in acquire: the commit's locks are its own
 		reps, err := s.replicas(ctx, k.id, true)
 		if err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
 )
 
 func TestTxGet(t *testing.T) {
@@ -161,6 +163,62 @@ func TestTxSerializableTransfers(t *testing.T) {
 		t.Logf("40 transfers, %d conflicts, %d audits", conflicts, audits)
 		if sum != accounts*start {
 			t.Fatalf("total %d after the transfers, want %d", sum, accounts*start)
+		}
+	})
+}
+
+// A transaction that takes over the locks of a key its rank holds a lease
+// on (here only to read it) ends the lease: the lease's expiry must never
+// free locks that another rank holds by then.
+func TestTxEndsTheLeaseItTakesOver(t *testing.T) {
+	bothWorlds(t, func(t *testing.T, newWorld worldFunc) {
+		ctx := testCtx(t, time.Minute)
+		_, st := openAllOn(t, newWorld, 3, smallOptions(3))
+		k := []byte("k")
+		if err := st[0].Put(ctx, k, []byte("1")); err != nil { // rank 0 leases k
+			t.Fatal(err)
+		}
+		tx := st[0].Begin()
+		if _, err := tx.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checked := false
+		testHookCommit = func(s *Store, stage string) {
+			if s != st[1] || stage != "pending" {
+				return
+			}
+			// Rank 1 holds k's locks; rank 0's housekeeping expires what
+			// leases it has.
+			id := st[0].ident(k)
+			if st[0].keys.tryLock(id) {
+				st[0].endLease(id)
+				st[0].keys.unlock(id)
+			}
+			st[0].w.FlushAll(ctx)
+			for r, idx := range st[1].slotsOf(k) {
+				var w [8]byte
+				st[2].w.Get(ftrma.Rank(r), st[2].slotAddr(ftrma.Rank(r), idx)+slotLock*8, w[:])
+				if err := st[2].w.Flush(ctx, ftrma.Rank(r)); err != nil {
+					t.Error(err)
+				}
+				if owner := lockOwner(word(w[:], 0)); owner != 1 {
+					t.Errorf("rank %d's lock of k names %d while rank 1 commits", r, owner)
+				}
+				checked = true
+			}
+		}
+		defer func() { testHookCommit = nil }()
+		tx = st[1].Begin()
+		tx.Put(k, []byte("2"))
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testHookCommit = nil
+		if !checked {
+			t.Fatal("no lock word was checked")
 		}
 	})
 }
