@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport/verbs"
 )
 
@@ -65,7 +64,7 @@ func TestParseHosts(t *testing.T) {
 func TestAssignRanks(t *testing.T) {
 	h := func(addr string, n int) HostSpec { return HostSpec{Addr: addr, N: n} }
 	b := func(addr string, first, n int) hostBlock {
-		return hostBlock{addr: addr, first: ftrma.Rank(first), n: n}
+		return hostBlock{addr: addr, name: addr, ranks: rankRange(first, n)}
 	}
 	for _, c := range []struct {
 		hosts []HostSpec

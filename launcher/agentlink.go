@@ -3,6 +3,7 @@ package launcher
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -132,13 +133,11 @@ func (l *agentLink) writeLoop() {
 // output as ended.
 func (l *agentLink) readLoop(j *Job) {
 	defer l.wg.Done()
-	n := l.block.n
+	ranks := l.block.ranks
+	n := len(ranks)
 	exited := make([]bool, n)
-	ended := make([][2]bool, n) // ended[i][stream-1]: the stream of rank first+i ended
-	in := func(r ftrma.Rank) (int, bool) {
-		i := int(r - l.block.first)
-		return i, r >= l.block.first && i < n
-	}
+	ended := make([][2]bool, n) // ended[i][stream-1]: the stream of rank ranks[i] ended
+	in := func(r ftrma.Rank) (int, bool) { return slices.BinarySearch(ranks, r) }
 	var err error
 	for {
 		var typ byte
@@ -184,7 +183,7 @@ func (l *agentLink) readLoop(j *Job) {
 	l.mu.Unlock()
 	lost := 0
 	for i := range n {
-		r := l.block.first + ftrma.Rank(i)
+		r := ranks[i]
 		if !exited[i] {
 			lost++
 			j.ranks[r].exit <- exitedMsg{rank: r, code: -1, lost: fmt.Sprintf("the connection to agent %s broke", l.addr)}

@@ -521,12 +521,28 @@ func parseHost(e string) (HostSpec, error) {
 	return h, nil
 }
 
-// hostBlock is the contiguous block of ranks a job runs on one host.
+// hostBlock is the ranks a job runs on one host, and how they get there.
 type hostBlock struct {
-	addr  string // the agent's host:port, "" for this host
-	first ftrma.Rank
-	n     int
-	link  *agentLink // the connection to the agent, once made
+	name  string       // the host's name in reports; "" for this host
+	addr  string       // a running agent's host:port (--hosts); ""
+	start string       // how ftrun starts the host's agent: "" (this host, or a running agent), startSSH or startSrun
+	ranks []ftrma.Rank // in increasing order
+	link  *agentLink   // the connection to the agent, once made
+}
+
+// remote reports whether an agent runs b's ranks.
+func (b *hostBlock) remote() bool { return b.addr != "" || b.start != "" }
+
+// label names b's host in reports.
+func (b *hostBlock) label() string { return cmp.Or(b.name, b.addr, "this host") }
+
+// rankRange returns the n ranks from first on.
+func rankRange(first, n int) []ftrma.Rank {
+	r := make([]ftrma.Rank, n)
+	for i := range r {
+		r[i] = ftrma.Rank(first + i)
+	}
+	return r
 }
 
 // assignRanks splits the n ranks of a job over hosts in contiguous blocks, in
@@ -560,7 +576,7 @@ func assignRanks(hosts []HostSpec, n int) ([]hostBlock, error) {
 			k++
 		}
 		if c > 0 {
-			blocks = append(blocks, hostBlock{addr: h.Addr, first: ftrma.Rank(first), n: c})
+			blocks = append(blocks, hostBlock{addr: h.Addr, name: h.Addr, ranks: rankRange(first, c)})
 		}
 		first += c
 	}
@@ -570,7 +586,7 @@ func assignRanks(hosts []HostSpec, n int) ([]hostBlock, error) {
 // multiHost reports whether blocks put ranks on a host other than this one.
 func multiHost(blocks []hostBlock) bool {
 	for _, b := range blocks {
-		if b.addr != "" {
+		if b.remote() {
 			return true
 		}
 	}

@@ -153,7 +153,7 @@ func Start(opts *Options) (*Job, error) {
 			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
 		}
 	}
-	blocks := []hostBlock{{n: opts.N}}
+	blocks := []hostBlock{{ranks: rankRange(0, opts.N)}}
 	if len(opts.Hosts) > 0 {
 		var err error
 		if blocks, err = assignRanks(opts.Hosts, opts.N); err != nil {
@@ -235,9 +235,9 @@ func Start(opts *Options) (*Job, error) {
 		if b.link != nil {
 			err = j.launchRemote(b, cwd, secret)
 		} else {
-			for r := b.first; r < b.first+ftrma.Rank(b.n) && err == nil; r++ {
-				vars := rankVars(r, opts.N, b.n, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
-				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, b.n)); err != nil {
+			for _, r := range b.ranks {
+				vars := rankVars(r, opts.N, len(b.ranks), j.rv.addr(), secret, j.id, hostAddr, &j.opts)
+				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
 				}
 			}
@@ -273,15 +273,15 @@ func Start(opts *Options) (*Job, error) {
 // launchRemote has the agent of b start b's ranks, then follows them.
 func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
 	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N}
-	for r := b.first; r < b.first+ftrma.Rank(b.n); r++ {
+	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
-		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, b.n, j.rv.addr(), secret, j.id, "", &j.opts)})
+		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, len(b.ranks), j.rv.addr(), secret, j.id, "", &j.opts)})
 	}
 	if _, err := b.link.launch(spec); err != nil {
 		return err
 	}
 	j.mu.Lock()
-	for r := b.first; r < b.first+ftrma.Rank(b.n); r++ {
+	for _, r := range b.ranks {
 		p := j.ranks[r]
 		p.link, p.exit, p.running = b.link, make(chan exitedMsg, 1), true
 		p.fwd.Add(2)
