@@ -154,7 +154,8 @@ func (a *Agent) Close() error {
 
 // agentJob is one launcher connection's job on this host.
 type agentJob struct {
-	a    *Agent
+	env  []string             // the ranks' base environment
+	logf func(string, ...any) // the agent's log
 	c    net.Conn
 	spec *launchSpec
 	wmu  sync.Mutex     // serializes writes on c
@@ -192,24 +193,31 @@ func (a *Agent) serve(c net.Conn) bool {
 		}
 		return false
 	}
+	runAgentJob(c, a.cfg.Env, a.cfg.Logf)
+	return true
+}
+
+// runAgentJob serves one authenticated launcher connection: it reads the
+// launch (within the connection's deadline), starts the ranks, and
+// supervises them until the connection closes or goes silent for
+// linkTimeout, when it kills them.
+func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	spec, err := readLaunch(c)
 	if err != nil {
 		writeFrame(c, msgError, errorText(err.Error()))
-		a.cfg.Logf("launcher %s: %v", c.RemoteAddr(), err)
-		return true
+		logf("launcher %s: %v", c.RemoteAddr(), err)
+		return
 	}
 	c.SetDeadline(time.Time{})
-	j := &agentJob{a: a, c: c, spec: spec}
-	first, last := spec.ranks[0].rank, spec.ranks[len(spec.ranks)-1].rank
-	a.cfg.Logf("job %s from %s: starting ranks %d..%d of %d", printable([]byte(spec.job)), c.RemoteAddr(), first, last, spec.size)
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec}
+	logf("job %s from %s: starting ranks %v of %d", printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if err := j.start(); err != nil {
 		writeFrame(c, msgError, errorText(err.Error()))
-		a.cfg.Logf("job %s: %v", printable([]byte(spec.job)), err)
-		return true
+		logf("job %s: %v", printable([]byte(spec.job)), err)
+		return
 	}
 	j.supervise()
-	a.cfg.Logf("job %s: ended", printable([]byte(spec.job)))
-	return true
+	logf("job %s: ended", printable([]byte(spec.job)))
 }
 
 // readLaunch reads and checks the launch message.
@@ -269,7 +277,7 @@ func (j *agentJob) start() error {
 	var pids []rankPID
 	for _, r := range j.spec.ranks {
 		vars := append(append([]string(nil), r.env...), EnvHostAddr+"="+hostIP)
-		p, err := j.startRank(path, dir, r.rank, rankEnv(j.a.cfg.Env, vars, len(j.spec.ranks)))
+		p, err := j.startRank(path, dir, r.rank, rankEnv(j.env, vars, len(j.spec.ranks)))
 		if err != nil {
 			for _, p := range j.procs {
 				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
@@ -377,23 +385,46 @@ func (j *agentJob) wait(p *agentProc) {
 // supervise carries out the launcher's signals until the connection closes,
 // then kills every rank still running and waits for them.
 func (j *agentJob) supervise() {
+	stop := make(chan struct{})
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		tick := time.NewTicker(linkPing)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if j.send(msgPing, nil) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer close(stop)
 	for {
+		j.c.SetReadDeadline(time.Now().Add(linkTimeout))
 		typ, p, err := readFrame(j.c, maxSmall)
 		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", printable([]byte(j.spec.job)), err)
+			}
 			break
 		}
 		switch typ {
+		case msgPing:
 		case msgSignal:
 			r, sig, err := parseSignal(p)
 			if err != nil {
-				j.a.cfg.Logf("job %s: %v", printable([]byte(j.spec.job)), err)
+				j.logf("job %s: %v", printable([]byte(j.spec.job)), err)
 				continue
 			}
 			j.signal(r, sig)
 		case msgError:
-			j.a.cfg.Logf("job %s: launcher says: %s", printable([]byte(j.spec.job)), printable(p))
+			j.logf("job %s: launcher says: %s", printable([]byte(j.spec.job)), printable(p))
 		default:
-			j.a.cfg.Logf("job %s: unexpected message type %d; ignored", printable([]byte(j.spec.job)), typ)
+			j.logf("job %s: unexpected message type %d; ignored", printable([]byte(j.spec.job)), typ)
 		}
 	}
 	j.killAll()
@@ -428,6 +459,7 @@ func (j *agentJob) killAll() {
 func (j *agentJob) send(typ byte, payload []byte) error {
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
+	j.c.SetWriteDeadline(time.Now().Add(linkTimeout))
 	return writeFrame(j.c, typ, payload)
 }
 

@@ -373,7 +373,7 @@ func TestMultiHostJoin(t *testing.T) {
 	if code := ag.wait(t); code != 0 {
 		t.Errorf("agent --once exited %d after the job; log:\n%s", code, ag.logs)
 	}
-	if !strings.Contains(ag.logs.String(), "starting ranks 2..3 of 4") {
+	if !strings.Contains(ag.logs.String(), "starting ranks [2 3] of 4") {
 		t.Errorf("agent log:\n%s", ag.logs)
 	}
 }

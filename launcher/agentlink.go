@@ -15,6 +15,15 @@ import (
 // answer to a launch.
 const agentTimeout = 10 * time.Second
 
+// Link liveness: each side of an agent link sends a ping every linkPing and
+// counts the link lost after linkTimeout without a frame from the other; the
+// launcher then counts the host's ranks as failed, and the agent kills them.
+// A cut link, a vanished host or a hung peer is so known within linkTimeout.
+const (
+	linkPing    = 250 * time.Millisecond
+	linkTimeout = 2 * time.Second
+)
+
 // agentLink is the launcher's connection to the agent that runs one block of
 // a job's ranks on a remote host.
 type agentLink struct {
@@ -111,18 +120,31 @@ func (l *agentLink) close() {
 
 func (l *agentLink) writeLoop() {
 	defer l.wg.Done()
-	for range l.wake {
+	tick := time.NewTicker(linkPing)
+	defer tick.Stop()
+	ping := appendFrame(nil, msgPing, nil)
+	for {
+		var q [][]byte
+		select {
+		case <-l.wake:
+			l.mu.Lock()
+			q = l.queue
+			l.queue = nil
+			l.mu.Unlock()
+		case <-tick.C:
+			q = [][]byte{ping}
+		}
 		l.mu.Lock()
-		q, closed := l.queue, l.closed
-		l.queue = nil
+		closed := l.closed
 		l.mu.Unlock()
 		if closed {
 			return
 		}
 		for _, f := range q {
-			l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
+			l.conn.SetWriteDeadline(time.Now().Add(linkTimeout))
 			if _, err := l.conn.Write(f); err != nil {
-				return // the reader sees the broken connection too
+				l.conn.Close() // the reader sees the broken connection too
+				return
 			}
 		}
 	}
@@ -142,10 +164,12 @@ func (l *agentLink) readLoop(j *Job) {
 	for {
 		var typ byte
 		var p []byte
+		l.conn.SetReadDeadline(time.Now().Add(linkTimeout))
 		if typ, p, err = readFrame(l.conn, maxLaunch); err != nil {
 			break
 		}
 		switch typ {
+		case msgPing:
 		case msgOutput:
 			m, perr := parseOutput(p)
 			i, ok := in(m.rank)

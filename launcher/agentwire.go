@@ -56,6 +56,9 @@ const (
 	msgOutput  byte = 12 // A→L: a piece of a rank's output
 	msgExited  byte = 13 // A→L: a rank was reaped
 	msgSignal  byte = 14 // L→A: signal a rank's process group
+	// 15, 16 are the rendezvous's (wire.go).
+	msgPing       byte = 17 // both ways, every linkPing: the link and its peer live
+	msgAgentHello byte = 18 // A→L, first on a link an agent dialled: its host name
 )
 
 // Output streams and flags of msgOutput.
@@ -88,6 +91,15 @@ type launchSpec struct {
 type launchRank struct {
 	rank ftrma.Rank
 	env  []string // FTRMA_ variables only
+}
+
+// rankList is the launch's ranks, for logs.
+func (l *launchSpec) rankList() []ftrma.Rank {
+	r := make([]ftrma.Rank, len(l.ranks))
+	for i, lr := range l.ranks {
+		r[i] = lr.rank
+	}
+	return r
 }
 
 func (l *launchSpec) append(b []byte) []byte {
