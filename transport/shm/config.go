@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +24,18 @@ const DefaultDir = "/dev/shm"
 // Config configures a shared-memory transport. The zero value of each field
 // means its default.
 type Config struct {
-	// Rank is this process's rank and Size the number of ranks of the job,
-	// all of them on this host (at most 65536). Required.
+	// Rank is this process's rank and Size the number of ranks of the job
+	// (at most 65536). Required.
 	Rank ftrma.Rank
 	Size int
+	// Ranks lists the ranks this transport connects: the job's ranks on this
+	// host, Rank among them, in any order. Every rank listed must open its
+	// transport with the same list (Open records it in the control segment
+	// and peers check it). Operations, Send, Fence and PeerDown toward a rank
+	// not listed fail with ftrma.ErrInvalid; such ranks are never mapped and
+	// take no room in the control segment. Default (nil): all Size ranks,
+	// every one of them on this host.
+	Ranks []ftrma.Rank
 	// Job names the job in file names; every rank of a job uses the same.
 	// 1 to 128 characters from [A-Za-z0-9._-]. Required.
 	Job string
@@ -81,13 +90,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := checkJob(cfg.Job); err != nil {
 		return cfg, err
 	}
+	ranks, err := servedRanks(cfg.Rank, cfg.Size, cfg.Ranks)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Ranks = ranks
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir
 	}
 	switch {
 	case cfg.Spin < 0:
 		cfg.Spin = 0
-	case cfg.Spin == 0 && 2*cfg.Size > runtime.NumCPU():
+	case cfg.Spin == 0 && 2*len(cfg.Ranks) > runtime.NumCPU():
 		// A spinning progress goroutine would take the CPU of its own
 		// application or of the peer it waits for.
 	case cfg.Spin == 0:
@@ -119,6 +133,47 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Logf = log.Printf
 	}
 	return cfg, nil
+}
+
+// servedRanks checks the ranks a transport is to connect and returns them
+// sorted, in a slice of their own: all size ranks when ranks is nil.
+func servedRanks(self ftrma.Rank, size int, ranks []ftrma.Rank) ([]ftrma.Rank, error) {
+	if ranks == nil {
+		all := make([]ftrma.Rank, size)
+		for r := range all {
+			all[r] = ftrma.Rank(r)
+		}
+		return all, nil
+	}
+	out := slices.Clone(ranks)
+	slices.Sort(out)
+	for i, r := range out {
+		if r < 0 || int(r) >= size {
+			return nil, fmt.Errorf("shm transport: Ranks lists rank %d of a job of %d: %w", r, size, ftrma.ErrRankOutOfRange)
+		}
+		if i > 0 && out[i-1] == r {
+			return nil, fmt.Errorf("shm transport: Ranks lists rank %d twice: %w", r, ftrma.ErrInvalid)
+		}
+	}
+	if _, ok := slices.BinarySearch(out, self); !ok {
+		return nil, fmt.Errorf("shm transport: Ranks does not list this rank (%d): %w", self, ftrma.ErrInvalid)
+	}
+	return out, nil
+}
+
+// ranksSum is a fingerprint of the sorted list of served ranks (FNV-1a of
+// their values), recorded in the control segment so that ranks that were
+// given different lists refuse each other instead of misreading each
+// other's rings.
+func ranksSum(ranks []ftrma.Rank) uint64 {
+	h := uint64(14695981039346656037)
+	for _, r := range ranks {
+		for v, i := uint32(r), 0; i < 4; i, v = i+1, v>>8 {
+			h ^= uint64(v & 0xff)
+			h *= 1099511628211
+		}
+	}
+	return h
 }
 
 // checkJob accepts job names that are safe in a file name.

@@ -20,20 +20,33 @@
 // is no rendezvous. RemoveJob removes every file of a job, including those of
 // ranks that were killed; the launcher calls it when the job ends.
 //
-// A control segment (sizes for n ranks, R = Config.RingBytes, K =
+// A control segment (sizes for m served ranks, R = Config.RingBytes, K =
 // Config.Regions; every word accessed atomically, words written by different
 // processes on different 64-byte lines):
 //
-//	header   512 B      magic, version, n, rank, R, K, pid, file size;
-//	                    state (open, closed), doorbell and sleeping (futex),
-//	                    epoch, release count
-//	active   n × 64 B   per origin rank: operations under way here (two
-//	                    counters, by epoch) and the fence flag for that origin
+//	header   512 B      magic, version, job size, rank, R, K, pid, file size;
+//	                    state (open, closed), m and a fingerprint of the
+//	                    served ranks; doorbell and sleeping (futex), epoch,
+//	                    release count
+//	active   m × 64 B   per served origin rank: operations under way here
+//	                    (two counters, by epoch) and the fence flag for that
+//	                    origin
 //	keys     K × 32 B   key table: state (key<<8|1, or 0), segment id, offset,
 //	                    length
-//	rings    n × (256 B + R), page aligned: the incoming ring from each rank:
-//	                    head (consumer), tail (producer), closed flag, space
-//	                    futex and waiting flag, then R bytes of messages
+//	rings    m × (256 B + R), page aligned: the incoming ring from each
+//	                    served rank: head (consumer), tail (producer), closed
+//	                    flag, space futex and waiting flag, then R bytes of
+//	                    messages
+//
+// The served ranks are Config.Ranks, by default all Size ranks of the job;
+// a job spread over hosts gives each host's ranks the list of that host's
+// ranks, and reaches the other hosts through another transport
+// (transport/multi combines them). A served rank's active line and ring
+// are found by its slot, its position in the sorted list, so every served
+// rank must be given the same list: a peer whose header names another count
+// or fingerprint is refused with ftrma.ErrInvalid. Ranks not served are
+// never mapped; operations, Send, Flush and Fence toward them fail with
+// ftrma.ErrInvalid.
 //
 // # Memory and one-sided operations
 //
@@ -95,10 +108,12 @@
 //
 // # Limits
 //
-//   - One host; Linux; ranks of a job must agree on Size, Job and Dir.
-//   - Each rank's control segment holds a ring per rank, reserved up front
-//     like all segments: n ranks use about n²·(R+256) bytes of shared memory
-//     in all (128 MiB for 32 ranks with the default 128 KiB rings).
+//   - One host; Linux; the ranks of a host must agree on Size, Ranks, Job
+//     and Dir.
+//   - Each rank's control segment holds a ring per served rank, reserved up
+//     front like all segments: m ranks on a host use about m²·(R+256) bytes
+//     of shared memory in all (128 MiB for 32 ranks with the default 128 KiB
+//     rings).
 //   - At most Config.Regions regions registered at once per rank, and about
 //     16 million registrations over a transport's life.
 //   - Every Alloc is a file and a mapping of whole pages.
@@ -108,12 +123,13 @@
 //
 // # Use
 //
-//  1. Open(cfg) on every rank: it creates the rank's control segment, so
-//     peers can reach the rank as soon as Open returns.
+//  1. Open(cfg) on every rank of the host (cfg.Ranks lists them when the job
+//     spans hosts): it creates the rank's control segment, so peers can
+//     reach the rank as soon as Open returns.
 //  2. SetReceiver, before peers send (their messages wait in the ring until
 //     then).
-//  3. Connect(ctx): it maps every peer's control segment, waiting for ranks
-//     that have not opened yet.
+//  3. Connect(ctx): it maps every served peer's control segment, waiting for
+//     ranks that have not opened yet.
 //  4. Alloc memory, Register it, publish the keys; post operations; Send.
 //  5. Call PeerDown when the launcher reports a rank's exit; Fence ranks
 //     declared failed (and have the launcher kill them).

@@ -15,7 +15,7 @@ import (
 // Words written by different processes sit on different 64-byte lines.
 const (
 	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
-	layoutVersion = 1
+	layoutVersion = 2                  // 2: the segment holds lines and rings for Config.Ranks only
 
 	// Header: written once by Open before the file gets its final name,
 	// except for the words from offState on.
@@ -28,6 +28,8 @@ const (
 	offPID       = 48 // the owner's process id
 	offTotal     = 56 // file size
 	offState     = 64 // stateOpen, then stateClosed when the owner closes
+	offSlots     = 72 // ranks served (len(Config.Ranks)): active lines and rings
+	offRanksSum  = 80 // ranksSum(Config.Ranks)
 	// offDoorbell is the owner's futex word (uint32): senders bump it after
 	// publishing a message and wake the owner if offSleeping (uint32) is set.
 	offDoorbell = 128
@@ -41,7 +43,8 @@ const (
 	offReleaseGen = 256
 	headerBytes   = 512
 
-	// One line per origin rank: operations of that origin under way in this
+	// One line per served origin rank, by its slot (its position in the
+	// sorted Config.Ranks): operations of that origin under way in this
 	// rank's memory, counted in the slot of the epoch they entered in, and
 	// whether this rank fenced the origin.
 	activeStride = 64
@@ -73,20 +76,22 @@ var pageSize = os.Getpagesize()
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
-// layout places the parts of a control segment.
+// layout places the parts of a control segment. The active lines and the
+// rings are indexed by slot: a served rank's position in the sorted list of
+// served ranks (its rank when every rank is served).
 type layout struct {
-	size, ringBytes, regions int
-	active, keys, rings      int // offsets of the active lines, key table, rings
-	ringStride, total        int
+	slots, ringBytes, regions int
+	active, keys, rings       int // offsets of the active lines, key table, rings
+	ringStride, total         int
 }
 
-func makeLayout(size, ringBytes, regions int) layout {
-	l := layout{size: size, ringBytes: ringBytes, regions: regions}
+func makeLayout(slots, ringBytes, regions int) layout {
+	l := layout{slots: slots, ringBytes: ringBytes, regions: regions}
 	l.active = headerBytes
-	l.keys = l.active + size*activeStride
+	l.keys = l.active + slots*activeStride
 	l.rings = alignUp(l.keys+regions*entryBytes, pageSize)
 	l.ringStride = alignUp(ringHeader+ringBytes, 64)
-	l.total = alignUp(l.rings+size*l.ringStride, pageSize)
+	l.total = alignUp(l.rings+slots*l.ringStride, pageSize)
 	return l
 }
 
@@ -99,15 +104,15 @@ type ctl struct {
 func (c *ctl) word(off int) *uint64   { return (*uint64)(unsafe.Pointer(&c.mem[off])) }
 func (c *ctl) word32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&c.mem[off])) }
 
-// active returns the offset of origin r's line.
-func (c *ctl) active(r ftrma.Rank) int { return c.lay.active + int(r)*activeStride }
+// active returns the offset of the line of the origin in slot.
+func (c *ctl) active(slot int) int { return c.lay.active + slot*activeStride }
 
 // entry returns the offset of key-table slot i.
 func (c *ctl) entry(i int) int { return c.lay.keys + i*entryBytes }
 
-// ring returns the incoming ring from sender r.
-func (c *ctl) ring(r ftrma.Rank) ring {
-	off := c.lay.rings + int(r)*c.lay.ringStride
+// ring returns the incoming ring from the sender in slot.
+func (c *ctl) ring(slot int) ring {
+	off := c.lay.rings + slot*c.lay.ringStride
 	return ring{
 		head:    c.word(off + ringHead),
 		tail:    c.word(off + ringTail),
@@ -119,10 +124,12 @@ func (c *ctl) ring(r ftrma.Rank) ring {
 }
 
 // initHeader writes a new control segment's header.
-func (c *ctl) initHeader(rank ftrma.Rank, pid int) {
+func (c *ctl) initHeader(rank ftrma.Rank, size int, sum uint64, pid int) {
 	*c.word(offMagic) = magicWord
 	*c.word(offVersion) = layoutVersion
-	*c.word(offSize) = uint64(c.lay.size)
+	*c.word(offSize) = uint64(size)
+	*c.word(offSlots) = uint64(c.lay.slots)
+	*c.word(offRanksSum) = sum
 	*c.word(offRank) = uint64(rank)
 	*c.word(offRingBytes) = uint64(c.lay.ringBytes)
 	*c.word(offRegions) = uint64(c.lay.regions)
@@ -131,9 +138,10 @@ func (c *ctl) initHeader(rank ftrma.Rank, pid int) {
 }
 
 // parseCtl checks the header of a peer's control segment mem against what
-// this rank expects and returns its layout. The file comes from another
-// process: nothing in it is trusted further than checked here.
-func parseCtl(mem []byte, size int, rank ftrma.Rank) (layout, error) {
+// this rank expects (the job's size, the peer's rank, and the served ranks:
+// how many, and their fingerprint) and returns its layout. The file comes
+// from another process: nothing in it is trusted further than checked here.
+func parseCtl(mem []byte, size int, rank ftrma.Rank, slots int, sum uint64) (layout, error) {
 	if len(mem) < headerBytes {
 		return layout{}, fmt.Errorf("control segment of %d bytes", len(mem))
 	}
@@ -145,11 +153,14 @@ func parseCtl(mem []byte, size int, rank ftrma.Rank) (layout, error) {
 	if w(offSize) != uint64(size) || w(offRank) != uint64(rank) {
 		return layout{}, fmt.Errorf("control segment of rank %d of %d, want rank %d of %d", w(offRank), w(offSize), rank, size)
 	}
+	if w(offSlots) != uint64(slots) || w(offRanksSum) != sum {
+		return layout{}, fmt.Errorf("rank %d serves %d ranks (fingerprint %#x), this rank %d (%#x): the ranks were given different Config.Ranks", rank, w(offSlots), w(offRanksSum), slots, sum)
+	}
 	rb, rg := w(offRingBytes), w(offRegions)
 	if rb < minRingBytes || rb > maxRingBytes || rb%8 != 0 || rg < 1 || rg > maxRegions || rg&(rg-1) != 0 {
 		return layout{}, fmt.Errorf("control segment with rings of %d bytes and %d regions", rb, rg)
 	}
-	lay := makeLayout(size, int(rb), int(rg))
+	lay := makeLayout(slots, int(rb), int(rg))
 	if w(offTotal) != uint64(lay.total) || len(mem) != lay.total {
 		return layout{}, fmt.Errorf("control segment of %d bytes, its header says %d, its layout %d", len(mem), w(offTotal), lay.total)
 	}

@@ -192,7 +192,7 @@ func (t *Transport) Deregister(key transport.Key) error {
 	e := atomic.LoadUint64(ep)
 	atomic.StoreUint64(ep, e+1)
 	slot := actCount0 + 8*int(e&1)
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		t.drain(p, slot, fmt.Sprintf("deregister key %d", key))
 	}
 	delete(t.regions, key)
@@ -206,7 +206,7 @@ func (t *Transport) Deregister(key transport.Key) error {
 // Config.DrainTimeout passed (then it logs). The caller holds t.life for
 // reading.
 func (t *Transport) drain(p *peer, slot int, what string) {
-	w := t.own.word(t.own.active(p.rank) + slot)
+	w := t.own.word(t.own.active(p.slot) + slot)
 	if atomic.LoadUint64(w) == 0 {
 		return
 	}

@@ -20,6 +20,7 @@ import (
 type peer struct {
 	t    *Transport
 	rank ftrma.Rank
+	slot int // its position in the sorted Config.Ranks: its line and ring in control segments
 	self bool
 
 	// mu guards the mappings of the peer's memory: ctl, gone, and unmapping
@@ -65,8 +66,8 @@ var (
 	errCorrupt      = errors.New("shm transport: corrupt shared state")
 )
 
-func newPeer(t *Transport, r ftrma.Rank) *peer {
-	p := &peer{t: t, rank: r, self: r == t.cfg.Rank}
+func newPeer(t *Transport, r ftrma.Rank, slot int) *peer {
+	p := &peer{t: t, rank: r, slot: slot, self: r == t.cfg.Rank}
 	m := map[uint64][]byte{}
 	p.segs.Store(&m)
 	return p
@@ -158,7 +159,7 @@ func (p *peer) mapCtlLocked() error {
 		}
 		return fmt.Errorf("shm transport: map control segment of rank %d: %w", p.rank, err)
 	}
-	lay, err := parseCtl(mem, t.cfg.Size, p.rank)
+	lay, err := parseCtl(mem, t.cfg.Size, p.rank, len(t.local), t.ranksSum)
 	if err != nil {
 		unmap(mem)
 		return fmt.Errorf("shm transport: %s: %w: %w", path, ftrma.ErrInvalid, err)
@@ -287,7 +288,7 @@ func (p *peer) drop() {
 func (p *peer) wakeSender() {
 	p.mu.RLock()
 	if c := p.ctl; c != nil && !p.self {
-		futexWake(c.ring(p.t.cfg.Rank).space)
+		futexWake(c.ring(p.t.selfSlot).space)
 	}
 	p.mu.RUnlock()
 }

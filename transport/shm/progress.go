@@ -58,7 +58,7 @@ func (t *Transport) poll(buf []byte) bool {
 	did := false
 	r := t.receiver()
 	if r != nil {
-		for _, p := range t.peers {
+		for _, p := range t.local {
 			if p.notify.Load() && p.notify.CompareAndSwap(true, false) {
 				r.HandlePeerDown(p.rank, p.downErr())
 				did = true
@@ -73,7 +73,7 @@ func (t *Transport) poll(buf []byte) bool {
 		}
 		did = did || len(q) > 0
 	}
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		if !p.self && !p.rstop.Load() && t.pollRing(p, r, buf) {
 			did = true
 		}
@@ -123,14 +123,14 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 // watchPeers looks at the flags of the mapped peers: a peer that fenced
 // this rank is down; a peer that closed is down once its ring is drained.
 func (t *Transport) watchPeers() {
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		if p.self || p.rstop.Load() {
 			continue
 		}
 		var fenced, closed bool
 		p.mu.RLock()
 		if c := p.ctl; c != nil {
-			fenced = atomic.LoadUint64(c.word(c.active(t.cfg.Rank)+actFenced)) != 0
+			fenced = atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) != 0
 			closed = atomic.LoadUint64(c.word(offState)) != stateOpen
 		}
 		p.mu.RUnlock()

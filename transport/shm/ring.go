@@ -130,7 +130,7 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 		return err
 	}
 	defer p.mu.RUnlock()
-	rg := c.ring(t.cfg.Rank)
+	rg := c.ring(t.selfSlot)
 	need := msgHeader + uint64(len(msg)+7)&^7
 	tail := atomic.LoadUint64(rg.tail)
 	var deadline time.Time
@@ -178,7 +178,7 @@ func (t *Transport) sendable(p *peer, c *ctl) error {
 		return errGone
 	case p.downErr() != nil:
 		return errGone
-	case atomic.LoadUint64(c.word(c.active(t.cfg.Rank)+actFenced)) != 0:
+	case atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) != 0:
 		return errFencedByPeer
 	case atomic.LoadUint64(c.word(offState)) != stateOpen:
 		return transport.ErrPeerLeft

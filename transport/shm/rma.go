@@ -116,7 +116,7 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 		p.mu.RUnlock()
 		return nil, errGone // Close waits for the accesses that got here first
 	}
-	act := c.active(p.t.cfg.Rank)
+	act := c.active(p.t.selfSlot)
 	slot := enter(c, act)
 	// No defers: this is the hot path of every operation, and access has
 	// too many returns for the compiler to inline deferred calls.

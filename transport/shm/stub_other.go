@@ -33,6 +33,7 @@ func Open(cfg Config) (*Transport, error) {
 func (t *Transport) Connect(ctx context.Context) error          { return errUnsupported }
 func (t *Transport) Rank() ftrma.Rank                           { return 0 }
 func (t *Transport) Size() int                                  { return 0 }
+func (t *Transport) Serves(r ftrma.Rank) bool                   { return false }
 func (t *Transport) Caps() transport.Caps                       { return 0 }
 func (t *Transport) Alloc(size int) ([]byte, error)             { return nil, errUnsupported }
 func (t *Transport) Release(buf []byte) error                   { return errUnsupported }

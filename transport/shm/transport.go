@@ -24,7 +24,14 @@ type Transport struct {
 	cfg     Config
 	own     *ctl   // this rank's control segment; unmapped by Close (see life)
 	ctlPath string // its file
-	peers   []*peer
+	// peers is indexed by rank: nil for ranks not in Config.Ranks. local
+	// holds the served ones (self included) in rank order; selfSlot is this
+	// rank's slot (its index in local), which names its active line and its
+	// ring in every peer's control segment.
+	peers    []*peer
+	local    []*peer
+	selfSlot int
+	ranksSum uint64 // ranksSum(Config.Ranks)
 
 	// life is held for reading by calls that touch own outside a peer's
 	// mapping lock (key table, fence flags, doorbell); Close holds it for
@@ -69,7 +76,8 @@ func Open(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	lay := makeLayout(cfg.Size, cfg.RingBytes, cfg.Regions)
+	lay := makeLayout(len(cfg.Ranks), cfg.RingBytes, cfg.Regions)
+	sum := ranksSum(cfg.Ranks)
 	path := filepath.Join(cfg.Dir, ctlName(cfg.Job, cfg.Rank))
 	stale := func(err error) error {
 		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", path, cfg.Rank, cfg.Job, err)
@@ -85,7 +93,7 @@ func Open(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("shm transport: create control segment: %w", err)
 	}
 	own := &ctl{mem: mem, lay: lay}
-	own.initHeader(cfg.Rank, os.Getpid())
+	own.initHeader(cfg.Rank, cfg.Size, sum, os.Getpid())
 	atomic.StoreUint64(own.word(offState), stateOpen)
 	err = unix.Link(tmp, path)
 	unix.Unlink(tmp)
@@ -97,11 +105,12 @@ func Open(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("shm transport: publish %s: %w", path, err)
 	}
 	t := &Transport{
-		cfg:     cfg,
-		own:     own,
-		ctlPath: path,
-		regions: make(map[transport.Key]region),
-		slotGen: make([]uint32, cfg.Regions),
+		cfg:      cfg,
+		own:      own,
+		ctlPath:  path,
+		ranksSum: sum,
+		regions:  make(map[transport.Key]region),
+		slotGen:  make([]uint32, cfg.Regions),
 	}
 	t.freeSlots = make([]int, cfg.Regions)
 	for i := range t.freeSlots {
@@ -109,27 +118,29 @@ func Open(cfg Config) (*Transport, error) {
 		t.slotGen[i] = 1
 	}
 	t.peers = make([]*peer, cfg.Size)
-	for r := range t.peers {
-		p := newPeer(t, ftrma.Rank(r))
+	t.local = make([]*peer, len(cfg.Ranks))
+	for slot, r := range cfg.Ranks {
+		p := newPeer(t, r, slot)
 		if p.self {
 			p.ctl = own
+			t.selfSlot = slot
 		} else {
-			p.in = own.ring(p.rank)
+			p.in = own.ring(slot)
 		}
-		t.peers[r] = p
+		t.peers[r], t.local[slot] = p, p
 	}
 	t.wg.Add(1)
 	go t.run()
 	return t, nil
 }
 
-// Connect maps the control segment of every peer, waiting for those not
-// created yet (ranks start at different times) until ctx ends. Peers already
-// down are skipped. Operations and Send toward a peer not yet mapped try to
+// Connect maps the control segment of every peer (every rank of
+// Config.Ranks), waiting for those not created yet (ranks start at different
+// times) until ctx ends. Peers already down are skipped. Operations and Send toward a peer not yet mapped try to
 // map it once and fail if it does not exist yet, so call Connect before
 // using peers that may still be starting.
 func (t *Transport) Connect(ctx context.Context) error {
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		if p.self {
 			continue
 		}
@@ -164,6 +175,12 @@ func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
 // Size returns the number of ranks.
 func (t *Transport) Size() int { return t.cfg.Size }
 
+// Serves reports whether r is one of the ranks this transport connects
+// (Config.Ranks).
+func (t *Transport) Serves(r ftrma.Rank) bool {
+	return r >= 0 && int(r) < len(t.peers) && t.peers[r] != nil
+}
+
 // Caps reports one-sided operations with native atomics, ordered and
 // remotely complete: an operation has taken effect in the target's memory
 // when its posting call returns.
@@ -172,7 +189,8 @@ func (t *Transport) Caps() transport.Caps {
 }
 
 // peer returns the peer r for operation op, or the error of a closed
-// transport or a rank out of range.
+// transport, a rank out of range or a rank not served (not in
+// Config.Ranks).
 func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 	if t.closed.Load() {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrClosed}
@@ -180,7 +198,10 @@ func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 	if r < 0 || int(r) >= len(t.peers) {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
-	return t.peers[r], nil
+	if p := t.peers[r]; p != nil {
+		return p, nil
+	}
+	return nil, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: shm transport: rank %d is not served by this transport (not in Config.Ranks: not on this host)", ftrma.ErrInvalid, r)}
 }
 
 // SetReceiver installs the receiver of control messages and peer-down
@@ -238,7 +259,7 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 		t.life.RUnlock()
 		return &ftrma.OpError{Op: "fence", Rank: r, Err: ftrma.ErrClosed}
 	}
-	atomic.StoreUint64(t.own.word(t.own.active(r)+actFenced), 1)
+	atomic.StoreUint64(t.own.word(t.own.active(p.slot)+actFenced), 1)
 	t.drain(p, actCount0, "fence")
 	t.drain(p, actCount1, "fence")
 	t.life.RUnlock()
@@ -257,7 +278,7 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 // mappings are dropped, this rank's fence flag for it is raised, and the
 // receiver's HandlePeerDown(peer) is called once per peer (not again if the
 // peer was down already). It does not wait for the peer. It does nothing
-// after Close, toward self, or for a rank out of range.
+// after Close, toward self, or for a rank out of range or not served.
 func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
 	p, perr := t.peer("peer down", peer)
 	if perr != nil || p.self {
@@ -272,7 +293,7 @@ func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
 		return
 	}
 	if !t.unmapped {
-		atomic.StoreUint64(t.own.word(t.own.active(peer)+actFenced), 1)
+		atomic.StoreUint64(t.own.word(t.own.active(p.slot)+actFenced), 1)
 	}
 	t.life.RUnlock()
 	t.down(p, err, false)
@@ -295,23 +316,23 @@ func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		p.wakeSender() // a Send parked on a full ring returns
 	}
 	// Operations and Send check closed under the peer's lock: once it was
 	// held for writing, none is under way, and the goodbye follows them.
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		p.smu.Lock()
 		p.mu.Lock()
 		if c := p.ctl; c != nil && !p.self {
-			atomic.StoreUint32(c.ring(t.cfg.Rank).closed, 1)
+			atomic.StoreUint32(c.ring(t.selfSlot).closed, 1)
 			ringDoorbell(c)
 		}
 		p.mu.Unlock()
 		p.smu.Unlock()
 	}
 	atomic.StoreUint64(t.own.word(offState), stateClosed)
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		if !p.self { // peers parked on a full ring of ours notice
 			atomic.AddUint32(p.in.space, 1)
 			futexWake(p.in.space)
@@ -320,7 +341,7 @@ func (t *Transport) Close() error {
 	t.stop.Store(true)
 	t.wake()
 	t.wg.Wait()
-	for _, p := range t.peers {
+	for _, p := range t.local {
 		p.fail(&ftrma.OpError{Op: "transport", Rank: p.rank, Err: ftrma.ErrClosed})
 		p.rstop.Store(true)
 		p.downed.Store(true)
