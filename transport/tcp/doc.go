@@ -35,7 +35,13 @@
 //
 //  1. Listen(cfg) on every rank and publish Addr() (the launcher's rendezvous).
 //  2. Connect(ctx, addrs) with every rank's address; it returns when the
-//     connections to all peers are up. Rank i dials every rank above it.
+//     connections to all peers are up. Rank i dials every rank above it. An
+//     empty address leaves a rank out (another transport reaches it, such as
+//     shared memory on its host): it is neither dialed nor accepted, and
+//     operations toward it fail with ftrma.ErrInvalid.
 //  3. SetReceiver, Register, post operations, Flush, as for any transport.
+//     A transport combined with others (transport/multi) registers with
+//     RegisterKey instead, under the key the combination chose, which the
+//     target translates to its own.
 //  4. Close.
 package tcp

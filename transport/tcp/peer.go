@@ -26,6 +26,9 @@ type peer struct {
 	comp   transport.Completion
 	ready  chan struct{} // closed once the connection is attached (or for self)
 	downed atomic.Bool   // set once by down: the peer is cut off for good
+	// unserved is set by Connect, before any dial, for a rank without an
+	// address: another transport reaches it. It is never cleared.
+	unserved atomic.Bool
 
 	conn *net.TCPConn    // set once by attach, before ready is closed
 	rc   syscall.RawConn // conn's raw access
@@ -102,9 +105,9 @@ func (p *peer) attach(conn *net.TCPConn) error {
 	var fd int
 	rc.Control(func(f uintptr) { fd = int(f) })
 	p.smu.Lock()
-	if p.downed.Load() || p.conn != nil {
+	if p.downed.Load() || p.conn != nil || p.unserved.Load() {
 		p.smu.Unlock()
-		return fmt.Errorf("rank %d is fenced or already connected", p.rank)
+		return fmt.Errorf("rank %d is fenced, already connected or not a peer", p.rank)
 	}
 	p.conn, p.rc, p.fd = conn, rc, fd
 	p.rbuf = make([]byte, 256<<10)
@@ -233,6 +236,7 @@ func (p *peer) postSelf(typ byte, key transport.Key, off uint64, a, b uint64, da
 	p.smu.Lock()
 	defer p.smu.Unlock()
 	m := &p.t.mem
+	key = p.t.memKey(key)
 	var v uint64
 	var err error
 	switch typ {
@@ -606,7 +610,7 @@ func (p *peer) maybeDirect() error {
 		}
 		// lastReq advances only when the payload has landed: until then no
 		// completion may cover this write.
-		dst, err := p.t.mem.Pin(transport.Key(binary.BigEndian.Uint32(h[8:])), binary.BigEndian.Uint64(h[12:]), n)
+		dst, err := p.t.mem.Pin(p.t.memKey(transport.Key(binary.BigEndian.Uint32(h[8:]))), binary.BigEndian.Uint64(h[12:]), n)
 		d.dst, d.err, d.pinned = dst, err, err == nil
 	} else {
 		p.pmu.Lock()
@@ -685,7 +689,7 @@ func (p *peer) serve(f *frame) error {
 		}
 		p.lastReq = f.seq
 		p.served = true
-		key := transport.Key(f.key)
+		key := p.t.memKey(transport.Key(f.key))
 		switch f.typ {
 		case frameWrite:
 			if err := m.Write(key, f.off, f.data); err != nil {

@@ -43,6 +43,17 @@ type Transport struct {
 	mem      transport.Memory
 	ln       net.Listener
 
+	// Keys named by the caller (RegisterKey): keyed is set by the first
+	// RegisterKey, after which Register is refused (and RegisterKey is
+	// refused once Register was used: owned). keys maps a caller's key to
+	// the key of t.mem, whose keys are never reused, so a translation
+	// loaded just before Deregister deleted it names no region.
+	kmu       sync.Mutex // serializes RegisterKey, Register and Deregister in keyed mode; guards owned
+	keyed     atomic.Bool
+	owned     bool
+	keys      sync.Map    // transport.Key -> transport.Key
+	connected atomic.Bool // Connect was called
+
 	peers []*peer // indexed by rank; peers[cfg.Rank] is the loopback peer
 
 	recv    atomic.Pointer[receiverBox]
@@ -106,20 +117,55 @@ func (t *Transport) Caps() transport.Caps {
 
 // Connect dials every rank above this one and waits until every peer is
 // connected (the ranks below dial this one). addrs[i] is rank i's Addr.
+//
+// An empty addrs[i] means rank i is not this transport's peer (another
+// transport reaches it, as when shared memory serves the ranks of this
+// host): it is not dialed, a connection from it is refused, and
+// operations, Send, Fence and Flush toward it fail with ftrma.ErrInvalid;
+// no peer-down event is ever reported for it. Every rank must leave out
+// the same pairs (i leaves out j exactly when j leaves out i). This rank
+// itself is always served, through the loopback path, whatever
+// addrs[Rank] holds. Connect is called once.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if len(addrs) != t.cfg.Size {
 		return fmt.Errorf("tcp: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
 	}
+	if t.connected.Swap(true) {
+		return fmt.Errorf("tcp: connect called twice: %w", ftrma.ErrInvalid)
+	}
+	for _, p := range t.peers {
+		if p.self || addrs[p.rank] != "" {
+			continue
+		}
+		p.unserved.Store(true)
+		// A rank that dialed before this rank knew it was not a peer (the
+		// ranks disagree on who serves whom) is cut off without an event.
+		p.smu.Lock()
+		early := p.conn != nil
+		p.smu.Unlock()
+		if early {
+			t.cfg.Logf("tcp: rank %d: rank %d connected, but it is not a peer of this transport (no address for it); cutting it off", t.cfg.Rank, p.rank)
+			p.down(errNotServed, true)
+		}
+	}
 	errc := make(chan error, t.cfg.Size)
+	dials := 0
 	for r := int(t.cfg.Rank) + 1; r < t.cfg.Size; r++ {
+		if addrs[r] == "" {
+			continue
+		}
+		dials++
 		go func(r int) { errc <- t.dial(ctx, ftrma.Rank(r), addrs[r]) }(r)
 	}
-	for r := int(t.cfg.Rank) + 1; r < t.cfg.Size; r++ {
+	for range dials {
 		if err := <-errc; err != nil {
 			return err
 		}
 	}
 	for _, p := range t.peers {
+		if p.unserved.Load() {
+			continue
+		}
 		select {
 		case <-p.ready:
 		case <-ctx.Done():
@@ -189,12 +235,15 @@ func (t *Transport) acceptLoop() {
 }
 
 // mayAccept refuses a second connection from a rank, or one from a rank
-// that was fenced or that this rank dials itself.
+// that was fenced, that this rank dials itself, or that is not a peer.
 func (t *Transport) mayAccept(from uint32) error {
 	if ftrma.Rank(from) > t.cfg.Rank {
 		return fmt.Errorf("rank %d must be dialed, not accepted", from)
 	}
 	p := t.peers[from]
+	if p.unserved.Load() {
+		return fmt.Errorf("rank %d is not a peer of this transport (Connect got no address for it)", from)
+	}
 	if p.downed.Load() {
 		return fmt.Errorf("rank %d is fenced", from)
 	}
@@ -213,19 +262,92 @@ func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 	if r < 0 || int(r) >= len(t.peers) {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
-	return t.peers[r], nil
+	p := t.peers[r]
+	if p.unserved.Load() {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: errNotServed}
+	}
+	return p, nil
 }
 
-// Register exposes mem to every peer.
+var errNotServed = fmt.Errorf("%w: tcp: rank is not a peer of this transport (Connect got no address for it: another transport reaches it)", ftrma.ErrInvalid)
+
+// Register exposes mem to every peer. It fails with ftrma.ErrInvalid once
+// RegisterKey has been used.
 func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	if t.closed.Load() {
 		return 0, ftrma.ErrClosed
 	}
+	t.kmu.Lock()
+	defer t.kmu.Unlock()
+	if t.keyed.Load() {
+		return 0, &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: tcp: this transport registers under its caller's keys (RegisterKey)", ftrma.ErrInvalid)}
+	}
+	t.owned = true
 	return t.mem.Register(mem)
 }
 
-// Deregister withdraws a region.
-func (t *Transport) Deregister(key transport.Key) error { return t.mem.Deregister(key) }
+// RegisterKey exposes mem to every peer under key, chosen by the caller: a
+// transport that combines this one with others (transport/multi) registers
+// a region with each under the one key its peers name it by. key must not
+// be 0, above transport.MaxKey or registered already, and the caller must
+// not reuse a key while the transport is open, as the transport.Key
+// contract asks of keys. A transport uses either RegisterKey or Register:
+// the first registration decides, and the other then fails with
+// ftrma.ErrInvalid. After Close it fails with ftrma.ErrClosed.
+func (t *Transport) RegisterKey(key transport.Key, mem []byte) error {
+	if t.closed.Load() {
+		return ftrma.ErrClosed
+	}
+	if key == 0 || key > transport.MaxKey {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: tcp: key %d out of range", ftrma.ErrInvalid, key)}
+	}
+	t.kmu.Lock()
+	defer t.kmu.Unlock()
+	if t.owned {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: tcp: this transport chooses its own keys (Register was used)", ftrma.ErrInvalid)}
+	}
+	if _, ok := t.keys.Load(key); ok {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: tcp: key %d is registered already", ftrma.ErrInvalid, key)}
+	}
+	k, err := t.mem.Register(mem)
+	if err != nil {
+		return err
+	}
+	t.keys.Store(key, k)
+	t.keyed.Store(true)
+	return nil
+}
+
+// memKey is the key of t.mem that key names: key itself unless the caller
+// chooses the keys (RegisterKey), else its translation, or 0 (no region)
+// when it is not registered.
+func (t *Transport) memKey(key transport.Key) transport.Key {
+	if !t.keyed.Load() {
+		return key
+	}
+	if k, ok := t.keys.Load(key); ok {
+		return k.(transport.Key)
+	}
+	return 0
+}
+
+// Deregister withdraws a region, waiting for the operations executing on
+// it.
+func (t *Transport) Deregister(key transport.Key) error {
+	if !t.keyed.Load() {
+		return t.mem.Deregister(key)
+	}
+	t.kmu.Lock()
+	defer t.kmu.Unlock()
+	k, ok := t.keys.LoadAndDelete(key)
+	if !ok {
+		return fmt.Errorf("tcp: deregister key %d: %w", key, ftrma.ErrUnknownRegion)
+	}
+	// An operation that translated key before the deletion either runs
+	// under t.mem's region lock, which Deregister waits for, or finds the
+	// region gone: t.mem never reuses k.
+	return t.mem.Deregister(k.(transport.Key))
+}
 
 // Write posts a write; src is copied before Write returns. Writes larger than
 // 1 MiB are split into several operations; the returned sequence is the last.
@@ -386,7 +508,8 @@ func (t *Transport) receiver() transport.Receiver {
 
 // Fence cuts r off: its connection is closed, nothing it sent is executed or
 // delivered after Fence returns, operations toward it fail, and it cannot
-// connect again.
+// connect again. Fencing a rank that is not a peer (see Connect) fails with
+// ftrma.ErrInvalid.
 func (t *Transport) Fence(r ftrma.Rank) error {
 	p, err := t.peer("fence", r)
 	if err != nil {
