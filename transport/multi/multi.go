@@ -1,0 +1,432 @@
+package multi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// A Sub is one of the transports a multi transport combines, and the name
+// Route reports for the ranks it reaches ("shm", "tcp", "verbs").
+type Sub struct {
+	Name string
+	T    transport.Transport
+}
+
+// KeyRegisterer is implemented by transports that can register memory under
+// a key their caller chooses (transport/tcp does). A multi transport
+// registers every region with each of its transports under the one key that
+// every peer names it by: the one transport without RegisterKey (shared
+// memory, whose key picks the slot of the key table peers read) chooses it,
+// and the others take it. Callers must not reuse a key while the transport
+// is open.
+type KeyRegisterer interface {
+	RegisterKey(key transport.Key, mem []byte) error
+}
+
+// peerDowner is the launcher's exit notice (shm and verbs have it).
+type peerDowner interface {
+	PeerDown(peer ftrma.Rank, err error)
+}
+
+// server is implemented by transports that know which ranks they connect
+// (shm's Config.Ranks): New checks the route against it.
+type server interface {
+	Serves(r ftrma.Rank) bool
+}
+
+// Transport sends to every rank through the transport its route names. Its
+// methods may be called from any goroutine.
+type Transport struct {
+	self ftrma.Rank
+	size int
+	subs []*sub
+	// via[r] is the transport that reaches rank r (self included), at[r]
+	// its index in subs. Both are fixed by New.
+	via  []transport.Transport
+	at   []int
+	caps transport.Caps
+
+	keyer *sub                // the transport that chooses keys; nil: this transport counts them
+	alloc transport.Allocator // where registrable memory comes from; nil: the Go heap
+	limit int                 // regions at once; 0 for no limit
+
+	recv  atomic.Pointer[receiverBox]
+	peers []peerState // by rank
+
+	mu      sync.Mutex // guards the fields below
+	regs    map[transport.Key]struct{}
+	lastKey transport.Key      // the last key counted, when keyer is nil
+	heap    map[*byte]struct{} // memory Alloc took from the Go heap, by its first byte
+
+	closed atomic.Bool
+}
+
+// sub is one combined transport.
+type sub struct {
+	name  string
+	t     transport.Transport
+	keyed KeyRegisterer // nil when it chooses its own keys
+	ranks int           // ranks routed to it; a sub with none is idle
+	recv  *subReceiver
+}
+
+// peerState is the per-rank state of peer-down reporting.
+type peerState struct {
+	reported atomic.Bool           // HandlePeerDown was passed on: never again
+	cause    atomic.Pointer[error] // the launcher's exit notice, for a transport without PeerDown
+}
+
+type receiverBox struct{ r transport.Receiver }
+
+var (
+	_ transport.Transport     = (*Transport)(nil)
+	_ transport.Allocator     = (*Transport)(nil)
+	_ transport.RegionLimiter = (*Transport)(nil)
+)
+
+// New combines subs into one transport: route[r] is the index in subs of
+// the transport that reaches rank r, for every rank of the job, this rank
+// included (route it through shared memory when there is one, else through
+// any). Every sub must report the same Rank and Size, len(route) must be
+// that Size, and a sub that knows which ranks it connects (shm's Serves)
+// must connect every rank routed to it.
+//
+// It fails with ftrma.ErrInvalid when the subs cannot be combined:
+//   - two of them in use (with a rank routed to them) choose their own keys
+//     (neither has KeyRegisterer): a region could not have one key;
+//   - two of them in use are transport.Allocators: memory cannot come from
+//     both;
+//   - two or more are in use and one lacks transport.CapLocalAtomics: the
+//     atomics it executes on this rank's memory (an RDMA device's
+//     IBV_ATOMIC_HCA) are not atomic with the CPU atomics the others execute
+//     on the same words (shm peers' CPUs, tcp's target).
+//
+// New installs nothing and starts nothing: call SetReceiver, then Connect.
+// The multi transport owns the subs from then on: Close closes them.
+func New(subs []Sub, route []int) (*Transport, error) {
+	bad := func(format string, args ...any) (*Transport, error) {
+		return nil, fmt.Errorf("multi transport: "+format+": %w", append(args, ftrma.ErrInvalid)...)
+	}
+	if len(subs) == 0 {
+		return bad("no transports")
+	}
+	for i, s := range subs {
+		if s.T == nil || s.Name == "" {
+			return bad("transport %d has no name or is nil", i)
+		}
+	}
+	self, size := subs[0].T.Rank(), subs[0].T.Size()
+	for _, s := range subs[1:] {
+		if s.T.Rank() != self || s.T.Size() != size {
+			return bad("%s is rank %d of %d, %s rank %d of %d", subs[0].Name, self, size, s.Name, s.T.Rank(), s.T.Size())
+		}
+	}
+	if len(route) != size {
+		return bad("route of %d ranks for a job of %d", len(route), size)
+	}
+	m := &Transport{
+		self:  self,
+		size:  size,
+		via:   make([]transport.Transport, size),
+		at:    make([]int, size),
+		peers: make([]peerState, size),
+		regs:  make(map[transport.Key]struct{}),
+		heap:  make(map[*byte]struct{}),
+		caps:  ^transport.Caps(0),
+	}
+	for i, s := range subs {
+		ss := &sub{name: s.Name, t: s.T}
+		ss.keyed, _ = s.T.(KeyRegisterer)
+		ss.recv = &subReceiver{m: m, at: i}
+		m.subs = append(m.subs, ss)
+	}
+	for r, i := range route {
+		if i < 0 || i >= len(subs) {
+			return bad("rank %d routed to transport %d of %d", r, i, len(subs))
+		}
+		s := m.subs[i]
+		if sv, ok := s.t.(server); ok && !sv.Serves(ftrma.Rank(r)) {
+			return bad("rank %d routed to %s, which does not connect it", r, s.name)
+		}
+		m.via[r], m.at[r] = s.t, i
+		s.ranks++
+	}
+	var used []*sub
+	for _, s := range m.subs {
+		if s.ranks > 0 {
+			used = append(used, s)
+			m.caps &= s.t.Caps()
+		}
+	}
+	for _, s := range used {
+		if s.keyed == nil {
+			if m.keyer != nil {
+				return bad("%s and %s both choose their own region keys", m.keyer.name, s.name)
+			}
+			m.keyer = s
+		}
+		if a, ok := s.t.(transport.Allocator); ok {
+			if m.alloc != nil {
+				return bad("two transports allocate registrable memory (%s among them)", s.name)
+			}
+			m.alloc = a
+		}
+		if l, ok := s.t.(transport.RegionLimiter); ok && l.RegionLimit() > 0 && (m.limit == 0 || l.RegionLimit() < m.limit) {
+			m.limit = l.RegionLimit()
+		}
+		if len(used) > 1 && !s.t.Caps().Has(transport.CapLocalAtomics) {
+			return bad("%s's atomics are not atomic with the CPU's (no CapLocalAtomics), so they cannot share words with the atomics of %d other transports", s.name, len(used)-1)
+		}
+	}
+	return m, nil
+}
+
+// Rank is this process's rank.
+func (m *Transport) Rank() ftrma.Rank { return m.self }
+
+// Size is the number of ranks.
+func (m *Transport) Size() int { return m.size }
+
+// Caps is the intersection of the capabilities of the transports in use:
+// every flag holds toward every peer. See the package doc for why the
+// intersection is exact for the flags that concern more than one peer
+// (CapLocalAtomics, CapWholeWords).
+func (m *Transport) Caps() transport.Caps { return m.caps }
+
+// Route names the transport that reaches rank r ("shm", "tcp"), or "" for a
+// rank out of range.
+func (m *Transport) Route(r ftrma.Rank) string {
+	if r < 0 || int(r) >= m.size {
+		return ""
+	}
+	return m.subs[m.at[r]].name
+}
+
+// Addr is the address of the first transport that has one (tcp's, which
+// peers on other hosts dial), or "".
+func (m *Transport) Addr() string {
+	for _, s := range m.subs {
+		if a, ok := s.t.(interface{ Addr() string }); ok {
+			return a.Addr()
+		}
+	}
+	return ""
+}
+
+// Connect connects every transport to the ranks routed to it, all at once,
+// and returns when every one is connected, or with the first error (the
+// others are then cancelled). addrs holds every rank's address from the
+// rendezvous (tcp's Addr). A transport with Connect(ctx, addrs) gets addrs
+// with "" for every rank not routed to it (this rank's own entry kept): tcp
+// then connects only its own peers and refuses the others. A transport
+// with Connect(ctx) (shm) is connected to the ranks it was opened for, which
+// New checked against the route. addrs may be nil when no transport needs
+// addresses.
+func (m *Transport) Connect(ctx context.Context, addrs []string) error {
+	if addrs != nil && len(addrs) != m.size {
+		return fmt.Errorf("multi transport: connect: %d addresses for %d ranks: %w", len(addrs), m.size, ftrma.ErrInvalid)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errs := make([]error, len(m.subs))
+	var wg sync.WaitGroup
+	for i, s := range m.subs {
+		var connect func() error
+		switch c := s.t.(type) {
+		case interface {
+			Connect(context.Context, []string) error
+		}:
+			if addrs == nil {
+				errs[i] = fmt.Errorf("multi transport: %s needs the peers' addresses: %w", s.name, ftrma.ErrInvalid)
+				continue
+			}
+			mine := make([]string, m.size)
+			for r := range mine {
+				if m.at[r] == i || ftrma.Rank(r) == m.self {
+					mine[r] = addrs[r]
+				}
+			}
+			connect = func() error { return c.Connect(ctx, mine) }
+		case interface{ Connect(context.Context) error }:
+			connect = func() error { return c.Connect(ctx) }
+		default:
+			continue // connected already (memnet)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := connect(); err != nil {
+				errs[i] = fmt.Errorf("multi transport: %s: %w", s.name, err)
+				cancel(errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// to returns the transport that reaches r.
+func (m *Transport) to(op string, r ftrma.Rank) (transport.Transport, error) {
+	if uint(r) >= uint(m.size) {
+		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	return m.via[r], nil
+}
+
+// Write posts a write through the transport that reaches peer, with its
+// contract (see transport.Transport); so do the other operations, Wait,
+// Flush, Push and Send. A peer out of range fails with
+// ftrma.ErrRankOutOfRange.
+func (m *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
+	t, err := m.to("write", peer)
+	if err != nil {
+		return 0, err
+	}
+	return t.Write(peer, key, off, src)
+}
+
+// Read posts a read through the transport that reaches peer.
+func (m *Transport) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
+	t, err := m.to("read", peer)
+	if err != nil {
+		return 0, err
+	}
+	return t.Read(peer, key, off, dst)
+}
+
+// CompareAndSwap64 posts a compare-and-swap through the transport that
+// reaches peer.
+func (m *Transport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	t, err := m.to("compare-and-swap", peer)
+	if err != nil {
+		return 0, err
+	}
+	return t.CompareAndSwap64(peer, key, off, old, new, result)
+}
+
+// FetchAndAdd64 posts a fetch-and-add through the transport that reaches
+// peer.
+func (m *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	t, err := m.to("fetch-and-add", peer)
+	if err != nil {
+		return 0, err
+	}
+	return t.FetchAndAdd64(peer, key, off, delta, result)
+}
+
+// Wait waits for seq toward peer on the transport that reaches it: the
+// sequence numbers toward a peer are that transport's.
+func (m *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq) error {
+	t, err := m.to("wait", peer)
+	if err != nil {
+		return err
+	}
+	return t.Wait(ctx, peer, seq)
+}
+
+// Flush flushes peer on the transport that reaches it.
+func (m *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
+	t, err := m.to("flush", peer)
+	if err != nil {
+		return err
+	}
+	return t.Flush(ctx, peer)
+}
+
+// Push pushes peer's operations on the transport that reaches it.
+func (m *Transport) Push(peer ftrma.Rank) {
+	if t, err := m.to("push", peer); err == nil {
+		t.Push(peer)
+	}
+}
+
+// Send sends a control message through the transport that reaches peer.
+func (m *Transport) Send(peer ftrma.Rank, msg []byte) error {
+	t, err := m.to("send", peer)
+	if err != nil {
+		return err
+	}
+	return t.Send(peer, msg)
+}
+
+// Fence fences peer on the transport that reaches it. That is the only way
+// peer reaches this rank: the others refuse it (tcp refuses connections from
+// ranks that are not its peers; shared memory does not span hosts).
+func (m *Transport) Fence(peer ftrma.Rank) error {
+	t, err := m.to("fence", peer)
+	if err != nil {
+		return err
+	}
+	return t.Fence(peer)
+}
+
+// PeerDown passes the launcher's notice that peer's process exited to the
+// transport that reaches it. A transport without PeerDown of its own (tcp)
+// fences the peer instead, and the peer-down event it reports carries err
+// as its cause. The receiver hears of peer once, whichever of the notice
+// and the transport's own discovery comes first. It does nothing toward
+// self, after Close or for a rank out of range.
+func (m *Transport) PeerDown(peer ftrma.Rank, err error) {
+	if peer < 0 || int(peer) >= m.size || peer == m.self || m.closed.Load() {
+		return
+	}
+	t := m.via[peer]
+	if pd, ok := t.(peerDowner); ok {
+		pd.PeerDown(peer, err)
+		return
+	}
+	if err == nil {
+		err = ftrma.ErrProcFailed
+	}
+	m.peers[peer].cause.CompareAndSwap(nil, &err)
+	t.Fence(peer)
+}
+
+// Close closes every transport, at once (tcp lingers up to a second for
+// its peers' goodbyes), and returns their errors.
+func (m *Transport) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	errs := make([]error, len(m.subs))
+	var wg sync.WaitGroup
+	for i, s := range m.subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.t.Close(); err != nil {
+				errs[i] = fmt.Errorf("multi transport: close %s: %w", s.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// HostRoute is the usual route: transport 0 (shared memory) to the ranks
+// of this host, local (this rank among them), and transport 1 (tcp, verbs)
+// to every other rank of a job of size ranks. Ranks of local out of range
+// are ignored.
+func HostRoute(size int, local []ftrma.Rank) []int {
+	route := make([]int, size)
+	for r := range route {
+		route[r] = 1
+	}
+	for _, r := range local {
+		if r >= 0 && int(r) < size {
+			route[r] = 0
+		}
+	}
+	return route
+}
