@@ -18,14 +18,19 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 )
+
+// maxHandshakes bounds the unauthenticated handshakes an agent or ftrun
+// runs at once; more connections are closed at once.
+const maxHandshakes = 64
 
 // AgentConfig configures an ftrun agent.
 type AgentConfig struct {
 	// Listen is the address to listen on, host:port. Required.
 	Listen string
-	// Secret is the agent secret launchers must prove (FTRMA_AGENT_SECRET).
-	// Required.
+	// Secret is the agent secret launchers must prove: the key of
+	// FTRMA_AGENT_SECRET (seclink.ParseSecret). Required.
 	Secret []byte
 	// Once makes Serve return after the first authenticated job ended.
 	Once bool
@@ -48,6 +53,8 @@ type Agent struct {
 	ln   net.Listener
 	wg   sync.WaitGroup // one per connection being served
 	quit chan struct{}  // closed by Close
+
+	gate *seclink.Gate // bounds the handshakes under way
 
 	mu     sync.Mutex            // guards the fields below
 	conns  map[net.Conn]struct{} // connections being served; Close closes them
@@ -75,7 +82,7 @@ func ListenAgent(cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	return &Agent{cfg: cfg, ln: ln, quit: make(chan struct{}), conns: make(map[net.Conn]struct{})}, nil
+	return &Agent{cfg: cfg, ln: ln, quit: make(chan struct{}), conns: make(map[net.Conn]struct{}), gate: seclink.NewGate(maxHandshakes)}, nil
 }
 
 // Addr is the address the agent listens on.
@@ -184,8 +191,13 @@ func (a *Agent) serve(c net.Conn) bool {
 		a.mu.Unlock()
 		c.Close()
 	}()
-	c.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
-	if _, err := serverHandshake(c, a.cfg.Secret, agentHandshake, nil); err != nil {
+	if !a.gate.Enter() {
+		a.cfg.Logf("refused connection from %s: too many handshakes at once", c.RemoteAddr())
+		return false
+	}
+	tc, err := seclink.Server(c, runningAgentKey(a.cfg.Secret), time.Now().Add(a.cfg.HandshakeTimeout))
+	a.gate.Leave()
+	if err != nil {
 		select {
 		case <-a.quit:
 		default:
@@ -193,7 +205,9 @@ func (a *Agent) serve(c net.Conn) bool {
 		}
 		return false
 	}
-	runAgentJob(c, a.cfg.Env, a.cfg.Logf)
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
+	runAgentJob(tc, a.cfg.Env, a.cfg.Logf)
 	return true
 }
 
@@ -474,39 +488,48 @@ func addrIP(a net.Addr) string {
 
 // AgentUsage is the help text of "ftrun agent".
 const AgentUsage = `usage: ftrun agent --listen HOST[:PORT] [--once]
+       ftrun agent --gen-secret
 
-ftrun agent is the per-host daemon of multi-host ftrun jobs: an ftrun started
-with --hosts connects to the agent of every remote host, which starts that
-host's ranks, forwards their output and exits, and carries out ftrun's kills
-and signals. When ftrun's connection closes, the agent kills the job's ranks.
+ftrun agent is the per-host daemon of multi-host ftrun jobs. ftrun starts
+it by itself on the hosts of a hostfile, -H list or Slurm allocation (over
+ssh or srun, as "ftrun agent --boot", which reads what it needs on its
+standard input); start one by hand with --listen only for ftrun --hosts.
+The agent starts its host's ranks, forwards their output and exits, and
+carries out ftrun's kills and signals. When ftrun's link closes or is
+silent for 2 s, the agent kills the job's ranks.
 
-Both sides prove, with an HMAC challenge and response, that they know the
-agent secret in FTRMA_AGENT_SECRET (any non-empty string; required). The
-connection is authenticated, not encrypted: use a trusted network.
+A running agent and ftrun --hosts share the agent secret in
+FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names), made by
+"ftrun agent --gen-secret" (a passphrase is refused). Each link runs mutual
+TLS 1.3 keyed from it: both sides prove the secret, and every frame is
+encrypted and authenticated.
 
 Flags:
-  --listen HOST[:PORT]    where to listen for ftrun (required; the port
-                          defaults to 7770)
+  --listen HOST[:PORT]    where to listen for ftrun (the port defaults to
+                          7770)
   --once                  serve one job, then exit
+  --gen-secret            print a new agent secret and exit
   -h, --help              print this help and exit
 
 The ranks get the agent's environment without its FTRMA_ variables, plus the
 job's FTRMA_ variables from ftrun and FTRMA_HOST_ADDR: the agent's IP on its
-connection from ftrun, where their transports listen. SIGINT or SIGTERM kills
-the ranks of every job and ends the agent.
+link to ftrun, where their transports listen. SIGINT or SIGTERM kills the
+ranks of every job and ends the agent.
 `
 
 // RunAgent is "ftrun agent": args are the arguments after "agent". It serves
-// jobs until SIGINT or SIGTERM (or one job with --once) and returns the exit
-// status: 0, or ExitUsage for a bad command line or a missing
-// FTRMA_AGENT_SECRET, or ExitLaunch if it cannot listen.
+// jobs until SIGINT or SIGTERM (or one job with --once, or the job of
+// --boot) and returns the exit status: 0, or ExitUsage for a bad command
+// line or agent secret, or ExitLaunch if it cannot listen or reach ftrun.
 func RunAgent(args []string, stdout, stderr io.Writer) int {
 	var listen string
-	var once, help bool
+	var once, help, gen, boot bool
 	fs := flag.NewFlagSet("ftrun agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&listen, "listen", "", "address to listen on")
 	fs.BoolVar(&once, "once", false, "serve one job")
+	fs.BoolVar(&gen, "gen-secret", false, "print a new agent secret")
+	fs.BoolVar(&boot, "boot", false, "started by ftrun: read the boot line on stdin")
 	fs.BoolVar(&help, "help", false, "print help")
 	fs.BoolVar(&help, "h", false, "print help")
 	usage := func(err error) int {
@@ -516,28 +539,32 @@ func RunAgent(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return usage(err)
 	}
-	if help {
-		io.WriteString(stdout, AgentUsage)
-		return ExitOK
-	}
-	switch {
-	case fs.NArg() > 0:
-		return usage(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	case listen == "":
-		return usage(errors.New("--listen HOST[:PORT] is required"))
-	}
-	secret := os.Getenv(EnvAgentSecret)
-	os.Unsetenv(EnvAgentSecret)
-	if strings.TrimSpace(secret) == "" {
-		return usage(errAgentSecret)
-	}
 	var logMu sync.Mutex
 	logf := func(format string, args ...any) {
 		logMu.Lock()
 		defer logMu.Unlock()
 		fmt.Fprintf(stderr, "ftrun agent: "+format+"\n", args...)
 	}
-	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: []byte(secret), Once: once, Logf: logf})
+	switch {
+	case help:
+		io.WriteString(stdout, AgentUsage)
+		return ExitOK
+	case fs.NArg() > 0:
+		return usage(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case gen:
+		fmt.Fprintln(stdout, seclink.GenSecret())
+		return ExitOK
+	case boot:
+		return runBootAgent(os.Stdin, logf)
+	case listen == "":
+		return usage(errors.New("--listen HOST[:PORT] is required"))
+	}
+	secret, err := agentSecretFrom("")
+	os.Unsetenv(EnvAgentSecret)
+	if err != nil {
+		return usage(err)
+	}
+	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: secret, Once: once, Logf: logf})
 	if err != nil {
 		logf("%v", err)
 		return ExitLaunch

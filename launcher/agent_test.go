@@ -3,7 +3,6 @@ package launcher
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -17,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/verbs"
 )
 
-const testAgentSecret = "launcher-test-agent-secret"
+const testAgentSecret = "9720cf7780e4b5146ec3379c25c35b4431ffe4b3d29965fbe4c0a804442a201c" // ftrun agent --gen-secret
 
 func TestParseHosts(t *testing.T) {
 	for in, want := range map[string][]HostSpec{
@@ -222,7 +222,7 @@ func startAgent(t *testing.T, mode string, once bool) (*Agent, *logBuffer) {
 	t.Helper()
 	logs := new(logBuffer)
 	env := append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
-	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: []byte(testAgentSecret), Once: once, Env: env, Logf: logs.logf})
+	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: testAgentKey(), Once: once, Env: env, Logf: logs.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,13 +250,15 @@ func selfPath(t *testing.T) string {
 // cannot prove it.
 func TestAgentSecretRefused(t *testing.T) {
 	a, logs := startAgent(t, "print", false)
-	if _, err := dialAgent(a.Addr().String(), []byte("not the secret")); err == nil || !strings.Contains(err.Error(), "agent says: authentication failed") {
+	other, _ := seclink.ParseSecret(seclink.GenSecret())
+	if _, err := dialAgent(a.Addr().String(), other); err == nil || !strings.Contains(err.Error(), "does not know the key") {
 		t.Errorf("launcher with a wrong secret: %v", err)
 	}
-	if !waitFor(func() bool { return strings.Contains(logs.String(), "wrong agent secret") }) {
+	if !waitFor(func() bool { return strings.Contains(logs.String(), "does not know the key") }) {
 		t.Errorf("agent log does not report the refusal:\n%s", logs)
 	}
-	l, err := dialAgent(a.Addr().String(), []byte(testAgentSecret))
+	key, _ := seclink.ParseSecret(testAgentSecret)
+	l, err := dialAgent(a.Addr().String(), key)
 	if err != nil {
 		t.Fatalf("the right secret: %v", err)
 	}
@@ -274,24 +276,26 @@ func TestAgentSecretRefused(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		nonce := make([]byte, nonceSize)
-		rand.Read(nonce)
-		writeFrame(c, msgHello, hello{version: agentVersion, nonce: nonce}.appendAs(nil, agentHandshake))
-		_, p, err := readFrame(c, maxSmall)
-		if err != nil {
-			return
-		}
-		au, _ := parseAuthAs(p, agentVersion)
-		writeFrame(c, msgProof, proof([]byte("a guess"), agentHandshake.serverLabel, agentVersion, au.rank, nonce, au.nonce))
-		readFrame(c, maxSmall) // the launcher's error
+		seclink.Server(c, runningAgentKey(other), time.Now().Add(10*time.Second))
 	}()
-	if _, err := dialAgent(ln.Addr().String(), []byte(testAgentSecret)); err == nil || !strings.Contains(err.Error(), "failed to prove it knows the agent secret") {
+	if _, err := dialAgent(ln.Addr().String(), key); err == nil || !strings.Contains(err.Error(), "does not know the key") {
 		t.Errorf("agent with a wrong secret: %v", err)
+	}
+
+	// A passphrase is no agent secret, on either side.
+	t.Setenv(EnvAgentSecret, "correct horse battery staple")
+	if _, err := Start(&Options{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), "--gen-secret") {
+		t.Errorf("launcher with a passphrase: %v", err)
+	}
+	var out, errs bytes.Buffer
+	if code := RunAgent([]string{"--listen", "127.0.0.1:0"}, &out, &errs); code != ExitUsage || !strings.Contains(errs.String(), "--gen-secret") {
+		t.Errorf("agent with a passphrase: exit %d, stderr %q", code, errs.String())
 	}
 
 	// Neither side runs without a secret.
 	t.Setenv(EnvAgentSecret, "")
-	var out, errs bytes.Buffer
+	out.Reset()
+	errs.Reset()
 	if code := RunAgent([]string{"--listen", "127.0.0.1:0"}, &out, &errs); code != ExitUsage || !strings.Contains(errs.String(), EnvAgentSecret) {
 		t.Errorf("agent without secret: exit %d, stderr %q", code, errs.String())
 	}
@@ -312,7 +316,7 @@ func TestAgentKillsRanksOnDrop(t *testing.T) {
 	a, _ := startAgent(t, "pid", false)
 	launch := func() (*agentLink, []rankPID) {
 		t.Helper()
-		l, err := dialAgent(a.Addr().String(), []byte(testAgentSecret))
+		l, err := dialAgent(a.Addr().String(), testAgentKey())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -631,4 +635,13 @@ func TestReadEnvHostAddr(t *testing.T) {
 			t.Errorf("%s=%q: %q, %v", EnvHostAddr, v, e.hostAddr, err)
 		}
 	}
+}
+
+// testAgentKey is the key of testAgentSecret.
+func testAgentKey() []byte {
+	k, err := seclink.ParseSecret(testAgentSecret)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

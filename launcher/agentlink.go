@@ -1,14 +1,18 @@
 package launcher
 
 import (
+	"cmp"
 	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // agentTimeout bounds connecting to an agent, authenticating, and the agent's
@@ -27,7 +31,8 @@ const (
 // agentLink is the launcher's connection to the agent that runs one block of
 // a job's ranks on a remote host.
 type agentLink struct {
-	addr  string // the agent's host:port, as in --hosts
+	addr  string // the agent's host:port, as in --hosts; or its host's name
+	label string // the name of the link key of an agent ftrun started (boot.go)
 	conn  net.Conn
 	block hostBlock
 	wg    sync.WaitGroup // the reader and writer goroutines, once run
@@ -38,19 +43,50 @@ type agentLink struct {
 	closed bool // close was called: a broken connection is no news
 }
 
-// dialAgent connects to the agent at addr and authenticates both ways.
+// dialAgent connects to the running agent at addr and authenticates both
+// ways with a TLS 1.3 handshake keyed by the agent secret; every later frame
+// is encrypted and authenticated.
 func dialAgent(addr string, secret []byte) (*agentLink, error) {
 	c, err := net.DialTimeout("tcp", addr, agentTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", addr, err)
 	}
-	c.SetDeadline(time.Now().Add(agentTimeout))
-	if err := clientHandshake(c, secret, agentHandshake, 0); err != nil {
+	tc, err := seclink.Client(c, runningAgentKey(secret), time.Now().Add(agentTimeout))
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("agent %s: %w", addr, err)
 	}
-	c.SetDeadline(time.Time{})
-	return &agentLink{addr: addr, conn: c, wake: make(chan struct{}, 1)}, nil
+	return &agentLink{addr: addr, conn: tc, wake: make(chan struct{}, 1)}, nil
+}
+
+// runningAgentKey is the link key of running agents ("ftrun agent
+// --listen"), from their secret.
+func runningAgentKey(secret []byte) []byte {
+	return seclink.DeriveKey(secret, "ftrma agent link --listen")
+}
+
+// agentSecretFrom returns the running agents' secret: given, or from
+// FTRMA_AGENT_SECRET, or from the file FTRMA_AGENT_SECRET_FILE names. A
+// secret that is not what "ftrun agent --gen-secret" makes is refused.
+func agentSecretFrom(given string) ([]byte, error) {
+	s := cmp.Or(given, os.Getenv(EnvAgentSecret))
+	if s == "" {
+		if f := os.Getenv(EnvAgentSecretFile); f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", EnvAgentSecretFile, err)
+			}
+			s = string(b)
+		}
+	}
+	if strings.TrimSpace(s) == "" {
+		return nil, errAgentSecret
+	}
+	key, err := seclink.ParseSecret(s)
+	if err != nil {
+		return nil, fmt.Errorf("agent secret: %w", err)
+	}
+	return key, nil
 }
 
 // localIP is this host's IP on the connection to the agent: an address the

@@ -59,6 +59,7 @@ const (
 	// 15, 16 are the rendezvous's (wire.go).
 	msgPing       byte = 17 // both ways, every linkPing: the link and its peer live
 	msgAgentHello byte = 18 // A→L, first on a link an agent dialled: its host name
+	msgLinkLabel  byte = 19 // A→L, before TLS on a link an agent dialled: the name of its key (boot.go)
 )
 
 // Output streams and flags of msgOutput.

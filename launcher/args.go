@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,26 @@ type Options struct {
 	// the first host, the next block to the second, and so on. Empty means
 	// every rank on this host.
 	Hosts []HostSpec
+	// Hostfile and HostList (-H) name the hosts to place ranks on, with
+	// their slots (Open MPI's formats: ParseHostfile, ParseHostList); ftrun
+	// starts an agent on each host it places ranks on (by ssh, or by srun
+	// inside a Slurm allocation). Without them, Hosts or -n alone, ftrun
+	// inside a Slurm allocation uses the allocation's nodes (SlurmHosts).
+	Hostfile, HostList string
+	// MapBy is "slot" (default: fill each host's slots in order) or "node"
+	// (round-robin over the hosts).
+	MapBy string
+	// Oversubscribe allows more ranks than slots.
+	Oversubscribe bool
+	// LaunchAgent is the ftrun binary to run on the other hosts; "" means
+	// this ftrun's own path (the hosts then need it at the same place).
+	LaunchAgent string
+	// SSH is the command that starts agents on hosts outside Slurm, split
+	// on spaces ("" means $FTRMA_SSH, else "ssh"); ftrun adds -o
+	// BatchMode=yes -T HOST COMMAND.
+	SSH string
+	// NoSlurm ignores a Slurm allocation ftrun runs in.
+	NoSlurm bool
 	// AgentSecret is the secret shared with the agents of Hosts; empty
 	// means the value of FTRMA_AGENT_SECRET. Only a job with remote hosts
 	// needs it.
@@ -166,6 +187,23 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
+  --np N                  the same as -n (Open MPI's -np)
+  --hostfile FILE         place the ranks on the hosts of FILE (Open MPI's
+                          format: "HOST slots=N [max_slots=M]" lines, #
+                          comments); ftrun starts an agent on each host that
+                          gets ranks (see "Hosts" below). -n defaults to the
+                          total of the slots
+  -H, --host LIST         the same from a list: host1:4,host2:4 (a host named
+                          N times without a count has N slots)
+  --map-by slot|node      slot (default): fill each host's slots in turn;
+                          node: one rank per host in turn
+  --oversubscribe         allow more ranks than slots
+  --launch-agent PATH     the ftrun binary on the other hosts (default: this
+                          ftrun's own path)
+  --ssh CMD               command that starts the agents outside Slurm
+                          (default $FTRMA_SSH, else ssh); ftrun adds
+                          -o BatchMode=yes -T HOST "PATH agent --boot"
+  --no-slurm              ignore the Slurm allocation ftrun runs in
   --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
                           order: H is "local" (this host; ftrun starts these
                           ranks itself) or HOST[:PORT], the ftrun agent there
@@ -190,6 +228,22 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           disables busy-polling
   --version               print the version and exit
   -h, --help              print this help and exit
+
+Hosts: where the ranks go, by precedence: --hosts (agents started by hand,
+"ftrun agent --listen"); --hostfile or -H; inside a Slurm allocation
+(SLURM_JOB_ID set), the allocation's nodes with SLURM_TASKS_PER_NODE slots
+each; else this host. For --hostfile, -H and Slurm, ftrun starts "ftrun
+agent --boot" on every other host that gets ranks: with one srun step
+(srun --overlap, one task per node) inside Slurm, else with ssh in batch
+mode (keys, no passwords); the ranks on ftrun's own host (named localhost,
+its host name or one of its addresses) it starts itself. The agents dial
+back to ftrun over mutual TLS 1.3 keyed by a per-host key derived from the
+job's secret, which never leaves ftrun; the key reaches the agent in the
+ssh channel, or sealed with munge through srun's input. If an agent cannot
+be started or does not connect within 10 s, the job fails before any rank
+starts, naming the host and what ssh or srun said. ftrun and the agents
+ping each other every 250 ms: a host silent for 2 s (cut off, or gone) has
+its ranks counted as failed, and its agent, cut off from ftrun, kills them.
 
 Each rank's environment:
   FTRMA_RANK              its rank, 0..N-1
@@ -248,6 +302,15 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.IntVar(&o.N, "n", 0, "number of ranks")
+	fs.IntVar(&o.N, "np", 0, "number of ranks")
+	fs.StringVar(&o.Hostfile, "hostfile", "", "file of hosts and slots")
+	fs.StringVar(&o.HostList, "H", "", "hosts and slots: host1:4,host2:4")
+	fs.StringVar(&o.HostList, "host", "", "hosts and slots: host1:4,host2:4")
+	fs.StringVar(&o.MapBy, "map-by", "", "slot (default) or node")
+	fs.BoolVar(&o.Oversubscribe, "oversubscribe", false, "allow more ranks than slots")
+	fs.StringVar(&o.LaunchAgent, "launch-agent", "", "the ftrun binary on the other hosts")
+	fs.StringVar(&o.SSH, "ssh", "", "command that starts agents on other hosts")
+	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
@@ -297,11 +360,12 @@ func ParseArgs(args []string) (*Options, error) {
 		return o, nil
 	}
 	n := false
-	fs.Visit(func(f *flag.Flag) { n = n || f.Name == "n" })
+	fs.Visit(func(f *flag.Flag) { n = n || f.Name == "n" || f.Name == "np" })
+	placed := o.Hostfile != "" || o.HostList != "" || !o.NoSlurm && inSlurm(os.Getenv)
 	switch {
-	case !n:
-		return nil, errors.New("-n N is required")
-	case o.N < 1:
+	case !n && !placed:
+		return nil, errors.New("-n N is required (without a hostfile, -H or a Slurm allocation, which give one rank per slot)")
+	case n && o.N < 1:
 		return nil, fmt.Errorf("-n %d: need at least 1 rank", o.N)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
@@ -315,6 +379,14 @@ func ParseArgs(args []string) (*Options, error) {
 	if _, err := ResolveTransport(o.Transport); err != nil {
 		return nil, err
 	}
+	switch {
+	case o.MapBy != "" && o.MapBy != "slot" && o.MapBy != "node":
+		return nil, fmt.Errorf("--map-by %q: want slot or node", o.MapBy)
+	case len(o.Hosts) > 0 && (o.Hostfile != "" || o.HostList != ""):
+		return nil, errors.New("--hosts (running agents) and --hostfile or -H exclude each other")
+	case o.Hostfile != "" && o.HostList != "":
+		return nil, errors.New("--hostfile and -H exclude each other")
+	}
 	if len(o.Hosts) > 0 {
 		blocks, err := assignRanks(o.Hosts, o.N)
 		if err != nil {
@@ -325,7 +397,7 @@ func ParseArgs(args []string) (*Options, error) {
 		}
 	}
 	for _, k := range o.Kills {
-		if int(k.Rank) >= o.N {
+		if o.N > 0 && int(k.Rank) >= o.N { // else checked once the hosts give N
 			return nil, fmt.Errorf("--kill %v: no rank %d in a job of %d", k, k.Rank, o.N)
 		}
 	}

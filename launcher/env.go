@@ -29,10 +29,16 @@ const (
 	EnvVerbsGID    = "FTRMA_VERBS_GID_INDEX" // GID table index (ftrun --verbs-gid-index), optional
 	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset
 
-	// EnvAgentSecret is the agent secret that ftrun (with remote --hosts) and
-	// every ftrun agent must share: any non-empty string, used as the HMAC
-	// key. Ranks never see it.
-	EnvAgentSecret = "FTRMA_AGENT_SECRET"
+	// EnvAgentSecret is the agent secret that ftrun (with --hosts naming
+	// running agents) and those agents share: what "ftrun agent --gen-secret"
+	// prints (or a file holding it, named by EnvAgentSecretFile). Ranks never
+	// see it.
+	EnvAgentSecret     = "FTRMA_AGENT_SECRET"
+	EnvAgentSecretFile = "FTRMA_AGENT_SECRET_FILE"
+
+	// EnvSSH is the command ftrun starts agents with outside Slurm (default
+	// "ssh"; --ssh overrides it), e.g. "ssh -F /path/ssh_config".
+	EnvSSH = "FTRMA_SSH"
 )
 
 // minSecret is the shortest job secret a rank accepts, in bytes. ftrun

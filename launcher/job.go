@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
 )
 
@@ -33,6 +33,7 @@ type Job struct {
 	out          *sink
 	rv           *rvServer
 	links        []*agentLink   // the agents of the job's remote hosts
+	dial         *dialBack      // the agents ftrun started, or nil
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
@@ -145,6 +146,12 @@ func (r *Result) ExitCode() int {
 // started. If a rank cannot be started, the ranks already started are killed
 // and Start returns an error.
 func Start(opts *Options) (*Job, error) {
+	o := *opts
+	opts = &o
+	blocks, err := planHosts(opts)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	if opts.N < 1 {
 		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
 	}
@@ -153,17 +160,10 @@ func Start(opts *Options) (*Job, error) {
 			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
 		}
 	}
-	blocks := []hostBlock{{ranks: rankRange(0, opts.N)}}
-	if len(opts.Hosts) > 0 {
-		var err error
-		if blocks, err = assignRanks(opts.Hosts, opts.N); err != nil {
-			return nil, fmt.Errorf("launcher: %w", err)
-		}
-	}
 	multi := multiHost(blocks)
 	var path string
 	for _, b := range blocks {
-		if b.addr == "" {
+		if !b.remote() {
 			var err error
 			if path, err = exec.LookPath(opts.Prog); err != nil {
 				return nil, fmt.Errorf("launcher: %w", err)
@@ -183,8 +183,11 @@ func Start(opts *Options) (*Job, error) {
 	if j.out.stderr == nil {
 		j.out.stderr = os.Stderr
 	}
-	secret := make([]byte, secretSize)
-	rand.Read(secret)
+	// The job's root secret never leaves ftrun: the ranks get a key derived
+	// from it, each host's agent link another.
+	root := make([]byte, secretSize)
+	rand.Read(root)
+	secret := seclink.DeriveKey(root, "ftrma job ranks")
 	id := make([]byte, 6)
 	rand.Read(id)
 	j.id = hex.EncodeToString(id)
@@ -193,24 +196,8 @@ func Start(opts *Options) (*Job, error) {
 	// host's addresses the other hosts reach it at.
 	listen, hostAddr := "127.0.0.1:0", ""
 	if multi {
-		agentSecret := cmp.Or(opts.AgentSecret, os.Getenv(EnvAgentSecret))
-		if strings.TrimSpace(agentSecret) == "" {
-			return nil, fmt.Errorf("launcher: %w", errAgentSecret)
-		}
-		for i, b := range blocks {
-			if b.addr == "" {
-				continue
-			}
-			l, err := dialAgent(b.addr, []byte(agentSecret))
-			if err != nil {
-				for _, l := range j.links {
-					l.close()
-				}
-				return nil, fmt.Errorf("launcher: %w", err)
-			}
-			l.block = b
-			j.links = append(j.links, l)
-			blocks[i].link = l
+		if err := j.connectAgents(blocks, root); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
 		}
 		hostAddr = j.links[0].localIP()
 		listen = net.JoinHostPort(hostAddr, "0")
@@ -488,6 +475,9 @@ func (j *Job) finish() {
 	j.wg.Wait()
 	for _, l := range j.links {
 		l.close()
+	}
+	if j.dial != nil {
+		j.dial.stop(agentTimeout) // the agents end with their links
 	}
 	if j.opts.Transport == TransportSHM {
 		// Ranks remove their own segments when they close; a killed rank

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
@@ -275,8 +276,21 @@ func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []strin
 		return nil, nil, fmt.Errorf("launcher: rank %d: rendezvous: %w", env.rank, err)
 	}
 	// Cancelling ctx unblocks the exchange by expiring the connection.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	addrs, err := exchange(conn, env, addr)
+	raw := conn
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	var addrs []string
+	tc, err := seclink.Client(conn, rendezvousKey(env.secret), deadline)
+	if err == nil {
+		conn = tc
+		// Client clears the deadline: a cancellation meanwhile is seen here.
+		if err = ctx.Err(); err == nil {
+			addrs, err = exchange(conn, env, addr)
+		}
+	}
 	if !stop() && err == nil {
 		err = ctx.Err() // too late to trust the connection's deadline
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // rvConfig configures the job side of the rendezvous.
@@ -42,6 +43,7 @@ type rvServer struct {
 	wg    sync.WaitGroup // the accept loop and one goroutine per connection
 	quit  chan struct{}  // closed by close
 	ready chan struct{}  // closed when the rendezvous completed or failed
+	gate  *seclink.Gate  // bounds the handshakes under way
 
 	mu        sync.Mutex            // guards the fields below
 	conns     map[net.Conn]struct{} // open connections; close closes them
@@ -84,6 +86,7 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		cfg:     cfg,
 		ln:      ln,
 		quit:    make(chan struct{}),
+		gate:    seclink.NewGate(maxHandshakes),
 		ready:   make(chan struct{}),
 		conns:   make(map[net.Conn]struct{}),
 		joined:  make([]bool, cfg.Size),
@@ -197,6 +200,10 @@ func (s *rvServer) close() error {
 	return err
 }
 
+// rendezvousKey is the TLS key of rendezvous connections, from the job
+// secret the ranks hold.
+func rendezvousKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma rendezvous") }
+
 func (s *rvServer) acceptLoop() {
 	defer s.wg.Done()
 	var backoff time.Duration
@@ -233,16 +240,31 @@ func (s *rvServer) acceptLoop() {
 
 // serve runs one rank's conversation and then holds the connection until the
 // rank closes it or the server closes.
-func (s *rvServer) serve(c net.Conn) {
+func (s *rvServer) serve(raw net.Conn) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
-		delete(s.conns, c)
+		delete(s.conns, raw)
 		s.mu.Unlock()
-		c.Close()
+		raw.Close()
 	}()
 
-	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
+	if !s.gate.Enter() {
+		s.cfg.Logf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr())
+		return
+	}
+	c, err := seclink.Server(raw, rendezvousKey(s.cfg.Secret), deadline)
+	s.gate.Leave()
+	if err != nil {
+		select {
+		case <-s.quit:
+		default:
+			s.cfg.Logf("rendezvous: refused connection from %s: %v", raw.RemoteAddr(), err)
+		}
+		return
+	}
+	c.SetDeadline(deadline)
 	rank, err := s.handshake(c)
 	if err != nil {
 		select {

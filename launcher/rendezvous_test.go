@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // testTimeout bounds every wait in these tests; it is a safety net, never a
@@ -155,11 +156,11 @@ func TestRendezvousRefusesWrongSecret(t *testing.T) {
 		c.Close()
 		t.Fatal("a rank with the wrong secret joined")
 	}
-	if !strings.Contains(err.Error(), "authentication failed") {
-		t.Errorf("impostor's error %q does not say authentication failed", err)
+	if !strings.Contains(err.Error(), "does not know the key") {
+		t.Errorf("impostor's error %q does not say the launcher does not know its key", err)
 	}
 	// The server logs after answering, so the impostor may hear first.
-	if !waitFor(func() bool { return strings.Contains(logs.String(), "authentication failed") }) {
+	if !waitFor(func() bool { return strings.Contains(logs.String(), "does not know the key") }) {
 		t.Errorf("server log %q does not report the refused connection", logs)
 	}
 
@@ -221,7 +222,13 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		{"hang up after auth", rawAuth(goodAuth(0)), "EOF"},
 	}
 	for _, b := range bad {
-		c, err := net.Dial("tcp", s.addr())
+		raw, err := net.Dial("tcp", s.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Inside TLS keyed by the job secret: the rendezvous protocol's own
+		// checks are what is tested here.
+		c, err := seclink.Client(raw, rendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,8 +362,12 @@ func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
 			return
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(testTimeout))
-		talk(c)
+		tc, err := seclink.Server(c, rendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
+		if err != nil {
+			return
+		}
+		tc.SetDeadline(time.Now().Add(testTimeout))
+		talk(tc)
 	}()
 	return ln.Addr().String()
 }

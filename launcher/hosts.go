@@ -1,0 +1,200 @@
+package launcher
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/ftrma/ftrma"
+)
+
+// Where the ranks go, in order of precedence:
+//
+//  1. --hosts: running agents ("ftrun agent --listen"), in contiguous
+//     blocks (assignRanks);
+//  2. --hostfile or -H: those hosts and slots; ftrun starts an agent on
+//     every host other than this one that gets ranks: by srun when ftrun
+//     runs inside a Slurm allocation, else by ssh;
+//  3. inside a Slurm allocation (SLURM_JOB_ID and its node list set; not
+//     with --no-slurm): the allocation's nodes, with SLURM_TASKS_PER_NODE
+//     slots each, agents started by srun;
+//  4. else every rank on this host.
+//
+// With 2 and 3, -n defaults to the number of slots, and --map-by slot
+// (default) or node places the ranks, as Open MPI's mpirun does.
+
+// inSlurm reports whether ftrun runs inside a Slurm allocation.
+func inSlurm(getenv func(string) string) bool {
+	return getenv("SLURM_JOB_ID") != "" && (getenv("SLURM_JOB_NODELIST") != "" || getenv("SLURM_NODELIST") != "")
+}
+
+// planHosts resolves where o's ranks go, setting o.N when the hosts give it.
+func planHosts(o *Options) ([]hostBlock, error) {
+	if len(o.Hosts) > 0 {
+		return assignRanks(o.Hosts, o.N)
+	}
+	slurm := !o.NoSlurm && inSlurm(os.Getenv)
+	var hosts []HostSlots
+	var err error
+	switch {
+	case o.Hostfile != "":
+		f, ferr := os.Open(o.Hostfile)
+		if ferr != nil {
+			return nil, fmt.Errorf("--hostfile: %w", ferr)
+		}
+		hosts, err = ParseHostfile(f, o.Hostfile)
+		f.Close()
+	case o.HostList != "":
+		hosts, err = ParseHostList(o.HostList)
+	case slurm:
+		hosts, _, err = SlurmHosts(os.Getenv)
+	default:
+		return []hostBlock{{ranks: rankRange(0, o.N)}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ranks, n, err := MapRanks(hosts, o.N, o.MapBy, o.Oversubscribe)
+	if err != nil {
+		return nil, err
+	}
+	o.N = n
+	start := startSSH
+	if slurm {
+		start = startSrun
+	}
+	var blocks []hostBlock
+	for i, h := range hosts {
+		if len(ranks[i]) == 0 {
+			continue
+		}
+		b := hostBlock{name: h.Name, ranks: ranks[i], start: start}
+		if isThisHost(h.Name) {
+			b.name, b.start = "", ""
+		}
+		blocks = append(blocks, b)
+	}
+	// One block per host: a host named twice (by name and address) is an
+	// error rather than two agents.
+	seen := map[string]bool{}
+	for _, b := range blocks {
+		if seen[b.label()] {
+			return nil, fmt.Errorf("host %s is named twice: %w", b.label(), ftrma.ErrInvalid)
+		}
+		seen[b.label()] = true
+	}
+	return blocks, nil
+}
+
+// isThisHost reports whether name is the host ftrun runs on.
+func isThisHost(name string) bool {
+	switch name {
+	case "localhost", "127.0.0.1", "::1", "":
+		return true
+	}
+	if h, err := os.Hostname(); err == nil {
+		short, _, _ := strings.Cut(h, ".")
+		if name == h || name == short {
+			return true
+		}
+	}
+	ip := net.ParseIP(name)
+	if ip == nil {
+		return false
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// connectAgents connects to the agent of every remote block: the running
+// agents of --hosts, and the agents ftrun starts by ssh or srun, which dial
+// back. On error every link made is closed and every agent started ends.
+func (j *Job) connectAgents(blocks []hostBlock, root []byte) error {
+	fail := func(err error) error {
+		for _, l := range j.links {
+			l.close()
+		}
+		j.links = nil
+		if j.dial != nil {
+			j.dial.stop(agentTimeout)
+			j.dial = nil
+		}
+		return err
+	}
+	want := map[string]string{}
+	var srun []string
+	for _, b := range blocks {
+		switch b.start {
+		case startSSH:
+			want[b.name] = startSSH
+		case startSrun:
+			want[b.name] = startSrun
+			srun = append(srun, b.name)
+		}
+	}
+	var started map[string]*agentLink
+	if len(want) > 0 {
+		agentPath := j.opts.LaunchAgent
+		if agentPath == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("--launch-agent not given, and this ftrun's path is unknown: %w", err)
+			}
+			agentPath = self
+		}
+		d, err := listenDialBack(root, j.id, j.out)
+		if err != nil {
+			return err
+		}
+		j.dial = d
+		ssh := strings.Fields(cmp.Or(j.opts.SSH, os.Getenv(EnvSSH), "ssh"))
+		for _, b := range blocks {
+			if b.start == startSSH {
+				if err := d.startSSH(ssh, b.name, agentPath); err != nil {
+					return fail(fmt.Errorf("cannot start the agent on %s: %w", b.name, err))
+				}
+			}
+		}
+		if len(srun) > 0 {
+			if err := d.startSrun("srun", srun, agentPath); err != nil {
+				return fail(fmt.Errorf("cannot start the agents on %s: %w", strings.Join(srun, ","), err))
+			}
+		}
+		if started, err = d.await(want, agentTimeout); err != nil {
+			return fail(err)
+		}
+	}
+	var agentSecret []byte
+	for i, b := range blocks {
+		var l *agentLink
+		switch {
+		case b.start != "":
+			l = started[b.name]
+		case b.addr != "":
+			if agentSecret == nil {
+				s, err := agentSecretFrom(j.opts.AgentSecret)
+				if err != nil {
+					return fail(err)
+				}
+				agentSecret = s
+			}
+			var err error
+			if l, err = dialAgent(b.addr, agentSecret); err != nil {
+				return fail(err)
+			}
+		default:
+			continue
+		}
+		l.block = b
+		j.links = append(j.links, l)
+		blocks[i].link = l
+	}
+	return nil
+}
