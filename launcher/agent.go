@@ -216,7 +216,22 @@ func (a *Agent) serve(c net.Conn) bool {
 // supervises them until the connection closes or goes silent for
 // linkTimeout, when it kills them.
 func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
-	spec, err := readLaunch(c)
+	typ, p, err := readFrame(c, maxLaunch)
+	if err == nil && typ == msgMembers {
+		// Join the job's host group first; without it the link's pings
+		// still watch ftrun.
+		g, jerr := agentJoin(p, c.LocalAddr(), func() { c.Close() }, logf)
+		if jerr != nil {
+			logf("host membership: %v", jerr)
+		} else {
+			defer func() {
+				g.Leave(500 * time.Millisecond)
+				g.Shutdown()
+			}()
+		}
+		typ, p, err = readFrame(c, maxLaunch)
+	}
+	spec, err := checkLaunch(typ, p, err)
 	if err != nil {
 		writeFrame(c, msgError, errorText(err.Error()))
 		logf("launcher %s: %v", c.RemoteAddr(), err)
@@ -237,6 +252,11 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 // readLaunch reads and checks the launch message.
 func readLaunch(c net.Conn) (*launchSpec, error) {
 	typ, p, err := readFrame(c, maxLaunch)
+	return checkLaunch(typ, p, err)
+}
+
+// checkLaunch checks a frame read as the launch message.
+func checkLaunch(typ byte, p []byte, err error) (*launchSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read launch: %w", err)
 	}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -40,7 +41,8 @@ type agentLink struct {
 	mu     sync.Mutex // guards the fields below
 	queue  [][]byte   // frames for the writer
 	wake   chan struct{}
-	closed bool // close was called: a broken connection is no news
+	closed bool   // close was called: a broken connection is no news
+	why    string // why fail cut the link, if it did
 }
 
 // dialAgent connects to the running agent at addr and authenticates both
@@ -154,6 +156,18 @@ func (l *agentLink) close() {
 	l.wg.Wait()
 }
 
+// fail cuts the link because the agent's host is known lost (why): the
+// agent, should it still run, kills its ranks when its link closes, and
+// the launcher counts them as failed, with why.
+func (l *agentLink) fail(why string) {
+	l.mu.Lock()
+	if l.why == "" {
+		l.why = why
+	}
+	l.mu.Unlock()
+	l.conn.Close()
+}
+
 func (l *agentLink) writeLoop() {
 	defer l.wg.Done()
 	tick := time.NewTicker(linkPing)
@@ -239,14 +253,20 @@ func (l *agentLink) readLoop(j *Job) {
 		}
 	}
 	l.mu.Lock()
-	closed := l.closed
+	closed, why := l.closed, l.why
 	l.mu.Unlock()
+	if why == "" {
+		why = fmt.Sprintf("the connection to agent %s broke (%v)", l.addr, err)
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			why = fmt.Sprintf("agent %s was silent for %v", l.addr, linkTimeout)
+		}
+	}
 	lost := 0
 	for i := range n {
 		r := ranks[i]
 		if !exited[i] {
 			lost++
-			j.ranks[r].exit <- exitedMsg{rank: r, code: -1, lost: fmt.Sprintf("the connection to agent %s broke", l.addr)}
+			j.ranks[r].exit <- exitedMsg{rank: r, code: -1, lost: why}
 		}
 		for s := range ended[i] {
 			if !ended[i][s] {
@@ -255,6 +275,6 @@ func (l *agentLink) readLoop(j *Job) {
 		}
 	}
 	if !closed && lost > 0 {
-		j.out.reportf("lost the connection to agent %s (%v): its %d running rank(s) count as failed", l.addr, err, lost)
+		j.out.reportf("%s: its %d running rank(s) count as failed", why, lost)
 	}
 }

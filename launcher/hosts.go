@@ -123,7 +123,7 @@ func (j *Job) connectAgents(blocks []hostBlock, root []byte) error {
 		}
 		j.links = nil
 		if j.dial != nil {
-			j.dial.stop(agentTimeout)
+			j.dial.stop(linkTimeout)
 			j.dial = nil
 		}
 		return err
@@ -195,6 +195,9 @@ func (j *Job) connectAgents(blocks []hostBlock, root []byte) error {
 		l.block = b
 		j.links = append(j.links, l)
 		blocks[i].link = l
+	}
+	if len(j.links) > 0 {
+		j.startMembers(root)
 	}
 	return nil
 }

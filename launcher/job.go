@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
 )
@@ -34,6 +35,8 @@ type Job struct {
 	rv           *rvServer
 	links        []*agentLink   // the agents of the job's remote hosts
 	dial         *dialBack      // the agents ftrun started, or nil
+	members      *members.Group // ftrun's member of the job's host group, or nil
+	blocks       []hostBlock    // where the ranks run
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
@@ -209,11 +212,10 @@ func Start(opts *Options) (*Job, error) {
 		j.ranks[r] = &rankProc{rank: ftrma.Rank(r)}
 	}
 	j.start = time.Now()
+	j.blocks = blocks
 	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, ListenAddr: listen, Logf: j.out.reportf, Suspect: j.suspect})
 	if err != nil {
-		for _, l := range j.links {
-			l.close()
-		}
+		j.abandon()
 		return nil, err
 	}
 	base := os.Environ()
@@ -226,6 +228,7 @@ func Start(opts *Options) (*Job, error) {
 				vars := rankVars(r, opts.N, len(b.ranks), j.rv.addr(), secret, j.id, hostAddr, &j.opts)
 				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
+					break
 				}
 			}
 		}
@@ -236,9 +239,7 @@ func Start(opts *Options) (*Job, error) {
 				j.signalLocked(p, syscall.SIGKILL)
 			}
 			j.mu.Unlock()
-			for _, l := range j.links {
-				l.close() // the agents kill their ranks; the links report them lost
-			}
+			j.abandon() // the agents kill their ranks; the links report them lost
 			j.wg.Wait()
 			j.rv.close()
 			return nil, fmt.Errorf("launcher: %w", err)
@@ -255,6 +256,38 @@ func Start(opts *Options) (*Job, error) {
 	j.mu.Unlock()
 	go j.finish()
 	return j, nil
+}
+
+// abandon closes the agents' links, ends the agents ftrun started and
+// leaves the host group: a start-up that failed.
+func (j *Job) abandon() {
+	for _, l := range j.links {
+		l.close()
+	}
+	if j.dial != nil {
+		j.dial.stop(linkTimeout)
+	}
+	j.stopMembers()
+}
+
+// Size is the number of ranks of the job.
+func (j *Job) Size() int { return j.opts.N }
+
+// Placement says where the ranks run, one line per host, e.g.
+// "h2: ranks [4 5 6 7] (agent started by ssh)".
+func (j *Job) Placement() []string {
+	var out []string
+	for _, b := range j.blocks {
+		how := "started by ftrun"
+		switch {
+		case b.start != "":
+			how = "agent started by " + b.start
+		case b.addr != "":
+			how = "running agent"
+		}
+		out = append(out, fmt.Sprintf("%s: ranks %v (%s)", b.label(), b.ranks, how))
+	}
+	return out
 }
 
 // launchRemote has the agent of b start b's ranks, then follows them.
@@ -477,8 +510,9 @@ func (j *Job) finish() {
 		l.close()
 	}
 	if j.dial != nil {
-		j.dial.stop(agentTimeout) // the agents end with their links
+		j.dial.stop(linkTimeout) // the agents end with their links
 	}
+	j.stopMembers()
 	if j.opts.Transport == TransportSHM {
 		// Ranks remove their own segments when they close; a killed rank
 		// cannot, so the launcher removes whatever of the job is left.

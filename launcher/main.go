@@ -37,7 +37,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitLaunch
 	}
 	if tr, why := job.Transport(); opts.Verbose || tr != TransportSHM && (opts.Transport == "" || opts.Transport == "auto") {
-		fmt.Fprintf(stderr, "ftrun: job %s, %d ranks, transport %s (%s)\n", job.ID(), opts.N, tr, why)
+		fmt.Fprintf(stderr, "ftrun: job %s, %d ranks, transport %s (%s)\n", job.ID(), job.Size(), tr, why)
+	}
+	if opts.Verbose {
+		for _, l := range job.Placement() {
+			fmt.Fprintf(stderr, "ftrun: %s\n", l)
+		}
 	}
 	go func() {
 		for {

@@ -1,0 +1,178 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeSSH writes a stand-in for ssh that runs the remote command on this
+// host, records the agent's pid in dir/HOST.pid, and, for the hosts in
+// refuse, fails as ssh does when it cannot connect. (Real ssh and sshd are
+// exercised by the multi-host suite in network namespaces, e2e/cluster.)
+func fakeSSH(t *testing.T, refuse ...string) (path, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "ssh")
+	var cases strings.Builder
+	for _, h := range refuse {
+		fmt.Fprintf(&cases, "%s) echo \"ssh: connect to host %s port 22: Connection refused\" >&2; exit 255;;\n", h, h)
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -o|-F) shift 2;; -T) shift;; *) break;; esac; done
+host=$1; shift
+case "$host" in
+%s*) ;;
+esac
+echo $$ > %s/$host.pid
+exec sh -c "exec $*"
+`, cases.String(), dir)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, dir
+}
+
+// agentPID reads the pid fakeSSH recorded for host's agent.
+func agentPID(t *testing.T, dir, host string) int {
+	t.Helper()
+	var pid int
+	if !waitFor(func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, host+".pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}) {
+		t.Fatalf("no agent pid for %s", host)
+	}
+	return pid
+}
+
+// ftrun starts the agents of a -H list itself, by the ssh command, and they
+// dial back: the job runs over both "hosts", placed as --map-by says.
+func TestStartedAgentsRunJob(t *testing.T) {
+	ssh, _ := fakeSSH(t)
+	for _, c := range []struct {
+		mapBy string
+		hosts []string // the placement lines -v prints
+	}{
+		{"slot", []string{"fakehost1: ranks [0 1] (agent started by ssh)", "fakehost2: ranks [2 3] (agent started by ssh)"}},
+		{"node", []string{"fakehost1: ranks [0 2] (agent started by ssh)", "fakehost2: ranks [1 3] (agent started by ssh)"}},
+	} {
+		stdout, stderr, code := runJob(t, "join", []string{"-H", "fakehost1:2,fakehost2:2", "--map-by", c.mapBy, "--ssh", ssh, "--tag-output", "-v", "--timeout", "60s"})
+		if code != ExitOK {
+			t.Fatalf("--map-by %s: exit %d; stdout:\n%s\nstderr:\n%s", c.mapBy, code, stdout, stderr)
+		}
+		got := sortedLines(stdout)
+		if len(got) != 4 {
+			t.Fatalf("--map-by %s: stdout %q, want 4 lines", c.mapBy, got)
+		}
+		for r, l := range got {
+			if !regexp.MustCompile(fmt.Sprintf(`^\[%d\] rank %d of 4 in job [0-9a-f]+: exchanged with 3 peers$`, r, r)).MatchString(l) {
+				t.Errorf("--map-by %s: line %q", c.mapBy, l)
+			}
+		}
+		for _, h := range c.hosts {
+			if !strings.Contains(stderr, h) {
+				t.Errorf("--map-by %s: stderr does not say %q:\n%s", c.mapBy, h, stderr)
+			}
+		}
+	}
+}
+
+// An agent that cannot be started fails the job before any rank starts,
+// naming the host and what ssh said.
+func TestAgentStartFailureNamesHost(t *testing.T) {
+	ssh, _ := fakeSSH(t, "fakehost2")
+	start := time.Now()
+	stdout, stderr, code := runJob(t, "print", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh})
+	if code != ExitLaunch {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, ExitLaunch, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("ranks ran: %q", stdout)
+	}
+	for _, want := range []string{"cannot start the agent on fakehost2", "Connection refused"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	t.Logf("failed after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
+}
+
+// A host that goes silent (its agent stopped, as a host whose link is cut
+// or that hangs) has its ranks counted as failed within the link timeout;
+// the job ends with the survivors' status instead of waiting forever.
+func TestSilentHostCountsAsFailed(t *testing.T) {
+	ssh, dir := fakeSSH(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "sleep", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output"}, "2")
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, lineReader(out), "rank 2 sleeping", 1)
+	pid := agentPID(t, dir, "fakehost2")
+	syscall.Kill(pid, syscall.SIGSTOP)
+	defer syscall.Kill(pid, syscall.SIGKILL) // its ranks die with it (Pdeathsig)
+	stopped := time.Now()
+	err = cmd.Wait()
+	took := time.Since(stopped)
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end after the host went silent; stderr:\n%s", errs.String())
+	}
+	if err != nil {
+		t.Errorf("ftrun: %v (the survivors exited 0); stderr:\n%s", err, errs.String())
+	}
+	if !regexp.MustCompile(`(memberlist declared host fakehost2 dead|agent fakehost2 was silent for 2s): its [12] running rank\(s\) count as failed`).MatchString(errs.String()) {
+		t.Errorf("stderr does not report the host:\n%s", errs.String())
+	}
+	t.Logf("ftrun ended %v after the host went silent; stderr:\n%s", took.Round(time.Millisecond), errs.String())
+}
+
+// SIGTERM ends ftrun within a bound even when a host cannot be reached.
+func TestInterruptWithSilentHost(t *testing.T) {
+	ssh, dir := fakeSSH(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "hang", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output"})
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, lineReader(out), "ready", 4)
+	pid := agentPID(t, dir, "fakehost2")
+	syscall.Kill(pid, syscall.SIGSTOP)
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	cmd.Process.Signal(syscall.SIGTERM)
+	sent := time.Now()
+	cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end after SIGTERM; stderr:\n%s", errs.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitSignaled+int(syscall.SIGTERM) {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitSignaled+int(syscall.SIGTERM), errs.String())
+	}
+	t.Logf("ftrun ended %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+}

@@ -1,0 +1,114 @@
+package launcher
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma/internal/members"
+)
+
+// Host membership. ftrun and the agents of a multi-host job form one
+// memberlist group (internal/members: SWIM with Lifeguard, gossip sealed
+// with a key derived from the job's root secret, LAN timing that declares a
+// vanished host dead in about 1.5 s). When the group declares an agent's
+// host dead, ftrun cuts that agent's link at once: every rank of the host
+// counts as failed together, each survivor gets one exit notice per rank,
+// and the agent, should it still run, kills its ranks when it finds its
+// link gone. The link's own pings bound the same within linkTimeout should
+// gossip not reach a verdict first. Rank failures stay the ranks' own
+// heartbeat detector's business: this layer sees hosts only.
+//
+// On the link, before the launch, ftrun sends
+//
+//	L→A  members  key [32], ftrun's group address string, the member name
+//	              the agent takes string
+//
+// and the agent joins the group from its link's local address.
+
+// msgMembers is the agent protocol's members message (see above).
+const msgMembers byte = 20
+
+// joinTimeout bounds an agent's join of the group.
+const joinTimeout = 2 * time.Second
+
+// memberName is the group member name of the agent of host label.
+func memberName(label string) string { return "host " + label }
+
+// startMembers starts ftrun's member of the job's group and tells every
+// agent to join it. A group that cannot start leaves the job to the links'
+// pings, said with -v.
+func (j *Job) startMembers(root []byte) {
+	key := members.DeriveKey(root, "ftrma members v1")
+	byName := make(map[string]*agentLink)
+	for _, l := range j.links {
+		byName[memberName(l.addr)] = l
+	}
+	var logf func(string, ...any)
+	if j.opts.Verbose {
+		logf = func(format string, args ...any) { j.out.reportf("members: "+format, args...) }
+	}
+	g, err := members.Start(members.Config{
+		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logf: logf,
+		OnDead: func(name string, _ []byte) {
+			if l := byName[name]; l != nil {
+				l.fail(fmt.Sprintf("memberlist declared host %s dead", l.addr))
+			}
+		},
+	})
+	if err != nil {
+		j.out.reportf("host membership unavailable (%v): hosts are watched by their links' pings only", err)
+		return
+	}
+	j.members = g
+	for _, l := range j.links {
+		msg := appendString(appendString(append([]byte(nil), key...), g.Addr()), memberName(l.addr))
+		l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
+		writeFrame(l.conn, msgMembers, msg) // a failed write fails the launch next
+		l.conn.SetWriteDeadline(time.Time{})
+	}
+}
+
+// stopMembers leaves the group.
+func (j *Job) stopMembers() {
+	if j.members != nil {
+		j.members.Leave(500 * time.Millisecond)
+		j.members.Shutdown()
+	}
+}
+
+// agentJoin is the agent's side of msgMembers: it joins the group from
+// local, its link's local address. onFtrunDead runs if the group declares
+// ftrun dead. The caller shuts the group down after the job.
+func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, ...any)) (*members.Group, error) {
+	if len(p) < members.KeySize {
+		return nil, fmt.Errorf("%w: short members message", errMalformed)
+	}
+	d := decoder{p: p[members.KeySize:]}
+	addr, name := d.string(), d.string()
+	if err := d.end("members"); err != nil {
+		return nil, err
+	}
+	g, err := members.Start(members.Config{
+		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize],
+		OnDead: func(n string, _ []byte) {
+			if n == "ftrun" {
+				onFtrunDead()
+			}
+		},
+		Logf: func(format string, args ...any) {
+			if s := fmt.Sprintf(format, args...); strings.Contains(s, "dead") || strings.Contains(s, "Suspect") {
+				logf("members: %s", s)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Join([]string{addr}, joinTimeout); err != nil {
+		g.Shutdown()
+		return nil, err
+	}
+	return g, nil
+}
