@@ -19,6 +19,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/seclink"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // maxHandshakes bounds the unauthenticated handshakes an agent or ftrun
@@ -246,6 +247,10 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		return
 	}
 	j.supervise()
+	// A killed rank cannot remove its shared memory (shm+tcp): do it here.
+	if err := shm.RemoveJob(shm.DefaultDir, spec.job); err != nil {
+		logf("job %s: removing its shared memory: %v", printable([]byte(spec.job)), err)
+	}
 	logf("job %s: ended", printable([]byte(spec.job)))
 }
 

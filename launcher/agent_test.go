@@ -118,7 +118,7 @@ func TestParseArgsHosts(t *testing.T) {
 func TestChooseTransportMultiHost(t *testing.T) {
 	defer func(p func(string, int) (verbs.Choice, error)) { probeVerbs = p }(probeVerbs)
 	probeVerbs = func(string, int) (verbs.Choice, error) { return verbs.Choice{}, verbs.ErrNoDevice }
-	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportTCP || !strings.Contains(why, "several hosts") || !strings.Contains(why, "no usable RDMA device") {
+	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportHybrid || !strings.Contains(why, "several hosts") || !strings.Contains(why, "no usable RDMA device") {
 		t.Errorf("auto over hosts without RDMA: %q, %q, %v", tr, why, err)
 	}
 	probeVerbs = func(string, int) (verbs.Choice, error) {
@@ -371,7 +371,7 @@ func TestMultiHostJoin(t *testing.T) {
 			t.Errorf("line %q does not match %v", l, want)
 		}
 	}
-	if !strings.Contains(stderr, "transport tcp (auto: the ranks run on several hosts; RDMA verbs unusable here (") {
+	if !strings.Contains(stderr, "transport shm+tcp (auto: the ranks run on several hosts; RDMA verbs unusable here (") {
 		t.Errorf("stderr does not name the transport:\n%s", stderr)
 	}
 	if code := ag.wait(t); code != 0 {

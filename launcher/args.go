@@ -212,11 +212,13 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           host; hosts without N share the rest evenly, earlier
                           ones getting one more. Needs FTRMA_AGENT_SECRET, the
                           agents' secret. Default: every rank on this host
-  --transport NAME        auto, tcp, shm or verbs (default auto: shared memory
-                          when every rank runs on this host; over several
-                          hosts, where shm is refused, RDMA verbs when this
-                          ftrun has them and a device is usable here, else
-                          TCP, saying why)
+  --transport NAME        auto, tcp, shm, shm+tcp or verbs (default auto:
+                          shared memory when every rank runs on this host;
+                          over several hosts, where shm is refused, RDMA
+                          verbs when this ftrun has them and a device is
+                          usable here, else shm+tcp: shared memory between
+                          ranks on the same host and TCP between hosts,
+                          chosen per peer; -v says why)
   --verbs-device NAME     RDMA device of the verbs transport (default: the
                           first with an active port)
   --verbs-gid-index N     GID table index (default: the RoCE v2 GID of the
@@ -410,6 +412,9 @@ const (
 	TransportTCP   = "tcp"
 	TransportSHM   = "shm"
 	TransportVerbs = "verbs"
+	// TransportHybrid picks per peer: shared memory to the ranks on the
+	// same host, TCP to the others (transport/multi).
+	TransportHybrid = "shm+tcp"
 )
 
 // ResolveTransport turns a --transport value into the transport the ranks
@@ -421,13 +426,15 @@ func ResolveTransport(name string) (string, error) {
 		return TransportSHM, nil
 	case TransportTCP:
 		return TransportTCP, nil
+	case TransportHybrid:
+		return TransportHybrid, nil
 	case TransportVerbs:
 		if !verbs.Built {
 			return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support (build it with CGO_ENABLED=1 -tags verbs)")
 		}
 		return TransportVerbs, nil
 	}
-	return "", fmt.Errorf("--transport %q: want auto, tcp, shm or verbs", name)
+	return "", fmt.Errorf("--transport %q: want auto, tcp, shm, shm+tcp or verbs", name)
 }
 
 // probeVerbs reports whether the verbs transport is usable on this host
@@ -455,7 +462,7 @@ func chooseTransport(name string, n int, multi bool, device, gid string) (string
 	case multi && auto:
 		c, err := probeVerbs(device, gidIndex)
 		if err != nil {
-			return TransportTCP, fmt.Sprintf("auto: the ranks run on several hosts; RDMA verbs unusable here (%v), falling back to TCP", err), nil
+			return TransportHybrid, fmt.Sprintf("auto: the ranks run on several hosts; RDMA verbs unusable here (%v): shared memory between ranks on the same host, TCP between hosts", err), nil
 		}
 		return TransportVerbs, "auto: the ranks run on several hosts; RDMA verbs on " + c.Why, nil
 	case tr == TransportVerbs:

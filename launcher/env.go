@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +25,11 @@ const (
 	EnvSpin        = "FTRMA_SPIN"            // busy-poll duration (ftrun --spin), optional
 	EnvHBPeriod    = "FTRMA_HB_PERIOD"       // failure detector heartbeat period (ftrun --hb-period), optional
 	EnvHBTimeout   = "FTRMA_HB_TIMEOUT"      // failure detector timeout (ftrun --hb-timeout), optional
-	EnvTransport   = "FTRMA_TRANSPORT"       // tcp or shm (ftrun --transport, resolved); tcp when unset
+	EnvTransport   = "FTRMA_TRANSPORT"       // tcp, shm, shm+tcp or verbs (ftrun --transport, resolved); tcp when unset
 	EnvVerbsDevice = "FTRMA_VERBS_DEVICE"    // RDMA device (ftrun --verbs-device), optional
 	EnvVerbsGID    = "FTRMA_VERBS_GID_INDEX" // GID table index (ftrun --verbs-gid-index), optional
 	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset
+	EnvLocalRanks  = "FTRMA_LOCAL_RANKS"     // with transport shm+tcp: the ranks on this host, comma-separated
 
 	// EnvAgentSecret is the agent secret that ftrun (with --hosts naming
 	// running agents) and those agents share: what "ftrun agent --gen-secret"
@@ -67,6 +69,7 @@ type jobEnv struct {
 	verbsDev   string        // FTRMA_VERBS_DEVICE
 	verbsGID   int           // FTRMA_VERBS_GID_INDEX, -1 when unset
 	hostAddr   string        // IP to listen on, "" for the transport's default
+	localRanks []ftrma.Rank  // the ranks on this host (TransportHybrid)
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -111,13 +114,13 @@ func readEnv() (jobEnv, error) {
 	case "":
 		e.transport = TransportTCP
 	case TransportTCP:
-	case TransportSHM:
+	case TransportSHM, TransportHybrid:
 		if e.job == "" || strings.Trim(e.job, "0123456789abcdef") != "" {
 			return e, fmt.Errorf("launcher: %s=%q: shared memory needs a hex job id", EnvJob, e.job)
 		}
 	case TransportVerbs:
 	default:
-		return e, fmt.Errorf("launcher: %s=%q: want %s, %s or %s", EnvTransport, e.transport, TransportTCP, TransportSHM, TransportVerbs)
+		return e, fmt.Errorf("launcher: %s=%q: want %s, %s, %s or %s", EnvTransport, e.transport, TransportTCP, TransportSHM, TransportHybrid, TransportVerbs)
 	}
 	e.verbsDev, e.verbsGID = os.Getenv(EnvVerbsDevice), -1
 	if v, ok := os.LookupEnv(EnvVerbsGID); ok {
@@ -132,6 +135,19 @@ func readEnv() (jobEnv, error) {
 	if _, ok := os.LookupEnv(EnvLocalSize); ok {
 		if e.localSize, err = envInt(EnvLocalSize, 1); err != nil {
 			return e, err
+		}
+	}
+	if e.transport == TransportHybrid {
+		bad := fmt.Errorf("launcher: %s=%q: want the ranks on this host, this one among them", EnvLocalRanks, os.Getenv(EnvLocalRanks))
+		for _, f := range strings.Split(os.Getenv(EnvLocalRanks), ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 || n >= size {
+				return e, bad
+			}
+			e.localRanks = append(e.localRanks, ftrma.Rank(n))
+		}
+		if !slices.Contains(e.localRanks, e.rank) {
+			return e, bad
 		}
 	}
 	return e, nil
@@ -153,8 +169,9 @@ func envInt(name string, min int) (int, error) {
 // rankVars returns the FTRMA_ variables of rank r of a job of size ranks, of
 // which localSize run on r's host. hostAddr, if not empty, is the IP r's
 // transport listens on.
-func rankVars(r ftrma.Rank, size, localSize int, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
+func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
 	var env []string
+	localSize := len(local)
 	if o.Spin != 0 {
 		env = append(env, EnvSpin+"="+o.Spin.String())
 	}
@@ -166,6 +183,13 @@ func rankVars(r ftrma.Rank, size, localSize int, rendezvous string, secret []byt
 	}
 	if tr, err := ResolveTransport(o.Transport); err == nil {
 		env = append(env, EnvTransport+"="+tr)
+		if tr == TransportHybrid {
+			rs := make([]string, len(local))
+			for i, l := range local {
+				rs[i] = strconv.Itoa(int(l))
+			}
+			env = append(env, EnvLocalRanks+"="+strings.Join(rs, ","))
+		}
 	}
 	if o.VerbsDevice != "" {
 		env = append(env, EnvVerbsDevice+"="+o.VerbsDevice)

@@ -225,7 +225,7 @@ func Start(opts *Options) (*Job, error) {
 			err = j.launchRemote(b, cwd, secret)
 		} else {
 			for _, r := range b.ranks {
-				vars := rankVars(r, opts.N, len(b.ranks), j.rv.addr(), secret, j.id, hostAddr, &j.opts)
+				vars := rankVars(r, opts.N, b.ranks, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
 				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
 					break
@@ -295,7 +295,7 @@ func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
 	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N}
 	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
-		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, len(b.ranks), j.rv.addr(), secret, j.id, "", &j.opts)})
+		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, b.ranks, j.rv.addr(), secret, j.id, "", &j.opts)})
 	}
 	if _, err := b.link.launch(spec); err != nil {
 		return err
@@ -513,7 +513,7 @@ func (j *Job) finish() {
 		j.dial.stop(linkTimeout) // the agents end with their links
 	}
 	j.stopMembers()
-	if j.opts.Transport == TransportSHM {
+	if j.opts.Transport == TransportSHM || j.opts.Transport == TransportHybrid {
 		// Ranks remove their own segments when they close; a killed rank
 		// cannot, so the launcher removes whatever of the job is left.
 		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/multi"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
 	"github.com/ftrma/ftrma/transport/verbs"
@@ -139,6 +140,8 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		t, conn, err = joinSHM(ctx, env, recv, logf)
 	case TransportVerbs:
 		t, conn, err = joinVerbs(ctx, env, recv, logf)
+	case TransportHybrid:
+		t, conn, err = joinHybrid(ctx, env, recv, logf)
 	default:
 		t, conn, err = joinTCP(ctx, env, recv, logf)
 	}
@@ -177,6 +180,34 @@ func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 	}
 	return rendezvousThen(ctx, env, t, recv, "shm", "map peers", func(net.Conn, []string) error {
 		return t.Connect(ctx)
+	})
+}
+
+// joinHybrid builds shared memory toward the ranks on this host and TCP
+// toward the others, one transport per peer (transport/multi): the shm
+// segments exist before this rank publishes its TCP address.
+func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: env.localRanks, Logf: logf, Spin: env.transportSpin()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf, Spin: env.transportSpin()}
+	if env.hostAddr != "" {
+		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
+	}
+	tt, err := tcp.Listen(cfg)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	t, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}, multi.HostRoute(env.size, env.localRanks))
+	if err != nil {
+		st.Close()
+		tt.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect to peers", func(conn net.Conn, addrs []string) error {
+		return t.Connect(ctx, addrs)
 	})
 }
 

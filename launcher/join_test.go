@@ -130,7 +130,7 @@ func TestResolveTransport(t *testing.T) {
 func TestRankEnv(t *testing.T) {
 	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
 	n := runtime.NumCPU()
-	vars := rankVars(1, n, n, "127.0.0.1:5", []byte{0xab, 0xcd}, "j", "", &Options{})
+	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, "j", "", &Options{})
 	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, vars, n)
 	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
@@ -145,7 +145,7 @@ func TestRankEnv(t *testing.T) {
 		if c.size < 1 {
 			continue
 		}
-		env := rankEnv(c.base, rankVars(0, c.size, c.size, "x", nil, "j", "", &Options{}), c.size)
+		env := rankEnv(c.base, rankVars(0, c.size, rankRange(0, c.size), "x", nil, "j", "", &Options{}), c.size)
 		if slices.Contains(env, "GOMAXPROCS=1") {
 			t.Errorf("rankEnv(%q, size %d) sets GOMAXPROCS=1", c.base, c.size)
 		}
