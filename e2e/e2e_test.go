@@ -131,6 +131,7 @@ func eachTransport(t *testing.T, f func(t *testing.T)) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	clusterDown()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

@@ -74,7 +74,7 @@ set -e
 wait $agent || true
 unset FTRMA_AGENT_SECRET
 echo "$out" | grep -i "transport"
-if [ $code != 0 ] || ! grep -q "transport tcp (auto: .*RDMA verbs unusable here" <<<"$out"; then
+if [ $code != 0 ] || ! grep -q "transport shm+tcp (auto: .*RDMA verbs unusable here" <<<"$out"; then
 	say "FAIL: a job over hosts did not fall back to TCP (exit $code):"; echo "$out"; exit 1
 fi
 

@@ -17,6 +17,9 @@
 //	                       meanwhile), then verifies counters on the result
 //	testprog idle D        every rank does light RMA traffic for duration D and
 //	                       prints how many ranks it saw fail ("failed N")
+//	testprog watchfail D   as idle, and every rank prints "learned R UNIXNANO"
+//	                       when it learns of rank R's failure (polled every
+//	                       10 ms); "ready" once its window exists
 //	testprog kvlin DIR DURATION COPIES KEYS   store clients recording a history
 //	                       for the linearizability check (see kv.go)
 //	testprog kvpause VICTIM PARTNER DURATION  put latency of ranks that share
@@ -106,6 +109,8 @@ func run(ctx context.Context, args []string) error {
 		return shrinkloop(ctx, c, args[1:])
 	case "idle":
 		return idle(ctx, c, args[1:])
+	case "watchfail":
+		return watchfail(ctx, c, args[1:])
 	case "kvlin":
 		return kvlin(ctx, c, args[1:])
 	case "kvpause":
@@ -359,4 +364,40 @@ func idle(ctx context.Context, c *comm.Comm, args []string) error {
 	}
 	fmt.Printf("failed %d\n", len(c.Failed()))
 	return c.Barrier(ctx)
+}
+
+func watchfail(ctx context.Context, c *comm.Comm, args []string) error {
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		return err
+	}
+	w, err := window.Allocate(ctx, c, 8)
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	seen := map[ftrma.Rank]bool{}
+	end := time.Now().Add(d)
+	var old int64
+	for time.Now().Before(end) {
+		for _, r := range c.Failed() {
+			if !seen[r] {
+				seen[r] = true
+				fmt.Printf("learned %d %d\n", r, time.Now().UnixNano())
+			}
+		}
+		// Light traffic to the next live rank.
+		for i := 1; i < c.Size(); i++ {
+			t := ftrma.Rank((int(c.Rank()) + i) % c.Size())
+			if !seen[t] {
+				if w.FetchAndOp(t, 0, 1, &old, window.Sum) == nil {
+					w.Flush(ctx, t)
+				}
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("failed %d\n", len(c.Failed()))
+	return nil
 }

@@ -1,0 +1,328 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The multi-host suite: three hosts h1..h3 as network namespaces with
+// hostnames of their own (scripts/cluster.sh), a real sshd on each and a
+// real Slurm (slurmctld on host ctl, a slurmd per host, munge). ftrun runs
+// in the root namespace, which reaches every host over a bridge, and starts
+// its agents itself: by ssh with a hostfile, by srun inside salloc.
+//
+// FTRMA_CLUSTER=0 skips it; where the machine cannot build the cluster (not
+// root, no namespaces, packages not installable) every test says NOT RUN
+// and is skipped, never passed.
+
+var cluster struct {
+	once sync.Once
+	dir  string
+	err  error // why the cluster is not there
+	skip bool  // err is a NOT RUN, not a failure
+}
+
+const clusterHosts = 3
+
+func clusterScript() string {
+	wd, _ := os.Getwd()
+	return filepath.Join(wd, "..", "scripts", "cluster.sh")
+}
+
+// needCluster brings the cluster up once per run and returns its directory.
+func needCluster(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("NOT RUN: multi-host suite skipped in -short mode")
+	}
+	if os.Getenv("FTRMA_CLUSTER") == "0" {
+		t.Skip("NOT RUN: FTRMA_CLUSTER=0")
+	}
+	cluster.once.Do(func() {
+		if os.Geteuid() != 0 {
+			cluster.err, cluster.skip = errors.New("needs root (network namespaces, sshd, Slurm)"), true
+			return
+		}
+		dir, err := os.MkdirTemp("", "ftrma-cluster-")
+		if err != nil {
+			cluster.err = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		cmd := exec.Command(clusterScript(), "up", dir, strconv.Itoa(clusterHosts), "--ssh", "--slurm")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee) && ee.ExitCode() == 77:
+			cluster.err, cluster.skip = fmt.Errorf("%s", bytes.TrimSpace(out)), true
+			os.RemoveAll(dir)
+		case err != nil:
+			cluster.err = fmt.Errorf("cluster.sh up: %v\n%s", err, out)
+			exec.Command(clusterScript(), "down", dir).Run()
+			os.RemoveAll(dir)
+		default:
+			cluster.dir = dir
+		}
+	})
+	if cluster.skip {
+		t.Skipf("NOT RUN: %v", cluster.err)
+	}
+	if cluster.err != nil {
+		t.Fatal(cluster.err)
+	}
+	return cluster.dir
+}
+
+// clusterDown takes the cluster down at the end of the run.
+func clusterDown() {
+	if cluster.dir != "" {
+		if out, err := exec.Command(clusterScript(), "down", cluster.dir).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster.sh down: %v\n%s", err, out)
+		}
+		os.RemoveAll(cluster.dir)
+	}
+}
+
+// clusterBins copies the binaries where every host can run them (the hosts
+// share this host's files; a directory of its own keeps the agents' paths
+// short and readable).
+func clusterBins(t *testing.T) string {
+	t.Helper()
+	return bins(t)
+}
+
+// hostfile writes a hostfile of the cluster's hosts with slots each.
+func hostfile(t *testing.T, slots int) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# the cluster's hosts\n")
+	for i := 1; i <= clusterHosts; i++ {
+		fmt.Fprintf(&b, "h%d slots=%d\n", i, slots)
+	}
+	p := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// clusterCmd is ftrun (or what runs it: salloc) as a command in the root
+// namespace, with the cluster's ssh configuration and Slurm's.
+func clusterCmd(ctx context.Context, t *testing.T, dir string, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = clusterBins(t)
+	cmd.Env = append(os.Environ(),
+		"FTRMA_SSH=ssh -F "+filepath.Join(dir, "ssh_config"),
+		"SLURM_CONF="+filepath.Join(dir, "slurm.conf"))
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
+func runCluster(t *testing.T, dir string, timeout time.Duration, name string, args ...string) (string, int, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v did not finish within %v:\n%s", name, args, timeout, out.String())
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out.String(), code, took
+}
+
+// The checkpointing example over three hosts, 4 ranks each, started by ssh
+// from a hostfile and by srun inside a Slurm allocation, gives the
+// failure-free result of a one-host run; ranks 2 and 5 crashing midway
+// (hosts h1 and h2) change nothing.
+func TestClusterCheckpoint(t *testing.T) {
+	dir := needCluster(t)
+	bin := clusterBins(t)
+	ftrunBin, prog := filepath.Join(bin, "ftrun"), filepath.Join(bin, "ckpt")
+	out, code := ftrun(t, 2*time.Minute, "-n", "12", "--tag-output", prog)
+	if code != 0 {
+		t.Fatalf("one-host run: exit %d:\n%s", code, out)
+	}
+	want, _, _ := ckptResult(t, out)
+	hf := hostfile(t, 4)
+	for _, c := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"ssh", []string{ftrunBin, "--hostfile", hf, "-v", "--tag-output", prog}},
+		{"ssh, crashes", []string{ftrunBin, "--hostfile", hf, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
+		{"slurm", []string{"salloc", "-N", "3", "--ntasks-per-node", "4", "--quiet", ftrunBin, "-v", "--tag-output", prog}},
+		{"slurm, crashes", []string{"salloc", "-N", "3", "--ntasks-per-node", "4", "--quiet", ftrunBin, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, code, took := runCluster(t, dir, 3*time.Minute, c.cmd[0], c.cmd[1:]...)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			got, survivors, _ := ckptResult(t, out)
+			wantSurvivors := "12"
+			if strings.Contains(c.name, "crashes") {
+				wantSurvivors = "10"
+			}
+			if got != want || survivors != wantSurvivors {
+				t.Errorf("%s nodes, %s survivors; want %s, %s:\n%s", got, survivors, want, wantSurvivors, out)
+			}
+			if strings.Contains(strings.Join(c.cmd, " "), " -v ") {
+				for i := 1; i <= clusterHosts; i++ {
+					line := fmt.Sprintf("ftrun: h%d: ranks [%d %d %d %d] (agent started by %s)", i, 4*i-4, 4*i-3, 4*i-2, 4*i-1, map[bool]string{true: "srun", false: "ssh"}[c.name == "slurm"])
+					if !strings.Contains(out, line) {
+						t.Errorf("output does not say %q:\n%s", line, out)
+					}
+				}
+				if !strings.Contains(out, "transport shm+tcp") {
+					t.Errorf("output does not name the per-peer transport:\n%s", out)
+				}
+			}
+			t.Logf("%s: %v", c.name, took.Round(time.Millisecond))
+		})
+	}
+}
+
+// A whole host lost: every process on h2 killed, or h2's link cut while
+// its processes run. Every survivor learns of all four of h2's ranks, ftrun
+// reports them failed together and exits with the survivors' status; with
+// the link cut, h2's agent kills its ranks (no second world goes on).
+func TestClusterHostLoss(t *testing.T) {
+	dir := needCluster(t)
+	bin := clusterBins(t)
+	hf := hostfile(t, 4)
+	for _, how := range []string{"killhost", "cut"} {
+		t.Run(how, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "watchfail", "8s")
+			var errs bytes.Buffer
+			cmd.Stderr = &errs
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			lines := make(chan string, 256)
+			go func() {
+				defer close(lines)
+				s := bufio.NewScanner(stdout)
+				for s.Scan() {
+					lines <- s.Text()
+				}
+			}()
+			ready := 0
+			for ready < 12 {
+				l, ok := <-lines
+				if !ok {
+					cmd.Wait()
+					t.Fatalf("ftrun ended before every rank was ready:\n%s\n%s", out.String(), errs.String())
+				}
+				out.WriteString(l + "\n")
+				if strings.HasSuffix(l, "] ready") {
+					ready++
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+			lost := time.Now()
+			if o, err := exec.Command(clusterScript(), how, dir, "h2").CombinedOutput(); err != nil {
+				t.Fatalf("cluster.sh %s h2: %v\n%s", how, err, o)
+			}
+			if how == "cut" {
+				defer exec.Command(clusterScript(), "heal", dir, "h2").Run()
+			}
+			for l := range lines {
+				out.WriteString(l + "\n")
+			}
+			cmd.Wait()
+			if ctx.Err() != nil {
+				t.Fatalf("ftrun did not end:\n%s\n%s", out.String(), errs.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("exit %d, want 0 (every survivor exited 0):\n%s\n%s", code, out.String(), errs.String())
+			}
+			// Each survivor's time to know all of h2's ranks (4..7).
+			learned := map[int]map[int]time.Time{}
+			re := regexp.MustCompile(`^\[(\d+)\] learned (\d+) (\d+)$`)
+			for _, l := range strings.Split(out.String(), "\n") {
+				if m := re.FindStringSubmatch(l); m != nil {
+					r, _ := strconv.Atoi(m[1])
+					f, _ := strconv.Atoi(m[2])
+					ns, _ := strconv.ParseInt(m[3], 10, 64)
+					if learned[r] == nil {
+						learned[r] = map[int]time.Time{}
+					}
+					learned[r][f] = time.Unix(0, ns)
+				}
+			}
+			var all []time.Duration
+			for r := range 12 {
+				if r >= 4 && r < 8 {
+					continue
+				}
+				var last time.Time
+				for f := 4; f < 8; f++ {
+					at, ok := learned[r][f]
+					if !ok {
+						t.Errorf("rank %d never learned of rank %d's failure", r, f)
+						continue
+					}
+					if at.After(last) {
+						last = at
+					}
+				}
+				if !last.IsZero() {
+					all = append(all, last.Sub(lost))
+				}
+				for f := range learned[r] {
+					if f < 4 || f >= 8 {
+						t.Errorf("rank %d was told of rank %d's failure, which is on a live host", r, f)
+					}
+				}
+			}
+			if len(all) > 0 {
+				slices.Sort(all)
+				t.Logf("%s h2: survivors knew all 4 of its ranks after p50 %v, max %v (n=%d)", how, all[len(all)/2].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond), len(all))
+			}
+			for r := 4; r < 8; r++ {
+				if !regexp.MustCompile(fmt.Sprintf(`rank %d failed at [0-9.]+s: was lost`, r)).MatchString(errs.String()) {
+					t.Errorf("ftrun does not report rank %d lost:\n%s", r, errs.String())
+				}
+			}
+			if how == "cut" {
+				// h2's agent, cut off from ftrun, killed its ranks.
+				time.Sleep(3 * time.Second)
+				o, _ := exec.Command(clusterScript(), "on", dir, "h2", "sh", "-c", "pgrep -f 'testprog watchfail' || true").CombinedOutput()
+				if s := strings.TrimSpace(string(o)); s != "" {
+					t.Errorf("ranks still run on the cut-off host h2: pids %s", s)
+				}
+			}
+		})
+	}
+}
