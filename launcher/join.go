@@ -96,11 +96,7 @@ func (s *Session) watch(recv transport.Receiver) {
 			continue
 		}
 		err = fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed)
-		if pd, ok := s.t.(interface{ PeerDown(ftrma.Rank, error) }); ok {
-			pd.PeerDown(r, err) // the transport marks it down and tells recv
-		} else {
-			recv.HandlePeerDown(r, err)
-		}
+		s.t.PeerDown(r, err) // the transport marks it down and tells recv
 	}
 }
 

@@ -184,6 +184,14 @@ type Transport interface {
 	// bounded number) and delivered to it first, in order.
 	SetReceiver(r Receiver)
 
+	// PeerDown tells the transport that peer's process is gone (its launcher
+	// saw it exit, or its host die): peer is marked down as if the transport
+	// had found it so itself, operations toward it fail with an error
+	// wrapping ftrma.ErrProcFailed and cause, and the receiver's
+	// HandlePeerDown runs once (not again when the transport finds out too).
+	// It does nothing toward self or a peer already down.
+	PeerDown(peer ftrma.Rank, cause error)
+
 	// Fence cuts peer off: when Fence returns, nothing peer sends can touch
 	// local memory or be delivered, and every operation toward peer fails with
 	// ftrma.ErrProcFailed. Fencing is permanent.

@@ -288,6 +288,17 @@ func (t *Transport) link(p ftrma.Rank) *link {
 	return l
 }
 
+// PeerDown marks p down with cause (transport.Transport).
+func (t *Transport) PeerDown(p ftrma.Rank, cause error) {
+	if p < 0 || int(p) >= len(t.net.ends) || p == t.rank {
+		return
+	}
+	if cause == nil {
+		cause = ftrma.ErrProcFailed
+	}
+	t.peerLost(p, transport.ErrPeerDown(p, cause))
+}
+
 // peerLost marks p down with err, failing operations toward it, and queues
 // the HandlePeerDown call if p was not down already.
 func (t *Transport) peerLost(p ftrma.Rank, err error) {

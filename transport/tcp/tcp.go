@@ -524,6 +524,19 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 
 var errFenced = errors.New("fenced")
 
+// PeerDown marks r down with cause (transport.Transport): its connection
+// is closed and refused from now on, as by Fence.
+func (t *Transport) PeerDown(r ftrma.Rank, cause error) {
+	p, err := t.peer("peer down", r)
+	if err != nil || p.self {
+		return
+	}
+	if cause == nil {
+		cause = ftrma.ErrProcFailed
+	}
+	p.down(cause, false)
+}
+
 // Close tells every peer it is leaving (a goodbye frame, then half-closing
 // and waiting up to a second for the peer to close its side, so that nothing
 // in flight is lost), cuts every peer off, stops accepting, and waits for the
