@@ -254,9 +254,8 @@ func TestClusterHostLoss(t *testing.T) {
 			if o, err := exec.Command(clusterScript(), how, dir, "h2").CombinedOutput(); err != nil {
 				t.Fatalf("cluster.sh %s h2: %v\n%s", how, err, o)
 			}
-			if how == "cut" {
-				defer exec.Command(clusterScript(), "heal", dir, "h2").Run()
-			}
+			undo := map[string]string{"cut": "heal", "killhost": "revive"}[how]
+			defer exec.Command(clusterScript(), undo, dir, "h2").Run()
 			for l := range lines {
 				out.WriteString(l + "\n")
 			}
@@ -318,7 +317,7 @@ func TestClusterHostLoss(t *testing.T) {
 			if how == "cut" {
 				// h2's agent, cut off from ftrun, killed its ranks.
 				time.Sleep(3 * time.Second)
-				o, _ := exec.Command(clusterScript(), "on", dir, "h2", "sh", "-c", "pgrep -f 'testprog watchfail' || true").CombinedOutput()
+				o, _ := exec.Command(clusterScript(), "on", dir, "h2", "sh", "-c", "pgrep -f '[t]estprog watchfail' || true").CombinedOutput()
 				if s := strings.TrimSpace(string(o)); s != "" {
 					t.Errorf("ranks still run on the cut-off host h2: pids %s", s)
 				}

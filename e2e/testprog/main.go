@@ -399,5 +399,8 @@ func watchfail(ctx context.Context, c *comm.Comm, args []string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Printf("failed %d\n", len(c.Failed()))
+	// Nobody leaves before everybody stopped watching (a departure shows
+	// in Failed too); the ranks' loops end within their start-up spread.
+	time.Sleep(time.Second)
 	return nil
 }
