@@ -226,7 +226,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 			logf("host membership: %v", jerr)
 		} else {
 			defer func() {
-				g.Leave(500 * time.Millisecond)
+				g.Leave(leaveTimeout)
 				g.Shutdown()
 			}()
 		}

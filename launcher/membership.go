@@ -30,8 +30,14 @@ import (
 // msgMembers is the agent protocol's members message (see above).
 const msgMembers byte = 20
 
-// joinTimeout bounds an agent's join of the group.
-const joinTimeout = 2 * time.Second
+// joinTimeout bounds an agent's join of the group; leaveTimeout the
+// graceful leave at the end of a job (the job is over: a member that does
+// not get the notice in time sees the leaver die instead, and nothing
+// acts on that any more).
+const (
+	joinTimeout  = 2 * time.Second
+	leaveTimeout = 100 * time.Millisecond
+)
 
 // memberName is the group member name of the agent of host label.
 func memberName(label string) string { return "host " + label }
@@ -73,7 +79,7 @@ func (j *Job) startMembers(root []byte) {
 // stopMembers leaves the group.
 func (j *Job) stopMembers() {
 	if j.members != nil {
-		j.members.Leave(500 * time.Millisecond)
+		j.members.Leave(leaveTimeout)
 		j.members.Shutdown()
 	}
 }

@@ -20,6 +20,8 @@
 //	testprog watchfail D   as idle, and every rank prints "learned R UNIXNANO"
 //	                       when it learns of rank R's failure (polled every
 //	                       10 ms); "ready" once its window exists
+//	testprog putlat N      rank 0 times N puts of 8 bytes + flush to every
+//	                       other rank and prints "putlat R MEDIAN_NS" per rank
 //	testprog kvlin DIR DURATION COPIES KEYS   store clients recording a history
 //	                       for the linearizability check (see kv.go)
 //	testprog kvpause VICTIM PARTNER DURATION  put latency of ranks that share
@@ -111,6 +113,8 @@ func run(ctx context.Context, args []string) error {
 		return idle(ctx, c, args[1:])
 	case "watchfail":
 		return watchfail(ctx, c, args[1:])
+	case "putlat":
+		return putlat(ctx, c, args[1:])
 	case "kvlin":
 		return kvlin(ctx, c, args[1:])
 	case "kvpause":
@@ -403,4 +407,37 @@ func watchfail(ctx context.Context, c *comm.Comm, args []string) error {
 	// in Failed too); the ranks' loops end within their start-up spread.
 	time.Sleep(time.Second)
 	return nil
+}
+
+func putlat(ctx context.Context, c *comm.Comm, args []string) error {
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 1 {
+		return fmt.Errorf("putlat: bad count %q", args[0])
+	}
+	w, err := window.Allocate(ctx, c, 8)
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		buf := make([]byte, 8)
+		for r := 1; r < c.Size(); r++ {
+			t := make([]time.Duration, n)
+			for i := range t {
+				start := time.Now()
+				if err := w.Put(ftrma.Rank(r), 0, buf); err != nil {
+					return err
+				}
+				if err := w.Flush(ctx, ftrma.Rank(r)); err != nil {
+					return err
+				}
+				t[i] = time.Since(start)
+			}
+			slices.Sort(t)
+			fmt.Printf("putlat %d %d\n", r, t[n/2].Nanoseconds())
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	return w.Free(ctx)
 }
