@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Mellanox/rdmamap v1.1.0
 	github.com/anishathalye/porcupine v1.0.3
+	github.com/hashicorp/memberlist v0.7.0
 	github.com/hazelcast/hazelcast-go-client v1.4.2
 	github.com/vishvananda/netlink v1.3.0
 	go.etcd.io/etcd/client/v3 v3.5.35
@@ -19,6 +20,16 @@ require (
 	github.com/go-ole/go-ole v1.2.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/hashicorp/errwrap v1.1.0 // indirect
+	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
+	github.com/hashicorp/go-metrics v0.7.0 // indirect
+	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
+	github.com/hashicorp/go-multierror v1.1.1 // indirect
+	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
+	github.com/hashicorp/golang-lru v1.0.2 // indirect
+	github.com/miekg/dns v1.1.73 // indirect
+	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/shirou/gopsutil/v3 v3.21.5 // indirect
 	github.com/tklauser/go-sysconf v0.3.4 // indirect
 	github.com/tklauser/numcpus v0.2.1 // indirect
