@@ -6,9 +6,11 @@
 // and RDMA verbs, started by the ftrun launcher. The layers, lowest first:
 //
 //	transport/          the one-sided + control-message interface; tcp/, memnet/ implement it
-//	launcher/           job start-up, rendezvous, supervision (cmd/ftrun is its front end)
+//	startup/            a rank's start-up: environment, rendezvous client, transport choice
 //	comm/               communicator: ranks, collectives, the per-process runtime
 //	window/             RMA windows: put/get/atomics, flush, locks
+//	launcher/           ftrun's side: starting ranks, rendezvous server, supervision,
+//	                    agents (cmd/ftrun is its front end); ranks do not link it
 //
 // Lower packages never import higher ones.
 package ftrma

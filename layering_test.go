@@ -10,9 +10,10 @@ import (
 
 // allowed lists, for each package of the module, the module packages it may
 // import directly: the layering of DESIGN.md (lower never imports higher, and
-// only the launcher, commands, examples and benchmarks name a concrete
-// transport). A package missing from the list may import nothing of the
-// module until it is added here.
+// only a rank's start-up, the launcher, commands, examples and benchmarks
+// name a concrete transport; ranks link startup, never the launcher, and the
+// two meet in internal/jobwire). A package missing from the list may import
+// nothing of the module until it is added here.
 var allowed = map[string][]string{
 	"":                    {},
 	"transport":           {""},
@@ -21,12 +22,14 @@ var allowed = map[string][]string{
 	"transport/memnet":    {"", "transport"},
 	"transport/shm":       {"", "transport"},
 	"transport/verbs":     {"", "transport"},
-	"launcher":            {"", "transport", "transport/shm", "transport/tcp", "transport/verbs", "transport/multi", "internal/seclink", "internal/members"},
-	"comm":                {"", "transport", "launcher", "failure", "revoke", "agree"},
+	"startup":             {"", "transport", "transport/shm", "transport/tcp", "transport/verbs", "transport/multi", "internal/seclink", "internal/jobwire"},
+	"launcher":            {"", "transport/shm", "transport/verbs", "internal/seclink", "internal/members", "internal/jobwire"},
+	"comm":                {"", "transport", "startup", "failure", "revoke", "agree"},
 	"comm/commtest":       {"", "transport", "transport/memnet", "transport/shm", "transport/verbs", "comm"},
 	"window":              {"", "transport"},
 	"internal/overlay":    {},
 	"internal/seclink":    {},
+	"internal/jobwire":    {"", "internal/seclink"},
 	"internal/members":    {""},
 	"internal/script":     {},
 	"failure":             {"", "internal/overlay"},

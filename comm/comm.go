@@ -12,7 +12,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
-	"github.com/ftrma/ftrma/launcher"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -41,7 +41,7 @@ type Comm struct {
 	members []ftrma.Rank // world rank of each communicator rank
 	index   []ftrma.Rank // communicator rank of each world rank, -1 if not a member
 	rank    ftrma.Rank
-	session io.Closer // the launcher session, closed by Close; may be nil
+	session io.Closer // the startup.Session, closed by Close; may be nil
 	world   bool      // the world communicator owns the runtime and transport
 
 	ag *agree.Agreement // owned by the run goroutine
@@ -61,7 +61,7 @@ type Comm struct {
 // It fails with a clear error when the process was not started by ftrun.
 func Init(ctx context.Context) (*Comm, error) {
 	cfg := Config{}
-	cfg.Detector.Period, cfg.Detector.Timeout = launcher.DetectorSettings()
+	cfg.Detector.Period, cfg.Detector.Timeout = startup.DetectorSettings()
 	return InitConfig(ctx, cfg)
 }
 
@@ -69,7 +69,7 @@ func Init(ctx context.Context) (*Comm, error) {
 func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	var rt *runtime
 	pending := &pendingReceiver{}
-	s, err := launcher.Join(ctx, pending)
+	s, err := startup.Join(ctx, pending)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func New(t transport.Transport, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
-// pendingReceiver stands in for the runtime while Join runs (the launcher
+// pendingReceiver stands in for the runtime while Join runs (startup.Join
 // installs a receiver before the transport connects) and hands over what
 // arrived meanwhile.
 type pendingReceiver struct {
@@ -600,8 +600,8 @@ func (c *Comm) Signal(to ftrma.Rank, payload []byte) error {
 }
 
 // Finalize waits for every rank in a barrier, then closes the communicator
-// (for the world communicator: the runtime, the transport and the launcher
-// session). If the barrier fails everything is closed all the same and the
+// (for the world communicator: the runtime, the transport and the
+// startup.Session). If the barrier fails everything is closed all the same and the
 // error returned.
 func (c *Comm) Finalize(ctx context.Context) error {
 	err := c.Barrier(ctx)
@@ -610,7 +610,7 @@ func (c *Comm) Finalize(ctx context.Context) error {
 
 // Close closes the communicator without waiting for other ranks. Closing the
 // world communicator stops the runtime and closes the transport and the
-// launcher session.
+// startup.Session.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
 )
@@ -217,7 +218,7 @@ func (a *Agent) serve(c net.Conn) bool {
 // supervises them until the connection closes or goes silent for
 // linkTimeout, when it kills them.
 func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
-	typ, p, err := readFrame(c, maxLaunch)
+	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
 	if err == nil && typ == msgMembers {
 		// Join the job's host group first; without it the link's pings
 		// still watch ftrun.
@@ -230,33 +231,33 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 				g.Shutdown()
 			}()
 		}
-		typ, p, err = readFrame(c, maxLaunch)
+		typ, p, err = jobwire.ReadFrame(c, maxLaunch)
 	}
 	spec, err := checkLaunch(typ, p, err)
 	if err != nil {
-		writeFrame(c, msgError, errorText(err.Error()))
+		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		logf("launcher %s: %v", c.RemoteAddr(), err)
 		return
 	}
 	c.SetDeadline(time.Time{})
 	j := &agentJob{env: env, logf: logf, c: c, spec: spec}
-	logf("job %s from %s: starting ranks %v of %d", printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
+	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if err := j.start(); err != nil {
-		writeFrame(c, msgError, errorText(err.Error()))
-		logf("job %s: %v", printable([]byte(spec.job)), err)
+		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
+		logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
 		return
 	}
 	j.supervise()
 	// A killed rank cannot remove its shared memory (shm+tcp): do it here.
 	if err := shm.RemoveJob(shm.DefaultDir, spec.job); err != nil {
-		logf("job %s: removing its shared memory: %v", printable([]byte(spec.job)), err)
+		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
-	logf("job %s: ended", printable([]byte(spec.job)))
+	logf("job %s: ended", jobwire.Printable([]byte(spec.job)))
 }
 
 // readLaunch reads and checks the launch message.
 func readLaunch(c net.Conn) (*launchSpec, error) {
-	typ, p, err := readFrame(c, maxLaunch)
+	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
 	return checkLaunch(typ, p, err)
 }
 
@@ -265,7 +266,7 @@ func checkLaunch(typ byte, p []byte, err error) (*launchSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read launch: %w", err)
 	}
-	if err := expectFrom(typ, p, msgLaunch, "launch", "launcher"); err != nil {
+	if err := jobwire.ExpectFrom(typ, p, msgLaunch, "launch", "launcher"); err != nil {
 		return nil, err
 	}
 	spec, err := parseLaunch(p)
@@ -283,7 +284,7 @@ func checkLaunch(typ byte, p []byte, err error) (*launchSpec, error) {
 		seen[r.rank] = true
 		for _, kv := range r.env {
 			if !strings.HasPrefix(kv, "FTRMA_") || !strings.Contains(kv, "=") {
-				return nil, fmt.Errorf("launch: rank %d: environment entry %q is not an FTRMA_ variable", r.rank, printable([]byte(kv)))
+				return nil, fmt.Errorf("launch: rank %d: environment entry %q is not an FTRMA_ variable", r.rank, jobwire.Printable([]byte(kv)))
 			}
 		}
 	}
@@ -315,7 +316,7 @@ func (j *agentJob) start() error {
 	hostIP := addrIP(j.c.LocalAddr())
 	var pids []rankPID
 	for _, r := range j.spec.ranks {
-		vars := append(append([]string(nil), r.env...), EnvHostAddr+"="+hostIP)
+		vars := append(append([]string(nil), r.env...), jobwire.EnvHostAddr+"="+hostIP)
 		p, err := j.startRank(path, dir, r.rank, rankEnv(j.env, vars, len(j.spec.ranks)))
 		if err != nil {
 			for _, p := range j.procs {
@@ -444,10 +445,10 @@ func (j *agentJob) supervise() {
 	defer close(stop)
 	for {
 		j.c.SetReadDeadline(time.Now().Add(linkTimeout))
-		typ, p, err := readFrame(j.c, maxSmall)
+		typ, p, err := jobwire.ReadFrame(j.c, jobwire.MaxSmallFrame)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", printable([]byte(j.spec.job)), err)
+				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", jobwire.Printable([]byte(j.spec.job)), err)
 			}
 			break
 		}
@@ -456,14 +457,14 @@ func (j *agentJob) supervise() {
 		case msgSignal:
 			r, sig, err := parseSignal(p)
 			if err != nil {
-				j.logf("job %s: %v", printable([]byte(j.spec.job)), err)
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
 				continue
 			}
 			j.signal(r, sig)
-		case msgError:
-			j.logf("job %s: launcher says: %s", printable([]byte(j.spec.job)), printable(p))
+		case jobwire.MsgError:
+			j.logf("job %s: launcher says: %s", jobwire.Printable([]byte(j.spec.job)), jobwire.Printable(p))
 		default:
-			j.logf("job %s: unexpected message type %d; ignored", printable([]byte(j.spec.job)), typ)
+			j.logf("job %s: unexpected message type %d; ignored", jobwire.Printable([]byte(j.spec.job)), typ)
 		}
 	}
 	j.killAll()
@@ -499,7 +500,7 @@ func (j *agentJob) send(typ byte, payload []byte) error {
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
 	j.c.SetWriteDeadline(time.Now().Add(linkTimeout))
-	return writeFrame(j.c, typ, payload)
+	return jobwire.WriteFrame(j.c, typ, payload)
 }
 
 // addrIP returns the IP of a TCP address as text.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/verbs"
 )
@@ -171,12 +172,31 @@ func TestAgentWire(t *testing.T) {
 		t.Errorf("signal round trip: %d, %v, %v", r, sig, err)
 	}
 	// An agent hello is no rendezvous hello, and the other way round.
-	nonce := make([]byte, nonceSize)
-	if _, err := parseHello(hello{version: agentVersion, nonce: nonce}.appendAs(nil, agentHandshake)); err == nil {
-		t.Error("parseHello accepted an agent hello")
+	nonce := make([]byte, jobwire.NonceSize)
+	if _, err := jobwire.ParseHello(jobwire.Hello{Version: agentVersion, Nonce: nonce}.AppendAs(nil, agentHandshake)); err == nil {
+		t.Error("ParseHello accepted an agent hello")
 	}
-	if _, err := parseHelloAs(hello{version: rvVersion, nonce: nonce}.append(nil), agentHandshake); err == nil {
-		t.Error("parseHelloAs(agent) accepted a rendezvous hello")
+	if _, err := jobwire.ParseHelloAs(jobwire.Hello{Version: jobwire.RendezvousVersion, Nonce: nonce}.Append(nil), agentHandshake); err == nil {
+		t.Error("ParseHelloAs(agent) accepted a rendezvous hello")
+	}
+}
+
+// The rendezvous (internal/jobwire) and the agent protocol share one
+// numbering of message types: no number may mean two things.
+func TestMessageTypesDistinct(t *testing.T) {
+	types := map[string]byte{
+		"hello": jobwire.MsgHello, "auth": jobwire.MsgAuth, "proof": jobwire.MsgProof, "publish": jobwire.MsgPublish,
+		"addrs": jobwire.MsgAddrs, "error": jobwire.MsgError, "exit": jobwire.MsgExit, "suspect": jobwire.MsgSuspect,
+		"leaving": jobwire.MsgLeaving, "connected": jobwire.MsgConnected, "start": jobwire.MsgStart,
+		"launch": msgLaunch, "started": msgStarted, "output": msgOutput, "exited": msgExited, "signal": msgSignal,
+		"ping": msgPing, "agent hello": msgAgentHello, "link label": msgLinkLabel, "members": msgMembers,
+	}
+	seen := make(map[byte]string)
+	for name, typ := range types {
+		if other, ok := seen[typ]; ok {
+			t.Errorf("message type %d is both %s and %s", typ, name, other)
+		}
+		seen[typ] = name
 	}
 }
 
@@ -392,10 +412,10 @@ func TestMultiHostEnvironment(t *testing.T) {
 	}
 	for r, local := range []int{1, 3, 3, 3} {
 		for _, want := range []string{
-			fmt.Sprintf("[%d] %s=%d\n", r, EnvRank, r),
-			fmt.Sprintf("[%d] %s=%d\n", r, EnvLocalSize, local),
-			fmt.Sprintf("[%d] %s=127.0.0.1\n", r, EnvHostAddr),
-			fmt.Sprintf("[%d] %s=127.0.0.1:", r, EnvRendezvous),
+			fmt.Sprintf("[%d] %s=%d\n", r, jobwire.EnvRank, r),
+			fmt.Sprintf("[%d] %s=%d\n", r, jobwire.EnvLocalSize, local),
+			fmt.Sprintf("[%d] %s=127.0.0.1\n", r, jobwire.EnvHostAddr),
+			fmt.Sprintf("[%d] %s=127.0.0.1:", r, jobwire.EnvRendezvous),
 		} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("stdout lacks %q:\n%s", want, stdout)
@@ -620,21 +640,6 @@ func (ag *agentDaemon) wait(t *testing.T) int {
 		return -1
 	}
 	return 0
-}
-
-// FTRMA_HOST_ADDR must be an IP; it becomes the transport's listen address.
-func TestReadEnvHostAddr(t *testing.T) {
-	for v, want := range map[string]string{"": "", "10.1.2.3": "10.1.2.3", "::1": "::1", "node2": "error"} {
-		setJobEnv(t, goodEnv())
-		t.Setenv(EnvHostAddr, v)
-		e, err := readEnv()
-		switch {
-		case want == "error" && err == nil:
-			t.Errorf("%s=%q accepted", EnvHostAddr, v)
-		case want != "error" && (err != nil || e.hostAddr != want):
-			t.Errorf("%s=%q: %q, %v", EnvHostAddr, v, e.hostAddr, err)
-		}
-	}
 }
 
 // testAgentKey is the key of testAgentSecret.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
@@ -99,19 +100,19 @@ func (l *agentLink) localIP() string { return addrIP(l.conn.LocalAddr()) }
 func (l *agentLink) launch(spec *launchSpec) ([]rankPID, error) {
 	l.conn.SetDeadline(time.Now().Add(agentTimeout))
 	defer l.conn.SetDeadline(time.Time{})
-	if err := writeFrame(l.conn, msgLaunch, spec.append(nil)); err != nil {
+	if err := jobwire.WriteFrame(l.conn, msgLaunch, spec.append(nil)); err != nil {
 		return nil, fmt.Errorf("agent %s: send launch: %w", l.addr, err)
 	}
-	typ, p, err := readFrame(l.conn, maxLaunch)
+	typ, p, err := jobwire.ReadFrame(l.conn, maxLaunch)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: read launch answer: %w", l.addr, err)
 	}
-	if err := expectFrom(typ, p, msgStarted, "started", "agent"); err != nil {
+	if err := jobwire.ExpectFrom(typ, p, msgStarted, "started", "agent"); err != nil {
 		return nil, fmt.Errorf("agent %s: %w", l.addr, err)
 	}
 	pids, err := parseStarted(p)
 	if err == nil && len(pids) != len(spec.ranks) {
-		err = fmt.Errorf("%w: %d ranks started, %d asked for", errMalformed, len(pids), len(spec.ranks))
+		err = fmt.Errorf("%w: %d ranks started, %d asked for", jobwire.ErrMalformed, len(pids), len(spec.ranks))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", l.addr, err)
@@ -135,7 +136,7 @@ func (l *agentLink) signal(r ftrma.Rank, sig syscall.Signal) {
 	if l.closed {
 		return
 	}
-	l.queue = append(l.queue, appendFrame(nil, msgSignal, signalPayload(r, sig)))
+	l.queue = append(l.queue, jobwire.AppendFrame(nil, msgSignal, signalPayload(r, sig)))
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -172,7 +173,7 @@ func (l *agentLink) writeLoop() {
 	defer l.wg.Done()
 	tick := time.NewTicker(linkPing)
 	defer tick.Stop()
-	ping := appendFrame(nil, msgPing, nil)
+	ping := jobwire.AppendFrame(nil, msgPing, nil)
 	for {
 		var q [][]byte
 		select {
@@ -215,7 +216,7 @@ func (l *agentLink) readLoop(j *Job) {
 		var typ byte
 		var p []byte
 		l.conn.SetReadDeadline(time.Now().Add(linkTimeout))
-		if typ, p, err = readFrame(l.conn, maxLaunch); err != nil {
+		if typ, p, err = jobwire.ReadFrame(l.conn, maxLaunch); err != nil {
 			break
 		}
 		switch typ {
@@ -246,8 +247,8 @@ func (l *agentLink) readLoop(j *Job) {
 			}
 			exited[i] = true
 			j.ranks[m.rank].exit <- m
-		case msgError:
-			j.out.reportf("agent %s says: %s", l.addr, printable(p))
+		case jobwire.MsgError:
+			j.out.reportf("agent %s says: %s", l.addr, jobwire.Printable(p))
 		default:
 			j.out.reportf("agent %s: unexpected message type %d; ignored", l.addr, typ)
 		}

@@ -6,11 +6,12 @@ import (
 	"syscall"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
 // The agent wire format, version 1: how ftrun drives the ftrun agent of a
-// remote host. Frames as in wire.go (length, type, payload), message types
-// from the same append-only numbering.
+// remote host. Frames as in internal/jobwire (length, type, payload), message
+// types from the same append-only numbering.
 //
 // A conversation, L the launcher (client) and A the agent (server); one
 // connection is one job:
@@ -33,12 +34,12 @@ import (
 //	              normally): the agent reaped the rank
 //	L→A  signal   rank uint32, signal uint32: send it to the rank's process
 //	              group if the rank has not been reaped
-//	any  error    as in wire.go; sent instead of started when a rank cannot
-//	              be started
+//	any  error    as in internal/jobwire; sent instead of started when a rank
+//	              cannot be started
 //
 // where string is length uint32 then UTF-8 bytes, strings is count uint32
-// then count strings, and the proofs are those of wire.go with the labels
-// "ftrma agent launcher\x00" (L) and "ftrma agent\x00" (A), keyed by the
+// then count strings, and the proofs are those of internal/jobwire with the
+// labels "ftrma agent launcher\x00" (L) and "ftrma agent\x00" (A), keyed by the
 // agent secret (FTRMA_AGENT_SECRET). env holds only FTRMA_ variables: the
 // agent's own environment is the base. When the connection closes, the agent
 // kills every rank of the job with SIGKILL.
@@ -49,14 +50,14 @@ const (
 	maxLaunch = 4 << 20 // largest agent frame (the launch spec)
 )
 
-// Agent message types (continuing wire.go's numbering).
+// Agent message types (continuing internal/jobwire's numbering).
 const (
 	msgLaunch  byte = 10 // L→A: the job's ranks on this host
 	msgStarted byte = 11 // A→L: every rank runs
 	msgOutput  byte = 12 // A→L: a piece of a rank's output
 	msgExited  byte = 13 // A→L: a rank was reaped
 	msgSignal  byte = 14 // L→A: signal a rank's process group
-	// 15, 16 are the rendezvous's (wire.go).
+	// 1..9, 15, 16 are the rendezvous's (internal/jobwire).
 	msgPing       byte = 17 // both ways, every linkPing: the link and its peer live
 	msgAgentHello byte = 18 // A→L, first on a link an agent dialled: its host name
 	msgLinkLabel  byte = 19 // A→L, before TLS on a link an agent dialled: the name of its key (boot.go)
@@ -71,11 +72,11 @@ const (
 	outLast  byte = 2 // the stream ended after the data
 )
 
-var agentHandshake = handshakeKind{
-	name: "agent protocol", magic: agentMagic, version: agentVersion,
-	client: "launcher", server: "agent", secretName: "agent secret",
-	clientLabel: "ftrma agent launcher\x00", serverLabel: "ftrma agent\x00",
-	maxFrameSize: maxSmall,
+var agentHandshake = jobwire.HandshakeKind{
+	Name: "agent protocol", Magic: agentMagic, Version: agentVersion,
+	Client: "launcher", Server: "agent", SecretName: "agent secret",
+	ClientLabel: "ftrma agent launcher\x00", ServerLabel: "ftrma agent\x00",
+	MaxFrameSize: jobwire.MaxSmallFrame,
 }
 
 // launchSpec is what a launch message carries.
@@ -172,7 +173,7 @@ func (o outputMsg) append(b []byte) []byte {
 
 func parseOutput(p []byte) (outputMsg, error) {
 	if len(p) < 6 || p[4] != streamStdout && p[4] != streamStderr {
-		return outputMsg{}, fmt.Errorf("%w: output message of %d bytes", errMalformed, len(p))
+		return outputMsg{}, fmt.Errorf("%w: output message of %d bytes", jobwire.ErrMalformed, len(p))
 	}
 	return outputMsg{rank: ftrma.Rank(binary.BigEndian.Uint32(p)), stream: p[4], flags: p[5], data: p[6:]}, nil
 }
@@ -190,29 +191,29 @@ func (e exitedMsg) append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(e.rank))
 	b = binary.BigEndian.AppendUint32(b, uint32(int32(e.code)))
 	b = binary.BigEndian.AppendUint32(b, uint32(e.signal))
-	return append(b, errorText(e.text)...)
+	return append(b, jobwire.ErrorText(e.text)...)
 }
 
 func parseExited(p []byte) (exitedMsg, error) {
 	if len(p) < 12 {
-		return exitedMsg{}, fmt.Errorf("%w: exited message of %d bytes", errMalformed, len(p))
+		return exitedMsg{}, fmt.Errorf("%w: exited message of %d bytes", jobwire.ErrMalformed, len(p))
 	}
 	return exitedMsg{
 		rank:   ftrma.Rank(binary.BigEndian.Uint32(p)),
 		code:   int(int32(binary.BigEndian.Uint32(p[4:]))),
 		signal: syscall.Signal(binary.BigEndian.Uint32(p[8:])),
-		text:   printable(p[12:]),
+		text:   jobwire.Printable(p[12:]),
 	}, nil
 }
 
 // signalPayload encodes a msgSignal.
 func signalPayload(r ftrma.Rank, sig syscall.Signal) []byte {
-	return binary.BigEndian.AppendUint32(rankPayload(r), uint32(sig))
+	return binary.BigEndian.AppendUint32(jobwire.RankPayload(r), uint32(sig))
 }
 
 func parseSignal(p []byte) (ftrma.Rank, syscall.Signal, error) {
 	if len(p) != 8 {
-		return 0, 0, fmt.Errorf("%w: signal message of %d bytes", errMalformed, len(p))
+		return 0, 0, fmt.Errorf("%w: signal message of %d bytes", jobwire.ErrMalformed, len(p))
 	}
 	return ftrma.Rank(binary.BigEndian.Uint32(p)), syscall.Signal(binary.BigEndian.Uint32(p[4:])), nil
 }
@@ -239,7 +240,7 @@ type decoder struct {
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated %s", errMalformed, what)
+		d.err = fmt.Errorf("%w: truncated %s", jobwire.ErrMalformed, what)
 	}
 	d.p = nil
 }
@@ -288,7 +289,7 @@ func (d *decoder) strings() []string {
 // end returns the first error, or one if bytes are left over.
 func (d *decoder) end(what string) error {
 	if d.err == nil && len(d.p) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes after %s", errMalformed, len(d.p), what)
+		d.err = fmt.Errorf("%w: %d trailing bytes after %s", jobwire.ErrMalformed, len(d.p), what)
 	}
 	return d.err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/verbs"
 )
@@ -407,14 +408,15 @@ func ParseArgs(args []string) (*Options, error) {
 	return o, nil
 }
 
-// Transports ftrun can give its ranks.
+// Transports ftrun can give its ranks (Options.Transport, Job.Transport):
+// the names of internal/jobwire, which the ranks read.
 const (
-	TransportTCP   = "tcp"
-	TransportSHM   = "shm"
-	TransportVerbs = "verbs"
+	TransportTCP   = jobwire.TransportTCP
+	TransportSHM   = jobwire.TransportSHM
+	TransportVerbs = jobwire.TransportVerbs
 	// TransportHybrid picks per peer: shared memory to the ranks on the
 	// same host, TCP to the others (transport/multi).
-	TransportHybrid = "shm+tcp"
+	TransportHybrid = jobwire.TransportHybrid
 )
 
 // ResolveTransport turns a --transport value into the transport the ranks

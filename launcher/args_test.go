@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -109,7 +111,7 @@ func TestUsageDocumentsEverything(t *testing.T) {
 			t.Errorf("Usage does not document exit status %q", code)
 		}
 	}
-	for _, env := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
+	for _, env := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob, jobwire.EnvLocalSize} {
 		if !strings.Contains(Usage, env) {
 			t.Errorf("Usage does not document %s", env)
 		}

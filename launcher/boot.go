@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
@@ -198,7 +199,7 @@ func (d *dialBack) admit(c net.Conn) (*agentLink, error) {
 	defer d.gate.Leave()
 	deadline := time.Now().Add(agentTimeout)
 	c.SetDeadline(deadline)
-	typ, p, err := readFrame(c, maxSmall)
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
 	if err != nil {
 		return nil, err
 	}
@@ -210,9 +211,9 @@ func (d *dialBack) admit(c net.Conn) (*agentLink, error) {
 		return nil, err
 	}
 	tc.SetDeadline(deadline)
-	typ, h, err := readFrame(tc, maxSmall)
+	typ, h, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
 	if err == nil {
-		err = expectFrom(typ, h, msgAgentHello, "hello", "agent")
+		err = jobwire.ExpectFrom(typ, h, msgAgentHello, "hello", "agent")
 	}
 	if err != nil {
 		tc.Close()
@@ -439,7 +440,7 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 	}
 	deadline := time.Now().Add(agentTimeout)
 	c.SetDeadline(deadline)
-	if err := writeFrame(c, msgLinkLabel, []byte(b.label)); err != nil {
+	if err := jobwire.WriteFrame(c, msgLinkLabel, []byte(b.label)); err != nil {
 		logf("cannot reach ftrun: %v", err)
 		return ExitLaunch
 	}
@@ -454,7 +455,7 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 	if host == "" {
 		host, _ = os.Hostname()
 	}
-	if err := writeFrame(tc, msgAgentHello, []byte(host)); err != nil {
+	if err := jobwire.WriteFrame(tc, msgAgentHello, []byte(host)); err != nil {
 		logf("ftrun at %s: %v", c.RemoteAddr(), err)
 		return ExitLaunch
 	}

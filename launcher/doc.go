@@ -1,7 +1,9 @@
-// Package launcher starts ftrma jobs and connects their ranks.
-//
-// It has two sides that meet over a small rendezvous protocol on TCP
-// (loopback for a job on one host).
+// Package launcher is ftrun's side of an ftrma job: it starts the ranks,
+// connects them through its rendezvous, supervises them, and runs the agents
+// that start ranks on other hosts. The ranks' side is package startup (ranks
+// do not link this package); the two meet over a small rendezvous protocol
+// on TCP (loopback for a job on one host), whose wire format, environment
+// variables and handshake are internal/jobwire.
 //
 // The job side (Start, Job, Main; used by cmd/ftrun) starts N ranks of a
 // program as child processes, runs the rendezvous server, hands every job a
@@ -22,37 +24,13 @@
 // connection breaks, the agent kills that job's ranks and the launcher counts
 // them as failed. The rendezvous then listens on this host's IP toward the
 // first agent, every rank's transport listens on its host's IP
-// (FTRMA_HOST_ADDR), and the transport is TCP: shared memory needs one host.
-// The agent protocol is in agentwire.go.
+// (FTRMA_HOST_ADDR), and shared memory reaches only the ranks on the same
+// host. The agent protocol is in agentwire.go.
 //
-// The rank side (Join, Session) runs inside each rank. A rank's duties, in
-// order:
-//
-//  1. Check InJob if the program may also run outside ftrun.
-//  2. Call Join with a context that bounds start-up and the receiver of the
-//     transport's control messages. Join reads the environment ftrun set
-//     (FTRMA_RANK, FTRMA_SIZE, FTRMA_RENDEZVOUS, FTRMA_SECRET, FTRMA_JOB,
-//     FTRMA_LOCAL_SIZE, FTRMA_HOST_ADDR) and removes FTRMA_SECRET from the process environment;
-//     builds the transport (TCP) and installs the receiver; connects to the
-//     rendezvous, proves it knows the job secret and checks that the launcher
-//     knows it too; publishes the transport's address; waits for every rank's
-//     address; and connects the transport to every peer.
-//  3. Use Session.Transport for the job's communication.
-//  4. Close the transport, then the Session. The Session holds the rendezvous
-//     connection for the rank's lifetime: it is the rank's supervision channel.
-//
-// Example:
-//
-//	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-//	defer cancel()
-//	s, err := launcher.Join(ctx, recv)
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	defer s.Close()
-//	t := s.Transport()
-//	defer t.Close()
-//	err = t.Send((s.Rank()+1)%ftrma.Rank(s.Size()), []byte("hello"))
+// Placement decides where the ranks go: a hostfile or host list with slots
+// (Options.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm
+// allocation (SlurmHosts), filled by slot or by node (MapRanks); ftrun then
+// starts an agent on each host that gets ranks, by ssh or srun.
 //
 // The job side and the agent are Unix-only (process groups, signals);
 // Pdeathsig, which makes a rank die with its launcher or agent, is Linux-only.

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
 // runJob runs ftrun with flags over the helper in mode and returns its output
@@ -109,19 +111,19 @@ func TestProcessEnvironment(t *testing.T) {
 		vars[m[1][0]-'0'][m[2]] = m[3]
 	}
 	for r, v := range vars {
-		if v[EnvRank] != fmt.Sprint(r) || v[EnvSize] != fmt.Sprint(n) || v[EnvLocalSize] != fmt.Sprint(n) {
+		if v[jobwire.EnvRank] != fmt.Sprint(r) || v[jobwire.EnvSize] != fmt.Sprint(n) || v[jobwire.EnvLocalSize] != fmt.Sprint(n) {
 			t.Errorf("rank %d: %v", r, v)
 		}
-		if !regexp.MustCompile(`^127\.0\.0\.1:\d+$`).MatchString(v[EnvRendezvous]) {
-			t.Errorf("rank %d: FTRMA_RENDEZVOUS=%q, want 127.0.0.1:port", r, v[EnvRendezvous])
+		if !regexp.MustCompile(`^127\.0\.0\.1:\d+$`).MatchString(v[jobwire.EnvRendezvous]) {
+			t.Errorf("rank %d: FTRMA_RENDEZVOUS=%q, want 127.0.0.1:port", r, v[jobwire.EnvRendezvous])
 		}
-		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(v[EnvSecret]) {
+		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(v[jobwire.EnvSecret]) {
 			t.Errorf("rank %d: FTRMA_SECRET is not 32 bytes of hex", r)
 		}
-		if v[EnvJob] == "" {
+		if v[jobwire.EnvJob] == "" {
 			t.Errorf("rank %d: FTRMA_JOB empty", r)
 		}
-		for _, name := range []string{EnvRendezvous, EnvSecret, EnvJob} {
+		for _, name := range []string{jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob} {
 			if v[name] != vars[0][name] {
 				t.Errorf("rank %d: %s differs from rank 0's", r, name)
 			}
@@ -129,7 +131,7 @@ func TestProcessEnvironment(t *testing.T) {
 	}
 	// A fresh secret per job.
 	stdout2, _, _ := runJob(t, "env", []string{"-n", "1"})
-	if strings.Contains(stdout2, vars[0][EnvSecret]) {
+	if strings.Contains(stdout2, vars[0][jobwire.EnvSecret]) {
 		t.Error("two jobs got the same secret")
 	}
 }

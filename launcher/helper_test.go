@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/startup"
 )
 
 // helperEnv names the helper mode when the test binary runs as a rank.
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 
 // helper is the rank program of the process tests. It returns the exit status.
 func helper(mode string, args []string) int {
-	rank, _ := strconv.Atoi(os.Getenv(EnvRank))
+	rank, _ := strconv.Atoi(os.Getenv(jobwire.EnvRank))
 	arg := func(i int) int {
 		n, err := strconv.Atoi(args[i])
 		if err != nil {
@@ -54,7 +56,7 @@ func helper(mode string, args []string) int {
 		}
 		return 0
 	case "env": // print the job environment
-		for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize, EnvHostAddr} {
+		for _, name := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob, jobwire.EnvLocalSize, jobwire.EnvHostAddr} {
 			fmt.Printf("%s=%s\n", name, os.Getenv(name))
 		}
 		return 0
@@ -82,14 +84,14 @@ func helper(mode string, args []string) int {
 	case "notice": // args: K [S]: rendezvous without a transport; rank K sleeps (to be killed), rank S
 		// reports K as suspected, the others wait for the launcher's exit notice of K
 		k := arg(0)
-		env, err := readEnv()
+		me, err := rankFromEnv()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), helperLife)
 		defer cancel()
-		conn, _, err := rendezvous(ctx, env, fmt.Sprintf("rank%d", rank))
+		conn, _, err := me.join(ctx, fmt.Sprintf("rank%d", rank))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -101,16 +103,16 @@ func helper(mode string, args []string) int {
 			return 0
 		}
 		if len(args) > 1 && rank == arg(1) {
-			writeFrame(conn, msgSuspect, rankPayload(ftrma.Rank(k)))
+			jobwire.WriteFrame(conn, jobwire.MsgSuspect, jobwire.RankPayload(ftrma.Rank(k)))
 		}
 		conn.SetDeadline(time.Now().Add(helperLife))
 		for {
-			typ, p, err := readFrame(conn, maxSmall)
+			typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d: no exit notice for rank %d: %v\n", rank, k, err)
 				return 1
 			}
-			if r, err := parseRank(p, env.size); typ == msgExit && err == nil && int(r) == k {
+			if r, err := jobwire.ParseRank(p, me.size); typ == jobwire.MsgExit && err == nil && int(r) == k {
 				fmt.Printf("rank %d got the exit notice of rank %d\n", rank, k)
 				return 0
 			}
@@ -121,16 +123,16 @@ func helper(mode string, args []string) int {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), helperLife)
 		defer cancel()
-		size, _ := strconv.Atoi(os.Getenv(EnvSize))
+		size, _ := strconv.Atoi(os.Getenv(jobwire.EnvSize))
 		recv := newChanReceiver(size)
-		s, err := Join(ctx, recv)
+		s, err := startup.Join(ctx, recv)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer s.Close()
 		defer s.Transport().Close()
-		if v, ok := os.LookupEnv(EnvSecret); ok {
+		if v, ok := os.LookupEnv(jobwire.EnvSecret); ok {
 			fmt.Fprintf(os.Stderr, "FTRMA_SECRET=%q still set after Join\n", v)
 			return 1
 		}

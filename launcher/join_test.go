@@ -9,103 +9,14 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/startup"
 )
-
-// setJobEnv sets (or, for "-", unsets) the job variables for one test.
-func setJobEnv(t *testing.T, vars map[string]string) {
-	t.Helper()
-	for _, name := range []string{EnvRank, EnvSize, EnvRendezvous, EnvSecret, EnvJob, EnvLocalSize} {
-		t.Setenv(name, "") // restored after the test
-		if v, ok := vars[name]; ok && v != "-" {
-			os.Setenv(name, v)
-		} else {
-			os.Unsetenv(name)
-		}
-	}
-}
-
-func goodEnv() map[string]string {
-	return map[string]string{
-		EnvRank:       "2",
-		EnvSize:       "4",
-		EnvRendezvous: "127.0.0.1:1234",
-		EnvSecret:     hex.EncodeToString(testSecret(1)),
-		EnvJob:        "j1",
-		EnvLocalSize:  "4",
-	}
-}
-
-func TestReadEnv(t *testing.T) {
-	setJobEnv(t, goodEnv())
-	if !InJob() {
-		t.Fatal("InJob() = false with FTRMA_RANK set")
-	}
-	e, err := readEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: TransportTCP, verbsGID: -1}
-	if !reflect.DeepEqual(e, want) {
-		t.Fatalf("readEnv() = %+v, want %+v", e, want)
-	}
-	if v, ok := os.LookupEnv(EnvSecret); ok {
-		t.Fatalf("FTRMA_SECRET=%q still set after readEnv", v)
-	}
-	if _, err := readEnv(); err == nil || !strings.Contains(err.Error(), "removed from the environment") {
-		t.Fatalf("second readEnv: %v, want a hint that the secret was already read", err)
-	}
-}
-
-func TestReadEnvErrors(t *testing.T) {
-	tests := []struct {
-		name, variable, value, want string
-	}{
-		{"not in a job", EnvRank, "-", "not started by ftrun (FTRMA_RANK unset)"},
-		{"size unset", EnvSize, "-", "FTRMA_SIZE unset"},
-		{"size zero", EnvSize, "0", "FTRMA_SIZE"},
-		{"size not a number", EnvSize, "many", "FTRMA_SIZE"},
-		{"rank too big", EnvRank, "4", "FTRMA_RANK=\"4\": not a rank in [0, 4)"},
-		{"rank negative", EnvRank, "-1", "not a rank"},
-		{"rank not a number", EnvRank, "two", "not a rank"},
-		{"no rendezvous", EnvRendezvous, "-", "FTRMA_RENDEZVOUS unset"},
-		{"no secret", EnvSecret, "-", "FTRMA_SECRET unset"},
-		{"secret not hex", EnvSecret, "zz", "FTRMA_SECRET"},
-		{"secret too short", EnvSecret, "abcd", "FTRMA_SECRET"},
-		{"local size zero", EnvLocalSize, "0", "FTRMA_LOCAL_SIZE"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			vars := goodEnv()
-			vars[tt.variable] = tt.value
-			setJobEnv(t, vars)
-			_, err := readEnv()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("readEnv() error %v, want it to contain %q", err, tt.want)
-			}
-			if _, ok := os.LookupEnv(EnvSecret); ok {
-				t.Fatal("FTRMA_SECRET still set after a failed readEnv")
-			}
-		})
-	}
-}
-
-func TestJoinOutsideJob(t *testing.T) {
-	setJobEnv(t, nil)
-	if InJob() {
-		t.Fatal("InJob() = true without FTRMA_RANK")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	if _, err := Join(ctx, newChanReceiver(1)); err == nil || err.Error() != "launcher: not started by ftrun (FTRMA_RANK unset)" {
-		t.Fatalf("Join outside a job: %v", err)
-	}
-}
 
 func TestResolveTransport(t *testing.T) {
 	for in, want := range map[string]string{"": "shm", "auto": "shm", "shm": "shm", "tcp": "tcp"} {
@@ -178,7 +89,7 @@ func (c *chanReceiver) HandlePeerDown(peer ftrma.Rank, err error) { c.down <- pe
 // peer leaves once it has every bye). Nobody leaves before everybody has every
 // hello, so the hello round is checked exactly: no hello may be lost,
 // duplicated or preceded by a peer-down event.
-func allToAll(ctx context.Context, s *Session, recv *chanReceiver) error {
+func allToAll(ctx context.Context, s *startup.Session, recv *chanReceiver) error {
 	t := s.Transport()
 	if t.Rank() != s.Rank() || t.Size() != s.Size() {
 		return fmt.Errorf("transport is rank %d of %d, session rank %d of %d", t.Rank(), t.Size(), s.Rank(), s.Size())
@@ -242,6 +153,66 @@ func allToAll(ctx context.Context, s *Session, recv *chanReceiver) error {
 	return nil
 }
 
+// setRankEnv sets the job environment of rank r of the n ranks of s's job,
+// as ftrun would (one host, transport TCP); t restores it after the test.
+func setRankEnv(t *testing.T, s *rvServer, r, n int) {
+	t.Helper()
+	vars := map[string]string{
+		jobwire.EnvRank:       strconv.Itoa(r),
+		jobwire.EnvSize:       strconv.Itoa(n),
+		jobwire.EnvRendezvous: s.addr(),
+		jobwire.EnvSecret:     hex.EncodeToString(testSecret(1)),
+		jobwire.EnvJob:        "test",
+		jobwire.EnvLocalSize:  strconv.Itoa(n),
+		jobwire.EnvTransport:  jobwire.TransportTCP,
+	}
+	for _, name := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob,
+		jobwire.EnvLocalSize, jobwire.EnvSpin, jobwire.EnvHBPeriod, jobwire.EnvHBTimeout, jobwire.EnvTransport,
+		jobwire.EnvVerbsDevice, jobwire.EnvVerbsGID, jobwire.EnvHostAddr, jobwire.EnvLocalRanks} {
+		t.Setenv(name, "") // restored after the test
+		if v, ok := vars[name]; ok {
+			os.Setenv(name, v)
+		} else {
+			os.Unsetenv(name)
+		}
+	}
+}
+
+// joinInProcess makes ranks 0..len(recvs)-1 of s's job join in this process
+// through startup.Join, each in a goroutine, and returns their sessions once
+// every Join returned (nil for a rank whose Join failed, with its error).
+// Join reads the process environment, so rank r's is set only when rank
+// r-1's Join has published its address, and so has read its own.
+func joinInProcess(t *testing.T, ctx context.Context, s *rvServer, recvs []*chanReceiver) ([]*startup.Session, []error) {
+	t.Helper()
+	n := len(recvs)
+	sessions := make([]*startup.Session, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		setRankEnv(t, s, r, n)
+		done := make(chan struct{})
+		wg.Go(func() {
+			defer close(done)
+			sessions[r], errs[r] = startup.Join(ctx, recvs[r])
+		})
+		if !waitFor(func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.addrs[r] != ""
+		}) {
+			t.Fatalf("rank %d neither published nor gave up", r)
+		}
+	}
+	wg.Wait()
+	return sessions, errs
+}
+
 // Four ranks join in one process over the real TCP transport and exchange
 // control messages.
 func TestJoinInProcess(t *testing.T) {
@@ -249,20 +220,16 @@ func TestJoinInProcess(t *testing.T) {
 	s, logs := startServer(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	sessions := make([]*Session, n)
-	errs := make([]error, n)
+	recvs := make([]*chanReceiver, n)
+	for r := range recvs {
+		recvs[r] = newChanReceiver(n)
+	}
+	sessions, errs := joinInProcess(t, ctx, s, recvs)
 	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			recv := newChanReceiver(n)
-			sess, err := join(ctx, fakeEnv(s, ftrma.Rank(r), n), recv)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			sessions[r] = sess
-			errs[r] = allToAll(ctx, sess, recv)
-		})
+	for r, sess := range sessions {
+		if sess != nil {
+			wg.Go(func() { errs[r] = allToAll(ctx, sess, recvs[r]) })
+		}
 	}
 	wg.Wait()
 	for r, err := range errs {
@@ -284,13 +251,6 @@ func TestJoinInProcess(t *testing.T) {
 	}
 }
 
-func TestJoinNilReceiver(t *testing.T) {
-	s, _ := startServer(t, 1)
-	if _, err := join(context.Background(), fakeEnv(s, 0, 1), nil); err == nil {
-		t.Fatal("join with a nil receiver succeeded")
-	}
-}
-
 // The supervision channel: the launcher's exit notices reach every other
 // rank's receiver as peer-down events (also for exits that happened before a
 // rank got the address list), and a rank's suspicion reaches the launcher.
@@ -306,30 +266,24 @@ func TestSupervisionChannel(t *testing.T) {
 	defer s.close()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	sessions := make([]*Session, n)
 	recvs := make([]*chanReceiver, n)
-	var wg sync.WaitGroup
-	for r := range n {
+	for r := range recvs {
 		recvs[r] = newChanReceiver(n)
-		wg.Go(func() {
-			sess, err := join(ctx, fakeEnv(s, ftrma.Rank(r), n), recvs[r])
-			if err != nil {
-				t.Errorf("rank %d: %v", r, err)
-				return
-			}
-			sessions[r] = sess
-		})
 	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	sessions, errs := joinInProcess(t, ctx, s, recvs)
 	defer func() {
 		for _, sess := range sessions {
-			sess.Transport().Close()
-			sess.Close()
+			if sess != nil {
+				sess.Transport().Close()
+				sess.Close()
+			}
 		}
 	}()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
 	s.rankExited(2, "was killed by signal 9", false)
 	for _, r := range []int{0, 1} {
 		select {
@@ -366,70 +320,19 @@ func TestSupervisionChannel(t *testing.T) {
 	}
 }
 
-func TestDetectorSettings(t *testing.T) {
-	cpus := runtime.NumCPU()
-	cases := []struct {
-		period, timeout, local string
-		wantP, wantT           time.Duration
-	}{
-		{"", "", "1", 0, 0},
-		{"", "", strconv.Itoa(cpus), 0, 60 * time.Millisecond}, // full, one rank per CPU: x1
-		{"", "", strconv.Itoa(cpus + 1), 0, 2 * 60 * time.Millisecond},
-		{"", "", strconv.Itoa(2*cpus + 1), 0, 3 * 60 * time.Millisecond},
-		{"", "250ms", strconv.Itoa(4 * cpus), 0, 250 * time.Millisecond}, // explicit wins
-		{"100ms", "", strconv.Itoa(cpus + 1), 100 * time.Millisecond, 600 * time.Millisecond},
-		{"100ms", "", "1", 100 * time.Millisecond, 300 * time.Millisecond},
-		{"junk", "junk", "", 0, 0},
-	}
-	for _, c := range cases {
-		t.Setenv(EnvHBPeriod, c.period)
-		t.Setenv(EnvHBTimeout, c.timeout)
-		t.Setenv(EnvLocalSize, c.local)
-		p, to := DetectorSettings()
-		if p != c.wantP || to != c.wantT {
-			t.Errorf("period %q timeout %q local %q: got %v, %v; want %v, %v", c.period, c.timeout, c.local, p, to, c.wantP, c.wantT)
-		}
-	}
-}
-
-// One rule fits a job to a host's CPUs (cpuShare), and GOMAXPROCS, the
-// detector's default timeout and busy-polling all follow it: GOMAXPROCS=1 and
-// the timeout times the ranks per CPU from as many ranks as CPUs on, no
-// busy-polling from more ranks than CPUs on.
+// One rule fits a job to a host's CPUs (jobwire.CPUShare), and GOMAXPROCS
+// follows it: GOMAXPROCS=1 from as many ranks as CPUs on. (startup's tests
+// check that the detector's timeout and busy-polling follow it too.)
 func TestOneCPURule(t *testing.T) {
 	cpus := runtime.NumCPU()
 	for _, local := range []int{1, cpus - 1, cpus, cpus + 1, 2 * cpus, 2*cpus + 1, 5 * cpus} {
 		if local < 1 {
 			continue
 		}
-		full, perCPU := cpuShare(local)
-		if want := local >= cpus; full != want {
-			t.Errorf("%d ranks on %d CPUs: full %v, want %v", local, cpus, full, want)
-		}
-		if want := max(1, (local+cpus-1)/cpus); perCPU != want {
-			t.Errorf("%d ranks on %d CPUs: %d per CPU, want %d", local, cpus, perCPU, want)
-		}
+		full, _ := jobwire.CPUShare(local)
 		env := rankEnv([]string{"PATH=/bin"}, nil, local)
 		if got := slices.Contains(env, "GOMAXPROCS=1"); got != full {
 			t.Errorf("%d ranks on %d CPUs: GOMAXPROCS=1 set %v, full %v", local, cpus, got, full)
-		}
-		t.Setenv(EnvHBPeriod, "")
-		t.Setenv(EnvHBTimeout, "")
-		t.Setenv(EnvLocalSize, strconv.Itoa(local))
-		_, timeout := DetectorSettings()
-		want := time.Duration(0) // the detector's own default
-		if full {
-			want = time.Duration(perCPU) * defaultHBTimeout
-		}
-		if timeout != want {
-			t.Errorf("%d ranks on %d CPUs: detector timeout %v, want %v", local, cpus, timeout, want)
-		}
-		spin := jobEnv{localSize: local}.transportSpin()
-		if wantOff := perCPU > 1; (spin < 0) != wantOff || (!wantOff && spin != 0) {
-			t.Errorf("%d ranks on %d CPUs: spin %v, want it off: %v", local, cpus, spin, wantOff)
-		}
-		if got := (jobEnv{localSize: local, spin: time.Millisecond}).transportSpin(); got != time.Millisecond {
-			t.Errorf("%d ranks: --spin 1ms gave %v", local, got)
 		}
 	}
 }

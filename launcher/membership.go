@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 )
 
@@ -71,7 +72,7 @@ func (j *Job) startMembers(root []byte) {
 	for _, l := range j.links {
 		msg := appendString(appendString(append([]byte(nil), key...), g.Addr()), memberName(l.addr))
 		l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
-		writeFrame(l.conn, msgMembers, msg) // a failed write fails the launch next
+		jobwire.WriteFrame(l.conn, msgMembers, msg) // a failed write fails the launch next
 		l.conn.SetWriteDeadline(time.Time{})
 	}
 }
@@ -89,7 +90,7 @@ func (j *Job) stopMembers() {
 // ftrun dead. The caller shuts the group down after the job.
 func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, ...any)) (*members.Group, error) {
 	if len(p) < members.KeySize {
-		return nil, fmt.Errorf("%w: short members message", errMalformed)
+		return nil, fmt.Errorf("%w: short members message", jobwire.ErrMalformed)
 	}
 	d := decoder{p: p[members.KeySize:]}
 	addr, name := d.string(), d.string()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
@@ -56,8 +57,8 @@ type rvServer struct {
 	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
 	gone      []bool     // gone[r]: rank r's process exited
 	leaving   []bool     // leaving[r]: rank r said it leaves on purpose
-	connected []bool     // connected[r]: rank r's transport is connected (msgConnected)
-	started   bool       // msgStart went out
+	connected []bool     // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
+	started   bool       // jobwire.MsgStart went out
 	wmu       sync.Mutex // serializes writes on supervision channels
 }
 
@@ -66,8 +67,8 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 	if cfg.Size < 1 {
 		return nil, fmt.Errorf("launcher: rendezvous for %d ranks: %w", cfg.Size, ftrma.ErrInvalid)
 	}
-	if len(cfg.Secret) < minSecret {
-		return nil, fmt.Errorf("launcher: rendezvous secret of %d bytes, want >= %d: %w", len(cfg.Secret), minSecret, ftrma.ErrInvalid)
+	if len(cfg.Secret) < jobwire.MinSecret {
+		return nil, fmt.Errorf("launcher: rendezvous secret of %d bytes, want >= %d: %w", len(cfg.Secret), jobwire.MinSecret, ftrma.ErrInvalid)
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
@@ -133,7 +134,7 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 		}
 	}
 	s.mu.Unlock()
-	s.notify(tell, appendFrame(nil, msgExit, rankPayload(r)))
+	s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 	s.maybeStart()
 }
 
@@ -166,7 +167,7 @@ func (s *rvServer) maybeStart() {
 		}
 	}
 	s.mu.Unlock()
-	s.notify(tell, appendFrame(nil, msgStart, nil))
+	s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgStart, nil))
 }
 
 // notify writes frame to every connection, bounded in time: a rank too slow to
@@ -199,10 +200,6 @@ func (s *rvServer) close() error {
 	s.wg.Wait()
 	return err
 }
-
-// rendezvousKey is the TLS key of rendezvous connections, from the job
-// secret the ranks hold.
-func rendezvousKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma rendezvous") }
 
 func (s *rvServer) acceptLoop() {
 	defer s.wg.Done()
@@ -254,7 +251,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		s.cfg.Logf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr())
 		return
 	}
-	c, err := seclink.Server(raw, rendezvousKey(s.cfg.Secret), deadline)
+	c, err := seclink.Server(raw, jobwire.RendezvousKey(s.cfg.Secret), deadline)
 	s.gate.Leave()
 	if err != nil {
 		select {
@@ -286,7 +283,7 @@ func (s *rvServer) serve(raw net.Conn) {
 	s.mu.Unlock()
 	c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	if failure != "" {
-		writeFrame(c, msgError, errorText(failure))
+		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(failure))
 		return
 	}
 	// The list and the exits that happened before it go out under wmu, so
@@ -299,7 +296,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		var early []byte
 		for q, gone := range s.gone {
 			if gone && ftrma.Rank(q) != rank {
-				early = appendFrame(early, msgExit, rankPayload(ftrma.Rank(q)))
+				early = jobwire.AppendFrame(early, jobwire.MsgExit, jobwire.RankPayload(ftrma.Rank(q)))
 			}
 		}
 		s.mu.Unlock()
@@ -321,22 +318,22 @@ func (s *rvServer) serve(raw net.Conn) {
 	// The connection is now rank's supervision channel: the launcher sends
 	// exit notices, the rank sends its detector's suspicions.
 	for {
-		typ, p, err := readFrame(c, maxSmall)
+		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
 		if err != nil {
 			return
 		}
 		switch typ {
-		case msgLeaving:
+		case jobwire.MsgLeaving:
 			s.mu.Lock()
 			s.leaving[rank] = true
 			s.mu.Unlock()
-		case msgConnected:
+		case jobwire.MsgConnected:
 			s.mu.Lock()
 			s.connected[rank] = true
 			s.mu.Unlock()
 			s.maybeStart()
-		case msgSuspect:
-			r, err := parseRank(p, s.cfg.Size)
+		case jobwire.MsgSuspect:
+			r, err := jobwire.ParseRank(p, s.cfg.Size)
 			if err != nil {
 				s.cfg.Logf("rendezvous: rank %d: %v", rank, err)
 				return
@@ -356,12 +353,12 @@ func (s *rvServer) serve(raw net.Conn) {
 func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 	refuse := func(format string, args ...any) (ftrma.Rank, error) {
 		err := fmt.Errorf(format, args...)
-		writeFrame(c, msgError, errorText(err.Error()))
+		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		return -1, err
 	}
 
 	admitted, joinedID := false, uint32(0)
-	id, err := serverHandshake(c, s.cfg.Secret, rvHandshake, func(id uint32) error {
+	id, err := jobwire.ServerHandshake(c, s.cfg.Secret, jobwire.RendezvousHandshake, func(id uint32) error {
 		if uint64(id) >= uint64(s.cfg.Size) {
 			return fmt.Errorf("rank %d out of range [0, %d)", id, s.cfg.Size)
 		}
@@ -389,19 +386,19 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 		return -1, err
 	}
 	rank := ftrma.Rank(id)
-	typ, p, err := readFrame(c, maxSmall)
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
 	if err != nil {
 		return -1, fmt.Errorf("rank %d published no address: %w", rank, err)
 	}
 	switch typ {
-	case msgPublish:
-	case msgError:
-		return -1, fmt.Errorf("rank %d gave up: %s", rank, printable(p))
+	case jobwire.MsgPublish:
+	case jobwire.MsgError:
+		return -1, fmt.Errorf("rank %d gave up: %s", rank, jobwire.Printable(p))
 	default:
 		return refuse("rank %d: unexpected message type %d, want publish", rank, typ)
 	}
-	if len(p) < 1 || len(p) > maxAddr {
-		return refuse("rank %d: address of %d bytes, want 1..%d", rank, len(p), maxAddr)
+	if len(p) < 1 || len(p) > jobwire.MaxAddr {
+		return refuse("rank %d: address of %d bytes, want 1..%d", rank, len(p), jobwire.MaxAddr)
 	}
 	s.publish(rank, string(p))
 	published = true
@@ -415,7 +412,7 @@ func (s *rvServer) publish(rank ftrma.Rank, addr string) {
 	s.addrs[rank] = addr
 	s.published++
 	if s.published == s.cfg.Size && s.failure == "" {
-		s.list = appendFrame(nil, msgAddrs, appendAddrs(nil, s.addrs))
+		s.list = jobwire.AppendFrame(nil, jobwire.MsgAddrs, jobwire.AppendAddrs(nil, s.addrs))
 		close(s.ready)
 	}
 }

@@ -3,16 +3,20 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
@@ -52,8 +56,106 @@ func startServer(t *testing.T, size int) (*rvServer, *logRecorder) {
 	return s, logs
 }
 
-func fakeEnv(s *rvServer, r ftrma.Rank, size int) jobEnv {
-	return jobEnv{rank: r, size: size, rendezvous: s.addr(), secret: testSecret(1), job: "test", localSize: size}
+// testRank is a rank's side of the rendezvous, for testing the server: the
+// conversation of startup's rendezvous client (TLS keyed by the job secret,
+// jobwire's handshake, publish, addrs) without a transport.
+type testRank struct {
+	rank       ftrma.Rank
+	size       int
+	rendezvous string // the server's address
+	secret     []byte
+}
+
+func fakeRank(s *rvServer, r ftrma.Rank, size int) testRank {
+	return testRank{rank: r, size: size, rendezvous: s.addr(), secret: testSecret(1)}
+}
+
+// rankFromEnv is the testRank of a helper rank, from the environment ftrun
+// gave it.
+func rankFromEnv() (testRank, error) {
+	rank, err1 := strconv.Atoi(os.Getenv(jobwire.EnvRank))
+	size, err2 := strconv.Atoi(os.Getenv(jobwire.EnvSize))
+	secret, err3 := hex.DecodeString(os.Getenv(jobwire.EnvSecret))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return testRank{}, fmt.Errorf("job environment: %w", err)
+	}
+	return testRank{rank: ftrma.Rank(rank), size: size, rendezvous: os.Getenv(jobwire.EnvRendezvous), secret: secret}, nil
+}
+
+// join dials the server as rank r, publishes addr and returns the open
+// connection (the supervision channel) with every rank's address.
+func (r testRank) join(ctx context.Context, addr string) (net.Conn, []string, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", r.rendezvous)
+	if err != nil {
+		return nil, nil, err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(testTimeout)
+	}
+	c, err := seclink.Client(raw, jobwire.RendezvousKey(r.secret), deadline)
+	if err != nil {
+		raw.Close()
+		return nil, nil, err
+	}
+	c.SetDeadline(deadline)
+	addrs, err := r.exchange(c, addr)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, addrs, nil
+}
+
+func (r testRank) exchange(c net.Conn, addr string) ([]string, error) {
+	if err := jobwire.ClientHandshake(c, r.secret, jobwire.RendezvousHandshake, uint32(r.rank)); err != nil {
+		return nil, err
+	}
+	if err := jobwire.WriteFrame(c, jobwire.MsgPublish, []byte(addr)); err != nil {
+		return nil, err
+	}
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxAddrsFrame)
+	if err != nil {
+		return nil, err
+	}
+	if err := jobwire.ExpectFrom(typ, p, jobwire.MsgAddrs, "addresses", "launcher"); err != nil {
+		return nil, err
+	}
+	addrs, err := jobwire.ParseAddrs(p)
+	if err == nil && len(addrs) != r.size {
+		err = fmt.Errorf("%d addresses for a job of %d ranks", len(addrs), r.size)
+	}
+	return addrs, err
+}
+
+// awaitStart is a rank's side of the start barrier on its supervision
+// channel c: it says it is connected and waits for start, returning the
+// exit notices that came first.
+func (r testRank) awaitStart(c net.Conn) ([]ftrma.Rank, error) {
+	if err := jobwire.WriteFrame(c, jobwire.MsgConnected, nil); err != nil {
+		return nil, err
+	}
+	var exits []ftrma.Rank
+	for {
+		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+		if err != nil {
+			return exits, err
+		}
+		switch typ {
+		case jobwire.MsgStart:
+			return exits, nil
+		case jobwire.MsgExit:
+			q, err := jobwire.ParseRank(p, r.size)
+			if err != nil {
+				return exits, err
+			}
+			exits = append(exits, q)
+		case jobwire.MsgError:
+			return exits, fmt.Errorf("launcher says: %s", jobwire.Printable(p))
+		}
+	}
 }
 
 type joinResult struct {
@@ -63,12 +165,12 @@ type joinResult struct {
 }
 
 // joinAll runs fake ranks in goroutines; each publishes "addr-R".
-func joinAll(ctx context.Context, envs []jobEnv) []joinResult {
-	res := make([]joinResult, len(envs))
+func joinAll(ctx context.Context, ranks []testRank) []joinResult {
+	res := make([]joinResult, len(ranks))
 	var wg sync.WaitGroup
-	for i, env := range envs {
+	for i, r := range ranks {
 		wg.Go(func() {
-			c, a, err := rendezvous(ctx, env, fmt.Sprintf("addr-%d", env.rank))
+			c, a, err := r.join(ctx, fmt.Sprintf("addr-%d", r.rank))
 			res[i] = joinResult{c, a, err}
 		})
 	}
@@ -97,18 +199,18 @@ func TestRendezvousExchangesAddresses(t *testing.T) {
 	s, logs := startServer(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	envs := make([]jobEnv, n)
-	for i := range envs {
-		envs[i] = fakeEnv(s, ftrma.Rank(n-1-i), n) // join in reverse order
+	ranks := make([]testRank, n)
+	for i := range ranks {
+		ranks[i] = fakeRank(s, ftrma.Rank(n-1-i), n) // join in reverse order
 	}
-	res := joinAll(ctx, envs)
+	res := joinAll(ctx, ranks)
 	defer closeAll(res)
 	for i, r := range res {
 		if r.err != nil {
-			t.Fatalf("rank %d: %v", envs[i].rank, r.err)
+			t.Fatalf("rank %d: %v", ranks[i].rank, r.err)
 		}
 		if !reflect.DeepEqual(r.addrs, wantAddrs(n)) {
-			t.Fatalf("rank %d got %q, want %q", envs[i].rank, r.addrs, wantAddrs(n))
+			t.Fatalf("rank %d got %q, want %q", ranks[i].rank, r.addrs, wantAddrs(n))
 		}
 	}
 	// The server holds every rank's connection open.
@@ -134,7 +236,7 @@ func TestRendezvousSingleRank(t *testing.T) {
 	s, _ := startServer(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	res := joinAll(ctx, []jobEnv{fakeEnv(s, 0, 1)})
+	res := joinAll(ctx, []testRank{fakeRank(s, 0, 1)})
 	defer closeAll(res)
 	if res[0].err != nil || !reflect.DeepEqual(res[0].addrs, []string{"addr-0"}) {
 		t.Fatalf("got %q, %v", res[0].addrs, res[0].err)
@@ -149,9 +251,9 @@ func TestRendezvousRefusesWrongSecret(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
-	bad := fakeEnv(s, 1, n)
+	bad := fakeRank(s, 1, n)
 	bad.secret = testSecret(2)
-	c, _, err := rendezvous(ctx, bad, "evil")
+	c, _, err := bad.join(ctx, "evil")
 	if err == nil {
 		c.Close()
 		t.Fatal("a rank with the wrong secret joined")
@@ -164,8 +266,8 @@ func TestRendezvousRefusesWrongSecret(t *testing.T) {
 		t.Errorf("server log %q does not report the refused connection", logs)
 	}
 
-	envs := []jobEnv{fakeEnv(s, 0, n), fakeEnv(s, 1, n), fakeEnv(s, 2, n)}
-	res := joinAll(ctx, envs)
+	ranks := []testRank{fakeRank(s, 0, n), fakeRank(s, 1, n), fakeRank(s, 2, n)}
+	res := joinAll(ctx, ranks)
 	defer closeAll(res)
 	for i, r := range res {
 		if r.err != nil || !reflect.DeepEqual(r.addrs, wantAddrs(n)) {
@@ -183,21 +285,21 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 	defer cancel()
 
 	// rawAuth answers the server's hello with an auth built by mk.
-	rawAuth := func(mk func(h hello) []byte) func(c net.Conn) {
+	rawAuth := func(mk func(h jobwire.Hello) []byte) func(c net.Conn) {
 		return func(c net.Conn) {
-			typ, p, err := readFrame(c, maxSmall)
-			if err != nil || typ != msgHello {
+			typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+			if err != nil || typ != jobwire.MsgHello {
 				t.Errorf("no hello: %d, %v", typ, err)
 				return
 			}
-			h, _ := parseHello(p)
-			c.Write(appendFrame(nil, msgAuth, mk(h)))
+			h, _ := jobwire.ParseHello(p)
+			c.Write(jobwire.AppendFrame(nil, jobwire.MsgAuth, mk(h)))
 		}
 	}
-	goodAuth := func(r uint32) func(h hello) []byte {
-		return func(h hello) []byte {
-			nonce := bytes.Repeat([]byte{5}, nonceSize)
-			return auth{rvVersion, r, nonce, proof(testSecret(1), labelRank, rvVersion, r, h.nonce, nonce)}.append(nil)
+	goodAuth := func(r uint32) func(h jobwire.Hello) []byte {
+		return func(h jobwire.Hello) []byte {
+			nonce := bytes.Repeat([]byte{5}, jobwire.NonceSize)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: r, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelRank, jobwire.RendezvousVersion, r, h.Nonce, nonce)}.Append(nil)
 		}
 	}
 	bad := []struct {
@@ -206,17 +308,17 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		log  string // what the server's log must say
 	}{
 		{"http request", func(c net.Conn) { c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")) }, "malformed"},
-		{"huge frame", func(c net.Conn) { c.Write([]byte{0xff, 0xff, 0xff, 0xff, msgAuth}) }, "malformed"},
-		{"publish before auth", func(c net.Conn) { c.Write(appendFrame(nil, msgPublish, []byte("x"))) }, "want auth"},
-		{"short auth", rawAuth(func(hello) []byte { return []byte{0, 1, 2} }), "malformed"},
-		{"future version", rawAuth(func(hello) []byte { return []byte{0, 9} }), "version 9"},
-		{"replayed proof", rawAuth(func(hello) []byte {
-			nonce := make([]byte, nonceSize)
-			return auth{rvVersion, 0, nonce, proof(testSecret(1), labelRank, rvVersion, 0, make([]byte, nonceSize), nonce)}.append(nil)
+		{"huge frame", func(c net.Conn) { c.Write([]byte{0xff, 0xff, 0xff, 0xff, jobwire.MsgAuth}) }, "malformed"},
+		{"publish before auth", func(c net.Conn) { c.Write(jobwire.AppendFrame(nil, jobwire.MsgPublish, []byte("x"))) }, "want auth"},
+		{"short auth", rawAuth(func(jobwire.Hello) []byte { return []byte{0, 1, 2} }), "malformed"},
+		{"future version", rawAuth(func(jobwire.Hello) []byte { return []byte{0, 9} }), "version 9"},
+		{"replayed proof", rawAuth(func(jobwire.Hello) []byte {
+			nonce := make([]byte, jobwire.NonceSize)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelRank, jobwire.RendezvousVersion, 0, make([]byte, jobwire.NonceSize), nonce)}.Append(nil)
 		}), "authentication failed"},
-		{"launcher's proof reflected", rawAuth(func(h hello) []byte {
-			nonce := make([]byte, nonceSize)
-			return auth{rvVersion, 0, nonce, proof(testSecret(1), labelLauncher, rvVersion, 0, h.nonce, nonce)}.append(nil)
+		{"launcher's proof reflected", rawAuth(func(h jobwire.Hello) []byte {
+			nonce := make([]byte, jobwire.NonceSize)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelLauncher, jobwire.RendezvousVersion, 0, h.Nonce, nonce)}.Append(nil)
 		}), "authentication failed"},
 		{"rank out of range", rawAuth(goodAuth(n)), "out of range"},
 		{"hang up after auth", rawAuth(goodAuth(0)), "EOF"},
@@ -228,19 +330,19 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		}
 		// Inside TLS keyed by the job secret: the rendezvous protocol's own
 		// checks are what is tested here.
-		c, err := seclink.Client(raw, rendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
+		c, err := seclink.Client(raw, jobwire.RendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(testTimeout))
 		b.talk(c)
 		if b.name == "hang up after auth" {
-			readFrame(c, maxSmall) // the launcher's proof
+			jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // the launcher's proof
 			c.Close()
 		}
 		// The server answers with an error frame or just closes: read until EOF.
 		for {
-			if _, _, err := readFrame(c, maxSmall); err != nil {
+			if _, _, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame); err != nil {
 				break
 			}
 		}
@@ -251,7 +353,7 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 	}
 
 	t.Logf("server log:\n%s", logs)
-	res := joinAll(ctx, []jobEnv{fakeEnv(s, 0, n), fakeEnv(s, 1, n)})
+	res := joinAll(ctx, []testRank{fakeRank(s, 0, n), fakeRank(s, 1, n)})
 	defer closeAll(res)
 	for i, r := range res {
 		if r.err != nil || !reflect.DeepEqual(r.addrs, wantAddrs(n)) {
@@ -259,7 +361,7 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		}
 	}
 	// A rank cannot join twice.
-	_, _, err := rendezvous(ctx, fakeEnv(s, 1, n), "again")
+	_, _, err := fakeRank(s, 1, n).join(ctx, "again")
 	if err == nil || !strings.Contains(err.Error(), "already joined") {
 		t.Fatalf("second rank 1: %v, want already joined", err)
 	}
@@ -289,7 +391,7 @@ func TestRendezvousFailsWhenRankExits(t *testing.T) {
 	errs := make([]error, 2)
 	for r := range 2 {
 		wg.Go(func() {
-			c, _, err := rendezvous(ctx, fakeEnv(s, ftrma.Rank(r), n), "a")
+			c, _, err := fakeRank(s, ftrma.Rank(r), n).join(ctx, "a")
 			if c != nil {
 				c.Close()
 			}
@@ -308,7 +410,7 @@ func TestRendezvousFailsWhenRankExits(t *testing.T) {
 			t.Errorf("rank %d: %v, want an error containing %q", r, err, want)
 		}
 	}
-	_, _, err := rendezvous(ctx, fakeEnv(s, 2, n), "late")
+	_, _, err := fakeRank(s, 2, n).join(ctx, "late")
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("late rank 2: %v, want an error containing %q", err, want)
 	}
@@ -319,7 +421,7 @@ func TestRankExitAfterRendezvous(t *testing.T) {
 	s, _ := startServer(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	res := joinAll(ctx, []jobEnv{fakeEnv(s, 0, 2), fakeEnv(s, 1, 2)})
+	res := joinAll(ctx, []testRank{fakeRank(s, 0, 2), fakeRank(s, 1, 2)})
 	defer closeAll(res)
 	s.rankExited(1, "exited with status 0", true)
 	if res[0].err != nil || res[1].err != nil {
@@ -332,154 +434,52 @@ func TestRankExitAfterRendezvous(t *testing.T) {
 	}
 }
 
-// Join gives up when its context ends.
-func TestRendezvousContext(t *testing.T) {
-	s, _ := startServer(t, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.published == 1 })
-		cancel()
-	}()
-	_, _, err := rendezvous(ctx, fakeEnv(s, 0, 2), "a")
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("rendezvous after cancel: %v, want context.Canceled", err)
-	}
-}
-
-// fakeLauncher serves one connection with talk and returns its address.
-func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		tc, err := seclink.Server(c, rendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
-		if err != nil {
-			return
-		}
-		tc.SetDeadline(time.Now().Add(testTimeout))
-		talk(tc)
-	}()
-	return ln.Addr().String()
-}
-
-// A rank checks that the launcher knows the secret too, and which protocol
-// version it speaks.
-func TestRankChecksLauncher(t *testing.T) {
-	nonce := bytes.Repeat([]byte{3}, nonceSize)
-	tests := []struct {
-		name string
-		talk func(c net.Conn)
-		want string
-	}{
-		{"wrong secret", func(c net.Conn) {
-			writeFrame(c, msgHello, hello{rvVersion, nonce}.append(nil))
-			_, p, _ := readFrame(c, maxSmall)
-			a, _ := parseAuth(p)
-			writeFrame(c, msgProof, proof(testSecret(9), labelLauncher, rvVersion, a.rank, nonce, a.nonce))
-			readFrame(c, maxSmall)
-		}, "failed to prove"},
-		{"rank's proof reflected", func(c net.Conn) {
-			writeFrame(c, msgHello, hello{rvVersion, nonce}.append(nil))
-			_, p, _ := readFrame(c, maxSmall)
-			a, _ := parseAuth(p)
-			writeFrame(c, msgProof, a.proof)
-			readFrame(c, maxSmall)
-		}, "failed to prove"},
-		{"newer version", func(c net.Conn) {
-			writeFrame(c, msgHello, hello{version: 2}.append(nil))
-			readFrame(c, maxSmall)
-		}, "version 2"},
-		{"not a launcher", func(c net.Conn) {
-			c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n"))
-		}, "malformed"},
-		{"wrong address count", func(c net.Conn) {
-			writeFrame(c, msgHello, hello{rvVersion, nonce}.append(nil))
-			_, p, _ := readFrame(c, maxSmall)
-			a, _ := parseAuth(p)
-			writeFrame(c, msgProof, proof(testSecret(1), labelLauncher, rvVersion, a.rank, nonce, a.nonce))
-			readFrame(c, maxSmall)
-			writeFrame(c, msgAddrs, appendAddrs(nil, []string{"addr-0"}))
-		}, "1 addresses for a job of 2"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env := jobEnv{rank: 0, size: 2, rendezvous: fakeLauncher(t, tt.talk), secret: testSecret(1)}
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			defer cancel()
-			c, _, err := rendezvous(ctx, env, "addr-0")
-			if err == nil {
-				c.Close()
-				t.Fatal("rendezvous succeeded")
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %q, want it to contain %q", err, tt.want)
-			}
-		})
-	}
-}
-
-// peerDowns records the exit notices awaitStart hands on.
-type peerDowns struct {
-	mu    sync.Mutex
-	ranks []ftrma.Rank
-}
-
-func (p *peerDowns) PeerDown(r ftrma.Rank, err error) {
-	p.mu.Lock()
-	p.ranks = append(p.ranks, r)
-	p.mu.Unlock()
-}
-
 // The start barrier: no rank starts before every rank that has not exited
 // said it is connected; a rank that exits first counts as done, and its exit
-// notice reaches the waiting ranks' transports.
+// notice reaches the waiting ranks before start. (startup's tests check that
+// a rank hands such notices to its transport.)
 func TestStartWaitsForEveryRankConnected(t *testing.T) {
 	const n = 3
 	s, _ := startServer(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	envs := []jobEnv{fakeEnv(s, 0, n), fakeEnv(s, 1, n), fakeEnv(s, 2, n)}
-	res := joinAll(ctx, envs)
+	ranks := []testRank{fakeRank(s, 0, n), fakeRank(s, 1, n), fakeRank(s, 2, n)}
+	res := joinAll(ctx, ranks)
 	defer closeAll(res)
 	for _, r := range res {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
 	}
-	done := make([]chan error, 2)
-	downs := make([]*peerDowns, 2)
+	type started struct {
+		exits []ftrma.Rank
+		err   error
+	}
+	done := make([]chan started, 2)
 	for r := range 2 {
-		done[r], downs[r] = make(chan error, 1), new(peerDowns)
-		go func() { done[r] <- awaitStart(ctx, res[r].conn, envs[r], downs[r]) }()
+		done[r] = make(chan started, 1)
+		res[r].conn.SetDeadline(time.Now().Add(testTimeout))
+		go func() {
+			exits, err := ranks[r].awaitStart(res[r].conn)
+			done[r] <- started{exits, err}
+		}()
 	}
 	// Ranks 0 and 1 are connected, rank 2 is not: nobody may start.
 	if !waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.connected[0] && s.connected[1] }) {
 		t.Fatal("the launcher did not record ranks 0 and 1 connected")
 	}
 	select {
-	case err := <-done[0]:
-		t.Fatalf("rank 0 started while rank 2 was not connected (%v)", err)
+	case st := <-done[0]:
+		t.Fatalf("rank 0 started while rank 2 was not connected (%v)", st.err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	s.rankExited(2, "was killed by signal 9", false)
 	for r := range 2 {
-		if err := <-done[r]; err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+		st := <-done[r]
+		if st.err != nil {
+			t.Fatalf("rank %d: %v", r, st.err)
 		}
-		downs[r].mu.Lock()
-		got := downs[r].ranks
-		downs[r].mu.Unlock()
-		if !reflect.DeepEqual(got, []ftrma.Rank{2}) {
+		if got := st.exits; !reflect.DeepEqual(got, []ftrma.Rank{2}) {
 			t.Errorf("rank %d was told of exits %v, want [2]", r, got)
 		}
 	}

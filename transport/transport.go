@@ -3,8 +3,8 @@
 // per-peer completion, small control messages, and fencing.
 //
 // The concrete transports live in sub-packages (tcp, memnet, and later shm and
-// verbs). Only the launcher, commands and tests name one; comm/ and window/ see
-// this interface alone.
+// verbs). Only a rank's start-up (package startup), the launcher, commands and
+// tests name one; comm/ and window/ see this interface alone.
 //
 // A caller's duties, in order:
 //

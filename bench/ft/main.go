@@ -186,7 +186,7 @@ func (o options) detectorSettings() (period, timeout time.Duration, defaults boo
 // timeoutFor is the detector timeout the ranks of an n-process job use: an
 // explicit -hb-timeout, or ftrun's default — 60 ms (three periods when only
 // -hb-period is set), times the ranks per CPU when n exceeds this host's CPUs
-// (launcher.DetectorSettings).
+// (startup.DetectorSettings).
 func (o options) timeoutFor(n int) time.Duration {
 	if o.hbTimeout != 0 {
 		return o.hbTimeout

@@ -338,7 +338,7 @@ func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets 
 }
 
 // system names the measured system after the transport ftrun gave the job.
-func system() string { // FTRMA_TRANSPORT: set by ftrun (launcher.EnvTransport)
+func system() string { // FTRMA_TRANSPORT: set by ftrun (internal/jobwire.EnvTransport)
 	if os.Getenv("FTRMA_TRANSPORT") == "shm" {
 		return "ftrma-shm"
 	}

@@ -12,7 +12,7 @@
 // the transport busy-polls its sockets for a short while (Config.Spin): a rank
 // waiting in Wait or Flush reads its connection itself, and a target keeps
 // reading for Spin after each request it served. Ranks that outnumber the host's
-// cores should not spin (the launcher sets Spin negative then).
+// cores should not spin (package startup sets Spin negative then).
 //
 // Batching: posting goroutines write frames straight to the socket, and frames
 // posted while another goroutine is writing are gathered and written together

@@ -1,9 +1,7 @@
-package launcher
+package startup
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/multi"
@@ -65,7 +64,7 @@ func (s *Session) Suspect(r ftrma.Rank) error {
 	defer s.wmu.Unlock()
 	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	defer s.conn.SetWriteDeadline(time.Time{})
-	return writeFrame(s.conn, msgSuspect, rankPayload(r))
+	return jobwire.WriteFrame(s.conn, jobwire.MsgSuspect, jobwire.RankPayload(r))
 }
 
 // Leave tells the launcher that this rank is leaving the job on purpose (it
@@ -76,7 +75,7 @@ func (s *Session) Leave() error {
 	defer s.wmu.Unlock()
 	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	defer s.conn.SetWriteDeadline(time.Time{})
-	return writeFrame(s.conn, msgLeaving, nil)
+	return jobwire.WriteFrame(s.conn, jobwire.MsgLeaving, nil)
 }
 
 // watch reads the supervision channel until it closes and hands every exit
@@ -84,14 +83,14 @@ func (s *Session) Leave() error {
 func (s *Session) watch(recv transport.Receiver) {
 	defer s.watching.Done()
 	for {
-		typ, p, err := readFrame(s.conn, maxSmall)
+		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
 		if err != nil {
 			return
 		}
-		if typ != msgExit {
+		if typ != jobwire.MsgExit {
 			continue
 		}
-		r, err := parseRank(p, s.size)
+		r, err := jobwire.ParseRank(p, s.size)
 		if err != nil || r == s.rank {
 			continue
 		}
@@ -101,10 +100,10 @@ func (s *Session) watch(recv transport.Receiver) {
 }
 
 // Join makes this process a rank of the ftrun job that started it: it reads
-// the job's environment (and removes FTRMA_SECRET from it), builds the TCP
-// transport and installs recv as its receiver, exchanges addresses with every
-// other rank through the launcher's rendezvous (proving the job secret both
-// ways), and connects the transport to every peer.
+// the job's environment (and removes FTRMA_SECRET from it), builds the
+// transport ftrun chose and installs recv as its receiver, exchanges
+// addresses with every other rank through the launcher's rendezvous (proving
+// the job secret both ways), and connects the transport to every peer.
 //
 // recv must not be nil: it is installed before any peer can send, as the
 // transport requires, because peers may send as soon as their own Join returns.
@@ -132,11 +131,11 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var conn net.Conn
 	var err error
 	switch env.transport {
-	case TransportSHM:
+	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, recv, logf)
-	case TransportVerbs:
+	case jobwire.TransportVerbs:
 		t, conn, err = joinVerbs(ctx, env, recv, logf)
-	case TransportHybrid:
+	case jobwire.TransportHybrid:
 		t, conn, err = joinHybrid(ctx, env, recv, logf)
 	default:
 		t, conn, err = joinTCP(ctx, env, recv, logf)
@@ -233,13 +232,13 @@ func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf fu
 }
 
 // transportSpin is the busy-poll setting of this rank's transport: ftrun's
-// --spin when given, none where ranks share a CPU (cpuShare: a spinning rank
-// steals a peer's CPU), else the transport's default.
+// --spin when given, none where ranks share a CPU (jobwire.CPUShare: a
+// spinning rank steals a peer's CPU), else the transport's default.
 func (env jobEnv) transportSpin() time.Duration {
 	if env.spin != 0 {
 		return env.spin
 	}
-	if _, perCPU := cpuShare(env.localSize); perCPU > 1 {
+	if _, perCPU := jobwire.CPUShare(env.localSize); perCPU > 1 {
 		return -1
 	}
 	return 0
@@ -270,11 +269,11 @@ func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv
 func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, t interface{ PeerDown(ftrma.Rank, error) }) error {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := writeFrame(conn, msgConnected, nil); err != nil {
+	if err := jobwire.WriteFrame(conn, jobwire.MsgConnected, nil); err != nil {
 		return err
 	}
 	for {
-		typ, p, err := readFrame(conn, maxSmall)
+		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame)
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
@@ -282,14 +281,14 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, t interface{ Pee
 			return err
 		}
 		switch typ {
-		case msgStart:
+		case jobwire.MsgStart:
 			return nil
-		case msgExit:
-			if r, err := parseRank(p, env.size); err == nil && r != env.rank {
+		case jobwire.MsgExit:
+			if r, err := jobwire.ParseRank(p, env.size); err == nil && r != env.rank {
 				t.PeerDown(r, fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed))
 			}
-		case msgError:
-			return fmt.Errorf("launcher says: %s", printable(p))
+		case jobwire.MsgError:
+			return fmt.Errorf("launcher says: %s", jobwire.Printable(p))
 		}
 	}
 }
@@ -310,7 +309,7 @@ func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []strin
 		deadline = time.Now().Add(time.Minute)
 	}
 	var addrs []string
-	tc, err := seclink.Client(conn, rendezvousKey(env.secret), deadline)
+	tc, err := seclink.Client(conn, jobwire.RendezvousKey(env.secret), deadline)
 	if err == nil {
 		conn = tc
 		// Client clears the deadline: a cancellation meanwhile is seen here.
@@ -331,62 +330,26 @@ func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []strin
 	return conn, addrs, nil
 }
 
-// exchange is the rank's side of the rendezvous conversation (see wire.go).
+// exchange is the rank's side of the rendezvous conversation (see
+// internal/jobwire): the handshake, then publish and addrs.
 func exchange(conn net.Conn, env jobEnv, addr string) ([]string, error) {
-	if len(addr) < 1 || len(addr) > maxAddr {
-		return nil, fmt.Errorf("transport address of %d bytes, want 1..%d: %w", len(addr), maxAddr, ftrma.ErrInvalid)
+	if len(addr) < 1 || len(addr) > jobwire.MaxAddr {
+		return nil, fmt.Errorf("transport address of %d bytes, want 1..%d: %w", len(addr), jobwire.MaxAddr, ftrma.ErrInvalid)
 	}
-	typ, p, err := readFrame(conn, maxSmall)
-	if err != nil {
-		return nil, fmt.Errorf("read hello: %w", err)
-	}
-	if err := expect(typ, p, msgHello, "hello"); err != nil {
+	if err := jobwire.ClientHandshake(conn, env.secret, jobwire.RendezvousHandshake, uint32(env.rank)); err != nil {
 		return nil, err
 	}
-	h, err := parseHello(p)
-	if err != nil {
-		return nil, err
-	}
-	if h.version != rvVersion {
-		writeFrame(conn, msgError, errorText(fmt.Sprintf("rank speaks rendezvous version %d only", rvVersion)))
-		return nil, fmt.Errorf("launcher speaks rendezvous version %d, this rank %d", h.version, rvVersion)
-	}
-
-	nonce := make([]byte, nonceSize)
-	rand.Read(nonce)
-	a := auth{
-		version: rvVersion,
-		rank:    uint32(env.rank),
-		nonce:   nonce,
-		proof:   proof(env.secret, labelRank, rvVersion, uint32(env.rank), h.nonce, nonce),
-	}
-	if err := writeFrame(conn, msgAuth, a.append(nil)); err != nil {
-		return nil, fmt.Errorf("send auth: %w", err)
-	}
-	typ, p, err = readFrame(conn, maxSmall)
-	if err != nil {
-		return nil, fmt.Errorf("read proof: %w", err)
-	}
-	if err := expect(typ, p, msgProof, "proof"); err != nil {
-		return nil, err
-	}
-	want := proof(env.secret, labelLauncher, rvVersion, uint32(env.rank), h.nonce, nonce)
-	if !hmac.Equal(want, p) {
-		writeFrame(conn, msgError, []byte("authentication failed"))
-		return nil, errors.New("the launcher failed to prove it knows the job secret")
-	}
-
-	if err := writeFrame(conn, msgPublish, []byte(addr)); err != nil {
+	if err := jobwire.WriteFrame(conn, jobwire.MsgPublish, []byte(addr)); err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
-	typ, p, err = readFrame(conn, maxAddrs)
+	typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxAddrsFrame)
 	if err != nil {
 		return nil, fmt.Errorf("read addresses: %w", err)
 	}
-	if err := expect(typ, p, msgAddrs, "addresses"); err != nil {
+	if err := jobwire.ExpectFrom(typ, p, jobwire.MsgAddrs, "addresses", "launcher"); err != nil {
 		return nil, err
 	}
-	addrs, err := parseAddrs(p)
+	addrs, err := jobwire.ParseAddrs(p)
 	if err != nil {
 		return nil, err
 	}
@@ -397,17 +360,4 @@ func exchange(conn net.Conn, env jobEnv, addr string) ([]string, error) {
 		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], addr)
 	}
 	return addrs, nil
-}
-
-// expect checks that a received frame has type want, turning an error frame
-// into the launcher's error.
-func expect(typ byte, p []byte, want byte, name string) error {
-	switch typ {
-	case want:
-		return nil
-	case msgError:
-		return fmt.Errorf("launcher says: %s", printable(p))
-	default:
-		return fmt.Errorf("unexpected message type %d, want %s", typ, name)
-	}
 }

@@ -1,0 +1,24 @@
+// Package jobwire is the contract between ftrun's side of a job (package
+// launcher: ftrun and its agents) and the rank side (package startup, inside
+// every rank): what each side must agree on, and nothing more.
+//
+// It holds:
+//
+//   - the environment ftrun gives every rank (EnvRank, EnvSize, ...), the
+//     transport names it may ask for (TransportTCP, ...) and the shortest job
+//     secret (MinSecret);
+//   - the rule by which the ranks of a job share a host's CPUs (CPUShare):
+//     ftrun sets GOMAXPROCS by it, a rank its detector timeout and
+//     busy-polling;
+//   - the rendezvous wire format (wire.go): TLS keyed by RendezvousKey,
+//     frames (AppendFrame, WriteFrame, ReadFrame), the message types, whose
+//     append-only numbering the agent protocol shares, and the encoding of
+//     the hello, auth and address-list messages;
+//   - the mutual HMAC challenge/response that opens a rendezvous connection
+//     (ServerHandshake on ftrun's side, ClientHandshake on the rank's), which
+//     other protocols may reuse with a HandshakeKind of their own.
+//
+// The rendezvous server is in launcher, the rendezvous client in startup.
+// Parsers never panic on bytes from the network: a malformed message is an
+// error wrapping ErrMalformed.
+package jobwire

@@ -1,0 +1,305 @@
+package jobwire
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
+)
+
+// The rendezvous wire format, version 1.
+//
+// A rank dials the launcher's rendezvous (FTRMA_RENDEZVOUS) and both run TLS
+// keyed by RendezvousKey of the job secret (internal/seclink). Inside it,
+// every message is one frame:
+//
+//	length   uint32, big endian: the number of bytes that follow (1 + payload)
+//	type     uint8 (values below; append-only)
+//	payload  length-1 bytes
+//
+// A conversation, L the launcher and R a rank:
+//
+//	L→R  hello    "FTRV", version uint16, launcher nonce [32]
+//	R→L  auth     version uint16, rank uint32, rank nonce [32], rank proof [32]
+//	L→R  proof    launcher proof [32]
+//	R→L  publish  the rank's transport address, 1..MaxAddr bytes
+//	L→R  addrs    count uint32, then count × (length uint16, address); sent once
+//	              every rank of the job has published
+//	any  error    UTF-8 text, at most MaxErrorText bytes; its sender closes the
+//	              connection after it
+//
+// and afterwards, on the supervision channel:
+//
+//	L→R  exit     rank uint32: that rank's process is gone (sent at once when
+//	              the launcher reaps it)
+//	R→L  suspect  rank uint32: this rank's failure detector declared that rank
+//	              failed; the launcher kills it if it still runs (a false
+//	              suspicion must not leave a live process behind)
+//	R→L  connected  empty: this rank's transport is connected to every peer
+//	              (sent by transports whose peers must not send before that,
+//	              verbs: a queue pair drops what arrives before it is ready)
+//	L→R  start    empty: every rank sent connected or is gone; sent once
+//	R→L  leaving  empty: this rank finishes on purpose; if it then exits with
+//	              status 0, its exit is no failure and the others are not told
+//
+// with, for both proofs, HMAC-SHA256 keyed by the job secret over
+//
+//	label || version uint16 || rank uint32 || launcher nonce || rank nonce
+//
+// where label is "ftrma rendezvous rank\x00" for the rank's proof and
+// "ftrma rendezvous launcher\x00" for the launcher's, so that neither proof can
+// be replayed as the other. Fresh nonces on both sides keep a recorded proof
+// from being replayed on a later connection. After addrs the connection stays
+// open for the rank's lifetime (the supervision channel).
+//
+// All integers are big endian. A malformed frame ends the conversation with an
+// error; it never panics.
+const (
+	RendezvousMagic   = "FTRV"
+	RendezvousVersion = 1
+
+	NonceSize = 32
+	ProofSize = sha256.Size
+
+	MaxAddr       = 16 << 10 // longest transport address, bytes (verbs: a queue pair number per rank)
+	MaxErrorText  = 1024     // longest error text, bytes
+	MaxSmallFrame = 4 << 10  // largest frame other than addrs
+	MaxAddrsFrame = 64 << 20 // largest addrs frame
+)
+
+// Message types. Append-only: never renumber. The agent protocol of
+// launcher/agentwire.go (ftrun and its agents) frames its messages the same
+// way and takes its types from the same numbering.
+const (
+	MsgHello   byte = 1
+	MsgAuth    byte = 2
+	MsgProof   byte = 3
+	MsgPublish byte = 4
+	MsgAddrs   byte = 5
+	MsgError   byte = 6
+	MsgExit    byte = 7 // L→R: rank uint32 — that rank's process is gone
+	MsgSuspect byte = 8 // R→L: rank uint32 — this rank declared that rank failed
+	MsgLeaving byte = 9 // R→L: empty — this rank is leaving the job on purpose
+	// 10..14 are the agent protocol's (launcher/agentwire.go).
+	MsgConnected byte = 15 // R→L: empty — this rank's transport is connected to every peer
+	MsgStart     byte = 16 // L→R: empty — every rank is connected (or gone)
+	// 17..20 are the agent protocol's (launcher/agentwire.go,
+	// launcher/membership.go). The next free type is 21.
+)
+
+// The HMAC labels of the rendezvous proofs.
+const (
+	LabelRank     = "ftrma rendezvous rank\x00"
+	LabelLauncher = "ftrma rendezvous launcher\x00"
+)
+
+// ErrMalformed is wrapped by every error about bytes that break the format.
+var ErrMalformed = errors.New("malformed rendezvous message")
+
+// RendezvousKey is the TLS key of rendezvous connections, from the job
+// secret the ranks hold.
+func RendezvousKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma rendezvous") }
+
+// RankPayload encodes a rank for the exit and suspect messages.
+func RankPayload(r ftrma.Rank) []byte { return binary.BigEndian.AppendUint32(nil, uint32(r)) }
+
+// ParseRank decodes a rank payload of a job of size ranks.
+func ParseRank(p []byte, size int) (ftrma.Rank, error) {
+	if len(p) != 4 {
+		return 0, fmt.Errorf("%w: rank payload of %d bytes", ErrMalformed, len(p))
+	}
+	r := binary.BigEndian.Uint32(p)
+	if uint64(r) >= uint64(size) {
+		return 0, fmt.Errorf("%w: rank %d of %d", ErrMalformed, r, size)
+	}
+	return ftrma.Rank(r), nil
+}
+
+// AppendFrame appends a frame of type typ carrying payload to b.
+func AppendFrame(b []byte, typ byte, payload []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(1+len(payload)))
+	b = append(b, typ)
+	return append(b, payload...)
+}
+
+// WriteFrame writes one frame.
+func WriteFrame(w io.Writer, typ byte, payload []byte) error {
+	_, err := w.Write(AppendFrame(make([]byte, 0, 5+len(payload)), typ, payload))
+	return err
+}
+
+// ReadFrame reads one frame of at most max bytes after the length.
+func ReadFrame(r io.Reader, max int) (typ byte, payload []byte, err error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n < 1 || uint64(n) > uint64(max) {
+		return 0, nil, fmt.Errorf("%w: frame length %d not in [1, %d]", ErrMalformed, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return b[0], b[1:], nil
+}
+
+// Proof computes a rank's or the launcher's proof (label says which).
+func Proof(secret []byte, label string, version uint16, rank uint32, launcherNonce, rankNonce []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	var b [6]byte
+	binary.BigEndian.PutUint16(b[:2], version)
+	binary.BigEndian.PutUint32(b[2:], rank)
+	m.Write(b[:])
+	m.Write(launcherNonce)
+	m.Write(rankNonce)
+	return m.Sum(nil)
+}
+
+// Hello is the launcher's first message.
+type Hello struct {
+	Version uint16
+	Nonce   []byte
+}
+
+// Append encodes h as a rendezvous hello.
+func (h Hello) Append(b []byte) []byte { return h.AppendAs(b, RendezvousHandshake) }
+
+// AppendAs encodes h as the hello of protocol k.
+func (h Hello) AppendAs(b []byte, k HandshakeKind) []byte {
+	b = append(b, k.Magic...)
+	b = binary.BigEndian.AppendUint16(b, h.Version)
+	return append(b, h.Nonce...)
+}
+
+// ParseHello accepts any version, so that the rank can say which one it does
+// not speak; the rest must be exactly a version-1 hello.
+func ParseHello(p []byte) (Hello, error) { return ParseHelloAs(p, RendezvousHandshake) }
+
+// ParseHelloAs parses the hello of protocol k (see ParseHello).
+func ParseHelloAs(p []byte, k HandshakeKind) (Hello, error) {
+	if len(p) < len(k.Magic)+2 || string(p[:len(k.Magic)]) != k.Magic {
+		return Hello{}, fmt.Errorf("%w: not a %s hello", ErrMalformed, k.Name)
+	}
+	h := Hello{Version: binary.BigEndian.Uint16(p[len(k.Magic):])}
+	if h.Version != k.Version {
+		return h, nil
+	}
+	rest := p[len(k.Magic)+2:]
+	if len(rest) != NonceSize {
+		return Hello{}, fmt.Errorf("%w: hello of %d bytes", ErrMalformed, len(p))
+	}
+	h.Nonce = rest
+	return h, nil
+}
+
+// Auth is the rank's answer to hello.
+type Auth struct {
+	Version uint16
+	Rank    uint32
+	Nonce   []byte
+	Proof   []byte
+}
+
+// Append encodes a.
+func (a Auth) Append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, a.Version)
+	b = binary.BigEndian.AppendUint32(b, a.Rank)
+	b = append(b, a.Nonce...)
+	return append(b, a.Proof...)
+}
+
+// ParseAuth parses an auth; a version other than RendezvousVersion is
+// returned with the other fields unset.
+func ParseAuth(p []byte) (Auth, error) { return ParseAuthAs(p, RendezvousVersion) }
+
+// ParseAuthAs parses an auth of a protocol at version (see ParseAuth).
+func ParseAuthAs(p []byte, version uint16) (Auth, error) {
+	if len(p) < 2 {
+		return Auth{}, fmt.Errorf("%w: auth of %d bytes", ErrMalformed, len(p))
+	}
+	a := Auth{Version: binary.BigEndian.Uint16(p)}
+	if a.Version != version {
+		return a, nil
+	}
+	if len(p) != 2+4+NonceSize+ProofSize {
+		return Auth{}, fmt.Errorf("%w: auth of %d bytes", ErrMalformed, len(p))
+	}
+	a.Rank = binary.BigEndian.Uint32(p[2:])
+	a.Nonce = p[6 : 6+NonceSize]
+	a.Proof = p[6+NonceSize:]
+	return a, nil
+}
+
+// AppendAddrs encodes the address list.
+func AppendAddrs(b []byte, addrs []string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(addrs)))
+	for _, a := range addrs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
+		b = append(b, a...)
+	}
+	return b
+}
+
+// ParseAddrs decodes an address list; every address must be 1..MaxAddr bytes.
+func ParseAddrs(p []byte) ([]string, error) {
+	if len(p) < 4 {
+		return nil, fmt.Errorf("%w: short address list", ErrMalformed)
+	}
+	n := binary.BigEndian.Uint32(p)
+	p = p[4:]
+	if uint64(n) > uint64(len(p))/3 { // each entry takes at least 3 bytes
+		return nil, fmt.Errorf("%w: address list claims %d entries in %d bytes", ErrMalformed, n, len(p))
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		if len(p) < 2 {
+			return nil, fmt.Errorf("%w: truncated address list", ErrMalformed)
+		}
+		l := int(binary.BigEndian.Uint16(p))
+		p = p[2:]
+		if l < 1 || l > MaxAddr || l > len(p) {
+			return nil, fmt.Errorf("%w: address %d of %d bytes", ErrMalformed, i, l)
+		}
+		addrs[i] = string(p[:l])
+		p = p[l:]
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes after address list", ErrMalformed, len(p))
+	}
+	return addrs, nil
+}
+
+// ErrorText bounds an error message for an error frame.
+func ErrorText(msg string) []byte {
+	if len(msg) > MaxErrorText {
+		msg = msg[:MaxErrorText]
+	}
+	return []byte(msg)
+}
+
+// Printable makes text from the network safe to log: control bytes become '?'
+// and the length is bounded.
+func Printable(p []byte) string {
+	if len(p) > MaxErrorText {
+		p = p[:MaxErrorText]
+	}
+	b := make([]byte, len(p))
+	for i, c := range p {
+		if c < 0x20 || c == 0x7f {
+			c = '?'
+		}
+		b[i] = c
+	}
+	return string(b)
+}

@@ -1,0 +1,96 @@
+package launcher
+
+import (
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
+)
+
+// The environment of ftrun and its agents (the ranks' own is in
+// internal/jobwire, read by package startup).
+const (
+	// EnvAgentSecret is the agent secret that ftrun (with --hosts naming
+	// running agents) and those agents share: what "ftrun agent --gen-secret"
+	// prints (or a file holding it, named by EnvAgentSecretFile). Ranks never
+	// see it.
+	EnvAgentSecret     = "FTRMA_AGENT_SECRET"
+	EnvAgentSecretFile = "FTRMA_AGENT_SECRET_FILE"
+
+	// EnvSSH is the command ftrun starts agents with outside Slurm (default
+	// "ssh"; --ssh overrides it), e.g. "ssh -F /path/ssh_config".
+	EnvSSH = "FTRMA_SSH"
+)
+
+var errAgentSecret = errors.New(EnvAgentSecret + " unset or empty: the launcher and every agent need the same agent secret")
+
+// secretSize is the size of the job's root secret ftrun generates, in bytes
+// (the ranks accept jobwire.MinSecret and more).
+const secretSize = 32
+
+// rankVars returns the FTRMA_ variables of rank r of a job of size ranks, of
+// which localSize run on r's host. hostAddr, if not empty, is the IP r's
+// transport listens on.
+func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
+	var env []string
+	localSize := len(local)
+	if o.Spin != 0 {
+		env = append(env, jobwire.EnvSpin+"="+o.Spin.String())
+	}
+	if o.HBPeriod != 0 {
+		env = append(env, jobwire.EnvHBPeriod+"="+o.HBPeriod.String())
+	}
+	if o.HBTimeout != 0 {
+		env = append(env, jobwire.EnvHBTimeout+"="+o.HBTimeout.String())
+	}
+	if tr, err := ResolveTransport(o.Transport); err == nil {
+		env = append(env, jobwire.EnvTransport+"="+tr)
+		if tr == TransportHybrid {
+			rs := make([]string, len(local))
+			for i, l := range local {
+				rs[i] = strconv.Itoa(int(l))
+			}
+			env = append(env, jobwire.EnvLocalRanks+"="+strings.Join(rs, ","))
+		}
+	}
+	if o.VerbsDevice != "" {
+		env = append(env, jobwire.EnvVerbsDevice+"="+o.VerbsDevice)
+	}
+	if o.VerbsGID != "" {
+		env = append(env, jobwire.EnvVerbsGID+"="+o.VerbsGID)
+	}
+	if hostAddr != "" {
+		env = append(env, jobwire.EnvHostAddr+"="+hostAddr)
+	}
+	return append(env,
+		jobwire.EnvRank+"="+strconv.Itoa(int(r)),
+		jobwire.EnvSize+"="+strconv.Itoa(size),
+		jobwire.EnvRendezvous+"="+rendezvous,
+		jobwire.EnvSecret+"="+hex.EncodeToString(secret),
+		jobwire.EnvJob+"="+job,
+		jobwire.EnvLocalSize+"="+strconv.Itoa(localSize),
+	)
+}
+
+// rankEnv returns the environment of a rank that is one of localSize ranks
+// of its job on this host: base without any FTRMA_ variable, then GOMAXPROCS=1
+// if this host is full (jobwire.CPUShare) and base does not set GOMAXPROCS,
+// then vars (the rank's FTRMA_ variables, see rankVars). ftrun uses it for the
+// ranks it starts, an agent for the ranks it starts on its host.
+func rankEnv(base []string, vars []string, localSize int) []string {
+	env := make([]string, 0, len(base)+len(vars)+1)
+	userProcs := false
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, "FTRMA_") {
+			env = append(env, kv)
+		}
+		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
+	}
+	if full, _ := jobwire.CPUShare(localSize); full && !userProcs {
+		env = append(env, "GOMAXPROCS=1") // the user's GOMAXPROCS wins
+	}
+	return append(env, vars...)
+}

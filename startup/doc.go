@@ -1,0 +1,43 @@
+// Package startup makes a process a rank of an ftrun job: it reads the
+// environment ftrun gave the rank, meets the other ranks through the
+// launcher's rendezvous, chooses and connects the rank's transport, and hands
+// back a Session. Package comm builds the world communicator on it
+// (comm.Init); programs rarely call startup themselves.
+//
+// It is the rank side only: ftrun's side (starting ranks, the rendezvous
+// server, agents, placement) is package launcher, which ranks do not link,
+// and the wire contract between the two is internal/jobwire.
+//
+// A rank's duties, in order:
+//
+//  1. Check InJob if the program may also run outside ftrun.
+//  2. Call Join with a context that bounds start-up and the receiver of the
+//     transport's control messages. Join reads the environment ftrun set
+//     (FTRMA_RANK, FTRMA_SIZE, FTRMA_RENDEZVOUS, FTRMA_SECRET, FTRMA_JOB,
+//     FTRMA_LOCAL_SIZE, FTRMA_TRANSPORT, FTRMA_HOST_ADDR, ...) and removes
+//     FTRMA_SECRET from the process environment; builds the transport ftrun
+//     chose (TCP, shared memory, shared memory to the ranks on this host and
+//     TCP to the others, or RDMA verbs) and installs the receiver; connects
+//     to the rendezvous, proves it knows the job secret and checks that the
+//     launcher knows it too; publishes the transport's address; waits for
+//     every rank's address; and connects the transport to every peer.
+//  3. Use Session.Transport for the job's communication.
+//  4. Close the transport, then the Session. The Session holds the rendezvous
+//     connection for the rank's lifetime: it is the rank's supervision channel.
+//
+// Example:
+//
+//	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+//	defer cancel()
+//	s, err := startup.Join(ctx, recv)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer s.Close()
+//	t := s.Transport()
+//	defer t.Close()
+//	err = t.Send((s.Rank()+1)%ftrma.Rank(s.Size()), []byte("hello"))
+//
+// DetectorSettings gives the failure detector's period and timeout for this
+// rank, from ftrun's flags and the host's CPUs.
+package startup

@@ -1,0 +1,164 @@
+package startup
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
+)
+
+// InJob reports whether this process was started by ftrun (FTRMA_RANK is set).
+func InJob() bool {
+	_, ok := os.LookupEnv(jobwire.EnvRank)
+	return ok
+}
+
+// jobEnv is what a rank learns from its environment.
+type jobEnv struct {
+	rank       ftrma.Rank
+	size       int
+	rendezvous string
+	secret     []byte
+	job        string
+	localSize  int
+	spin       time.Duration // 0 when FTRMA_SPIN is unset
+	transport  string        // jobwire.TransportTCP, TransportSHM, TransportHybrid or TransportVerbs
+	verbsDev   string        // FTRMA_VERBS_DEVICE
+	verbsGID   int           // FTRMA_VERBS_GID_INDEX, -1 when unset
+	hostAddr   string        // IP to listen on, "" for the transport's default
+	localRanks []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
+}
+
+// readEnv reads the job environment and removes FTRMA_SECRET from it, whether
+// or not the rest is valid, so the secret does not leak to the rank's own
+// children.
+func readEnv() (jobEnv, error) {
+	secret, hasSecret := os.LookupEnv(jobwire.EnvSecret)
+	os.Unsetenv(jobwire.EnvSecret)
+	var e jobEnv
+	rank, ok := os.LookupEnv(jobwire.EnvRank)
+	if !ok {
+		return e, fmt.Errorf("launcher: not started by ftrun (%s unset)", jobwire.EnvRank)
+	}
+	size, err := envInt(jobwire.EnvSize, 1)
+	if err != nil {
+		return e, err
+	}
+	e.size = size
+	r, err := strconv.Atoi(rank)
+	if err != nil || r < 0 || r >= size {
+		return e, fmt.Errorf("launcher: %s=%q: not a rank in [0, %d)", jobwire.EnvRank, rank, size)
+	}
+	e.rank = ftrma.Rank(r)
+	e.rendezvous = os.Getenv(jobwire.EnvRendezvous)
+	if e.rendezvous == "" {
+		return e, fmt.Errorf("launcher: %s unset", jobwire.EnvRendezvous)
+	}
+	if !hasSecret {
+		return e, fmt.Errorf("launcher: %s unset (it is removed from the environment when read: call Join once)", jobwire.EnvSecret)
+	}
+	e.secret, err = hex.DecodeString(strings.TrimSpace(secret))
+	if err != nil || len(e.secret) < jobwire.MinSecret {
+		return e, fmt.Errorf("launcher: %s: want at least %d hex-encoded bytes", jobwire.EnvSecret, jobwire.MinSecret)
+	}
+	e.job = os.Getenv(jobwire.EnvJob)
+	if v, ok := os.LookupEnv(jobwire.EnvSpin); ok {
+		if e.spin, err = time.ParseDuration(v); err != nil || e.spin == 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a non-zero duration", jobwire.EnvSpin, v)
+		}
+	}
+	switch e.transport = os.Getenv(jobwire.EnvTransport); e.transport {
+	case "":
+		e.transport = jobwire.TransportTCP
+	case jobwire.TransportTCP:
+	case jobwire.TransportSHM, jobwire.TransportHybrid:
+		if e.job == "" || strings.Trim(e.job, "0123456789abcdef") != "" {
+			return e, fmt.Errorf("launcher: %s=%q: shared memory needs a hex job id", jobwire.EnvJob, e.job)
+		}
+	case jobwire.TransportVerbs:
+	default:
+		return e, fmt.Errorf("launcher: %s=%q: want %s, %s, %s or %s", jobwire.EnvTransport, e.transport, jobwire.TransportTCP, jobwire.TransportSHM, jobwire.TransportHybrid, jobwire.TransportVerbs)
+	}
+	e.verbsDev, e.verbsGID = os.Getenv(jobwire.EnvVerbsDevice), -1
+	if v, ok := os.LookupEnv(jobwire.EnvVerbsGID); ok {
+		if e.verbsGID, err = strconv.Atoi(v); err != nil || e.verbsGID < 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a GID table index", jobwire.EnvVerbsGID, v)
+		}
+	}
+	if e.hostAddr = os.Getenv(jobwire.EnvHostAddr); e.hostAddr != "" && net.ParseIP(e.hostAddr) == nil {
+		return e, fmt.Errorf("launcher: %s=%q: not an IP address", jobwire.EnvHostAddr, e.hostAddr)
+	}
+	e.localSize = size
+	if _, ok := os.LookupEnv(jobwire.EnvLocalSize); ok {
+		if e.localSize, err = envInt(jobwire.EnvLocalSize, 1); err != nil {
+			return e, err
+		}
+	}
+	if e.transport == jobwire.TransportHybrid {
+		bad := fmt.Errorf("launcher: %s=%q: want the ranks on this host, this one among them", jobwire.EnvLocalRanks, os.Getenv(jobwire.EnvLocalRanks))
+		for _, f := range strings.Split(os.Getenv(jobwire.EnvLocalRanks), ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 || n >= size {
+				return e, bad
+			}
+			e.localRanks = append(e.localRanks, ftrma.Rank(n))
+		}
+		if !slices.Contains(e.localRanks, e.rank) {
+			return e, bad
+		}
+	}
+	return e, nil
+}
+
+// envInt parses the integer variable name, which must be set and >= min.
+func envInt(name string, min int) (int, error) {
+	s, ok := os.LookupEnv(name)
+	if !ok {
+		return 0, fmt.Errorf("launcher: %s unset", name)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min {
+		return 0, fmt.Errorf("launcher: %s=%q: want an integer >= %d", name, s, min)
+	}
+	return n, nil
+}
+
+// DetectorSettings returns the failure detector's heartbeat period and timeout
+// for this rank: what ftrun passed (--hb-period, --hb-timeout), or zeros (the
+// detector's defaults, 20 ms and 60 ms) where it passed none or something
+// unreadable — except that a period given without a timeout gets a timeout of
+// three periods (at least 60 ms), and that on a full host (jobwire.CPUShare:
+// at least as many ranks of the job as CPUs) the default timeout is
+// multiplied by the ranks per CPU, rounded up: where ranks outnumber CPUs a
+// busy rank waits for a CPU for tens of milliseconds at a time, and 60 ms of
+// silence is no sign of failure.
+func DetectorSettings() (period, timeout time.Duration) {
+	period, _ = time.ParseDuration(os.Getenv(jobwire.EnvHBPeriod))
+	timeout, _ = time.ParseDuration(os.Getenv(jobwire.EnvHBTimeout))
+	period, timeout = max(period, 0), max(timeout, 0)
+	if timeout != 0 {
+		return period, timeout
+	}
+	base := defaultHBTimeout // three periods: a lost heartbeat or two is no failure
+	if period > 0 {
+		timeout = max(base, 3*period)
+		base = timeout
+	}
+	if local, err := strconv.Atoi(os.Getenv(jobwire.EnvLocalSize)); err == nil {
+		if full, perCPU := jobwire.CPUShare(local); full {
+			timeout = time.Duration(perCPU) * base
+		}
+	}
+	return period, timeout
+}
+
+// defaultHBTimeout is the failure detector's default timeout (failure's
+// DefaultTimeout, which this package may not import).
+const defaultHBTimeout = 60 * time.Millisecond
