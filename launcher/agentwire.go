@@ -9,16 +9,26 @@ import (
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
-// The agent wire format, version 1: how ftrun drives the ftrun agent of a
+// The agent wire format, version 2: how ftrun drives the ftrun agent of a
 // remote host. Frames as in internal/jobwire (length, type, payload), message
 // types from the same append-only numbering.
 //
-// A conversation, L the launcher (client) and A the agent (server); one
-// connection is one job:
+// A link is a TCP connection under mutual TLS 1.3 (internal/seclink), one
+// job per link. A running agent ("ftrun agent --listen") is dialled by
+// ftrun, with the key derived from the agent secret (runningAgentKey); an
+// agent ftrun started ("ftrun agent --boot", boot.go) dials ftrun and first
+// sends, before TLS,
 //
-//	A→L  hello    "FTRA", version uint16, agent nonce [32]
-//	L→A  auth     version uint16, 0 uint32, launcher nonce [32], launcher proof [32]
-//	A→L  proof    agent proof [32]
+//	A→L  label    the name of its link key (a host name, or "srun")
+//
+// and, inside TLS,
+//
+//	A→L  hello    its host name
+//
+// Then, L the launcher and A the agent:
+//
+//	L→A  members  (optional) the host group's key and address and the
+//	              agent's member name (membership.go)
 //	L→A  launch   job string, program string, dir string, args strings,
 //	              size uint32, count uint32, count × (rank uint32, env strings)
 //	A→L  started  count uint32, count × (rank uint32, pid uint32): every rank
@@ -34,21 +44,16 @@ import (
 //	              normally): the agent reaped the rank
 //	L→A  signal   rank uint32, signal uint32: send it to the rank's process
 //	              group if the rank has not been reaped
+//	both ping     empty, every linkPing; linkTimeout without any frame means
+//	              the other side is lost
 //	any  error    as in internal/jobwire; sent instead of started when a rank
 //	              cannot be started
 //
 // where string is length uint32 then UTF-8 bytes, strings is count uint32
-// then count strings, and the proofs are those of internal/jobwire with the
-// labels "ftrma agent launcher\x00" (L) and "ftrma agent\x00" (A), keyed by the
-// agent secret (FTRMA_AGENT_SECRET). env holds only FTRMA_ variables: the
-// agent's own environment is the base. When the connection closes, the agent
+// then count strings. env holds only FTRMA_ variables: the agent's own
+// environment is the base. When the link closes or goes silent, the agent
 // kills every rank of the job with SIGKILL.
-const (
-	agentMagic   = "FTRA"
-	agentVersion = 1
-
-	maxLaunch = 4 << 20 // largest agent frame (the launch spec)
-)
+const maxLaunch = 4 << 20 // largest agent frame (the launch spec)
 
 // Agent message types (continuing internal/jobwire's numbering).
 const (
@@ -71,13 +76,6 @@ const (
 	outStart byte = 1 // the data starts a line
 	outLast  byte = 2 // the stream ended after the data
 )
-
-var agentHandshake = jobwire.HandshakeKind{
-	Name: "agent protocol", Magic: agentMagic, Version: agentVersion,
-	Client: "launcher", Server: "agent", SecretName: "agent secret",
-	ClientLabel: "ftrma agent launcher\x00", ServerLabel: "ftrma agent\x00",
-	MaxFrameSize: jobwire.MaxSmallFrame,
-}
 
 // launchSpec is what a launch message carries.
 type launchSpec struct {

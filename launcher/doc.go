@@ -11,21 +11,24 @@
 // failures (--kill), forwards SIGINT/SIGTERM, and turns the ranks' exits into
 // one exit status. It does not kill the job when a rank dies (ULFM's rule).
 //
-// A job can span hosts (Options.Hosts, ftrun --hosts): the ranks are split in
-// contiguous blocks over the hosts, and on every remote host an agent (Agent,
-// RunAgent; "ftrun agent --listen HOST[:PORT]", a long-running daemon, port
-// DefaultAgentPort by default) starts that host's block. The launcher and
-// the agent prove a shared agent secret (FTRMA_AGENT_SECRET) to each other
-// with the same HMAC challenge/response as the rendezvous; then the launcher
-// sends the program, its arguments and each rank's FTRMA_ variables (the
-// agent's own environment is the base), and the agent starts the ranks in
-// process groups of their own, forwards their output and exits, and carries
-// out the launcher's signals (--kill, suspicions, SIGINT/SIGTERM). If the
-// connection breaks, the agent kills that job's ranks and the launcher counts
-// them as failed. The rendezvous then listens on this host's IP toward the
-// first agent, every rank's transport listens on its host's IP
-// (FTRMA_HOST_ADDR), and shared memory reaches only the ranks on the same
-// host. The agent protocol is in agentwire.go.
+// A job can span hosts. On every other host an agent starts that host's
+// ranks: "ftrun agent --boot", which ftrun starts itself by ssh or srun
+// for the hosts of a hostfile, -H list or Slurm allocation (boot.go), or a
+// long-running "ftrun agent --listen HOST[:PORT]" named by Options.Hosts
+// (ftrun --hosts; port DefaultAgentPort by default). Every link runs mutual
+// TLS 1.3 keyed from a secret (per-host keys derived from the job's root
+// secret, or the running agents' secret); over it the launcher sends the
+// program, its arguments and each rank's FTRMA_ variables (the agent's own
+// environment is the base), and the agent starts the ranks in process
+// groups of their own, forwards their output and exits, and carries out the
+// launcher's signals (--kill, suspicions, SIGINT/SIGTERM). Both sides ping;
+// a link that breaks or goes silent for linkTimeout makes the agent kill
+// the job's ranks and the launcher count them as failed, and so does a host
+// that the job's memberlist group declares dead (membership.go). The
+// rendezvous then listens on this host's IP toward the first agent, every
+// rank's transport listens on its host's IP (FTRMA_HOST_ADDR), and shared
+// memory reaches only the ranks on the same host (shm+tcp). The agent
+// protocol is in agentwire.go.
 //
 // Placement decides where the ranks go: a hostfile or host list with slots
 // (Options.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm

@@ -105,7 +105,7 @@ func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, .
 			}
 		},
 		Logf: func(format string, args ...any) {
-			if s := fmt.Sprintf(format, args...); strings.Contains(s, "dead") || strings.Contains(s, "Suspect") {
+			if s := fmt.Sprintf(format, args...); strings.Contains(s, "failed") || strings.Contains(s, "Suspect") {
 				logf("members: %s", s)
 			}
 		},
