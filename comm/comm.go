@@ -67,6 +67,9 @@ func Init(ctx context.Context) (*Comm, error) {
 
 // InitConfig is Init with an explicit configuration.
 func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
+	// ftrun confirms every failure (a suspicion makes it kill the suspect,
+	// or wait out its lease), and all ranks learn of it from ftrun.
+	cfg.Detector.AwaitConfirmation = true
 	var rt *runtime
 	pending := &pendingReceiver{}
 	s, err := startup.Join(ctx, pending)
@@ -79,6 +82,7 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	rt.suspect = s
+	s.OnLeaseLost(rt.cfg.OnLostPrimary)
 	c := newWorld(rt)
 	c.session = s
 	pending.set(rt)

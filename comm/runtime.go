@@ -12,6 +12,7 @@ import (
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/revoke"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -37,7 +38,17 @@ type Config struct {
 	// ExitDeclaredFailed: a fenced process must not go on as if nothing
 	// happened.
 	OnDeclaredFailed func(by string)
+	// OnLostPrimary is called when this process's lease from ftrun ran
+	// out: it cannot reach ftrun and may be cut off from the job's primary
+	// world, whose survivors will take over from it once the lease is
+	// surely over. It must stop the process from acting at once. The
+	// default prints a message and exits with status ExitLostPrimary.
+	OnLostPrimary func()
 }
+
+// ExitLostPrimary is the exit status of a process that lost its lease from
+// ftrun (see Config.OnLostPrimary).
+const ExitLostPrimary = startup.ExitLostPrimary
 
 // ExitDeclaredFailed is the exit status of a process that learned the job
 // declared it failed.
@@ -99,6 +110,12 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		cfg.OnDeclaredFailed = func(by string) {
 			fmt.Fprintf(os.Stderr, "ftrma: rank %d was declared failed by the job (%s): it is fenced out and exits\n", t.Rank(), by)
 			os.Exit(ExitDeclaredFailed)
+		}
+	}
+	if cfg.OnLostPrimary == nil {
+		cfg.OnLostPrimary = func() {
+			fmt.Fprintf(os.Stderr, "ftrma: rank %d cannot reach ftrun: it may be cut off from the job's primary world, and exits\n", t.Rank())
+			os.Exit(ExitLostPrimary)
 		}
 	}
 	rt := &runtime{
@@ -347,7 +364,14 @@ func (rt *runtime) flushReady() {
 			}
 			for _, r := range rd.Suspected {
 				if rt.suspect != nil {
+					// Under ftrun a suspicion is only that: ftrun
+					// kills the suspect, or, when it cannot reach
+					// it, waits until its lease has run out, and
+					// then every rank hears of the failure from
+					// it. Nobody takes over from a rank that may
+					// still act (the primary world, DESIGN.md).
 					rt.suspect.Suspect(ftrma.Rank(r))
+					continue
 				}
 				rt.markFailed(ftrma.Rank(r), fmt.Sprintf("suspected by rank %d's failure detector", rt.self))
 			}

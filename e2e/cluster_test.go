@@ -325,3 +325,110 @@ func TestClusterHostLoss(t *testing.T) {
 		})
 	}
 }
+
+// One world, never two. h2's link is cut while its ranks run: h2's ranks
+// cannot renew their lease from ftrun and stop by themselves; the others
+// hear of their failure only after every one of them has stopped, go on,
+// and end with status 0. After the heal nothing of h2 comes back.
+func TestClusterPartition(t *testing.T) {
+	dir := needCluster(t)
+	bin := clusterBins(t)
+	hf := hostfile(t, 4)
+	stops := t.TempDir()
+	os.Chmod(stops, 0o777)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "watchfail", "8s", stops)
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	s := bufio.NewScanner(stdout)
+	for ready := 0; ready < 12 && s.Scan(); {
+		out.WriteString(s.Text() + "\n")
+		if strings.HasSuffix(s.Text(), "] ready") {
+			ready++
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	cut := time.Now()
+	if o, err := exec.Command(clusterScript(), "cut", dir, "h2").CombinedOutput(); err != nil {
+		t.Fatalf("cut: %v\n%s", err, o)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			exec.Command(clusterScript(), "heal", dir, "h2").Run()
+		}
+	}
+	defer heal()
+	for s.Scan() {
+		out.WriteString(s.Text() + "\n")
+	}
+	cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end:\n%s\n%s", out.String(), errs.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d, want 0:\n%s\n%s", code, out.String(), errs.String())
+	}
+	// When each of h2's ranks stopped.
+	stopped := map[int]time.Time{}
+	for r := 4; r < 8; r++ {
+		b, err := os.ReadFile(filepath.Join(stops, fmt.Sprintf("stopped-%d", r)))
+		if err != nil {
+			t.Errorf("rank %d on the cut host did not stop on losing its lease: %v", r, err)
+			continue
+		}
+		ns, _ := strconv.ParseInt(string(b), 10, 64)
+		stopped[r] = time.Unix(0, ns)
+	}
+	// When each survivor learned of them: never before they stopped.
+	re := regexp.MustCompile(`^\[(\d+)\] learned (\d+) (\d+)$`)
+	var took []time.Duration
+	for _, l := range strings.Split(out.String(), "\n") {
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		by, _ := strconv.Atoi(m[1])
+		f, _ := strconv.Atoi(m[2])
+		ns, _ := strconv.ParseInt(m[3], 10, 64)
+		at := time.Unix(0, ns)
+		if f < 4 || f >= 8 {
+			t.Errorf("rank %d was told of rank %d's failure, which is on a live host", by, f)
+			continue
+		}
+		if st, ok := stopped[f]; ok && !at.After(st) {
+			t.Errorf("rank %d learned of rank %d's failure %v before rank %d stopped: two worlds", by, f, st.Sub(at), f)
+		}
+		took = append(took, at.Sub(cut))
+	}
+	if len(took) != 8*4 {
+		t.Errorf("%d notices of h2's ranks reached the 8 survivors, want 32:\n%s", len(took), out.String())
+	}
+	var stopTook []time.Duration
+	for _, st := range stopped {
+		stopTook = append(stopTook, st.Sub(cut))
+	}
+	slices.Sort(took)
+	slices.Sort(stopTook)
+	if len(took) > 0 && len(stopTook) > 0 {
+		t.Logf("cut h2: its ranks stopped after %v..%v; the survivors took over after %v..%v (p50 %v)",
+			stopTook[0].Round(time.Millisecond), stopTook[len(stopTook)-1].Round(time.Millisecond),
+			took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond))
+	}
+	// After the heal, nothing of h2's job comes back.
+	heal()
+	time.Sleep(2 * time.Second)
+	if o, _ := exec.Command(clusterScript(), "on", dir, "h2", "sh", "-c", "pgrep -f '[t]estprog watchfail' || true").CombinedOutput(); strings.TrimSpace(string(o)) != "" {
+		t.Errorf("ranks of the cut host still run after the heal: %s", o)
+	}
+}

@@ -30,6 +30,16 @@ type Config struct {
 	// DefaultTimeout (60 ms). It must exceed Period; twice Period or more
 	// leaves room for delay jitter and late ticks.
 	Timeout time.Duration
+	// AwaitConfirmation makes a suspicion a report, not a verdict: the
+	// detector reports the silent observed rank once (Ready.Suspected) and
+	// goes on watching it, without closing the ring over it, until Failed
+	// confirms the failure (ftrun's: it kills the suspect, or waits out
+	// the suspect's lease) or a heartbeat from the rank refutes it. Every
+	// rank learns of a confirmed failure together, so the ring closes the
+	// same way everywhere; without it a rank that moved on alone would
+	// watch a predecessor that still sends its heartbeats elsewhere, and
+	// suspect one healthy rank after another.
+	AwaitConfirmation bool
 }
 
 // DefaultConfig returns the default timing with every field spelled out.

@@ -27,6 +27,9 @@ type Detector struct {
 	// it: the observed rank is suspected once now >= heardAt+Timeout.
 	observed int
 	heardAt  time.Time
+	// reported is the observed rank when it was suspected and reported
+	// and awaits confirmation (Config.AwaitConfirmation), else -1.
+	reported int
 
 	// observer is the nearest successor of self (self+1, self+2, ... mod n)
 	// not in failed, or -1 when there is none. beatDue is when the next
@@ -71,6 +74,7 @@ func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
 		failed:   overlay.NewSet(n),
 		observed: -1,
 		observer: -1,
+		reported: -1,
 	}
 	d.maybeReconnect(now)
 	return d, nil
@@ -104,6 +108,7 @@ func (d *Detector) Stalled(gap time.Duration) {
 func (d *Detector) Heartbeat(from int, now time.Time) {
 	if from == d.observed && from >= 0 && now.After(d.heardAt) {
 		d.heardAt = now
+		d.reported = -1 // alive after all: a later silence is reported anew
 	}
 }
 
@@ -145,7 +150,7 @@ func (d *Detector) Observer() int { return d.observer }
 func (d *Detector) Deadline() (time.Time, bool) {
 	var t time.Time
 	ok := false
-	if d.observed >= 0 {
+	if d.observed >= 0 && d.reported != d.observed {
 		t, ok = d.heardAt.Add(d.cfg.Timeout), true
 	}
 	if d.observer >= 0 && (!ok || d.beatDue.Before(t)) {
@@ -178,6 +183,13 @@ func (d *Detector) maybeSuspect(now time.Time) {
 		return
 	}
 	r := d.observed
+	if d.cfg.AwaitConfirmation {
+		if d.reported != r {
+			d.reported = r
+			d.suspected = append(d.suspected, r)
+		}
+		return
+	}
 	d.suspected = append(d.suspected, r)
 	d.failed.Add(r)
 	d.maybeReconnect(now)
@@ -213,6 +225,7 @@ func (d *Detector) maybeReconnect(now time.Time) {
 func (d *Detector) becomeObserverOf(p int, now time.Time) {
 	d.observed = p
 	d.heardAt = now
+	d.reported = -1
 }
 
 // becomeObservedBy makes rank s the observer and sends it a heartbeat at once,

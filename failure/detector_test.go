@@ -362,3 +362,55 @@ func TestStalledStretchesDeadline(t *testing.T) {
 		t.Fatalf("suspected %v, want [0] once the stretched timeout passed", got)
 	}
 }
+
+// With AwaitConfirmation a silent observed rank is reported once and
+// watched on; the ring closes over it only when Failed confirms it, and a
+// heartbeat in between clears the report (the next silence is reported
+// again). The detector never moves on alone to a predecessor that still
+// sends its heartbeats to the unconfirmed suspect.
+func TestAwaitConfirmation(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := Config{Period: 10 * time.Millisecond, Timeout: 30 * time.Millisecond, AwaitConfirmation: true}
+	d, err := New(cfg, 5, 8, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Advance()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	d.Tick(at(31))
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 {
+		t.Fatalf("silent rank 4: suspected %v, want [4]", rd.Suspected)
+	}
+	d.Advance()
+	for ms := 40; ms <= 200; ms += 5 {
+		d.Tick(at(ms))
+	}
+	if rd := d.Ready(); len(rd.Suspected) != 0 {
+		t.Errorf("reported again before confirmation: %v", rd.Suspected)
+	}
+	d.Advance()
+	if d.Observed() != 4 || d.IsFailed(4) {
+		t.Errorf("moved on alone: observes %d, failed(4) %v", d.Observed(), d.IsFailed(4))
+	}
+	if dl, ok := d.Deadline(); ok && !dl.After(at(200)) {
+		t.Errorf("deadline %v is in the past while awaiting confirmation: the caller would spin", dl.Sub(t0))
+	}
+	d.Heartbeat(4, at(210)) // alive after all
+	d.Tick(at(241))
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 {
+		t.Fatalf("silent again after a heartbeat: suspected %v, want [4]", rd.Suspected)
+	}
+	d.Advance()
+	d.Failed(4, at(250)) // confirmed
+	if d.Observed() != 3 {
+		t.Errorf("after confirmation observes %d, want 3", d.Observed())
+	}
+	d.Tick(at(279))
+	if rd := d.Ready(); len(rd.Suspected) != 0 {
+		t.Errorf("rank 3 suspected before its own timeout: %v", rd.Suspected)
+	}
+	d.Tick(at(281))
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 3 {
+		t.Errorf("silent rank 3 after the confirmation: suspected %v, want [3]", rd.Suspected)
+	}
+}

@@ -429,7 +429,7 @@ func (j *agentJob) supervise() {
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
-		tick := time.NewTicker(linkPing)
+		tick := time.NewTicker(j.spec.timeout() / 8)
 		defer tick.Stop()
 		for {
 			select {
@@ -444,7 +444,7 @@ func (j *agentJob) supervise() {
 	}()
 	defer close(stop)
 	for {
-		j.c.SetReadDeadline(time.Now().Add(linkTimeout))
+		j.c.SetReadDeadline(time.Now().Add(j.spec.timeout()))
 		typ, p, err := jobwire.ReadFrame(j.c, jobwire.MaxSmallFrame)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -499,7 +499,7 @@ func (j *agentJob) killAll() {
 func (j *agentJob) send(typ byte, payload []byte) error {
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
-	j.c.SetWriteDeadline(time.Now().Add(linkTimeout))
+	j.c.SetWriteDeadline(time.Now().Add(j.spec.timeout()))
 	return jobwire.WriteFrame(j.c, typ, payload)
 }
 

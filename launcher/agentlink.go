@@ -25,16 +25,47 @@ const agentTimeout = 10 * time.Second
 // counts the link lost after linkTimeout without a frame from the other; the
 // launcher then counts the host's ranks as failed, and the agent kills them.
 // A cut link, a vanished host or a hung peer is so known within linkTimeout.
+// These are the defaults; hostTiming scales them.
 const (
 	linkPing    = 250 * time.Millisecond
 	linkTimeout = 2 * time.Second
 )
+
+// hostTiming is the timing of a job's host layer: the agent links' pings,
+// the host group's probes (memberlist) and the ranks' leases. It scales with
+// the detector timeout the job asks for: --hb-timeout above the default
+// (60 ms) says the cluster is slow (emulated, or overloaded), and the host
+// layer stretches by the same factor, so that its verdicts stay slower than
+// the ranks' own.
+type hostTiming struct {
+	scale         float64       // 1 for the defaults
+	ping, timeout time.Duration // agent link
+	lease         time.Duration // the ranks' lease term (jobwire.LeaseTerm scaled)
+}
+
+func timingFor(o *Options) hostTiming {
+	scale := 1.0
+	if o.HBTimeout > defaultHBTimeout {
+		scale = float64(o.HBTimeout) / float64(defaultHBTimeout)
+	}
+	return scaledTiming(scale)
+}
+
+func scaledTiming(scale float64) hostTiming {
+	d := func(x time.Duration) time.Duration { return time.Duration(float64(x) * scale) }
+	return hostTiming{scale: scale, ping: d(linkPing), timeout: d(linkTimeout), lease: d(jobwire.LeaseTerm)}
+}
+
+// leaseWait is how long after revoking a rank's lease ftrun waits before it
+// counts the rank as failed (1.5 lease terms: see jobwire.LeaseTerm).
+func (h hostTiming) leaseWait() time.Duration { return h.lease * 3 / 2 }
 
 // agentLink is the launcher's connection to the agent that runs one block of
 // a job's ranks on a remote host.
 type agentLink struct {
 	addr  string // the agent's host:port, as in --hosts; or its host's name
 	label string // the name of the link key of an agent ftrun started (boot.go)
+	tm    hostTiming
 	conn  net.Conn
 	block hostBlock
 	wg    sync.WaitGroup // the reader and writer goroutines, once run
@@ -171,7 +202,7 @@ func (l *agentLink) fail(why string) {
 
 func (l *agentLink) writeLoop() {
 	defer l.wg.Done()
-	tick := time.NewTicker(linkPing)
+	tick := time.NewTicker(l.tm.ping)
 	defer tick.Stop()
 	ping := jobwire.AppendFrame(nil, msgPing, nil)
 	for {
@@ -192,7 +223,7 @@ func (l *agentLink) writeLoop() {
 			return
 		}
 		for _, f := range q {
-			l.conn.SetWriteDeadline(time.Now().Add(linkTimeout))
+			l.conn.SetWriteDeadline(time.Now().Add(l.tm.timeout))
 			if _, err := l.conn.Write(f); err != nil {
 				l.conn.Close() // the reader sees the broken connection too
 				return
@@ -215,7 +246,7 @@ func (l *agentLink) readLoop(j *Job) {
 	for {
 		var typ byte
 		var p []byte
-		l.conn.SetReadDeadline(time.Now().Add(linkTimeout))
+		l.conn.SetReadDeadline(time.Now().Add(l.tm.timeout))
 		if typ, p, err = jobwire.ReadFrame(l.conn, maxLaunch); err != nil {
 			break
 		}
@@ -259,7 +290,7 @@ func (l *agentLink) readLoop(j *Job) {
 	if why == "" {
 		why = fmt.Sprintf("the connection to agent %s broke (%v)", l.addr, err)
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			why = fmt.Sprintf("agent %s was silent for %v", l.addr, linkTimeout)
+			why = fmt.Sprintf("agent %s was silent for %v", l.addr, l.tm.timeout)
 		}
 	}
 	lost := 0

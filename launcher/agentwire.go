@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
@@ -30,7 +31,8 @@ import (
 //	L→A  members  (optional) the host group's key and address and the
 //	              agent's member name (membership.go)
 //	L→A  launch   job string, program string, dir string, args strings,
-//	              size uint32, count uint32, count × (rank uint32, env strings)
+//	              size uint32, count uint32, count × (rank uint32, env strings),
+//	              link timeout uint32 (ms; 0: the default)
 //	A→L  started  count uint32, count × (rank uint32, pid uint32): every rank
 //	              of the launch runs
 //
@@ -85,6 +87,17 @@ type launchSpec struct {
 	args  []string
 	size  int
 	ranks []launchRank
+	// linkTimeout is the silence after which the agent counts the link
+	// lost (hostTiming); 0 means the default, linkTimeout.
+	linkTimeout time.Duration
+}
+
+// timeout is the link timeout the launch asks for.
+func (l *launchSpec) timeout() time.Duration {
+	if l.linkTimeout <= 0 {
+		return linkTimeout
+	}
+	return l.linkTimeout
 }
 
 // launchRank is one rank of a launch.
@@ -113,7 +126,7 @@ func (l *launchSpec) append(b []byte) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(r.rank))
 		b = appendStrings(b, r.env)
 	}
-	return b
+	return binary.BigEndian.AppendUint32(b, uint32(l.linkTimeout/time.Millisecond))
 }
 
 func parseLaunch(p []byte) (*launchSpec, error) {
@@ -124,6 +137,7 @@ func parseLaunch(p []byte) (*launchSpec, error) {
 	for range n {
 		l.ranks = append(l.ranks, launchRank{rank: ftrma.Rank(d.uint32()), env: d.strings()})
 	}
+	l.linkTimeout = time.Duration(d.uint32()) * time.Millisecond
 	if err := d.end("launch"); err != nil {
 		return nil, err
 	}

@@ -20,7 +20,10 @@ import (
 
 // defaultHBPeriod is the failure detector's default heartbeat period, for
 // checking --hb-timeout against it.
-const defaultHBPeriod = 20 * time.Millisecond
+const (
+	defaultHBPeriod  = 20 * time.Millisecond
+	defaultHBTimeout = 60 * time.Millisecond
+)
 
 // Version is what ftrun --version prints.
 const Version = "ftrun 0.1.0"

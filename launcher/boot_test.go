@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
 )
 
 // fakeSSH writes a stand-in for ssh that runs the remote command on this
@@ -175,4 +177,29 @@ func TestInterruptWithSilentHost(t *testing.T) {
 		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitSignaled+int(syscall.SIGTERM), errs.String())
 	}
 	t.Logf("ftrun ended %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+}
+
+// A suspicion counts only from a rank in good standing: one from a rank
+// already declared failed, or gone (lost with its host), kills nobody.
+func TestSuspicionFromOutsideIgnored(t *testing.T) {
+	var out, errs bytes.Buffer
+	j := &Job{out: &sink{stdout: &out, stderr: &errs}, declared: make([]bool, 4), start: time.Now()}
+	for r := range 4 {
+		// running, but no process or link: signalLocked has nothing to kill.
+		j.ranks = append(j.ranks, &rankProc{rank: ftrma.Rank(r)})
+	}
+	j.ranks[0].running, j.ranks[1].running = true, true
+	j.declared[3] = true
+	j.suspect(0, 3) // from a declared rank
+	j.suspect(1, 2) // from a rank that is gone
+	if j.declared[0] || j.declared[1] {
+		t.Errorf("a suspicion from outside declared a rank failed: %v\n%s", j.declared, errs.String())
+	}
+	if strings.Count(errs.String(), "ignored rank") != 2 {
+		t.Errorf("the ignored suspicions are not reported:\n%s", errs.String())
+	}
+	j.suspect(2, 0) // from a rank in good standing
+	if !j.declared[2] {
+		t.Error("a suspicion from a live rank was ignored")
+	}
 }

@@ -123,7 +123,7 @@ func (j *Job) connectAgents(blocks []hostBlock, root []byte) error {
 		}
 		j.links = nil
 		if j.dial != nil {
-			j.dial.stop(linkTimeout)
+			j.dial.stop(j.tm.timeout)
 			j.dial = nil
 		}
 		return err
@@ -192,7 +192,7 @@ func (j *Job) connectAgents(blocks []hostBlock, root []byte) error {
 		default:
 			continue
 		}
-		l.block = b
+		l.block, l.tm = b, j.tm
 		j.links = append(j.links, l)
 		blocks[i].link = l
 	}

@@ -37,6 +37,7 @@ type Job struct {
 	dial         *dialBack      // the agents ftrun started, or nil
 	members      *members.Group // ftrun's member of the job's host group, or nil
 	blocks       []hostBlock    // where the ranks run
+	tm           hostTiming     // the host layer's timing
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
@@ -177,7 +178,7 @@ func Start(opts *Options) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why}
+	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts)}
 	j.opts.Transport = tr
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
@@ -265,7 +266,7 @@ func (j *Job) abandon() {
 		l.close()
 	}
 	if j.dial != nil {
-		j.dial.stop(linkTimeout)
+		j.dial.stop(j.tm.timeout)
 	}
 	j.stopMembers()
 }
@@ -292,7 +293,7 @@ func (j *Job) Placement() []string {
 
 // launchRemote has the agent of b start b's ranks, then follows them.
 func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
-	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N}
+	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N, linkTimeout: j.tm.timeout}
 	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
 		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, b.ranks, j.rv.addr(), secret, j.id, "", &j.opts)})
@@ -410,6 +411,11 @@ func (j *Job) waitRank(p *rankProc) {
 		m := <-p.exit
 		switch {
 		case m.lost != "":
+			// Nobody saw the process end: it may still run, cut off.
+			// It stops by itself once its lease runs out; only then do
+			// the others hear that it failed.
+			at := j.rv.revoke(p.rank)
+			time.Sleep(time.Until(at.Add(j.tm.leaseWait())))
 			st.lost = m.lost
 		case m.text != "":
 			st.err = errors.New(m.text)
@@ -472,10 +478,20 @@ func (j *Job) waitRank(p *rankProc) {
 // failed: r no longer counts as a survivor and, should it still run (a false
 // suspicion, or a stopped process), it is killed so that it cannot act on
 // the survivors' memory.
+//
+// Only a rank in good standing accuses: a suspicion from a rank that is
+// itself declared failed or gone (ended, killed, or lost with its host) is
+// dropped. Such a rank was cut off from the others, and its suspicions,
+// held up on a cut link, arrive after a heal; acting on them would kill the
+// side that went on.
 func (j *Job) suspect(r, by ftrma.Rank) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.finished || j.declared[r] {
+		return
+	}
+	if j.declared[by] || !j.ranks[by].running {
+		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is itself declared failed or gone", by, r, by)
 		return
 	}
 	j.declared[r] = true
@@ -510,7 +526,7 @@ func (j *Job) finish() {
 		l.close()
 	}
 	if j.dial != nil {
-		j.dial.stop(linkTimeout) // the agents end with their links
+		j.dial.stop(j.tm.timeout) // the agents end with their links
 	}
 	j.stopMembers()
 	if j.opts.Transport == TransportSHM || j.opts.Transport == TransportHybrid {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/startup"
 )
 
@@ -43,7 +44,7 @@ func TestRankEnv(t *testing.T) {
 	n := runtime.NumCPU()
 	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, "j", "", &Options{})
 	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, vars, n)
-	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
+	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_LEASE=1s", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("rankEnv = %q, want %q", env, want)
@@ -366,5 +367,24 @@ func TestSpinFlag(t *testing.T) {
 	}
 	if _, err := ParseArgs([]string{"--spin", "fast", "-n", "2", "prog"}); err == nil {
 		t.Error("--spin fast accepted")
+	}
+}
+
+// The host layer's timing stretches with the detector timeout a job asks
+// for, and the ranks are told their lease term.
+func TestHostTimingScales(t *testing.T) {
+	if tm := timingFor(&Options{}); tm.scale != 1 || tm.timeout != linkTimeout || tm.lease != jobwire.LeaseTerm {
+		t.Errorf("default timing %+v", tm)
+	}
+	tm := timingFor(&Options{HBTimeout: 600 * time.Millisecond})
+	if tm.scale != 10 || tm.timeout != 10*linkTimeout || tm.ping != 10*linkPing || tm.lease != 10*jobwire.LeaseTerm || tm.leaseWait() != 15*jobwire.LeaseTerm {
+		t.Errorf("timing for --hb-timeout 600ms: %+v", tm)
+	}
+	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
+	if !slices.Contains(vars, jobwire.EnvLease+"=10s") {
+		t.Errorf("rank variables %q do not pass the lease term", vars)
+	}
+	if mt := scaledMembers(10); mt.ProbeInterval != 10*members.DefaultTiming().ProbeInterval {
+		t.Errorf("memberlist timing not scaled: %+v", mt)
 	}
 }

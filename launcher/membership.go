@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
@@ -24,7 +25,7 @@ import (
 // On the link, before the launch, ftrun sends
 //
 //	L→A  members  key [32], ftrun's group address string, the member name
-//	              the agent takes string
+//	              the agent takes string, timing scale uint32 (per mille)
 //
 // and the agent joins the group from its link's local address.
 
@@ -57,7 +58,7 @@ func (j *Job) startMembers(root []byte) {
 		logf = func(format string, args ...any) { j.out.reportf("members: "+format, args...) }
 	}
 	g, err := members.Start(members.Config{
-		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logf: logf,
+		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logf: logf, Timing: scaledMembers(j.tm.scale),
 		OnDead: func(name string, _ []byte) {
 			if l := byName[name]; l != nil {
 				l.fail(fmt.Sprintf("memberlist declared host %s dead", l.addr))
@@ -71,10 +72,23 @@ func (j *Job) startMembers(root []byte) {
 	j.members = g
 	for _, l := range j.links {
 		msg := appendString(appendString(append([]byte(nil), key...), g.Addr()), memberName(l.addr))
+		msg = binary.BigEndian.AppendUint32(msg, uint32(j.tm.scale*1000))
 		l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
 		jobwire.WriteFrame(l.conn, msgMembers, msg) // a failed write fails the launch next
 		l.conn.SetWriteDeadline(time.Time{})
 	}
+}
+
+// scaledMembers is the group's default timing stretched by scale
+// (hostTiming).
+func scaledMembers(scale float64) members.Timing {
+	t := members.DefaultTiming()
+	d := func(x *time.Duration) { *x = time.Duration(float64(*x) * scale) }
+	d(&t.ProbeInterval)
+	d(&t.ProbeTimeout)
+	d(&t.GossipInterval)
+	d(&t.StreamTimeout)
+	return t
 }
 
 // stopMembers leaves the group.
@@ -93,12 +107,12 @@ func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, .
 		return nil, fmt.Errorf("%w: short members message", jobwire.ErrMalformed)
 	}
 	d := decoder{p: p[members.KeySize:]}
-	addr, name := d.string(), d.string()
+	addr, name, milli := d.string(), d.string(), d.uint32()
 	if err := d.end("members"); err != nil {
 		return nil, err
 	}
 	g, err := members.Start(members.Config{
-		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize],
+		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize], Timing: scaledMembers(max(1, float64(milli)/1000)),
 		OnDead: func(n string, _ []byte) {
 			if n == "ftrun" {
 				onFtrunDead()

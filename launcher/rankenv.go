@@ -35,7 +35,7 @@ const secretSize = 32
 // which localSize run on r's host. hostAddr, if not empty, is the IP r's
 // transport listens on.
 func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
-	var env []string
+	env := []string{jobwire.EnvLease + "=" + timingFor(o).lease.String()}
 	localSize := len(local)
 	if o.Spin != 0 {
 		env = append(env, jobwire.EnvSpin+"="+o.Spin.String())

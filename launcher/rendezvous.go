@@ -54,12 +54,14 @@ type rvServer struct {
 	list      []byte                // the addrs frame, built once complete
 	failure   string                // why the rendezvous cannot complete; "" unless failed
 	closed    bool
-	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
-	gone      []bool     // gone[r]: rank r's process exited
-	leaving   []bool     // leaving[r]: rank r said it leaves on purpose
-	connected []bool     // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
-	started   bool       // jobwire.MsgStart went out
-	wmu       sync.Mutex // serializes writes on supervision channels
+	super     []net.Conn  // super[r]: rank r's supervision channel once it has the list
+	gone      []bool      // gone[r]: rank r's process exited
+	revoked   []bool      // revoked[r]: rank r's lease is no longer renewed (revoke)
+	revokedAt []time.Time // when
+	leaving   []bool      // leaving[r]: rank r said it leaves on purpose
+	connected []bool      // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
+	started   bool        // jobwire.MsgStart went out
+	wmu       sync.Mutex  // serializes writes on supervision channels
 }
 
 // listenRendezvous starts a rendezvous server.
@@ -84,17 +86,19 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		return nil, fmt.Errorf("rendezvous: %w", err)
 	}
 	s := &rvServer{
-		cfg:     cfg,
-		ln:      ln,
-		quit:    make(chan struct{}),
-		gate:    seclink.NewGate(maxHandshakes),
-		ready:   make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
-		joined:  make([]bool, cfg.Size),
-		addrs:   make([]string, cfg.Size),
-		super:   make([]net.Conn, cfg.Size),
-		gone:    make([]bool, cfg.Size),
-		leaving: make([]bool, cfg.Size),
+		cfg:       cfg,
+		ln:        ln,
+		quit:      make(chan struct{}),
+		gate:      seclink.NewGate(maxHandshakes),
+		ready:     make(chan struct{}),
+		conns:     make(map[net.Conn]struct{}),
+		joined:    make([]bool, cfg.Size),
+		addrs:     make([]string, cfg.Size),
+		super:     make([]net.Conn, cfg.Size),
+		gone:      make([]bool, cfg.Size),
+		revoked:   make([]bool, cfg.Size),
+		revokedAt: make([]time.Time, cfg.Size),
+		leaving:   make([]bool, cfg.Size),
 
 		connected: make([]bool, cfg.Size),
 	}
@@ -136,6 +140,20 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	s.mu.Unlock()
 	s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 	s.maybeStart()
+}
+
+// revoke stops renewing rank r's lease (jobwire.LeaseTerm) and returns
+// when it did: from then on r cannot hold a lease past the returned time
+// plus LeaseTerm, by its own clock, and 1.5 terms after it r has
+// stopped acting or exited.
+func (s *rvServer) revoke(r ftrma.Rank) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.revoked[r] {
+		return s.revokedAt[r]
+	}
+	s.revoked[r], s.revokedAt[r] = true, time.Now()
+	return s.revokedAt[r]
 }
 
 // maybeStart sends start to every rank once every rank that has not exited
@@ -332,6 +350,18 @@ func (s *rvServer) serve(raw net.Conn) {
 			s.connected[rank] = true
 			s.mu.Unlock()
 			s.maybeStart()
+		case jobwire.MsgLeaseAsk:
+			seq, err := jobwire.ParseLease(p)
+			if err != nil {
+				s.cfg.Logf("rendezvous: rank %d: %v", rank, err)
+				return
+			}
+			s.mu.Lock()
+			grant := !s.revoked[rank] && !s.gone[rank]
+			s.mu.Unlock()
+			if grant {
+				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgLeaseGrant, jobwire.LeasePayload(seq)))
+			}
 		case jobwire.MsgSuspect:
 			r, err := jobwire.ParseRank(p, s.cfg.Size)
 			if err != nil {

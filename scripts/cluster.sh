@@ -308,7 +308,7 @@ hosts_of() {
 }
 
 check_host() { # DIR HOST
-	hosts_of "$1" | grep -qx -- "$2" || die "no host '$2' in $1 (hosts: $(hosts_of "$1" | tr '\n' ' '))"
+	hosts_of "$1" | grep -x -- "$2" >/dev/null || die "no host '$2' in $1 (hosts: $(hosts_of "$1" | tr '\n' ' '))"
 }
 
 absdir() { # DIR (must exist)

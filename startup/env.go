@@ -33,6 +33,7 @@ type jobEnv struct {
 	verbsDev   string        // FTRMA_VERBS_DEVICE
 	verbsGID   int           // FTRMA_VERBS_GID_INDEX, -1 when unset
 	hostAddr   string        // IP to listen on, "" for the transport's default
+	lease      time.Duration // the lease term (jobwire.EnvLease)
 	localRanks []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
 }
 
@@ -90,6 +91,12 @@ func readEnv() (jobEnv, error) {
 	if v, ok := os.LookupEnv(jobwire.EnvVerbsGID); ok {
 		if e.verbsGID, err = strconv.Atoi(v); err != nil || e.verbsGID < 0 {
 			return e, fmt.Errorf("launcher: %s=%q: want a GID table index", jobwire.EnvVerbsGID, v)
+		}
+	}
+	e.lease = jobwire.LeaseTerm
+	if v, ok := os.LookupEnv(jobwire.EnvLease); ok {
+		if e.lease, err = time.ParseDuration(v); err != nil || e.lease <= 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a positive duration", jobwire.EnvLease, v)
 		}
 	}
 	if e.hostAddr = os.Getenv(jobwire.EnvHostAddr); e.hostAddr != "" && net.ParseIP(e.hostAddr) == nil {

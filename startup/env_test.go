@@ -49,7 +49,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1, lease: jobwire.LeaseTerm}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("readEnv() = %+v, want %+v", e, want)
 	}

@@ -32,7 +32,96 @@ type Session struct {
 	wmu       sync.Mutex // serializes writes on conn
 	closeOnce sync.Once
 	closeErr  error
-	watching  sync.WaitGroup // the goroutine reading conn
+	watching  sync.WaitGroup // the goroutines reading conn and keeping the lease
+	stop      chan struct{}  // closed by Close
+	term      time.Duration  // the lease term
+
+	lmu     sync.Mutex           // guards the fields below
+	asked   map[uint64]time.Time // lease asks in flight, by seq: when sent
+	seq     uint64
+	expiry  time.Time // the lease runs until then
+	leaving bool      // Leave was called: the lease no longer matters
+	lost    bool      // the lease ran out (reported once)
+	onLost  func()
+}
+
+// ExitLostPrimary is the exit status of a rank that lost its lease from
+// ftrun (see OnLeaseLost).
+const ExitLostPrimary = jobwire.ExitLostPrimary
+
+// OnLeaseLost sets what happens when this rank's lease from ftrun runs out
+// (jobwire.LeaseTerm after the ask of the last grant it got: ftrun cannot
+// be reached, so this rank may no longer be in the job's primary world).
+// f must stop the rank from acting at once; comm's default exits the
+// process with jobwire.ExitLostPrimary. Without f the loss is only logged.
+func (s *Session) OnLeaseLost(f func()) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	s.onLost = f
+}
+
+// keepLease asks ftrun for a lease every fifth of its term and checks its
+// expiry, until Close.
+func (s *Session) keepLease() {
+	defer s.watching.Done()
+	ask := time.NewTicker(s.term / 5)
+	defer ask.Stop()
+	check := time.NewTicker(s.term / 20)
+	defer check.Stop()
+	s.askLease()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-ask.C:
+			s.askLease()
+		case <-check.C:
+		}
+		s.lmu.Lock()
+		expired := !s.leaving && !s.lost && time.Now().After(s.expiry)
+		f := s.onLost
+		if expired {
+			s.lost = true
+		}
+		s.lmu.Unlock()
+		if expired {
+			log.Printf("ftrma rank %d: no lease from ftrun for %v: this rank may be cut off from the job's primary world, and stops", s.rank, s.term)
+			if f != nil {
+				f()
+			}
+		}
+	}
+}
+
+// askLease sends one lease ask.
+func (s *Session) askLease() {
+	s.lmu.Lock()
+	s.seq++
+	seq := s.seq
+	s.asked[seq] = time.Now()
+	for q := range s.asked {
+		if q+64 < seq {
+			delete(s.asked, q) // never granted: a late grant of it does not count
+		}
+	}
+	s.lmu.Unlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.conn.SetWriteDeadline(time.Now().Add(s.term / 5))
+	defer s.conn.SetWriteDeadline(time.Time{})
+	jobwire.WriteFrame(s.conn, jobwire.MsgLeaseAsk, jobwire.LeasePayload(seq))
+}
+
+// granted extends the lease by the grant of ask seq.
+func (s *Session) granted(seq uint64) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if at, ok := s.asked[seq]; ok {
+		delete(s.asked, seq)
+		if e := at.Add(s.term); e.After(s.expiry) {
+			s.expiry = e
+		}
+	}
 }
 
 // Rank is this process's rank, 0 <= Rank < Size.
@@ -51,7 +140,10 @@ func (s *Session) Transport() transport.Transport { return s.t }
 // Close closes the connection to the launcher. It does not close the transport.
 // It may be called more than once and from any goroutine.
 func (s *Session) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.conn.Close() })
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.closeErr = s.conn.Close()
+	})
 	s.watching.Wait()
 	return s.closeErr
 }
@@ -71,6 +163,9 @@ func (s *Session) Suspect(r ftrma.Rank) error {
 // finalized): if the process then exits with status 0, the other ranks are not
 // told of a failure. Call it before closing the transport.
 func (s *Session) Leave() error {
+	s.lmu.Lock()
+	s.leaving = true
+	s.lmu.Unlock()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -86,6 +181,12 @@ func (s *Session) watch(recv transport.Receiver) {
 		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
 		if err != nil {
 			return
+		}
+		if typ == jobwire.MsgLeaseGrant {
+			if seq, err := jobwire.ParseLease(p); err == nil {
+				s.granted(seq)
+			}
+			continue
 		}
 		if typ != jobwire.MsgExit {
 			continue
@@ -143,9 +244,12 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	if err != nil {
 		return nil, err
 	}
-	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn}
-	sess.watching.Add(1)
+	// The rendezvous just completed with ftrun: the lease starts now.
+	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn,
+		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
+	sess.watching.Add(2)
 	go sess.watch(recv)
+	go sess.keepLease()
 	return sess, nil
 }
 

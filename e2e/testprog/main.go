@@ -17,9 +17,11 @@
 //	                       meanwhile), then verifies counters on the result
 //	testprog idle D        every rank does light RMA traffic for duration D and
 //	                       prints how many ranks it saw fail ("failed N")
-//	testprog watchfail D   as idle, and every rank prints "learned R UNIXNANO"
-//	                       when it learns of rank R's failure (polled every
-//	                       10 ms); "ready" once its window exists
+//	testprog watchfail D [DIR]  as idle, and every rank prints "learned R
+//	                       UNIXNANO" when it learns of rank R's failure
+//	                       (polled every 10 ms); "ready" once its window
+//	                       exists; with DIR, a rank that loses its lease from
+//	                       ftrun writes the time to DIR/stopped-RANK and exits
 //	testprog putlat N      rank 0 times N puts of 8 bytes + flush to every
 //	                       other rank and prints "putlat R MEDIAN_NS" per rank
 //	testprog kvlin DIR DURATION COPIES KEYS   store clients recording a history
@@ -49,6 +51,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -65,7 +68,19 @@ func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: testprog intruder | fail-rank R")
 	}
-	c, err := comm.Init(ctx)
+	cfg := comm.Config{}
+	cfg.Detector.Period, cfg.Detector.Timeout = startup.DetectorSettings()
+	if args[0] == "watchfail" && len(args) > 2 {
+		// A rank that loses its lease leaves the time in DIR (which the
+		// test reads even when this host is cut off), then exits as
+		// comm's default does.
+		dir := args[2]
+		cfg.OnLostPrimary = func() {
+			os.WriteFile(filepath.Join(dir, "stopped-"+os.Getenv("FTRMA_RANK")), []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+			os.Exit(comm.ExitLostPrimary)
+		}
+	}
+	c, err := comm.InitConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ const (
 	EnvVerbsGID    = "FTRMA_VERBS_GID_INDEX" // GID table index (ftrun --verbs-gid-index), optional
 	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset
 	EnvLocalRanks  = "FTRMA_LOCAL_RANKS"     // with transport shm+tcp: the ranks on this host, comma-separated
+	EnvLease       = "FTRMA_LEASE"           // the term of the rank's lease from ftrun (a duration; LeaseTerm when unset)
 )
 
 // MinSecret is the shortest job secret, in bytes, that a rank accepts and the

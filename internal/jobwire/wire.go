@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/seclink"
@@ -89,8 +90,40 @@ const (
 	MsgConnected byte = 15 // R→L: empty — this rank's transport is connected to every peer
 	MsgStart     byte = 16 // L→R: empty — every rank is connected (or gone)
 	// 17..20 are the agent protocol's (launcher/agentwire.go,
-	// launcher/membership.go). The next free type is 21.
+	// launcher/membership.go).
+	MsgLeaseAsk   byte = 21 // R→L: seq uint64 — renew this rank's lease (see LeaseTerm)
+	MsgLeaseGrant byte = 22 // L→R: seq uint64 — the lease asked for with seq is renewed
+	// The next free type is 23.
 )
+
+// The primary world. A rank belongs to the job's primary world while it
+// holds a lease from ftrun: it asks for one every fifth of the lease term
+// over its supervision channel, and a grant of the ask it sent at time t
+// (its own clock) makes its lease run until t + term. A rank whose lease ran
+// out, because it cannot reach ftrun (a partition, a cut link, ftrun gone),
+// stops acting at once and exits with ExitLostPrimary. ftrun stops granting
+// a rank's lease when it cannot confirm the rank's death otherwise (its
+// host is lost, its link silent) and counts the rank as failed only 1.5
+// terms after that: by then the rank has stopped, so the survivors never
+// take over from a rank that still acts. The half term to spare covers
+// clock rate differences and a late scheduling of the rank's check. The
+// term is LeaseTerm, or what ftrun passes in EnvLease (it stretches it for
+// slow clusters).
+const (
+	LeaseTerm       = time.Second
+	ExitLostPrimary = 76
+)
+
+// LeasePayload encodes the sequence number of a lease ask or grant.
+func LeasePayload(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// ParseLease decodes LeasePayload.
+func ParseLease(p []byte) (uint64, error) {
+	if len(p) != 8 {
+		return 0, fmt.Errorf("%w: lease message of %d bytes", ErrMalformed, len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
 
 // The HMAC labels of the rendezvous proofs.
 const (
