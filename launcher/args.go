@@ -290,6 +290,11 @@ the survivors are told at once and carry on (ULFM's rule). ftrun reports which
 ranks failed and when. With --no-ft the first failure aborts the whole job,
 like classic MPI.
 
+One world: ranks hold a lease from ftrun (1 s, times the --hb-timeout
+stretch) and a rank that cannot renew it (its host cut off) exits with
+status 76; ftrun tells the others of such a rank's failure only 1.5 lease
+terms after it stopped renewing it, when it has surely stopped.
+
 Exit status:
   0                       every surviving rank exited with status 0 (ranks may
                           have failed)
