@@ -60,9 +60,16 @@ type Comm struct {
 // timeout may be set by ftrun through FTRMA_HB_PERIOD and FTRMA_HB_TIMEOUT).
 // It fails with a clear error when the process was not started by ftrun.
 func Init(ctx context.Context) (*Comm, error) {
+	return InitConfig(ctx, JobConfig())
+}
+
+// JobConfig is the Config Init uses: the defaults, with the detector's
+// period and timeout as ftrun set them for this rank. Programs that change
+// a field start from it.
+func JobConfig() Config {
 	cfg := Config{}
 	cfg.Detector.Period, cfg.Detector.Timeout = startup.DetectorSettings()
-	return InitConfig(ctx, cfg)
+	return cfg
 }
 
 // InitConfig is Init with an explicit configuration.

@@ -34,7 +34,9 @@ type Config struct {
 	// detector reports the silent observed rank once (Ready.Suspected) and
 	// goes on watching it, without closing the ring over it, until Failed
 	// confirms the failure (ftrun's: it kills the suspect, or waits out
-	// the suspect's lease) or a heartbeat from the rank refutes it. Every
+	// the suspect's lease) or a heartbeat from the rank refutes it; while
+	// the rank stays silent it is reported again every 4 Timeouts (the
+	// confirmer may have found it slow, not failed, and wait for more). Every
 	// rank learns of a confirmed failure together, so the ring closes the
 	// same way everywhere; without it a rank that moved on alone would
 	// watch a predecessor that still sends its heartbeats elsewhere, and

@@ -28,8 +28,11 @@ type Detector struct {
 	observed int
 	heardAt  time.Time
 	// reported is the observed rank when it was suspected and reported
-	// and awaits confirmation (Config.AwaitConfirmation), else -1.
-	reported int
+	// and awaits confirmation (Config.AwaitConfirmation), else -1;
+	// reportedAt is when it was last reported: while it stays silent it is
+	// reported again every reportAgain.
+	reported   int
+	reportedAt time.Time
 
 	// observer is the nearest successor of self (self+1, self+2, ... mod n)
 	// not in failed, or -1 when there is none. beatDue is when the next
@@ -150,8 +153,11 @@ func (d *Detector) Observer() int { return d.observer }
 func (d *Detector) Deadline() (time.Time, bool) {
 	var t time.Time
 	ok := false
-	if d.observed >= 0 && d.reported != d.observed {
+	if d.observed >= 0 {
 		t, ok = d.heardAt.Add(d.cfg.Timeout), true
+		if d.reported == d.observed {
+			t = d.reportedAt.Add(d.reportAgain())
+		}
 	}
 	if d.observer >= 0 && (!ok || d.beatDue.Before(t)) {
 		t, ok = d.beatDue, true
@@ -184,8 +190,8 @@ func (d *Detector) maybeSuspect(now time.Time) {
 	}
 	r := d.observed
 	if d.cfg.AwaitConfirmation {
-		if d.reported != r {
-			d.reported = r
+		if d.reported != r || !now.Before(d.reportedAt.Add(d.reportAgain())) {
+			d.reported, d.reportedAt = r, now
 			d.suspected = append(d.suspected, r)
 		}
 		return
@@ -194,6 +200,11 @@ func (d *Detector) maybeSuspect(now time.Time) {
 	d.failed.Add(r)
 	d.maybeReconnect(now)
 }
+
+// reportAgain is how often a suspect awaiting confirmation is reported
+// again while it stays silent (its confirmer may have found it alive: a
+// slow process, whose heartbeats should come back).
+func (d *Detector) reportAgain() time.Duration { return 4 * d.cfg.Timeout }
 
 // maybeBeat queues the periodic heartbeat to the observer if it is due.
 func (d *Detector) maybeBeat(now time.Time) {

@@ -382,18 +382,27 @@ func TestAwaitConfirmation(t *testing.T) {
 		t.Fatalf("silent rank 4: suspected %v, want [4]", rd.Suspected)
 	}
 	d.Advance()
-	for ms := 40; ms <= 200; ms += 5 {
+	for ms := 40; ms <= 150; ms += 5 {
 		d.Tick(at(ms))
 	}
 	if rd := d.Ready(); len(rd.Suspected) != 0 {
-		t.Errorf("reported again before confirmation: %v", rd.Suspected)
+		t.Errorf("reported again within 4 timeouts: %v", rd.Suspected)
+	}
+	d.Advance()
+	d.Tick(at(151))
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 {
+		t.Errorf("still silent 4 timeouts after the report: suspected %v, want [4] again", rd.Suspected)
+	}
+	d.Advance()
+	for ms := 155; ms <= 200; ms += 5 {
+		d.Tick(at(ms))
 	}
 	d.Advance()
 	if d.Observed() != 4 || d.IsFailed(4) {
 		t.Errorf("moved on alone: observes %d, failed(4) %v", d.Observed(), d.IsFailed(4))
 	}
-	if dl, ok := d.Deadline(); ok && !dl.After(at(200)) {
-		t.Errorf("deadline %v is in the past while awaiting confirmation: the caller would spin", dl.Sub(t0))
+	if dl, ok := d.Deadline(); !ok || !dl.After(at(200)) {
+		t.Errorf("deadline %v while awaiting confirmation: in the past, the caller would spin", dl.Sub(t0))
 	}
 	d.Heartbeat(4, at(210)) // alive after all
 	d.Tick(at(241))

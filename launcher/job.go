@@ -51,6 +51,7 @@ type Job struct {
 	quiet      bool // start-up failed: the ranks' exits are not reported
 	aborted    bool // --no-ft: a rank failed and every rank was killed
 	declared   []bool
+	suspicions map[ftrma.Rank]*suspicion
 	result     *Result
 	start      time.Time
 }
@@ -208,6 +209,7 @@ func Start(opts *Options) (*Job, error) {
 	}
 
 	j.declared = make([]bool, opts.N)
+	j.suspicions = make(map[ftrma.Rank]*suspicion)
 	j.ranks = make([]*rankProc, opts.N)
 	for r := range j.ranks {
 		j.ranks[r] = &rankProc{rank: ftrma.Rank(r)}
@@ -494,12 +496,58 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is itself declared failed or gone", by, r, by)
 		return
 	}
+	if j.rv == nil { // no supervision channels to ask (tests)
+		j.declareLocked(r, by)
+		return
+	}
+	// A slow rank is not a failed one: ask the suspect first. A process
+	// that answers on its supervision channel is running; it is left
+	// alone, and its observer, which reports it again while it stays
+	// silent, sees its heartbeats come back. One that does not answer
+	// within half a lease term, or stays suspected for three terms, is
+	// killed.
+	now := time.Now()
+	ep := j.suspicions[r]
+	if ep == nil || now.Sub(ep.last) > j.tm.lease {
+		ep = &suspicion{first: now}
+		j.suspicions[r] = ep
+	}
+	ep.last = now
+	if ep.probing {
+		return
+	}
+	ep.probing = true
+	go func() {
+		alive := now.Sub(ep.first) < 3*j.tm.lease && j.rv.probe(r, j.tm.lease/2)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		ep.probing = false
+		if j.finished || j.declared[r] {
+			return
+		}
+		if alive {
+			j.out.reportf("rank %d, suspected by rank %d's detector at %.3fs, answered ftrun: slow, not failed; not killed", r, by, time.Since(j.start).Seconds())
+			return
+		}
+		j.declareLocked(r, by)
+	}()
+}
+
+// suspicion is an episode of suspicions of one rank (Job.suspect).
+type suspicion struct {
+	first, last time.Time
+	probing     bool
+}
+
+// declareLocked declares rank r failed on rank by's suspicion and kills it
+// should it still run; the others hear of it when it is reaped, or, if its
+// host cannot be reached, once its lease has surely run out. j.mu is held.
+func (j *Job) declareLocked(r, by ftrma.Rank) {
 	j.declared[r] = true
 	p := j.ranks[r]
 	if p.running {
 		j.out.reportf("rank %d was declared failed by rank %d's detector at %.3fs: killing it", r, by, time.Since(j.start).Seconds())
 		j.signalLocked(p, syscall.SIGKILL) // kills a stopped process too, without letting it run
-
 	}
 }
 

@@ -54,14 +54,15 @@ type rvServer struct {
 	list      []byte                // the addrs frame, built once complete
 	failure   string                // why the rendezvous cannot complete; "" unless failed
 	closed    bool
-	super     []net.Conn  // super[r]: rank r's supervision channel once it has the list
-	gone      []bool      // gone[r]: rank r's process exited
-	revoked   []bool      // revoked[r]: rank r's lease is no longer renewed (revoke)
-	revokedAt []time.Time // when
-	leaving   []bool      // leaving[r]: rank r said it leaves on purpose
-	connected []bool      // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
-	started   bool        // jobwire.MsgStart went out
-	wmu       sync.Mutex  // serializes writes on supervision channels
+	super     []net.Conn      // super[r]: rank r's supervision channel once it has the list
+	gone      []bool          // gone[r]: rank r's process exited
+	revoked   []bool          // revoked[r]: rank r's lease is no longer renewed (revoke)
+	revokedAt []time.Time     // when
+	probes    []chan struct{} // probes[r]: closed when rank r answers the probe under way
+	leaving   []bool          // leaving[r]: rank r said it leaves on purpose
+	connected []bool          // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
+	started   bool            // jobwire.MsgStart went out
+	wmu       sync.Mutex      // serializes writes on supervision channels
 }
 
 // listenRendezvous starts a rendezvous server.
@@ -98,6 +99,7 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		gone:      make([]bool, cfg.Size),
 		revoked:   make([]bool, cfg.Size),
 		revokedAt: make([]time.Time, cfg.Size),
+		probes:    make([]chan struct{}, cfg.Size),
 		leaving:   make([]bool, cfg.Size),
 
 		connected: make([]bool, cfg.Size),
@@ -140,6 +142,33 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	s.mu.Unlock()
 	s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 	s.maybeStart()
+}
+
+// probe asks rank r whether it runs and reports whether it answered
+// within d (on its supervision channel: a process that answers is slow,
+// not failed).
+func (s *rvServer) probe(r ftrma.Rank, d time.Duration) bool {
+	s.mu.Lock()
+	c := s.super[r]
+	if c == nil || s.gone[r] {
+		s.mu.Unlock()
+		return false
+	}
+	ch := s.probes[r]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.probes[r] = ch
+	}
+	s.mu.Unlock()
+	s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgProbe, nil))
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	case <-s.quit:
+		return false
+	}
 }
 
 // revoke stops renewing rank r's lease (jobwire.LeaseTerm) and returns
@@ -350,6 +379,13 @@ func (s *rvServer) serve(raw net.Conn) {
 			s.connected[rank] = true
 			s.mu.Unlock()
 			s.maybeStart()
+		case jobwire.MsgProbeReply:
+			s.mu.Lock()
+			if ch := s.probes[rank]; ch != nil {
+				close(ch)
+				s.probes[rank] = nil
+			}
+			s.mu.Unlock()
 		case jobwire.MsgLeaseAsk:
 			seq, err := jobwire.ParseLease(p)
 			if err != nil {

@@ -182,6 +182,16 @@ func (s *Session) watch(recv transport.Receiver) {
 		if err != nil {
 			return
 		}
+		if typ == jobwire.MsgProbe {
+			// Suspected by another rank's detector: this process runs,
+			// so it is slow, not failed.
+			s.wmu.Lock()
+			s.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			jobwire.WriteFrame(s.conn, jobwire.MsgProbeReply, nil)
+			s.conn.SetWriteDeadline(time.Time{})
+			s.wmu.Unlock()
+			continue
+		}
 		if typ == jobwire.MsgLeaseGrant {
 			if seq, err := jobwire.ParseLease(p); err == nil {
 				s.granted(seq)

@@ -51,7 +51,6 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
-	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -68,8 +67,7 @@ func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: testprog intruder | fail-rank R")
 	}
-	cfg := comm.Config{}
-	cfg.Detector.Period, cfg.Detector.Timeout = startup.DetectorSettings()
+	cfg := comm.JobConfig()
 	if args[0] == "watchfail" && len(args) > 2 {
 		// A rank that loses its lease leaves the time in DIR (which the
 		// test reads even when this host is cut off), then exits as

@@ -93,7 +93,9 @@ const (
 	// launcher/membership.go).
 	MsgLeaseAsk   byte = 21 // R→L: seq uint64 — renew this rank's lease (see LeaseTerm)
 	MsgLeaseGrant byte = 22 // L→R: seq uint64 — the lease asked for with seq is renewed
-	// The next free type is 23.
+	MsgProbe      byte = 23 // L→R: empty — another rank suspects this one: answer if alive
+	MsgProbeReply byte = 24 // R→L: empty — the answer to MsgProbe
+	// The next free type is 25.
 )
 
 // The primary world. A rank belongs to the job's primary world while it
