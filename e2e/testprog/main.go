@@ -19,7 +19,7 @@
 //	                       prints how many ranks it saw fail ("failed N")
 //	testprog watchfail D [DIR]  as idle, and every rank prints "learned R
 //	                       UNIXNANO" when it learns of rank R's failure
-//	                       (polled every 10 ms); "ready" once its window
+//	                       (polled every 10 ms); "ready PID" once its window
 //	                       exists; with DIR, a rank that loses its lease from
 //	                       ftrun writes the time to DIR/stopped-RANK and exits
 //	testprog putlat N      rank 0 times N puts of 8 bytes + flush to every
@@ -392,7 +392,7 @@ func watchfail(ctx context.Context, c *comm.Comm, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("ready")
+	fmt.Printf("ready %d\n", os.Getpid())
 	seen := map[ftrma.Rank]bool{}
 	end := time.Now().Add(d)
 	var old int64
