@@ -77,8 +77,36 @@ func (s *Session) keepLease() {
 			s.askLease()
 		case <-check.C:
 		}
+		if !s.expired() {
+			continue
+		}
+		// The lease ran out. This process may merely not have run for a
+		// while (a stall), with grants waiting unread: ask once more and
+		// keep the lease if ftrun still grants it, which it does unless it
+		// gave this rank up. The wait is a quarter term, so that a rank
+		// ftrun gave up stops within 1.25 terms of its last grant, before
+		// ftrun tells the others (1.5 terms).
+		s.askLease()
+		rescue := time.NewTimer(s.term / 4)
+		renewed := false
+	wait:
+		for {
+			select {
+			case <-s.stop:
+				rescue.Stop()
+				return
+			case <-rescue.C:
+				break wait
+			case <-check.C:
+				if !s.expired() {
+					renewed = true
+					rescue.Stop()
+					break wait
+				}
+			}
+		}
 		s.lmu.Lock()
-		expired := !s.leaving && !s.lost && time.Now().After(s.expiry)
+		expired := !renewed && !s.leaving && !s.lost && time.Now().After(s.expiry)
 		f := s.onLost
 		if expired {
 			s.lost = true
@@ -91,6 +119,13 @@ func (s *Session) keepLease() {
 			}
 		}
 	}
+}
+
+// expired reports whether the lease has run out and matters.
+func (s *Session) expired() bool {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return !s.leaving && !s.lost && time.Now().After(s.expiry)
 }
 
 // askLease sends one lease ask.

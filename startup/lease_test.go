@@ -67,3 +67,23 @@ func TestLease(t *testing.T) {
 		t.Errorf("a rank that left lost its lease %d times", n)
 	}
 }
+
+// A rank whose lease ran out while it did not run (a stall) keeps it when
+// ftrun still grants: it asks once more before it stops.
+func TestLeaseSurvivesStall(t *testing.T) {
+	const term = 100 * time.Millisecond
+	var grant atomic.Bool
+	grant.Store(true)
+	s, lost := leaseSession(t, term, &grant)
+	time.Sleep(2 * term)
+	// As after a stall: the lease's end lies in the past, the asks that
+	// would renew it were never answered.
+	s.lmu.Lock()
+	s.expiry = time.Now().Add(-term)
+	s.asked = map[uint64]time.Time{}
+	s.lmu.Unlock()
+	time.Sleep(3 * term)
+	if n := lost.Load(); n != 0 {
+		t.Errorf("a rank whose lease ftrun still grants stopped after a stall (%d)", n)
+	}
+}
