@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -112,16 +113,17 @@ func TestAgentStartFailureNamesHost(t *testing.T) {
 	t.Logf("failed after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
 }
 
-// A host that goes silent (its agent stopped, as a host whose link is cut
-// or that hangs) has its ranks counted as failed within the link timeout;
-// the job ends with the survivors' status instead of waiting forever.
-func TestSilentHostCountsAsFailed(t *testing.T) {
+// silenceHost runs a job of helper mode over fakehost1 and fakehost2 (two
+// ranks each, agents by the stand-in ssh), waits for n lines containing
+// ready, then stops fakehost2's agent: to ftrun the host falls silent, as
+// one whose link is cut or that hangs. The agent is killed at the end of
+// the test (its ranks die with it).
+func silenceHost(t *testing.T, ctx context.Context, mode, ready string, n int, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
 	ssh, dir := fakeSSH(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
-	defer cancel()
-	cmd := helperCmd(t, ctx, "sleep", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output"}, "2")
-	var errs bytes.Buffer
-	cmd.Stderr = &errs
+	cmd := helperCmd(t, ctx, mode, []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output"}, args...)
+	errs := new(bytes.Buffer)
+	cmd.Stderr = errs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -129,12 +131,22 @@ func TestSilentHostCountsAsFailed(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitLines(t, lineReader(out), "rank 2 sleeping", 1)
+	waitLines(t, lineReader(out), ready, n)
 	pid := agentPID(t, dir, "fakehost2")
 	syscall.Kill(pid, syscall.SIGSTOP)
-	defer syscall.Kill(pid, syscall.SIGKILL) // its ranks die with it (Pdeathsig)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	return cmd, errs
+}
+
+// A host that goes silent has its ranks counted as failed within the link
+// timeout; the job ends with the survivors' status instead of waiting
+// forever.
+func TestSilentHostCountsAsFailed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd, errs := silenceHost(t, ctx, "sleep", "rank 2 sleeping", 1, "2")
 	stopped := time.Now()
-	err = cmd.Wait()
+	err := cmd.Wait()
 	took := time.Since(stopped)
 	if ctx.Err() != nil {
 		t.Fatalf("ftrun did not end after the host went silent; stderr:\n%s", errs.String())
@@ -150,23 +162,9 @@ func TestSilentHostCountsAsFailed(t *testing.T) {
 
 // SIGTERM ends ftrun within a bound even when a host cannot be reached.
 func TestInterruptWithSilentHost(t *testing.T) {
-	ssh, dir := fakeSSH(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
 	defer cancel()
-	cmd := helperCmd(t, ctx, "hang", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output"})
-	var errs bytes.Buffer
-	cmd.Stderr = &errs
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitLines(t, lineReader(out), "ready", 4)
-	pid := agentPID(t, dir, "fakehost2")
-	syscall.Kill(pid, syscall.SIGSTOP)
-	defer syscall.Kill(pid, syscall.SIGKILL)
+	cmd, errs := silenceHost(t, ctx, "hang", "ready", 4)
 	cmd.Process.Signal(syscall.SIGTERM)
 	sent := time.Now()
 	cmd.Wait()
