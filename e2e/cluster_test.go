@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -219,36 +218,8 @@ func TestClusterHostLoss(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "watchfail", "8s")
-			var errs bytes.Buffer
-			cmd.Stderr = &errs
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			lines := make(chan string, 256)
-			go func() {
-				defer close(lines)
-				s := bufio.NewScanner(stdout)
-				for s.Scan() {
-					lines <- s.Text()
-				}
-			}()
-			ready := 0
-			for ready < 12 {
-				l, ok := <-lines
-				if !ok {
-					cmd.Wait()
-					t.Fatalf("ftrun ended before every rank was ready:\n%s\n%s", out.String(), errs.String())
-				}
-				out.WriteString(l + "\n")
-				if strings.Contains(l, "] ready") {
-					ready++
-				}
-			}
+			job := startLive(t, cmd)
+			job.waitReady(t, 12)
 			time.Sleep(500 * time.Millisecond)
 			lost := time.Now()
 			if o, err := exec.Command(clusterScript(), how, dir, "h2").CombinedOutput(); err != nil {
@@ -256,20 +227,17 @@ func TestClusterHostLoss(t *testing.T) {
 			}
 			undo := map[string]string{"cut": "heal", "killhost": "revive"}[how]
 			defer exec.Command(clusterScript(), undo, dir, "h2").Run()
-			for l := range lines {
-				out.WriteString(l + "\n")
-			}
-			cmd.Wait()
+			outText, errText := job.finish()
 			if ctx.Err() != nil {
-				t.Fatalf("ftrun did not end:\n%s\n%s", out.String(), errs.String())
+				t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
 			}
 			if code := cmd.ProcessState.ExitCode(); code != 0 {
-				t.Errorf("exit %d, want 0 (every survivor exited 0):\n%s\n%s", code, out.String(), errs.String())
+				t.Errorf("exit %d, want 0 (every survivor exited 0):\n%s\n%s", code, outText, errText)
 			}
 			// Each survivor's time to know all of h2's ranks (4..7).
 			learned := map[int]map[int]time.Time{}
 			re := regexp.MustCompile(`^\[(\d+)\] learned (\d+) (\d+)$`)
-			for _, l := range strings.Split(out.String(), "\n") {
+			for _, l := range strings.Split(outText, "\n") {
 				if m := re.FindStringSubmatch(l); m != nil {
 					r, _ := strconv.Atoi(m[1])
 					f, _ := strconv.Atoi(m[2])
@@ -310,8 +278,8 @@ func TestClusterHostLoss(t *testing.T) {
 				t.Logf("%s h2: survivors knew all 4 of its ranks after p50 %v, max %v (n=%d)", how, all[len(all)/2].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond), len(all))
 			}
 			for r := 4; r < 8; r++ {
-				if !regexp.MustCompile(fmt.Sprintf(`rank %d failed at [0-9.]+s: was lost`, r)).MatchString(errs.String()) {
-					t.Errorf("ftrun does not report rank %d lost:\n%s", r, errs.String())
+				if !regexp.MustCompile(fmt.Sprintf(`rank %d failed at [0-9.]+s: was lost`, r)).MatchString(errText) {
+					t.Errorf("ftrun does not report rank %d lost:\n%s", r, errText)
 				}
 			}
 			if how == "cut" {
@@ -339,23 +307,8 @@ func TestClusterPartition(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "watchfail", "8s", stops)
-	var errs bytes.Buffer
-	cmd.Stderr = &errs
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	s := bufio.NewScanner(stdout)
-	for ready := 0; ready < 12 && s.Scan(); {
-		out.WriteString(s.Text() + "\n")
-		if strings.Contains(s.Text(), "] ready") {
-			ready++
-		}
-	}
+	job := startLive(t, cmd)
+	job.waitReady(t, 12)
 	time.Sleep(500 * time.Millisecond)
 	cut := time.Now()
 	if o, err := exec.Command(clusterScript(), "cut", dir, "h2").CombinedOutput(); err != nil {
@@ -369,15 +322,12 @@ func TestClusterPartition(t *testing.T) {
 		}
 	}
 	defer heal()
-	for s.Scan() {
-		out.WriteString(s.Text() + "\n")
-	}
-	cmd.Wait()
+	outText, errText := job.finish()
 	if ctx.Err() != nil {
-		t.Fatalf("ftrun did not end:\n%s\n%s", out.String(), errs.String())
+		t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("exit %d, want 0:\n%s\n%s", code, out.String(), errs.String())
+		t.Errorf("exit %d, want 0:\n%s\n%s", code, outText, errText)
 	}
 	// When each of h2's ranks stopped.
 	stopped := map[int]time.Time{}
@@ -393,7 +343,7 @@ func TestClusterPartition(t *testing.T) {
 	// When each survivor learned of them: never before they stopped.
 	re := regexp.MustCompile(`^\[(\d+)\] learned (\d+) (\d+)$`)
 	var took []time.Duration
-	for _, l := range strings.Split(out.String(), "\n") {
+	for _, l := range strings.Split(outText, "\n") {
 		m := re.FindStringSubmatch(l)
 		if m == nil {
 			continue
@@ -412,7 +362,7 @@ func TestClusterPartition(t *testing.T) {
 		took = append(took, at.Sub(cut))
 	}
 	if len(took) != 8*4 {
-		t.Errorf("%d notices of h2's ranks reached the 8 survivors, want 32:\n%s", len(took), out.String())
+		t.Errorf("%d notices of h2's ranks reached the 8 survivors, want 32:\n%s", len(took), outText)
 	}
 	var stopTook []time.Duration
 	for _, st := range stopped {

@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,32 +27,8 @@ func testSlowRankNotKilled(t *testing.T) {
 		defer cancel()
 		args := append(transportArgs(), "-n", "4", "--tag-output", filepath.Join(bins(t), "testprog"), "watchfail", "5s")
 		cmd := exec.CommandContext(ctx, filepath.Join(bins(t), "ftrun"), args...)
-		var errs bytes.Buffer
-		cmd.Stderr = &errs
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		s := bufio.NewScanner(stdout)
-		pid := 0
-		re := regexp.MustCompile(`^\[2\] ready (\d+)$`)
-		for ready := 0; ready < 4 && s.Scan(); {
-			out.WriteString(s.Text() + "\n")
-			if strings.Contains(s.Text(), "] ready") {
-				ready++
-			}
-			if m := re.FindStringSubmatch(s.Text()); m != nil {
-				pid, _ = strconv.Atoi(m[1])
-			}
-		}
-		if pid == 0 {
-			cmd.Wait()
-			t.Fatalf("rank 2 did not say its pid:\n%s\n%s", out.String(), errs.String())
-		}
+		job := startLive(t, cmd)
+		pid := job.waitReady(t, 4)[2]
 		time.Sleep(1500 * time.Millisecond) // past the start-up, whose stalls the detectors forgive
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatalf("stop rank 2: %v", err)
@@ -64,11 +37,8 @@ func testSlowRankNotKilled(t *testing.T) {
 			time.Sleep(c.pause)
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
-		for s.Scan() {
-			out.WriteString(s.Text() + "\n")
-		}
-		cmd.Wait()
-		all := out.String() + errs.String()
+		outText, errText := job.finish()
+		all := outText + errText
 		if c.killed {
 			if !strings.Contains(all, "rank 2 was declared failed") || !strings.Contains(all, "[0] failed 1") {
 				t.Errorf("a rank stopped for good was not declared failed:\n%s", all)
