@@ -95,14 +95,6 @@ func clusterDown() {
 	}
 }
 
-// clusterBins copies the binaries where every host can run them (the hosts
-// share this host's files; a directory of its own keeps the agents' paths
-// short and readable).
-func clusterBins(t *testing.T) string {
-	t.Helper()
-	return bins(t)
-}
-
 // hostfile writes a hostfile of the cluster's hosts with slots each.
 func hostfile(t *testing.T, slots int) string {
 	t.Helper()
@@ -122,7 +114,7 @@ func hostfile(t *testing.T, slots int) string {
 // namespace, with the cluster's ssh configuration and Slurm's.
 func clusterCmd(ctx context.Context, t *testing.T, dir string, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = clusterBins(t)
+	cmd.Dir = bins(t)
 	cmd.Env = append(os.Environ(),
 		"FTRMA_SSH=ssh -F "+filepath.Join(dir, "ssh_config"),
 		"SLURM_CONF="+filepath.Join(dir, "slurm.conf"))
@@ -159,7 +151,7 @@ func runCluster(t *testing.T, dir string, timeout time.Duration, name string, ar
 // (hosts h1 and h2) change nothing.
 func TestClusterCheckpoint(t *testing.T) {
 	dir := needCluster(t)
-	bin := clusterBins(t)
+	bin := bins(t)
 	ftrunBin, prog := filepath.Join(bin, "ftrun"), filepath.Join(bin, "ckpt")
 	out, code := ftrun(t, 2*time.Minute, "-n", "12", "--tag-output", prog)
 	if code != 0 {
@@ -211,7 +203,7 @@ func TestClusterCheckpoint(t *testing.T) {
 // the link cut, h2's agent kills its ranks (no second world goes on).
 func TestClusterHostLoss(t *testing.T) {
 	dir := needCluster(t)
-	bin := clusterBins(t)
+	bin := bins(t)
 	hf := hostfile(t, 4)
 	for _, how := range []string{"killhost", "cut"} {
 		t.Run(how, func(t *testing.T) {
@@ -300,7 +292,7 @@ func TestClusterHostLoss(t *testing.T) {
 // and end with status 0. After the heal nothing of h2 comes back.
 func TestClusterPartition(t *testing.T) {
 	dir := needCluster(t)
-	bin := clusterBins(t)
+	bin := bins(t)
 	hf := hostfile(t, 4)
 	stops := t.TempDir()
 	os.Chmod(stops, 0o777)

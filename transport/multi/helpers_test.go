@@ -4,10 +4,6 @@ package multi_test
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,88 +11,18 @@ import (
 	"github.com/ftrma/ftrma/transport/multi"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
+	"github.com/ftrma/ftrma/transport/transporttest"
 )
 
 var secret = []byte("test secret, 32 bytes long......")
 
-// recorder is a transport.Receiver that keeps what it is given.
-type recorder struct {
-	mu      sync.Mutex
-	msgs    map[ftrma.Rank][][]byte
-	downs   map[ftrma.Rank][]error
-	changed chan struct{} // signalled (buffer of one) on every arrival
-}
+// The receiver and log of the tests (shared with the other transports').
+type (
+	recorder = transporttest.Recorder
+	logSink  = transporttest.LogSink
+)
 
-func newRecorder() *recorder {
-	return &recorder{msgs: map[ftrma.Rank][][]byte{}, downs: map[ftrma.Rank][]error{}, changed: make(chan struct{}, 1)}
-}
-
-func (r *recorder) HandleMessage(from ftrma.Rank, msg []byte) {
-	r.mu.Lock()
-	r.msgs[from] = append(r.msgs[from], slices.Clone(msg))
-	r.mu.Unlock()
-	r.signal()
-}
-
-func (r *recorder) HandlePeerDown(peer ftrma.Rank, err error) {
-	r.mu.Lock()
-	r.downs[peer] = append(r.downs[peer], err)
-	r.mu.Unlock()
-	r.signal()
-}
-
-func (r *recorder) signal() {
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) from(p ftrma.Rank) [][]byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.msgs[p])
-}
-
-func (r *recorder) downsOf(p ftrma.Rank) []error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.downs[p])
-}
-
-// await waits until cond holds, re-checking on every arrival and every few
-// milliseconds, or fails the test when ctx ends.
-func (r *recorder) await(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-r.changed:
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		}
-	}
-}
-
-// logSink collects log lines.
-type logSink struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logSink) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
+var newRecorder = transporttest.NewRecorder
 
 // world is a job of ranks in this process spread over pretend hosts: the
 // ranks of a host share an shm directory (each host its own) and every rank
@@ -136,11 +62,11 @@ func newWorld(tb testing.TB, hosts [][]ftrma.Rank, o worldOpts) *world {
 		dir := tb.TempDir()
 		for _, r := range ranks {
 			w.hostOf[r] = h
-			st, err := shm.Open(shm.Config{Rank: r, Size: n, Job: "t", Dir: dir, Ranks: ranks, Logf: w.logs.logf})
+			st, err := shm.Open(shm.Config{Rank: r, Size: n, Job: "t", Dir: dir, Ranks: ranks, Logf: w.logs.Logf})
 			if err != nil {
 				tb.Fatal(err)
 			}
-			tt, err := tcp.Listen(tcp.Config{Rank: r, Size: n, Secret: secret, Logf: w.logs.logf})
+			tt, err := tcp.Listen(tcp.Config{Rank: r, Size: n, Secret: secret, Logf: w.logs.Logf})
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -163,8 +163,8 @@ func everyPair(t *testing.T, hosts [][]ftrma.Rank) {
 	for j, rec := range w.recs {
 		for i := range n {
 			want := fmt.Sprintf("%d->%d", i, j)
-			rec.await(t, ctx, want, func() bool { return len(rec.from(ftrma.Rank(i))) == 1 })
-			if got := string(rec.from(ftrma.Rank(i))[0]); got != want {
+			rec.Await(t, ctx, want, func() bool { return len(rec.From(ftrma.Rank(i))) == 1 })
+			if got := string(rec.From(ftrma.Rank(i))[0]); got != want {
 				t.Errorf("rank %d got %q from %d, want %q", j, got, i, want)
 			}
 		}
@@ -247,8 +247,8 @@ func TestPeerDownFromLauncher(t *testing.T) {
 		cause := fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed)
 		m.PeerDown(r, cause)
 		m.PeerDown(r, cause) // a second notice changes nothing
-		rec.await(t, ctx, fmt.Sprintf("rank %d down", r), func() bool { return len(rec.downsOf(r)) > 0 })
-		err := rec.downsOf(r)[0]
+		rec.Await(t, ctx, fmt.Sprintf("rank %d down", r), func() bool { return len(rec.DownsOf(r)) > 0 })
+		err := rec.DownsOf(r)[0]
 		if !errors.Is(err, ftrma.ErrProcFailed) || !strings.Contains(err.Error(), "launcher") {
 			t.Errorf("rank %d (%s): peer-down error %v, want the launcher's cause", r, m.Route(r), err)
 		}
@@ -274,13 +274,13 @@ func TestPeerDownFromLauncher(t *testing.T) {
 	// Rank 2 loses rank 0 (its connection was cut), and rank 1 is told
 	// nothing (shm's PeerDown only raises the fence flag it reads when it
 	// next touches rank 0).
-	w.recs[2].await(t, ctx, "rank 2 sees rank 0 go", func() bool { return len(w.recs[2].downsOf(0)) > 0 })
+	w.recs[2].Await(t, ctx, "rank 2 sees rank 0 go", func() bool { return len(w.recs[2].DownsOf(0)) > 0 })
 	for _, m := range w.ts {
 		m.Close()
 	}
 	for _, r := range []ftrma.Rank{1, 2} {
-		if n := len(rec.downsOf(r)); n != 1 {
-			t.Errorf("rank 0 heard of rank %d %d times: %v", r, n, rec.downsOf(r))
+		if n := len(rec.DownsOf(r)); n != 1 {
+			t.Errorf("rank 0 heard of rank %d %d times: %v", r, n, rec.DownsOf(r))
 		}
 	}
 }
@@ -294,8 +294,8 @@ func TestClosedPeer(t *testing.T) {
 	w.ts[3].Close()
 	for r := range 3 {
 		rec := w.recs[r]
-		rec.await(t, ctx, fmt.Sprintf("rank %d sees rank 3 leave", r), func() bool { return len(rec.downsOf(3)) > 0 })
-		if err := rec.downsOf(3)[0]; !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, transport.ErrPeerLeft) {
+		rec.Await(t, ctx, fmt.Sprintf("rank %d sees rank 3 leave", r), func() bool { return len(rec.DownsOf(3)) > 0 })
+		if err := rec.DownsOf(3)[0]; !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, transport.ErrPeerLeft) {
 			t.Errorf("rank %d (route %s): peer-down error %v", r, w.ts[r].Route(3), err)
 		}
 		if _, err := w.ts[r].Write(3, keys[3], 0, make([]byte, 8)); !errors.Is(err, ftrma.ErrProcFailed) {
@@ -325,22 +325,22 @@ func TestFenceEachPath(t *testing.T) {
 		m, rec := w.ts[r], w.recs[r]
 		// The fenced rank finds out at its next operation (shm reads the
 		// flag) or when its connection breaks (tcp).
-		rec.await(t, ctx, fmt.Sprintf("rank %d fenced", r), func() bool {
+		rec.Await(t, ctx, fmt.Sprintf("rank %d fenced", r), func() bool {
 			if _, err := m.Write(0, keys[0], 0, make([]byte, 8)); err == nil {
 				m.Flush(ctx, 0)
 			}
-			return len(rec.downsOf(0)) > 0
+			return len(rec.DownsOf(0)) > 0
 		})
 		if _, err := m.Write(0, keys[0], 0, make([]byte, 8)); !errors.Is(err, ftrma.ErrProcFailed) {
 			t.Errorf("rank %d (%s): write toward the rank that fenced it: %v", r, m.Route(0), err)
 		}
-		w.recs[0].await(t, ctx, fmt.Sprintf("rank 0 hears of fenced rank %d", r), func() bool { return len(w.recs[0].downsOf(r)) > 0 })
+		w.recs[0].Await(t, ctx, fmt.Sprintf("rank 0 hears of fenced rank %d", r), func() bool { return len(w.recs[0].DownsOf(r)) > 0 })
 	}
 	for _, m := range w.ts {
 		m.Close()
 	}
 	for _, r := range []ftrma.Rank{1, 2} {
-		if n := len(w.recs[0].downsOf(r)); n != 1 {
+		if n := len(w.recs[0].DownsOf(r)); n != 1 {
 			t.Errorf("rank 0 heard of rank %d %d times", r, n)
 		}
 	}
@@ -500,7 +500,7 @@ func TestHeldUntilReceiver(t *testing.T) {
 	rec := w.recs[0]
 	w.ts[0].SetReceiver(rec)
 	for _, r := range []ftrma.Rank{1, 2} {
-		rec.await(t, ctx, fmt.Sprintf("early message from %d", r), func() bool { return len(rec.from(r)) == 1 })
+		rec.Await(t, ctx, fmt.Sprintf("early message from %d", r), func() bool { return len(rec.From(r)) == 1 })
 	}
-	rec.await(t, ctx, "held peer-down event", func() bool { return len(rec.downsOf(3)) == 1 })
+	rec.Await(t, ctx, "held peer-down event", func() bool { return len(rec.DownsOf(3)) == 1 })
 }

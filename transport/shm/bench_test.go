@@ -71,9 +71,9 @@ func benchPingPong(b *testing.B, spin time.Duration) {
 	for b.Loop() {
 		i++
 		ts[0].Send(1, msg)
-		rs[1].await(b, ctx, "ping", func() bool { return rs[1].count() >= i })
+		rs[1].Await(b, ctx, "ping", func() bool { return rs[1].Count() >= i })
 		ts[1].Send(0, msg)
-		rs[0].await(b, ctx, "pong", func() bool { return rs[0].count() >= i })
+		rs[0].Await(b, ctx, "pong", func() bool { return rs[0].Count() >= i })
 	}
 }
 

@@ -165,7 +165,7 @@ var casRetries atomic.Int64
 // parent opens rank 0 of the two-rank job in dir with a counter registered.
 func parent(t *testing.T, dir, job string) (*Transport, *recorder, *logSink, []byte, transport.Key) {
 	logs := &logSink{}
-	tr, err := Open(Config{Rank: 0, Size: 2, Job: job, Dir: dir, Logf: logs.logf})
+	tr, err := Open(Config{Rank: 0, Size: 2, Job: job, Dir: dir, Logf: logs.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +182,11 @@ func nextFrom(t *testing.T, ctx context.Context, rec *recorder, k int, out *byte
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if m := rec.from(1); len(m) > k {
+		if m := rec.From(1); len(m) > k {
 			return m[k]
 		}
 		select {
-		case <-rec.changed:
+		case <-rec.Changed():
 		case <-tick.C:
 		case <-ctx.Done():
 			t.Fatalf("waiting for message %d of the child: %v; child output:\n%s", k, ctx.Err(), out)
@@ -244,8 +244,8 @@ func TestCrossProcessAtomics(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	// The child closed its transport: a goodbye, and its files are gone.
-	rec.await(t, ctx, "the goodbye", func() bool { return len(rec.downsOf(1)) == 1 })
-	if err := rec.downsOf(1)[0]; !errors.Is(err, transport.ErrPeerLeft) {
+	rec.Await(t, ctx, "the goodbye", func() bool { return len(rec.DownsOf(1)) == 1 })
+	if err := rec.DownsOf(1)[0]; !errors.Is(err, transport.ErrPeerLeft) {
 		t.Fatalf("peer-down error %v, want ErrPeerLeft", err)
 	}
 	if _, err := tr.Write(1, key1, 0, []byte{1}); !errors.Is(err, transport.ErrPeerLeft) {
@@ -298,9 +298,9 @@ func TestKilledChild(t *testing.T) {
 	if err := tr.Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("flush after PeerDown: %v", err)
 	}
-	rec.await(t, ctx, "the peer-down event", func() bool { return len(rec.downsOf(1)) == 1 })
-	if !logs.contains("lost rank 1") {
-		t.Errorf("the loss was not logged: %q", logs.lines)
+	rec.Await(t, ctx, "the peer-down event", func() bool { return len(rec.DownsOf(1)) == 1 })
+	if !logs.Contains("lost rank 1") {
+		t.Errorf("the loss was not logged:\n%s", logs.String())
 	}
 	// The child may have died counted active in rank 0's memory.
 	start := time.Now()

@@ -270,7 +270,7 @@ func TestConnectWaitsForPeers(t *testing.T) {
 	if err := b.Send(0, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	rec.await(t, testCtx(t), "the message", func() bool { return rec.count() == 1 })
+	rec.Await(t, testCtx(t), "the message", func() bool { return rec.Count() == 1 })
 }
 
 func TestAtomicsFromManyRanks(t *testing.T) {
@@ -420,10 +420,10 @@ func TestMessagesInOrder(t *testing.T) {
 	}
 	wg.Wait()
 	for to, rec := range rs {
-		rec.await(t, ctx, "every message", func() bool { return rec.count() == n*goroutines*count })
+		rec.Await(t, ctx, "every message", func() bool { return rec.Count() == n*goroutines*count })
 		for from := range ts {
 			next := make([]uint32, goroutines)
-			for _, m := range rec.from(ftrma.Rank(from)) {
+			for _, m := range rec.From(ftrma.Rank(from)) {
 				g, i := m[0], binary.BigEndian.Uint32(m[1:])
 				if int(m[5]) != from || i != next[g] || len(m) != 8+(int(i)*13)%200 {
 					t.Fatalf("rank %d got message %d of goroutine %d of rank %d (%d bytes), want %d", to, i, g, m[5], len(m), next[g])
@@ -455,8 +455,8 @@ func TestLargeMessagesWrapAround(t *testing.T) {
 			}
 		}
 	}()
-	rs[1].await(t, ctx, "every message", func() bool { return rs[1].count() == count })
-	for i, m := range rs[1].from(0) {
+	rs[1].Await(t, ctx, "every message", func() bool { return rs[1].Count() == count })
+	for i, m := range rs[1].From(0) {
 		if !bytes.Equal(m, body(i)) {
 			t.Fatalf("message %d: %d bytes differ from the %d sent", i, len(m), len(body(i)))
 		}
@@ -472,7 +472,7 @@ func TestFullRingWaitsForSlowReceiver(t *testing.T) {
 	ctx := testCtx(t)
 	release := make(chan struct{})
 	var first sync.Once
-	rs[1].hook = func(ftrma.Rank, []byte) {
+	rs[1].Hook = func(ftrma.Rank, []byte) {
 		first.Do(func() { <-release }) // the receiver stalls on its first message
 	}
 	ts[1].SetReceiver(rs[1])
@@ -502,8 +502,8 @@ func TestFullRingWaitsForSlowReceiver(t *testing.T) {
 		t.Fatalf("the sender stopped after %d messages of %d bytes with a ring of %d bytes", n, size, minRingBytes)
 	}
 	close(release)
-	rs[1].await(t, ctx, "every message", func() bool { return rs[1].count() == count })
-	for i, m := range rs[1].from(0) {
+	rs[1].Await(t, ctx, "every message", func() bool { return rs[1].Count() == count })
+	for i, m := range rs[1].From(0) {
 		if binary.BigEndian.Uint32(m) != uint32(i) || len(m) != size {
 			t.Fatalf("message %d is %d", i, binary.BigEndian.Uint32(m))
 		}
@@ -525,14 +525,14 @@ func TestMessagesHeldUntilReceiver(t *testing.T) {
 	ts[1].PeerDown(0, errors.New("test"))
 	time.Sleep(20 * time.Millisecond)
 	ts[1].SetReceiver(rs[1])
-	rs[1].await(t, ctx, "held messages", func() bool { return rs[1].count() == 10 && len(rs[1].downsOf(0)) == 1 })
-	for i, m := range rs[1].from(1) {
+	rs[1].Await(t, ctx, "held messages", func() bool { return rs[1].Count() == 10 && len(rs[1].DownsOf(0)) == 1 })
+	for i, m := range rs[1].From(1) {
 		if m[0] != byte(100+i) {
 			t.Fatalf("self message %d is %d", i, m[0])
 		}
 	}
 	// Rank 0's messages were dropped with it: it is down.
-	if got := rs[1].from(0); len(got) != 0 {
+	if got := rs[1].From(0); len(got) != 0 {
 		t.Fatalf("%d messages of a rank reported down were delivered", len(got))
 	}
 }
@@ -557,7 +557,7 @@ func TestFence(t *testing.T) {
 	if err := ts[0].Send(1, nil); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("send toward a fenced rank: %v", err)
 	}
-	rs[0].await(t, ctx, "rank 0's peer-down event", func() bool { return len(rs[0].downsOf(1)) == 1 })
+	rs[0].Await(t, ctx, "rank 0's peer-down event", func() bool { return len(rs[0].DownsOf(1)) == 1 })
 	// Rank 1's side: the fence is noticed, as a closed connection.
 	if _, err := ts[1].Write(0, key0, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("write by the fenced rank: %v", err)
@@ -565,7 +565,7 @@ func TestFence(t *testing.T) {
 	if err := ts[1].Send(0, nil); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("send by the fenced rank: %v", err)
 	}
-	rs[1].await(t, ctx, "rank 1's peer-down event", func() bool { return len(rs[1].downsOf(0)) == 1 })
+	rs[1].Await(t, ctx, "rank 1's peer-down event", func() bool { return len(rs[1].DownsOf(0)) == 1 })
 	if err := ts[0].Fence(1); err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +574,7 @@ func TestFence(t *testing.T) {
 		t.Fatalf("rank 2's write: %v", err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if n := len(rs[0].downsOf(1)); n != 1 {
+	if n := len(rs[0].DownsOf(1)); n != 1 {
 		t.Fatalf("%d peer-down events for rank 1", n)
 	}
 	if ts[0].peers[1].ctl != nil || len(*ts[0].peers[1].segs.Load()) != 0 {
@@ -589,7 +589,7 @@ func TestFenceDropsQueuedMessages(t *testing.T) {
 	ctx := testCtx(t)
 	inside, release := make(chan struct{}), make(chan struct{})
 	var first sync.Once
-	rs[0].hook = func(ftrma.Rank, []byte) {
+	rs[0].Hook = func(ftrma.Rank, []byte) {
 		first.Do(func() { close(inside); <-release })
 	}
 	ts[0].SetReceiver(rs[0])
@@ -603,9 +603,9 @@ func TestFenceDropsQueuedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) == 1 })
+	rs[0].Await(t, ctx, "the peer-down event", func() bool { return len(rs[0].DownsOf(1)) == 1 })
 	time.Sleep(20 * time.Millisecond)
-	if n := len(rs[0].from(1)); n != 1 {
+	if n := len(rs[0].From(1)); n != 1 {
 		t.Fatalf("%d messages delivered, want only the one under way at the fence", n)
 	}
 }
@@ -664,11 +664,11 @@ func TestPingPongWakesPromptly(t *testing.T) {
 		if err := ts[0].Send(1, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
-		rs[1].await(t, ctx, "ping", func() bool { return rs[1].count() == i+1 })
+		rs[1].Await(t, ctx, "ping", func() bool { return rs[1].Count() == i+1 })
 		if err := ts[1].Send(0, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
-		rs[0].await(t, ctx, "pong", func() bool { return rs[0].count() == i+1 })
+		rs[0].Await(t, ctx, "pong", func() bool { return rs[0].Count() == i+1 })
 	}
 	el := time.Since(start)
 	t.Logf("%d round trips without spinning: %v, %v each", rounds, el, el/rounds)
@@ -698,15 +698,15 @@ func TestPeerDown(t *testing.T) {
 			t.Fatalf("operation toward a rank reported down: %v", err)
 		}
 	}
-	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) > 0 })
+	rs[0].Await(t, ctx, "the peer-down event", func() bool { return len(rs[0].DownsOf(1)) > 0 })
 	time.Sleep(20 * time.Millisecond)
-	downs := rs[0].downsOf(1)
+	downs := rs[0].DownsOf(1)
 	if len(downs) != 1 || !errors.Is(downs[0], cause) || !errors.Is(downs[0], ftrma.ErrProcFailed) {
 		t.Fatalf("peer-down events %v", downs)
 	}
 	ts[0].PeerDown(0, cause) // self: ignored
 	ts[0].PeerDown(7, cause) // out of range: ignored
-	if len(rs[0].downsOf(0)) != 0 {
+	if len(rs[0].DownsOf(0)) != 0 {
 		t.Fatal("PeerDown of self was reported")
 	}
 }
@@ -822,14 +822,12 @@ func TestClose(t *testing.T) {
 	if err := ts[1].Close(); err != nil {
 		t.Fatal(err)
 	}
-	rs[0].await(t, ctx, "the goodbye", func() bool { return len(rs[0].downsOf(1)) == 1 })
-	rs[0].mu.Lock()
-	events := slices.Clone(rs[0].events)
-	rs[0].mu.Unlock()
+	rs[0].Await(t, ctx, "the goodbye", func() bool { return len(rs[0].DownsOf(1)) == 1 })
+	events := rs[0].Events()
 	if len(events) != 101 || events[100] != "down 1" {
 		t.Fatalf("events %v, want 100 messages then the goodbye", events)
 	}
-	if err := rs[0].downsOf(1)[0]; !errors.Is(err, transport.ErrPeerLeft) || !errors.Is(err, ftrma.ErrProcFailed) {
+	if err := rs[0].DownsOf(1)[0]; !errors.Is(err, transport.ErrPeerLeft) || !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("goodbye error %v", err)
 	}
 	if _, err := ts[0].Write(1, key, 0, []byte{1}); !errors.Is(err, transport.ErrPeerLeft) || !errors.Is(err, ftrma.ErrProcFailed) {
@@ -945,7 +943,7 @@ func TestManyRanksAllToAll(t *testing.T) {
 	}
 	wg.Wait()
 	for _, rec := range rs {
-		rec.await(t, ctx, "every message", func() bool { return rec.count() == n*count })
+		rec.Await(t, ctx, "every message", func() bool { return rec.Count() == n*count })
 	}
 	if got := binary.NativeEndian.Uint64(mem); got != n {
 		t.Fatalf("counter %d, want %d", got, n)
@@ -958,7 +956,7 @@ func TestManyRanksAllToAll(t *testing.T) {
 func TestFullRingSenderWakesPromptly(t *testing.T) {
 	ts, rs, _ := cluster(t, 2, clusterOpts{noReceiver: true, cfg: func(c *Config) { c.Spin = -1; c.RingBytes = minRingBytes }})
 	release := make(chan struct{})
-	rs[1].hook = func(_ ftrma.Rank, m []byte) {
+	rs[1].Hook = func(_ ftrma.Rank, m []byte) {
 		if len(m) == 1 {
 			<-release // a stall marker: wait for the test
 		}
@@ -1059,11 +1057,11 @@ func TestPeerDownAfterGoodbye(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts[0].PeerDown(1, errors.New("the launcher saw it exit"))
-	rs[0].await(t, ctx, "the peer-down event", func() bool { return len(rs[0].downsOf(1)) > 0 })
-	if got := rs[0].from(1); len(got) != 50 {
+	rs[0].Await(t, ctx, "the peer-down event", func() bool { return len(rs[0].DownsOf(1)) > 0 })
+	if got := rs[0].From(1); len(got) != 50 {
 		t.Fatalf("%d of 50 messages delivered", len(got))
 	}
-	if downs := rs[0].downsOf(1); !errors.Is(downs[0], transport.ErrPeerLeft) {
+	if downs := rs[0].DownsOf(1); !errors.Is(downs[0], transport.ErrPeerLeft) {
 		t.Fatalf("peer-down error %v, want ErrPeerLeft", downs[0])
 	}
 }
@@ -1156,5 +1154,5 @@ func TestLargeOperationsInPieces(t *testing.T) {
 	if took > 30*time.Millisecond && d > took/2 {
 		t.Errorf("a Send during a write of %d MiB (%v) waited %v", long>>20, took, d)
 	}
-	rs[1].await(t, ctx, "the ping", func() bool { return len(rs[1].from(0)) > 0 })
+	rs[1].Await(t, ctx, "the ping", func() bool { return len(rs[1].From(0)) > 0 })
 }

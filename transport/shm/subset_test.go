@@ -63,7 +63,7 @@ func TestSubsetOfRanks(t *testing.T) {
 	}
 	for me, rec := range rs {
 		for _, r := range []ftrma.Rank{ftrma.Rank(me % 2), ftrma.Rank(me%2 + 2)} {
-			rec.await(t, ctx, "hello", func() bool { return len(rec.from(r)) == 1 })
+			rec.Await(t, ctx, "hello", func() bool { return len(rec.From(r)) == 1 })
 		}
 	}
 	st, err := os.Stat(filepath.Join(dir, ctlName("t", 0)))
@@ -75,9 +75,9 @@ func TestSubsetOfRanks(t *testing.T) {
 	}
 	// A rank that closes is reported to its host's ranks only.
 	ts[2].Close()
-	rs[0].await(t, ctx, "rank 2 down", func() bool { return len(rs[0].downsOf(2)) == 1 })
+	rs[0].Await(t, ctx, "rank 2 down", func() bool { return len(rs[0].DownsOf(2)) == 1 })
 	for _, r := range []int{1, 3} {
-		if d := rs[r].downsOf(2); len(d) != 0 {
+		if d := rs[r].DownsOf(2); len(d) != 0 {
 			t.Errorf("rank %d on another host heard of rank 2: %v", r, d)
 		}
 	}
