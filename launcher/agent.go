@@ -222,7 +222,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if err == nil && typ == msgMembers {
 		// Join the job's host group first; without it the link's pings
 		// still watch ftrun.
-		g, jerr := agentJoin(p, c.LocalAddr(), func() { c.Close() }, logf)
+		g, jerr := agentJoin(p, c.LocalAddr(), logf)
 		if jerr != nil {
 			logf("host membership: %v", jerr)
 		} else {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,7 @@ type agentLink struct {
 	addr  string // the agent's host:port, as in --hosts; or its host's name
 	label string // the name of the link key of an agent ftrun started (boot.go)
 	tm    hostTiming
+	heard atomic.Int64 // when the last frame from the agent arrived (UnixNano)
 	conn  net.Conn
 	block hostBlock
 	wg    sync.WaitGroup // the reader and writer goroutines, once run
@@ -188,6 +190,16 @@ func (l *agentLink) close() {
 	l.wg.Wait()
 }
 
+// hostDead acts on the host group's verdict that the agent's host is
+// dead: unless the link itself heard from the agent within two pings (a
+// false verdict: the agent runs and reaches ftrun), it cuts the link.
+func (l *agentLink) hostDead() {
+	if since := time.Since(time.Unix(0, l.heard.Load())); since < 2*l.tm.ping {
+		return
+	}
+	l.fail(fmt.Sprintf("memberlist declared host %s dead", l.addr))
+}
+
 // fail cuts the link because the agent's host is known lost (why): the
 // agent, should it still run, kills its ranks when its link closes, and
 // the launcher counts them as failed, with why.
@@ -250,6 +262,7 @@ func (l *agentLink) readLoop(j *Job) {
 		if typ, p, err = jobwire.ReadFrame(l.conn, maxLaunch); err != nil {
 			break
 		}
+		l.heard.Store(time.Now().UnixNano())
 		switch typ {
 		case msgPing:
 		case msgOutput:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,8 @@ import (
 
 // fakeSSH writes a stand-in for ssh that runs the remote command on this
 // host, records the agent's pid in dir/HOST.pid, and, for the hosts in
-// refuse, fails as ssh does when it cannot connect. (Real ssh and sshd are
+// refuse, fails as ssh does when it cannot connect; for hosts named hang*
+// it hangs, as ssh toward a host that drops packets. (Real ssh and sshd are
 // exercised by the multi-host suite in network namespaces, e2e/cluster.)
 func fakeSSH(t *testing.T, refuse ...string) (path, dir string) {
 	t.Helper()
@@ -33,7 +35,7 @@ func fakeSSH(t *testing.T, refuse ...string) (path, dir string) {
 while [ $# -gt 0 ]; do case "$1" in -o|-F) shift 2;; -T) shift;; *) break;; esac; done
 host=$1; shift
 case "$host" in
-%s*) ;;
+%shang*) exec sleep 60;;
 esac
 echo $$ > %s/$host.pid
 exec sh -c "exec $*"
@@ -136,6 +138,51 @@ func silenceHost(t *testing.T, ctx context.Context, mode, ready string, n int, a
 	syscall.Kill(pid, syscall.SIGSTOP)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	return cmd, errs
+}
+
+// An agent that never connects (ssh hangs toward an unreachable host)
+// fails the job within the agents' bound, naming the host, before any rank
+// starts.
+func TestAgentNeverConnects(t *testing.T) {
+	ssh, _ := fakeSSH(t)
+	start := time.Now()
+	stdout, stderr, code := runJob(t, "print", []string{"-H", "fakehost1:2,hanghost:2", "--ssh", ssh})
+	took := time.Since(start)
+	if code != ExitLaunch || !strings.Contains(stderr, "the agents on hanghost did not connect within 10s") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("ranks ran: %q", stdout)
+	}
+	t.Logf("failed after %v", took.Round(time.Millisecond))
+}
+
+// The host group's verdict that a host is dead is ignored while the
+// host's agent link is alive (the gossip was wrong), and acted on once the
+// link is silent too.
+func TestHostDeadVerdictNeedsASilentLink(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	l := &agentLink{addr: "h2", conn: a, wake: make(chan struct{}, 1), tm: scaledTiming(1)}
+	l.heard.Store(time.Now().UnixNano())
+	l.hostDead()
+	l.mu.Lock()
+	why := l.why
+	l.mu.Unlock()
+	if why != "" {
+		t.Fatalf("a verdict against a live link cut it: %q", why)
+	}
+	l.heard.Store(time.Now().Add(-time.Second).UnixNano())
+	l.hostDead()
+	l.mu.Lock()
+	why = l.why
+	l.mu.Unlock()
+	if why != "memberlist declared host h2 dead" {
+		t.Fatalf("a verdict against a silent link: %q", why)
+	}
+	if _, err := b.Write([]byte{0}); err == nil {
+		t.Error("the link was not closed")
+	}
 }
 
 // A host that goes silent has its ranks counted as failed within the link

@@ -15,7 +15,9 @@ import (
 // memberlist group (internal/members: SWIM with Lifeguard, gossip sealed
 // with a key derived from the job's root secret, LAN timing that declares a
 // vanished host dead in about 1.5 s). When the group declares an agent's
-// host dead, ftrun cuts that agent's link at once: every rank of the host
+// host dead and the agent's link has been silent for two pings too (a
+// verdict against a link that is alive is false, and ignored), ftrun cuts
+// that agent's link at once: every rank of the host
 // counts as failed together, each survivor gets one exit notice per rank,
 // and the agent, should it still run, kills its ranks when it finds its
 // link gone. The link's own pings bound the same within linkTimeout should
@@ -61,7 +63,7 @@ func (j *Job) startMembers(root []byte) {
 		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logf: logf, Timing: scaledMembers(j.tm.scale),
 		OnDead: func(name string, _ []byte) {
 			if l := byName[name]; l != nil {
-				l.fail(fmt.Sprintf("memberlist declared host %s dead", l.addr))
+				l.hostDead()
 			}
 		},
 	})
@@ -100,9 +102,11 @@ func (j *Job) stopMembers() {
 }
 
 // agentJoin is the agent's side of msgMembers: it joins the group from
-// local, its link's local address. onFtrunDead runs if the group declares
-// ftrun dead. The caller shuts the group down after the job.
-func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, ...any)) (*members.Group, error) {
+// local, its link's local address. The agent takes no action on the
+// group's verdicts: its link to ftrun, which pings, is what tells it ftrun
+// is gone, and the ranks' leases keep a cut-off side from acting. The
+// caller shuts the group down after the job.
+func agentJoin(p []byte, local net.Addr, logf func(string, ...any)) (*members.Group, error) {
 	if len(p) < members.KeySize {
 		return nil, fmt.Errorf("%w: short members message", jobwire.ErrMalformed)
 	}
@@ -113,11 +117,6 @@ func agentJoin(p []byte, local net.Addr, onFtrunDead func(), logf func(string, .
 	}
 	g, err := members.Start(members.Config{
 		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize], Timing: scaledMembers(max(1, float64(milli)/1000)),
-		OnDead: func(n string, _ []byte) {
-			if n == "ftrun" {
-				onFtrunDead()
-			}
-		},
 		Logf: func(format string, args ...any) {
 			if s := fmt.Sprintf(format, args...); strings.Contains(s, "failed") || strings.Contains(s, "Suspect") {
 				logf("members: %s", s)
