@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -54,15 +55,25 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	if err := writer.Put(ctx, k, []byte("old")); err != nil {
 		t.Fatal(err)
 	}
-	testHookPublish = func(s *Store, reps []*replica, i int) {
+	// Recovery would repair the key (its lock names the dead writer) before
+	// the reader looks; hold it back until the reader has read.
+	release := make(chan struct{})
+	testHookRecover.set(t, func(ctx context.Context, s *Store) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	unblock := sync.OnceFunc(func() { close(release) })
+	defer unblock()
+	testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 		if s == writer && i == 1 {
 			s.w.Flush(context.Background(), reps[0].r) // the primary has it
 			world.Net.Crash(s.me)                      // the others do not
 		}
-	}
-	t.Cleanup(func() { testHookPublish = nil })
+	})
 	writer.Put(ctx, k, []byte("new"))
-	testHookPublish = nil
+	testHookPublish.clear()
 	reader := st[0]
 	for !reader.failed(writer.me) {
 		time.Sleep(time.Millisecond)
@@ -79,6 +90,7 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	if reader.Stats().FastGets != before.FastGets {
 		t.Fatalf("a get of a write cut short was answered by the primary alone (%q)", v)
 	}
+	unblock()
 	// Whatever it chose, every later get agrees.
 	for _, s := range st[:4] {
 		if w, err := s.Get(ctx, k); err != nil || string(w) != string(v) {

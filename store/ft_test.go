@@ -130,19 +130,18 @@ func TestWriterCrashMidPut(t *testing.T) {
 			writer := st[slices.IndexFunc(st, func(s *Store) bool {
 				return !slices.ContainsFunc(reps, func(p Replica) bool { return p.Rank == s.me })
 			})]
-			testHookPublish = func(s *Store, reps []*replica, i int) {
+			testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 				if s == writer && i == at {
 					for _, p := range reps[:i] {
 						s.w.Flush(ctx, p.r)
 					}
 					world.Net.Crash(s.me)
 				}
-			}
-			defer func() { testHookPublish = nil }()
+			})
 			if err := writer.Put(ctx, key, neu); err == nil {
 				t.Fatal("put by a crashed writer succeeded")
 			}
-			testHookPublish = nil
+			testHookPublish.clear()
 			var first []byte
 			for _, s := range st {
 				if s == writer {
@@ -186,19 +185,18 @@ func TestWriterCrashMidCommit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			testHookCommit = func(s *Store, stage string) {
+			testHookCommit.set(t, func(s *Store, stage string) {
 				if s == writer && stage == c.stage {
 					world.Net.Crash(s.me)
 				}
-			}
-			defer func() { testHookCommit = nil }()
+			})
 			tx := writer.Begin()
 			for _, k := range keys {
 				tx.Put([]byte(k), []byte("new "+k))
 			}
 			tx.Delete([]byte("gone"))
 			tx.Commit(ctx) // its result does not matter: the writer is dead
-			testHookCommit = nil
+			testHookCommit.clear()
 			for _, s := range st {
 				if s == writer {
 					continue

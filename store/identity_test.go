@@ -37,8 +37,7 @@ func TestSipHashVectors(t *testing.T) {
 // collide makes every key hash to the same value for the test: the worst a
 // chooser of keys could do if the hash were not keyed.
 func collide(t *testing.T) {
-	testHookHash = func([]byte) uint64 { return 0x5eed }
-	t.Cleanup(func() { testHookHash = nil })
+	testHookHash.set(t, func([]byte) uint64 { return 0x5eed })
 }
 
 // Keys are their full bytes, not their hash: two keys with the same hash

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -405,8 +406,8 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 		}
 	}
 	for i, p := range reps {
-		if testHookPublish != nil {
-			testHookPublish(s, reps, i)
+		if hook := testHookPublish.get(); hook != nil {
+			hook(s, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
@@ -494,8 +495,8 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 	putWords(desc, 0, v, 0, 0, 0, 0)
 	putWords(lw[:], lockWord(lv, -1))
 	for i, p := range reps {
-		if testHookPublish != nil {
-			testHookPublish(s, reps, i)
+		if hook := testHookPublish.get(); hook != nil {
+			hook(s, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
@@ -800,12 +801,35 @@ func (s *Store) judge(id ident, reps []*replica) (val []byte, ver uint64, found,
 	return val, ver, found, agree, busy && !agree
 }
 
-// Test hooks: called at the named points, nil outside tests.
+// Test hooks: called at the named points, unset outside tests. A store of an
+// earlier test may still run its housekeeping while a later test sets or
+// clears a hook, so a hook is read and written atomically.
 var (
-	testHookPublish func(s *Store, reps []*replica, i int) // before writing replica i
-	testHookCommit  func(s *Store, stage string)           // "pending", "decided", "published-one"
-	testHookHash    func(key []byte) uint64                // replaces the keyed hash
+	testHookPublish testHook[func(s *Store, reps []*replica, i int)] // before writing replica i
+	testHookCommit  testHook[func(s *Store, stage string)]           // "pending", "decided", "published-one"
+	testHookHash    testHook[func(key []byte) uint64]                // replaces the keyed hash
+	testHookRecover testHook[func(ctx context.Context, s *Store)]    // before a recovery scans the slots
 )
+
+// testHook holds one test hook; its zero value is unset.
+type testHook[F any] struct{ p atomic.Pointer[F] }
+
+// get returns the hook, or F's zero value (a nil func) when unset.
+func (h *testHook[F]) get() (f F) {
+	if p := h.p.Load(); p != nil {
+		f = *p
+	}
+	return f
+}
+
+// set sets the hook until t ends.
+func (h *testHook[F]) set(t interface{ Cleanup(func()) }, f F) {
+	h.p.Store(&f)
+	t.Cleanup(h.clear)
+}
+
+// clear unsets the hook.
+func (h *testHook[F]) clear() { h.p.Store(nil) }
 
 // Replica is one copy of a key as Locate finds it.
 type Replica struct {

@@ -98,6 +98,9 @@ func (s *Store) housekeeping() {
 // recover restores the keys this rank holds that the failures since oldFailed
 // touched.
 func (s *Store) recover(ctx context.Context, oldFailed []bool) {
+	if hook := testHookRecover.get(); hook != nil {
+		hook(ctx, s)
+	}
 	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
 	type job struct {
 		h   uint64

@@ -232,8 +232,8 @@ func (s *Store) ident(key []byte) ident { return ident{s.hash(key), string(key)}
 // hash is the key's keyed hash (SipHash-2-4 under the store's key), never 0.
 func (s *Store) hash(key []byte) uint64 {
 	var h uint64
-	if testHookHash != nil {
-		h = testHookHash(key)
+	if hook := testHookHash.get(); hook != nil {
+		h = hook(key)
 	} else {
 		h = sipHash24(s.sip, key)
 	}

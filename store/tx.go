@@ -248,8 +248,9 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		}
 		return abort(err)
 	}
-	if testHookCommit != nil {
-		testHookCommit(s, "pending")
+	commitHook := testHookCommit.get()
+	if commitHook != nil {
+		commitHook(s, "pending")
 	}
 	// The commit point.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -266,15 +267,15 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			return abort(err)
 		}
 	}
-	if testHookCommit != nil {
-		testHookCommit(s, "decided")
+	if commitHook != nil {
+		commitHook(s, "decided")
 	}
 	// Publish: pending → current, unlock with the version.
 	var repairs []ident
 	for ki, k := range keys {
-		if ki == 1 && testHookCommit != nil {
+		if ki == 1 && commitHook != nil {
 			s.flushAll(cctx, keys[0].reps)
-			testHookCommit(s, "published-one")
+			commitHook(s, "published-one")
 		}
 		if !k.write || k.op.del {
 			continue // below

@@ -186,7 +186,7 @@ func TestTxEndsTheLeaseItTakesOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		checked := false
-		testHookCommit = func(s *Store, stage string) {
+		testHookCommit.set(t, func(s *Store, stage string) {
 			if s != st[1] || stage != "pending" {
 				return
 			}
@@ -209,14 +209,13 @@ func TestTxEndsTheLeaseItTakesOver(t *testing.T) {
 				}
 				checked = true
 			}
-		}
-		defer func() { testHookCommit = nil }()
+		})
 		tx = st[1].Begin()
 		tx.Put(k, []byte("2"))
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		testHookCommit = nil
+		testHookCommit.clear()
 		if !checked {
 			t.Fatal("no lock word was checked")
 		}
