@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
@@ -43,8 +44,6 @@ type Comm struct {
 	rank    ftrma.Rank
 	session io.Closer // the startup.Session, closed by Close; may be nil
 	world   bool      // the world communicator owns the runtime and transport
-
-	ag *agree.Agreement // owned by the run goroutine
 
 	mu        sync.Mutex                // guards the fields below
 	seq       uint64                    // collectives started
@@ -176,23 +175,12 @@ func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
 			c.rank = ftrma.Rank(i)
 		}
 	}
-	c.ag = agree.New(int(c.rank), len(members))
 	rt.mu.Lock()
 	rt.comms[ctxID] = c
-	known := slices.Clone(rt.order)
-	early := rt.early[ctxID]
-	delete(rt.early, ctxID)
 	rt.mu.Unlock()
-	rt.do(func() {
-		for _, w := range known {
-			if i := c.index[w]; i >= 0 {
-				c.ag.Failed(int(i))
-			}
-		}
-		for _, e := range early {
-			rt.step(e)
-		}
-	})
+	// The machine starts the communicator's agreement with the failures it
+	// knows by then, and hands it the messages that came early.
+	rt.do(func() { rt.m.addComm(time.Now(), ctxID, members) })
 	return c
 }
 
@@ -501,7 +489,7 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 	c.agreeSeq++
 	inst := c.agreeSeq
 	c.mu.Unlock()
-	c.rt.do(func() { c.ag.Start(inst, flag) })
+	c.rt.do(func() { c.rt.m.startAgree(time.Now(), c.ctxID, inst, flag) })
 	for {
 		c.rt.mu.Lock()
 		c.mu.Lock()
@@ -522,35 +510,6 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 			return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ctx.Err()}
 		}
 	}
-}
-
-// flushAgree sends what the agreement produced and files its decisions (run
-// goroutine). It reports whether there was anything.
-func (c *Comm) flushAgree() bool {
-	rd := c.ag.Ready()
-	if len(rd.Send) == 0 && len(rd.Decided) == 0 {
-		return false
-	}
-	c.ag.Advance()
-	for _, o := range rd.Send {
-		msg := be.AppendUint32([]byte{kindAgree}, c.ctxID)
-		c.rt.t.Send(c.members[o.To], o.Msg.AppendBinary(msg))
-	}
-	for _, d := range rd.Decided {
-		for _, r := range d.Failed {
-			c.rt.markFailed(c.members[r], "agreed failed")
-		}
-		c.rt.mu.Lock()
-		c.mu.Lock()
-		c.decisions[d.Inst] = d
-		c.mu.Unlock()
-		c.rt.signalLocked()
-		c.rt.mu.Unlock()
-		if d.Inst > 2 {
-			c.ag.Forget(d.Inst - 2)
-		}
-	}
-	return true
 }
 
 // Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
@@ -633,6 +592,7 @@ func (c *Comm) Close() error {
 	c.rt.mu.Lock()
 	delete(c.rt.comms, c.ctxID)
 	c.rt.mu.Unlock()
+	c.rt.do(func() { c.rt.m.dropComm(c.ctxID) })
 	if !c.world {
 		return nil
 	}

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -9,9 +8,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/revoke"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
@@ -61,9 +58,12 @@ type suspecter interface {
 }
 
 // runtime is the per-process part shared by every communicator of the process:
-// the transport, failure knowledge, the failure detector and the reliable
-// broadcast. One goroutine (run) drives the protocol state machines; the
-// transport's goroutines only queue what they receive.
+// the transport, failure knowledge, and the driver of the machine (machine.go)
+// that holds the failure detector, the reliable broadcast and the
+// agreements. One goroutine (run) drives the machine with the clock and what
+// arrived, and carries out its output: sends, fences, suspicions, and the
+// state callers read below; the transport's goroutines only queue what they
+// receive.
 type runtime struct {
 	t       transport.Transport
 	self    ftrma.Rank
@@ -71,17 +71,14 @@ type runtime struct {
 	cfg     Config
 	suspect suspecter // may be nil
 
-	// Owned by the run goroutine.
-	det *failure.Detector
-	bc  *revoke.Broadcast
+	m *machine // owned by the run goroutine
 
 	mu       sync.Mutex         // guards the fields below
-	failed   []bool             // failed[r]: world rank r is known failed (grow-only)
+	failed   []bool             // failed[r]: world rank r is known failed (grow-only); set only after r is fenced
 	order    []ftrma.Rank       // failed ranks in the order learned
 	notices  map[string]bool    // revocation notices delivered
 	noticed  atomic.Int64       // len(notices), read without the lock
 	comms    map[uint32]*Comm   // live communicators by context id
-	early    map[uint32][]event // agreement messages for communicators not created yet
 	inbox    map[collKey][]byte // collective contributions received, not yet consumed
 	queue    []event            // received, for the run goroutine
 	requests []func()           // work for the run goroutine
@@ -126,20 +123,18 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		failed:  make([]bool, t.Size()),
 		notices: make(map[string]bool),
 		comms:   make(map[uint32]*Comm),
-		early:   make(map[uint32][]event),
 		inbox:   make(map[collKey][]byte),
 		changed: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
 	var err error
-	if rt.det, err = failure.New(cfg.Detector, int(rt.self), rt.n, time.Now()); err != nil {
+	if rt.m, err = newMachine(cfg.Detector, int(rt.self), rt.n, false, time.Now()); err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
 	}
 	// Start-up grace: every process of the job is busy starting (runtime
 	// start, connecting to every peer), so first heartbeats may come late.
-	rt.det.Stalled(startGrace)
-	rt.bc = revoke.New(int(rt.self), rt.n)
+	rt.m.stalled(startGrace)
 	return rt, nil
 }
 
@@ -153,6 +148,9 @@ const startGrace = time.Second
 
 // start launches the run goroutine.
 func (rt *runtime) start() {
+	// The suspecter is installed after newRuntime (InitConfig): from now on
+	// the machine only reports suspicions to it.
+	rt.m.confirm = rt.suspect != nil
 	rt.wg.Add(1)
 	go rt.run()
 }
@@ -257,11 +255,16 @@ func (rt *runtime) run() {
 		queue, reqs := rt.queue, rt.requests
 		rt.queue, rt.requests = nil, nil
 		rt.mu.Unlock()
+		// The machine's output is carried out after every input, so that
+		// a request queued behind an event (lost) finds its effects
+		// visible.
 		for _, e := range queue {
 			rt.step(e)
+			rt.apply()
 		}
 		for _, f := range reqs {
 			f()
+			rt.apply()
 		}
 		now := time.Now()
 		if ticked {
@@ -270,12 +273,12 @@ func (rt *runtime) run() {
 			// silence. On a host short of CPU every rank is late alike, so
 			// an observer's deadline stretches as its peers' heartbeats do.
 			if late := now.Sub(due); late > period/16 {
-				rt.det.Stalled(late)
+				rt.m.stalled(late)
 			}
 		}
-		rt.det.Tick(now)
-		rt.flushReady()
-		next, ok := rt.det.Deadline()
+		rt.m.tick(now)
+		rt.apply()
+		next, ok := rt.m.deadline()
 		if !ok || next.Sub(now) > period {
 			next = now.Add(period)
 		}
@@ -290,134 +293,95 @@ func (rt *runtime) run() {
 	}
 }
 
-// step handles one received event on the run goroutine.
+// step hands one received event to the machine (run goroutine). Signals are
+// the application's, not the machine's: they go to the handler here.
 func (rt *runtime) step(e event) {
+	now := time.Now()
 	if e.msg == nil {
-		if errors.Is(e.err, transport.ErrPeerLeft) {
-			// A goodbye, after everything the peer sent: it finished. It is
-			// gone for this rank, but nobody else needs telling.
-			rt.markGone(e.from, "left the job")
-			return
-		}
-		rt.markFailed(e.from, fmt.Sprintf("connection lost: %v", e.err))
+		rt.m.peerDown(now, e.from, e.err)
 		return
 	}
 	if int(e.from) < 0 || int(e.from) >= rt.n {
 		return
 	}
+	if e.msg[0] != kindSignal {
+		rt.m.step(now, e.from, e.msg)
+		return
+	}
 	body := e.msg[1:]
-	switch e.msg[0] {
-	case kindHeartbeat:
-		rt.det.Heartbeat(int(e.from), time.Now())
-	case kindBcast:
-		m, err := revoke.ParseMessage(body)
-		if err == nil {
-			rt.bc.Step(int(e.from), m)
-		}
-	case kindAgree:
-		if len(body) < 4 {
-			return
-		}
-		ctx := be.Uint32(body)
-		rt.mu.Lock()
-		c := rt.comms[ctx]
-		if c == nil && len(rt.early[ctx]) < maxEarlyAgree {
-			// A faster rank already uses a communicator this rank has not
-			// created yet (it is still in the Shrink that makes it): keep
-			// the message for it.
-			rt.early[ctx] = append(rt.early[ctx], e)
-		}
-		rt.mu.Unlock()
-		if c == nil || c.index[e.from] < 0 {
-			return
-		}
-		m, err := agree.ParseMessage(body[4:])
-		if err == nil {
-			c.ag.Step(int(c.index[e.from]), m)
-		}
-	case kindNotice:
-		rt.notice(string(body))
-	case kindSignal:
-		if len(body) < 4 {
-			return
-		}
-		rt.mu.Lock()
-		h := rt.signals
-		c := rt.comms[be.Uint32(body)]
-		rt.mu.Unlock()
-		if h != nil && c != nil && c.index[e.from] >= 0 {
-			h(c.index[e.from], body[4:])
-		}
+	if len(body) < 4 {
+		return
+	}
+	rt.mu.Lock()
+	h := rt.signals
+	c := rt.comms[be.Uint32(body)]
+	rt.mu.Unlock()
+	if h != nil && c != nil && c.index[e.from] >= 0 {
+		h(c.index[e.from], body[4:])
 	}
 }
 
-// flushReady sends what the state machines produced and applies what they
-// decided, until they are quiet.
-func (rt *runtime) flushReady() {
-	for range 64 {
-		busy := false
-		if rd := rt.det.Ready(); len(rd.Heartbeats) > 0 || len(rd.Suspected) > 0 {
-			busy = true
-			rt.det.Advance()
-			for _, to := range rd.Heartbeats {
-				rt.t.Send(ftrma.Rank(to), []byte{kindHeartbeat})
-			}
-			for _, r := range rd.Suspected {
-				if rt.suspect != nil {
-					// Under ftrun a suspicion is only that: ftrun
-					// kills the suspect, or, when it cannot reach
-					// it, waits until its lease has run out, and
-					// then every rank hears of the failure from
-					// it. Nobody takes over from a rank that may
-					// still act (the primary world, DESIGN.md).
-					rt.suspect.Suspect(ftrma.Rank(r))
-					continue
-				}
-				rt.markFailed(ftrma.Rank(r), fmt.Sprintf("suspected by rank %d's failure detector", rt.self))
+// apply carries out the machine's output (run goroutine), in the order
+// machineReady prescribes.
+func (rt *runtime) apply() {
+	if !rt.m.hasReady() {
+		return
+	}
+	rd := rt.m.ready()
+	rt.m.advance()
+	if len(rd.Declared) > 0 {
+		rt.mu.Lock()
+		closed := rt.closed
+		rt.mu.Unlock()
+		if !closed {
+			for _, why := range rd.Declared {
+				rt.cfg.OnDeclaredFailed(why)
 			}
 		}
-		if rd := rt.bc.Ready(); len(rd.Send) > 0 || len(rd.Deliver) > 0 {
-			busy = true
-			rt.bc.Advance()
-			for _, o := range rd.Send {
-				rt.t.Send(ftrma.Rank(o.To), o.Msg.AppendBinary([]byte{kindBcast}))
-			}
-			for _, m := range rd.Deliver {
-				rt.deliver(m)
-			}
+	}
+	if len(rd.Failed) > 0 {
+		// Fence before anyone can see a rank as failed: whoever observes
+		// the failure must also observe that nothing of it lands any
+		// more.
+		for _, f := range rd.Failed {
+			rt.t.Fence(f.rank)
 		}
 		rt.mu.Lock()
-		comms := make([]*Comm, 0, len(rt.comms))
-		for _, c := range rt.comms {
-			comms = append(comms, c)
+		for _, f := range rd.Failed {
+			rt.failed[f.rank] = true
+			rt.order = append(rt.order, f.rank)
 		}
+		rt.signalLocked()
 		rt.mu.Unlock()
-		for _, c := range comms {
-			if c.flushAgree() {
-				busy = true
+	}
+	for _, o := range rd.Send {
+		rt.t.Send(o.to, o.msg)
+	}
+	if rt.suspect != nil {
+		for _, r := range rd.Suspected {
+			rt.suspect.Suspect(r)
+		}
+	}
+	if len(rd.Notices) > 0 || len(rd.Decided) > 0 {
+		rt.mu.Lock()
+		for _, id := range rd.Notices {
+			rt.notices[id] = true
+		}
+		rt.noticed.Store(int64(len(rt.notices)))
+		for _, d := range rd.Decided {
+			if c := rt.comms[d.ctx]; c != nil {
+				c.mu.Lock()
+				c.decisions[d.d.Inst] = d.d
+				c.mu.Unlock()
 			}
 		}
-		if !busy {
-			return
-		}
-	}
-	rt.wakeRun() // more to do: come back after other events
-}
-
-// deliver applies a reliable-broadcast notice.
-func (rt *runtime) deliver(m revoke.Message) {
-	var r int
-	switch {
-	case scan(m.ID, "fail/%d", &r):
-		if r >= 0 && r < rt.n {
-			rt.markFailed(ftrma.Rank(r), string(m.Payload))
-		}
-	default: // communicator and window revocations
-		rt.notice(m.ID)
+		rt.signalLocked()
+		rt.mu.Unlock()
 	}
 }
 
-// notice records that notice id arrived and wakes waiters.
+// notice records that notice id arrived here (a local revocation) and wakes
+// waiters.
 func (rt *runtime) notice(id string) {
 	rt.mu.Lock()
 	rt.notices[id] = true
@@ -426,60 +390,9 @@ func (rt *runtime) notice(id string) {
 	rt.mu.Unlock()
 }
 
-func scan(s, format string, v any) bool {
-	_, err := fmt.Sscanf(s, format, v)
-	return err == nil
-}
-
 // originate starts a reliable broadcast from this rank (run goroutine).
 func (rt *runtime) originate(id string, payload []byte) {
-	rt.bc.Originate(revoke.Message{ID: id, Payload: payload})
-}
-
-// markFailed records that world rank r failed (run goroutine): it is fenced,
-// the state machines stop waiting for it, everyone is told, and waiters wake.
-func (rt *runtime) markFailed(r ftrma.Rank, why string) {
-	if rt.markGone(r, why) {
-		rt.originate(fmt.Sprintf("fail/%d", r), []byte(why))
-	}
-}
-
-// markGone records locally that world rank r is gone, as markFailed without
-// telling anyone, and reports whether this was news.
-func (rt *runtime) markGone(r ftrma.Rank, why string) bool {
-	if r == rt.self {
-		rt.mu.Lock()
-		closed := rt.closed
-		rt.mu.Unlock()
-		if !closed {
-			rt.cfg.OnDeclaredFailed(why)
-		}
-		return false
-	}
-	if rt.isFailed(r) {
-		return false
-	}
-	// Fence before anyone can see r as failed: whoever observes the failure
-	// must also observe that nothing of r's lands any more.
-	rt.t.Fence(r)
-	rt.mu.Lock()
-	rt.failed[r] = true
-	rt.order = append(rt.order, r)
-	comms := make([]*Comm, 0, len(rt.comms))
-	for _, c := range rt.comms {
-		comms = append(comms, c)
-	}
-	rt.signalLocked()
-	rt.mu.Unlock()
-	now := time.Now()
-	rt.det.Failed(int(r), now)
-	rt.bc.Failed(int(r))
-	for _, c := range comms {
-		if i := c.index[r]; i >= 0 {
-			c.ag.Failed(int(i))
-		}
-	}
-	return true
+	rt.m.originate(time.Now(), id, payload)
 }
 
 // isFailed reports world rank r's failure knowledge.

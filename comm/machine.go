@@ -1,0 +1,435 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/agree"
+	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/revoke"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// machine is the protocol logic of one process's runtime as a pure state
+// machine, in the manner of raft's RawNode: it combines the failure detector,
+// the reliable broadcast of failure and revocation notices, the job's failure
+// knowledge and the agreement of every communicator. It starts no goroutine,
+// reads no clock (the caller passes now), does no I/O and takes no lock.
+//
+// Inputs are received control messages (step), peer-down events (peerDown),
+// the passing of time (tick, stalled) and local requests (originate,
+// markFailed, addComm, dropComm, startAgree). Everything they cause is
+// worked out at once, cascades included (a delivered failure notice that
+// closes the ring and completes an agreement), and collected in a
+// machineReady that the caller takes with ready and acknowledges with
+// advance. The runtime drives one machine on its goroutine; the simulator in
+// sim_test.go drives hundreds under a virtual clock.
+//
+// A machine is not safe for concurrent use.
+type machine struct {
+	self, n int
+	// confirm says a confirmer (ftrun) judges suspicions: the detector's
+	// suspicions are reported (machineReady.Suspected) and this rank learns
+	// of a failure only from ftrun, a notice or an agreement. Without one,
+	// a suspicion is a verdict.
+	confirm bool
+
+	det *failure.Detector
+	bc  *revoke.Broadcast
+
+	// failed[r]: world rank r is known failed, or gone (it left). Only
+	// grows; order holds the same ranks in the order learned.
+	failed  []bool
+	order   []ftrma.Rank
+	notices map[string]bool // revocation notices delivered
+
+	// comms holds the agreement of every live communicator, by context id;
+	// ctxs lists their ids ascending, so that output comes in the same order
+	// on every run. early keeps agreement messages for communicators not
+	// created yet (a faster rank already uses a communicator this rank is
+	// still making in its Shrink), at most maxEarlyAgree per communicator.
+	comms map[uint32]*commAgree
+	ctxs  []uint32
+	early map[uint32][]earlyAgree
+
+	rd machineReady // output not yet acknowledged by advance
+}
+
+// commAgree is one communicator's agreement as the machine sees it.
+type commAgree struct {
+	members []ftrma.Rank // world rank of each communicator rank
+	index   []ftrma.Rank // communicator rank of each world rank, -1 if not a member
+	ag      *agree.Agreement
+}
+
+type earlyAgree struct {
+	from ftrma.Rank
+	msg  []byte // the whole message, kind byte included
+}
+
+// outgoing is a control message to send: the exact bytes the transport
+// carries.
+type outgoing struct {
+	to  ftrma.Rank
+	msg []byte
+}
+
+// learned is a failure this rank has just learned of.
+type learned struct {
+	rank ftrma.Rank
+	why  string
+}
+
+// ctxDecision is an agreement decision of the communicator ctx.
+type ctxDecision struct {
+	ctx uint32
+	d   agree.Decision
+}
+
+// machineReady is the output of a machine. The caller acts on it in this
+// order: Declared (this rank was given up), Failed (fence each rank, then
+// make it visible), Send, Suspected (tell the confirmer), then Notices and
+// Decided. Fencing first means nobody, here or elsewhere, can learn of a
+// failure from this rank before nothing of the failed rank lands here any
+// more.
+type machineReady struct {
+	Send      []outgoing
+	Suspected []ftrma.Rank // ranks the detector suspects, for the confirmer
+	Failed    []learned    // newly learned failures, in the order learned
+	Notices   []string     // revocation notices delivered for the first time
+	Decided   []ctxDecision
+	Declared  []string // why the job declared this rank failed, once per notice of it
+}
+
+func (rd *machineReady) empty() bool {
+	return len(rd.Send)+len(rd.Suspected)+len(rd.Failed)+len(rd.Notices)+len(rd.Decided)+len(rd.Declared) == 0
+}
+
+// newMachine returns the machine of rank self in a job of n ranks, started
+// at now. confirm is as the field.
+func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*machine, error) {
+	det, err := failure.New(cfg, self, n, now)
+	if err != nil {
+		return nil, err
+	}
+	m := &machine{
+		self:    self,
+		n:       n,
+		confirm: confirm,
+		det:     det,
+		bc:      revoke.New(self, n),
+		failed:  make([]bool, n),
+		notices: make(map[string]bool),
+		comms:   make(map[uint32]*commAgree),
+		early:   make(map[uint32][]earlyAgree),
+	}
+	m.pump(now)
+	return m, nil
+}
+
+// hasReady reports whether ready has anything to act on.
+func (m *machine) hasReady() bool { return !m.rd.empty() }
+
+// ready returns the output accumulated since the last advance. The caller
+// owns the slices.
+func (m *machine) ready() machineReady { return m.rd }
+
+// advance acknowledges the output of the last ready.
+func (m *machine) advance() { m.rd = machineReady{} }
+
+// deadline is when tick next has something to do, and false when nothing
+// is awaited (no other live rank).
+func (m *machine) deadline() (time.Time, bool) { return m.det.Deadline() }
+
+// isFailed reports the machine's knowledge of world rank r.
+func (m *machine) isFailed(r ftrma.Rank) bool { return m.failed[r] }
+
+// tick advances the machine's clock to now: heartbeats fall due, and a silent
+// observed rank is suspected.
+func (m *machine) tick(now time.Time) {
+	m.det.Tick(now)
+	m.pump(now)
+}
+
+// stalled tells the machine that this process did not run for gap: the
+// silence of others over that time is no evidence (failure.Detector.Stalled).
+func (m *machine) stalled(gap time.Duration) { m.det.Stalled(gap) }
+
+// step handles control message msg (kind byte first) received from world
+// rank from at now. Kinds the machine does not own (collectives, signals)
+// and malformed messages are ignored: bytes from the network never panic.
+func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
+	if len(msg) == 0 || int(from) < 0 || int(from) >= m.n {
+		return
+	}
+	body := msg[1:]
+	switch msg[0] {
+	case kindHeartbeat:
+		m.det.Heartbeat(int(from), now)
+	case kindBcast:
+		if bm, err := revoke.ParseMessage(body); err == nil {
+			m.bc.Step(int(from), bm)
+		}
+	case kindAgree:
+		m.stepAgree(from, msg)
+	case kindNotice:
+		m.notice(string(body))
+	}
+	m.pump(now)
+}
+
+// stepAgree hands an agreement message to its communicator's agreement, or
+// keeps it for a communicator not created yet.
+func (m *machine) stepAgree(from ftrma.Rank, msg []byte) {
+	body := msg[1:]
+	if len(body) < 4 {
+		return
+	}
+	ctx := be.Uint32(body)
+	ca := m.comms[ctx]
+	if ca == nil {
+		if len(m.early[ctx]) < maxEarlyAgree {
+			m.early[ctx] = append(m.early[ctx], earlyAgree{from: from, msg: msg})
+		}
+		return
+	}
+	if ca.index[from] < 0 {
+		return
+	}
+	if am, err := agree.ParseMessage(body[4:]); err == nil {
+		ca.ag.Step(int(ca.index[from]), am)
+	}
+}
+
+// peerDown handles the loss of world rank from, at now: the transport lost
+// its connection, or ftrun saw its process go. A peer that said goodbye
+// (transport.ErrPeerLeft) finished: it is gone here, but nobody else needs
+// telling. Any other loss is a failure, announced to the job.
+func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
+	if int(from) < 0 || int(from) >= m.n {
+		return
+	}
+	if errors.Is(err, transport.ErrPeerLeft) {
+		m.markGone(now, from, "left the job")
+	} else {
+		m.markFailed(now, from, fmt.Sprintf("connection lost: %v", err))
+	}
+	m.pump(now)
+}
+
+// originate starts the reliable broadcast of notice id with payload from
+// this rank; it is delivered here too.
+func (m *machine) originate(now time.Time, id string, payload []byte) {
+	m.bc.Originate(revoke.Message{ID: id, Payload: payload})
+	m.pump(now)
+}
+
+// fail records, as a local request, that world rank r failed (why says how
+// this rank knows), and announces it.
+func (m *machine) fail(now time.Time, r ftrma.Rank, why string) {
+	if int(r) < 0 || int(r) >= m.n {
+		return
+	}
+	m.markFailed(now, r, why)
+	m.pump(now)
+}
+
+// addComm starts the agreement of communicator ctx over members (world
+// ranks, in communicator rank order; self among them). Failures known now
+// count for it, and messages kept for it are handed over.
+func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
+	ca := &commAgree{members: members, index: make([]ftrma.Rank, m.n)}
+	for i := range ca.index {
+		ca.index[i] = -1
+	}
+	self := -1
+	for i, w := range members {
+		ca.index[w] = ftrma.Rank(i)
+		if int(w) == m.self {
+			self = i
+		}
+	}
+	ca.ag = agree.New(self, len(members))
+	if _, ok := m.comms[ctx]; !ok {
+		i, _ := slices.BinarySearch(m.ctxs, ctx)
+		m.ctxs = slices.Insert(m.ctxs, i, ctx)
+	}
+	m.comms[ctx] = ca
+	for _, w := range m.order {
+		if i := ca.index[w]; i >= 0 {
+			ca.ag.Failed(int(i))
+		}
+	}
+	early := m.early[ctx]
+	delete(m.early, ctx)
+	for _, e := range early {
+		m.stepAgree(e.from, e.msg)
+	}
+	m.pump(now)
+}
+
+// dropComm forgets communicator ctx (it was closed): its agreement takes no
+// part any more.
+func (m *machine) dropComm(ctx uint32) {
+	if _, ok := m.comms[ctx]; !ok {
+		return
+	}
+	delete(m.comms, ctx)
+	if i, ok := slices.BinarySearch(m.ctxs, ctx); ok {
+		m.ctxs = slices.Delete(m.ctxs, i, i+1)
+	}
+}
+
+// startAgree contributes flag to agreement instance inst of communicator
+// ctx.
+func (m *machine) startAgree(now time.Time, ctx uint32, inst, flag uint64) {
+	if ca := m.comms[ctx]; ca != nil {
+		ca.ag.Start(inst, flag)
+		m.pump(now)
+	}
+}
+
+// pump collects the output of the state machines into m.rd and applies what
+// they decided, until they are quiet. Every turn either empties a machine's
+// output or learns a failure or a notice for the first time, so it ends.
+func (m *machine) pump(now time.Time) {
+	for {
+		busy := false
+		if m.det.HasReady() {
+			busy = true
+			rd := m.det.Ready()
+			m.det.Advance()
+			for _, to := range rd.Heartbeats {
+				m.send(ftrma.Rank(to), []byte{kindHeartbeat})
+			}
+			for _, r := range rd.Suspected {
+				m.maybeSuspect(now, ftrma.Rank(r))
+			}
+		}
+		if m.bc.HasReady() {
+			busy = true
+			rd := m.bc.Ready()
+			m.bc.Advance()
+			for _, o := range rd.Send {
+				m.send(ftrma.Rank(o.To), o.Msg.AppendBinary([]byte{kindBcast}))
+			}
+			for _, bm := range rd.Deliver {
+				m.deliver(now, bm)
+			}
+		}
+		for _, ctx := range m.ctxs {
+			if m.flushAgree(now, ctx) {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+	}
+}
+
+// maybeSuspect acts on the detector's suspicion of r: under a confirmer it
+// is only reported (ftrun kills the suspect, or, when it cannot reach it,
+// waits until its lease has run out, and then every rank hears of the
+// failure from it: nobody takes over from a rank that may still act, the
+// primary world of DESIGN.md); without one it is a verdict.
+func (m *machine) maybeSuspect(now time.Time, r ftrma.Rank) {
+	if m.confirm {
+		m.rd.Suspected = append(m.rd.Suspected, r)
+		return
+	}
+	m.markFailed(now, r, fmt.Sprintf("suspected by rank %d's failure detector", m.self))
+}
+
+// flushAgree collects what communicator ctx's agreement produced, and reports
+// whether there was anything.
+func (m *machine) flushAgree(now time.Time, ctx uint32) bool {
+	ca := m.comms[ctx]
+	if ca == nil || !ca.ag.HasReady() {
+		return false
+	}
+	rd := ca.ag.Ready()
+	ca.ag.Advance()
+	for _, o := range rd.Send {
+		msg := be.AppendUint32([]byte{kindAgree}, ctx)
+		m.send(ca.members[o.To], o.Msg.AppendBinary(msg))
+	}
+	for _, d := range rd.Decided {
+		// The failed ranks agreed on are failed everywhere: learn them
+		// before the decision is handed out.
+		for _, r := range d.Failed {
+			m.markFailed(now, ca.members[r], "agreed failed")
+		}
+		m.rd.Decided = append(m.rd.Decided, ctxDecision{ctx: ctx, d: d})
+		if d.Inst > 2 {
+			ca.ag.Forget(d.Inst - 2)
+		}
+	}
+	return true
+}
+
+func (m *machine) send(to ftrma.Rank, msg []byte) {
+	m.rd.Send = append(m.rd.Send, outgoing{to: to, msg: msg})
+}
+
+// deliver applies a reliable-broadcast notice.
+func (m *machine) deliver(now time.Time, bm revoke.Message) {
+	var r int
+	if scan(bm.ID, "fail/%d", &r) {
+		if r >= 0 && r < m.n {
+			m.markFailed(now, ftrma.Rank(r), string(bm.Payload))
+		}
+		return
+	}
+	m.notice(bm.ID) // communicator and window revocations
+}
+
+// notice records that notice id arrived.
+func (m *machine) notice(id string) {
+	if m.notices[id] {
+		return
+	}
+	m.notices[id] = true
+	m.rd.Notices = append(m.rd.Notices, id)
+}
+
+// markFailed records that world rank r failed and announces it to the job.
+func (m *machine) markFailed(now time.Time, r ftrma.Rank, why string) {
+	if m.markGone(now, r, why) {
+		m.bc.Originate(revoke.Message{ID: fmt.Sprintf("fail/%d", r), Payload: []byte(why)})
+	}
+}
+
+// markGone records locally that world rank r is gone, as markFailed without
+// telling anyone, and reports whether this was news: the state machines stop
+// waiting for r. Learning that this rank itself was given up is reported in
+// Declared instead.
+func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
+	if int(r) == m.self {
+		m.rd.Declared = append(m.rd.Declared, why)
+		return false
+	}
+	if m.failed[r] {
+		return false
+	}
+	m.failed[r] = true
+	m.order = append(m.order, r)
+	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why})
+	m.det.Failed(int(r), now)
+	m.bc.Failed(int(r))
+	for _, ctx := range m.ctxs {
+		ca := m.comms[ctx]
+		if i := ca.index[r]; i >= 0 {
+			ca.ag.Failed(int(i))
+		}
+	}
+	return true
+}
+
+func scan(s, format string, v any) bool {
+	_, err := fmt.Sscanf(s, format, v)
+	return err == nil
+}
