@@ -14,13 +14,20 @@ const (
 	DefaultTimeout = 60 * time.Millisecond
 )
 
+// DefaultProbeWindow is the default of Config.ProbeWindow: enough for every
+// rank of a typical host (or of a switch's worth of a link cut) to be found
+// in one probe round.
+const DefaultProbeWindow = 8
+
 // Config sets the detector's timing. The zero Config is the default one.
 //
 // With Tick called every h (at most Period/2) and heartbeats delayed between
 // dmin and dmax on the way, a live rank is never suspected as long as
 // Period + h + (dmax - dmin) < Timeout and failure notices reach every rank
 // within Timeout - dmax of their origin; a silent rank is suspected within
-// Timeout + h of the last heartbeat its observer heard.
+// Timeout + h of the last heartbeat its observer heard. Probes (see
+// ProbeWindow) add one condition: a probe and its answer together must take
+// less than Timeout, delays and the probed rank's own stalls included.
 type Config struct {
 	// Period is the interval between two heartbeats a rank sends to its
 	// observer. Zero means DefaultPeriod (20 ms).
@@ -42,11 +49,21 @@ type Config struct {
 	// watch a predecessor that still sends its heartbeats elsewhere, and
 	// suspect one healthy rank after another.
 	AwaitConfirmation bool
+	// ProbeWindow is how many ranks beyond a suspect the detector probes at
+	// once. When it suspects the rank it watches, it sends a probe to each of
+	// the next ProbeWindow predecessors not known to have failed (stopping
+	// at self) and suspects each that has not answered Timeout after the
+	// probe, up to the nearest one that answers: a block of k consecutive
+	// dead ranks is found in about two Timeouts when k <= ProbeWindow+1,
+	// instead of one Timeout per rank. Zero means DefaultProbeWindow (8); a
+	// negative value turns probing off (consecutive dead ranks are then found
+	// one Timeout each).
+	ProbeWindow int
 }
 
 // DefaultConfig returns the default timing with every field spelled out.
 func DefaultConfig() Config {
-	return Config{Period: DefaultPeriod, Timeout: DefaultTimeout}
+	return Config{Period: DefaultPeriod, Timeout: DefaultTimeout, ProbeWindow: DefaultProbeWindow}
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -56,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.ProbeWindow == 0 {
+		c.ProbeWindow = DefaultProbeWindow
 	}
 	return c
 }

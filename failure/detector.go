@@ -10,9 +10,10 @@ import (
 )
 
 // Detector is one rank's heartbeat failure detector: a pure state machine
-// driven by Tick, Heartbeat and Failed, whose output the caller collects with
-// Ready and acknowledges with Advance. See the package documentation for the
-// caller's duties. A Detector is not safe for concurrent use.
+// driven by Tick, Heartbeat, Probe and Failed, whose output the caller
+// collects with Ready and acknowledges with Advance. See the package
+// documentation for the caller's duties. A Detector is not safe for
+// concurrent use.
 type Detector struct {
 	cfg     Config // validated, defaults applied
 	self, n int
@@ -21,18 +22,15 @@ type Detector struct {
 	// only grows.
 	failed overlay.Set
 
-	// observed is the nearest predecessor of self (self-1, self-2, ... mod
-	// n) not in failed, or -1 when there is none. heardAt is the later of
-	// the last heartbeat heard from it and the moment we began observing
-	// it: the observed rank is suspected once now >= heardAt+Timeout.
-	observed int
-	heardAt  time.Time
-	// reported is the observed rank when it was suspected and reported
-	// and awaits confirmation (Config.AwaitConfirmation), else -1;
-	// reportedAt is when it was last reported: while it stays silent it is
-	// reported again every reportAgain.
-	reported   int
-	reportedAt time.Time
+	// watch is the run of predecessors this detector watches, nearest
+	// first. watch[0] is the observed rank: the nearest predecessor of self
+	// (self-1, self-2, ... mod n) not in failed; watch is empty when there
+	// is none. Each further entry is the nearest predecessor of the one
+	// before it not in failed, never self: a rank probed after a suspicion
+	// (see probeBeyond). Only the last entry can be answered, and watch[0]
+	// never is. With AwaitConfirmation the reported entries form a prefix of
+	// watch; without it no entry is reported.
+	watch []watched
 
 	// observer is the nearest successor of self (self+1, self+2, ... mod n)
 	// not in failed, or -1 when there is none. beatDue is when the next
@@ -40,19 +38,44 @@ type Detector struct {
 	observer int
 	beatDue  time.Time
 
-	// The output not yet acknowledged by Advance. heartbeats has no
-	// duplicates; suspected holds each rank at most once over the
-	// detector's life.
+	// The output not yet acknowledged by Advance. heartbeats and probes
+	// have no duplicates; without AwaitConfirmation suspected holds each
+	// rank at most once over the detector's life.
 	heartbeats []int
+	probes     []int
 	suspected  []int
 }
 
+// watched is one rank of Detector.watch.
+type watched struct {
+	rank int
+	// since is the later of the last heartbeat heard from rank and the
+	// moment we began watching it (as the observed rank, or by sending it
+	// a probe). Unless answered, rank is suspected once now >= since+Timeout.
+	since time.Time
+	// answered is set on a probed rank (never watch[0]) that has sent a
+	// heartbeat since the probe: it is alive, and the ranks beyond it are
+	// its own to watch. It has no deadline until it becomes watch[0], when
+	// it gets a fresh Timeout, since it may not be sending to us yet.
+	answered bool
+	// reported is set when rank was suspected and reported and awaits
+	// confirmation (Config.AwaitConfirmation); reportedAt is when it was
+	// last reported: while it stays silent it is reported again every
+	// reportAgain. A reported rank counts as suspected until a heartbeat
+	// refutes it or Failed confirms it.
+	reported   bool
+	reportedAt time.Time
+}
+
 // Ready is the output of a Detector that the caller must act on, in any
-// order: send one heartbeat to each rank of Heartbeats, and announce each
-// rank of Suspected to the job (a failure notice by reliable broadcast).
+// order: send one heartbeat to each rank of Heartbeats, one probe to each
+// rank of Probes, and announce each rank of Suspected to the job (a
+// failure notice by reliable broadcast, or a report to the confirmer with
+// Config.AwaitConfirmation).
 type Ready struct {
 	Heartbeats []int // send a heartbeat to each of these ranks now
-	Suspected  []int // ranks this detector has just declared failed
+	Probes     []int // send a probe to each of these ranks now
+	Suspected  []int // ranks this detector has just declared failed (or reports)
 }
 
 // New returns the detector of rank self in a job of n ranks, started at now:
@@ -75,9 +98,7 @@ func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
 		self:     self,
 		n:        n,
 		failed:   overlay.NewSet(n),
-		observed: -1,
 		observer: -1,
-		reported: -1,
 	}
 	d.maybeReconnect(now)
 	return d, nil
@@ -85,8 +106,10 @@ func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
 
 // Tick advances the detector's clock to now. It must be called at least every
 // Period/2 (or exactly when Deadline says): it sends the periodic heartbeat
-// when one is due and suspects the observed rank once it has been silent for
-// Timeout. A now earlier than a previous one is harmless.
+// when one is due, suspects the observed rank once it has been silent for
+// Timeout (and probes the ranks beyond it), and suspects each probed rank
+// that has not answered within Timeout of its probe. A now earlier than a
+// previous one is harmless.
 func (d *Detector) Tick(now time.Time) {
 	d.maybeSuspect(now)
 	d.maybeBeat(now)
@@ -95,34 +118,60 @@ func (d *Detector) Tick(now time.Time) {
 // Stalled tells the detector that this process itself did not run for gap
 // (it was descheduled on an oversubscribed host, or paused by a long GC):
 // heartbeats may be waiting unread, so the silence is no evidence against the
-// observed rank, whose deadline is stretched by gap (Lifeguard's
+// watched ranks, whose deadlines are stretched by gap (Lifeguard's
 // self-awareness). A caller that ticks on a fixed period notices a stall as a
 // tick arriving late.
 func (d *Detector) Stalled(gap time.Duration) {
-	if d.observed >= 0 && gap > 0 {
-		d.heardAt = d.heardAt.Add(gap)
+	if gap <= 0 {
+		return
+	}
+	for i := range d.watch {
+		if w := &d.watch[i]; !w.answered && !w.reported {
+			w.since = w.since.Add(gap)
+		}
 	}
 }
 
 // Heartbeat records a heartbeat from rank from, received at now. Only the
-// observed rank's heartbeats count; any other (a rank that believes we watch
-// it before we do, a late one from a rank we gave up on, a rank outside the
-// job) is ignored.
+// heartbeats of watched ranks count: the observed rank's, and a probed
+// rank's, which answers the probe (the probed rank is alive and is not
+// suspected; the ranks beyond it are no longer probed). Any other (a rank
+// that believes we watch it before we do, a late one from a rank we gave up
+// on, a rank outside the job) is ignored. A heartbeat from a reported rank
+// refutes the report: a later silence is reported anew.
 func (d *Detector) Heartbeat(from int, now time.Time) {
-	if from == d.observed && from >= 0 && now.After(d.heardAt) {
-		d.heardAt = now
-		d.reported = -1 // alive after all: a later silence is reported anew
+	i := d.watching(from)
+	if i < 0 || now.Before(d.watch[i].since) {
+		return
 	}
+	w := &d.watch[i]
+	w.since, w.reported, w.answered = now, false, i > 0
+	d.watch = d.watch[:i+1]
+}
+
+// Probe records a probe from rank from, received at now: the prober
+// suspects the rank it watches and asks whether we are alive. The next
+// Ready holds a heartbeat to from, the answer (a one-shot heartbeat: from
+// does not become our observer). The probe also counts as a heartbeat from
+// from, which is alive. Probes from self, from ranks outside the job and
+// from ranks known to have failed are ignored.
+func (d *Detector) Probe(from int, now time.Time) {
+	if from < 0 || from >= d.n || from == d.self || d.failed.Has(from) {
+		return
+	}
+	queue(&d.heartbeats, from)
+	d.Heartbeat(from, now)
 }
 
 // Failed records that rank r has failed, learned at now from elsewhere: a
-// failure notice from another rank's detector, or the launcher. The ring
-// closes over r at once: if r was observed, its nearest live predecessor is
-// observed from now on with a fresh Timeout; if r was the observer, the
-// nearest live successor becomes the observer and gets a heartbeat in the
-// next Ready. Ranks outside [0, n) are ignored. Failed(self) is recorded (the
-// job has given this rank up, which the caller can see with IsFailed) but
-// changes nothing else.
+// failure notice from another rank's detector, or the launcher (with
+// AwaitConfirmation, the confirmation of a report). The ring closes over r
+// at once: if r was observed, its nearest live predecessor is observed from
+// now on (keeping the deadline of a probe it has not answered, else with a
+// fresh Timeout); if r was the observer, the nearest live successor becomes
+// the observer and gets a heartbeat in the next Ready. Ranks outside [0, n)
+// are ignored. Failed(self) is recorded (the job has given this rank up,
+// which the caller can see with IsFailed) but changes nothing else.
 func (d *Detector) Failed(r int, now time.Time) {
 	if r < 0 || r >= d.n {
 		return
@@ -140,65 +189,107 @@ func (d *Detector) IsFailed(r int) bool { return d.failed.Has(r) }
 func (d *Detector) FailedRanks() []int { return d.failed.Ranks() }
 
 // Observed returns the rank this detector watches, -1 if none.
-func (d *Detector) Observed() int { return d.observed }
+func (d *Detector) Observed() int {
+	if len(d.watch) == 0 {
+		return -1
+	}
+	return d.watch[0].rank
+}
 
 // Observer returns the rank this detector sends heartbeats to, -1 if none.
 func (d *Detector) Observer() int { return d.observer }
 
 // Deadline returns the next time at which Tick has something to do (a
-// heartbeat falls due, or the observed rank's Timeout expires), and false if
-// there is no other live rank and hence nothing to wait for. Heartbeat and
-// Failed can move it; a caller that ticks at Deadline instead of every
-// Period/2 must ask again after each call.
+// heartbeat falls due, a watched rank's Timeout expires, or a report is
+// due again), and false if there is no other live rank and hence nothing to
+// wait for. Heartbeat, Probe and Failed can move it; a caller that ticks at
+// Deadline instead of every Period/2 must ask again after each call.
 func (d *Detector) Deadline() (time.Time, bool) {
 	var t time.Time
 	ok := false
-	if d.observed >= 0 {
-		t, ok = d.heardAt.Add(d.cfg.Timeout), true
-		if d.reported == d.observed {
-			t = d.reportedAt.Add(d.reportAgain())
+	consider := func(x time.Time) {
+		if !ok || x.Before(t) {
+			t, ok = x, true
 		}
 	}
-	if d.observer >= 0 && (!ok || d.beatDue.Before(t)) {
-		t, ok = d.beatDue, true
+	// Mirrors maybeSuspect: reported ranks are passed over, the first
+	// unreported one stops the walk.
+	for _, w := range d.watch {
+		if w.answered {
+			break
+		}
+		if w.reported {
+			consider(w.reportedAt.Add(d.reportAgain()))
+			continue
+		}
+		consider(w.since.Add(d.cfg.Timeout))
+		break
+	}
+	if d.observer >= 0 {
+		consider(d.beatDue)
 	}
 	return t, ok
 }
 
 // HasReady reports whether Ready has anything to act on.
 func (d *Detector) HasReady() bool {
-	return len(d.heartbeats) > 0 || len(d.suspected) > 0
+	return len(d.heartbeats) > 0 || len(d.probes) > 0 || len(d.suspected) > 0
 }
 
 // Ready returns the output accumulated since the last Advance. The caller
 // owns the slices; calling Ready again before Advance returns the same
 // output, possibly grown.
 func (d *Detector) Ready() Ready {
-	return Ready{Heartbeats: d.heartbeats, Suspected: d.suspected}
+	return Ready{Heartbeats: d.heartbeats, Probes: d.probes, Suspected: d.suspected}
 }
 
 // Advance acknowledges the output of the last Ready: the detector forgets it.
 func (d *Detector) Advance() {
-	d.heartbeats, d.suspected = nil, nil
+	d.heartbeats, d.probes, d.suspected = nil, nil, nil
 }
 
-// maybeSuspect declares the observed rank failed if it has been silent for
-// Timeout, and closes the ring over it.
+// maybeSuspect suspects the watched ranks that have been silent for Timeout,
+// nearest first, up to the first one that has not (or that answered a
+// probe); when it suspects the last watched rank it probes the ranks beyond.
+// Without AwaitConfirmation a suspicion is final and the ring closes over the
+// suspect at once.
 func (d *Detector) maybeSuspect(now time.Time) {
-	if d.observed < 0 || now.Before(d.heardAt.Add(d.cfg.Timeout)) {
-		return
-	}
-	r := d.observed
 	if d.cfg.AwaitConfirmation {
-		if d.reported != r || !now.Before(d.reportedAt.Add(d.reportAgain())) {
-			d.reported, d.reportedAt = r, now
-			d.suspected = append(d.suspected, r)
-		}
+		d.maybeReport(now)
 		return
 	}
-	d.suspected = append(d.suspected, r)
-	d.failed.Add(r)
-	d.maybeReconnect(now)
+	for len(d.watch) > 0 {
+		w := d.watch[0] // never answered
+		if now.Before(w.since.Add(d.cfg.Timeout)) {
+			return
+		}
+		if len(d.watch) == 1 {
+			d.probeBeyond(w.rank, now)
+		}
+		queue(&d.suspected, w.rank)
+		d.failed.Add(w.rank)
+		d.maybeReconnect(now)
+	}
+}
+
+// maybeReport is maybeSuspect with AwaitConfirmation: each silent rank is
+// reported and stays watched, without closing the ring over it, until
+// Failed confirms it or a heartbeat refutes it; while it stays silent it is
+// reported again every reportAgain.
+func (d *Detector) maybeReport(now time.Time) {
+	for i := 0; i < len(d.watch); i++ {
+		w := &d.watch[i]
+		if w.answered || !w.reported && now.Before(w.since.Add(d.cfg.Timeout)) {
+			return
+		}
+		if !w.reported || !now.Before(w.reportedAt.Add(d.reportAgain())) {
+			w.reported, w.reportedAt = true, now
+			queue(&d.suspected, w.rank)
+		}
+		if i == len(d.watch)-1 {
+			d.probeBeyond(w.rank, now) // may grow d.watch: w is not used again
+		}
+	}
 }
 
 // reportAgain is how often a suspect awaiting confirmation is reported
@@ -206,12 +297,34 @@ func (d *Detector) maybeSuspect(now time.Time) {
 // slow process, whose heartbeats should come back).
 func (d *Detector) reportAgain() time.Duration { return 4 * d.cfg.Timeout }
 
+// probeBeyond starts watching the ranks beyond x, the last watched rank,
+// which has just been suspected: the next ProbeWindow predecessors of x not
+// known to have failed, stopping at self. Each gets a probe now and is
+// suspected unless it answers within Timeout. Those ranks may well be dead
+// with x (one host, one cut link), and a live one sends its heartbeats to
+// its own observer, not to us, until it learns of the failures in between:
+// only a probe can tell them apart in time.
+func (d *Detector) probeBeyond(x int, now time.Time) {
+	for k, added := 1, 0; added < d.cfg.ProbeWindow; k++ {
+		r := ((x-k)%d.n + d.n) % d.n
+		if r == d.self {
+			return
+		}
+		if d.failed.Has(r) {
+			continue
+		}
+		d.watch = append(d.watch, watched{rank: r, since: now})
+		queue(&d.probes, r)
+		added++
+	}
+}
+
 // maybeBeat queues the periodic heartbeat to the observer if it is due.
 func (d *Detector) maybeBeat(now time.Time) {
 	if d.observer < 0 || now.Before(d.beatDue) {
 		return
 	}
-	d.queueBeat(d.observer)
+	queue(&d.heartbeats, d.observer)
 	// Keep the cadence of the schedule, but never owe a burst after a late
 	// tick.
 	d.beatDue = d.beatDue.Add(d.cfg.Period)
@@ -220,23 +333,41 @@ func (d *Detector) maybeBeat(now time.Time) {
 	}
 }
 
-// maybeReconnect recomputes the ring's neighbours after the failed set grew
-// (or at start), and starts observing, or sending to, new ones.
+// maybeReconnect brings the ring's neighbours up to date after the failed
+// set grew (or at start): it forgets watched ranks that failed, starts
+// observing, or sending to, new neighbours, and with AwaitConfirmation
+// probes beyond a reported last watched rank whose answered successor in
+// the run failed.
 func (d *Detector) maybeReconnect(now time.Time) {
-	if p := d.nearestLive(-1); p != d.observed {
+	// Dropping failed ranks keeps watch a run of consecutive predecessors
+	// not in failed, since failed only grows.
+	d.watch = slices.DeleteFunc(d.watch, func(w watched) bool { return d.failed.Has(w.rank) })
+	if p := d.nearestLive(-1); len(d.watch) == 0 || d.watch[0].rank != p {
 		d.becomeObserverOf(p, now)
+	} else if w := &d.watch[0]; w.answered {
+		// A probed rank that answered is observed now: it gets a full
+		// Timeout, like any new observed rank. One that has not answered
+		// keeps its probe's deadline.
+		w.answered = false
+		if now.After(w.since) {
+			w.since = now
+		}
 	}
 	if s := d.nearestLive(+1); s != d.observer {
 		d.becomeObservedBy(s, now)
 	}
+	if n := len(d.watch); n > 0 && d.watch[n-1].reported {
+		d.probeBeyond(d.watch[n-1].rank, now)
+	}
 }
 
-// becomeObserverOf starts watching rank p, granting it a full Timeout from
-// now: it may not have been sending to us before.
+// becomeObserverOf starts watching rank p alone, granting it a full Timeout
+// from now: it may not have been sending to us before.
 func (d *Detector) becomeObserverOf(p int, now time.Time) {
-	d.observed = p
-	d.heardAt = now
-	d.reported = -1
+	d.watch = d.watch[:0]
+	if p >= 0 {
+		d.watch = append(d.watch, watched{rank: p, since: now})
+	}
 }
 
 // becomeObservedBy makes rank s the observer and sends it a heartbeat at once,
@@ -246,7 +377,7 @@ func (d *Detector) becomeObservedBy(s int, now time.Time) {
 	if s < 0 {
 		return
 	}
-	d.queueBeat(s)
+	queue(&d.heartbeats, s)
 	d.beatDue = now.Add(d.cfg.Period)
 }
 
@@ -262,8 +393,17 @@ func (d *Detector) nearestLive(dir int) int {
 	return -1
 }
 
-func (d *Detector) queueBeat(r int) {
-	if !slices.Contains(d.heartbeats, r) {
-		d.heartbeats = append(d.heartbeats, r)
+// watching returns the index of rank r in watch, or -1.
+func (d *Detector) watching(r int) int {
+	if r < 0 {
+		return -1
+	}
+	return slices.IndexFunc(d.watch, func(w watched) bool { return w.rank == r })
+}
+
+// queue appends r to the output list *out unless it is already there.
+func queue(out *[]int, r int) {
+	if !slices.Contains(*out, r) {
+		*out = append(*out, r)
 	}
 }

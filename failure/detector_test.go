@@ -367,7 +367,8 @@ func TestStalledStretchesDeadline(t *testing.T) {
 // watched on; the ring closes over it only when Failed confirms it, and a
 // heartbeat in between clears the report (the next silence is reported
 // again). The detector never moves on alone to a predecessor that still
-// sends its heartbeats to the unconfirmed suspect.
+// sends its heartbeats to the unconfirmed suspect. (Rank 3, probed with each
+// report, answers, so it is not suspected; see TestProbes for the rest.)
 func TestAwaitConfirmation(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	cfg := Config{Period: 10 * time.Millisecond, Timeout: 30 * time.Millisecond, AwaitConfirmation: true}
@@ -378,10 +379,11 @@ func TestAwaitConfirmation(t *testing.T) {
 	d.Advance()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	d.Tick(at(31))
-	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 {
-		t.Fatalf("silent rank 4: suspected %v, want [4]", rd.Suspected)
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 || !slices.Equal(rd.Probes, []int{3, 2, 1, 0, 7, 6}) {
+		t.Fatalf("silent rank 4: suspected %v, probes %v, want [4], [3 2 1 0 7 6]", rd.Suspected, rd.Probes)
 	}
 	d.Advance()
+	d.Heartbeat(3, at(35)) // the answer
 	for ms := 40; ms <= 150; ms += 5 {
 		d.Tick(at(ms))
 	}
@@ -406,11 +408,12 @@ func TestAwaitConfirmation(t *testing.T) {
 	}
 	d.Heartbeat(4, at(210)) // alive after all
 	d.Tick(at(241))
-	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 {
-		t.Fatalf("silent again after a heartbeat: suspected %v, want [4]", rd.Suspected)
+	if rd := d.Ready(); len(rd.Suspected) != 1 || rd.Suspected[0] != 4 || len(rd.Probes) != 6 {
+		t.Fatalf("silent again after a heartbeat: suspected %v, probes %v, want [4] and 6 probes", rd.Suspected, rd.Probes)
 	}
 	d.Advance()
-	d.Failed(4, at(250)) // confirmed
+	d.Heartbeat(3, at(245)) // the answer
+	d.Failed(4, at(250))    // confirmed
 	if d.Observed() != 3 {
 		t.Errorf("after confirmation observes %d, want 3", d.Observed())
 	}

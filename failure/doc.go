@@ -19,10 +19,35 @@
 // heals as soon as the failure notice arrives. A rank never suspects itself;
 // a job of one rank does nothing.
 //
-// Each rank watches one other, so the detector costs one heartbeat per
-// Period per rank however large the job, and finds a silent rank within
-// Timeout plus one tick interval of the last heartbeat heard. Consecutive
-// failed ranks r, r-1, ... are found one after another, one Timeout each.
+// Ranks often fail together: all the ranks of a host, or the far side of a
+// cut link, which are neighbours in the ring. So a detector that suspects
+// the rank r it watches also looks past it at once: it probes the next
+// predecessors r-1, r-2, ... not known to have failed, up to
+// Config.ProbeWindow of them and never itself, all in the same Ready. A live
+// rank answers a probe with a heartbeat (a one-shot one: the prober does not
+// become its observer). A probed rank that answers is alive and never
+// suspected, and the ranks beyond it are its own to watch, so they are no
+// longer probed; each probed rank nearer than that which has not answered
+// Timeout after its probe is suspected, all in one Ready. When every probed
+// rank stays silent, the farthest one's suspicion probes the next window. A
+// heartbeat from a probed rank counts as its answer whatever prompted it.
+//
+// With Config.AwaitConfirmation a suspicion is a report, not a verdict: the
+// suspect and the probed ranks beyond it stay watched, without closing the
+// ring, until Failed confirms them (the ring then closes over them; a
+// probed rank that has not answered keeps its probe's deadline, one that
+// answered gets a fresh Timeout) or a heartbeat refutes them (the ranks
+// beyond a refuted one are no longer watched); those that stay silent are
+// reported again every 4 Timeouts.
+//
+// In steady state each rank watches one other, so the detector costs one
+// heartbeat per Period per rank however large the job; probes cost at most
+// ProbeWindow probes and as many answers per suspicion. It finds a silent
+// rank within Timeout plus one tick interval of the last heartbeat heard,
+// and a block of k consecutive failed ranks r, r-1, ..., r-k+1 within two
+// such intervals (one for r, one for the probes beyond it) as long as
+// k <= ProbeWindow+1; each further ProbeWindow ranks add one Timeout. With
+// probing turned off they are found one after another, one Timeout each.
 //
 // # Caller's duties
 //
@@ -31,21 +56,30 @@
 //  2. Call Tick(now) at least every Period/2, or exactly at Deadline (asking
 //     again after every call).
 //  3. Pass every heartbeat received to Heartbeat(from, now).
-//  4. Pass every failure learned elsewhere (a failure notice broadcast by
-//     another rank, the launcher's report of a dead process) to
-//     Failed(r, now).
-//  5. After each of these calls, if HasReady: send a heartbeat to each rank
-//     of Ready().Heartbeats, broadcast a failure notice for each rank of
-//     Ready().Suspected (revoke/'s reliable broadcast; the notices reach the
-//     other detectors through step 4), then call Advance.
-//  6. Treat IsFailed and FailedRanks as the job's failure knowledge: fence the
+//  4. Pass every probe received to Probe(from, now). A probe is a small
+//     message of its own kind (not a heartbeat): it asks the receiver to
+//     answer with a heartbeat, which the next Ready holds.
+//  5. Pass every failure learned elsewhere (a failure notice broadcast by
+//     another rank, the launcher's report of a dead process, with
+//     AwaitConfirmation the confirmation of a report) to Failed(r, now).
+//  6. After each of these calls, if HasReady: send a heartbeat to each rank
+//     of Ready().Heartbeats, a probe to each rank of Ready().Probes, and
+//     broadcast a failure notice for each rank of Ready().Suspected
+//     (revoke/'s reliable broadcast; the notices reach the other detectors
+//     through step 5; with AwaitConfirmation, report them to the confirmer
+//     instead), then call Advance. Send probes and heartbeats at once: a
+//     probe's answer must be back within Timeout.
+//  7. Treat IsFailed and FailedRanks as the job's failure knowledge: fence the
 //     failed ranks and fail operations toward them.
 //
 // For the detector to be accurate, heartbeats must arrive with a delay
-// jitter J such that Period + (tick interval) + J < Timeout, and failure
+// jitter J such that Period + (tick interval) + J < Timeout, failure
 // notices must reach the failed rank's predecessor quickly enough that its
 // first heartbeat to its new observer lands within Timeout of the
-// suspicion; see Config.
+// suspicion, and a probe and its answer must together take less than
+// Timeout; see Config. A caller that does not deliver probes (or answers)
+// makes every live rank probed after a suspicion look dead: it must set
+// Config.ProbeWindow negative.
 //
 // # Example
 //
@@ -63,6 +97,8 @@
 //			d.Tick(now)
 //		case from := <-heartbeats:
 //			d.Heartbeat(from, time.Now())
+//		case from := <-probes:
+//			d.Probe(from, time.Now())
 //		case r := <-failureNotices:
 //			d.Failed(r, time.Now())
 //		}
@@ -70,6 +106,9 @@
 //			rd := d.Ready()
 //			for _, r := range rd.Heartbeats {
 //				sendHeartbeat(r)
+//			}
+//			for _, r := range rd.Probes {
+//				sendProbe(r)
 //			}
 //			for _, r := range rd.Suspected {
 //				broadcastFailure(r)

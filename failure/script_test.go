@@ -22,15 +22,18 @@ import (
 // The commands:
 //
 //	new self=S n=N [period=D] [timeout=D]  start a detector at t=0
+//	    [await=true] [window=W]            (AwaitConfirmation, ProbeWindow)
 //	tick t=D                               Tick
 //	heartbeat from=R t=D                   Heartbeat
+//	probe from=R t=D                       Probe
 //	failed r=R t=D                         Failed
 //	ticks from=D to=D every=D              Tick repeatedly
 //
 // After each command the output shows Ready (then acknowledged by Advance),
 // if any, and the detector's state: whom it observes and when that rank's
-// Timeout runs out, whom it sends to and when the next heartbeat is due, and
-// the failed ranks. Run with -rewrite to refresh the
+// Timeout runs out, the ranks probed beyond it (with the deadline of each
+// probe, "answered" or "reported"), whom it sends to and when the next
+// heartbeat is due, and the failed ranks. Run with -rewrite to refresh the
 // expected output after a deliberate change, and review the diff.
 func TestScripts(t *testing.T) {
 	script.RunDir(t, "testdata/*.txt", interpreter)
@@ -50,13 +53,19 @@ func interpreter() script.Interpreter {
 		collect := func(now time.Duration) {
 			if d.HasReady() {
 				rd := d.Ready()
-				out = append(out, fmt.Sprintf("%v: heartbeats=%v suspected=%v", now, fmtRanks(rd.Heartbeats), fmtRanks(rd.Suspected)))
+				line := fmt.Sprintf("%v: heartbeats=%v", now, fmtRanks(rd.Heartbeats))
+				if len(rd.Probes) > 0 {
+					line += " probes=" + fmtRanks(rd.Probes)
+				}
+				out = append(out, line+" suspected="+fmtRanks(rd.Suspected))
 				d.Advance()
 			}
 		}
 		switch c.Name {
 		case "new":
-			nd, err := New(Config{Period: dur("period"), Timeout: dur("timeout")}, c.Int(t, "self", -1), c.Int(t, "n", -1), epoch)
+			cfg := Config{Period: dur("period"), Timeout: dur("timeout"), ProbeWindow: c.Int(t, "window", 0)}
+			cfg.AwaitConfirmation = c.Args["await"] == "true"
+			nd, err := New(cfg, c.Int(t, "self", -1), c.Int(t, "n", -1), epoch)
 			if err != nil {
 				return []string{"error: " + err.Error()}
 			}
@@ -67,6 +76,9 @@ func interpreter() script.Interpreter {
 			collect(dur("t"))
 		case "heartbeat":
 			d.Heartbeat(c.Int(t, "from", -1), at("t"))
+			collect(dur("t"))
+		case "probe":
+			d.Probe(c.Int(t, "from", -1), at("t"))
 			collect(dur("t"))
 		case "failed":
 			d.Failed(c.Int(t, "r", -1), at("t"))
@@ -81,7 +93,21 @@ func interpreter() script.Interpreter {
 		}
 		state := fmt.Sprintf("observed=%d", d.Observed())
 		if d.Observed() >= 0 {
-			state += fmt.Sprintf(" (suspect at %v)", d.heardAt.Add(d.cfg.Timeout).Sub(epoch))
+			state += fmt.Sprintf(" (suspect at %v)", d.watch[0].since.Add(d.cfg.Timeout).Sub(epoch))
+		}
+		if len(d.watch) > 1 {
+			var ps []string
+			for _, w := range d.watch[1:] {
+				switch {
+				case w.answered:
+					ps = append(ps, fmt.Sprintf("%d answered", w.rank))
+				case w.reported:
+					ps = append(ps, fmt.Sprintf("%d reported", w.rank))
+				default:
+					ps = append(ps, fmt.Sprintf("%d until %v", w.rank, w.since.Add(d.cfg.Timeout).Sub(epoch)))
+				}
+			}
+			state += " probing=[" + strings.Join(ps, ", ") + "]"
 		}
 		state += fmt.Sprintf(" observer=%d", d.Observer())
 		if d.Observer() >= 0 {

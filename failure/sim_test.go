@@ -11,15 +11,18 @@ import (
 
 // This file holds a deterministic simulation of a whole job: n detectors on
 // a virtual clock counted in milliseconds, a network that delays each
-// heartbeat at random, a reliable broadcast of failure notices (abstracted:
-// every notice reaches every rank within noticeDelay), and crashes. The
-// simulation checks the detector's properties as it goes.
+// heartbeat and probe at random, a reliable broadcast of failure notices
+// (abstracted: every notice reaches every rank within noticeDelay), with
+// AwaitConfirmation a confirmer that confirms each report of a dead rank
+// within noticeDelay (as ftrun does), and crashes. The simulation checks the
+// detector's properties as it goes.
 
 const (
 	evTick   = iota // Tick rank to
 	evBeat          // a heartbeat from rank from reaches rank to
 	evNotice        // a failure notice for rank from reaches rank to
 	evCrash         // rank to crashes
+	evProbe         // a probe from rank from reaches rank to
 )
 
 type event struct {
@@ -37,7 +40,8 @@ type cluster struct {
 
 	tickEvery   int // ms between ticks of a rank; 0: tick exactly at Deadline
 	maxDelay    int // heartbeat delays are uniform in [0, maxDelay) ms
-	noticeDelay int // notice delays are uniform in [0, noticeDelay) ms
+	probeDelay  int // delays of probes and their answers are uniform in [0, probeDelay) ms
+	noticeDelay int // notice (and confirmation) delays are uniform in [0, noticeDelay) ms
 
 	now      int       // ms since epoch
 	buckets  [][]event // buckets[t]: events due at t
@@ -47,33 +51,45 @@ type cluster struct {
 	alive     []bool
 	crashedAt []int // -1 while alive
 	reported  []bool
+	confirmed []bool  // AwaitConfirmation: the confirmer has sent the notice
+	owes      [][]int // owes[r]: ranks whose probes r received since its last drain
 
-	// For checking suspicions: whom each rank observed, and when it last
-	// heard from it (or started observing it).
-	watching []int
-	heard    []int
+	// For checking suspicions: whom each rank observed at its last drain,
+	// and per pair (r, x): when r last heard from x (heartbeat or probe),
+	// last sent x a probe, and began observing x.
+	watching   []int
+	heard      map[[2]int]int
+	probeSent  map[[2]int]int
+	watchStart map[[2]int]int
+	reports    map[[2]int]int // how often r reported x
 
 	suspicions []suspicion
 	messages   int // heartbeats sent
+	probes     int // probes sent
 }
 
 type suspicion struct{ by, r, at int }
 
 func newCluster(t testing.TB, name string, n int, cfg Config, seed uint64) *cluster {
 	c := &cluster{
-		t:         t,
-		name:      name,
-		rng:       rand.New(rand.NewPCG(seed, 0x5eed)),
-		cfg:       cfg.withDefaults(),
-		epoch:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		ds:        make([]*Detector, n),
-		nextTick:  make([]int, n),
-		lastTick:  make([]int, n),
-		alive:     make([]bool, n),
-		crashedAt: make([]int, n),
-		reported:  make([]bool, n),
-		watching:  make([]int, n),
-		heard:     make([]int, n),
+		t:          t,
+		name:       name,
+		rng:        rand.New(rand.NewPCG(seed, 0x5eed)),
+		cfg:        cfg.withDefaults(),
+		epoch:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		ds:         make([]*Detector, n),
+		nextTick:   make([]int, n),
+		lastTick:   make([]int, n),
+		alive:      make([]bool, n),
+		crashedAt:  make([]int, n),
+		reported:   make([]bool, n),
+		confirmed:  make([]bool, n),
+		owes:       make([][]int, n),
+		watching:   make([]int, n),
+		heard:      map[[2]int]int{},
+		probeSent:  map[[2]int]int{},
+		watchStart: map[[2]int]int{},
+		reports:    map[[2]int]int{},
 	}
 	return c
 }
@@ -172,10 +188,12 @@ func (c *cluster) handle(e event) {
 		}
 		d.Tick(now)
 	case evBeat:
-		if int(e.from) == d.Observed() {
-			c.heard[r] = c.now
-		}
+		c.heard[[2]int{r, int(e.from)}] = c.now
 		d.Heartbeat(int(e.from), now)
+	case evProbe:
+		c.heard[[2]int{r, int(e.from)}] = c.now
+		c.owes[r] = append(c.owes[r], int(e.from))
+		d.Probe(int(e.from), now)
 	case evNotice:
 		d.Failed(int(e.from), now)
 	}
@@ -191,14 +209,36 @@ func (c *cluster) drain(r int) {
 		if c.alive[x] {
 			c.fatalf("rank %d suspected rank %d, which is alive (accuracy)", r, x)
 		}
-		if x != c.watching[r] {
-			c.fatalf("rank %d suspected rank %d, but it was watching %d", r, x, c.watching[r])
+		rx := [2]int{r, x}
+		probed, wasProbed := c.probeSent[rx]
+		if x != c.watching[r] && !wasProbed {
+			c.fatalf("rank %d suspected rank %d, but it was watching %d and never probed it", r, x, c.watching[r])
 		}
-		// Completeness, in time: the first tick at or after Timeout of
-		// silence suspects.
-		silence := c.now - c.heard[r]
-		if slack := max(c.tickEvery, 1); silence < ms(c.cfg.Timeout) || silence > ms(c.cfg.Timeout)+slack {
-			c.fatalf("rank %d suspected rank %d after %dms of silence, want [%v, %v+%dms]", r, x, silence, c.cfg.Timeout, c.cfg.Timeout, slack)
+		// Accuracy, in time: Timeout of silence since the last heartbeat
+		// and the last probe. Completeness, in time: the first tick at or
+		// after Timeout of silence suspects (a report awaiting confirmation
+		// is repeated later).
+		heard := c.heard[rx]
+		if wasProbed {
+			heard = max(heard, probed)
+		}
+		if silence := c.now - heard; silence < ms(c.cfg.Timeout) {
+			c.fatalf("rank %d suspected rank %d after %dms of silence, want at least %v", r, x, silence, c.cfg.Timeout)
+		}
+		c.reports[rx]++
+		if silence, slack := c.now-max(heard, c.watchStart[rx]), max(c.tickEvery, 1); c.reports[rx] == 1 && silence > ms(c.cfg.Timeout)+slack {
+			c.fatalf("rank %d suspected rank %d after %dms of silence, want at most %v+%dms", r, x, silence, c.cfg.Timeout, slack)
+		}
+		if c.cfg.AwaitConfirmation {
+			// The confirmer (ftrun) confirms the failure to every
+			// rank, the reporter included.
+			if !c.confirmed[x] {
+				c.confirmed[x] = true
+				for q := range c.ds {
+					c.at(c.now+c.delay(c.noticeDelay), event{kind: evNotice, to: int32(q), from: int32(x)})
+				}
+			}
+			continue
 		}
 		for q := range c.ds {
 			if q != r {
@@ -207,11 +247,22 @@ func (c *cluster) drain(r int) {
 		}
 	}
 	if o := d.Observed(); o != c.watching[r] {
-		c.watching[r], c.heard[r] = o, c.now
+		c.watching[r] = o
+		c.watchStart[[2]int{r, o}] = c.now
 	}
 	for _, to := range rd.Heartbeats {
 		c.messages++
-		c.at(c.now+c.delay(c.maxDelay), event{kind: evBeat, to: int32(to), from: int32(r)})
+		delay := c.delay(c.maxDelay)
+		if slices.Contains(c.owes[r], to) { // an answer to a probe
+			delay = c.delay(c.probeDelay)
+		}
+		c.at(c.now+delay, event{kind: evBeat, to: int32(to), from: int32(r)})
+	}
+	c.owes[r] = c.owes[r][:0]
+	for _, to := range rd.Probes {
+		c.probes++
+		c.probeSent[[2]int{r, to}] = c.now
+		c.at(c.now+c.delay(c.probeDelay), event{kind: evProbe, to: int32(to), from: int32(r)})
 	}
 	d.Advance()
 	if c.tickEvery == 0 {
@@ -287,19 +338,45 @@ type simParams struct {
 	name        string
 	tickEvery   int
 	maxDelay    int
+	probeDelay  int
 	noticeDelay int
+	await       bool // Config.AwaitConfirmation
 }
 
+// apply sets the mode's timing on c.
+func (m simParams) apply(c *cluster) {
+	c.tickEvery, c.maxDelay, c.probeDelay, c.noticeDelay = m.tickEvery, m.maxDelay, m.probeDelay, m.noticeDelay
+}
+
+// config returns cfg in the mode's confirmation mode.
+func (m simParams) config(cfg Config) Config {
+	cfg.AwaitConfirmation = m.await
+	return cfg
+}
+
+// simModes returns the two tick modes, each with suspicions as verdicts and
+// with AwaitConfirmation.
 func simModes(cfg Config) []simParams {
 	p, to := ms(cfg.Period), ms(cfg.Timeout)
-	return []simParams{
-		// Ticks exactly at Deadline: heartbeats leave exactly every Period
-		// and may take up to Timeout-Period (exclusive).
-		{name: "exact", tickEvery: 0, maxDelay: to - p, noticeDelay: p},
-		// A ticker every Period/2 with a random phase per rank: heartbeats
-		// leave up to one tick late, so the delay bound shrinks by a tick.
-		{name: "ticker", tickEvery: p / 2, maxDelay: to - p - p/2, noticeDelay: p},
+	var modes []simParams
+	for _, await := range []bool{false, true} {
+		suffix := ""
+		if await {
+			suffix = "/await"
+		}
+		modes = append(modes,
+			// Ticks exactly at Deadline: heartbeats leave exactly every
+			// Period and may take up to Timeout-Period (exclusive). A
+			// probe and its answer take less than Timeout together.
+			simParams{name: "exact" + suffix, tickEvery: 0, maxDelay: to - p, probeDelay: to / 2, noticeDelay: p, await: await},
+			// A ticker every Period/2 with a random phase per rank:
+			// heartbeats leave up to one tick late, so the delay bound
+			// shrinks by a tick. A late tick of the prober only gives a
+			// probe more time.
+			simParams{name: "ticker" + suffix, tickEvery: p / 2, maxDelay: to - p - p/2, probeDelay: to / 2, noticeDelay: p, await: await},
+		)
 	}
+	return modes
 }
 
 // simulate runs one seeded job of n ranks with random crashes: single
@@ -307,9 +384,9 @@ func simModes(cfg Config) []simParams {
 // them also reported by the launcher. It checks accuracy and timely
 // suspicion throughout, and completeness and healing at the end.
 func simulate(t testing.TB, n int, seed uint64, mode simParams) {
-	cfg := DefaultConfig()
+	cfg := mode.config(DefaultConfig())
 	c := newCluster(t, fmt.Sprintf("seed %d, mode %s, n=%d", seed, mode.name, n), n, cfg, seed)
-	c.tickEvery, c.maxDelay, c.noticeDelay = mode.tickEvery, mode.maxDelay, mode.noticeDelay
+	mode.apply(c)
 	c.start()
 
 	rng := rand.New(rand.NewPCG(seed, 0xc0de))
@@ -365,7 +442,7 @@ func simulate(t testing.TB, n int, seed uint64, mode simParams) {
 	}
 }
 
-// TestSimulation runs the simulation for many seeds in both tick modes: 200
+// TestSimulation runs the simulation for many seeds in every mode: 200
 // seeds each by default, 50 under the race detector, 20 with -short, and
 // 2000 with FTRMA_LONG=1.
 func TestSimulation(t *testing.T) {
@@ -401,11 +478,20 @@ func TestSimulationSmallJobs(t *testing.T) {
 }
 
 // TestRingHeals crashes ranks of an 8-rank ring one scenario at a time, with
-// instant delivery, and checks that the failed rank's successor finds it,
-// that its predecessor then sends to that successor at once, and that the
-// ring stays quiet afterwards.
+// instant delivery, and checks that the failed rank's live successor finds
+// it, that its predecessor then sends to that successor at once, and that
+// the ring stays quiet afterwards.
 func TestRingHeals(t *testing.T) {
-	cfg := DefaultConfig()
+	for _, await := range []bool{false, true} {
+		t.Run(fmt.Sprintf("await=%v", await), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.AwaitConfirmation = await
+			testRingHeals(t, cfg)
+		})
+	}
+}
+
+func testRingHeals(t *testing.T, cfg Config) {
 	timeout := ms(cfg.Timeout)
 	for _, sc := range []struct {
 		name  string
@@ -426,8 +512,10 @@ func TestRingHeals(t *testing.T) {
 			for _, r := range sc.crash {
 				c.crash(r, 101, false)
 			}
-			// A run of k consecutive crashes takes k Timeouts.
-			c.runUntil(101 + len(sc.crash)*(timeout+10) + 5)
+			// A run of consecutive crashes takes two Timeouts (one to
+			// suspect the first, one for the probes beyond it), plus a
+			// tick each.
+			c.runUntil(101 + 2*(timeout+10) + 5)
 			c.checkHealed()
 			for _, r := range sc.crash {
 				next := c.liveNeighbor(r, +1)
