@@ -176,6 +176,9 @@ func TestHeartbeatCadence(t *testing.T) {
 		now := epoch
 		for now.Sub(epoch) < 1000*tm.cfg.Period {
 			d.Heartbeat(1, now) // keep rank 1 alive
+			if p := d.Ready().Probes; len(p) > 0 {
+				t.Fatalf("timing %d: probes %v without a suspicion", i, p)
+			}
 			if hb := d.Ready().Heartbeats; len(hb) > 0 {
 				if !slices.Equal(hb, []int{1}) {
 					t.Fatalf("timing %d: heartbeats %v, want [1]", i, hb)
@@ -204,11 +207,12 @@ func TestDeadlineSuffices(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		n := 2 + rng.IntN(10)
 		self := rng.IntN(n)
-		every, err := New(Config{}, self, n, epoch)
+		cfg := Config{AwaitConfirmation: seed%2 == 1, ProbeWindow: rng.IntN(4)}
+		every, err := New(cfg, self, n, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lazy, _ := New(Config{}, self, n, epoch)
+		lazy, _ := New(cfg, self, n, epoch)
 		var logEvery, logLazy []string
 		record := func(log *[]string, d *Detector, at int) {
 			if d.HasReady() {
@@ -225,12 +229,18 @@ func TestDeadlineSuffices(t *testing.T) {
 		}
 		for at := 0; at < 3000; at++ {
 			now := epoch.Add(time.Duration(at) * time.Millisecond)
-			// Inputs: heartbeats from a random rank near self, now and
+			// Inputs: heartbeats from a random rank near self (the
+			// observed rank, or one probed beyond it), probes, now and
 			// then a failure notice.
 			if rng.IntN(15) == 0 {
 				from := (self + n - 1 - rng.IntN(3)) % n
 				every.Heartbeat(from, now)
 				lazy.Heartbeat(from, now)
+			}
+			if rng.IntN(100) == 0 {
+				from := rng.IntN(n)
+				every.Probe(from, now)
+				lazy.Probe(from, now)
 			}
 			if rng.IntN(400) == 0 {
 				r := rng.IntN(n)
@@ -254,17 +264,20 @@ func TestDeadlineSuffices(t *testing.T) {
 }
 
 // TestInvariants drives detectors with random inputs, including nonsense
-// (ranks outside the job, time going backwards), and checks after every
-// call: failure knowledge only grows; a rank is suspected at most once,
-// never self, and only if it was not known to have failed; the observed and
-// observer ranks are the nearest predecessor and successor not known to have
-// failed; heartbeats go only to ranks other than self.
+// (ranks outside the job, time going backwards), in both modes, and checks
+// after every call: failure knowledge only grows; a rank is suspected never
+// if it is self or known to have failed, and at most once unless reports
+// await confirmation; the observed and observer ranks are the nearest
+// predecessor and successor not known to have failed; heartbeats and probes
+// go only to ranks of the job other than self, probes only to ranks not
+// known to have failed; and the watched run is what Detector.watch says.
 func TestInvariants(t *testing.T) {
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 9))
 		n := 1 + rng.IntN(9)
 		self := rng.IntN(n)
-		d, err := New(Config{Period: 10 * time.Millisecond, Timeout: 25 * time.Millisecond}, self, n, epoch)
+		cfg := Config{Period: 10 * time.Millisecond, Timeout: 25 * time.Millisecond, AwaitConfirmation: seed%2 == 1, ProbeWindow: rng.IntN(4) - 1}
+		d, err := New(cfg, self, n, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +287,7 @@ func TestInvariants(t *testing.T) {
 		for step := range 300 {
 			now = now.Add(time.Duration(rng.IntN(12)-1) * time.Millisecond)
 			r := rng.IntN(n+2) - 1
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 0, 1:
 				d.Tick(now)
 			case 2:
@@ -283,11 +296,13 @@ func TestInvariants(t *testing.T) {
 				if rng.IntN(3) == 0 {
 					d.Failed(r, now)
 				}
+			case 4:
+				d.Probe(r, now)
 			}
 			where := fmt.Sprintf("seed %d, step %d", seed, step)
 			rd := d.Ready()
 			for _, s := range rd.Suspected {
-				if s == self || suspected[s] || slices.Contains(known, s) {
+				if s == self || suspected[s] && !cfg.AwaitConfirmation || slices.Contains(known, s) {
 					t.Fatalf("%s: suspected %d (self %d, before %v, known %v)", where, s, self, suspected, known)
 				}
 				suspected[s] = true
@@ -295,6 +310,11 @@ func TestInvariants(t *testing.T) {
 			for _, h := range rd.Heartbeats {
 				if h == self || h < 0 || h >= n {
 					t.Fatalf("%s: heartbeat to %d", where, h)
+				}
+			}
+			for _, p := range rd.Probes {
+				if p == self || p < 0 || p >= n || slices.Contains(known, p) {
+					t.Fatalf("%s: probe to %d (known %v)", where, p, known)
 				}
 			}
 			d.Advance()
@@ -316,8 +336,38 @@ func TestInvariants(t *testing.T) {
 			if _, ok := d.Deadline(); ok != (d.Observer() >= 0) {
 				t.Fatalf("%s: Deadline ok=%v with observer %d", where, ok, d.Observer())
 			}
+			if err := checkWatch(d); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
 		}
 	}
+}
+
+// checkWatch checks the invariant of Detector.watch.
+func checkWatch(d *Detector) error {
+	prev := d.self
+	reportedPrefix := true
+	for i, w := range d.watch {
+		next := -1
+		for k := 1; k < d.n; k++ {
+			if r := ((prev-k)%d.n + d.n) % d.n; r == d.self || !d.IsFailed(r) {
+				next = r
+				break
+			}
+		}
+		if w.rank != next || w.rank == d.self {
+			return fmt.Errorf("watch %v: entry %d is rank %d, want %d", d.watch, i, w.rank, next)
+		}
+		if w.answered && (i == 0 || i != len(d.watch)-1) {
+			return fmt.Errorf("watch %v: entry %d answered", d.watch, i)
+		}
+		if w.reported && (!d.cfg.AwaitConfirmation || !reportedPrefix) {
+			return fmt.Errorf("watch %v: entry %d reported", d.watch, i)
+		}
+		reportedPrefix = reportedPrefix && w.reported
+		prev = w.rank
+	}
+	return nil
 }
 
 // nearest is the reference for the ring neighbours: scan from self in

@@ -70,6 +70,17 @@ type cluster struct {
 
 type suspicion struct{ by, r, at int }
 
+// firstSuspicion returns when rank x was first suspected by anyone, or -1.
+func (c *cluster) firstSuspicion(x int) int {
+	at := -1
+	for _, s := range c.suspicions {
+		if s.r == x && (at < 0 || s.at < at) {
+			at = s.at
+		}
+	}
+	return at
+}
+
 func newCluster(t testing.TB, name string, n int, cfg Config, seed uint64) *cluster {
 	c := &cluster{
 		t:          t,
@@ -475,6 +486,99 @@ func TestSimulationSmallJobs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// blockDetection runs one seeded job of n ranks in which the k consecutive
+// ranks first, first-1, ..., first-k+1 crash together at t=300ms+: all the
+// ranks of one host, or the far side of a cut link. It checks accuracy and
+// timely suspicion throughout (every suspicion), completeness and healing at
+// the end, and returns for each crashed rank how long after the crash it was
+// first suspected, in ms.
+func blockDetection(t testing.TB, cfg Config, mode simParams, n, k int, seed uint64) []int {
+	cfg = mode.config(cfg.withDefaults())
+	c := newCluster(t, fmt.Sprintf("block of %d, seed %d, mode %s, window %d", k, seed, mode.name, cfg.ProbeWindow), n, cfg, seed)
+	mode.apply(c)
+	c.start()
+	rng := rand.New(rand.NewPCG(seed, 0xb10c))
+	first, crashAt := rng.IntN(n), 300+rng.IntN(ms(cfg.Period))
+	for j := range k {
+		c.crash((first-j+n)%n, crashAt, false)
+	}
+	c.runUntil(crashAt)
+	for !c.settled() {
+		if c.now >= crashAt+(k+2)*(ms(cfg.Timeout)+c.maxDelay+c.noticeDelay) {
+			c.fatalf("crashes not known everywhere after %dms (completeness)", c.now-crashAt)
+		}
+		c.runUntil(c.now + 10)
+	}
+	// Three Timeouts more to catch late false suspicions.
+	c.runUntil(c.now + 3*ms(cfg.Timeout))
+	c.checkHealed()
+	found := make([]int, k)
+	for j := range found {
+		found[j] = c.firstSuspicion((first-j+n)%n) - crashAt
+	}
+	return found
+}
+
+// TestBlockDetection kills a block of k consecutive ranks at once in a job
+// of 64, in every mode, with the longest delays the accuracy conditions
+// allow, and checks that every one of them is suspected within
+// maxDelay + 2·(Timeout + tick) of the crash when k <= ProbeWindow+1 (its
+// last heartbeat may be maxDelay on the way; a Timeout and a tick to suspect
+// the first; a Timeout and a tick for the probes beyond it), and within one
+// more Timeout and tick per further window; that no live rank is suspected
+// (checked on every suspicion); and that the ring heals. It logs the worst
+// and mean detection times, and with -v the same seeds with probing off for
+// comparison (one Timeout per rank, and with AwaitConfirmation a
+// confirmation delay per rank too).
+func TestBlockDetection(t *testing.T) {
+	seeds := 30
+	if testing.Short() || raceEnabled {
+		seeds = 8
+	}
+	cfg := DefaultConfig()
+	for _, k := range []int{4, 8, 9, 12} {
+		for _, mode := range simModes(cfg) {
+			t.Run(fmt.Sprintf("k=%d/%s", k, mode.name), func(t *testing.T) {
+				rounds := 1 + (k-1+cfg.ProbeWindow-1)/cfg.ProbeWindow
+				bound := mode.maxDelay + rounds*(ms(cfg.Timeout)+max(mode.tickEvery, 1))
+				on, off := detectionStats{}, detectionStats{}
+				for seed := range uint64(seeds) {
+					for j, at := range blockDetection(t, cfg, mode, 64, k, seed) {
+						if at < 0 || at > bound {
+							t.Fatalf("seed %d: rank %d of the block found %dms after the crash, want at most %dms", seed, j, at, bound)
+						}
+						on.add(at)
+					}
+					if testing.Verbose() {
+						off.addAll(blockDetection(t, Config{ProbeWindow: -1}, mode, 64, k, seed))
+					}
+				}
+				t.Logf("block of %d, %s: probes: %v (bound %dms)", k, mode.name, on, bound)
+				if testing.Verbose() {
+					t.Logf("block of %d, %s: no probes: %v", k, mode.name, off)
+				}
+			})
+		}
+	}
+}
+
+type detectionStats struct{ n, sum, worst int }
+
+func (s *detectionStats) add(at int) { s.n, s.sum, s.worst = s.n+1, s.sum+at, max(s.worst, at) }
+
+func (s *detectionStats) addAll(ats []int) {
+	for _, at := range ats {
+		s.add(at)
+	}
+}
+
+func (s detectionStats) String() string {
+	if s.n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("worst %dms, mean %.1fms", s.worst, float64(s.sum)/float64(s.n))
 }
 
 // TestRingHeals crashes ranks of an 8-rank ring one scenario at a time, with
