@@ -169,6 +169,8 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 	switch msg[0] {
 	case kindHeartbeat:
 		m.det.Heartbeat(int(from), now)
+	case kindProbe:
+		m.det.Probe(int(from), now)
 	case kindBcast:
 		if bm, err := revoke.ParseMessage(body); err == nil {
 			m.bc.Step(int(from), bm)
@@ -304,6 +306,11 @@ func (m *machine) pump(now time.Time) {
 			m.det.Advance()
 			for _, to := range rd.Heartbeats {
 				m.send(ftrma.Rank(to), []byte{kindHeartbeat})
+			}
+			// Probes and their answers go at once: an answer must be
+			// back within Timeout, or the live rank probed looks dead.
+			for _, to := range rd.Probes {
+				m.send(ftrma.Rank(to), []byte{kindProbe})
 			}
 			for _, r := range rd.Suspected {
 				m.maybeSuspect(now, ftrma.Rank(r))

@@ -21,6 +21,7 @@ const (
 	kindAgree     byte = 4 // an agreement message: ctx u32, agree.Message
 	kindSignal    byte = 5 // Signal: ctx u32, payload
 	kindNotice    byte = 6 // a notice for this rank only (RevokeGroup): the notice id
+	kindProbe     byte = 7 // the failure detector's probe: answer with a heartbeat
 )
 
 // Config configures the runtime of a process. The zero value means the
