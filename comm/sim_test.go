@@ -430,7 +430,7 @@ func (s *sim) deliver(e *simEvent) {
 	if rk.gone {
 		return
 	}
-	if rk.stalled || rk.holding && e.sup != supGrant {
+	if rk.stalled || rk.holding && e.sup != supGrant && e.sup != supProbe {
 		rk.held = append(rk.held, e)
 		return
 	}
@@ -462,6 +462,12 @@ func (s *sim) rankReceive(e *simEvent) {
 	case supGrant:
 		if at, ok := rk.asked[e.arg]; ok && at+s.o.lease > rk.expiry {
 			rk.expiry = at + s.o.lease
+		}
+		if rk.rescuing && s.now <= rk.expiry && !rk.stalled {
+			// keepLease sees the renewal at its next check.
+			rk.rescueGen++
+			s.endRescue(r)
+			return
 		}
 	case supProbe:
 		s.send(r, s.o.n, supProbeReply, 0, nil)
@@ -734,19 +740,20 @@ func (s *sim) setCut(links [][2]int, d int) {
 	}
 }
 
-// hostLinkChanged keeps the trouble history of host h, and ftrun's view of
-// its agent link.
+// hostLinkChanged updates, after a cut or heal that touched host h (ftrun's
+// host: every host), the trouble history and ftrun's view of agent links.
 func (s *sim) hostLinkChanged(h int) {
 	if h == s.nh {
 		for x := range s.nh {
-			s.hostLinkChanged2(x)
+			s.rankHostLinkChanged(x)
 		}
 		return
 	}
-	s.hostLinkChanged2(h)
+	s.rankHostLinkChanged(h)
 }
 
-func (s *sim) hostLinkChanged2(h int) {
+// rankHostLinkChanged is hostLinkChanged for a host of ranks.
+func (s *sim) rankHostLinkChanged(h int) {
 	bad := false
 	for x := range s.nh + 1 {
 		if s.isCut(h, x) || s.isCut(x, h) {
