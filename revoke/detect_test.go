@@ -13,8 +13,9 @@ import (
 	"github.com/ftrma/ftrma/internal/overlay"
 )
 
-// TestDetectAndSpread joins the two machines as comm/ will: every rank runs a
-// failure.Detector and a Broadcast; a suspicion is broadcast as "fail/<r>",
+// TestDetectAndSpread joins the two machines as comm/ does: every rank runs a
+// failure.Detector and a Broadcast; probes are delivered and answered like
+// heartbeats; a suspicion is broadcast as "fail/<r>",
 // and a delivered notice is fed back to the detector and the broadcast. On a
 // virtual millisecond clock with random heartbeat and per-hop delays, random
 // crashes (at most Degree(n)-1 in all) must end with every survivor knowing
@@ -35,7 +36,7 @@ func detectAndSpread(t *testing.T, n int, seed uint64) {
 		hopDelay  = 3  // broadcast hop delays in [0, 3) ms
 	)
 	type ev struct {
-		kind     byte // 't'ick, 'h'eartbeat, 'b'roadcast frame, 'c'rash
+		kind     byte // 't'ick, 'h'eartbeat, 'p'robe, 'b'roadcast frame, 'c'rash
 		to, from int
 		frame    []byte
 	}
@@ -62,6 +63,9 @@ func detectAndSpread(t *testing.T, n int, seed uint64) {
 			ds[r].Advance()
 			for _, to := range rd.Heartbeats {
 				at(now+rng.IntN(beatDelay), ev{kind: 'h', to: to, from: r})
+			}
+			for _, to := range rd.Probes {
+				at(now+rng.IntN(beatDelay), ev{kind: 'p', to: to, from: r})
 			}
 			for _, x := range rd.Suspected {
 				if alive[x] {
@@ -125,6 +129,8 @@ func detectAndSpread(t *testing.T, n int, seed uint64) {
 			at(now+tickEvery, e)
 		case 'h':
 			ds[e.to].Heartbeat(e.from, tnow)
+		case 'p':
+			ds[e.to].Probe(e.from, tnow)
 		case 'b':
 			m, err := ParseMessage(e.frame)
 			if err != nil {
