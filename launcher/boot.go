@@ -251,6 +251,9 @@ func (d *dialBack) run(what string, hosts []string, name string, args []string, 
 	s.cmd.Stdout = &s.errs
 	s.cmd.Stderr = &s.errs
 	s.cmd.SysProcAttr = sysProcAttr()
+	// Wait returns this long after the process ended even if something it
+	// started still holds its output open.
+	s.cmd.WaitDelay = 2 * time.Second
 	var err error
 	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
 		return err
@@ -354,14 +357,23 @@ func (d *dialBack) stop(grace time.Duration) {
 	for _, s := range starters {
 		s.stdin.Close()
 	}
-	deadline := time.After(grace)
+	// One deadline for all: once it has passed, every starter still
+	// running is killed (a host cut off keeps its ssh or srun from ever
+	// seeing the end of the session).
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	expired := false
 	for _, s := range starters {
-		select {
-		case <-s.done:
-		case <-deadline:
-			killGroup(s.cmd)
-			<-s.done
+		if !expired {
+			select {
+			case <-s.done:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
 		}
+		killGroup(s.cmd)
+		<-s.done
 	}
 }
 

@@ -248,3 +248,36 @@ func TestSuspicionFromOutsideIgnored(t *testing.T) {
 		t.Error("a suspicion from a live rank was ignored")
 	}
 }
+
+// Stopping the starters of two hosts that never end their sessions (both
+// cut off: ssh waits for packets that never come) kills both once the grace
+// has passed; the second is not left waiting for a deadline the first used.
+func TestStopKillsEveryStuckStarter(t *testing.T) {
+	d, err := listenDialBack(make([]byte, 32), "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	for _, h := range []string{"hang1", "hang2"} {
+		// Ignores its input closing, as ssh toward a silent host does.
+		if err := d.run("ssh "+h, []string{h}, "sh", []string{"-c", "exec sleep 60 </dev/null"}, "boot line\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		d.stop(50 * time.Millisecond)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("stop did not return: a starter was never killed")
+	}
+	for _, s := range d.starters {
+		ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("%s ended with %v, want killed", s.what, s.cmd.ProcessState)
+		}
+	}
+}
