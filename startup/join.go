@@ -27,7 +27,8 @@ type Session struct {
 	size int
 	job  string
 	t    transport.Transport
-	conn net.Conn // the rendezvous connection, now the supervision channel
+	conn net.Conn      // the rendezvous connection, now the supervision channel
+	exit *exitReceiver // the receiver Join installed; nil in tests without a transport
 
 	wmu       sync.Mutex // serializes writes on conn
 	closeOnce sync.Once
@@ -209,8 +210,9 @@ func (s *Session) Leave() error {
 }
 
 // watch reads the supervision channel until it closes and hands every exit
-// notice to recv as a peer-down event: the launcher saw the process go.
-func (s *Session) watch(recv transport.Receiver) {
+// notice to the transport and the receiver as a peer-down event whose error
+// wraps ErrExitReported: the launcher saw the process go.
+func (s *Session) watch() {
 	defer s.watching.Done()
 	for {
 		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
@@ -240,8 +242,9 @@ func (s *Session) watch(recv transport.Receiver) {
 		if err != nil || r == s.rank {
 			continue
 		}
-		err = fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed)
-		s.t.PeerDown(r, err) // the transport marks it down and tells recv
+		if s.exit != nil {
+			s.exit.exited(s.t, r)
+		}
 	}
 }
 
@@ -253,6 +256,10 @@ func (s *Session) watch(recv transport.Receiver) {
 //
 // recv must not be nil: it is installed before any peer can send, as the
 // transport requires, because peers may send as soon as their own Join returns.
+// recv hears of a lost peer at most twice: when the transport loses its
+// connection (the peer may still run: see ErrExitReported), and when ftrun
+// reports that its process exited (the error wraps ErrExitReported), in
+// either order.
 //
 // Join blocks until every rank of the job has joined, so ctx should carry a
 // deadline. It returns an error if the process was not started by ftrun, if
@@ -270,6 +277,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	if recv == nil {
 		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
 	}
+	x := newExitReceiver(recv, env.size)
 	logf := func(format string, args ...any) {
 		log.Printf("ftrma rank %d: "+format, append([]any{env.rank}, args...)...)
 	}
@@ -278,22 +286,22 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var err error
 	switch env.transport {
 	case jobwire.TransportSHM:
-		t, conn, err = joinSHM(ctx, env, recv, logf)
+		t, conn, err = joinSHM(ctx, env, x, logf)
 	case jobwire.TransportVerbs:
-		t, conn, err = joinVerbs(ctx, env, recv, logf)
+		t, conn, err = joinVerbs(ctx, env, x, logf)
 	case jobwire.TransportHybrid:
-		t, conn, err = joinHybrid(ctx, env, recv, logf)
+		t, conn, err = joinHybrid(ctx, env, x, logf)
 	default:
-		t, conn, err = joinTCP(ctx, env, recv, logf)
+		t, conn, err = joinTCP(ctx, env, x, logf)
 	}
 	if err != nil {
 		return nil, err
 	}
 	// The rendezvous just completed with ftrun: the lease starts now.
-	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn,
+	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
 		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
 	sess.watching.Add(2)
-	go sess.watch(recv)
+	go sess.watch()
 	go sess.keepLease()
 	return sess, nil
 }
@@ -359,7 +367,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf f
 // rank publishes their numbers), exchanges addresses through the rendezvous
 // and brings every queue pair to ready-to-send. The queue pairs' retry
 // timeout is chosen within the failure detector's bound.
-func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
 	if bound == 0 {
 		bound = defaultHBTimeout
@@ -376,7 +384,7 @@ func joinVerbs(ctx context.Context, env jobEnv, recv transport.Receiver, logf fu
 		// A queue pair drops what arrives before it is ready, and the
 		// device retries only within the detector's bound: wait until every
 		// rank's queue pairs are ready before anyone sends.
-		return awaitStart(ctx, conn, env, t)
+		return awaitStart(ctx, conn, env, func(r ftrma.Rank) { recv.exited(t, r) })
 	})
 }
 
@@ -413,9 +421,9 @@ func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv
 }
 
 // awaitStart tells the launcher this rank is connected and waits for its
-// start. Exit notices that come first are passed on to the transport (they
-// would otherwise be lost: the watcher starts after Join).
-func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, t interface{ PeerDown(ftrma.Rank, error) }) error {
+// start. Exit notices that come first are passed on to exited (they would
+// otherwise be lost: the watcher starts after Join).
+func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrma.Rank)) error {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := jobwire.WriteFrame(conn, jobwire.MsgConnected, nil); err != nil {
@@ -434,7 +442,7 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, t interface{ Pee
 			return nil
 		case jobwire.MsgExit:
 			if r, err := jobwire.ParseRank(p, env.size); err == nil && r != env.rank {
-				t.PeerDown(r, fmt.Errorf("launcher: the process of rank %d exited: %w", r, ftrma.ErrProcFailed))
+				exited(r)
 			}
 		case jobwire.MsgError:
 			return fmt.Errorf("launcher says: %s", jobwire.Printable(p))

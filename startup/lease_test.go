@@ -31,7 +31,7 @@ func leaseSession(t *testing.T, term time.Duration, grant *atomic.Bool) (*Sessio
 		}
 	}()
 	s.watching.Add(2)
-	go s.watch(nil)
+	go s.watch()
 	go s.keepLease()
 	t.Cleanup(func() { s.Close(); launcher.Close() })
 	return s, lost

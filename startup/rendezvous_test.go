@@ -194,7 +194,7 @@ type peerDowns struct {
 	ranks []ftrma.Rank
 }
 
-func (p *peerDowns) PeerDown(r ftrma.Rank, err error) {
+func (p *peerDowns) exited(r ftrma.Rank) {
 	p.mu.Lock()
 	p.ranks = append(p.ranks, r)
 	p.mu.Unlock()
@@ -242,7 +242,7 @@ func TestAwaitStart(t *testing.T) {
 				}
 			}()
 			downs := new(peerDowns)
-			err := awaitStart(ctx, rank, env, downs)
+			err := awaitStart(ctx, rank, env, downs.exited)
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("awaitStart: %v, want %q", err, tt.want)
 			}

@@ -1,0 +1,91 @@
+package startup
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+)
+
+// ErrExitReported is wrapped by the error of every peer-down event that
+// ftrun reported (its exit notice, MsgExit), and by no other: ftrun saw the
+// peer's process end (waitpid, or its host's agent did), killed it, or
+// counted it failed 1.5 lease terms after it stopped renewing the peer's
+// lease, by which time the peer has stopped acting. It is the only cause of
+// a peer-down that proves the peer can no longer act; a transport's own
+// peer-down (a connection reset, closed or timed out, a queue pair in
+// error) proves only that the connection is gone. Test with errors.Is.
+var ErrExitReported = errors.New("reported by ftrun")
+
+// exitError is the error of ftrun's exit notice of rank r.
+func exitError(r ftrma.Rank) error {
+	return fmt.Errorf("launcher: the process of rank %d exited (%w): %w", r, ErrExitReported, ftrma.ErrProcFailed)
+}
+
+// peerDowner is the part of transport.Transport that exited uses.
+type peerDowner interface {
+	PeerDown(peer ftrma.Rank, cause error)
+}
+
+// exitReceiver stands between the transport and the caller's receiver, so
+// that ftrun's exit notice of a peer reaches the receiver even when the
+// transport lost the peer before (a transport tells its receiver of a peer
+// once, and ignores PeerDown for a peer already down). The receiver then
+// hears of a peer at most twice: once when the transport loses it, once
+// when ftrun reports its exit (the error wraps ErrExitReported), in either
+// order; nothing after the exit notice.
+type exitReceiver struct {
+	recv transport.Receiver
+
+	mu   sync.Mutex // guards told
+	told []bool     // told[r]: ftrun's exit notice of r was passed on
+}
+
+func newExitReceiver(recv transport.Receiver, size int) *exitReceiver {
+	return &exitReceiver{recv: recv, told: make([]bool, size)}
+}
+
+// tell marks r's exit notice passed on and reports whether it was not yet.
+func (x *exitReceiver) tell(r ftrma.Rank) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r < 0 || int(r) >= len(x.told) || x.told[r] {
+		return false
+	}
+	x.told[r] = true
+	return true
+}
+
+func (x *exitReceiver) isTold(r ftrma.Rank) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return r >= 0 && int(r) < len(x.told) && x.told[r]
+}
+
+// HandleMessage implements transport.Receiver.
+func (x *exitReceiver) HandleMessage(from ftrma.Rank, msg []byte) { x.recv.HandleMessage(from, msg) }
+
+// HandlePeerDown implements transport.Receiver.
+func (x *exitReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
+	if errors.Is(err, ErrExitReported) {
+		if !x.tell(peer) {
+			return
+		}
+	} else if x.isTold(peer) {
+		return
+	}
+	x.recv.HandlePeerDown(peer, err)
+}
+
+// exited carries out ftrun's exit notice of rank r: t marks r down (its
+// operations fail from now on) and the receiver hears of it, whether or not
+// t had lost r before.
+func (x *exitReceiver) exited(t peerDowner, r ftrma.Rank) {
+	err := exitError(r)
+	t.PeerDown(r, err) // if r was up, t calls HandlePeerDown, now or later
+	if x.tell(r) {
+		x.recv.HandlePeerDown(r, err)
+	}
+}
