@@ -10,6 +10,7 @@ import (
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/revoke"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -45,6 +46,17 @@ type machine struct {
 	failed  []bool
 	order   []ftrma.Rank
 	notices map[string]bool // revocation notices delivered
+
+	// lost lists the ranks whose connection the transport lost, under a
+	// confirmer, not yet known failed (see classifyDown): each is
+	// reported as a suspect, again every reportAgain (lostAt[r] is when r
+	// was last), until the confirmer's verdict comes. A lost connection
+	// does not come back, so the confirmer must end it one way or the
+	// other: it kills a suspect that does not answer, and one that stays
+	// suspected for three lease terms though it answers.
+	lost        []ftrma.Rank
+	lostAt      []time.Time
+	reportAgain time.Duration
 
 	// comms holds the agreement of every live communicator, by context id;
 	// ctxs lists their ids ascending, so that output comes in the same order
@@ -115,6 +127,10 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = failure.DefaultTimeout
+	}
 	m := &machine{
 		self:    self,
 		n:       n,
@@ -122,9 +138,14 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		det:     det,
 		bc:      revoke.New(self, n),
 		failed:  make([]bool, n),
-		notices: make(map[string]bool),
-		comms:   make(map[uint32]*commAgree),
-		early:   make(map[uint32][]earlyAgree),
+		lostAt:  make([]time.Time, n),
+		// As the detector reports a silent rank again (Config.AwaitConfirmation):
+		// well within a lease term, so that the confirmer's episode of
+		// suspicion goes on.
+		reportAgain: 4 * timeout,
+		notices:     make(map[string]bool),
+		comms:       make(map[uint32]*commAgree),
+		early:       make(map[uint32][]earlyAgree),
 	}
 	m.pump(now)
 	return m, nil
@@ -142,7 +163,15 @@ func (m *machine) advance() { m.rd = machineReady{} }
 
 // deadline is when tick next has something to do, and false when nothing
 // is awaited (no other live rank).
-func (m *machine) deadline() (time.Time, bool) { return m.det.Deadline() }
+func (m *machine) deadline() (time.Time, bool) {
+	t, ok := m.det.Deadline()
+	for _, r := range m.lost {
+		if again := m.lostAt[r].Add(m.reportAgain); !ok || again.Before(t) {
+			t, ok = again, true
+		}
+	}
+	return t, ok
+}
 
 // isFailed reports the machine's knowledge of world rank r.
 func (m *machine) isFailed(r ftrma.Rank) bool { return m.failed[r] }
@@ -151,6 +180,12 @@ func (m *machine) isFailed(r ftrma.Rank) bool { return m.failed[r] }
 // observed rank is suspected.
 func (m *machine) tick(now time.Time) {
 	m.det.Tick(now)
+	for _, r := range m.lost {
+		if !now.Before(m.lostAt[r].Add(m.reportAgain)) {
+			m.lostAt[r] = now
+			m.rd.Suspected = append(m.rd.Suspected, r)
+		}
+	}
 	m.pump(now)
 }
 
@@ -207,19 +242,88 @@ func (m *machine) stepAgree(from ftrma.Rank, msg []byte) {
 }
 
 // peerDown handles the loss of world rank from, at now: the transport lost
-// its connection, or ftrun saw its process go. A peer that said goodbye
-// (transport.ErrPeerLeft) finished: it is gone here, but nobody else needs
-// telling. Any other loss is a failure, announced to the job.
+// its connection, or ftrun saw its process go. What it does depends on what
+// the loss proves (classifyDown): a peer that said goodbye is gone here, and
+// nobody else needs telling; a peer that can no longer act has failed, which
+// is announced to the job; a peer that may still act is a suspect, reported
+// to the confirmer until its verdict comes.
 func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
 	if int(from) < 0 || int(from) >= m.n {
 		return
 	}
-	if errors.Is(err, transport.ErrPeerLeft) {
+	switch classifyDown(err, m.confirm) {
+	case downLeft:
 		m.markGone(now, from, "left the job")
-	} else {
+	case downFailed:
 		m.markFailed(now, from, fmt.Sprintf("connection lost: %v", err))
+	case downSuspect:
+		m.suspectLost(now, from)
 	}
 	m.pump(now)
+}
+
+// downKind is what a peer-down event proves about the peer.
+type downKind int
+
+const (
+	// downFailed: the peer can no longer act. It has failed, and the job
+	// is told.
+	downFailed downKind = iota
+	// downLeft: the peer said goodbye (it finalized): it is gone, and
+	// nobody else needs telling.
+	downLeft
+	// downSuspect: the connection is gone, but the peer may still act. It
+	// is a suspicion for the confirmer (ftrun) to judge.
+	downSuspect
+)
+
+// classifyDown says what a peer-down event with error err proves, with or
+// without a confirmer. The rule:
+//
+//  1. An orderly goodbye (the error wraps transport.ErrPeerLeft): downLeft,
+//     as without a confirmer. The peer closed its transport on purpose,
+//     after everything it sent was delivered, and acts on the job no more.
+//  2. Without a confirmer (a job not run by ftrun: tests, commtest worlds)
+//     every other loss is a failure: downFailed. There is nobody to ask.
+//  3. Under a confirmer, ftrun's own exit notice (the error wraps
+//     startup.ErrExitReported) is downFailed: ftrun reaped the process,
+//     killed it, or counted it failed only once its lease had surely run
+//     out.
+//  4. Under a confirmer, every other loss is downSuspect: it proves the
+//     connection gone, not the process. A timeout (TCP's retransmission or
+//     keepalive timer, a write deadline, a verbs queue pair that ran out of
+//     retries) comes from any cut that lasts long enough between two live
+//     ranks that both still hold their leases; counting the peer failed
+//     would make two worlds. EOF and ECONNRESET do not prove it either,
+//     though a process that exits closes its sockets with just these: a
+//     live peer's transport also closes the connection, when its own end
+//     timed out during a cut (after the heal, its kernel answers with a
+//     reset, since that socket no longer exists) and when it fences this
+//     rank; a middlebox (a NAT or firewall whose state expired) resets a
+//     connection between live processes too. Nothing on the wire tells
+//     these apart from an exit, while ftrun's notice follows a real exit at
+//     once (waitpid), so the safe choice costs a dead peer's failure only
+//     the time ftrun takes to report it.
+func classifyDown(err error, confirm bool) downKind {
+	switch {
+	case errors.Is(err, transport.ErrPeerLeft):
+		return downLeft
+	case !confirm, errors.Is(err, startup.ErrExitReported):
+		return downFailed
+	default:
+		return downSuspect
+	}
+}
+
+// suspectLost reports rank r, whose connection is lost, to the confirmer,
+// and keeps reporting it (tick) until it is known failed.
+func (m *machine) suspectLost(now time.Time, r ftrma.Rank) {
+	if int(r) == m.self || m.failed[r] || slices.Contains(m.lost, r) {
+		return
+	}
+	m.lost = append(m.lost, r)
+	m.lostAt[r] = now
+	m.rd.Suspected = append(m.rd.Suspected, r)
 }
 
 // originate starts the reliable broadcast of notice id with payload from
@@ -424,6 +528,9 @@ func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
 	}
 	m.failed[r] = true
 	m.order = append(m.order, r)
+	if i := slices.Index(m.lost, r); i >= 0 {
+		m.lost = slices.Delete(m.lost, i, i+1)
+	}
 	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why})
 	m.det.Failed(int(r), now)
 	m.bc.Failed(int(r))

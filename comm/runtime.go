@@ -170,7 +170,8 @@ func (rt *runtime) HandleMessage(from ftrma.Rank, msg []byte) {
 }
 
 // HandlePeerDown implements transport.Receiver: the connection to peer is gone
-// or the launcher saw its process exit.
+// or the launcher saw its process exit (the machine tells them apart:
+// classifyDown).
 func (rt *runtime) HandlePeerDown(peer ftrma.Rank, err error) {
 	rt.enqueue(event{from: peer, err: err})
 }
@@ -199,7 +200,10 @@ func (rt *runtime) do(f func()) {
 
 // lost records a peer-down error met by a caller's own operation and waits
 // until the run goroutine has applied it, so that failure knowledge (Failed,
-// ProcFailed) covers a failure by the time an error reports it.
+// ProcFailed) covers a failure by the time an error reports it. Under ftrun
+// only ftrun's exit notice proves a failure (classifyDown): a connection the
+// transport lost is reported to ftrun as a suspicion, and the rank counts
+// as failed once ftrun's verdict comes.
 func (rt *runtime) lost(r ftrma.Rank, err error) {
 	rt.enqueue(event{from: r, err: err})
 	done := make(chan struct{})

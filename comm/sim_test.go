@@ -14,6 +14,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/startup"
 )
 
 // This file is one seeded discrete-event simulator of a whole job: n runtime
@@ -474,7 +475,7 @@ func (s *sim) rankReceive(e *simEvent) {
 	case supExit:
 		q := int(e.arg)
 		if q != r {
-			rk.m.peerDown(now, ftrma.Rank(q), fmt.Errorf("launcher: the process of rank %d exited: %w", q, ftrma.ErrProcFailed))
+			rk.m.peerDown(now, ftrma.Rank(q), fmt.Errorf("launcher: the process of rank %d exited (%w): %w", q, startup.ErrExitReported, ftrma.ErrProcFailed))
 		}
 	}
 	s.apply(r)
