@@ -31,7 +31,11 @@ import (
 // random delay; on a cut link they wait and arrive after the heal (TCP
 // retransmits), unless the sender's process is gone by then. A process that
 // ends (crash, kill, exit) closes its connections: every peer's transport
-// reports it down once the link lets the news through.
+// reports it down once the link lets the news through. With
+// simOpts.connTimeout set, a connection across a cut that lasts that long
+// times out: both ends' transports report the other rank down (a timeout,
+// not an exit) and the connection stays dead — nothing more passes between
+// those two ranks, after the heal too.
 //
 // The properties checked, for every seed (the seed and the last events are
 // printed on failure; replay one with FTRMA_SIM_SEED=seed, and set
@@ -44,7 +48,8 @@ import (
 //   - Convergence: settle after the last fault heals, every acting rank's
 //     failed set is the set of ranks that do not act.
 //   - No healthy rank (one no fault crashed) is declared failed by ftrun
-//     unless it was in trouble — stalled, or a link of its host cut — for
+//     unless it was in trouble — stalled, a link of its host cut, or a
+//     connection of its timed out (connTimeout) — for
 //     longer than the bound of the rule ftrun applied: the whole probe
 //     window but 2 maximum delays (lease/2 - 2·delayMax) when it did not
 //     answer a probe; agentTimeout when its host's link to ftrun was lost;
@@ -87,9 +92,18 @@ type simOpts struct {
 	// TestSimStallOfCutOffRank shows the hole.
 	rescueActs bool
 
+	// connTimeout, when set, makes a connection between two ranks time
+	// out once a link between their hosts (either way) has been cut that
+	// long without a break: TCP's retransmission or keepalive timeout, a
+	// verbs queue pair out of retries. Both ranks' transports report the
+	// other down, and the connection is dead for good. Under ftrun such a
+	// loss is a suspicion (classifyDown); TestSimLostConnections runs it.
+	connTimeout time.Duration
+
 	// Broken rules, for TestSimCatchesBrokenRules.
-	eagerFtrun bool // ftrun tells the ranks of a rank it cannot reach at once, without waiting out its lease
-	verdict    bool // ranks act on their own suspicions (the machine without a confirmer)
+	trustTransport bool // ranks count a peer the transport lost as failed (the machine before classifyDown)
+	eagerFtrun     bool // ftrun tells the ranks of a rank it cannot reach at once, without waiting out its lease
+	verdict        bool // ranks act on their own suspicions (the machine without a confirmer)
 }
 
 func defaultSimOpts(n int, seed int64) simOpts {
@@ -120,6 +134,7 @@ const (
 	supProbeReply        // rank→ftrun
 	supExitReport        // agent→ftrun: rank arg's process is gone (waitpid)
 	supExit              // ftrun→rank: rank arg's process is gone (MsgExit)
+	supLost              // local, from→to: to's transport timed out its connection to from
 )
 
 const (
@@ -242,7 +257,16 @@ type sim struct {
 	stalls   [][][2]time.Duration
 	hostCuts [][][2]time.Duration
 	hostBad  []time.Duration // start of the current cut interval, -1 if none
-	stallAt  []time.Duration
+
+	// Connections that timed out (connTimeout): dead[p*n+q] for both
+	// orders; deadSince[r] is when r first lost one, -1 if never (trouble
+	// from then on: the connection never comes back). pairCut[a*nh+b] (a <
+	// b) is when a link between hosts a and b was last cut with none cut
+	// before, -1 while neither way is cut.
+	dead      []bool
+	deadSince []time.Duration
+	pairCut   []time.Duration
+	stallAt   []time.Duration
 
 	lastHeal  time.Duration
 	flags     map[uint64][]uint64       // per instance, each rank's flag (^0: none)
@@ -274,6 +298,17 @@ func newSim(o simOpts) *sim {
 	s.lastDue = make([]time.Duration, (n+1)*(n+1))
 	s.stalls = make([][][2]time.Duration, n)
 	s.stallAt = make([]time.Duration, n)
+	if o.connTimeout > 0 {
+		s.dead = make([]bool, n*n)
+		s.pairCut = make([]time.Duration, s.nh*s.nh)
+		for i := range s.pairCut {
+			s.pairCut[i] = -1
+		}
+	}
+	s.deadSince = make([]time.Duration, n)
+	for r := range s.deadSince {
+		s.deadSince[r] = -1
+	}
 	s.hostCuts = make([][][2]time.Duration, s.nh)
 	s.hostBad = make([]time.Duration, s.nh)
 	for h := range s.hostBad {
@@ -394,6 +429,9 @@ func (s *sim) run() {
 
 // send puts a message on the network from node from to node to.
 func (s *sim) send(from, to int, sup uint8, arg uint64, msg []byte) {
+	if s.isDead(from, to) {
+		return // the transport has the peer down: Send fails
+	}
 	e := &simEvent{kind: evNet, sup: sup, from: from, to: to, arg: arg, msg: msg}
 	a, b := s.hostOf(from), s.hostOf(to)
 	if s.isCut(a, b) {
@@ -422,10 +460,18 @@ func (s *sim) senderGone(e *simEvent) bool {
 	return e.from < s.o.n && e.sup != supExitReport && e.sup != supDown && s.ranks[e.from].gone
 }
 
+// isDead reports whether the connection between nodes a and b timed out.
+func (s *sim) isDead(a, b int) bool {
+	return s.dead != nil && a < s.o.n && b < s.o.n && s.dead[a*s.o.n+b]
+}
+
 func (s *sim) deliver(e *simEvent) {
 	if e.to == s.o.n {
 		s.ftrunReceive(e)
 		return
+	}
+	if e.sup != supLost && s.isDead(e.from, e.to) {
+		return // in flight when the connection died
 	}
 	rk := s.ranks[e.to]
 	if rk.gone {
@@ -459,7 +505,12 @@ func (s *sim) rankReceive(e *simEvent) {
 		if rk.fenced[e.from] {
 			return
 		}
-		rk.m.peerDown(now, ftrma.Rank(e.from), fmt.Errorf("connection reset: %w", ftrma.ErrProcFailed))
+		rk.m.peerDown(now, ftrma.Rank(e.from), s.transportDown(e.from, "connection reset"))
+	case supLost:
+		if rk.fenced[e.from] {
+			return
+		}
+		rk.m.peerDown(now, ftrma.Rank(e.from), s.transportDown(e.from, "read tcp: i/o timeout"))
 	case supGrant:
 		if at, ok := rk.asked[e.arg]; ok && at+s.o.lease > rk.expiry {
 			rk.expiry = at + s.o.lease
@@ -479,6 +530,16 @@ func (s *sim) rankReceive(e *simEvent) {
 		}
 	}
 	s.apply(r)
+}
+
+// transportDown is the error of a peer-down the transport raised itself.
+// With trustTransport it is dressed as ftrun's exit notice, which the
+// machine counts as proof: the machine as it was before classifyDown.
+func (s *sim) transportDown(from int, cause string) error {
+	if s.o.trustTransport {
+		return fmt.Errorf("%s (%w): %w", cause, startup.ErrExitReported, ftrma.ErrProcFailed)
+	}
+	return fmt.Errorf("%s: %w", cause, ftrma.ErrProcFailed)
 }
 
 // wake is the driver's loop turn (runtime.run): after what arrived, the
@@ -738,6 +799,56 @@ func (s *sim) setCut(links [][2]int, d int) {
 	slices.Sort(hosts)
 	for _, h := range hosts {
 		s.hostLinkChanged(h)
+	}
+	if s.o.connTimeout > 0 {
+		s.pairsChanged(links)
+	}
+}
+
+// pairsChanged notes, for connTimeout, the host pairs of links whose cut
+// began or ended, and schedules the timeout of a cut that began.
+func (s *sim) pairsChanged(links [][2]int) {
+	for _, l := range links {
+		a, b := min(l[0], l[1]), max(l[0], l[1])
+		if b >= s.nh { // ftrun's links carry no rank connections
+			continue
+		}
+		i := a*s.nh + b
+		cut := s.isCut(a, b) || s.isCut(b, a)
+		switch {
+		case cut && s.pairCut[i] < 0:
+			since := s.now
+			s.pairCut[i] = since
+			s.at(since+s.o.connTimeout, func() {
+				if s.pairCut[i] == since {
+					s.connsTimeOut(a, b)
+				}
+			})
+		case !cut:
+			s.pairCut[i] = -1
+		}
+	}
+}
+
+// connsTimeOut kills every connection between a rank of host a and one of
+// host b: each end's transport reports the other down.
+func (s *sim) connsTimeOut(a, b int) {
+	s.note("connections between hosts %d and %d time out", a, b)
+	n := s.o.n
+	for p := range n {
+		for q := range n {
+			if s.ranks[p].host != a || s.ranks[q].host != b || s.ranks[p].gone || s.ranks[q].gone || s.dead[p*n+q] {
+				continue
+			}
+			s.dead[p*n+q], s.dead[q*n+p] = true, true
+			for _, r := range []int{p, q} {
+				if s.deadSince[r] < 0 {
+					s.deadSince[r] = s.now
+				}
+			}
+			s.push(&simEvent{at: s.now, kind: evNet, sup: supLost, from: q, to: p})
+			s.push(&simEvent{at: s.now, kind: evNet, sup: supLost, from: p, to: q})
+		}
 	}
 }
 
@@ -1163,8 +1274,8 @@ func (s *sim) checkStop(r int) {
 	}
 }
 
-// trouble returns how long in [from, to] rank r was stalled or its host had
-// a link cut.
+// trouble returns how long in [from, to] rank r was stalled, its host had
+// a link cut, or it had lost a connection (connTimeout: for good).
 func (s *sim) trouble(r int, from, to time.Duration) time.Duration {
 	var iv [][2]time.Duration
 	iv = append(iv, s.stalls[r]...)
@@ -1173,6 +1284,9 @@ func (s *sim) trouble(r int, from, to time.Duration) time.Duration {
 	}
 	h := s.ranks[r].host
 	iv = append(iv, s.hostCuts[h]...)
+	if s.deadSince[r] >= 0 {
+		iv = append(iv, [2]time.Duration{s.deadSince[r], s.now})
+	}
 	if s.hostBad[h] >= 0 {
 		iv = append(iv, [2]time.Duration{s.hostBad[h], s.now})
 	}
@@ -1215,7 +1329,11 @@ func (s *sim) checkConvergence() {
 
 func (s *sim) report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d (n=%d): replay with FTRMA_SIM_SEED=%d FTRMA_SIM_RANKS=%d go test ./comm -run 'TestSim$' -v\n", s.o.seed, s.o.n, s.o.seed, s.o.n)
+	test := "TestSim$"
+	if s.o.connTimeout > 0 {
+		test = "TestSimLostConnections"
+	}
+	fmt.Fprintf(&b, "seed %d (n=%d): replay with FTRMA_SIM_SEED=%d FTRMA_SIM_RANKS=%d go test ./comm -run '%s' -v\n", s.o.seed, s.o.n, s.o.seed, s.o.n, test)
 	for _, e := range s.errs {
 		fmt.Fprintf(&b, "  %s\n", e)
 	}
@@ -1338,6 +1456,13 @@ func TestSimCatchesBrokenRules(t *testing.T) {
 		// Ranks close the ring on their own suspicion (no confirmer): a
 		// stalled or cut-off rank is counted failed while it acts.
 		{"ranks act on their own suspicions", func(o *simOpts) { o.verdict = true }},
+		// Ranks count a peer whose connection timed out as failed (the
+		// machine before classifyDown): two ranks cut from each other,
+		// both holding leases, each counts the other failed.
+		{"ranks trust the transport's peer-downs", func(o *simOpts) {
+			o.connTimeout = lostConnTimeout
+			o.trustTransport = true
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			caught := 0
@@ -1376,4 +1501,64 @@ func TestSimStallOfCutOffRank(t *testing.T) {
 		}
 	}
 	t.Errorf("400 seeds and no rank acted after a stall while counted failed: has keepLease been fixed? Then drop simOpts.rescueActs")
+}
+
+// lostConnTimeout is simOpts.connTimeout in TestSimLostConnections: shorter
+// than the longest cut, so that some cuts outlast it.
+const lostConnTimeout = 800 * time.Millisecond
+
+// TestSimLostConnections runs the simulator with connections that time out
+// on long cuts between hosts (simOpts.connTimeout), and checks the same
+// properties as TestSim: a peer-down the transport raised is only a
+// suspicion for ftrun, so two ranks that lost their connection but both
+// hold leases do not count each other failed; ftrun's three-term rule ends
+// the connection for good (one of them is killed). TestSimCatchesBrokenRules
+// shows the same runs with the transport trusted make two worlds.
+func TestSimLostConnections(t *testing.T) {
+	small, _, smallN, _ := simSeeds(t)
+	if len(small) > 60 {
+		small = small[:60]
+	}
+	var (
+		mu             sync.Mutex
+		next, timeouts int
+		failed         []string
+		wg             sync.WaitGroup
+	)
+	for range 2 { // this machine has two cores
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next == len(small) || len(failed) > 0 {
+					mu.Unlock()
+					return
+				}
+				seed := small[next]
+				next++
+				mu.Unlock()
+				o := defaultSimOpts(smallN, seed)
+				o.connTimeout = lostConnTimeout
+				s := newSim(o)
+				s.run()
+				mu.Lock()
+				if slices.ContainsFunc(s.deadSince, func(d time.Duration) bool { return d >= 0 }) {
+					timeouts++
+				}
+				if len(s.errs) > 0 {
+					failed = append(failed, s.report())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range failed {
+		t.Error(f)
+	}
+	if timeouts == 0 {
+		t.Errorf("%d seeds and no connection timed out: the knob does nothing", len(small))
+	}
+	t.Logf("%d of %d seeds lost connections", timeouts, len(small))
 }
