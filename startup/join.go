@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -37,6 +38,8 @@ type Session struct {
 	stop      chan struct{}  // closed by Close
 	term      time.Duration  // the lease term
 
+	rescuing atomic.Pointer[chan struct{}] // while the lease is rescued: closed when the rescue ends
+
 	lmu     sync.Mutex           // guards the fields below
 	asked   map[uint64]time.Time // lease asks in flight, by seq: when sent
 	seq     uint64
@@ -52,7 +55,9 @@ const ExitLostPrimary = jobwire.ExitLostPrimary
 
 // OnLeaseLost sets what happens when this rank's lease from ftrun runs out
 // (jobwire.LeaseTerm after the ask of the last grant it got: ftrun cannot
-// be reached, so this rank may no longer be in the job's primary world).
+// be reached, so this rank may no longer be in the job's primary world) and
+// one more ask brings no grant within a quarter term after that (see
+// keepLease), or at once when the rank finds it later than that.
 // f must stop the rank from acting at once; comm's default exits the
 // process with jobwire.ExitLostPrimary. Without f the loss is only logged.
 func (s *Session) OnLeaseLost(f func()) {
@@ -61,8 +66,50 @@ func (s *Session) OnLeaseLost(f func()) {
 	s.onLost = f
 }
 
+// The lease's arithmetic. A grant answers an ask, and the lease runs a
+// term from when the ask was sent: expiry = ask + term. When ftrun gives a
+// rank up without reaching it (its host cut off, or a suspect it cannot
+// kill), it stops granting (launcher/rendezvous.go revoke, at time R) and
+// tells the other ranks the rank failed 1.5 terms later (launcher/job.go
+// waitRank: hostTiming.leaseWait). Every grant the rank got answered an ask
+// it sent no later than R, so the others count it failed no earlier than
+// ask + 1.5 terms = expiry + term/2, for the ask of the last grant it
+// received (whatever the two clocks read: only durations count, and clock
+// rates differ by parts per million).
+//
+// So a rank acts while its lease runs. When it finds the lease run out —
+// perhaps only because it did not run for a while (a stall) and grants
+// wait unread — it asks once more and may keep acting until rescueEnd =
+// expiry + term/4, a quarter term before the others may take over; the
+// rescue ends by then, with a grant or with the rank stopping. A rank that
+// finds its lease run out at rescueEnd or later (it woke from a longer
+// stall) stops at once, without asking.
+type leaseStep int
+
+const (
+	leaseHeld   leaseStep = iota // the lease runs: act
+	leaseRescue                  // it ran out: ask once more, stop at rescueEnd unless granted
+	leaseStop                    // stop at once
+)
+
+// rescueEnd is when the rescue of a lease that ran out at expiry ends.
+func rescueEnd(expiry time.Time, term time.Duration) time.Time { return expiry.Add(term / 4) }
+
+// stepAt is what to do at now with the lease running until expiry.
+func stepAt(now, expiry time.Time, term time.Duration) leaseStep {
+	switch {
+	case !now.After(expiry):
+		return leaseHeld
+	case now.Before(rescueEnd(expiry, term)):
+		return leaseRescue
+	default:
+		return leaseStop
+	}
+}
+
 // keepLease asks ftrun for a lease every fifth of its term and checks its
-// expiry, until Close.
+// expiry every twentieth, until Close; a lease found run out is rescued or
+// lost as stepAt says.
 func (s *Session) keepLease() {
 	defer s.watching.Done()
 	ask := time.NewTicker(s.term / 5)
@@ -78,55 +125,101 @@ func (s *Session) keepLease() {
 			s.askLease()
 		case <-check.C:
 		}
-		if !s.expired() {
+		step, end := s.step()
+		if step == leaseHeld {
 			continue
 		}
-		// The lease ran out. This process may merely not have run for a
-		// while (a stall), with grants waiting unread: ask once more and
-		// keep the lease if ftrun still grants it, which it does unless it
-		// gave this rank up. The wait is a quarter term, so that a rank
-		// ftrun gave up stops within 1.25 terms of its last grant, before
-		// ftrun tells the others (1.5 terms).
-		s.askLease()
-		rescue := time.NewTimer(s.term / 4)
-		renewed := false
-	wait:
-		for {
-			select {
-			case <-s.stop:
-				rescue.Stop()
-				return
-			case <-rescue.C:
-				break wait
-			case <-check.C:
-				if !s.expired() {
-					renewed = true
-					rescue.Stop()
-					break wait
-				}
-			}
+		// New work waits (Rescuing) until the lease is renewed or the
+		// loss reported.
+		done := make(chan struct{})
+		s.rescuing.Store(&done)
+		closed := false
+		for step == leaseRescue && !closed {
+			closed = !s.rescue(end, check.C)
+			// Renewed, lost, or renewed by a late grant of an
+			// earlier ask into a lease run out again: a new rescue
+			// with that lease's end.
+			step, end = s.step()
 		}
-		s.lmu.Lock()
-		expired := !renewed && !s.leaving && !s.lost && time.Now().After(s.expiry)
-		f := s.onLost
-		if expired {
-			s.lost = true
+		if step == leaseStop && !closed {
+			s.lose()
 		}
-		s.lmu.Unlock()
-		if expired {
-			log.Printf("ftrma rank %d: no lease from ftrun for %v: this rank may be cut off from the job's primary world, and stops", s.rank, s.term)
-			if f != nil {
-				f()
+		s.rescuing.Store(nil)
+		close(done)
+		if closed {
+			return
+		}
+	}
+}
+
+// rescue asks for the lease once more and waits for the grant until end, a
+// check finding the lease renewed or past its rescue, or Close (then it
+// reports false). The ask is a small frame that the socket's buffer takes
+// at once; should the write block, its deadline (a fifth of a term) bounds
+// it, and the rescue ends as soon as it returns if end has passed.
+func (s *Session) rescue(end time.Time, check <-chan time.Time) bool {
+	timer := time.NewTimer(time.Until(end))
+	defer timer.Stop()
+	s.askLease()
+	for {
+		select {
+		case <-s.stop:
+			return false
+		case <-timer.C:
+			return true
+		case <-check:
+			if step, _ := s.step(); step != leaseRescue {
+				return true
 			}
 		}
 	}
 }
 
-// expired reports whether the lease has run out and matters.
-func (s *Session) expired() bool {
+// step is stepAt for this lease now, with the rescue's end; a lease that
+// no longer matters (Leave was called, or it was lost) is held.
+func (s *Session) step() (leaseStep, time.Time) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	return !s.leaving && !s.lost && time.Now().After(s.expiry)
+	if s.leaving || s.lost {
+		return leaseHeld, time.Time{}
+	}
+	return stepAt(time.Now(), s.expiry, s.term), rescueEnd(s.expiry, s.term)
+}
+
+// lose reports the loss of the lease, once: this rank stops.
+func (s *Session) lose() {
+	s.lmu.Lock()
+	lost := !s.leaving && !s.lost
+	f := s.onLost
+	s.lost = s.lost || lost
+	s.lmu.Unlock()
+	if !lost {
+		return
+	}
+	log.Printf("ftrma rank %d: no lease from ftrun since %v ago: this rank may be cut off from the job's primary world, and stops", s.rank, s.sinceAsk().Round(time.Millisecond))
+	if f != nil {
+		f()
+	}
+}
+
+// sinceAsk is how long ago the ask of the last grant was sent.
+func (s *Session) sinceAsk() time.Duration {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return time.Since(s.expiry.Add(-s.term))
+}
+
+// Rescuing returns nil while the lease runs, and while it is being rescued
+// (it ran out: see keepLease) a channel closed when the rescue ends: the
+// lease was renewed, or its loss was reported (OnLeaseLost's function has
+// returned, if it returns at all). Callers hold new work back until then:
+// a rank that may have been given up starts nothing. It is one atomic load,
+// cheap enough for every collective.
+func (s *Session) Rescuing() <-chan struct{} {
+	if p := s.rescuing.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // askLease sends one lease ask.

@@ -68,22 +68,145 @@ func TestLease(t *testing.T) {
 	}
 }
 
+// The lease's rule (stepAt): held until expiry, rescued for a quarter term
+// after it, stopped at once from then on — a quarter term before ftrun may
+// tell the others (1.5 terms after the ask of the last grant, expiry + term/2).
+func TestLeaseStepAt(t *testing.T) {
+	const term = time.Second
+	expiry := time.Unix(100, 0)
+	tests := []struct {
+		after time.Duration // now - expiry
+		want  leaseStep
+	}{
+		{-term, leaseHeld},
+		{0, leaseHeld},
+		{time.Nanosecond, leaseRescue},
+		{term / 20, leaseRescue},
+		{term/4 - time.Nanosecond, leaseRescue},
+		{term / 4, leaseStop},
+		{term / 2, leaseStop},
+		{10 * term, leaseStop},
+	}
+	for _, tt := range tests {
+		if got := stepAt(expiry.Add(tt.after), expiry, term); got != tt.want {
+			t.Errorf("%v after expiry: %v, want %v", tt.after, got, tt.want)
+		}
+	}
+	if end, ftrun := rescueEnd(expiry, term), expiry.Add(-term).Add(term*3/2); !end.Before(ftrun) || ftrun.Sub(end) < term/4 {
+		t.Errorf("the rescue ends at %v, ftrun may tell the others at %v: want a quarter term between", end, ftrun)
+	}
+}
+
 // A rank whose lease ran out while it did not run (a stall) keeps it when
-// ftrun still grants: it asks once more before it stops.
+// ftrun still grants and it finds the loss within a quarter term: it asks
+// once more, holding new work back (Rescuing) until the grant comes.
 func TestLeaseSurvivesStall(t *testing.T) {
-	const term = 100 * time.Millisecond
+	const term = 400 * time.Millisecond
 	var grant atomic.Bool
 	grant.Store(true)
 	s, lost := leaseSession(t, term, &grant)
-	time.Sleep(2 * term)
-	// As after a stall: the lease's end lies in the past, the asks that
+	time.Sleep(term / 2)
+	grant.Store(false) // so that the rescue can be seen before the grant
+	// As after a stall: the lease's end lies just past, the asks that
 	// would renew it were never answered.
 	s.lmu.Lock()
-	s.expiry = time.Now().Add(-term)
+	s.expiry = time.Now().Add(-term / 20)
 	s.asked = map[uint64]time.Time{}
 	s.lmu.Unlock()
-	time.Sleep(3 * term)
+	var held <-chan struct{}
+	for end := time.Now().Add(term / 4); held == nil && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		held = s.Rescuing()
+	}
+	if held == nil {
+		t.Fatalf("no rescue within a quarter term of a lease found run out")
+	}
+	grant.Store(true)
+	s.askLease() // the rescue's own ask went ungranted above
+	select {
+	case <-held:
+	case <-time.After(term):
+		t.Fatalf("the rescue did not end on the grant")
+	}
 	if n := lost.Load(); n != 0 {
 		t.Errorf("a rank whose lease ftrun still grants stopped after a stall (%d)", n)
+	}
+	if s.Rescuing() != nil {
+		t.Errorf("still rescuing after the grant")
+	}
+	time.Sleep(2 * term)
+	if n := lost.Load(); n != 0 {
+		t.Errorf("a rank whose lease ftrun grants stopped (%d)", n)
+	}
+}
+
+// A rank that finds its lease run out a quarter term or more ago (it woke
+// from a longer stall) stops at once, without a rescue, though ftrun would
+// still grant: ftrun may have told the others already.
+func TestLeaseStopsAfterLongStall(t *testing.T) {
+	const term = 200 * time.Millisecond
+	var grant atomic.Bool
+	grant.Store(true)
+	s, lost := leaseSession(t, term, &grant)
+	time.Sleep(term / 2)
+	// As after a stall of over half a term past the lease's end: ftrun,
+	// had it given the rank up, may have told the others by now.
+	s.lmu.Lock()
+	s.expiry = time.Now().Add(-term / 2)
+	s.asked = map[uint64]time.Time{}
+	s.lmu.Unlock()
+	found := time.Now()
+	rescued := false
+	for lost.Load() == 0 && time.Since(found) < term {
+		rescued = rescued || s.Rescuing() != nil && lost.Load() == 0 && time.Since(found) > term/10
+		time.Sleep(time.Millisecond)
+	}
+	if rescued {
+		t.Errorf("a rank past its rescue's end asked for a rescue")
+	}
+	if n := lost.Load(); n != 1 {
+		t.Fatalf("lease lost %d times, want once", n)
+	}
+	// The next check (a twentieth of a term) stops it; no rescue's
+	// quarter term is waited.
+	if d := time.Since(found); d > term/5 {
+		t.Errorf("stopped %v after its lease was past its rescue, want at the next check", d)
+	}
+}
+
+// A rank cut off from ftrun stops by the end of its rescue, a quarter term
+// after its lease ran out (a quarter term before ftrun may tell the
+// others), holding new work back meanwhile.
+func TestLeaseRescueEndsInTime(t *testing.T) {
+	const term = 200 * time.Millisecond
+	var grant atomic.Bool
+	grant.Store(true)
+	s, lost := leaseSession(t, term, &grant)
+	time.Sleep(term / 2)
+	grant.Store(false)
+	s.lmu.Lock()
+	expiry := s.expiry
+	s.lmu.Unlock()
+	var held <-chan struct{}
+	for held == nil && time.Until(expiry) > -term/4 {
+		time.Sleep(time.Millisecond)
+		held = s.Rescuing()
+	}
+	if held == nil {
+		t.Fatalf("no rescue after the lease ran out")
+	}
+	select {
+	case <-held:
+	case <-time.After(term):
+		t.Fatalf("the rescue did not end")
+	}
+	at := time.Now()
+	if n := lost.Load(); n != 1 {
+		t.Fatalf("the rescue ended without a grant, lease lost %d times, want once (before the rescue's end was signalled)", n)
+	}
+	if late := at.Sub(rescueEnd(expiry, term)); late > term/10 {
+		t.Errorf("stopped %v after the rescue's end", late)
+	}
+	if early := expiry.Sub(at); early > 0 {
+		t.Errorf("stopped %v before the lease ran out", early)
 	}
 }
