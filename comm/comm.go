@@ -36,6 +36,11 @@ const worldContext = 1
 // Bcast and Allgather return an error wrapping ftrma.ErrProcFailed when a rank
 // they need has failed, and ftrma.ErrRevoked once the communicator is revoked.
 // Agree and Shrink work across failures and revocation.
+//
+// Under ftrun, while this rank's lease is being rescued (it ran out, and
+// one more ask is out: startup.Session.Rescuing), Barrier, Bcast,
+// Allgather, Agree and Shrink wait before they start, for at most a quarter
+// lease term: a rank that may have been given up starts nothing new.
 type Comm struct {
 	rt      *runtime
 	ctxID   uint32
@@ -88,6 +93,7 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	rt.suspect = s
+	rt.lease = s
 	s.OnLeaseLost(rt.cfg.OnLostPrimary)
 	c := newWorld(rt)
 	c.session = s
@@ -302,6 +308,27 @@ func (c *Comm) Noticed(id string) bool {
 	return c.rt.notices[id]
 }
 
+// awaitLease holds a new collective or agreement back while this rank's
+// lease from ftrun is being rescued (startup.Session.Rescuing): a rank that
+// may have been given up starts nothing new until its lease is renewed, or
+// it stops. The rescue ends within a quarter lease term. It returns ctx's
+// error should ctx end first.
+func (c *Comm) awaitLease(ctx context.Context, op string) error {
+	if c.rt.lease == nil {
+		return nil
+	}
+	held := c.rt.lease.Rescuing()
+	if held == nil {
+		return nil
+	}
+	select {
+	case <-held:
+		return nil
+	case <-ctx.Done():
+		return &ftrma.OpError{Op: op, Rank: -1, Err: ctx.Err()}
+	}
+}
+
 // begin starts the next collective and returns its sequence number.
 func (c *Comm) begin(op string) (uint64, error) {
 	revoked := c.IsRevoked() // rt.mu is taken before c.mu, never inside it
@@ -396,6 +423,9 @@ func (c *Comm) Allgather(ctx context.Context, mine []byte) ([][]byte, error) {
 	if len(mine) > MaxCollectivePayload {
 		return nil, &ftrma.OpError{Op: "allgather", Rank: -1, Err: fmt.Errorf("%w: contribution of %d bytes exceeds %d", ftrma.ErrInvalid, len(mine), MaxCollectivePayload)}
 	}
+	if err := c.awaitLease(ctx, "allgather"); err != nil {
+		return nil, err
+	}
 	seq, err := c.begin("allgather")
 	if err != nil {
 		return nil, err
@@ -436,6 +466,9 @@ func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte,
 	}
 	if c.rank == root && len(data) > MaxCollectivePayload {
 		return nil, &ftrma.OpError{Op: "bcast", Rank: root, Err: fmt.Errorf("%w: %d bytes exceeds %d", ftrma.ErrInvalid, len(data), MaxCollectivePayload)}
+	}
+	if err := c.awaitLease(ctx, "bcast"); err != nil {
+		return nil, err
 	}
 	seq, err := c.begin("bcast")
 	if err != nil {
@@ -481,6 +514,9 @@ func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
 
 // agree runs one agreement instance and returns its decision.
 func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
+	if err := c.awaitLease(ctx, "agree"); err != nil {
+		return agree.Decision{}, err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

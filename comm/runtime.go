@@ -58,6 +58,12 @@ type suspecter interface {
 	Suspect(r ftrma.Rank) error
 }
 
+// leaseKeeper is the rank's lease from ftrun (startup.Session): while it is
+// being rescued, Rescuing returns a channel closed when the rescue ends.
+type leaseKeeper interface {
+	Rescuing() <-chan struct{}
+}
+
 // runtime is the per-process part shared by every communicator of the process:
 // the transport, failure knowledge, and the driver of the machine (machine.go)
 // that holds the failure detector, the reliable broadcast and the
@@ -70,7 +76,8 @@ type runtime struct {
 	self    ftrma.Rank
 	n       int
 	cfg     Config
-	suspect suspecter // may be nil
+	suspect suspecter   // may be nil
+	lease   leaseKeeper // may be nil
 
 	m *machine // owned by the run goroutine
 

@@ -1,0 +1,65 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport/memnet"
+)
+
+// fakeLease is a lease being rescued until release.
+type fakeLease struct{ held chan struct{} }
+
+func (f *fakeLease) Rescuing() <-chan struct{} {
+	select {
+	case <-f.held:
+		return nil
+	default:
+		return f.held
+	}
+}
+
+// While this rank's lease is being rescued, a new collective or agreement
+// waits (or ends with its context) and starts once the rescue ends.
+func TestCollectivesWaitForLeaseRescue(t *testing.T) {
+	net := memnet.New(2)
+	defer net.Close()
+	var cs [2]*Comm
+	for r := range cs {
+		c, err := New(net.Endpoint(ftrma.Rank(r)), Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs[r] = c
+	}
+	lease := &fakeLease{held: make(chan struct{})}
+	cs[0].rt.lease = lease
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := cs[0].Barrier(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("barrier while the lease is rescued: %v, want the context's end", err)
+	}
+	if _, err := cs[0].Agree(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("agree while the lease is rescued: %v, want the context's end", err)
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	done := make(chan error, 1)
+	go func() { _, err := cs[0].Bcast(ctx, 0, []byte("x")); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("bcast started during the rescue: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(lease.held)
+	if err := <-done; err != nil {
+		t.Fatalf("bcast after the rescue: %v", err)
+	}
+	if got, err := cs[1].Bcast(ctx, 0, nil); err != nil || string(got) != "x" {
+		t.Fatalf("bcast at rank 1: %q, %v", got, err)
+	}
+}
