@@ -13,11 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// The multi-host suite: three hosts h1..h3 as network namespaces with
+// The multi-host suite: four hosts h1..h4 as network namespaces with
 // hostnames of their own (scripts/cluster.sh), a real sshd on each and a
 // real Slurm (slurmctld on host ctl, a slurmd per host, munge). ftrun runs
 // in the root namespace, which reaches every host over a bridge, and starts
@@ -34,7 +35,7 @@ var cluster struct {
 	skip bool  // err is a NOT RUN, not a failure
 }
 
-const clusterHosts = 3
+const clusterHosts = 4
 
 func clusterScript() string {
 	wd, _ := os.Getwd()
@@ -95,12 +96,13 @@ func clusterDown() {
 	}
 }
 
-// hostfile writes a hostfile of the cluster's hosts with slots each.
-func hostfile(t *testing.T, slots int) string {
+// hostfile writes a hostfile of the cluster's first hosts hosts with slots
+// each.
+func hostfile(t *testing.T, hosts, slots int) string {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("# the cluster's hosts\n")
-	for i := 1; i <= clusterHosts; i++ {
+	for i := 1; i <= hosts; i++ {
 		fmt.Fprintf(&b, "h%d slots=%d\n", i, slots)
 	}
 	p := filepath.Join(t.TempDir(), "hostfile")
@@ -118,6 +120,9 @@ func clusterCmd(ctx context.Context, t *testing.T, dir string, name string, args
 	cmd.Env = append(os.Environ(),
 		"FTRMA_SSH=ssh -F "+filepath.Join(dir, "ssh_config"),
 		"SLURM_CONF="+filepath.Join(dir, "slurm.conf"))
+	// A job that does not end gets SIGQUIT first: ftrun (a Go program)
+	// then prints where each of its goroutines waits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
 }
@@ -158,15 +163,15 @@ func TestClusterCheckpoint(t *testing.T) {
 		t.Fatalf("one-host run: exit %d:\n%s", code, out)
 	}
 	want, _, _ := ckptResult(t, out)
-	hf := hostfile(t, 4)
+	hf := hostfile(t, 3, 4)
 	for _, c := range []struct {
 		name string
 		cmd  []string
 	}{
 		{"ssh", []string{ftrunBin, "--hostfile", hf, "-v", "--tag-output", prog}},
 		{"ssh, crashes", []string{ftrunBin, "--hostfile", hf, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
-		{"slurm", []string{"salloc", "-N", "3", "--ntasks-per-node", "4", "--quiet", ftrunBin, "-v", "--tag-output", prog}},
-		{"slurm, crashes", []string{"salloc", "-N", "3", "--ntasks-per-node", "4", "--quiet", ftrunBin, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
+		{"slurm", []string{"salloc", "-N", "3", "-w", "h[1-3]", "--ntasks-per-node", "4", "--quiet", ftrunBin, "-v", "--tag-output", prog}},
+		{"slurm, crashes", []string{"salloc", "-N", "3", "-w", "h[1-3]", "--ntasks-per-node", "4", "--quiet", ftrunBin, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, code, took := runCluster(t, dir, 3*time.Minute, c.cmd[0], c.cmd[1:]...)
@@ -182,7 +187,7 @@ func TestClusterCheckpoint(t *testing.T) {
 				t.Errorf("%s nodes, %s survivors; want %s, %s:\n%s", got, survivors, want, wantSurvivors, out)
 			}
 			if strings.Contains(strings.Join(c.cmd, " "), " -v ") {
-				for i := 1; i <= clusterHosts; i++ {
+				for i := 1; i <= 3; i++ {
 					line := fmt.Sprintf("ftrun: h%d: ranks [%d %d %d %d] (agent started by %s)", i, 4*i-4, 4*i-3, 4*i-2, 4*i-1, map[bool]string{true: "srun", false: "ssh"}[c.name == "slurm"])
 					if !strings.Contains(out, line) {
 						t.Errorf("output does not say %q:\n%s", line, out)
@@ -204,7 +209,7 @@ func TestClusterCheckpoint(t *testing.T) {
 func TestClusterHostLoss(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
-	hf := hostfile(t, 4)
+	hf := hostfile(t, 3, 4)
 	for _, how := range []string{"killhost", "cut"} {
 		t.Run(how, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -293,7 +298,7 @@ func TestClusterHostLoss(t *testing.T) {
 func TestClusterPartition(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
-	hf := hostfile(t, 4)
+	hf := hostfile(t, 3, 4)
 	stops := t.TempDir()
 	os.Chmod(stops, 0o777)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -83,6 +83,16 @@
 #   cluster.sh cut DIR HOST        set HOST's root-side veth down (link cut;
 #       processes keep running, packets are dropped)
 #   cluster.sh heal DIR HOST       set it up again
+#   cluster.sh split DIR [--oneway] SIDE_A SIDE_B
+#       Partition the cluster without touching any link: SIDE is a
+#       comma-separated list of hosts, where "root" names the root namespace
+#       (where ftrun runs).  Packets from SIDE_B to SIDE_A are dropped
+#       (blackhole routes in SIDE_B's namespaces to SIDE_A's addresses), and,
+#       without --oneway, from SIDE_A to SIDE_B too.  Hosts on neither side
+#       reach everyone: `split DIR h1 h2` cuts only the h1-h2 path (a partial
+#       partition), `split DIR root,h1,h2 h3,h4` splits 3+2 with h3 and h4
+#       still reaching each other.  Several splits add up.
+#   cluster.sh join DIR            remove every route split added
 #   cluster.sh status DIR          hosts, their recorded processes, sinfo
 #   cluster.sh selftest [N]        up a cluster of N (default 3, >= 2) hosts
 #       with --ssh --slurm in a temporary DIR, check ssh, on, per-host
@@ -605,6 +615,11 @@ ftc_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PFX" || 
 
 net_remove_all() {
 	local l
+	# split's routes in the root namespace (those in the hosts' namespaces
+	# go with the namespaces)
+	for l in $(ip route show type blackhole 2>/dev/null | awk '{print $2}' | grep -F "$NET." || true); do
+		ip route del blackhole "$l" 2>/dev/null || true
+	done
 	for l in $(ftc_links); do
 		[ "$l" = "$BR" ] && continue
 		ip link del "$l" 2>/dev/null || true
@@ -657,6 +672,7 @@ do_down() {
 		rm -rf "$REG/munge"
 		rm -f "$REG/owner"
 	fi
+	rm -f "$d/run/split.routes"
 	if [ -f "$REG/procs" ]; then
 		awk -v d="$d" '$4 != d' "$REG/procs" >"$REG/procs.new" || true
 		mv -f "$REG/procs.new" "$REG/procs"
@@ -920,6 +936,70 @@ cmd_link() { # up|down DIR HOST
 	ip link set "$PFX$3" "$1"
 }
 
+# split_side DIR SIDE: the side's namespaces and addresses, "NS IP" per
+# line (NS "-" for the root namespace).
+split_side() {
+	local h
+	for h in ${2//,/ }; do
+		if [ "$h" = root ]; then
+			echo "- $NET.254"
+		else
+			check_host "$1" "$h"
+			echo "$PFX$h $(ip_of "$h")"
+		fi
+	done
+}
+
+# split_drop DIR FROM TO: blackhole routes in FROM's namespaces to TO's
+# addresses, recorded in DIR/run/split.routes for join.
+split_drop() {
+	local d=$1 fns fip tns tip
+	while read -r fns fip; do
+		while read -r tns tip; do
+			[ "$fip" = "$tip" ] && die "split: $fip is on both sides"
+			if [ "$fns" = - ]; then
+				ip route replace blackhole "$tip/32"
+			else
+				ip -n "$fns" route replace blackhole "$tip/32"
+			fi
+			echo "$fns $tip" >>"$d/run/split.routes"
+		done < <(split_side "$d" "$3")
+	done < <(split_side "$d" "$2")
+}
+
+cmd_split() { # DIR [--oneway] SIDE_A SIDE_B
+	need_root
+	[ $# -ge 3 ] || usage
+	local d oneway=0
+	d=$(absdir "$1") || die "no such DIR: $1"
+	shift
+	if [ "$1" = --oneway ]; then
+		oneway=1
+		shift
+	fi
+	[ $# -eq 2 ] || usage
+	split_side "$d" "$1" >/dev/null
+	split_side "$d" "$2" >/dev/null
+	split_drop "$d" "$2" "$1"
+	if [ $oneway = 0 ]; then split_drop "$d" "$1" "$2"; fi
+}
+
+cmd_join() { # DIR
+	need_root
+	[ $# -eq 1 ] || usage
+	local d ns ip
+	d=$(absdir "$1") || die "no such DIR: $1"
+	[ -f "$d/run/split.routes" ] || return 0
+	while read -r ns ip; do
+		if [ "$ns" = - ]; then
+			ip route del blackhole "$ip/32" 2>/dev/null || true
+		else
+			ip -n "$ns" route del blackhole "$ip/32" 2>/dev/null || true
+		fi
+	done <"$d/run/split.routes"
+	rm -f "$d/run/split.routes"
+}
+
 cmd_status() {
 	[ $# -eq 1 ] || usage
 	local d pid start role st
@@ -1033,6 +1113,17 @@ ok" sh -c 'for k in 1 2; do salloc -Q --immediate=20 -N '"$n"' --ntasks-per-node
 	"$SELF" heal "$d" "$hn"
 	check "heal $hn: ssh works again" "$hn" "${S[@]}" "$hn" hostname
 
+	# split / join: a partial partition (h1-hN only), then a one-way one
+	"$SELF" split "$d" h1 "$hn"
+	check "split h1 $hn: h1 cannot connect, root can" "cut reached" sh -c \
+		"a=\$('$SELF' on '$d' h1 sh -c \"if timeout 2 bash -c 'exec 3<>/dev/tcp/$ipn/22' 2>/dev/null; then echo reached; else echo cut; fi\"); if timeout 2 bash -c 'exec 3<>/dev/tcp/$ipn/22' 2>/dev/null; then echo \$a reached; else echo \$a cut; fi"
+	"$SELF" join "$d"
+	check "join: h1 connects again" "reached" "$SELF" on "$d" h1 sh -c "if timeout 2 bash -c 'exec 3<>/dev/tcp/$ipn/22' 2>/dev/null; then echo reached; else echo cut; fi"
+	"$SELF" split "$d" --oneway h1 "$hn"
+	check "split --oneway h1 $hn: only $hn drops toward h1" "0 1" sh -c \
+		"echo \$(ip -n ${PFX}h1 route show type blackhole | wc -l) \$(ip -n $PFX$hn route show type blackhole | grep -c '$NET.11')"
+	"$SELF" join "$d"
+
 	# killhost / revive
 	local before after t1
 	before=$(uts_count "$hn")
@@ -1105,6 +1196,8 @@ main() {
 	revive) cmd_revive "$@" ;;
 	cut) cmd_link down "$@" ;;
 	heal) cmd_link up "$@" ;;
+	split) cmd_split "$@" ;;
+	join) cmd_join "$@" ;;
 	status) cmd_status "$@" ;;
 	selftest) cmd_selftest "$@" ;;
 	_super) cmd_super "$@" ;;
