@@ -15,6 +15,11 @@
 // connections, from the launcher's exit notices and from other ranks' notices;
 // it only grows. A rank learned failed is fenced first (nothing it sends lands
 // any more), then made visible (Failed, ProcFailed, errors), then announced.
+// Under ftrun (Init) the detector's suspicions and broken connections are
+// only reported to ftrun, which kills the suspect or waits out its lease: a
+// rank counts another failed on ftrun's exit notice, a notice or an
+// agreement, never on its own, so that the job never has two live worlds.
+// Operations toward a rank whose connection broke still fail at once.
 //
 // A rank's duties:
 //
