@@ -416,9 +416,18 @@ func (j *Job) waitRank(p *rankProc) {
 			// Nobody saw the process end: it may still run, cut off.
 			// It stops by itself once its lease runs out; only then do
 			// the others hear that it failed.
+			// Unless the process itself hung up on ftrun: then it is
+			// gone (rvServer.hangUp), as when a host's processes are
+			// all killed and only its agent's link told ftrun.
 			at := j.rv.revoke(p.rank)
-			time.Sleep(time.Until(at.Add(j.tm.leaseWait())))
-			st.lost = m.lost
+			wait := time.NewTimer(time.Until(at.Add(j.tm.leaseWait())))
+			select {
+			case <-wait.C:
+				st.lost = m.lost
+			case <-j.rv.hungUpChan(p.rank):
+				wait.Stop()
+				st.lost = m.lost + "; its process closed its connection to ftrun"
+			}
 		case m.text != "":
 			st.err = errors.New(m.text)
 		case m.signal != 0:

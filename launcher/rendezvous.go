@@ -3,9 +3,11 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -60,6 +62,7 @@ type rvServer struct {
 	revokedAt []time.Time     // when
 	probes    []chan struct{} // probes[r]: closed when rank r answers the probe under way
 	leaving   []bool          // leaving[r]: rank r said it leaves on purpose
+	hungUp    []chan struct{} // hungUp[r]: closed when rank r's process closed its supervision channel
 	connected []bool          // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
 	started   bool            // jobwire.MsgStart went out
 	wmu       sync.Mutex      // serializes writes on supervision channels
@@ -101,7 +104,7 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		revokedAt: make([]time.Time, cfg.Size),
 		probes:    make([]chan struct{}, cfg.Size),
 		leaving:   make([]bool, cfg.Size),
-
+		hungUp:    make([]chan struct{}, cfg.Size),
 		connected: make([]bool, cfg.Size),
 	}
 	s.wg.Add(1)
@@ -169,6 +172,45 @@ func (s *rvServer) probe(r ftrma.Rank, d time.Duration) bool {
 	case <-s.quit:
 		return false
 	}
+}
+
+// hungUpChan returns a channel closed once rank r's process has closed its
+// supervision channel without leaving (hangUp).
+func (s *rvServer) hungUpChan(r ftrma.Rank) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hungUp[r] == nil {
+		s.hungUp[r] = make(chan struct{})
+	}
+	return s.hungUp[r]
+}
+
+// hangUp records that rank r's end of its supervision channel closed (its
+// kernel sent FIN or RST) while the rank had not said it leaves. A rank
+// holds that connection for its whole life and never closes it early, and
+// a rank whose channel breaks stops at once (startup: it can no longer
+// renew its lease), so the process is gone, or stopping: nothing of it
+// acts any more. Silence (a cut link) is not a hang-up.
+func (s *rvServer) hangUp(r ftrma.Rank) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leaving[r] {
+		return
+	}
+	if s.hungUp[r] == nil {
+		s.hungUp[r] = make(chan struct{})
+	}
+	select {
+	case <-s.hungUp[r]:
+	default:
+		close(s.hungUp[r])
+	}
+}
+
+// closedByPeer reports whether err ends a connection because its other end
+// closed it: EOF (FIN) or a reset, not a timeout or this side's own Close.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // revoke stops renewing rank r's lease (jobwire.LeaseTerm) and returns
@@ -367,6 +409,9 @@ func (s *rvServer) serve(raw net.Conn) {
 	for {
 		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
 		if err != nil {
+			if closedByPeer(err) {
+				s.hangUp(rank)
+			}
 			return
 		}
 		switch typ {

@@ -484,3 +484,33 @@ func TestStartWaitsForEveryRankConnected(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose process closes its supervision channel without saying it
+// leaves has hung up: it is gone (ftrun need not wait out its lease). One
+// that said it leaves first has not hung up.
+func TestSupervisionHangUp(t *testing.T) {
+	s, _ := startServer(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res := joinAll(ctx, []testRank{fakeRank(s, 0, 2), fakeRank(s, 1, 2)})
+	defer closeAll(res)
+	if res[0].err != nil || res[1].err != nil {
+		t.Fatal(res[0].err, res[1].err)
+	}
+	jobwire.WriteFrame(res[0].conn, jobwire.MsgLeaving, nil)
+	res[0].conn.Close()
+	res[1].conn.Close()
+	select {
+	case <-s.hungUpChan(1):
+	case <-ctx.Done():
+		t.Fatal("rank 1 closed its supervision channel, and ftrun did not see it hang up")
+	}
+	if !waitFor(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.super[0] == nil }) {
+		t.Fatal("ftrun still serves rank 0's closed channel")
+	}
+	select {
+	case <-s.hungUpChan(0):
+		t.Error("rank 0 said it leaves, and counts as hung up")
+	default:
+	}
+}

@@ -142,7 +142,7 @@ func (s *Session) keepLease() {
 			step, end = s.step()
 		}
 		if step == leaseStop && !closed {
-			s.lose()
+			s.lose(fmt.Sprintf("no lease from ftrun since %v ago", s.sinceAsk().Round(time.Millisecond)))
 		}
 		s.rescuing.Store(nil)
 		close(done)
@@ -186,8 +186,8 @@ func (s *Session) step() (leaseStep, time.Time) {
 	return stepAt(time.Now(), s.expiry, s.term), rescueEnd(s.expiry, s.term)
 }
 
-// lose reports the loss of the lease, once: this rank stops.
-func (s *Session) lose() {
+// lose reports the loss of the lease, once, for why: this rank stops.
+func (s *Session) lose(why string) {
 	s.lmu.Lock()
 	lost := !s.leaving && !s.lost
 	f := s.onLost
@@ -196,7 +196,7 @@ func (s *Session) lose() {
 	if !lost {
 		return
 	}
-	log.Printf("ftrma rank %d: no lease from ftrun since %v ago: this rank may be cut off from the job's primary world, and stops", s.rank, s.sinceAsk().Round(time.Millisecond))
+	log.Printf("ftrma rank %d: %s: this rank may be cut off from the job's primary world, and stops", s.rank, why)
 	if f != nil {
 		f()
 	}
@@ -310,6 +310,15 @@ func (s *Session) watch() {
 	for {
 		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
 		if err != nil {
+			select {
+			case <-s.stop: // Close
+			default:
+				// ftrun is gone, or the connection broke: no lease
+				// can be renewed, and ftrun, seeing the connection
+				// close, counts this rank gone at once
+				// (launcher: rvServer.hangUp). Stop now.
+				s.lose(fmt.Sprintf("its connection to ftrun broke (%v)", err))
+			}
 			return
 		}
 		if typ == jobwire.MsgProbe {

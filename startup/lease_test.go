@@ -210,3 +210,23 @@ func TestLeaseRescueEndsInTime(t *testing.T) {
 		t.Errorf("stopped %v before the lease ran out", early)
 	}
 }
+
+// A rank whose connection to ftrun breaks stops at once, long before its
+// lease would run out: ftrun, seeing the connection close, counts it gone.
+func TestLeaseLostWhenLinkBreaks(t *testing.T) {
+	const term = time.Hour // only the broken link can end it within the test
+	rank, launcher := net.Pipe()
+	s := &Session{rank: 1, size: 2, conn: rank, term: term, stop: make(chan struct{}),
+		asked: make(map[uint64]time.Time), expiry: time.Now().Add(term)}
+	lost := make(chan struct{})
+	s.OnLeaseLost(func() { close(lost) })
+	s.watching.Add(1)
+	go s.watch()
+	t.Cleanup(func() { s.Close() })
+	launcher.Close()
+	select {
+	case <-lost:
+	case <-time.After(time.Minute):
+		t.Fatal("the connection to ftrun broke and the rank did not stop")
+	}
+}
