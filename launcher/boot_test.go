@@ -281,3 +281,36 @@ func TestStopKillsEveryStuckStarter(t *testing.T) {
 		}
 	}
 }
+
+// Two ranks that cannot reach each other (the link between their hosts cut,
+// both reach ftrun) accuse each other, and neither answers ftrun's probe
+// in time: only one is declared failed, the other's accuser being gone.
+func TestMutualSuspicionsKillOne(t *testing.T) {
+	rv, _ := startServer(t, 4)
+	var out, errs bytes.Buffer
+	j := &Job{out: &sink{stdout: &out, stderr: &errs}, declared: make([]bool, 4), start: time.Now(),
+		rv: rv, suspicions: make(map[ftrma.Rank]*suspicion), tm: hostTiming{lease: time.Second}}
+	for r := range 4 {
+		cmd := exec.Command("sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		j.ranks = append(j.ranks, &rankProc{rank: ftrma.Rank(r), running: true, cmd: cmd})
+	}
+	j.suspect(2, 1)
+	j.suspect(1, 2)
+	if !waitFor(func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return (j.declared[1] || j.declared[2]) && j.suspicions[1] != nil && !j.suspicions[1].probing && !j.suspicions[2].probing
+	}) {
+		t.Fatalf("neither was declared:\n%s", errs.String())
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.declared[1] && j.declared[2] {
+		t.Errorf("both ranks of a mutual accusation were declared failed:\n%s", errs.String())
+	}
+}

@@ -534,6 +534,13 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 		if j.finished || j.declared[r] {
 			return
 		}
+		if j.declared[by] {
+			// Two ranks that cannot reach each other (a link cut
+			// between them) accuse each other; once one is declared,
+			// the other's accuser is gone: one is enough.
+			j.out.reportf("dropped rank %d's suspicion of rank %d: rank %d was declared failed meanwhile", by, r, by)
+			return
+		}
 		if alive {
 			j.out.reportf("rank %d, suspected by rank %d's detector at %.3fs, answered ftrun: slow, not failed; not killed", r, by, time.Since(j.start).Seconds())
 			return
