@@ -211,6 +211,16 @@ func (c *Comm) ProcFailed(r ftrma.Rank) bool {
 	return c.rt.isFailed(c.members[r])
 }
 
+// FailuresChanged returns a channel closed when this process next learns
+// of a failure (of any rank of the job: ProcFailed and Failed may have
+// changed), so that a caller reacts at once instead of polling. Ask again
+// after it closes.
+func (c *Comm) FailuresChanged() <-chan struct{} {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	return c.rt.failedCh
+}
+
 // Failed returns the communicator ranks known to have failed, in rank order
 // (ULFM's MPI_Comm_get_failed). Local: no communication.
 func (c *Comm) Failed() []ftrma.Rank {

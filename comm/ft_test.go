@@ -307,3 +307,30 @@ func TestCloseWakesWaiters(t *testing.T) {
 		}
 	}
 }
+
+// FailuresChanged closes when a failure becomes known, and not before: a
+// caller waits on it instead of polling ProcFailed.
+func TestFailuresChanged(t *testing.T) {
+	w := commtest.New(t, 4)
+	c := w.Comms[0]
+	ch := c.FailuresChanged()
+	select {
+	case <-ch:
+		t.Fatal("closed without a failure")
+	default:
+	}
+	w.Net.Crash(2)
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatal("rank 2 crashed and FailuresChanged never closed")
+	}
+	if !c.ProcFailed(2) {
+		t.Error("FailuresChanged closed before ProcFailed(2) held")
+	}
+	select {
+	case <-c.FailuresChanged():
+		t.Error("a new channel is closed without a new failure")
+	default:
+	}
+}

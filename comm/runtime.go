@@ -91,6 +91,7 @@ type runtime struct {
 	queue    []event            // received, for the run goroutine
 	requests []func()           // work for the run goroutine
 	changed  chan struct{}      // closed and replaced when failed, revoked or inbox change
+	failedCh chan struct{}      // closed and replaced when failed grows
 	kick     chan struct{}      // wakes the run goroutine (buffer 1)
 	closed   bool
 	done     chan struct{}
@@ -124,17 +125,18 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		}
 	}
 	rt := &runtime{
-		t:       t,
-		self:    t.Rank(),
-		n:       t.Size(),
-		cfg:     cfg,
-		failed:  make([]bool, t.Size()),
-		notices: make(map[string]bool),
-		comms:   make(map[uint32]*Comm),
-		inbox:   make(map[collKey][]byte),
-		changed: make(chan struct{}),
-		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		t:        t,
+		self:     t.Rank(),
+		n:        t.Size(),
+		cfg:      cfg,
+		failed:   make([]bool, t.Size()),
+		notices:  make(map[string]bool),
+		comms:    make(map[uint32]*Comm),
+		inbox:    make(map[collKey][]byte),
+		changed:  make(chan struct{}),
+		failedCh: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
 	}
 	var err error
 	if rt.m, err = newMachine(cfg.Detector, int(rt.self), rt.n, false, time.Now()); err != nil {
@@ -364,6 +366,8 @@ func (rt *runtime) apply() {
 			rt.order = append(rt.order, f.rank)
 		}
 		rt.signalLocked()
+		close(rt.failedCh)
+		rt.failedCh = make(chan struct{})
 		rt.mu.Unlock()
 	}
 	for _, o := range rd.Send {

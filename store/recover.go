@@ -53,7 +53,12 @@ func (s *Store) housekeeping() {
 	idle := 0
 	var asked uint64
 	compacted := time.Now()
+	fe, _ := s.c.(failureEvents)
+	var failCh <-chan struct{} // nil (never ready) without failure events
 	for {
+		if fe != nil {
+			failCh = fe.FailuresChanged() // before reading the knowledge it announces
+		}
 		busy := s.grow()
 		s.markSeen()
 		s.expireLeases()
@@ -90,9 +95,18 @@ func (s *Store) housekeeping() {
 			t.Stop()
 			reply <- s.compact(ctx)
 			compacted = time.Now()
+		case <-failCh:
+			t.Stop() // a failure: recovery starts now, not at the next tick
 		case <-t.C:
 		}
 	}
+}
+
+// failureEvents is what a communicator may offer to tell of failures as
+// they become known (comm.Comm does); without it the housekeeping finds
+// them at its next tick.
+type failureEvents interface {
+	FailuresChanged() <-chan struct{}
 }
 
 // recover restores the keys this rank holds that the failures since oldFailed
