@@ -207,23 +207,30 @@ func segName(job string, r ftrma.Rank, id uint64) string {
 
 const tmpSuffix = ".tmp"
 
-// isJobFile reports whether name is one of job's files: "ftrma-<job>-", a
-// rank, then "-ctl", "-ctl.tmp" or "-seg-<id>". The strict parse keeps job
-// "a" from matching the files of job "a-1".
-func isJobFile(name, job string) bool {
+// jobFileRank returns the rank a file of job belongs to, if name is one of
+// job's files: "ftrma-<job>-", a rank, then "-ctl", "-ctl.tmp" or
+// "-seg-<id>". The strict parse keeps job "a" from matching the files of
+// job "a-1".
+func jobFileRank(name, job string) (ftrma.Rank, bool) {
 	rest, ok := strings.CutPrefix(name, "ftrma-"+job+"-")
 	if !ok {
-		return false
+		return 0, false
 	}
 	rank, kind, ok := strings.Cut(rest, "-")
 	if !ok || !isDigits(rank) {
-		return false
+		return 0, false
 	}
-	if kind == "ctl" || kind == "ctl"+tmpSuffix {
-		return true
+	r, err := strconv.ParseInt(rank, 10, 32)
+	if err != nil {
+		return 0, false
 	}
-	id, ok := strings.CutPrefix(kind, "seg-")
-	return ok && isDigits(id)
+	if kind != "ctl" && kind != "ctl"+tmpSuffix {
+		id, ok := strings.CutPrefix(kind, "seg-")
+		if !ok || !isDigits(id) {
+			return 0, false
+		}
+	}
+	return ftrma.Rank(r), true
 }
 
 func isDigits(s string) bool {
@@ -243,7 +250,29 @@ func isDigits(s string) bool {
 // killed before they could close. The launcher calls it when the job ends.
 // Processes that still map a removed file keep their mapping; the memory is
 // freed when the last one unmaps it. A missing dir is not an error.
+//
+// Only the launcher, once every rank of the job has ended, may remove all
+// of it: a rank maps a peer's segment from its file when it first reaches
+// it, and forgets segments whose files are gone, so removing the files of
+// live ranks makes their peers' accesses fail with ftrma.ErrUnknownRegion.
+// Who knows only some ranks to be gone (an agent whose ranks were killed,
+// while hosts that share dir go on) uses RemoveRanks.
 func RemoveJob(dir, job string) error {
+	return removeFiles(dir, job, func(ftrma.Rank) bool { return true })
+}
+
+// RemoveRanks removes the files of job's ranks in ranks from dir
+// (DefaultDir when empty), as RemoveJob does for all of them, and leaves
+// those of the job's other ranks: they may be alive, on this host or on
+// another that shares dir (hosts emulated by network namespaces on one
+// machine, containers sharing /dev/shm), and their peers reach their memory
+// through these files. A missing dir is not an error.
+func RemoveRanks(dir, job string, ranks []ftrma.Rank) error {
+	return removeFiles(dir, job, func(r ftrma.Rank) bool { return slices.Contains(ranks, r) })
+}
+
+// removeFiles removes the files of job in dir whose rank mine accepts.
+func removeFiles(dir, job string, mine func(ftrma.Rank) bool) error {
 	if err := checkJob(job); err != nil {
 		return err
 	}
@@ -259,7 +288,7 @@ func RemoveJob(dir, job string) error {
 	}
 	var errs []error
 	for _, e := range ents {
-		if !isJobFile(e.Name(), job) {
+		if r, ok := jobFileRank(e.Name(), job); !ok || !mine(r) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -910,6 +911,122 @@ func TestRemoveJob(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "ftrma-k-") {
 			t.Fatalf("%s left behind", e.Name())
 		}
+	}
+}
+
+func TestRemoveRanks(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"ftrma-j-0-ctl", "ftrma-j-1-seg-3", "ftrma-j-12-ctl.tmp", "ftrma-j-12-seg-1", "ftrma-j-2-ctl", "ftrma-jj-1-ctl", "ftrma-j-1-0-ctl", "other"}
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveRanks(dir, "j", []ftrma.Rank{1, 12}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	want := []string{"ftrma-j-0-ctl", "ftrma-j-1-0-ctl", "ftrma-j-2-ctl", "ftrma-jj-1-ctl", "other"}
+	if !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
+	if err := RemoveRanks(filepath.Join(dir, "missing"), "j", []ftrma.Rank{0}); err != nil {
+		t.Fatalf("missing directory: %v", err)
+	}
+	if err := RemoveRanks(dir, "../x", nil); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("bad job name: %v", err)
+	}
+}
+
+// Two "hosts" of one job share the shared-memory directory (network
+// namespaces on one machine do), each rank's transport serving its own
+// host's ranks, as under shm+tcp. Host b's ranks are lost (killed: their
+// files stay) and their files removed, as b's agent does. Host a's ranks
+// must still reach each other's memory: a segment rank 0 never mapped, and
+// one it had mapped, after rank 1 releases another segment (peers then
+// forget the segments whose files are gone). Removing every file of the
+// job instead (RemoveJob, which the agent used to call) breaks both with
+// ftrma.ErrUnknownRegion: the failure seen on a four-host cluster after a
+// host was cut off.
+func TestHostLossLeavesOtherHostsSegments(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		remove  func(dir, job string) error
+		wantErr error
+	}{
+		{"RemoveRanks", func(dir, job string) error { return RemoveRanks(dir, job, []ftrma.Rank{2, 3}) }, nil},
+		{"RemoveJob", RemoveJob, ftrma.ErrUnknownRegion},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := testCtx(t)
+			var a, b []*Transport
+			for r := range 4 {
+				host := []ftrma.Rank{0, 1}
+				if r >= 2 {
+					host = []ftrma.Rank{2, 3}
+				}
+				tr := must(Open(Config{Rank: ftrma.Rank(r), Size: 4, Ranks: host, Job: "j", Dir: dir}))
+				tr.SetReceiver(newRecorder())
+				t.Cleanup(func() { tr.Close() })
+				if r < 2 {
+					a = append(a, tr)
+				} else {
+					b = append(b, tr)
+				}
+			}
+			for _, tr := range append(slices.Clone(a), b...) {
+				if err := tr.Connect(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Rank 1's memory: a segment rank 0 reads before the loss, one
+			// it first reads after, and one released after the loss.
+			var keys []transport.Key
+			for i := range 2 {
+				mem := must(a[1].Alloc(4096))
+				mem[0] = byte(10 + i)
+				keys = append(keys, must(a[1].Register(mem)))
+			}
+			spare := must(a[1].Alloc(4096))
+			read := func(key transport.Key) (byte, error) {
+				var buf [8]byte
+				if _, err := a[0].Read(1, key, 0, buf[:]); err != nil {
+					return 0, err
+				}
+				return buf[0], a[0].Flush(ctx, 1)
+			}
+			if v, err := read(keys[0]); err != nil || v != 10 {
+				t.Fatalf("read before the loss: %d, %v", v, err)
+			}
+			// Host b is lost: its agent removes files (its ranks, killed,
+			// could not), and host a learns of the loss.
+			if err := c.remove(dir, "j"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []ftrma.Rank{2, 3} {
+				a[0].PeerDown(r, ftrma.ErrProcFailed)
+				a[1].PeerDown(r, ftrma.ErrProcFailed)
+			}
+			if v, err := read(keys[1]); !errors.Is(err, c.wantErr) || err == nil && v != 11 {
+				t.Errorf("first read of a segment after the loss: %d, %v; want error %v", v, err, c.wantErr)
+			}
+			if err := a[1].Release(spare); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := read(keys[0]); !errors.Is(err, c.wantErr) || err == nil && v != 10 {
+				t.Errorf("read of a mapped segment after a release: %d, %v; want error %v", v, err, c.wantErr)
+			}
+			for _, r := range []ftrma.Rank{2, 3} {
+				if matches, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ftrma-j-%d-*", r))); len(matches) > 0 {
+					t.Errorf("files of lost rank %d left: %v", r, matches)
+				}
+			}
+		})
 	}
 }
 
