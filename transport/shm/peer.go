@@ -212,10 +212,14 @@ func (p *peer) segment(id uint64) ([]byte, error) {
 	if mem, ok := old[id]; ok {
 		return mem, nil
 	}
-	mem, err := mapFile(p.segPath(id))
+	path := p.segPath(id)
+	mem, err := mapFile(path)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil, ftrma.ErrUnknownRegion // released under a stale key entry
+			// Released under a stale key entry (Deregister gave up waiting
+			// for this rank), or removed by another process while
+			// registered: say which, as this error is all there is to see.
+			return nil, fmt.Errorf("%w: shm transport: segment %d of rank %d is gone (no file %s: released, or removed by another process)", ftrma.ErrUnknownRegion, id, p.rank, path)
 		}
 		return nil, fmt.Errorf("%w: shm transport: map segment %d of rank %d: %w", ftrma.ErrInvalid, id, p.rank, err)
 	}

@@ -1014,6 +1014,8 @@ func TestHostLossLeavesOtherHostsSegments(t *testing.T) {
 			}
 			if v, err := read(keys[1]); !errors.Is(err, c.wantErr) || err == nil && v != 11 {
 				t.Errorf("first read of a segment after the loss: %d, %v; want error %v", v, err, c.wantErr)
+			} else if err != nil && !strings.Contains(err.Error(), "segment 2 of rank 1 is gone (no file ") {
+				t.Errorf("the error does not say the segment's file is gone: %v", err)
 			}
 			if err := a[1].Release(spare); err != nil {
 				t.Fatal(err)
