@@ -248,8 +248,13 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		return
 	}
 	j.supervise()
-	// A killed rank cannot remove its shared memory (shm+tcp): do it here.
-	if err := shm.RemoveJob(shm.DefaultDir, spec.job); err != nil {
+	// A killed rank cannot remove its shared memory (shm+tcp): do it here,
+	// for this host's ranks only. The job's other ranks go on, and their
+	// files may be in the same directory (hosts that are network namespaces
+	// of one machine share /dev/shm): removing them would make their peers'
+	// accesses fail (ftrma.ErrUnknownRegion). ftrun removes what is left
+	// when the job ends.
+	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, spec.rankList()); err != nil {
 		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
 	logf("job %s: ended", jobwire.Printable([]byte(spec.job)))
