@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var ckptResultRE = regexp.MustCompile(`(?m)^\[\d+\] result: (\d+) tree nodes \(tasks 4096, survivors (\d+) of \d+, adopted ranks \[([\d ]*)\]\)$`)
+var ckptResultRE = regexp.MustCompile(`(?m)^\[\d+\] result: (\d+) tree nodes \(tasks \d+, survivors (\d+) of \d+, adopted ranks \[([\d ]*)\]\)$`)
 
 // ckptResult returns the node count, survivors and adopted ranks of the one
 // result line in a ckpt job's output.
