@@ -28,7 +28,7 @@ go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/e2e$')
 
 echo "== go test (without race: paths the race build replaces, e.g. tcp's in-place large writes;"
 echo "   the full 256-rank x 1,000-seed agreement simulation; process tests at real timing)"
-go test -count=1 -timeout 10m ./transport/... ./window/... ./agree/... ./failure/... ./revoke/... ./e2e/...
+go test -count=1 -timeout 20m ./transport/... ./window/... ./agree/... ./failure/... ./revoke/... ./e2e/...
 
 echo "== fuzz FuzzParseFrame for ${FUZZTIME:-300000x}"
 go test -run '^$' -fuzz '^FuzzParseFrame$' -fuzztime "${FUZZTIME:-300000x}" ./transport/tcp

@@ -93,20 +93,21 @@ func TestDataLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	reps, _ := st[0].Locate(ctx, []byte("precious"))
-	reader := st[0]
+	// A reader that holds no copy (one that does would be crashed below
+	// and never learn of the others' failure).
+	reader := st[slices.IndexFunc(st, func(s *Store) bool {
+		return !slices.ContainsFunc(reps, func(p Replica) bool { return p.Rank == s.me })
+	})]
 	for _, p := range reps {
 		world.Net.Crash(p.Rank)
-		if p.Rank == reader.me {
-			reader = st[(int(reader.me)+1)%4]
-		}
 	}
 	for _, p := range reps {
 		for !reader.failed(p.Rank) {
+			if ctx.Err() != nil {
+				t.Fatalf("rank %d never learned of rank %d's crash", reader.me, p.Rank)
+			}
 			time.Sleep(time.Millisecond)
 		}
-	}
-	if reader.me == reps[0].Rank || reader.me == reps[1].Rank {
-		reader = st[slices.IndexFunc(st, func(s *Store) bool { return s.me != reps[0].Rank && s.me != reps[1].Rank })]
 	}
 	if _, err := reader.Get(ctx, []byte("precious")); !errors.Is(err, ErrDataLost) {
 		t.Fatalf("get with both copies gone: %v", err)
