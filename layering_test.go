@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"internal/overlay":        {},
 	"internal/seclink":        {},
 	"internal/jobwire":        {"", "internal/seclink"},
+	"internal/kvcheck":        {},
 	"internal/members":        {""},
 	"internal/script":         {},
 	"failure":                 {"", "internal/overlay"},

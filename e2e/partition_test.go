@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/ftrma/ftrma/internal/kvcheck"
 )
 
 // The store across partitions. Four hosts with two ranks each (h1: ranks
@@ -153,7 +154,7 @@ func TestClusterStorePartition(t *testing.T) {
 			if lateCut > 0 {
 				t.Errorf("%d operations of the cut-off ranks returned more than %v after the split", lateCut, stopBound)
 			}
-			res, info := porcupine.CheckOperationsVerbose(kvModel, ops, time.Minute)
+			res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
 			if res != porcupine.Ok {
 				// Kept for inspection: the histories and porcupine's view.
 				keep, _ := os.MkdirTemp("", "ftrma-partition-")
@@ -163,7 +164,7 @@ func TestClusterStorePartition(t *testing.T) {
 						os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
 					}
 				}
-				porcupine.VisualizePath(kvModel, info, filepath.Join(keep, "history.html"))
+				porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
 				t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
 			}
 			t.Logf("%s: %d ops completed (%d by the cut-off ranks), %d open; lost %v; the job ended %v after the split",

@@ -16,65 +16,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/ftrma/ftrma/internal/kvcheck"
 )
-
-// kvInput and kvOutput are one store operation for porcupine.
-type kvInput struct {
-	kind  string // put, del, get, cas
-	key   int
-	value string // put: the value; cas: the new value
-	old   string // cas: the value expected, "" for absent
-}
-
-type kvOutput struct {
-	value   string // for get: the value read, "" when not found
-	swapped bool   // for cas
-	unknown bool   // the call never returned, or returned an error
-}
-
-// kvModel is a register per key; the initial state is "not found" ("").
-var kvModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[int][]porcupine.Operation{}
-		for _, op := range h {
-			k := op.Input.(kvInput).key
-			by[k] = append(by[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, ops := range by {
-			out = append(out, ops)
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in, out := input.(kvInput), output.(kvOutput)
-		switch in.kind {
-		case "put":
-			return true, in.value
-		case "del":
-			return true, ""
-		case "cas":
-			// An unknown outcome may be placed at the history's end, where
-			// it does nothing observable: assume it swapped when it could.
-			if in.old == state.(string) {
-				return out.unknown || out.swapped, in.value
-			}
-			return out.unknown || !out.swapped, state
-		}
-		return out.value == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(kvInput), output.(kvOutput)
-		if in.kind == "get" {
-			return fmt.Sprintf("get(%d) -> %q", in.key, out.value)
-		}
-		if in.kind == "cas" {
-			return fmt.Sprintf("cas(%d, %q, %q) -> %v", in.key, in.old, in.value, out.swapped)
-		}
-		return fmt.Sprintf("%s(%d, %q)", in.kind, in.key, in.value)
-	},
-}
 
 // readHistory reads the hist.* files kvlin wrote: a call without a return,
 // or a put or delete that returned an error, may or may not have taken
@@ -87,7 +30,7 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 	}
 	type call struct {
 		cl   int
-		in   kvInput
+		in   kvcheck.Input
 		at   int64
 		seen bool
 	}
@@ -110,10 +53,10 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 				cl, _ := strconv.Atoi(w[1])
 				k, _ := strconv.Atoi(w[4])
 				at, _ := strconv.ParseInt(w[6], 10, 64)
-				in := kvInput{kind: w[3], key: k, value: w[5]}
-				if in.kind == "cas" {
+				in := kvcheck.Input{Kind: w[3], Key: k, Value: w[5]}
+				if in.Kind == "cas" {
 					o, n, _ := strings.Cut(w[5], ">")
-					in.old, in.value = strings.TrimPrefix(o, "-"), n
+					in.Old, in.Value = strings.TrimPrefix(o, "-"), n
 				}
 				calls[id] = &call{cl: cl, in: in, at: at}
 				order = append(order, id)
@@ -124,22 +67,22 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 					continue
 				}
 				c.seen = true
-				out := kvOutput{}
+				out := kvcheck.Output{}
 				switch w[3] {
 				case "ok":
-					if c.in.kind == "get" {
-						out.value = w[4]
+					if c.in.Kind == "get" {
+						out.Value = w[4]
 					}
-					out.swapped = c.in.kind == "cas" && w[4] == "true"
+					out.Swapped = c.in.Kind == "cas" && w[4] == "true"
 				case "notfound":
 				default:
-					if c.in.kind == "get" {
+					if c.in.Kind == "get" {
 						continue // no effect
 					}
-					out.unknown, at = true, math.MaxInt64
+					out.Unknown, at = true, math.MaxInt64
 					open++
 				}
-				if !out.unknown {
+				if !out.Unknown {
 					done++
 				}
 				ops = append(ops, porcupine.Operation{ClientId: c.cl, Input: c.in, Call: c.at, Output: out, Return: at})
@@ -147,8 +90,8 @@ func readHistory(t *testing.T, dir string) (ops []porcupine.Operation, done, ope
 		}
 		f.Close()
 		for _, id := range order {
-			if c := calls[id]; !c.seen && c.in.kind != "get" {
-				ops = append(ops, porcupine.Operation{ClientId: c.cl, Input: c.in, Call: c.at, Output: kvOutput{unknown: true}, Return: math.MaxInt64})
+			if c := calls[id]; !c.seen && c.in.Kind != "get" {
+				ops = append(ops, porcupine.Operation{ClientId: c.cl, Input: c.in, Call: c.at, Output: kvcheck.Output{Unknown: true}, Return: math.MaxInt64})
 				open++
 			}
 		}
@@ -196,19 +139,19 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 			}
 			swaps := map[bool]int{}
 			for _, op := range ops {
-				if in, out := op.Input.(kvInput), op.Output.(kvOutput); in.kind == "cas" && !out.unknown {
-					swaps[out.swapped]++
+				if in, out := op.Input.(kvcheck.Input), op.Output.(kvcheck.Output); in.Kind == "cas" && !out.Unknown {
+					swaps[out.Swapped]++
 				}
 			}
 			if swaps[true] == 0 || swaps[false] == 0 {
 				t.Errorf("compare-and-swaps: %d swapped, %d did not: the history does not test both", swaps[true], swaps[false])
 			}
 			t.Logf("compare-and-swaps: %d swapped, %d did not", swaps[true], swaps[false])
-			res, info := porcupine.CheckOperationsVerbose(kvModel, ops, time.Minute)
+			res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
 			t.Logf("%d operations completed, %d left open by kills or errors: %v", done, open, res)
 			if res != porcupine.Ok {
 				viz := filepath.Join(os.TempDir(), fmt.Sprintf("ftrma-lin-%d.html", seed))
-				if err := porcupine.VisualizePath(kvModel, info, viz); err == nil {
+				if err := porcupine.VisualizePath(kvcheck.Model, info, viz); err == nil {
 					t.Logf("visualization in %s", viz)
 				}
 				t.Fatalf("history not linearizable (%v)", res)

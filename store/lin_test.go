@@ -19,6 +19,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/internal/kvcheck"
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/memnet"
 )
@@ -47,73 +48,6 @@ import (
 //   - shm: shared memory (torn reads possible, no fault injection): no
 //     failure;
 //   - shmleave: shared memory, both ranks of the host leave (close).
-
-// linInput and linOutput are one store operation for porcupine.
-type linInput struct {
-	kind  string // put, del, get, cas
-	key   int
-	value string // put: the value; cas: the new value
-	old   string // cas: the value expected, "" for absent
-}
-
-type linOutput struct {
-	value   string // get: the value read, "" when not found
-	swapped bool   // cas
-	unknown bool   // a write that returned an error (or never returned)
-}
-
-// linModel is a register per key; the initial state is "not found" ("").
-var linModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[int][]porcupine.Operation{}
-		for _, op := range h {
-			k := op.Input.(linInput).key
-			by[k] = append(by[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range keysOf(by) {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in, out := input.(linInput), output.(linOutput)
-		switch in.kind {
-		case "put":
-			return true, in.value
-		case "del":
-			return true, ""
-		case "cas":
-			if in.old == state.(string) {
-				return out.unknown || out.swapped, in.value
-			}
-			return out.unknown || !out.swapped, state
-		}
-		return out.value == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(linInput), output.(linOutput)
-		switch in.kind {
-		case "get":
-			return fmt.Sprintf("get(%d) -> %q", in.key, out.value)
-		case "cas":
-			return fmt.Sprintf("cas(%d, %q, %q) -> %v", in.key, in.old, in.value, out.swapped)
-		}
-		return fmt.Sprintf("%s(%d, %q)", in.kind, in.key, in.value)
-	},
-}
-
-// keysOf is m's keys in order (so that Partition's order is the same at
-// every call).
-func keysOf(m map[int][]porcupine.Operation) []int {
-	ks := make([]int, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
 
 func TestLinearizableAcrossHostFailure(t *testing.T) {
 	runs, err := strconv.Atoi(os.Getenv("FTRMA_LIN_RUNS"))
@@ -244,21 +178,21 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 						return
 					}
 					k := crng.IntN(keys)
-					in := linInput{key: k}
+					in := kvcheck.Input{Key: k}
 					switch x := crng.IntN(10); {
 					case x < 4:
-						in.kind, in.value = "put", fmt.Sprintf("c%d.%d", cl, seq)
+						in.Kind, in.Value = "put", fmt.Sprintf("c%d.%d", cl, seq)
 					case x < 5:
-						in.kind = "del"
+						in.Kind = "del"
 					case x < 6:
-						in.kind, in.value = "cas", fmt.Sprintf("c%d.%d", cl, seq)
+						in.Kind, in.Value = "cas", fmt.Sprintf("c%d.%d", cl, seq)
 						seenMu.Lock()
 						if o := crng.IntN(2*len(seen) + 1); o < len(seen) {
-							in.old = seen[o]
+							in.Old = seen[o]
 						}
 						seenMu.Unlock()
 					default:
-						in.kind = "get"
+						in.Kind = "get"
 					}
 					op := porcupine.Operation{ClientId: cl, Input: in, Call: now()}
 					if victim(r) {
@@ -266,23 +200,23 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 						pending[cl] = &op
 						mu.Unlock()
 					}
-					var out linOutput
+					var out kvcheck.Output
 					var err error
-					switch in.kind {
+					switch in.Kind {
 					case "put":
-						err = s.Put(ctx, key(k), []byte(in.value))
+						err = s.Put(ctx, key(k), []byte(in.Value))
 					case "del":
 						err = s.Delete(ctx, key(k))
 					case "cas":
 						var old []byte
-						if in.old != "" {
-							old = []byte(in.old)
+						if in.Old != "" {
+							old = []byte(in.Old)
 						}
-						out.swapped, err = s.CompareAndSwap(ctx, key(k), old, []byte(in.value))
+						out.Swapped, err = s.CompareAndSwap(ctx, key(k), old, []byte(in.Value))
 					case "get":
 						var v []byte
 						v, err = s.Get(ctx, key(k))
-						out.value = string(v)
+						out.Value = string(v)
 						if errors.Is(err, ErrNotFound) {
 							err = nil
 						}
@@ -297,22 +231,22 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 						pending[cl] = nil
 					}
 					if err != nil && !victim(r) {
-						errs[in.kind+": "+err.Error()]++
+						errs[in.Kind+": "+err.Error()]++
 					}
-					if err != nil && in.kind == "get" {
+					if err != nil && in.Kind == "get" {
 						mu.Unlock()
 						continue // no effect
 					}
 					if err != nil {
-						out = linOutput{unknown: true}
+						out = kvcheck.Output{Unknown: true}
 						op.Return = math.MaxInt64
 					}
 					op.Output = out
 					ops = append(ops, op)
 					mu.Unlock()
-					if in.kind == "get" && out.value != "" {
+					if in.Kind == "get" && out.Value != "" {
 						seenMu.Lock()
-						seen = append(seen[max(0, len(seen)-15):], out.value)
+						seen = append(seen[max(0, len(seen)-15):], out.Value)
 						seenMu.Unlock()
 					}
 				}
@@ -327,9 +261,9 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 		mu.Lock()
 		failed.Store(now())
 		for _, op := range pending {
-			if op != nil && op.Input.(linInput).kind != "get" {
+			if op != nil && op.Input.(kvcheck.Input).Kind != "get" {
 				ops = append(ops, porcupine.Operation{ClientId: op.ClientId, Input: op.Input, Call: op.Call,
-					Output: linOutput{unknown: true}, Return: math.MaxInt64})
+					Output: kvcheck.Output{Unknown: true}, Return: math.MaxInt64})
 			}
 		}
 		clear(pending)
@@ -437,7 +371,7 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 // linearization the checker tried got stuck.
 func checkLin(t *testing.T, ops []porcupine.Operation, crashed int64) {
 	t.Helper()
-	res, info := porcupine.CheckOperationsVerbose(linModel, ops, 30*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, 30*time.Second)
 	switch res {
 	case porcupine.Ok:
 		return
@@ -451,7 +385,7 @@ func checkLin(t *testing.T, ops []porcupine.Operation, crashed int64) {
 		}
 		return fmt.Sprintf("%8.3f", float64(ns)/1e6)
 	}
-	parts := linModel.Partition(ops)
+	parts := kvcheck.Model.Partition(ops)
 	for i, lins := range info.PartialLinearizationsOperations() {
 		if len(lins) == 0 || len(parts[i]) == 0 {
 			continue
@@ -483,10 +417,10 @@ func checkLin(t *testing.T, ops []porcupine.Operation, crashed int64) {
 				continue
 			}
 			fmt.Fprintf(&b, "r%d c%-2d %s..%s %s\n", op.ClientId/2, op.ClientId, ms(op.Call), ms(op.Return),
-				linModel.DescribeOperation(op.Input, op.Output))
+				kvcheck.Model.DescribeOperation(op.Input, op.Output))
 		}
 		t.Errorf("key %d not linearizable (%d ops, crash at %s ms, stuck near %s ms):\n%s",
-			p[0].Input.(linInput).key, len(p), ms(crashed), ms(stuck), b.String())
+			p[0].Input.(kvcheck.Input).Key, len(p), ms(crashed), ms(stuck), b.String())
 	}
 	if !t.Failed() {
 		t.Errorf("history not linearizable (%d ops)", len(ops))
