@@ -36,15 +36,23 @@ type peerDowner interface {
 // hears of a peer at most twice: once when the transport loses it, once
 // when ftrun reports its exit (the error wraps ErrExitReported), in either
 // order; nothing after the exit notice.
+//
+// While the transport still has the peer up, the exit notice goes through
+// the transport (PeerDown), which reports it only after delivering what the
+// peer sent before it exited — a finished rank's last contributions to a
+// collective, its goodbye. Passing the notice on at once would make the
+// receiver fence the peer with those messages undelivered.
 type exitReceiver struct {
 	recv transport.Receiver
 
-	mu   sync.Mutex // guards told
-	told []bool     // told[r]: ftrun's exit notice of r was passed on
+	mu      sync.Mutex // guards the fields below
+	told    []bool     // told[r]: ftrun's exit notice of r was passed on
+	noticed []bool     // noticed[r]: ftrun's exit notice of r arrived
+	lost    []bool     // lost[r]: the transport reported r down on its own
 }
 
 func newExitReceiver(recv transport.Receiver, size int) *exitReceiver {
-	return &exitReceiver{recv: recv, told: make([]bool, size)}
+	return &exitReceiver{recv: recv, told: make([]bool, size), noticed: make([]bool, size), lost: make([]bool, size)}
 }
 
 // tell marks r's exit notice passed on and reports whether it was not yet.
@@ -58,34 +66,53 @@ func (x *exitReceiver) tell(r ftrma.Rank) bool {
 	return true
 }
 
-func (x *exitReceiver) isTold(r ftrma.Rank) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return r >= 0 && int(r) < len(x.told) && x.told[r]
-}
-
 // HandleMessage implements transport.Receiver.
 func (x *exitReceiver) HandleMessage(from ftrma.Rank, msg []byte) { x.recv.HandleMessage(from, msg) }
 
 // HandlePeerDown implements transport.Receiver.
 func (x *exitReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
-	if errors.Is(err, ErrExitReported) {
-		if !x.tell(peer) {
-			return
-		}
-	} else if x.isTold(peer) {
+	if peer < 0 || int(peer) >= len(x.told) {
 		return
 	}
+	if errors.Is(err, ErrExitReported) {
+		// The transport passing on the exit notice, after what the
+		// peer sent.
+		if x.tell(peer) {
+			x.recv.HandlePeerDown(peer, err)
+		}
+		return
+	}
+	x.mu.Lock()
+	if x.told[peer] {
+		x.mu.Unlock()
+		return
+	}
+	x.lost[peer] = true
+	// An exit notice the transport ignored, having lost the peer on its
+	// own just before: pass it on after this loss.
+	pending := x.noticed[peer]
+	x.mu.Unlock()
 	x.recv.HandlePeerDown(peer, err)
+	if pending && x.tell(peer) {
+		x.recv.HandlePeerDown(peer, exitError(peer))
+	}
 }
 
 // exited carries out ftrun's exit notice of rank r: t marks r down (its
-// operations fail from now on) and the receiver hears of it, whether or not
-// t had lost r before.
+// operations fail from now on) and reports it to the receiver once it has
+// delivered what r sent; if t had lost r before, and so ignores PeerDown,
+// the receiver hears of the exit from here.
 func (x *exitReceiver) exited(t peerDowner, r ftrma.Rank) {
+	if r < 0 || int(r) >= len(x.told) {
+		return
+	}
+	x.mu.Lock()
+	x.noticed[r] = true
+	lost := x.lost[r]
+	x.mu.Unlock()
 	err := exitError(r)
-	t.PeerDown(r, err) // if r was up, t calls HandlePeerDown, now or later
-	if x.tell(r) {
+	t.PeerDown(r, err)
+	if lost && x.tell(r) {
 		x.recv.HandlePeerDown(r, err)
 	}
 }

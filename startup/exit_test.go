@@ -97,3 +97,27 @@ func TestExitNoticeReachesReceiver(t *testing.T) {
 			errors.Is(err, ErrExitReported), errors.Is(err, ftrma.ErrProcFailed))
 	}
 }
+
+// While the transport has a peer up, ftrun's exit notice reaches the
+// receiver only through the transport, after what the peer sent before it
+// exited (a transport that defers the report until its queue is drained):
+// told at once, the receiver would fence the peer with its last messages
+// undelivered (a finished rank's contribution to the final barrier).
+func TestExitNoticeWaitsForTheTransport(t *testing.T) {
+	rec := &downRecorder{}
+	x := newExitReceiver(rec, 4)
+	tr := &fakeDowner{recv: x, down: map[ftrma.Rank]bool{}, defer_: true}
+	x.exited(tr, 3)
+	rec.mu.Lock()
+	early := slices.Clone(rec.downs)
+	rec.mu.Unlock()
+	if len(early) != 0 {
+		t.Fatalf("the receiver heard %v before the transport delivered the peer's last messages", early)
+	}
+	tr.flush()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if want := []string{"3:exit"}; !slices.Equal(rec.downs, want) {
+		t.Errorf("receiver heard %v, want %v", rec.downs, want)
+	}
+}
