@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1450,37 +1451,44 @@ func TestSim(t *testing.T) {
 	for _, seed := range small {
 		jobs = append(jobs, job{smallN, seed})
 	}
+	for _, f := range eachSeed(len(jobs), 3, func(i int) string {
+		return simulate(defaultSimOpts(jobs[i].n, jobs[i].seed))
+	}) {
+		t.Error(f)
+	}
+}
+
+// eachSeed runs job(0) .. job(n-1) on two goroutines (this machine has two
+// cores) and returns the non-empty reports, starting no new job once there
+// are maxFailed of them.
+func eachSeed(n, maxFailed int, job func(i int) string) []string {
 	var (
 		mu     sync.Mutex
 		next   int
 		failed []string
 		wg     sync.WaitGroup
 	)
-	for range 2 { // this machine has two cores
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range 2 {
+		wg.Go(func() {
 			for {
 				mu.Lock()
-				if next == len(jobs) || len(failed) >= 3 {
+				if next == n || len(failed) >= maxFailed {
 					mu.Unlock()
 					return
 				}
-				j := jobs[next]
+				i := next
 				next++
 				mu.Unlock()
-				if rep := simulate(defaultSimOpts(j.n, j.seed)); rep != "" {
+				if rep := job(i); rep != "" {
 					mu.Lock()
 					failed = append(failed, rep)
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	for _, f := range failed {
-		t.Error(f)
-	}
+	return failed
 }
 
 // TestSimCatchesBrokenRules breaks a rule on purpose and checks that the
@@ -1578,46 +1586,24 @@ func TestSimLostConnections(t *testing.T) {
 	if len(small) > 60 && os.Getenv("FTRMA_SIM_SEEDS") == "" {
 		small = small[:60]
 	}
-	var (
-		mu             sync.Mutex
-		next, timeouts int
-		failed         []string
-		wg             sync.WaitGroup
-	)
-	for range 2 { // this machine has two cores
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if next == len(small) || len(failed) > 0 {
-					mu.Unlock()
-					return
-				}
-				seed := small[next]
-				next++
-				mu.Unlock()
-				o := defaultSimOpts(smallN, seed)
-				o.connTimeout = lostConnTimeout
-				s := newSim(o)
-				s.run()
-				mu.Lock()
-				if slices.ContainsFunc(s.deadSince, func(d time.Duration) bool { return d >= 0 }) {
-					timeouts++
-				}
-				if len(s.errs) > 0 {
-					failed = append(failed, s.report())
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, f := range failed {
+	var timeouts atomic.Int32
+	for _, f := range eachSeed(len(small), 1, func(i int) string {
+		o := defaultSimOpts(smallN, small[i])
+		o.connTimeout = lostConnTimeout
+		sm := newSim(o)
+		sm.run()
+		if slices.ContainsFunc(sm.deadSince, func(d time.Duration) bool { return d >= 0 }) {
+			timeouts.Add(1)
+		}
+		if len(sm.errs) > 0 {
+			return sm.report()
+		}
+		return ""
+	}) {
 		t.Error(f)
 	}
-	if timeouts == 0 {
+	if timeouts.Load() == 0 {
 		t.Errorf("%d seeds and no connection timed out: the knob does nothing", len(small))
 	}
-	t.Logf("%d of %d seeds lost connections", timeouts, len(small))
+	t.Logf("%d of %d seeds lost connections", timeouts.Load(), len(small))
 }
