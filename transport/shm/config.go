@@ -205,10 +205,14 @@ func segName(job string, r ftrma.Rank, id uint64) string {
 	return "ftrma-" + job + "-" + strconv.Itoa(int(r)) + "-seg-" + strconv.FormatUint(id, 10)
 }
 
+func bellName(job string, r ftrma.Rank) string {
+	return "ftrma-" + job + "-" + strconv.Itoa(int(r)) + "-bell"
+}
+
 const tmpSuffix = ".tmp"
 
 // jobFileRank returns the rank a file of job belongs to, if name is one of
-// job's files: "ftrma-<job>-", a rank, then "-ctl", "-ctl.tmp" or
+// job's files: "ftrma-<job>-", a rank, then "-ctl", "-ctl.tmp", "-bell" or
 // "-seg-<id>". The strict parse keeps job "a" from matching the files of
 // job "a-1".
 func jobFileRank(name, job string) (ftrma.Rank, bool) {
@@ -224,7 +228,7 @@ func jobFileRank(name, job string) (ftrma.Rank, bool) {
 	if err != nil {
 		return 0, false
 	}
-	if kind != "ctl" && kind != "ctl"+tmpSuffix {
+	if kind != "ctl" && kind != "ctl"+tmpSuffix && kind != "bell" {
 		id, ok := strings.CutPrefix(kind, "seg-")
 		if !ok || !isDigits(id) {
 			return 0, false

@@ -3,8 +3,8 @@
 // ranks map, so Write and Read are memory copies and CompareAndSwap64 and
 // FetchAndAdd64 are hardware atomics on the mapping, all done by the origin
 // while the target takes no part. Control messages travel through
-// single-producer single-consumer rings in shared memory, and a futex
-// "doorbell" wakes the receiver. It implements transport.Transport and
+// single-producer single-consumer rings in shared memory, and a "bell" (a
+// named pipe) wakes the receiver. It implements transport.Transport and
 // transport.Allocator, and needs Linux (elsewhere Open fails).
 //
 // # Segments and names
@@ -14,6 +14,7 @@
 //
 //	ftrma-<job>-<rank>-ctl        control segment, made by Open, removed by Close
 //	ftrma-<job>-<rank>-ctl.tmp    the same while Open fills it in
+//	ftrma-<job>-<rank>-bell       its bell, a named pipe, made by Open before the control segment, removed by Close
 //	ftrma-<job>-<rank>-seg-<id>   a data segment, made by Alloc, removed by Release or Close
 //
 // A rank derives every peer's names from (Dir, Job, rank, segment id): there
@@ -26,8 +27,8 @@
 //
 //	header   512 B      magic, version, job size, rank, R, K, pid, file size;
 //	                    state (open, closed), m and a fingerprint of the
-//	                    served ranks; doorbell and sleeping (futex), epoch,
-//	                    release count
+//	                    served ranks; the sleeping flag, epoch, release
+//	                    count
 //	active   m × 64 B   per served origin rank: operations under way here
 //	                    (two counters, by epoch) and the fence flag for that
 //	                    origin
@@ -35,7 +36,7 @@
 //	                    length
 //	rings    m × (256 B + R), page aligned: the incoming ring from each
 //	                    served rank: head (consumer), tail (producer), closed
-//	                    flag, space futex and waiting flag, then R bytes of
+//	                    flag, space count and waiting flag, then R bytes of
 //	                    messages
 //
 // The served ranks are Config.Ranks, by default all Size ranks of the job;
@@ -77,14 +78,20 @@
 // # Control messages
 //
 // A message is copied into the receiver's ring for the sender, behind an
-// 8-byte length, after which the sender publishes the new tail and bumps the
-// receiver's doorbell, waking it with FUTEX_WAKE if it said it sleeps. A
-// full ring makes Send wait: it spins, then parks on the ring's space futex,
-// which the receiver bumps when it frees room for a waiting sender. Each
+// 8-byte length, after which the sender publishes the new tail and, if the
+// receiver said it sleeps, rings its bell (writes a byte to its named pipe).
+// A full ring makes Send wait: it spins, then parks until the receiver,
+// which rings the sender's bell when it frees room for a waiting sender,
+// wakes it, or a pause (50 µs, doubling up to 10 ms) passes. Each
 // rank's progress goroutine polls its rings, delivers in order per sender,
 // spins for Config.Spin after the last message (by default only on hosts with
-// two CPUs per rank), then parks on the doorbell for at most 10 ms. Futexes are
-// the shared (not process-private) kind: the words are in MAP_SHARED files.
+// two CPUs per rank), then parks on its bell for at most 10 ms. It parks by
+// reading the pipe through Go's network poller, so a parked progress
+// goroutine holds no processor: a rank limited to one (GOMAXPROCS=1, as
+// ftrun sets when ranks outnumber CPUs) goes on with its other goroutines at
+// once, among them the one that hears from the launcher that a peer died. (A
+// futex wait is a blocking system call that keeps the processor until the
+// runtime's monitor takes it back, which took 15-25 ms per failure notice.)
 //
 // # Failures and fencing
 //

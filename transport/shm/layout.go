@@ -15,7 +15,7 @@ import (
 // Words written by different processes sit on different 64-byte lines.
 const (
 	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
-	layoutVersion = 2                  // 2: the segment holds lines and rings for Config.Ranks only
+	layoutVersion = 3                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes
 
 	// Header: written once by Open before the file gets its final name,
 	// except for the words from offState on.
@@ -30,9 +30,9 @@ const (
 	offState     = 64 // stateOpen, then stateClosed when the owner closes
 	offSlots     = 72 // ranks served (len(Config.Ranks)): active lines and rings
 	offRanksSum  = 80 // ranksSum(Config.Ranks)
-	// offDoorbell is the owner's futex word (uint32): senders bump it after
-	// publishing a message and wake the owner if offSleeping (uint32) is set.
-	offDoorbell = 128
+	// offSleeping (uint32) is set while the owner's progress goroutine
+	// parks: senders ring its bell after publishing a message if it is set.
+	// (Word 128, the futex doorbell of version 2, is no longer used.)
 	offSleeping = 132
 	// offEpoch selects which of the two in-flight counters of an origin new
 	// operations count themselves in; Deregister flips it and waits for the
@@ -64,7 +64,7 @@ const (
 	ringHead    = 0   // consumer position (bytes consumed), written by the owner
 	ringTail    = 64  // producer position (bytes published), written by the sender
 	ringClosed  = 128 // uint32: the sender closed its transport after its last message
-	ringSpace   = 192 // uint32 futex word: bumped when a waiting sender may have room
+	ringSpace   = 192 // uint32: bumped when a waiting sender may have room (the sender's bell rings too)
 	ringWaiting = 196 // uint32: the sender is parked waiting for room
 	ringHeader  = 256
 

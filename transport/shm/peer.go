@@ -32,6 +32,7 @@ type peer struct {
 	ctl  *ctl // the peer's control segment; nil until mapped and once gone
 	gone bool // the mappings were dropped for good (the peer is down, or Close)
 	pid  int  // the peer's process id, from its header; 0 when unknown
+	bell int  // the peer's bell, open for ringing; -1 when not open
 	// segs maps segment ids to the mappings of the peer's data segments (for
 	// self, of this rank's own). Readers load it under mu (read); additions
 	// copy it under segMu; removals also hold mu for writing.
@@ -67,7 +68,7 @@ var (
 )
 
 func newPeer(t *Transport, r ftrma.Rank, slot int) *peer {
-	p := &peer{t: t, rank: r, slot: slot, self: r == t.cfg.Rank}
+	p := &peer{t: t, rank: r, slot: slot, self: r == t.cfg.Rank, bell: -1}
 	m := map[uint64][]byte{}
 	p.segs.Store(&m)
 	return p
@@ -165,6 +166,12 @@ func (p *peer) mapCtlLocked() error {
 		return fmt.Errorf("shm transport: %s: %w: %w", path, ftrma.ErrInvalid, err)
 	}
 	c := &ctl{mem: mem, lay: lay}
+	// The peer made its bell before its control segment; it is missing or
+	// unopenable (ENXIO) only if the peer has gone since, and then nobody
+	// needs waking.
+	if fd, err := openRinger(filepath.Join(t.cfg.Dir, bellName(t.cfg.Job, p.rank))); err == nil {
+		p.bell = fd
+	}
 	p.pid = int(*c.word(offPID))
 	p.relGen.Store(atomic.LoadUint64(c.word(offReleaseGen)))
 	p.ctl = c
@@ -285,15 +292,22 @@ func (p *peer) drop() {
 		unmap(p.ctl.mem)
 		p.ctl = nil
 	}
+	if p.bell >= 0 {
+		unix.Close(p.bell)
+		p.bell = -1
+	}
 }
 
-// wakeSender wakes a producer of this rank parked on the peer's full ring,
-// so that it notices the peer went down.
-func (p *peer) wakeSender() {
+// wakeSender wakes the producers of this rank parked on a full ring, so
+// that they notice the peer went down.
+func (p *peer) wakeSender() { p.t.room.broadcast() }
+
+// freedRoom tells the peer, a sender into this rank's ring p.in that said
+// it waits, that there is room: its bell rings.
+func (p *peer) freedRoom() {
+	atomic.AddUint32(p.in.space, 1)
 	p.mu.RLock()
-	if c := p.ctl; c != nil && !p.self {
-		futexWake(c.ring(p.t.selfSlot).space)
-	}
+	ringFD(p.bell)
 	p.mu.RUnlock()
 }
 

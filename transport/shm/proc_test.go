@@ -318,7 +318,7 @@ func TestKilledChild(t *testing.T) {
 	for _, e := range ents {
 		left = append(left, e.Name())
 	}
-	if want := []string{"ftrma-killed-1-ctl", "ftrma-killed-1-seg-1"}; strings.Join(left, " ") != strings.Join(want, " ") {
+	if want := []string{"ftrma-killed-1-bell", "ftrma-killed-1-ctl", "ftrma-killed-1-seg-1"}; strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Fatalf("files left by the killed child: %v, want %v", left, want)
 	}
 	if err := RemoveJob(dir, job); err != nil {

@@ -9,8 +9,8 @@ import (
 	"github.com/ftrma/ftrma/transport"
 )
 
-// parkTimeout bounds a park on a futex, so that a wake-up lost to a process
-// that died between publishing and waking costs only this much.
+// parkTimeout bounds a park on the bell, so that a wake-up lost to a process
+// that died between publishing and ringing costs only this much.
 const parkTimeout = 10 * time.Millisecond
 
 // run is the progress goroutine: it delivers the messages of the incoming
@@ -19,7 +19,7 @@ const parkTimeout = 10 * time.Millisecond
 func (t *Transport) run() {
 	defer t.wg.Done()
 	buf := make([]byte, transport.MaxControlMessage)
-	db, sleeping := t.own.word32(offDoorbell), t.own.word32(offSleeping)
+	sleeping := t.own.word32(offSleeping)
 	var spinUntil, watched time.Time
 	for busy := 0; !t.stop.Load(); {
 		if t.poll(buf) {
@@ -40,16 +40,16 @@ func (t *Transport) run() {
 		}
 		t.watchPeers()
 		watched = time.Now()
-		// Senders bump the doorbell after publishing and wake this goroutine
-		// if sleeping is set: sleeping is set before the doorbell is read and
-		// the rings are polled once more, so either the poll sees the message
-		// or the sender sees sleeping (and the doorbell has moved on).
+		// Senders ring the bell after publishing if sleeping is set:
+		// sleeping is set before the rings are polled once more, so either
+		// the poll sees the message or the sender sees sleeping (and the
+		// ring waits in the bell).
 		atomic.StoreUint32(sleeping, 1)
-		v := atomic.LoadUint32(db)
 		if !t.stop.Load() && !t.poll(buf) {
-			futexWait(db, v, parkTimeout)
+			t.bell.wait(parkTimeout)
 		}
 		atomic.StoreUint32(sleeping, 0)
+		t.room.broadcast() // the ring may have been for a sender of this rank
 	}
 }
 
@@ -109,8 +109,7 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 		p.rhead = next
 		atomic.StoreUint64(rg.head, next)
 		if atomic.LoadUint32(rg.waiting) != 0 {
-			atomic.AddUint32(rg.space, 1)
-			futexWake(rg.space)
+			p.freedRoom()
 		}
 		if p.rstop.Load() {
 			return true

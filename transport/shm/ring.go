@@ -68,14 +68,18 @@ func (rg *ring) take(head, tail uint64, buf []byte) (int, uint64, error) {
 	return int(m), head + msgHeader + (m+7)&^7, nil
 }
 
-// ringDoorbell bumps the doorbell of the rank whose control segment is c and
-// wakes it if it said it sleeps. Call it after publishing.
-func ringDoorbell(c *ctl) {
-	atomic.AddUint32(c.word32(offDoorbell), 1)
+// ringDoorbell wakes the rank whose control segment is c, and whose bell
+// is open as fd, if it said it sleeps. Call it after publishing: the owner
+// says so before it looks at its rings one last time, so either it sees
+// what was published or the ringer sees it sleeping.
+func ringDoorbell(c *ctl, fd int) {
 	if atomic.LoadUint32(c.word32(offSleeping)) != 0 {
-		futexWake(c.word32(offDoorbell))
+		ringFD(fd)
 	}
 }
+
+// minRoomPause is the first pause of a sender waiting for room.
+const minRoomPause = 50 * time.Microsecond
 
 // maxHeldSelf bounds the messages to self held before a receiver is set.
 const maxHeldSelf = 4096
@@ -134,6 +138,7 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 	need := msgHeader + uint64(len(msg)+7)&^7
 	tail := atomic.LoadUint64(rg.tail)
 	var deadline time.Time
+	pause := minRoomPause
 	for i := 0; ; i++ {
 		room, ok := rg.room(atomic.LoadUint64(rg.head), tail)
 		if !ok {
@@ -153,13 +158,22 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 				continue
 			}
 		}
-		// Park until the receiver frees room. It bumps space after moving
-		// head if waiting is set; setting waiting before reading space and
-		// head means one of the two sides sees the other.
+		// Park until the receiver frees room. It rings this rank's bell
+		// after moving head if waiting is set, and the progress goroutine
+		// wakes the waiters of t.room: taking the channel, then setting
+		// waiting, then reading head means one of the two sides sees the
+		// other. A ring the progress goroutine did not hear at once (it
+		// was busy) costs at most the pause, which grows to parkTimeout.
+		ch := t.room.channel()
 		atomic.StoreUint32(rg.waiting, 1)
-		v := atomic.LoadUint32(rg.space)
 		if room, ok := rg.room(atomic.LoadUint64(rg.head), tail); !ok || room < need {
-			futexWait(rg.space, v, parkTimeout)
+			timer := time.NewTimer(pause)
+			select {
+			case <-ch:
+			case <-timer.C:
+			}
+			timer.Stop()
+			pause = min(2*pause, parkTimeout)
 		}
 		atomic.StoreUint32(rg.waiting, 0)
 	}
@@ -167,7 +181,7 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 		return status
 	}
 	atomic.StoreUint64(rg.tail, rg.put(tail, msg))
-	ringDoorbell(c)
+	ringDoorbell(c, p.bell)
 	return nil
 }
 

@@ -874,8 +874,8 @@ func TestClose(t *testing.T) {
 
 func TestRemoveJob(t *testing.T) {
 	dir := t.TempDir()
-	job := []string{"ftrma-j-0-ctl", "ftrma-j-12-seg-3", "ftrma-j-2-ctl.tmp"}
-	other := []string{"ftrma-j-x-ctl", "ftrma-j-1-0-ctl", "ftrma-jj-0-ctl", "ftrma-j-1-seg-", "ftrma-j-1-segx-1", "other", "ftrma-j-0-ctl.old"}
+	job := []string{"ftrma-j-0-ctl", "ftrma-j-12-seg-3", "ftrma-j-2-ctl.tmp", "ftrma-j-3-bell"}
+	other := []string{"ftrma-j-x-ctl", "ftrma-j-1-0-ctl", "ftrma-jj-0-ctl", "ftrma-j-1-seg-", "ftrma-j-1-segx-1", "other", "ftrma-j-0-ctl.old", "ftrma-j-3-bell.x"}
 	for _, name := range append(slices.Clone(job), other...) {
 		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
 			t.Fatal(err)

@@ -5,8 +5,6 @@ package shm
 import (
 	"errors"
 	"fmt"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,25 +75,6 @@ func unmap(mem []byte) {
 func exists(path string) bool {
 	var st unix.Stat_t
 	return unix.Stat(path, &st) != unix.ENOENT
-}
-
-// The futex words live in MAP_SHARED file mappings used by several
-// processes, so the operations are the shared ones (no FUTEX_PRIVATE_FLAG).
-const (
-	futexWaitOp = 0 // FUTEX_WAIT
-	futexWakeOp = 1 // FUTEX_WAKE
-)
-
-// futexWait sleeps while *addr == val, for at most d or until woken. Spurious
-// returns are possible; callers recheck their condition.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// futexWake wakes every process waiting on addr.
-func futexWake(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, uintptr(int32(^uint32(0)>>1)), 0, 0, 0)
 }
 
 // processGone reports whether process pid surely no longer exists.

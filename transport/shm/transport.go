@@ -21,9 +21,11 @@ import (
 // Transport is the shared-memory transport of one rank. Its methods may be
 // called from any goroutine.
 type Transport struct {
-	cfg     Config
-	own     *ctl   // this rank's control segment; unmapped by Close (see life)
-	ctlPath string // its file
+	cfg      Config
+	own      *ctl   // this rank's control segment; unmapped by Close (see life)
+	ctlPath  string // its file
+	bell     *bell  // this rank's bell: the progress goroutine parks on it
+	bellPath string // its file
 	// peers is indexed by rank: nil for ranks not in Config.Ranks. local
 	// holds the served ones (self included) in rank order; selfSlot is this
 	// rank's slot (its index in local), which names its active line and its
@@ -55,6 +57,7 @@ type Transport struct {
 	closeMu sync.Mutex     // serializes Close
 	wg      sync.WaitGroup // the progress goroutine
 	fence   atomic.Uint64  // target of Flush's fencing read-modify-write
+	room    spaceSignal    // wakes this rank's senders waiting for room in a ring
 }
 
 type receiverBox struct{ r transport.Receiver }
@@ -82,11 +85,25 @@ func Open(cfg Config) (*Transport, error) {
 	stale := func(err error) error {
 		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", path, cfg.Rank, cfg.Job, err)
 	}
+	// The bell comes first: a peer that maps the control segment opens it.
+	bellPath := filepath.Join(cfg.Dir, bellName(cfg.Job, cfg.Rank))
+	b, err := makeBell(bellPath)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", bellPath, cfg.Rank, cfg.Job, err)
+		}
+		return nil, fmt.Errorf("shm transport: bell: %w", err)
+	}
+	dropBell := func() {
+		b.close()
+		unix.Unlink(bellPath)
+	}
 	// The segment is made under a temporary name and linked to its final
 	// one when complete: a peer never maps a half-made segment.
 	tmp := path + tmpSuffix
 	mem, err := createFile(tmp, lay.total)
 	if err != nil {
+		dropBell()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, stale(err)
 		}
@@ -99,6 +116,7 @@ func Open(cfg Config) (*Transport, error) {
 	unix.Unlink(tmp)
 	if err != nil {
 		unmap(mem)
+		dropBell()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, stale(err)
 		}
@@ -108,6 +126,8 @@ func Open(cfg Config) (*Transport, error) {
 		cfg:      cfg,
 		own:      own,
 		ctlPath:  path,
+		bell:     b,
+		bellPath: bellPath,
 		ranksSum: sum,
 		regions:  make(map[transport.Key]region),
 		slotGen:  make([]uint32, cfg.Regions),
@@ -226,7 +246,7 @@ func (t *Transport) receiver() transport.Receiver {
 func (t *Transport) wake() {
 	t.life.RLock()
 	if !t.unmapped {
-		ringDoorbell(t.own)
+		ringDoorbell(t.own, t.bell.self)
 	}
 	t.life.RUnlock()
 }
@@ -265,7 +285,7 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 	t.life.RUnlock()
 	p.mu.RLock()
 	if c := p.ctl; c != nil {
-		ringDoorbell(c) // the peer's progress goroutine notices the flag
+		ringDoorbell(c, p.bell) // the peer's progress goroutine notices the flag
 	}
 	p.mu.RUnlock()
 	t.down(p, errFenced, false)
@@ -326,7 +346,7 @@ func (t *Transport) Close() error {
 		p.mu.Lock()
 		if c := p.ctl; c != nil && !p.self {
 			atomic.StoreUint32(c.ring(t.selfSlot).closed, 1)
-			ringDoorbell(c)
+			ringDoorbell(c, p.bell)
 		}
 		p.mu.Unlock()
 		p.smu.Unlock()
@@ -334,8 +354,7 @@ func (t *Transport) Close() error {
 	atomic.StoreUint64(t.own.word(offState), stateClosed)
 	for _, p := range t.local {
 		if !p.self { // peers parked on a full ring of ours notice
-			atomic.AddUint32(p.in.space, 1)
-			futexWake(p.in.space)
+			p.freedRoom()
 		}
 	}
 	t.stop.Store(true)
@@ -358,8 +377,11 @@ func (t *Transport) Close() error {
 	}
 	t.mu.Unlock()
 	unmap(t.own.mem)
-	if err := os.Remove(t.ctlPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+	for _, path := range []string{t.ctlPath, t.bellPath} {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+		}
 	}
+	t.bell.close()
 	return nil
 }
