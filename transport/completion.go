@@ -18,10 +18,13 @@ import (
 //
 // Sequence numbers are handed out by Next under the poster's own lock (so their
 // order is the order on the wire) and completed in order by Complete, from one
-// goroutine at a time.
+// goroutine at a time. A transport whose operations take effect while they
+// are posted calls SetImmediate once and then numbers each operation, after
+// it took effect, with Done, which needs no lock.
 type Completion struct {
-	posted atomic.Uint64 // last sequence handed out by Next
-	done   atomic.Uint64 // last sequence completed; done <= posted
+	posted    atomic.Uint64 // last sequence handed out by Next or Done
+	done      atomic.Uint64 // last sequence completed; done <= posted
+	immediate bool          // every sequence handed out is complete (Done only)
 
 	mu      sync.Mutex    // guards errs, down and wake
 	errs    []seqErr      // failed operations not yet reported, in sequence order
@@ -37,6 +40,38 @@ type seqErr struct {
 	err error
 }
 
+// SetImmediate says that every operation is complete before it is numbered,
+// by Done: Completed is then Posted, and Wait never blocks for a sequence
+// handed out. Call it before any other method; Next and Complete must not be
+// used afterwards.
+func (c *Completion) SetImmediate() { c.immediate = true }
+
+// Done numbers an operation that has taken effect already, and records err,
+// if not nil, as its failure, reported by the next Wait or Flush that covers
+// it. It is for a Completion set immediate, and may be called by several
+// goroutines at once without a lock of the caller's: an operation without
+// error costs one atomic add.
+func (c *Completion) Done(err error) Seq {
+	if err == nil {
+		return Seq(c.posted.Add(1))
+	}
+	// Numbered under mu, so failures are kept in sequence order.
+	c.mu.Lock()
+	seq := Seq(c.posted.Add(1))
+	c.errs = append(c.errs, seqErr{seq, err})
+	c.nerrs.Store(int32(len(c.errs)))
+	c.mu.Unlock()
+	return seq
+}
+
+// completed is the last sequence completed.
+func (c *Completion) completed() Seq {
+	if c.immediate {
+		return Seq(c.posted.Load())
+	}
+	return Seq(c.done.Load())
+}
+
 // Next hands out the next sequence number. Call it under the lock that orders
 // posting toward the peer.
 func (c *Completion) Next() Seq { return Seq(c.posted.Add(1)) }
@@ -45,7 +80,7 @@ func (c *Completion) Next() Seq { return Seq(c.posted.Add(1)) }
 func (c *Completion) Posted() Seq { return Seq(c.posted.Load()) }
 
 // Completed returns the last sequence completed.
-func (c *Completion) Completed() Seq { return Seq(c.done.Load()) }
+func (c *Completion) Completed() Seq { return c.completed() }
 
 // Complete marks seq, and all before it, complete (a sequence at or below the
 // completed one changes nothing but may report err); err, if non-nil, is the
@@ -104,7 +139,7 @@ func (c *Completion) Down() error {
 func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) error {
 	// Fast path: complete, and no failure waiting to be reported (Complete
 	// counts a failure before it advances done).
-	if Seq(c.done.Load()) >= seq && c.nerrs.Load() == 0 {
+	if c.completed() >= seq && c.nerrs.Load() == 0 {
 		return nil
 	}
 	return c.wait(ctx, seq, spin, true)
@@ -115,7 +150,7 @@ func (c *Completion) Wait(ctx context.Context, seq Seq, spin time.Duration) erro
 // complete, the peer-down error if seq could not complete, or ctx's error. A
 // transport uses it to bound the operations it keeps in flight.
 func (c *Completion) Await(ctx context.Context, seq Seq) error {
-	if Seq(c.done.Load()) >= seq {
+	if c.completed() >= seq {
 		return nil
 	}
 	return c.wait(ctx, seq, 0, false)
@@ -124,9 +159,9 @@ func (c *Completion) Await(ctx context.Context, seq Seq) error {
 // wait is Wait and Await past their fast paths; take says whether to take
 // the failures up to seq.
 func (c *Completion) wait(ctx context.Context, seq Seq, spin time.Duration, take bool) error {
-	if Seq(c.done.Load()) < seq && spin > 0 {
+	if c.completed() < seq && spin > 0 {
 		deadline := time.Now().Add(spin)
-		for i := 0; Seq(c.done.Load()) < seq; i++ {
+		for i := 0; c.completed() < seq; i++ {
 			if i&63 == 63 && time.Now().After(deadline) {
 				break
 			}
@@ -137,7 +172,7 @@ func (c *Completion) wait(ctx context.Context, seq Seq, spin time.Duration, take
 		// Announce the waiter before reading done: Complete stores done before
 		// reading waiters, so one of the two sees the other.
 		c.waiters.Add(1)
-		if Seq(c.done.Load()) >= seq {
+		if c.completed() >= seq {
 			c.waiters.Add(-1)
 			var err error
 			if take {
@@ -162,7 +197,7 @@ func (c *Completion) wait(ctx context.Context, seq Seq, spin time.Duration, take
 			c.waiters.Add(-1)
 		case <-ctx.Done():
 			c.waiters.Add(-1)
-			if Seq(c.done.Load()) >= seq {
+			if c.completed() >= seq {
 				continue
 			}
 			return ctx.Err()

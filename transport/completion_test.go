@@ -3,6 +3,9 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,5 +50,61 @@ func TestCompletionAwaitLeavesFailures(t *testing.T) {
 	c.Fail(down)
 	if err := c.Await(ctx, s3); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("Await toward a peer that is down: %v", err)
+	}
+}
+
+// Done numbers operations that are complete already, from several goroutines
+// at once: every sequence handed out is complete, each exactly once, and
+// every failure is reported once, by the first Wait or Flush covering it.
+func TestCompletionImmediate(t *testing.T) {
+	var c Completion
+	c.SetImmediate()
+	ctx := context.Background()
+	const workers, each = 4, 500
+	var wg sync.WaitGroup
+	seqs := make([][]Seq, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				var err error
+				if i%100 == 7 {
+					err = fmt.Errorf("op %d of worker %d", i, w)
+				}
+				seq := c.Done(err)
+				seqs[w] = append(seqs[w], seq)
+				if c.Completed() < seq {
+					t.Errorf("sequence %d not complete once numbered", seq)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[Seq]bool{}
+	for _, s := range seqs {
+		for _, q := range s {
+			if seen[q] {
+				t.Fatalf("sequence %d handed out twice", q)
+			}
+			seen[q] = true
+		}
+	}
+	if len(seen) != workers*each || c.Posted() != workers*each {
+		t.Fatalf("%d distinct sequences, posted %d, want %d", len(seen), c.Posted(), workers*each)
+	}
+	err := c.Wait(ctx, workers*each/2, 0)
+	err2 := c.Flush(ctx, 0)
+	var n int
+	for _, e := range []error{err, err2} {
+		if e != nil {
+			n += strings.Count(e.Error(), "op ")
+		}
+	}
+	if n != workers*each/100 {
+		t.Fatalf("%d failures reported (%v; %v), want %d", n, err, err2, workers*each/100)
+	}
+	if err := c.Flush(ctx, 0); err != nil {
+		t.Fatalf("a failure reported twice: %v", err)
 	}
 }

@@ -39,9 +39,14 @@ type peer struct {
 	segs   atomic.Pointer[map[uint64][]byte]
 	segMu  sync.Mutex
 	relGen atomic.Uint64 // the peer's release generation segs was swept at
+	// hot caches resolved regions by key (the key's low bits pick the
+	// entry), sparing the segment lookup: a key's entry never changes while
+	// it is registered, and keys are not reused, so a key found registered
+	// in the table resolves as cached. Cleared wherever segs loses a
+	// mapping, under mu held for writing.
+	hot [hotKeys]atomic.Pointer[hotKey]
 
-	cmu  sync.Mutex // orders numbering and completing operations toward the peer
-	comp transport.Completion
+	comp transport.Completion // immediate: operations are numbered once done
 
 	smu sync.Mutex // serializes this rank's producers into the peer's ring
 
@@ -69,6 +74,7 @@ var (
 
 func newPeer(t *Transport, r ftrma.Rank, slot int) *peer {
 	p := &peer{t: t, rank: r, slot: slot, self: r == t.cfg.Rank, bell: -1}
+	p.comp.SetImmediate()
 	m := map[uint64][]byte{}
 	p.segs.Store(&m)
 	return p
@@ -196,8 +202,25 @@ func (p *peer) sweepLocked() (released [][]byte) {
 	p.segMu.Lock()
 	p.segs.Store(&keep)
 	p.segMu.Unlock()
+	p.forgetHot()
 	p.relGen.Store(gen)
 	return released
+}
+
+// hotKeys is the number of entries of peer.hot, a power of two.
+const hotKeys = 8
+
+// hotKey is a resolved region: the memory key names.
+type hotKey struct {
+	key transport.Key
+	reg []byte
+}
+
+// forgetHot empties p.hot. The caller holds p.mu for writing.
+func (p *peer) forgetHot() {
+	for i := range p.hot {
+		p.hot[i].Store(nil)
+	}
 }
 
 func (p *peer) segPath(id uint64) string {
@@ -265,6 +288,7 @@ func (p *peer) removeSelfSegment(id uint64) {
 	}
 	p.segs.Store(&m)
 	p.segMu.Unlock()
+	p.forgetHot()
 	p.mu.Unlock()
 }
 
@@ -281,6 +305,7 @@ func (p *peer) drop() {
 	p.segMu.Lock()
 	old := p.segs.Swap(&m)
 	p.segMu.Unlock()
+	p.forgetHot()
 	if p.self {
 		p.ctl = nil
 		return

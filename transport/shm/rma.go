@@ -97,11 +97,7 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	}
 	// Numbered after it executed: a sequence that Wait sees complete is an
 	// operation that took effect.
-	p.cmu.Lock()
-	seq := p.comp.Next()
-	p.comp.Complete(seq, opErr)
-	p.cmu.Unlock()
-	return seq, nil
+	return p.comp.Done(opErr), nil
 }
 
 // execute runs o on the peer's memory. opErr is the operation's own failure
@@ -236,6 +232,10 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 	if atomic.LoadUint64(c.word(e+entryState)) != uint64(key)<<8|1 {
 		return nil, ftrma.ErrUnknownRegion
 	}
+	hot := &p.hot[key&(hotKeys-1)]
+	if h := hot.Load(); h != nil && h.key == key {
+		return h.reg, nil
+	}
 	id := atomic.LoadUint64(c.word(e + entrySeg))
 	off := atomic.LoadUint64(c.word(e + entryOffset))
 	n := atomic.LoadUint64(c.word(e + entryLength))
@@ -246,14 +246,18 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 	if off > uint64(len(mem)) || n > uint64(len(mem))-off {
 		return nil, fmt.Errorf("%w: shm transport: key %d of rank %d names bytes %d+%d of a %d-byte segment", ftrma.ErrInvalid, key, p.rank, off, n, len(mem))
 	}
-	return mem[off : off+n : off+n], nil
+	reg := mem[off : off+n : off+n]
+	hot.Store(&hotKey{key: key, reg: reg})
+	return reg, nil
 }
 
 // storeTo copies src into dst, shared memory of at least len(src) bytes. When
 // len(src) <= transport.WordAtomicWrite every 8-byte aligned word of dst that
 // src covers is stored whole (the unaligned ends go byte by byte), so that a
 // concurrent reader never sees it torn; larger copies use memmove (at most
-// transport.CopyChunk bytes: post splits larger operations).
+// transport.CopyChunk bytes: post splits larger operations). memmove does
+// tear words: on this project's x86-64 machines a reader saw 2 new bytes of
+// 8 in a 32 KiB copy (TestWordAtomicity).
 func storeTo(dst, src []byte) {
 	n := len(src)
 	if n > transport.WordAtomicWrite {
@@ -267,6 +271,15 @@ func storeTo(dst, src []byte) {
 	i := 0
 	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(dst))) & 7); i < head && i < n; i++ {
 		dst[i] = src[i]
+	}
+	for ; i+32 <= n; i += 32 { // unrolled: a quarter fewer loop overheads per word
+		s, d := src[i:i+32], dst[i:i+32]
+		a, b := binary.NativeEndian.Uint64(s), binary.NativeEndian.Uint64(s[8:])
+		c, e := binary.NativeEndian.Uint64(s[16:]), binary.NativeEndian.Uint64(s[24:])
+		storeWord(&d[0], a)
+		storeWord(&d[8], b)
+		storeWord(&d[16], c)
+		storeWord(&d[24], e)
 	}
 	for ; i+8 <= n; i += 8 {
 		storeWord(&dst[i], binary.NativeEndian.Uint64(src[i:i+8]))
@@ -291,6 +304,14 @@ func loadFrom(dst, src []byte) {
 	i := 0
 	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(src))) & 7); i < head && i < n; i++ {
 		dst[i] = src[i]
+	}
+	for ; i+32 <= n; i += 32 {
+		s, d := src[i:i+32], dst[i:i+32]
+		a, b, c, e := loadWord(&s[0]), loadWord(&s[8]), loadWord(&s[16]), loadWord(&s[24])
+		binary.NativeEndian.PutUint64(d, a)
+		binary.NativeEndian.PutUint64(d[8:], b)
+		binary.NativeEndian.PutUint64(d[16:], c)
+		binary.NativeEndian.PutUint64(d[24:], e)
 	}
 	for ; i+8 <= n; i += 8 {
 		binary.NativeEndian.PutUint64(dst[i:i+8], loadWord(&src[i]))

@@ -1,0 +1,101 @@
+package window_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/window"
+)
+
+// benchOrigin runs op b.N times at rank 0 of a two-rank shared-memory world
+// (goroutine ranks with real shared mappings), on a 64 KiB window, while
+// rank 1 waits in a barrier: the paths bench/rma times, without processes.
+func benchOrigin(b *testing.B, op func(ctx context.Context, w *window.Window) error) {
+	world := commtest.NewSHM(b, 2)
+	defer world.Close()
+	ctx := context.Background()
+	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Allocate(ctx, c, 64<<10)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := op(ctx, w); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	}) {
+		if err != nil {
+			b.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func BenchmarkSHMPutFlush8(b *testing.B) {
+	buf := make([]byte, 8)
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Put(1, 0, buf); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMGetFlush8(b *testing.B) {
+	buf := make([]byte, 8)
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Get(1, 0, buf); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMPut16K(b *testing.B) {
+	buf := make([]byte, 16<<10)
+	b.SetBytes(int64(len(buf)))
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Put(1, 0, buf); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMCompareAndSwap(b *testing.B) {
+	var old int64
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.CompareAndSwap(1, 0, old, old+1, &old); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMFetchAndAdd(b *testing.B) {
+	var old int64
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.FetchAndOp(1, 0, 1, &old, window.Sum); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMLockUnlock(b *testing.B) {
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Lock(ctx, 1, window.Exclusive); err != nil {
+			return err
+		}
+		return w.Unlock(ctx, 1)
+	})
+}
