@@ -130,9 +130,25 @@ type Window struct {
 	revokeID string      // the notice that revokes this window (and its shrunk successors)
 	revoked  atomic.Bool // a revocation was seen
 
-	mu       sync.Mutex                 // guards locks and attached
-	locks    map[ftrma.Rank]LockType    // explicit locks this rank holds
+	ordered bool // the transport completes operations in order (transport.CapOrdered)
+
+	// locks holds, per window rank, the LockType of this rank's explicit
+	// lock on it (0: none), set when Lock reserves it and cleared when
+	// Unlock begins. lockOld is the scratch word of the atomics of the
+	// goroutine that holds the reservation: a word of its own per target
+	// keeps Lock from allocating.
+	locks   []atomic.Int32
+	lockOld []uint64
+
+	mu       sync.Mutex                 // guards attached
 	attached map[transport.Key]struct{} // dynamic: regions attached here
+}
+
+// setPeers gives w its ranks, and a lock slot for each.
+func (w *Window) setPeers(peers []peerInfo) {
+	w.peers = peers
+	w.locks = make([]atomic.Int32, len(peers))
+	w.lockOld = make([]uint64, len(peers))
 }
 
 // Allocate creates a window of size bytes of fresh zeroed, 8-byte aligned
@@ -223,8 +239,8 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 	}()
 	w := &Window{c: c, t: t, rank: c.Rank(), kind: k, mem: mem,
 		ctl:   unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ctlMem))), ctlWords),
-		owned: [][]byte{ctlMem},
-		locks: make(map[ftrma.Rank]LockType), attached: make(map[transport.Key]struct{})}
+		owned: [][]byte{ctlMem}, ordered: t.Caps().Has(transport.CapOrdered),
+		attached: make(map[transport.Key]struct{})}
 	var info peerInfo
 	if k != dynamic {
 		if info.key, err = t.Register(mem); err != nil {
@@ -247,7 +263,7 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		w.deregister(info.ctl)
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
 	}
-	w.peers = make([]peerInfo, len(all))
+	w.setPeers(make([]peerInfo, len(all)))
 	var id uint64
 	for r, b := range all {
 		if len(b) != len(mine) {
@@ -405,16 +421,18 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 		return nil, wrap("shrink", -1, err)
 	}
 	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, rank: -1,
-		revokeID: w.revokeID + "/shrunk", locks: make(map[ftrma.Rank]LockType), attached: w.attached}
+		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached}
+	var peers []peerInfo
 	for _, p := range w.peers {
 		if w.c.ProcFailed(p.cr) {
 			continue
 		}
 		if p.cr == w.peers[w.rank].cr {
-			n.rank = ftrma.Rank(len(n.peers))
+			n.rank = ftrma.Rank(len(peers))
 		}
-		n.peers = append(n.peers, p)
+		peers = append(peers, p)
 	}
+	n.setPeers(peers)
 	return n, nil
 }
 
@@ -852,18 +870,13 @@ func (w *Window) Lock(ctx context.Context, target ftrma.Rank, lt LockType) error
 	if lt != Shared && lt != Exclusive {
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: lock type %d", ftrma.ErrInvalid, lt)}
 	}
-	w.mu.Lock()
-	if _, held := w.locks[target]; held {
-		w.mu.Unlock()
+	if !w.locks[target].CompareAndSwap(0, int32(lt)) {
 		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: already locked by this rank", ftrma.ErrLockHeld)}
 	}
-	w.locks[target] = lt // reserved; removed again on failure
-	w.mu.Unlock()
+	// Reserved; given up again on failure.
 	err := w.acquire(ctx, target, lt)
 	if err != nil {
-		w.mu.Lock()
-		delete(w.locks, target)
-		w.mu.Unlock()
+		w.locks[target].Store(0)
 	}
 	return wrap(name, target, err)
 }
@@ -872,14 +885,15 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 	p := w.peers[target]
 	me := exclusiveWord(w.peers[w.rank].cr)
 	var b backoff
+	old := &w.lockOld[target] // this goroutine's: it holds the reservation
 	for {
-		var old uint64
+		*old = 0
 		var seq transport.Seq
 		var err error
 		if lt == Exclusive {
-			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, 0, me, &old)
+			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, 0, me, old)
 		} else {
-			seq, err = w.t.FetchAndAdd64(p.tr, p.ctl, lockWordOff, sharedOne, &old)
+			seq, err = w.t.FetchAndAdd64(p.tr, p.ctl, lockWordOff, sharedOne, old)
 		}
 		if err == nil {
 			err = w.t.Wait(ctx, p.tr, seq)
@@ -887,7 +901,7 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 		if err != nil {
 			return err
 		}
-		if lt == Exclusive && old == 0 || lt == Shared && old>>32 == 0 {
+		if lt == Exclusive && *old == 0 || lt == Shared && *old>>32 == 0 {
 			return nil
 		}
 		if lt == Shared { // an exclusive holder: take the increment back
@@ -901,8 +915,8 @@ func (w *Window) acquire(ctx context.Context, target ftrma.Rank, lt LockType) er
 		}
 		// An exclusive holder known to have failed never unlocks: take its
 		// lock away (the paper's enforced unlocking), CAS(dead → free part).
-		if holder := ftrma.Rank(old>>32) - 1; old>>32 != 0 && w.c.ProcFailed(holder) {
-			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, old, old&(1<<32-1), &old)
+		if v := *old; v>>32 != 0 && w.c.ProcFailed(ftrma.Rank(v>>32)-1) {
+			seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, lockWordOff, v, v&(1<<32-1), old)
 			if err == nil {
 				err = w.t.Wait(ctx, p.tr, seq)
 			}
@@ -928,16 +942,16 @@ func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	lt, held := w.locks[target]
-	w.mu.Unlock()
-	if !held {
+	// Released here, before the lock word: a Lock of this target from
+	// another goroutine then waits for the release like any other.
+	lt := LockType(w.locks[target].Swap(0))
+	if lt == 0 {
 		return &ftrma.OpError{Op: name, Rank: target, Err: ftrma.ErrNotLocked}
 	}
 	// On an ordered transport the release is posted behind the epoch's
 	// operations and one wait covers both; otherwise flush first.
 	var flushErr error
-	if !w.t.Caps().Has(transport.CapOrdered) {
+	if !w.ordered {
 		flushErr = w.t.Flush(ctx, tr)
 	}
 	delta := ^uint64(sharedOne - 1)
@@ -948,9 +962,6 @@ func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 	if err == nil {
 		err = w.t.Wait(ctx, tr, seq)
 	}
-	w.mu.Lock()
-	delete(w.locks, target)
-	w.mu.Unlock()
 	if flushErr != nil {
 		return wrap(name, target, flushErr)
 	}
@@ -992,12 +1003,15 @@ func (w *Window) Free(ctx context.Context) error {
 	if err := w.check("free"); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	if n := len(w.locks); n > 0 {
-		w.mu.Unlock()
+	n := 0
+	for i := range w.locks {
+		if w.locks[i].Load() != 0 {
+			n++
+		}
+	}
+	if n > 0 {
 		return &ftrma.OpError{Op: "free", Rank: -1, Err: fmt.Errorf("%w: %d lock(s) still held", ftrma.ErrLockHeld, n)}
 	}
-	w.mu.Unlock()
 	// Complete this rank's operations toward the live ranks, then wait for
 	// every live rank to do the same: the fault-tolerant agreement serves as
 	// a barrier that neither hangs nor fails on ranks that died (or on a
