@@ -63,7 +63,7 @@
 // every aligned 8-byte word whole; those larger than transport.CopyChunk go
 // in pieces of that size, each such an access, with the other goroutines of
 // the rank let run in between (a copy cannot be preempted). An operation is complete when its call
-// returns (Wait and Flush never block; Flush is a memory fence), and its
+// returns (Wait and Flush never block), and its
 // errors are reported by the next Wait or Flush, as with every transport.
 //
 // While it accesses a target, an origin is counted in its line of the

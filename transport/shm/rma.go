@@ -338,15 +338,17 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return p.comp.Wait(ctx, seq, 0)
 }
 
-// Flush is a full memory fence followed by Wait for every operation posted
-// toward peer; it never blocks. Toward a peer that is down it fails with an
-// error wrapping ftrma.ErrProcFailed even when nothing is pending.
+// Flush is Wait for every operation posted toward peer; it never blocks.
+// Toward a peer that is down it fails with an error wrapping
+// ftrma.ErrProcFailed even when nothing is pending. It needs no memory fence
+// of its own: each operation ends with a sequentially consistent
+// read-modify-write (leaving the target's active count), which orders its
+// stores before anything this rank does next.
 func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	p, err := t.peer("flush", peer)
 	if err != nil {
 		return err
 	}
-	t.fence.Add(1) // a locked read-modify-write: orders every store before it
 	return p.comp.Flush(ctx, 0)
 }
 

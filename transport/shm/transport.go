@@ -56,7 +56,6 @@ type Transport struct {
 	stop    atomic.Bool    // the progress goroutine must return
 	closeMu sync.Mutex     // serializes Close
 	wg      sync.WaitGroup // the progress goroutine
-	fence   atomic.Uint64  // target of Flush's fencing read-modify-write
 	room    spaceSignal    // wakes this rank's senders waiting for room in a ring
 }
 
