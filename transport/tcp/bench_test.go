@@ -34,7 +34,7 @@ func BenchmarkWriteFlush(b *testing.B) {
 // BenchmarkReadFlush measures a read and its flush, as BenchmarkWriteFlush.
 // Reads above readAhead post their later pieces as earlier ones complete.
 func BenchmarkReadFlush(b *testing.B) {
-	for _, size := range []int{8, 4 << 10, 1 << 20, 16 << 20} {
+	for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			ts, _ := cluster(b, 2, 0)
 			defer ts[0].Close()

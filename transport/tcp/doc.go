@@ -24,8 +24,15 @@
 // frames in flight and posts the rest as the answers come in: the target
 // executes a connection's frames in order, and a control message (a
 // heartbeat) posted meanwhile then waits at the target for at most 4 MiB of
-// copying instead of the whole read. The target copies in pieces that let
-// its other goroutines run (transport.Copy, transport.Memory).
+// answers instead of the whole read. From 64 KiB on, a read's answer goes
+// from the target's registered memory to the socket with writev (its region
+// pinned only for the non-blocking system call; what the socket does not
+// take at once is copied and written by the connection's writer goroutine),
+// and lands in the origin's destination straight from the socket, as a
+// large write's payload lands in the target's memory; such an answer is
+// sent before the target executes or delivers any later frame of the
+// connection. Other copies go in pieces that let the process's other
+// goroutines run (transport.Copy, transport.Memory).
 //
 // Security: every connection proves the job secret in both directions with an
 // HMAC-SHA256 challenge–response before any frame is accepted; a connection that

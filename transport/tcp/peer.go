@@ -52,6 +52,9 @@ type peer struct {
 	werr    error
 	writeFn func(fd uintptr) bool // p.writeSome, bound once
 	wv      net.Buffers           // postDirect's gather list, reused
+	iov     []syscall.Iovec       // writev's vector, reused (see gather.go)
+	iovN    int                   // bytes the vector holds
+	iovFn   func(fd uintptr) bool // p.writevSome, bound once
 
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
@@ -66,6 +69,8 @@ type peer struct {
 	lastAns  uint64       // highest request sequence answered
 	served   bool         // a request was served in the batch being parsed
 	dir      direct       // a large payload being received in place
+	segs     []seg        // large read answers in reply whose payload is still in memory
+	spareRep []byte       // a reply buffer kept for reuse by materialize
 	lastServ atomic.Int64 // unix nanoseconds of the last request served
 	partial  atomic.Bool  // rbuf holds part of a frame
 	early    [][]byte     // control messages that arrived before SetReceiver
@@ -89,6 +94,7 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 		close(p.ready)
 	}
 	p.writeFn = p.writeSome
+	p.iovFn = p.writevSome
 	p.wdone.L = &p.smu
 	p.nudge = time.AfterFunc(time.Hour, p.kick)
 	p.nudge.Stop()
@@ -558,6 +564,16 @@ func (p *peer) answer() error {
 		return nil
 	}
 	p.smu.Lock()
+	if len(p.segs) > 0 {
+		if !p.writing && p.serr == nil {
+			return p.sendGather()
+		}
+		// Another goroutine owns the socket: the payloads are copied
+		// now, as they were at the time of the request.
+		p.smu.Unlock()
+		p.materialize()
+		p.smu.Lock()
+	}
 	if len(p.sbuf) == 0 && !p.writing {
 		p.sbuf, p.reply = p.reply, p.sbuf[:0] // hand the answers over without copying
 	} else {
@@ -605,6 +621,11 @@ func (p *peer) maybeDirect() error {
 	h := p.rbuf[hdr : 4+fl]
 	d := direct{active: true, typ: t, seq: binary.BigEndian.Uint64(h), n: n}
 	if t == frameWrite {
+		// Read answers of this batch still in memory go before the write
+		// lands (and before the pin below: one pin at a time).
+		if err := p.answerReads(); err != nil {
+			return err
+		}
 		if d.seq <= p.lastReq {
 			return fmt.Errorf("%w: request sequence %d after %d", errFrame, d.seq, p.lastReq)
 		}
@@ -682,6 +703,14 @@ func (p *peer) finishDirect() {
 // serve executes or completes one frame. The caller holds rmu.
 func (p *peer) serve(f *frame) error {
 	m := &p.t.mem
+	if f.typ != frameRead {
+		// Answers whose payload is still in memory go out before anything
+		// else is executed or delivered, so that they hold the memory as it
+		// was when they were served, in connection order.
+		if err := p.answerReads(); err != nil {
+			return err
+		}
+	}
 	switch f.typ {
 	case frameWrite, frameRead, frameCAS, frameFAdd:
 		if f.seq <= p.lastReq {
@@ -697,6 +726,17 @@ func (p *peer) serve(f *frame) error {
 				p.lastAns = f.seq
 			}
 		case frameRead:
+			if !raceBuild && int(f.a) >= directBytes {
+				// The payload goes from memory to the socket when the
+				// batch is answered (gather.go).
+				p.reply = room(p.reply, fixedLen[frameReadReply])
+				p.reply = appendHeader(p.reply, frameReadReply, fixedLen[frameReadReply]+int(f.a))
+				p.reply = binary.BigEndian.AppendUint64(p.reply, f.seq)
+				p.reply = append(p.reply, transport.StatusOK)
+				p.segs = append(p.segs, seg{at: len(p.reply), key: key, off: f.off, n: int(f.a)})
+				p.lastAns = f.seq
+				break
+			}
 			at := len(p.reply)
 			// The answers of one batch can add up to far more than a
 			// frame: room grows the buffer, and m.Read fills it, in
