@@ -4,10 +4,14 @@ package shm
 
 import (
 	"bytes"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
+	"golang.org/x/sys/unix"
 )
 
 // progressState returns the scheduler state of the progress goroutines
@@ -61,5 +65,48 @@ func TestIdleProgressParksInPoller(t *testing.T) {
 	}
 	if parked < 20 {
 		t.Fatalf("the progress goroutines were seen parked in the poller %d times, want 20", parked)
+	}
+}
+
+// allocated returns the bytes the file system holds for the control
+// segment of rank r (its reserved blocks, not its length).
+func allocated(t *testing.T, tr *Transport) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(tr.ctlPath, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// A ring takes memory only once its sender has sent into it: the shared
+// memory of a job grows with the pairs of ranks that talk, not with the
+// square of the number of ranks.
+func TestRingsReservedByTheirSenders(t *testing.T) {
+	const n, ring = 8, 256 << 10
+	dir := t.TempDir()
+	if d, err := os.MkdirTemp(DefaultDir, "ftrma-test-"); err == nil { // tmpfs, as in production
+		dir = d
+		t.Cleanup(func() { os.RemoveAll(d) })
+	}
+	ts, rs, _ := cluster(t, n, clusterOpts{dir: dir, cfg: func(c *Config) { c.RingBytes = ring }})
+	lay := ts[0].own.lay
+	for _, tr := range ts {
+		if a := allocated(t, tr); a < int64(lay.reserved) || a >= int64(lay.reserved)+ring {
+			t.Fatalf("rank %d's control segment holds %d bytes before any message, want %d (no ring)", tr.cfg.Rank, a, lay.reserved)
+		}
+	}
+	ctx := testCtx(t)
+	for _, from := range []ftrma.Rank{0, 2, 5} {
+		if err := ts[from].Send(1, []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs[1].Await(t, ctx, "three messages", func() bool { return rs[1].Count() >= 3 })
+	if a, want := allocated(t, ts[1]), int64(lay.reserved)+3*ring; a < want || a >= want+ring {
+		t.Fatalf("rank 1's control segment holds %d bytes after messages from 3 ranks, want %d", a, want)
+	}
+	if a := allocated(t, ts[3]); a >= int64(lay.reserved)+ring {
+		t.Fatalf("rank 3 got no message but holds %d bytes, want %d", a, lay.reserved)
 	}
 }

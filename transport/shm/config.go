@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/transport"
 )
 
 // DefaultDir is where segments live when Config.Dir is empty: the host's
@@ -50,9 +49,12 @@ type Config struct {
 	// none; negative disables busy-polling.
 	Spin time.Duration
 	// RingBytes is the capacity, in bytes, of each incoming message ring
-	// (one per peer, in this rank's control segment). Default 128 KiB;
-	// rounded up to a multiple of 8; at least
-	// transport.MaxControlMessage+8, at most 1 GiB.
+	// (one per peer, in this rank's control segment). Default 128 KiB for
+	// up to 16 served ranks, then 2 MiB divided by their number, at least 8
+	// KiB, so that a host's rings take at most about 2 MiB per rank (512
+	// MiB for 256 ranks) even if every rank talks to every other; rounded
+	// up to a multiple of 8; at least 4 KiB, at most 1 GiB. A message larger
+	// than half a ring goes in pieces.
 	RingBytes int
 	// Regions is how many regions may be registered at once: the size of the
 	// key table peers resolve keys in. Default 4096; rounded up to a power of
@@ -70,7 +72,9 @@ type Config struct {
 const (
 	defaultSpin         = 10 * time.Microsecond
 	defaultRingBytes    = 128 << 10
-	minRingBytes        = transport.MaxControlMessage + msgHeader
+	ringBytesPerHost    = 2 << 20 // times the served ranks: the default rings' memory per host, at most
+	minDefaultRing      = 8 << 10
+	minRingBytes        = 4 << 10
 	maxRingBytes        = 1 << 30
 	defaultRegions      = 4096
 	maxRegions          = 1 << 20
@@ -109,6 +113,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.RingBytes == 0 {
 		cfg.RingBytes = defaultRingBytes
+		if m := len(cfg.Ranks); m > ringBytesPerHost/defaultRingBytes {
+			cfg.RingBytes = max(ringBytesPerHost/m, minDefaultRing)
+		}
 	}
 	cfg.RingBytes = (cfg.RingBytes + 7) &^ 7
 	if cfg.RingBytes < minRingBytes || cfg.RingBytes > maxRingBytes {

@@ -34,10 +34,11 @@
 //	                    origin
 //	keys     K × 32 B   key table: state (key<<8|1, or 0), segment id, offset,
 //	                    length
-//	rings    m × (256 B + R), page aligned: the incoming ring from each
-//	                    served rank: head (consumer), tail (producer), closed
-//	                    flag, space count and waiting flag, then R bytes of
-//	                    messages
+//	rings    m × 256 B  the header of the incoming ring from each served
+//	                    rank: head (consumer), tail (producer), closed flag,
+//	                    space count and waiting flag
+//	data     m × R      page aligned, R rounded up to whole pages: each
+//	                    ring's messages
 //
 // The served ranks are Config.Ranks, by default all Size ranks of the job;
 // a job spread over hosts gives each host's ranks the list of that host's
@@ -117,10 +118,15 @@
 //
 //   - One host; Linux; the ranks of a host must agree on Size, Ranks, Job
 //     and Dir.
-//   - Each rank's control segment holds a ring per served rank, reserved up
-//     front like all segments: m ranks on a host use about m²·(R+256) bytes
-//     of shared memory in all (128 MiB for 32 ranks with the default 128 KiB
-//     rings).
+//   - Each rank's control segment has a ring per served rank. Open reserves
+//     all of it but the rings' data; a sender reserves its ring's R bytes
+//     (fallocate) before its first message into it, and a ring that never
+//     carried a message is never touched, so its pages are never allocated.
+//     m ranks on a host therefore use m·(512 + 320·m + 32·K) bytes, plus R
+//     per ordered pair of ranks that exchanged a message: with ftrma's
+//     runtime (a heartbeat ring, binomial trees) about 2·log2(m)+2 pairs per
+//     rank, not m. A sender that cannot reserve its ring (the file system is
+//     full) gets an error from Send.
 //   - At most Config.Regions regions registered at once per rank, and about
 //     16 million registrations over a transport's life.
 //   - Every Alloc is a file and a mapping of whole pages.

@@ -15,7 +15,7 @@ import (
 // Words written by different processes sit on different 64-byte lines.
 const (
 	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
-	layoutVersion = 3                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes
+	layoutVersion = 3                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes, ring headers apart from their data
 
 	// Header: written once by Open before the file gets its final name,
 	// except for the words from offState on.
@@ -60,7 +60,8 @@ const (
 	entryOffset = 16
 	entryLength = 24
 
-	// Incoming ring from one sender: its header, then RingBytes of data.
+	// Incoming ring from one sender: its header (with the others'), and
+	// apart, RingBytes of data.
 	ringHead    = 0   // consumer position (bytes consumed), written by the owner
 	ringTail    = 64  // producer position (bytes published), written by the sender
 	ringClosed  = 128 // uint32: the sender closed its transport after its last message
@@ -79,20 +80,34 @@ func alignUp(n, a int) int { return (n + a - 1) / a * a }
 // layout places the parts of a control segment. The active lines and the
 // rings are indexed by slot: a served rank's position in the sorted list of
 // served ranks (its rank when every rank is served).
+//
+// The rings' headers sit together, before their data areas, which take whole
+// pages each and end the segment. Open reserves the segment up to the data
+// (reserved); a ring's data is reserved by its sender before its first
+// message (reserveRing), and nobody touches the data of a ring that never
+// carried one, so the pages of pairs that do not talk are never allocated.
 type layout struct {
 	slots, ringBytes, regions int
-	active, keys, rings       int // offsets of the active lines, key table, rings
-	ringStride, total         int
+	active, keys, ringHeads   int // offsets of the active lines, key table, ring headers
+	ringData, ringStride      int // offset and stride of the rings' data areas
+	reserved, total           int // bytes reserved by Open; bytes in all
 }
 
 func makeLayout(slots, ringBytes, regions int) layout {
 	l := layout{slots: slots, ringBytes: ringBytes, regions: regions}
 	l.active = headerBytes
 	l.keys = l.active + slots*activeStride
-	l.rings = alignUp(l.keys+regions*entryBytes, pageSize)
-	l.ringStride = alignUp(ringHeader+ringBytes, 64)
-	l.total = alignUp(l.rings+slots*l.ringStride, pageSize)
+	l.ringHeads = l.keys + regions*entryBytes
+	l.ringData = alignUp(l.ringHeads+slots*ringHeader, pageSize)
+	l.ringStride = alignUp(ringBytes, pageSize)
+	l.reserved = l.ringData
+	l.total = l.ringData + slots*l.ringStride
 	return l
+}
+
+// ringDataRange returns the bytes of the data area of the ring from slot.
+func (l layout) ringDataRange(slot int) (off, n int) {
+	return l.ringData + slot*l.ringStride, l.ringStride
 }
 
 // ctl is a mapping of a rank's control segment, the owner's or a peer's.
@@ -112,14 +127,15 @@ func (c *ctl) entry(i int) int { return c.lay.keys + i*entryBytes }
 
 // ring returns the incoming ring from the sender in slot.
 func (c *ctl) ring(slot int) ring {
-	off := c.lay.rings + slot*c.lay.ringStride
+	off := c.lay.ringHeads + slot*ringHeader
+	data, _ := c.lay.ringDataRange(slot)
 	return ring{
 		head:    c.word(off + ringHead),
 		tail:    c.word(off + ringTail),
 		closed:  c.word32(off + ringClosed),
 		space:   c.word32(off + ringSpace),
 		waiting: c.word32(off + ringWaiting),
-		data:    c.mem[off+ringHeader : off+ringHeader+c.lay.ringBytes : off+ringHeader+c.lay.ringBytes],
+		data:    c.mem[data : data+c.lay.ringBytes : data+c.lay.ringBytes],
 	}
 }
 

@@ -55,7 +55,7 @@ func (t *Transport) Alloc(size int) ([]byte, error) {
 	t.nextSeg++
 	s := &segment{id: t.nextSeg}
 	s.path = filepath.Join(t.cfg.Dir, segName(t.cfg.Job, t.cfg.Rank, s.id))
-	mem, err := createFile(s.path, alignUp(max(size, 1), pageSize))
+	mem, err := createFile(s.path, alignUp(max(size, 1), pageSize), -1)
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "alloc", Rank: -1, Err: fmt.Errorf("shm transport: %w", err)}
 	}

@@ -48,11 +48,16 @@ type peer struct {
 
 	comp transport.Completion // immediate: operations are numbered once done
 
-	smu sync.Mutex // serializes this rank's producers into the peer's ring
+	smu       sync.Mutex // serializes this rank's producers into the peer's ring
+	ringReady bool       // this rank's ring in the peer's segment is reserved; guarded by smu
 
 	// Receive side, used by the progress goroutine only (in is fixed).
 	in    ring   // the ring from the peer in this rank's control segment
 	rhead uint64 // consumer position in in
+	// pieces gathers a message that comes in pieces while piecing; its
+	// capacity is transport.MaxControlMessage.
+	pieces  []byte
+	piecing bool
 
 	// Down state. err is set once, to the first cause: operations fail with
 	// it. rstop stops delivery of the peer's messages. downed is set once the

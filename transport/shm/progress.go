@@ -101,7 +101,13 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 		return false // held in the ring until a receiver is set
 	}
 	for k := 0; k < maxBatch && p.rhead != tail; k++ {
-		n, next, err := rg.take(p.rhead, tail, buf)
+		// A piece goes into buf, or after the pieces before it of the same
+		// message, gathered in p.pieces.
+		dst := buf
+		if p.piecing {
+			dst = p.pieces[len(p.pieces):cap(p.pieces)]
+		}
+		n, more, next, err := rg.take(p.rhead, tail, dst)
 		if err != nil {
 			t.down(p, err, false)
 			return true
@@ -114,7 +120,23 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 		if p.rstop.Load() {
 			return true
 		}
-		r.HandleMessage(p.rank, buf[:n])
+		msg := dst[:n]
+		switch {
+		case more && !p.piecing:
+			if p.pieces == nil {
+				p.pieces = make([]byte, 0, transport.MaxControlMessage)
+			}
+			p.pieces = append(p.pieces[:0], msg...)
+			p.piecing = true
+			continue
+		case more:
+			p.pieces = p.pieces[:len(p.pieces)+n]
+			continue
+		case p.piecing:
+			msg = p.pieces[:len(p.pieces)+n]
+			p.piecing = false
+		}
+		r.HandleMessage(p.rank, msg)
 	}
 	return true
 }

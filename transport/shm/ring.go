@@ -4,7 +4,10 @@ package shm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -36,36 +39,50 @@ func (rg *ring) room(head, tail uint64) (uint64, bool) {
 	return uint64(len(rg.data)) - used, true
 }
 
-// put writes msg at position tail and returns the position after it. The
-// caller has checked the room.
-func (rg *ring) put(tail uint64, msg []byte) uint64 {
+// pieceMore, in a message header, says that the message goes on in the
+// next one: a message larger than maxPiece goes in pieces.
+const pieceMore = 1 << 63
+
+// maxPiece is the largest piece of a message in the ring: half of it, so
+// that the sender can write a piece while the receiver reads the last.
+func (rg *ring) maxPiece() int { return (len(rg.data)/2 - msgHeader) &^ 7 }
+
+// put writes msg, a piece of at most maxPiece bytes, at position tail and
+// returns the position after it; more says that another piece of the same
+// message follows. The caller has checked the room.
+func (rg *ring) put(tail uint64, msg []byte, more bool) uint64 {
 	n := uint64(len(rg.data))
 	at := tail % n
-	binary.LittleEndian.PutUint64(rg.data[at:at+msgHeader], uint64(len(msg)))
+	h := uint64(len(msg))
+	if more {
+		h |= pieceMore
+	}
+	binary.LittleEndian.PutUint64(rg.data[at:at+msgHeader], h)
 	at = (at + msgHeader) % n
 	k := copy(rg.data[at:], msg)
 	copy(rg.data, msg[k:])
 	return tail + msgHeader + uint64(len(msg)+7)&^7
 }
 
-// take copies the message at position head into buf (at least
-// transport.MaxControlMessage bytes) and returns its length and the position
-// after it. tail is the published producer position.
-func (rg *ring) take(head, tail uint64, buf []byte) (int, uint64, error) {
+// take copies the piece at position head into buf and returns its length,
+// whether more pieces of its message follow, and the position after it.
+// tail is the published producer position.
+func (rg *ring) take(head, tail uint64, buf []byte) (int, bool, uint64, error) {
 	size := uint64(len(rg.data))
 	avail := tail - head
 	if avail > size || avail%8 != 0 || avail < msgHeader {
-		return 0, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
+		return 0, false, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
 	}
 	at := head % size
-	m := binary.LittleEndian.Uint64(rg.data[at : at+msgHeader])
-	if m > transport.MaxControlMessage || msgHeader+(m+7)&^7 > avail {
-		return 0, 0, fmt.Errorf("%w: message of %d bytes with %d published", errCorrupt, m, avail)
+	h := binary.LittleEndian.Uint64(rg.data[at : at+msgHeader])
+	m, more := h&^pieceMore, h&pieceMore != 0
+	if m > uint64(len(buf)) || msgHeader+(m+7)&^7 > avail {
+		return 0, false, 0, fmt.Errorf("%w: piece of %d bytes with %d published and room for %d", errCorrupt, m, avail, len(buf))
 	}
 	at = (at + msgHeader) % size
 	k := copy(buf[:m], rg.data[at:])
 	copy(buf[k:m], rg.data)
-	return int(m), head + msgHeader + (m+7)&^7, nil
+	return int(m), more, head + msgHeader + (m+7)&^7, nil
 }
 
 // ringDoorbell wakes the rank whose control segment is c, and whose bell
@@ -134,8 +151,33 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 		return err
 	}
 	defer p.mu.RUnlock()
+	if !p.ringReady {
+		if err := t.reserveRing(p, c); err != nil {
+			return err
+		}
+		p.ringReady = true
+	}
 	rg := c.ring(t.selfSlot)
-	need := msgHeader + uint64(len(msg)+7)&^7
+	piece := rg.maxPiece()
+	for {
+		n := min(len(msg), piece)
+		more := n < len(msg)
+		if err := t.awaitRoom(p, c, &rg, msgHeader+uint64(n+7)&^7); err != nil {
+			return err
+		}
+		atomic.StoreUint64(rg.tail, rg.put(atomic.LoadUint64(rg.tail), msg[:n], more))
+		ringDoorbell(c, p.bell)
+		if !more {
+			return nil
+		}
+		msg = msg[n:]
+	}
+}
+
+// awaitRoom waits until rg, this rank's ring in p's segment c, has need
+// bytes free, and returns a status for t.lost if nothing more can be sent
+// to p.
+func (t *Transport) awaitRoom(p *peer, c *ctl, rg *ring, need uint64) error {
 	tail := atomic.LoadUint64(rg.tail)
 	var deadline time.Time
 	pause := minRoomPause
@@ -177,12 +219,24 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 		}
 		atomic.StoreUint32(rg.waiting, 0)
 	}
-	if status := t.sendable(p, c); status != nil {
-		return status
+	return t.sendable(p, c)
+}
+
+// reserveRing reserves the data of this rank's ring in p's control segment
+// before the first message goes into it (Open reserves only the rest of the
+// segment, so that the rings of ranks that never talk take no memory). It
+// returns a status for t.lost.
+func (t *Transport) reserveRing(p *peer, c *ctl) error {
+	path := filepath.Join(t.cfg.Dir, ctlName(t.cfg.Job, p.rank))
+	off, n := c.lay.ringDataRange(t.selfSlot)
+	err := reserveRange(path, off, n)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return transport.ErrPeerLeft // its files are gone: it closed, or died and was cleaned up
 	}
-	atomic.StoreUint64(rg.tail, rg.put(tail, msg))
-	ringDoorbell(c, p.bell)
-	return nil
+	return fmt.Errorf("shm transport: reserve the %d-byte ring to rank %d in %s: %w", n, p.rank, path, err)
 }
 
 // sendable reports why nothing more can be sent to p, or nil.

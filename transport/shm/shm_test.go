@@ -435,35 +435,60 @@ func TestMessagesInOrder(t *testing.T) {
 	}
 }
 
-// Large messages wrap around the ring's end many times.
+// Large messages wrap around the ring's end many times; in rings smaller
+// than twice a message they go in pieces, delivered whole and in order.
 func TestLargeMessagesWrapAround(t *testing.T) {
-	ts, rs, _ := cluster(t, 2, clusterOpts{})
+	for _, ring := range []int{defaultRingBytes, minRingBytes, 3*minRingBytes + 8} {
+		t.Run(fmt.Sprint(ring), func(t *testing.T) { testLargeMessages(t, ring) })
+	}
+}
+
+func testLargeMessages(t *testing.T, ring int) {
+	ts, rs, _ := cluster(t, 3, clusterOpts{cfg: func(c *Config) { c.RingBytes = ring }})
 	ctx := testCtx(t)
-	sizes := []int{transport.MaxControlMessage, 1, 777, transport.MaxControlMessage - 1, 40000, 0, 65535, 8, 12345}
+	sizes := []int{transport.MaxControlMessage, 1, 777, transport.MaxControlMessage - 1, 40000, 0, 65535, 8, 12345, ring/2 - 8, ring/2 - 7, min(ring, transport.MaxControlMessage)}
 	const count = 60
-	body := func(i int) []byte {
+	body := func(from, i int) []byte {
 		m := make([]byte, sizes[i%len(sizes)])
 		for j := range m {
-			m[j] = byte(i + j*31)
+			m[j] = byte(i + j*31 + from)
 		}
 		return m
 	}
-	go func() {
-		for i := range count {
-			if err := ts[0].Send(1, body(i)); err != nil {
-				t.Error(err)
-				return
+	for _, from := range []int{0, 2} { // two senders interleave their pieces at rank 1
+		go func() {
+			for i := range count {
+				if err := ts[from].Send(1, body(from, i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	rs[1].Await(t, ctx, "every message", func() bool { return rs[1].Count() == 2*count })
+	for _, from := range []int{0, 2} {
+		for i, m := range rs[1].From(ftrma.Rank(from)) {
+			if !bytes.Equal(m, body(from, i)) {
+				t.Fatalf("message %d from rank %d: %d bytes differ from the %d sent", i, from, len(m), len(body(from, i)))
 			}
 		}
-	}()
-	rs[1].Await(t, ctx, "every message", func() bool { return rs[1].Count() == count })
-	for i, m := range rs[1].From(0) {
-		if !bytes.Equal(m, body(i)) {
-			t.Fatalf("message %d: %d bytes differ from the %d sent", i, len(m), len(body(i)))
-		}
 	}
-	if head := atomic.LoadUint64(ts[1].peers[0].in.head); head <= 2*defaultRingBytes {
+	if head := atomic.LoadUint64(ts[1].peers[0].in.head); head <= 2*uint64(ring) {
 		t.Fatalf("the ring did not wrap: %d bytes consumed", head)
+	}
+}
+
+// The default rings shrink as the served ranks grow, so that a host's rings
+// stay within ringBytesPerHost per rank.
+func TestDefaultRingBytes(t *testing.T) {
+	for _, c := range []struct{ ranks, want int }{{2, 128 << 10}, {16, 128 << 10}, {17, (ringBytesPerHost/17 + 7) &^ 7}, {64, 32 << 10}, {256, 8 << 10}, {1024, 8 << 10}} {
+		cfg, err := Config{Rank: 0, Size: c.ranks, Job: "j"}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.RingBytes != c.want {
+			t.Errorf("%d ranks: rings of %d bytes, want %d", c.ranks, cfg.RingBytes, c.want)
+		}
 	}
 }
 

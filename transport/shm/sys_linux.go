@@ -10,9 +10,11 @@ import (
 )
 
 // createFile creates path (which must not exist) with mode 0600, sizes it to
-// size bytes, reserves its blocks so that a full file system fails here
-// rather than with SIGBUS at first touch, and maps it shared.
-func createFile(path string, size int) ([]byte, error) {
+// size bytes, reserves its first reserve bytes (all of it if reserve is
+// negative) so that a full file system fails here rather than with SIGBUS at
+// first touch, and maps it shared. Bytes not reserved must be reserved with
+// reserveRange before they are first touched.
+func createFile(path string, size, reserve int) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err
@@ -22,7 +24,10 @@ func createFile(path string, size int) ([]byte, error) {
 		unix.Unlink(path)
 		return nil, fmt.Errorf("size %s to %d bytes: %w", path, size, err)
 	}
-	if err := fallocate(fd, size); err != nil {
+	if reserve < 0 || reserve > size {
+		reserve = size
+	}
+	if err := fallocate(fd, 0, reserve); err != nil {
 		unix.Unlink(path)
 		return nil, fmt.Errorf("reserve %d bytes for %s: %w", size, path, err)
 	}
@@ -34,9 +39,9 @@ func createFile(path string, size int) ([]byte, error) {
 	return mem, nil
 }
 
-func fallocate(fd, size int) error {
+func fallocate(fd, off, n int) error {
 	for {
-		err := unix.Fallocate(fd, 0, 0, int64(size))
+		err := unix.Fallocate(fd, 0, int64(off), int64(n))
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -45,6 +50,16 @@ func fallocate(fd, size int) error {
 		}
 		return err
 	}
+}
+
+// reserveRange reserves n bytes at off of the file path (see createFile).
+func reserveRange(path string, off, n int) error {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fallocate(fd, off, n)
 }
 
 // mapFile maps an existing file shared, whole.

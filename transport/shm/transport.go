@@ -100,7 +100,7 @@ func Open(cfg Config) (*Transport, error) {
 	// The segment is made under a temporary name and linked to its final
 	// one when complete: a peer never maps a half-made segment.
 	tmp := path + tmpSuffix
-	mem, err := createFile(tmp, lay.total)
+	mem, err := createFile(tmp, lay.total, lay.reserved)
 	if err != nil {
 		dropBell()
 		if errors.Is(err, fs.ErrExist) {
