@@ -251,6 +251,9 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 	return reg, nil
 }
 
+// wideMin is the shortest middle of a copy worth storeWide or loadWide.
+const wideMin = 64
+
 // storeTo copies src into dst, shared memory of at least len(src) bytes. When
 // len(src) <= transport.WordAtomicWrite every 8-byte aligned word of dst that
 // src covers is stored whole (the unaligned ends go byte by byte), so that a
@@ -272,7 +275,14 @@ func storeTo(dst, src []byte) {
 	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(dst))) & 7); i < head && i < n; i++ {
 		dst[i] = src[i]
 	}
-	for ; i+32 <= n; i += 32 { // unrolled: a quarter fewer loop overheads per word
+	if n-i >= wideMin {
+		if uintptr(unsafe.Pointer(&dst[i]))&15 != 0 { // to 16-byte alignment
+			storeWord(&dst[i], binary.NativeEndian.Uint64(src[i:i+8]))
+			i += 8
+		}
+		i += storeWide(dst[i:], src[i:])
+	}
+	for ; i+32 <= n; i += 32 { // unrolled: a quarter of the loop's overhead per word
 		s, d := src[i:i+32], dst[i:i+32]
 		a, b := binary.NativeEndian.Uint64(s), binary.NativeEndian.Uint64(s[8:])
 		c, e := binary.NativeEndian.Uint64(s[16:]), binary.NativeEndian.Uint64(s[24:])
@@ -304,6 +314,13 @@ func loadFrom(dst, src []byte) {
 	i := 0
 	for head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(src))) & 7); i < head && i < n; i++ {
 		dst[i] = src[i]
+	}
+	if n-i >= wideMin {
+		if uintptr(unsafe.Pointer(&src[i]))&15 != 0 {
+			binary.NativeEndian.PutUint64(dst[i:i+8], loadWord(&src[i]))
+			i += 8
+		}
+		i += loadWide(dst[i:], src[i:])
 	}
 	for ; i+32 <= n; i += 32 {
 		s, d := src[i:i+32], dst[i:i+32]
