@@ -10,14 +10,14 @@ import (
 )
 
 // benchOrigin runs op b.N times at rank 0 of a two-rank shared-memory world
-// (goroutine ranks with real shared mappings), on a 64 KiB window, while
+// (goroutine ranks with real shared mappings), on a 1 MiB window, while
 // rank 1 waits in a barrier: the paths bench/rma times, without processes.
 func benchOrigin(b *testing.B, op func(ctx context.Context, w *window.Window) error) {
 	world := commtest.NewSHM(b, 2)
 	defer world.Close()
 	ctx := context.Background()
 	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-		w, err := window.Allocate(ctx, c, 64<<10)
+		w, err := window.Allocate(ctx, c, 1<<20)
 		if err != nil {
 			return err
 		}
@@ -97,5 +97,27 @@ func BenchmarkSHMLockUnlock(b *testing.B) {
 			return err
 		}
 		return w.Unlock(ctx, 1)
+	})
+}
+
+func BenchmarkSHMPut1M(b *testing.B) {
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Put(1, 0, buf); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
+	})
+}
+
+func BenchmarkSHMGet1M(b *testing.B) {
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		if err := w.Get(1, 0, buf); err != nil {
+			return err
+		}
+		return w.Flush(ctx, 1)
 	})
 }

@@ -78,7 +78,7 @@ func benchPingPong(b *testing.B, spin time.Duration) {
 }
 
 // BenchmarkWriteLarge and BenchmarkReadLarge move 16 MiB, in pieces of
-// transport.CopyChunk.
+// copyPiece.
 func BenchmarkWriteLarge(b *testing.B) { benchLarge(b, true) }
 func BenchmarkReadLarge(b *testing.B)  { benchLarge(b, false) }
 

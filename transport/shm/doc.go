@@ -61,7 +61,7 @@
 // reads the target's key table, maps the named segment on first use (and
 // keeps the mapping), checks bounds and, for atomics, alignment, and does the
 // operation. Writes and reads of up to transport.WordAtomicWrite bytes move
-// every aligned 8-byte word whole; those larger than transport.CopyChunk go
+// every aligned 8-byte word whole; those larger than half of transport.CopyChunk go
 // in pieces of that size, each such an access, with the other goroutines of
 // the rank let run in between (a copy cannot be preempted). An operation is complete when its call
 // returns (Wait and Flush never block), and its

@@ -40,7 +40,7 @@ var opNames = [...]string{rmaWrite: "write", rmaRead: "read", rmaCAS: "compare-a
 // ftrma.ErrProcFailed; transport.ErrPeerLeft too when the peer closed), or
 // ftrma.ErrInvalid if the peer has not opened its transport yet; region,
 // bounds and alignment errors are reported by the next Wait or Flush. A
-// write larger than transport.CopyChunk is copied in pieces that let the
+// write larger than half of transport.CopyChunk is copied in pieces that let the
 // rank's other goroutines run in between; should the region be deregistered
 // or the peer fence this rank or go meanwhile, a part may have landed and
 // the write fails.
@@ -84,7 +84,7 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 		return 0, err
 	}
 	var opErr, status error
-	if len(o.src)+len(o.dst) <= transport.CopyChunk {
+	if len(o.src)+len(o.dst) <= copyPiece {
 		opErr, status = p.execute(key, off, o)
 	} else {
 		opErr, status = p.executeInPieces(key, off, o)
@@ -122,8 +122,15 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 	return opErr, status
 }
 
-// executeInPieces runs a write or read larger than transport.CopyChunk as
-// accesses of transport.CopyChunk bytes, each with the peer's mapping lock
+// copyPiece is the most one access copies: half of transport.CopyChunk. Go's
+// memmove switches to non-temporal stores, which bypass the cache, from 1
+// MiB on; a reader of the data (or the next operation on the same buffer)
+// then fetches it from memory: a 1 MiB put took 1.5 times as long as two of
+// 512 KiB.
+const copyPiece = transport.CopyChunk / 2
+
+// executeInPieces runs a write or read larger than copyPiece as
+// accesses of copyPiece bytes, each with the peer's mapping lock
 // taken and let go and this rank counted active anew, paced by a
 // transport.Pacer: a long copy holds neither the processor (a heartbeat is
 // due every few tens of milliseconds) nor the mapping lock (a Send toward
@@ -136,7 +143,7 @@ func (p *peer) executeInPieces(key transport.Key, off uint64, o *rma) (opErr, st
 	piece := rma{kind: o.kind, whole: uint64(whole)}
 	var pace transport.Pacer
 	for done := 0; ; {
-		n := min(whole-done, transport.CopyChunk)
+		n := min(whole-done, copyPiece)
 		if o.kind == rmaWrite {
 			piece.src = o.src[done : done+n]
 		} else {
@@ -258,7 +265,7 @@ const wideMin = 64
 // len(src) <= transport.WordAtomicWrite every 8-byte aligned word of dst that
 // src covers is stored whole (the unaligned ends go byte by byte), so that a
 // concurrent reader never sees it torn; larger copies use memmove (at most
-// transport.CopyChunk bytes: post splits larger operations). memmove does
+// copyPiece bytes: post splits larger operations). memmove does
 // tear words: on this project's x86-64 machines a reader saw 2 new bytes of
 // 8 in a 32 KiB copy (TestWordAtomicity).
 func storeTo(dst, src []byte) {

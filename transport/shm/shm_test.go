@@ -1210,7 +1210,7 @@ func TestPeerDownAfterGoodbye(t *testing.T) {
 	}
 }
 
-// Writes and reads larger than transport.CopyChunk go in pieces: the bytes
+// Writes and reads larger than copyPiece go in pieces: the bytes
 // arrive whole at any alignment, one out of bounds copies nothing, and a
 // Send toward the target while a long copy is under way does not wait for it
 // (it only needs the peer's mapping lock, which the copy lets go between
