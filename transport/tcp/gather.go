@@ -101,7 +101,7 @@ func (p *peer) sendGather() error {
 	}
 	p.spare = pre[:0]
 	if len(rest) > 0 {
-		p.handoff, p.handbuf = rest, rest
+		p.handoff, p.handbuf = rest, nil // rest is p.rest: kept for the next gather
 		p.smu.Unlock()
 		select {
 		case p.wakeWrit <- struct{}{}:
@@ -116,8 +116,8 @@ func (p *peer) sendGather() error {
 }
 
 // gather writes pre, then reply with the payloads of segs inserted, as far
-// as the socket takes them without blocking, and returns the rest in a new
-// buffer. Only the goroutine that owns writing calls it.
+// as the socket takes them without blocking, and returns the rest, copied
+// into p.rest. Only the goroutine that owns writing calls it.
 func (p *peer) gather(pre, reply []byte, segs []seg) ([]byte, error) {
 	m := &p.t.mem
 	from := 0
@@ -132,11 +132,12 @@ func (p *peer) gather(pre, reply []byte, segs []seg) ([]byte, error) {
 		if werr == nil && n < p.iovN {
 			// The socket is full: copy what is left while the region is
 			// still pinned.
-			rest := appendUnwritten(nil, parts[:], n)
+			rest := appendUnwritten(p.rest[:0], parts[:], n)
 			if mem != nil {
 				m.Unpin()
 			}
-			return p.appendAnswers(rest, reply, s.at, segs[i+1:]), nil
+			p.rest = p.appendAnswers(rest, reply, s.at, segs[i+1:])
+			return p.rest, nil
 		}
 		if mem != nil {
 			m.Unpin()
@@ -151,7 +152,8 @@ func (p *peer) gather(pre, reply []byte, segs []seg) ([]byte, error) {
 	if err != nil || n == p.iovN {
 		return nil, err
 	}
-	return appendUnwritten(nil, parts[:], n), nil
+	p.rest = appendUnwritten(p.rest[:0], parts[:], n)
+	return p.rest, nil
 }
 
 // appendUnwritten appends to b what follows the first n bytes of parts.

@@ -55,6 +55,7 @@ type peer struct {
 	iov     []syscall.Iovec       // writev's vector, reused (see gather.go)
 	iovN    int                   // bytes the vector holds
 	iovFn   func(fd uintptr) bool // p.writevSome, bound once
+	rest    []byte                // gather's copy of what the socket did not take, reused
 
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
@@ -396,7 +397,9 @@ func (p *peer) writeLoopGoroutine() {
 		_, err := p.conn.Write(h)
 		p.smu.Lock()
 		if err == nil {
-			p.spare = hb[:0]
+			if hb != nil {
+				p.spare = hb[:0]
+			}
 			p.writing = false
 			p.wdone.Broadcast()
 			err = p.kickLocked(true)
