@@ -168,7 +168,14 @@ func runBcast(o bcastOpts) bcastResult {
 	for _, r := range live[:origins] {
 		drain(r, 0)
 	}
+	// A broken broadcast (one that floods every rank, say) stops here
+	// rather than run for minutes: twice the documented n·Degree.
+	budget := 2 * n * max(1, overlay.Degree(n))
 	for len(q) > 0 {
+		if seq > budget {
+			errorf("more than %d messages, twice n·Degree(n): stopped", budget)
+			break
+		}
 		it := heap.Pop(&q).(bcastItem)
 		if !alive[it.to] {
 			continue // lost with the dead rank
@@ -322,6 +329,9 @@ func TestScale(t *testing.T) {
 				}
 				w.meanSent = mean
 				curve = append(curve, w)
+				if t.Failed() {
+					break // a broken run at n: larger sizes would only take longer to say so
+				}
 			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "%s (worst over seeds; depth: hops of the first copies with random delays; msg depth: the same with duplicates; sync depth: hops with unit delays)\n", sc.name)
