@@ -11,7 +11,9 @@
 // The runtime (one per process, shared by every communicator) runs one
 // goroutine that drives the pure state machines: failure's heartbeat detector,
 // revoke's reliable broadcast (failure and revocation notices) and agree's
-// agreement. Failure knowledge comes from the detector, from broken
+// agreement. It steps what arrived together before it sends, and forwards
+// a broadcast to none of the ranks whose copies of it were among them.
+// Failure knowledge comes from the detector, from broken
 // connections, from the launcher's exit notices and from other ranks' notices;
 // it only grows. A rank learned failed is fenced first (nothing it sends lands
 // any more), then made visible (Failed, ProcFailed, errors), then announced.

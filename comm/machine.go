@@ -87,6 +87,7 @@ type earlyAgree struct {
 type outgoing struct {
 	to  ftrma.Rank
 	msg []byte
+	bid string // the ID of a reliable-broadcast message; "" for other kinds
 }
 
 // learned is a failure this rank has just learned of.
@@ -208,6 +209,9 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 		m.det.Probe(int(from), now)
 	case kindBcast:
 		if bm, err := revoke.ParseMessage(body); err == nil {
+			if m.bc.Seen(bm.ID) {
+				m.holds(from, bm.ID)
+			}
 			m.bc.Step(int(from), bm)
 		}
 	case kindAgree:
@@ -425,7 +429,7 @@ func (m *machine) pump(now time.Time) {
 			rd := m.bc.Ready()
 			m.bc.Advance()
 			for _, o := range rd.Send {
-				m.send(ftrma.Rank(o.To), o.Msg.AppendBinary([]byte{kindBcast}))
+				m.rd.Send = append(m.rd.Send, outgoing{to: ftrma.Rank(o.To), msg: o.Msg.AppendBinary([]byte{kindBcast}), bid: o.Msg.ID})
 			}
 			for _, bm := range rd.Deliver {
 				m.deliver(now, bm)
@@ -480,6 +484,23 @@ func (m *machine) flushAgree(now time.Time, ctx uint32) bool {
 		}
 	}
 	return true
+}
+
+// unseen reports whether msg (kind byte first) is a reliable-broadcast
+// message whose ID this rank has not seen yet.
+func (m *machine) unseen(msg []byte) bool {
+	bm, err := revoke.ParseMessage(msg[1:])
+	return err == nil && !m.bc.Seen(bm.ID)
+}
+
+// holds records that rank from has sent this rank a copy of broadcast id,
+// which this rank had already: from holds it, so the copy this rank is
+// about to forward to it (output not yet taken by ready) is dropped. The
+// broadcast stays reliable: a rank that holds a message has forwarded it to
+// its own neighbours. Copies that arrive together (runtime.run steps what
+// arrived before it sends) are so not sent back.
+func (m *machine) holds(from ftrma.Rank, id string) {
+	m.rd.Send = slices.DeleteFunc(m.rd.Send, func(o outgoing) bool { return o.to == from && o.bid == id })
 }
 
 func (m *machine) send(to ftrma.Rank, msg []byte) {

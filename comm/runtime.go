@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 	"os"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,17 +266,25 @@ func (rt *runtime) run() {
 		}
 		// What arrived is handled before the detector looks at the clock: a
 		// heartbeat waiting in the queue is not silence.
-		rt.mu.Lock()
-		queue, reqs := rt.queue, rt.requests
-		rt.queue, rt.requests = nil, nil
-		rt.mu.Unlock()
-		// The machine's output is carried out after every input, so that
-		// a request queued behind an event (lost) finds its effects
-		// visible.
+		queue, reqs := rt.take()
+		if rt.newBroadcast(queue) {
+			// A broadcast this rank has not seen: let the transport's
+			// receiving goroutines that are ready queue what they read
+			// first, so that the copies of it that arrived together are
+			// handled in one batch and this rank forwards it to none of
+			// the ranks they came from (machine.holds). Under a flood
+			// (revoke at 32 ranks) a rank gets several copies at once.
+			goruntime.Gosched()
+			q, r := rt.take()
+			queue, reqs = append(queue, q...), append(reqs, r...)
+		}
+		// The machine's output is carried out after what arrived and after
+		// every request, so that a request queued behind an event (lost)
+		// finds its effects visible.
 		for _, e := range queue {
 			rt.step(e)
-			rt.apply()
 		}
+		rt.apply()
 		for _, f := range reqs {
 			f()
 			rt.apply()
@@ -305,6 +314,26 @@ func (rt *runtime) run() {
 		}
 		timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// take returns and clears what arrived and the requests queued.
+func (rt *runtime) take() ([]event, []func()) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	queue, reqs := rt.queue, rt.requests
+	rt.queue, rt.requests = nil, nil
+	return queue, reqs
+}
+
+// newBroadcast reports whether queue holds a reliable-broadcast message
+// whose ID the machine has not seen (run goroutine).
+func (rt *runtime) newBroadcast(queue []event) bool {
+	for _, e := range queue {
+		if len(e.msg) > 0 && e.msg[0] == kindBcast && rt.m.unseen(e.msg) {
+			return true
+		}
+	}
+	return false
 }
 
 // step hands one received event to the machine (run goroutine). Signals are

@@ -36,6 +36,11 @@
 //     Ready().Send (encode with Message.AppendBinary), then act on each
 //     message of Ready().Deliver, then call Advance. A send to a rank that
 //     turns out to be dead may simply fail: the graph routes around it.
+//     A caller that steps several received messages before it takes Ready
+//     may leave out an Outgoing to a rank it has since received the same
+//     ID from: that rank holds the message and forwards it itself, so
+//     the broadcast stays as reliable, and under a flood it saves the
+//     copies that would cross (comm does so).
 //
 // # Example
 //
