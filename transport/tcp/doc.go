@@ -16,7 +16,8 @@
 //
 // Batching: posting goroutines write frames straight to the socket, and frames
 // posted while another goroutine is writing are gathered and written together
-// by it; a target answers everything it read in one batch with one write.
+// by it; a target answers everything it read in one batch with one write
+// (one more per large read answer, below).
 //
 // Large operations: writes and reads go in frames of at most 1 MiB. A
 // write's frames go straight from the caller's buffer to the socket, so its
@@ -27,11 +28,12 @@
 // answers instead of the whole read. From 64 KiB on, a read's answer goes
 // from the target's registered memory to the socket with writev (its region
 // pinned only for the non-blocking system call; what the socket does not
-// take at once is copied and written by the connection's writer goroutine),
-// and lands in the origin's destination straight from the socket, as a
-// large write's payload lands in the target's memory; such an answer is
-// sent before the target executes or delivers any later frame of the
-// connection. Other copies go in pieces that let the process's other
+// take at once is copied and written by the connection's writer goroutine;
+// padded so that the kernel's copy keeps the memory's alignment, see
+// gather.go), and lands in the origin's destination straight from the
+// socket, as a large write's payload lands in the target's memory; such an
+// answer is sent before the target executes or delivers any later frame of
+// the connection. Other copies go in pieces that let the process's other
 // goroutines run (transport.Copy, transport.Memory).
 //
 // Security: every connection proves the job secret in both directions with an

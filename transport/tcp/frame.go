@@ -21,14 +21,24 @@ const (
 	frameReadReply   byte = 8  // seq u64, status u8, data...
 	frameAtomicReply byte = 9  // seq u64, status u8, value u64
 	frameBye         byte = 10 // the sender is closing its transport on purpose
+	// frameReadReplyPad is a ReadReply whose data starts after pad bytes
+	// of padding: seq u64, status u8, pad u8, pad bytes, data... Parsed as
+	// a frameReadReply. A target sends its large answers so, the padding
+	// putting the data at the same offset modulo 64 in the socket's stream
+	// as in the target's memory (see gather.go).
+	frameReadReplyPad byte = 11
 )
+
+// maxPad is the most padding a frameReadReplyPad carries.
+const maxPad = 63
 
 const (
 	// maxChunk is the largest payload of one Write or Read frame; larger
 	// operations are split.
 	maxChunk = 1 << 20
 	// maxFrame bounds the length field: a peer announcing more is broken.
-	maxFrame = 1 + 8 + 4 + 8 + maxChunk
+	// The largest frame is a padded read answer.
+	maxFrame = 1 + 8 + 1 + 1 + maxPad + maxChunk
 	// hdr is the length field plus the type byte.
 	hdr = 5
 )
@@ -36,21 +46,22 @@ const (
 // fixedLen is the body length (type byte included) of each frame type apart
 // from its variable data; 0 marks an unknown type.
 var fixedLen = [...]int{
-	frameWrite:       1 + 8 + 4 + 8,
-	frameRead:        1 + 8 + 4 + 8 + 4,
-	frameCAS:         1 + 8 + 4 + 8 + 8 + 8,
-	frameFAdd:        1 + 8 + 4 + 8 + 8,
-	frameMsg:         1,
-	frameDone:        1 + 8,
-	frameWriteErr:    1 + 8 + 1,
-	frameReadReply:   1 + 8 + 1,
-	frameAtomicReply: 1 + 8 + 1 + 8,
-	frameBye:         1,
+	frameWrite:        1 + 8 + 4 + 8,
+	frameRead:         1 + 8 + 4 + 8 + 4,
+	frameCAS:          1 + 8 + 4 + 8 + 8 + 8,
+	frameFAdd:         1 + 8 + 4 + 8 + 8,
+	frameMsg:          1,
+	frameDone:         1 + 8,
+	frameWriteErr:     1 + 8 + 1,
+	frameReadReply:    1 + 8 + 1,
+	frameAtomicReply:  1 + 8 + 1 + 8,
+	frameBye:          1,
+	frameReadReplyPad: 1 + 8 + 1 + 1,
 }
 
 // variable reports whether a frame type carries trailing data.
 func variable(t byte) bool {
-	return t == frameWrite || t == frameMsg || t == frameReadReply
+	return t == frameWrite || t == frameMsg || t == frameReadReply || t == frameReadReplyPad
 }
 
 // frame is one decoded frame. Data aliases the buffer it was parsed from.
@@ -116,6 +127,13 @@ func parseFrame(b []byte) (f frame, n int, err error) {
 		case frameAtomicReply:
 			f.a = be.Uint64(p[9:])
 		}
+	case frameReadReplyPad:
+		f.typ, f.seq, f.status = frameReadReply, be.Uint64(p), p[8]
+		pad := int(p[9])
+		if pad > maxPad || len(p) < 10+pad {
+			return frame{}, 0, fmt.Errorf("%w: read answer with %d bytes of padding in %d", errFrame, pad, len(p))
+		}
+		f.data = p[10+pad:]
 	}
 	return f, 4 + int(body), nil
 }
@@ -179,6 +197,22 @@ func appendReply(b []byte, t byte, seq uint64, status uint8, value uint64, data 
 		b = append(b, data...)
 	case frameAtomicReply:
 		b = binary.BigEndian.AppendUint64(b, value)
+	}
+	return b
+}
+
+// padHdr is the length of a frameReadReplyPad header before its padding,
+// length field included.
+const padHdr = 4 + 1 + 8 + 1 + 1
+
+// appendPadHeader appends the header of a frameReadReplyPad answer with
+// status OK, pad bytes of padding (zeros) and n bytes of data to follow.
+func appendPadHeader(b []byte, seq uint64, pad, n int) []byte {
+	b = appendHeader(b, frameReadReplyPad, fixedLen[frameReadReplyPad]+pad+n)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = append(b, transport.StatusOK, byte(pad))
+	for range pad {
+		b = append(b, 0)
 	}
 	return b
 }

@@ -17,6 +17,8 @@ func TestParseFrameRoundTrip(t *testing.T) {
 		appendReply(nil, frameWriteErr, 12, 2, 0, nil),
 		appendReply(nil, frameReadReply, 13, 0, 0, []byte("data")),
 		appendReply(nil, frameAtomicReply, 14, 0, 99, nil),
+		append(appendPadHeader(nil, 15, 5, 3), "pad"...),
+		append(appendPadHeader(nil, 16, 0, 2), "np"...),
 	}
 	var stream []byte
 	for _, f := range frames {
@@ -49,6 +51,8 @@ func TestParseFrameRoundTrip(t *testing.T) {
 		{7, got[7].typ == frameWriteErr && got[7].status == 2, "write error"},
 		{8, got[8].typ == frameReadReply && string(got[8].data) == "data", "read reply"},
 		{9, got[9].typ == frameAtomicReply && got[9].a == 99, "atomic reply"},
+		{10, got[10].typ == frameReadReply && got[10].seq == 15 && got[10].status == 0 && string(got[10].data) == "pad", "padded read reply"},
+		{11, got[11].typ == frameReadReply && got[11].seq == 16 && string(got[11].data) == "np", "read reply with no padding"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -59,12 +63,15 @@ func TestParseFrameRoundTrip(t *testing.T) {
 
 func TestParseFrameRejectsGarbage(t *testing.T) {
 	bad := [][]byte{
-		{0, 0, 0, 2, 99, 1},                                   // unknown type
-		{0, 0, 0, 1, 0},                                       // type 0
-		{0xff, 0xff, 0xff, 0xff, frameWrite},                  // absurd length
-		{0, 0, 0, 3, frameDone, 0, 0},                         // too short for its type
-		{0, 0, 0, 30, frameDone},                              // fixed-size type with a wrong length
-		appendOp(nil, frameRead, 1, 1, 0, maxChunk+1, 0, nil), // read larger than a chunk
+		{0, 0, 0, 2, 99, 1},                                               // unknown type
+		{0, 0, 0, 1, 0},                                                   // type 0
+		{0xff, 0xff, 0xff, 0xff, frameWrite},                              // absurd length
+		{0, 0, 0, 3, frameDone, 0, 0},                                     // too short for its type
+		{0, 0, 0, 30, frameDone},                                          // fixed-size type with a wrong length
+		appendOp(nil, frameRead, 1, 1, 0, maxChunk+1, 0, nil),             // read larger than a chunk
+		{0, 0, 0, 11, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0, 64},   // padding above maxPad
+		{0, 0, 0, 12, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0}, // padding past the frame
+		{0, 0, 0, 10, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0},       // no padding length
 	}
 	for i, b := range bad {
 		if _, _, err := parseFrame(b); err == nil {
@@ -88,6 +95,7 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add(appendOp(nil, frameCAS, 1, 2, 8, 4, 5, nil))
 	f.Add(appendReply(nil, frameReadReply, 1, 0, 0, []byte("yy")))
 	f.Add(appendDone(nil, 3))
+	f.Add(append(appendPadHeader(nil, 1, 3, 2), "zz"...))
 	f.Add([]byte{0, 0, 0, 2, 99, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, n, err := parseFrame(b)
@@ -96,6 +104,13 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		if n > len(b) {
 			t.Fatalf("consumed %d of %d bytes", n, len(b))
+		}
+		if b[4] == frameReadReplyPad {
+			// Decoded as a read answer; the padding is not kept.
+			if pad := int(b[padHdr-1]); padHdr+pad+len(fr.data) != n || fr.typ != frameReadReply || !bytes.Equal(fr.data, b[n-len(fr.data):n]) {
+				t.Fatalf("padded answer %x decoded as %+v", b[:n], fr)
+			}
+			return
 		}
 		var again []byte
 		switch fr.typ {

@@ -2,12 +2,12 @@ package tcp
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
@@ -128,13 +128,10 @@ func gatherPeer(t *testing.T, c *net.TCPConn, n int) (*peer, transport.Key, []by
 	return p, key, mem
 }
 
-// appendReadAnswer appends a read answer's header for n bytes and returns
-// the seg whose payload follows it.
+// appendReadAnswer notes a read answer of n bytes at off of key that goes
+// at the end of reply, as serve does.
 func appendReadAnswer(reply []byte, seq uint64, key transport.Key, off uint64, n int) ([]byte, seg) {
-	reply = appendHeader(reply, frameReadReply, fixedLen[frameReadReply]+n)
-	reply = binary.BigEndian.AppendUint64(reply, seq)
-	reply = append(reply, transport.StatusOK)
-	return reply, seg{at: len(reply), key: key, off: off, n: n}
+	return reply, seg{at: len(reply), seq: seq, key: key, off: off, n: n}
 }
 
 // TestGather sends queued frames and read answers whose payloads come from
@@ -167,10 +164,11 @@ func TestGather(t *testing.T) {
 			segs = append(segs, sg)
 		}
 		add(1, key, 3, n)
-		add(2, gone, 0, directBytes)
-		add(3, key, n, n+8) // past the end
-		add(4, key, 8, directBytes)
-		reply = appendDone(reply, 4)
+		reply = appendReply(reply, frameAtomicReply, 2, transport.StatusOK, 42, nil)
+		add(3, gone, 0, directBytes)
+		add(4, key, n, n+8) // past the end
+		add(5, key, 8, directBytes)
+		reply = appendDone(reply, 5)
 
 		got := make(chan []byte, 1)
 		read := func() {
@@ -205,10 +203,18 @@ func TestGather(t *testing.T) {
 		wants := []want{
 			{frameMsg, 0, 0, []byte("before")},
 			{frameReadReply, 1, transport.StatusOK, mem[3 : 3+n]},
-			{frameReadReply, 2, transport.StatusUnknownRegion, nil},
-			{frameReadReply, 3, transport.StatusOutOfBounds, nil},
-			{frameReadReply, 4, transport.StatusOK, mem[8 : 8+directBytes]},
-			{frameDone, 4, 0, nil},
+			{frameAtomicReply, 2, transport.StatusOK, nil},
+			{frameReadReply, 3, transport.StatusUnknownRegion, nil},
+			{frameReadReply, 4, transport.StatusOutOfBounds, nil},
+			{frameReadReply, 5, transport.StatusOK, mem[8 : 8+directBytes]},
+			{frameDone, 5, 0, nil},
+		}
+		// The first answer, written from memory, is padded so that its
+		// payload has the same offset modulo 64 in the stream as in memory.
+		if f, m, err := parseFrame(stream[len(pre):]); err != nil || m == 0 || stream[len(pre)+4] != frameReadReplyPad {
+			t.Fatalf("full %v: the first answer is not padded (type %d, %v)", full, stream[len(pre)+4], err)
+		} else if off, addr := len(pre)+m-len(f.data), uintptr(unsafe.Pointer(&mem[3])); uintptr(off)%64 != addr%64 {
+			t.Fatalf("full %v: the payload is at %d in the stream, %d modulo 64 in memory", full, off, addr%64)
 		}
 		for i, w := range wants {
 			f, m, err := parseFrame(stream)
@@ -236,7 +242,7 @@ func TestGather(t *testing.T) {
 func TestAppendAnswers(t *testing.T) {
 	c, _ := tcpPair(t)
 	p, key, mem := gatherPeer(t, c, 1<<20)
-	var reply []byte
+	reply := appendReply(nil, frameAtomicReply, 6, transport.StatusOK, 42, nil)
 	reply, s1 := appendReadAnswer(reply, 7, key, 16, directBytes)
 	reply, s2 := appendReadAnswer(reply, 8, key+1, 0, directBytes)
 	reply = appendDone(reply, 8)
@@ -246,6 +252,11 @@ func TestAppendAnswers(t *testing.T) {
 	}
 	b = b[1:]
 	f, m, err := parseFrame(b)
+	if err != nil || f.typ != frameAtomicReply || f.seq != 6 || f.a != 42 {
+		t.Fatalf("the answer before: type %d seq %d, %v", f.typ, f.seq, err)
+	}
+	b = b[m:]
+	f, m, err = parseFrame(b)
 	if err != nil || f.typ != frameReadReply || f.seq != 7 || f.status != transport.StatusOK || !bytes.Equal(f.data, mem[16:16+directBytes]) {
 		t.Fatalf("first answer: %+v, %v", f.typ, err)
 	}

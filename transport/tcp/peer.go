@@ -56,6 +56,7 @@ type peer struct {
 	iovN    int                   // bytes the vector holds
 	iovFn   func(fd uintptr) bool // p.writevSome, bound once
 	rest    []byte                // gather's copy of what the socket did not take, reused
+	hdr     [padHdr + maxPad]byte // gather's answer header
 
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
@@ -563,7 +564,7 @@ func (p *peer) answer() error {
 		p.reply = appendDone(p.reply, p.lastReq)
 		p.lastAns = p.lastReq
 	}
-	if len(p.reply) == 0 {
+	if len(p.reply) == 0 && len(p.segs) == 0 {
 		return nil
 	}
 	p.smu.Lock()
@@ -613,10 +614,20 @@ func (p *peer) maybeDirect() error {
 		return nil
 	}
 	t := p.rbuf[4]
-	if t != frameReadReply && (t != frameWrite || raceBuild) {
+	if t != frameReadReply && t != frameReadReplyPad && (t != frameWrite || raceBuild) {
 		return nil
 	}
 	fl := fixedLen[t]
+	if t == frameReadReplyPad {
+		if p.rlen < padHdr {
+			return nil
+		}
+		if pad := int(p.rbuf[padHdr-1]); pad <= maxPad {
+			fl += pad
+		} else {
+			return fmt.Errorf("%w: read answer with %d bytes of padding", errFrame, pad)
+		}
+	}
 	n := int(binary.BigEndian.Uint32(p.rbuf)) - fl
 	if n < directBytes || p.rlen < 4+fl {
 		return nil
@@ -732,11 +743,7 @@ func (p *peer) serve(f *frame) error {
 			if !raceBuild && int(f.a) >= directBytes {
 				// The payload goes from memory to the socket when the
 				// batch is answered (gather.go).
-				p.reply = room(p.reply, fixedLen[frameReadReply])
-				p.reply = appendHeader(p.reply, frameReadReply, fixedLen[frameReadReply]+int(f.a))
-				p.reply = binary.BigEndian.AppendUint64(p.reply, f.seq)
-				p.reply = append(p.reply, transport.StatusOK)
-				p.segs = append(p.segs, seg{at: len(p.reply), key: key, off: f.off, n: int(f.a)})
+				p.segs = append(p.segs, seg{at: len(p.reply), seq: f.seq, key: key, off: f.off, n: int(f.a)})
 				p.lastAns = f.seq
 				break
 			}
