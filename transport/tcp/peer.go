@@ -570,7 +570,12 @@ func (p *peer) answer() error {
 	p.smu.Lock()
 	if len(p.segs) > 0 {
 		if !p.writing && p.serr == nil {
-			return p.sendGather()
+			err := p.sendGather()
+			// Keep polling for Spin from when the answers left, which
+			// can be long after the requests came: the next request
+			// follows their receipt.
+			p.lastServ.Store(time.Now().UnixNano())
+			return err
 		}
 		// Another goroutine owns the socket: the payloads are copied
 		// now, as they were at the time of the request.
