@@ -21,7 +21,8 @@
 //
 // Large operations: writes and reads go in frames of at most 1 MiB. A
 // write's frames go straight from the caller's buffer to the socket, so its
-// Write returns once the socket took them. A read keeps at most 4 MiB of
+// Write returns once the socket took them (padded, as large read answers
+// are, see gather.go). A read keeps at most 4 MiB of
 // frames in flight and posts the rest as the answers come in: the target
 // executes a connection's frames in order, and a control message (a
 // heartbeat) posted meanwhile then waits at the target for at most 4 MiB of

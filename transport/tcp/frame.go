@@ -27,18 +27,27 @@ const (
 	// putting the data at the same offset modulo 64 in the socket's stream
 	// as in the target's memory (see gather.go).
 	frameReadReplyPad byte = 11
+	// frameWritePad is a Write whose data starts after pad bytes of
+	// padding: seq u64, key u32, off u64, pad u8, pad bytes, data... Parsed
+	// as a frameWrite. An origin sends its large writes so, the padding
+	// putting the data at the same offset modulo 64 in the socket's stream
+	// as in the caller's buffer.
+	frameWritePad byte = 12
 )
 
-// maxPad is the most padding a frameReadReplyPad carries.
+// maxPad is the most padding a frameReadReplyPad or frameWritePad carries.
 const maxPad = 63
+
+// zeros is padding.
+var zeros [maxPad]byte
 
 const (
 	// maxChunk is the largest payload of one Write or Read frame; larger
 	// operations are split.
 	maxChunk = 1 << 20
 	// maxFrame bounds the length field: a peer announcing more is broken.
-	// The largest frame is a padded read answer.
-	maxFrame = 1 + 8 + 1 + 1 + maxPad + maxChunk
+	// The largest frame is a padded write.
+	maxFrame = 1 + 8 + 4 + 8 + 1 + maxPad + maxChunk
 	// hdr is the length field plus the type byte.
 	hdr = 5
 )
@@ -57,11 +66,12 @@ var fixedLen = [...]int{
 	frameAtomicReply:  1 + 8 + 1 + 8,
 	frameBye:          1,
 	frameReadReplyPad: 1 + 8 + 1 + 1,
+	frameWritePad:     1 + 8 + 4 + 8 + 1,
 }
 
 // variable reports whether a frame type carries trailing data.
 func variable(t byte) bool {
-	return t == frameWrite || t == frameMsg || t == frameReadReply || t == frameReadReplyPad
+	return t == frameWrite || t == frameMsg || t == frameReadReply || t == frameReadReplyPad || t == frameWritePad
 }
 
 // frame is one decoded frame. Data aliases the buffer it was parsed from.
@@ -115,6 +125,13 @@ func parseFrame(b []byte) (f frame, n int, err error) {
 		case frameFAdd:
 			f.a = be.Uint64(q)
 		}
+	case frameWritePad:
+		f.typ, f.seq, f.key, f.off = frameWrite, be.Uint64(p), be.Uint32(p[8:]), be.Uint64(p[12:])
+		pad := int(p[20])
+		if pad > maxPad || len(p) < 21+pad {
+			return frame{}, 0, fmt.Errorf("%w: write with %d bytes of padding in %d", errFrame, pad, len(p))
+		}
+		f.data = p[21+pad:]
 	case frameMsg:
 		f.data = p
 	case frameDone:
@@ -211,8 +228,5 @@ func appendPadHeader(b []byte, seq uint64, pad, n int) []byte {
 	b = appendHeader(b, frameReadReplyPad, fixedLen[frameReadReplyPad]+pad+n)
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = append(b, transport.StatusOK, byte(pad))
-	for range pad {
-		b = append(b, 0)
-	}
-	return b
+	return append(b, zeros[:pad]...)
 }

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 )
 
@@ -19,6 +20,7 @@ func TestParseFrameRoundTrip(t *testing.T) {
 		appendReply(nil, frameAtomicReply, 14, 0, 99, nil),
 		append(appendPadHeader(nil, 15, 5, 3), "pad"...),
 		append(appendPadHeader(nil, 16, 0, 2), "np"...),
+		writePad(17, 18, 19, 7, "padded write"),
 	}
 	var stream []byte
 	for _, f := range frames {
@@ -53,6 +55,7 @@ func TestParseFrameRoundTrip(t *testing.T) {
 		{9, got[9].typ == frameAtomicReply && got[9].a == 99, "atomic reply"},
 		{10, got[10].typ == frameReadReply && got[10].seq == 15 && got[10].status == 0 && string(got[10].data) == "pad", "padded read reply"},
 		{11, got[11].typ == frameReadReply && got[11].seq == 16 && string(got[11].data) == "np", "read reply with no padding"},
+		{12, got[12].typ == frameWrite && got[12].seq == 17 && got[12].key == 18 && got[12].off == 19 && string(got[12].data) == "padded write", "padded write"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -72,7 +75,10 @@ func TestParseFrameRejectsGarbage(t *testing.T) {
 		{0, 0, 0, 11, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0, 64},   // padding above maxPad
 		{0, 0, 0, 12, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0}, // padding past the frame
 		{0, 0, 0, 10, frameReadReplyPad, 0, 0, 0, 0, 0, 0, 0, 1, 0},       // no padding length
+		writePad(1, 1, 0, 64, "x"),                                        // write padding above maxPad
+		writePad(1, 1, 0, 3, "")[:4+22+2],                                 // write padding past the frame (length fixed below)
 	}
+	binary.BigEndian.PutUint32(bad[len(bad)-1], 22+2)
 	for i, b := range bad {
 		if _, _, err := parseFrame(b); err == nil {
 			t.Errorf("garbage %d (%x) accepted", i, b)
@@ -96,6 +102,7 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add(appendReply(nil, frameReadReply, 1, 0, 0, []byte("yy")))
 	f.Add(appendDone(nil, 3))
 	f.Add(append(appendPadHeader(nil, 1, 3, 2), "zz"...))
+	f.Add(writePad(1, 2, 3, 4, "ww"))
 	f.Add([]byte{0, 0, 0, 2, 99, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, n, err := parseFrame(b)
@@ -105,10 +112,12 @@ func FuzzParseFrame(f *testing.F) {
 		if n > len(b) {
 			t.Fatalf("consumed %d of %d bytes", n, len(b))
 		}
-		if b[4] == frameReadReplyPad {
-			// Decoded as a read answer; the padding is not kept.
-			if pad := int(b[padHdr-1]); padHdr+pad+len(fr.data) != n || fr.typ != frameReadReply || !bytes.Equal(fr.data, b[n-len(fr.data):n]) {
-				t.Fatalf("padded answer %x decoded as %+v", b[:n], fr)
+		if typ := b[4]; typ == frameReadReplyPad || typ == frameWritePad {
+			// Decoded as a read answer or a write; the padding is not kept.
+			fl := 4 + fixedLen[typ]
+			if pad := int(b[fl-1]); fl+pad+len(fr.data) != n || !bytes.Equal(fr.data, b[n-len(fr.data):n]) ||
+				typ == frameReadReplyPad && fr.typ != frameReadReply || typ == frameWritePad && fr.typ != frameWrite {
+				t.Fatalf("padded frame %x decoded as %+v", b[:n], fr)
 			}
 			return
 		}
@@ -129,4 +138,15 @@ func FuzzParseFrame(f *testing.F) {
 			t.Fatalf("re-encoding %x gave %x", b[:n], again)
 		}
 	})
+}
+
+// writePad returns a frameWritePad with pad bytes of padding.
+func writePad(seq uint64, key uint32, off uint64, pad int, data string) []byte {
+	b := appendHeader(nil, frameWritePad, fixedLen[frameWritePad]+pad+len(data))
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, key)
+	b = binary.BigEndian.AppendUint64(b, off)
+	b = append(b, byte(pad))
+	b = append(b, make([]byte, pad)...)
+	return append(b, data...)
 }

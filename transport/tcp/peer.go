@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
@@ -184,11 +185,17 @@ func (p *peer) postDirect(key transport.Key, off uint64, data []byte) (transport
 		return 0, err
 	}
 	seq := p.comp.Next()
-	p.sbuf = room(p.sbuf, fixedLen[frameWrite]) // the header only: data goes from the caller's buffer
-	p.sbuf = appendHeader(p.sbuf, frameWrite, fixedLen[frameWrite]+len(data))
+	// The header only: data goes from the caller's buffer, at the same
+	// offset modulo 64 in this write as in memory (see gather.go).
+	fl := fixedLen[frameWritePad]
+	pad := int(uintptr(unsafe.Pointer(unsafe.SliceData(data)))-uintptr(len(p.sbuf)+4+fl)) & maxPad
+	p.sbuf = room(p.sbuf, fl+pad)
+	p.sbuf = appendHeader(p.sbuf, frameWritePad, fl+pad+len(data))
 	p.sbuf = binary.BigEndian.AppendUint64(p.sbuf, uint64(seq))
 	p.sbuf = binary.BigEndian.AppendUint32(p.sbuf, uint32(key))
 	p.sbuf = binary.BigEndian.AppendUint64(p.sbuf, off)
+	p.sbuf = append(p.sbuf, byte(pad))
+	p.sbuf = append(p.sbuf, zeros[:pad]...)
 	p.writing, p.held = true, false
 	buf := p.sbuf
 	p.sbuf, p.spare = p.spare[:0], nil
@@ -619,18 +626,20 @@ func (p *peer) maybeDirect() error {
 		return nil
 	}
 	t := p.rbuf[4]
-	if t != frameReadReply && t != frameReadReplyPad && (t != frameWrite || raceBuild) {
+	write := t == frameWrite || t == frameWritePad
+	if t != frameReadReply && t != frameReadReplyPad && (!write || raceBuild) {
 		return nil
 	}
 	fl := fixedLen[t]
-	if t == frameReadReplyPad {
-		if p.rlen < padHdr {
+	if t == frameReadReplyPad || t == frameWritePad {
+		// The padding's length is the last byte of the fixed fields.
+		if p.rlen < 4+fl {
 			return nil
 		}
-		if pad := int(p.rbuf[padHdr-1]); pad <= maxPad {
+		if pad := int(p.rbuf[4+fl-1]); pad <= maxPad {
 			fl += pad
 		} else {
-			return fmt.Errorf("%w: read answer with %d bytes of padding", errFrame, pad)
+			return fmt.Errorf("%w: frame type %d with %d bytes of padding", errFrame, t, pad)
 		}
 	}
 	n := int(binary.BigEndian.Uint32(p.rbuf)) - fl
@@ -638,8 +647,9 @@ func (p *peer) maybeDirect() error {
 		return nil
 	}
 	h := p.rbuf[hdr : 4+fl]
-	d := direct{active: true, typ: t, seq: binary.BigEndian.Uint64(h), n: n}
-	if t == frameWrite {
+	d := direct{active: true, typ: frameReadReply, seq: binary.BigEndian.Uint64(h), n: n}
+	if write {
+		d.typ = frameWrite
 		// Read answers of this batch still in memory go before the write
 		// lands (and before the pin below: one pin at a time).
 		if err := p.answerReads(); err != nil {
