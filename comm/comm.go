@@ -296,6 +296,15 @@ func (c *Comm) RevokeGroup(ranks []ftrma.Rank) error {
 // reads local state only: no communication at call time.
 func (c *Comm) IsRevoked() bool { return c.Noticed(c.revokeID()) }
 
+// Revoked returns a channel closed once a revocation of the communicator
+// has arrived here (IsRevoked turns true), so that a rank can wait for it
+// without polling: a poll loop that sleeps between looks sees it late, by
+// up to the sleep's real length (a Go sleep shorter than a millisecond
+// lasts about a millisecond in an otherwise idle process). A revocation
+// may never come: wait for it together with a context. Local: no
+// communication.
+func (c *Comm) Revoked() <-chan struct{} { return c.rt.noticeChan(c.revokeID()) }
+
 // ContextID identifies the communicator among the process's communicators.
 func (c *Comm) ContextID() uint32 { return c.ctxID }
 

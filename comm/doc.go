@@ -1,6 +1,7 @@
 // Package comm is ftrma's communicator and per-process runtime: a group of
 // ranks over one transport, the small collectives the runtime itself needs
-// (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke and IsRevoked,
+// (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke, IsRevoked
+// (and Revoked, to wait for it),
 // RevokeGroup, Agree, Shrink, FailureAck and FailureGetAcked, Failed and
 // ProcFailed, and Signal.
 //

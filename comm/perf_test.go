@@ -192,9 +192,7 @@ func BenchmarkShrink(b *testing.B) {
 }
 
 // BenchmarkRevoke times a Revoke at rank 0 until every other rank has seen
-// it: they wait for it in a Bcast from rank 0 on the revoked communicator,
-// which rank 0 never joins, so it can only end in ErrRevoked (and sends
-// nothing meanwhile). Each round revokes a
+// it (they wait on Revoked). Each round revokes a
 // fresh communicator, made by an untimed Shrink.
 func BenchmarkRevoke(b *testing.B) {
 	perfEach(b, kindBcast, func(b *testing.B, w *perfWorld) {
@@ -216,11 +214,12 @@ func BenchmarkRevoke(b *testing.B) {
 					s.Revoke()
 					return nil
 				}
-				_, err := s.Bcast(ctx, 0, nil)
-				if !errors.Is(err, ftrma.ErrRevoked) {
-					return fmt.Errorf("bcast on a revoked communicator: %v", err)
+				select {
+				case <-s.Revoked():
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
 				}
-				return nil
 			})
 			b.StopTimer()
 			for _, s := range fresh {
@@ -229,4 +228,78 @@ func BenchmarkRevoke(b *testing.B) {
 			b.StartTimer()
 		}
 	})
+}
+
+// Revoked is closed at every rank once the communicator is revoked, at once
+// when asked afterwards, and only for the communicator revoked; RevokeGroup
+// closes it at the listed ranks only.
+func TestRevokedChannel(t *testing.T) {
+	w := commtest.New(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		s, err := c.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-s.Revoked():
+			return fmt.Errorf("rank %d: Revoked closed before any revocation", c.Rank())
+		default:
+		}
+		wait := s.Revoked()
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 2 {
+			s.Revoke()
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("rank %d: never saw the revocation: %w", c.Rank(), ctx.Err())
+		}
+		if !s.IsRevoked() {
+			return fmt.Errorf("rank %d: Revoked closed but IsRevoked is false", c.Rank())
+		}
+		select {
+		case <-s.Revoked():
+		default:
+			return fmt.Errorf("rank %d: Revoked asked after the revocation is not closed", c.Rank())
+		}
+		select {
+		case <-c.Revoked():
+			return fmt.Errorf("rank %d: the world's Revoked closed by another communicator's revocation", c.Rank())
+		default:
+		}
+		// RevokeGroup: rank 0 revokes the world at rank 1 only.
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			if err := c.RevokeGroup([]ftrma.Rank{1}); err != nil {
+				return err
+			}
+		}
+		if c.Rank() <= 1 {
+			select {
+			case <-c.Revoked():
+			case <-ctx.Done():
+				return fmt.Errorf("rank %d: RevokeGroup never seen: %w", c.Rank(), ctx.Err())
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	for _, r := range []int{2, 3} {
+		select {
+		case <-w.Comms[r].Revoked():
+			t.Errorf("rank %d: RevokeGroup to rank 1 closed its Revoked", r)
+		default:
+		}
+	}
 }

@@ -82,18 +82,19 @@ type runtime struct {
 
 	m *machine // owned by the run goroutine
 
-	mu       sync.Mutex         // guards the fields below
-	failed   []bool             // failed[r]: world rank r is known failed (grow-only); set only after r is fenced
-	order    []ftrma.Rank       // failed ranks in the order learned
-	notices  map[string]bool    // revocation notices delivered
-	noticed  atomic.Int64       // len(notices), read without the lock
-	comms    map[uint32]*Comm   // live communicators by context id
-	inbox    map[collKey][]byte // collective contributions received, not yet consumed
-	queue    []event            // received, for the run goroutine
-	requests []func()           // work for the run goroutine
-	changed  chan struct{}      // closed and replaced when failed, revoked or inbox change
-	failedCh chan struct{}      // closed and replaced when failed grows
-	kick     chan struct{}      // wakes the run goroutine (buffer 1)
+	mu       sync.Mutex               // guards the fields below
+	failed   []bool                   // failed[r]: world rank r is known failed (grow-only); set only after r is fenced
+	order    []ftrma.Rank             // failed ranks in the order learned
+	notices  map[string]bool          // revocation notices delivered
+	noticed  atomic.Int64             // len(notices), read without the lock
+	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
+	comms    map[uint32]*Comm         // live communicators by context id
+	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
+	queue    []event                  // received, for the run goroutine
+	requests []func()                 // work for the run goroutine
+	changed  chan struct{}            // closed and replaced when failed, revoked or inbox change
+	failedCh chan struct{}            // closed and replaced when failed grows
+	kick     chan struct{}            // wakes the run goroutine (buffer 1)
 	closed   bool
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -132,6 +133,7 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		cfg:      cfg,
 		failed:   make([]bool, t.Size()),
 		notices:  make(map[string]bool),
+		awaited:  make(map[string]chan struct{}),
 		comms:    make(map[uint32]*Comm),
 		inbox:    make(map[collKey][]byte),
 		changed:  make(chan struct{}),
@@ -410,9 +412,8 @@ func (rt *runtime) apply() {
 	if len(rd.Notices) > 0 || len(rd.Decided) > 0 {
 		rt.mu.Lock()
 		for _, id := range rd.Notices {
-			rt.notices[id] = true
+			rt.noticeLocked(id)
 		}
-		rt.noticed.Store(int64(len(rt.notices)))
 		for _, d := range rd.Decided {
 			if c := rt.comms[d.ctx]; c != nil {
 				c.mu.Lock()
@@ -429,10 +430,43 @@ func (rt *runtime) apply() {
 // waiters.
 func (rt *runtime) notice(id string) {
 	rt.mu.Lock()
-	rt.notices[id] = true
-	rt.noticed.Store(int64(len(rt.notices)))
+	rt.noticeLocked(id)
 	rt.signalLocked()
 	rt.mu.Unlock()
+}
+
+// noticeLocked records notice id and wakes its noticeChan waiters. rt.mu is
+// held.
+func (rt *runtime) noticeLocked(id string) {
+	rt.notices[id] = true
+	rt.noticed.Store(int64(len(rt.notices)))
+	if ch := rt.awaited[id]; ch != nil {
+		close(ch)
+		delete(rt.awaited, id)
+	}
+}
+
+// closedChan is a channel closed from the start.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// noticeChan returns a channel closed when notice id arrives here (at once
+// if it has).
+func (rt *runtime) noticeChan(id string) <-chan struct{} {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.notices[id] {
+		return closedChan
+	}
+	ch := rt.awaited[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		rt.awaited[id] = ch
+	}
+	return ch
 }
 
 // originate starts a reliable broadcast from this rank (run goroutine).
