@@ -205,7 +205,7 @@ func joinInProcess(t *testing.T, ctx context.Context, s *rvServer, recvs []*chan
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			return s.addrs[r] != ""
+			return s.addrs[r].Common != ""
 		}) {
 			t.Fatalf("rank %d neither published nor gave up", r)
 		}

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,7 +25,8 @@ type rvConfig struct {
 	// ListenAddr is where to listen. Default "127.0.0.1:0".
 	ListenAddr string
 	// HandshakeTimeout bounds how long a new connection may take to
-	// authenticate and publish its address. Default 10 s.
+	// authenticate and publish its address, its wait for one of the
+	// maxHandshakes slots included. Default 10 s.
 	HandshakeTimeout time.Duration
 	// Logf reports refused connections. Default log.Printf with a "launcher: "
 	// prefix.
@@ -32,28 +34,37 @@ type rvConfig struct {
 	// Suspect is called when rank by reports that its failure detector
 	// declared rank r failed. It may be nil.
 	Suspect func(r, by ftrma.Rank)
+	// maxAddrsFrame bounds the addrs frame, for tests. Default
+	// jobwire.MaxAddrsFrame.
+	maxAddrsFrame int
 }
 
 // rvServer is the launcher's rendezvous server: it authenticates each rank,
-// collects the ranks' transport addresses, sends the full list to every rank
-// once all have published, and then holds each rank's connection open.
+// collects the ranks' transport addresses, sends every rank its list of them
+// once all have published (each address as that rank gets it: the common
+// part and the part for it, see jobwire.Addr), and then holds each rank's
+// connection open.
 //
 // The rendezvous either completes (every rank published) or fails (a rank
-// exited first, see rankExited); both are final, and ready is closed on either.
+// exited first, see rankExited, or the address list would be too long, see
+// publish); both are final, and ready is closed on either.
 type rvServer struct {
-	cfg   rvConfig
-	ln    net.Listener
-	wg    sync.WaitGroup // the accept loop and one goroutine per connection
-	quit  chan struct{}  // closed by close
-	ready chan struct{}  // closed when the rendezvous completed or failed
-	gate  *seclink.Gate  // bounds the handshakes under way
+	cfg    rvConfig
+	ln     net.Listener
+	wg     sync.WaitGroup // the accept loop and one goroutine per connection
+	quit   chan struct{}  // closed by close
+	ready  chan struct{}  // closed when the rendezvous completed or failed
+	slots  chan struct{}  // holds a token per handshake under way (at most maxHandshakes)
+	queued atomic.Int64   // connections waiting for a slot (at most Size)
 
 	mu        sync.Mutex            // guards the fields below
 	conns     map[net.Conn]struct{} // open connections; close closes them
 	joined    []bool                // joined[r]: a connection authenticated as rank r and has not given up
-	addrs     []string              // addrs[r]: rank r's published address, "" until published
+	addrs     []jobwire.Addr        // addrs[r]: rank r's published address, zero (Common "") until published; its Parts are dropped once complete
 	published int                   // number of ranks that published; == Size once complete
-	list      []byte                // the addrs frame, built once complete
+	commons   []byte                // once complete: the first half of every rank's addrs payload (jobwire.AppendCommons); nil before
+	columns   [][]byte              // once complete: columns[r] the second half of rank r's (jobwire.Columns), nil once sent
+	listLen   int                   // once complete: the length of every rank's addrs payload
 	failure   string                // why the rendezvous cannot complete; "" unless failed
 	closed    bool
 	super     []net.Conn      // super[r]: rank r's supervision channel once it has the list
@@ -85,6 +96,9 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { log.Printf("launcher: "+format, args...) }
 	}
+	if cfg.maxAddrsFrame <= 0 {
+		cfg.maxAddrsFrame = jobwire.MaxAddrsFrame
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: %w", err)
@@ -93,11 +107,11 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		cfg:       cfg,
 		ln:        ln,
 		quit:      make(chan struct{}),
-		gate:      seclink.NewGate(maxHandshakes),
+		slots:     make(chan struct{}, maxHandshakes),
 		ready:     make(chan struct{}),
 		conns:     make(map[net.Conn]struct{}),
 		joined:    make([]bool, cfg.Size),
-		addrs:     make([]string, cfg.Size),
+		addrs:     make([]jobwire.Addr, cfg.Size),
 		super:     make([]net.Conn, cfg.Size),
 		gone:      make([]bool, cfg.Size),
 		revoked:   make([]bool, cfg.Size),
@@ -132,7 +146,7 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 		return
 	}
 	s.gone[r] = true
-	if s.list == nil && s.failure == "" {
+	if s.commons == nil && s.failure == "" {
 		s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
 		close(s.ready)
 	}
@@ -232,7 +246,7 @@ func (s *rvServer) revoke(r ftrma.Rank) time.Time {
 // never send connected; then start never goes out, which costs nothing.
 func (s *rvServer) maybeStart() {
 	s.mu.Lock()
-	if s.started || s.list == nil {
+	if s.started || s.commons == nil {
 		s.mu.Unlock()
 		return
 	}
@@ -336,12 +350,16 @@ func (s *rvServer) serve(raw net.Conn) {
 	}()
 
 	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
-	if !s.gate.Enter() {
-		s.cfg.Logf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr())
+	if !s.enterHandshake(deadline) {
+		select {
+		case <-s.quit:
+		default:
+			s.cfg.Logf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr())
+		}
 		return
 	}
 	c, err := seclink.Server(raw, jobwire.RendezvousKey(s.cfg.Secret), deadline)
-	s.gate.Leave()
+	<-s.slots
 	if err != nil {
 		select {
 		case <-s.quit:
@@ -368,18 +386,33 @@ func (s *rvServer) serve(raw net.Conn) {
 		return
 	}
 	s.mu.Lock()
-	list, failure := s.list, s.failure
+	commons, n, failure := s.commons, s.listLen, s.failure
+	var column []byte
+	if failure == "" {
+		column = s.columns[rank]
+		s.columns[rank] = nil // it goes out once (a rank joins once)
+	}
 	s.mu.Unlock()
 	c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	if failure != "" {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(failure))
 		return
 	}
-	// The list and the exits that happened before it go out under wmu, so
-	// that no exit notice overtakes the list or is missed.
-	s.wmu.Lock()
-	_, err = c.Write(list)
+	// The list: the half every rank gets, encoded once, and this rank's
+	// column. The ranks get theirs in parallel: nothing else is written on
+	// this connection before it is a supervision channel (super, below).
+	_, err = c.Write(jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, n))
 	if err == nil {
+		_, err = c.Write(commons)
+	}
+	if err == nil {
+		_, err = c.Write(column)
+	}
+	// The connection becomes rank's supervision channel, and the exits
+	// that happened before go out, under wmu, so that no exit notice is
+	// missed or written alongside them.
+	if err == nil {
+		s.wmu.Lock()
 		s.mu.Lock()
 		s.super[rank] = c
 		var early []byte
@@ -392,8 +425,8 @@ func (s *rvServer) serve(raw net.Conn) {
 		if len(early) > 0 {
 			_, err = c.Write(early)
 		}
+		s.wmu.Unlock()
 	}
-	s.wmu.Unlock()
 	if err != nil {
 		return // the rank is gone; its exit is reported by whoever watches it
 	}
@@ -458,12 +491,38 @@ func (s *rvServer) serve(raw net.Conn) {
 	}
 }
 
+// enterHandshake takes one of the maxHandshakes slots for a new
+// connection's handshake, waiting for one until deadline: the ranks of a
+// large job dial all at once, and every one must get its turn (a rank
+// refused would fail the job). Connections beyond the job's Size that wait
+// already are refused at once, as are all when the server closes.
+func (s *rvServer) enterHandshake(deadline time.Time) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if s.queued.Add(1) > int64(s.cfg.Size) {
+		s.queued.Add(-1)
+		return false
+	}
+	defer s.queued.Add(-1)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-timer.C:
+	case <-s.quit:
+	}
+	return false
+}
+
 // handshake authenticates a connection and takes its published address. It
 // returns the connection's rank, or an error after telling the peer why (when
 // that is safe).
 func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
-	refuse := func(format string, args ...any) (ftrma.Rank, error) {
-		err := fmt.Errorf(format, args...)
+	refuse := func(err error) (ftrma.Rank, error) {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		return -1, err
 	}
@@ -497,7 +556,16 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 		return -1, err
 	}
 	rank := ftrma.Rank(id)
-	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxPublish(s.cfg.Size))
+	if tl, ok := errors.AsType[*jobwire.FrameTooLongError](err); ok {
+		// Answer, then read the frame away: closed with it unread, the
+		// connection would be reset before the rank reads why.
+		err := &jobwire.LimitError{Rank: int(rank), What: "published address", Size: tl.Len,
+			Limit: fmt.Sprintf("MaxPublish(%d)", s.cfg.Size), Max: tl.Max, Note: "MaxAddr plus MaxAddrPart per rank"}
+		refuse(err)
+		io.CopyN(io.Discard, c, int64(tl.Len))
+		return -1, err
+	}
 	if err != nil {
 		return -1, fmt.Errorf("rank %d published no address: %w", rank, err)
 	}
@@ -506,24 +574,51 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 	case jobwire.MsgError:
 		return -1, fmt.Errorf("rank %d gave up: %s", rank, jobwire.Printable(p))
 	default:
-		return refuse("rank %d: unexpected message type %d, want publish", rank, typ)
+		return refuse(fmt.Errorf("rank %d: unexpected message type %d, want publish", rank, typ))
 	}
-	if len(p) < 1 || len(p) > jobwire.MaxAddr {
-		return refuse("rank %d: address of %d bytes, want 1..%d", rank, len(p), jobwire.MaxAddr)
+	addr, err := jobwire.ParsePublish(p, int(rank), s.cfg.Size)
+	if err != nil {
+		return refuse(err) // it names the rank, and the limit if over one
 	}
-	s.publish(rank, string(p))
+	s.publish(rank, addr)
 	published = true
 	return rank, nil
 }
 
 // publish records rank's address and completes the rendezvous with the last.
-func (s *rvServer) publish(rank ftrma.Rank, addr string) {
+func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.addrs[rank] = addr
 	s.published++
-	if s.published == s.cfg.Size && s.failure == "" {
-		s.list = jobwire.AppendFrame(nil, jobwire.MsgAddrs, jobwire.AppendAddrs(nil, s.addrs))
-		close(s.ready)
+	if s.published < s.cfg.Size || s.failure != "" {
+		return
 	}
+	if n := jobwire.AddrsLen(s.addrs); 1+n > s.cfg.maxAddrsFrame {
+		s.failure = s.listTooLong(1 + n).Error()
+		s.cfg.Logf("rendezvous: %s", s.failure)
+	} else {
+		s.commons = jobwire.AppendCommons(make([]byte, 0, n), s.addrs)
+		s.columns = jobwire.Columns(s.addrs)
+		s.listLen = n
+		for q := range s.addrs {
+			s.addrs[q].Parts = "" // in the columns now
+		}
+	}
+	close(s.ready)
+}
+
+// listTooLong is the error of an addrs frame of n bytes over its bound; it
+// names the rank whose address takes the most of it. s.mu is held.
+func (s *rvServer) listTooLong(n int) error {
+	big := 0
+	for q, a := range s.addrs {
+		if len(a.Common)+a.Width > len(s.addrs[big].Common)+s.addrs[big].Width {
+			big = q
+		}
+	}
+	a := s.addrs[big]
+	return &jobwire.LimitError{Rank: -1, What: fmt.Sprintf("address list of %d ranks", s.cfg.Size), Size: n,
+		Limit: "MaxAddrsFrame", Max: s.cfg.maxAddrsFrame,
+		Note: fmt.Sprintf("the largest address is rank %d's: %d bytes and %d per rank", big, len(a.Common), a.Width)}
 }

@@ -85,6 +85,11 @@ func rankFromEnv() (testRank, error) {
 // join dials the server as rank r, publishes addr and returns the open
 // connection (the supervision channel) with every rank's address.
 func (r testRank) join(ctx context.Context, addr string) (net.Conn, []string, error) {
+	return r.joinAddr(ctx, jobwire.WholeAddr(addr))
+}
+
+// joinAddr is join with an address that may be split (jobwire.Addr).
+func (r testRank) joinAddr(ctx context.Context, addr jobwire.Addr) (net.Conn, []string, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", r.rendezvous)
 	if err != nil {
@@ -109,11 +114,13 @@ func (r testRank) join(ctx context.Context, addr string) (net.Conn, []string, er
 	return c, addrs, nil
 }
 
-func (r testRank) exchange(c net.Conn, addr string) ([]string, error) {
+// exchange is startup's, without its checks of addr: the server's are
+// tested.
+func (r testRank) exchange(c net.Conn, addr jobwire.Addr) ([]string, error) {
 	if err := jobwire.ClientHandshake(c, r.secret, jobwire.RendezvousHandshake, uint32(r.rank)); err != nil {
 		return nil, err
 	}
-	if err := jobwire.WriteFrame(c, jobwire.MsgPublish, []byte(addr)); err != nil {
+	if err := jobwire.WriteFrame(c, jobwire.MsgPublish, addr.Append(nil)); err != nil {
 		return nil, err
 	}
 	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxAddrsFrame)

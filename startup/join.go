@@ -419,7 +419,7 @@ func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect to peers", func(conn net.Conn, addrs []string) error {
+	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
 		return t.Connect(ctx, addrs)
 	})
 }
@@ -432,7 +432,7 @@ func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, "shm", "map peers", func(net.Conn, []string) error {
+	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr("shm"), "map peers", func(net.Conn, []string) error {
 		return t.Connect(ctx)
 	})
 }
@@ -460,7 +460,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf f
 		tt.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect to peers", func(conn net.Conn, addrs []string) error {
+	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
 		return t.Connect(ctx, addrs)
 	})
 }
@@ -468,7 +468,9 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf f
 // joinVerbs opens the verbs transport (its queue pairs exist before this
 // rank publishes their numbers), exchanges addresses through the rendezvous
 // and brings every queue pair to ready-to-send. The queue pairs' retry
-// timeout is chosen within the failure detector's bound.
+// timeout is chosen within the failure detector's bound. The address goes
+// out split (verbs.SplitAddress): each peer gets the number of the queue pair
+// for it only, which keeps the exchange O(size) bytes per rank.
 func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
 	if bound == 0 {
@@ -479,7 +481,16 @@ func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logf func(st
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, t.Addr(), "connect queue pairs", func(conn net.Conn, addrs []string) error {
+	common, parts, err := verbs.SplitAddress(t.Addr())
+	var addr jobwire.Addr
+	if err == nil {
+		addr, err = jobwire.SplitAddr(common, parts)
+	}
+	if err != nil {
+		t.Close()
+		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+	}
+	return rendezvousThen(ctx, env, t, recv, addr, "connect queue pairs", func(conn net.Conn, addrs []string) error {
 		if err := t.Connect(ctx, addrs); err != nil {
 			return err
 		}
@@ -505,8 +516,9 @@ func (env jobEnv) transportSpin() time.Duration {
 
 // rendezvousThen installs recv on the opened transport t, publishes addr
 // through the rendezvous and hands the connection and every rank's address
-// to connect. On any failure it closes what it opened.
-func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv transport.Receiver, addr, what string,
+// (as this rank gets it: jobwire.Addr.For) to connect. On any failure it
+// closes what it opened.
+func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv transport.Receiver, addr jobwire.Addr, what string,
 	connect func(conn net.Conn, addrs []string) error) (transport.Transport, net.Conn, error) {
 	t.SetReceiver(recv)
 	conn, addrs, err := rendezvous(ctx, env, addr)
@@ -553,8 +565,8 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 }
 
 // rendezvous dials the launcher, runs the rank's side of the protocol and
-// returns the open connection with every rank's address.
-func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []string, error) {
+// returns the open connection with every rank's address as this rank gets it.
+func rendezvous(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, []string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", env.rendezvous)
 	if err != nil {
@@ -590,18 +602,25 @@ func rendezvous(ctx context.Context, env jobEnv, addr string) (net.Conn, []strin
 }
 
 // exchange is the rank's side of the rendezvous conversation (see
-// internal/jobwire): the handshake, then publish and addrs.
-func exchange(conn net.Conn, env jobEnv, addr string) ([]string, error) {
-	if len(addr) < 1 || len(addr) > jobwire.MaxAddr {
-		return nil, fmt.Errorf("transport address of %d bytes, want 1..%d: %w", len(addr), jobwire.MaxAddr, ftrma.ErrInvalid)
-	}
+// internal/jobwire): the handshake, then publish and addrs. An address over
+// a limit of the wire is not published: the error, which names the limit,
+// goes to the launcher too, so that ftrun says why this rank gave up.
+func exchange(conn net.Conn, env jobEnv, addr jobwire.Addr) ([]string, error) {
 	if err := jobwire.ClientHandshake(conn, env.secret, jobwire.RendezvousHandshake, uint32(env.rank)); err != nil {
 		return nil, err
 	}
-	if err := jobwire.WriteFrame(conn, jobwire.MsgPublish, []byte(addr)); err != nil {
+	if err := addr.Check(int(env.rank), env.size); err != nil {
+		conn.SetWriteDeadline(time.Now().Add(time.Second))
+		jobwire.WriteFrame(conn, jobwire.MsgError, jobwire.ErrorText(err.Error()))
+		return nil, err
+	}
+	if err := jobwire.WriteFrame(conn, jobwire.MsgPublish, addr.Append(nil)); err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 	typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxAddrsFrame)
+	if tl, ok := errors.AsType[*jobwire.FrameTooLongError](err); ok {
+		err = &jobwire.LimitError{Rank: int(env.rank), What: "address list from the launcher", Size: tl.Len, Limit: "MaxAddrsFrame", Max: tl.Max}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read addresses: %w", err)
 	}
@@ -615,8 +634,8 @@ func exchange(conn net.Conn, env jobEnv, addr string) ([]string, error) {
 	if len(addrs) != env.size {
 		return nil, fmt.Errorf("launcher sent %d addresses for a job of %d ranks", len(addrs), env.size)
 	}
-	if addrs[env.rank] != addr {
-		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], addr)
+	if own := addr.For(int(env.rank)); addrs[env.rank] != own {
+		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], own)
 	}
 	return addrs, nil
 }

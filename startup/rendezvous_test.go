@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"reflect"
 	"strings"
@@ -51,18 +52,32 @@ func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
-// acceptRank is the launcher's side of a rank's handshake and publish; it
-// returns the rank's published address, or "" if the rank did not get that
-// far.
+// acceptRank is the launcher's side of a rank's handshake and publish (of a
+// job of 2 ranks); it returns the rank's published address, or "" if the
+// rank did not get that far.
 func acceptRank(c net.Conn) string {
-	if _, err := jobwire.ServerHandshake(c, testSecret(1), jobwire.RendezvousHandshake, nil); err != nil {
+	id, err := jobwire.ServerHandshake(c, testSecret(1), jobwire.RendezvousHandshake, nil)
+	if err != nil {
 		return ""
 	}
-	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxPublish(2))
 	if err != nil || typ != jobwire.MsgPublish {
 		return ""
 	}
-	return string(p)
+	a, err := jobwire.ParsePublish(p, int(id), 2)
+	if err != nil {
+		return ""
+	}
+	return a.Common
+}
+
+// whole is the addrs payload of whole addresses.
+func whole(addrs ...string) []byte {
+	as := make([]jobwire.Addr, len(addrs))
+	for q, a := range addrs {
+		as[q] = jobwire.WholeAddr(a)
+	}
+	return jobwire.AppendAddrs(nil, as, 0)
 }
 
 // A rank publishes its address and gets every rank's; the connection stays
@@ -72,14 +87,14 @@ func TestRendezvous(t *testing.T) {
 	addr := fakeLauncher(t, func(c net.Conn) {
 		a := acceptRank(c)
 		published <- a
-		jobwire.WriteFrame(c, jobwire.MsgAddrs, jobwire.AppendAddrs(nil, []string{"addr-0", a}))
+		jobwire.WriteFrame(c, jobwire.MsgAddrs, whole("addr-0", a))
 		jobwire.WriteFrame(c, jobwire.MsgExit, jobwire.RankPayload(0))
 		jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // until the rank hangs up
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	env := jobEnv{rank: 1, size: 2, rendezvous: addr, secret: testSecret(1)}
-	c, addrs, err := rendezvous(ctx, env, "addr-1")
+	c, addrs, err := rendezvous(ctx, env, jobwire.WholeAddr("addr-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +124,7 @@ func TestRendezvousContext(t *testing.T) {
 		<-published
 		cancel()
 	}()
-	_, _, err := rendezvous(ctx, jobEnv{rank: 0, size: 2, rendezvous: addr, secret: testSecret(1)}, "a")
+	_, _, err := rendezvous(ctx, jobEnv{rank: 0, size: 2, rendezvous: addr, secret: testSecret(1)}, jobwire.WholeAddr("a"))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("rendezvous after cancel: %v, want context.Canceled", err)
 	}
@@ -140,9 +155,9 @@ func TestRankChecksLauncher(t *testing.T) {
 			jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
 		}, "failed to prove"},
 		{"newer version", func(c net.Conn) {
-			jobwire.WriteFrame(c, jobwire.MsgHello, jobwire.Hello{Version: 2}.Append(nil))
+			jobwire.WriteFrame(c, jobwire.MsgHello, jobwire.Hello{Version: jobwire.RendezvousVersion + 1}.Append(nil))
 			jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
-		}, "version 2"},
+		}, fmt.Sprintf("version %d", jobwire.RendezvousVersion+1)},
 		{"not a launcher", func(c net.Conn) {
 			c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n"))
 		}, "malformed"},
@@ -152,7 +167,7 @@ func TestRankChecksLauncher(t *testing.T) {
 			a, _ := jobwire.ParseAuth(p)
 			jobwire.WriteFrame(c, jobwire.MsgProof, jobwire.Proof(testSecret(1), jobwire.LabelLauncher, v, a.Rank, nonce, a.Nonce))
 			jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
-			jobwire.WriteFrame(c, jobwire.MsgAddrs, jobwire.AppendAddrs(nil, []string{"addr-0"}))
+			jobwire.WriteFrame(c, jobwire.MsgAddrs, whole("addr-0"))
 		}, "1 addresses for a job of 2"},
 		{"rank refused", func(c net.Conn) {
 			jobwire.ServerHandshake(c, testSecret(1), jobwire.RendezvousHandshake, func(id uint32) error {
@@ -169,7 +184,7 @@ func TestRankChecksLauncher(t *testing.T) {
 			env := jobEnv{rank: 0, size: 2, rendezvous: fakeLauncher(t, tt.talk), secret: testSecret(1)}
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			c, _, err := rendezvous(ctx, env, "addr-0")
+			c, _, err := rendezvous(ctx, env, jobwire.WholeAddr("addr-0"))
 			if err == nil {
 				c.Close()
 				t.Fatal("rendezvous succeeded")
@@ -251,6 +266,74 @@ func TestAwaitStart(t *testing.T) {
 			if !reflect.DeepEqual(downs.ranks, tt.downs) {
 				t.Errorf("exit notices handed on: %v, want %v", downs.ranks, tt.downs)
 			}
+		})
+	}
+}
+
+// A rank whose address is over a limit of the wire does not publish it: its
+// error names the limit, the size and the rank, and it tells the launcher
+// the same, so that ftrun can say why the rank gave up. A list from the
+// launcher over its limit is named likewise (and not read).
+func TestRankAddressOverLimit(t *testing.T) {
+	w := jobwire.MaxAddrPart + 1
+	tests := []struct {
+		name  string
+		addr  jobwire.Addr
+		list  bool // the launcher takes the address and sends a list too long
+		limit string
+		size  int
+	}{
+		{"address", jobwire.WholeAddr(strings.Repeat("a", jobwire.MaxAddr+1)), false, "jobwire.MaxAddr", jobwire.MaxAddr + 1},
+		{"common part", jobwire.Addr{Common: strings.Repeat("a", jobwire.MaxAddr+2), Width: 1, Parts: "xy"}, false, "jobwire.MaxAddr", jobwire.MaxAddr + 2},
+		{"per-rank part", jobwire.Addr{Common: "a", Width: w, Parts: strings.Repeat("p", 2*w)}, false, "jobwire.MaxAddrPart", w},
+		{"address list", jobwire.WholeAddr("addr-1"), true, "jobwire.MaxAddrsFrame", jobwire.MaxAddrsFrame + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			told := make(chan string, 1)
+			addr := fakeLauncher(t, func(c net.Conn) {
+				if tt.list {
+					acceptRank(c)
+					c.Write(jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, jobwire.MaxAddrsFrame))
+					jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // until the rank hangs up
+					return
+				}
+				if _, err := jobwire.ServerHandshake(c, testSecret(1), jobwire.RendezvousHandshake, nil); err != nil {
+					told <- err.Error()
+					return
+				}
+				typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+				switch {
+				case err != nil:
+					told <- err.Error()
+				case typ != jobwire.MsgError:
+					told <- fmt.Sprintf("a message of type %d", typ)
+				default:
+					told <- jobwire.Printable(p)
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			c, _, err := rendezvous(ctx, jobEnv{rank: 1, size: 2, rendezvous: addr, secret: testSecret(1)}, tt.addr)
+			if err == nil {
+				c.Close()
+				t.Fatal("rendezvous succeeded")
+			}
+			le, ok := errors.AsType[*jobwire.LimitError](err)
+			if !ok || le.Rank != 1 || le.Size != tt.size || "jobwire."+le.Limit != tt.limit {
+				t.Fatalf("error %v, want a LimitError of rank 1, %d bytes, %s", err, tt.size, tt.limit)
+			}
+			for _, want := range []string{"rank 1", tt.limit, fmt.Sprintf(" %d bytes", tt.size)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if !tt.list {
+				if got := <-told; got != le.Error() {
+					t.Errorf("the launcher was told %q, want %q", got, le.Error())
+				}
+			}
+			t.Logf("%v", err)
 		})
 	}
 }

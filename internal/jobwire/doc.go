@@ -13,12 +13,15 @@
 //   - the rendezvous wire format (wire.go): TLS keyed by RendezvousKey,
 //     frames (AppendFrame, WriteFrame, ReadFrame), the message types, whose
 //     append-only numbering the agent protocol shares, and the encoding of
-//     the hello, auth and address-list messages;
+//     the hello and auth messages; the transport addresses the ranks publish,
+//     each a common part and a part per rank, and the address list each rank
+//     gets, its column of them (addr.go);
 //   - the mutual HMAC challenge/response that opens a rendezvous connection
 //     (ServerHandshake on ftrun's side, ClientHandshake on the rank's), which
 //     other protocols may reuse with a HandshakeKind of their own.
 //
 // The rendezvous server is in launcher, the rendezvous client in startup.
 // Parsers never panic on bytes from the network: a malformed message is an
-// error wrapping ErrMalformed.
+// error wrapping ErrMalformed. A size over a limit is a *LimitError (or, for
+// a whole frame, a *FrameTooLongError), both wrapping ErrTooLarge.
 package jobwire

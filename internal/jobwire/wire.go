@@ -13,7 +13,7 @@ import (
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
-// The rendezvous wire format, version 1.
+// The rendezvous wire format, version 2.
 //
 // A rank dials the launcher's rendezvous (FTRMA_RENDEZVOUS) and both run TLS
 // keyed by RendezvousKey of the job secret (internal/seclink). Inside it,
@@ -28,9 +28,20 @@ import (
 //	L→R  hello    "FTRV", version uint16, launcher nonce [32]
 //	R→L  auth     version uint16, rank uint32, rank nonce [32], rank proof [32]
 //	L→R  proof    launcher proof [32]
-//	R→L  publish  the rank's transport address, 1..MaxAddr bytes
-//	L→R  addrs    count uint32, then count × (length uint16, address); sent once
-//	              every rank of the job has published
+//	R→L  publish  the rank's transport address (Addr): common length uint16,
+//	              common part (1..MaxAddr bytes), part width uint8
+//	              (0..MaxAddrPart), then size × width bytes: the part for
+//	              each rank, in rank order (none with width 0: the address
+//	              is the same for every rank); a frame of at most
+//	              MaxPublish(size) bytes
+//	L→R  addrs    count uint32, count × (length uint16, common part), then
+//	              count × (length uint8, part): for each rank q, q's common
+//	              part and the part q published for this rank; sent once
+//	              every rank of the job has published. Rank q's address, as
+//	              this rank gets it, is its common part followed by its part.
+//	              The first half is the same for every rank; a rank
+//	              downloads O(size) bytes however its peers' addresses grow
+//	              with the size (verbs: a queue pair number per peer)
 //	any  error    UTF-8 text, at most MaxErrorText bytes; its sender closes the
 //	              connection after it
 //
@@ -59,17 +70,27 @@ import (
 // open for the rank's lifetime (the supervision channel).
 //
 // All integers are big endian. A malformed frame ends the conversation with an
-// error; it never panics.
+// error; it never panics. A size over a limit below is an error that names
+// the limit, the size and the rank (LimitError), sent to the peer as well:
+// a rank checks its address before it publishes and tells the launcher why
+// it gives up; the launcher, finding a publish frame too long, answers with
+// the error and reads the frame away before it closes, so that the rank reads
+// the answer rather than a connection reset.
+//
+// Version 1 published every address whole and sent every rank the list of
+// them whole: O(size²) bytes per rank with verbs, which broke the limits
+// beyond about 570 ranks.
 const (
 	RendezvousMagic   = "FTRV"
-	RendezvousVersion = 1
+	RendezvousVersion = 2
 
 	NonceSize = 32
 	ProofSize = sha256.Size
 
-	MaxAddr       = 16 << 10 // longest transport address, bytes (verbs: a queue pair number per rank)
+	MaxAddr       = 16 << 10 // longest common part of an address (a whole address), bytes
+	MaxAddrPart   = 32       // longest part of an address for one rank (verbs: a queue pair number), bytes
 	MaxErrorText  = 1024     // longest error text, bytes
-	MaxSmallFrame = 4 << 10  // largest frame other than addrs
+	MaxSmallFrame = 4 << 10  // largest frame other than publish (MaxPublish) and addrs
 	MaxAddrsFrame = 64 << 20 // largest addrs frame
 )
 
@@ -157,9 +178,14 @@ func ParseRank(p []byte, size int) (ftrma.Rank, error) {
 
 // AppendFrame appends a frame of type typ carrying payload to b.
 func AppendFrame(b []byte, typ byte, payload []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(1+len(payload)))
-	b = append(b, typ)
-	return append(b, payload...)
+	return append(AppendFrameHeader(b, typ, len(payload)), payload...)
+}
+
+// AppendFrameHeader appends the start of a frame of type typ whose payload
+// of n bytes the caller writes after it.
+func AppendFrameHeader(b []byte, typ byte, n int) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(1+n))
+	return append(b, typ)
 }
 
 // WriteFrame writes one frame.
@@ -168,15 +194,19 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 	return err
 }
 
-// ReadFrame reads one frame of at most max bytes after the length.
+// ReadFrame reads one frame of at most max bytes after the length. A longer
+// one is a *FrameTooLongError, its bytes left unread.
 func ReadFrame(r io.Reader, max int) (typ byte, payload []byte, err error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 1 || uint64(n) > uint64(max) {
+	if n < 1 {
 		return 0, nil, fmt.Errorf("%w: frame length %d not in [1, %d]", ErrMalformed, n, max)
+	}
+	if uint64(n) > uint64(max) {
+		return 0, nil, &FrameTooLongError{Len: int(n), Max: max}
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -274,45 +304,6 @@ func ParseAuthAs(p []byte, version uint16) (Auth, error) {
 	a.Nonce = p[6 : 6+NonceSize]
 	a.Proof = p[6+NonceSize:]
 	return a, nil
-}
-
-// AppendAddrs encodes the address list.
-func AppendAddrs(b []byte, addrs []string) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(addrs)))
-	for _, a := range addrs {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
-		b = append(b, a...)
-	}
-	return b
-}
-
-// ParseAddrs decodes an address list; every address must be 1..MaxAddr bytes.
-func ParseAddrs(p []byte) ([]string, error) {
-	if len(p) < 4 {
-		return nil, fmt.Errorf("%w: short address list", ErrMalformed)
-	}
-	n := binary.BigEndian.Uint32(p)
-	p = p[4:]
-	if uint64(n) > uint64(len(p))/3 { // each entry takes at least 3 bytes
-		return nil, fmt.Errorf("%w: address list claims %d entries in %d bytes", ErrMalformed, n, len(p))
-	}
-	addrs := make([]string, n)
-	for i := range addrs {
-		if len(p) < 2 {
-			return nil, fmt.Errorf("%w: truncated address list", ErrMalformed)
-		}
-		l := int(binary.BigEndian.Uint16(p))
-		p = p[2:]
-		if l < 1 || l > MaxAddr || l > len(p) {
-			return nil, fmt.Errorf("%w: address %d of %d bytes", ErrMalformed, i, l)
-		}
-		addrs[i] = string(p[:l])
-		p = p[l:]
-	}
-	if len(p) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes after address list", ErrMalformed, len(p))
-	}
-	return addrs, nil
 }
 
 // ErrorText bounds an error message for an error frame.

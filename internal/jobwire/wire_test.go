@@ -35,6 +35,7 @@ func TestReadFrameRejects(t *testing.T) {
 		{"short header", []byte{0, 0}, io.ErrUnexpectedEOF},
 		{"zero length", []byte{0, 0, 0, 0}, ErrMalformed},
 		{"too long", []byte{0, 1, 0, 0, 1}, ErrMalformed},
+		{"too long, a size", []byte{0, 1, 0, 0, 1}, ErrTooLarge},
 		{"http", []byte("GET / HTTP/1.1\r\n\r\n"), ErrMalformed},
 		{"truncated body", []byte{0, 0, 0, 5, 1, 2}, io.ErrUnexpectedEOF},
 		{"header only", []byte{0, 0, 0, 5}, io.ErrUnexpectedEOF},
@@ -59,7 +60,11 @@ func TestMessagesRoundTrip(t *testing.T) {
 		t.Fatalf("auth round trip: %+v, %v; want %+v", got, err, a)
 	}
 	addrs := []string{"127.0.0.1:1", "127.0.0.1:65535", strings.Repeat("h", MaxAddr)}
-	list, err := ParseAddrs(AppendAddrs(nil, addrs))
+	whole := make([]Addr, len(addrs))
+	for q, a := range addrs {
+		whole[q] = WholeAddr(a)
+	}
+	list, err := ParseAddrs(AppendAddrs(nil, whole, 1))
 	if err != nil || !reflect.DeepEqual(list, addrs) {
 		t.Fatalf("addrs round trip: %q, %v", list, err)
 	}
@@ -88,11 +93,14 @@ func TestParseRejects(t *testing.T) {
 	}
 	for _, p := range [][]byte{
 		{0, 0},
-		{0, 0, 0, 1},                        // one entry, no bytes
-		{0, 0, 0, 1, 0, 0, 'x'},             // empty address
-		{0, 0, 0, 1, 0, 5, 'x'},             // address longer than the rest
-		{0, 0, 0, 1, 0, 1, 'x', 'y'},        // trailing byte
-		{0xff, 0xff, 0xff, 0xff, 0, 1, 'x'}, // absurd count
+		{0, 0, 0, 1},                           // one entry, no bytes
+		{0, 0, 0, 1, 0, 0, 'x', 0},             // empty address
+		{0, 0, 0, 1, 0, 5, 'x', 0},             // address longer than the rest
+		{0, 0, 0, 1, 0, 1, 'x', 0, 'y'},        // trailing byte
+		{0, 0, 0, 1, 0, 1, 'x', 2, 'y'},        // part longer than the rest
+		{0, 0, 0, 2, 0, 1, 'x', 0, 1, 'y', 0},  // a part missing
+		{0xff, 0xff, 0xff, 0xff, 0, 1, 'x', 0}, // absurd count
+		append([]byte{0, 0, 0, 1, 0, 1, 'x', MaxAddrPart + 1}, make([]byte, MaxAddrPart+1)...), // part too long
 	} {
 		if l, err := ParseAddrs(p); err == nil {
 			t.Errorf("ParseAddrs(%v) = %q, want an error", p, l)
@@ -117,20 +125,34 @@ func TestProofsDiffer(t *testing.T) {
 	}
 }
 
-// FuzzParse feeds arbitrary bytes to every parser: none may panic, and an
-// address list that parses re-encodes to the same bytes.
+// FuzzParse feeds arbitrary bytes to every parser: none may panic, and a
+// publish or an address list that parses re-encodes to the same bytes.
 func FuzzParse(f *testing.F) {
 	f.Add(Hello{Version: RendezvousVersion, Nonce: make([]byte, NonceSize)}.Append(nil))
 	f.Add(Auth{Version: RendezvousVersion, Rank: 3, Nonce: make([]byte, NonceSize), Proof: make([]byte, ProofSize)}.Append(nil))
-	f.Add(AppendAddrs(nil, []string{"a:1", "b:2"}))
+	f.Add(AppendAddrs(nil, []Addr{WholeAddr("a:1"), {Common: "b/", Width: 1, Parts: "xy"}}, 1))
+	f.Add(Addr{Common: "b/", Width: 2, Parts: "xxyy"}.Append(nil))
 	f.Add(AppendFrame(nil, MsgError, []byte("x")))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		ParseHello(p)
 		ParseAuth(p)
 		Printable(p)
 		ReadFrame(bytes.NewReader(p), MaxSmallFrame)
-		if l, err := ParseAddrs(p); err == nil && !bytes.Equal(AppendAddrs(nil, l), p) {
-			t.Fatalf("ParseAddrs(%v) = %q, which re-encodes differently", p, l)
+		if a, err := ParsePublish(p, 1, 2); err == nil && !bytes.Equal(a.Append(nil), p) {
+			t.Fatalf("ParsePublish(%v) = %+v, which re-encodes differently", p, a)
+		}
+		if commons, parts, err := parseAddrs(p); err == nil {
+			// One rank's parts as a job of one rank's addresses.
+			addrs := make([]Addr, len(commons))
+			for q := range addrs {
+				addrs[q] = Addr{Common: string(commons[q]), Width: len(parts[q]), Parts: string(parts[q])}
+			}
+			if !bytes.Equal(AppendAddrs(nil, addrs, 0), p) {
+				t.Fatalf("parseAddrs(%v) = %q, %q, which re-encodes differently", p, commons, parts)
+			}
+			if l, err := ParseAddrs(p); err != nil || len(l) != len(commons) {
+				t.Fatalf("ParseAddrs(%v) = %q, %v after parseAddrs succeeded", p, l, err)
+			}
 		}
 	})
 }

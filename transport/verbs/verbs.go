@@ -403,10 +403,11 @@ func (t *Transport) Addr() string {
 func (t *Transport) Device() Choice { return t.dev }
 
 // Connect brings every queue pair to ready-to-send toward the peer whose
-// address is addrs[r] (as its Addr returned) and starts the progress
-// goroutine. A peer whose queue pair is not ready yet when this rank first
-// sends to it is retried by the device within the retry budget; the
-// launcher's rendezvous ends only when every rank connected.
+// address is addrs[r] (as its Addr returned, or only what this rank needs of
+// it: see SplitAddress) and starts the progress goroutine. A peer whose
+// queue pair is not ready yet when this rank first sends to it is retried by
+// the device within the retry budget; the launcher's rendezvous ends only
+// when every rank connected.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if len(addrs) != t.cfg.Size {
 		return fmt.Errorf("verbs: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
@@ -421,13 +422,13 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		if err != nil {
 			return fmt.Errorf("verbs: rank %d's address: %w", r, err)
 		}
-		if len(a.QPN) != t.cfg.Size {
-			return fmt.Errorf("verbs: rank %d lists %d queue pairs for %d ranks: %w", r, len(a.QPN), t.cfg.Size, ftrma.ErrInvalid)
+		rqpn, err := a.qpnFor(t.cfg.Rank, t.cfg.Size)
+		if err != nil {
+			return fmt.Errorf("verbs: rank %d's address: %w", r, err)
 		}
 		t.tables[r] = remoteTable{a.Table, a.TableKey}
 		p := t.peers[r]
 		mtu := min(int(t.info.active_mtu), a.MTU)
-		rqpn := a.QPN[t.cfg.Rank]
 		if p.self {
 			rqpn = uint32(C.ftv_qp_num(t.selfResp))
 			if err := t.connectQP(t.selfResp, mtu, uint32(C.ftv_qp_num(p.qp)), t.psn, a, timeout, retry); err != nil {
