@@ -301,10 +301,13 @@ func TestMutualSuspicionsKillOne(t *testing.T) {
 	}
 	j.suspect(2, 1)
 	j.suspect(1, 2)
+	// Whichever accusation is taken up first wins; the other is ignored
+	// (then it leaves no suspicion behind) or probed to its end.
+	probing := func(r ftrma.Rank) bool { s := j.suspicions[r]; return s != nil && s.probing }
 	if !waitFor(func() bool {
 		j.mu.Lock()
 		defer j.mu.Unlock()
-		return (j.declared[1] || j.declared[2]) && j.suspicions[1] != nil && !j.suspicions[1].probing && !j.suspicions[2].probing
+		return (j.declared[1] || j.declared[2]) && !probing(1) && !probing(2)
 	}) {
 		t.Fatalf("neither was declared:\n%s", errs.String())
 	}
