@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,9 +125,36 @@ func run(n, rounds int, device string, gid int, jsonOut string, extra []string) 
 	return nil
 }
 
+// perftestTries is how many times a perftest measurement is run before the
+// round fails: a run whose clock calibration failed is run again.
+const perftestTries = 3
+
 // perftest runs a perftest latency tool's server and client on one device and
-// returns the client's t_avg in microseconds.
+// returns the client's t_avg in microseconds. perftest converts cycles to
+// microseconds with a CPU frequency it measures at start-up against
+// gettimeofday; when that measurement is disturbed (a loaded host: the
+// regression's r² falls below 0.9) it takes the frequency as 0 and prints
+// every time as inf. Such a run, or one without a usable t_avg, is run again
+// up to perftestTries times in all, and the error then carries each run's
+// reason.
 func perftest(tool, atomic, device string, gid, n int) (float64, error) {
+	var reasons []string
+	for try := 1; try <= perftestTries; try++ {
+		out, err := perftestOnce(tool, atomic, device, gid, n)
+		if err != nil {
+			return 0, err // the tool did not run: no point in trying again
+		}
+		v, err := parsePerftest(out)
+		if err == nil {
+			return v, nil
+		}
+		reasons = append(reasons, fmt.Sprintf("try %d: %v", try, err))
+	}
+	return 0, fmt.Errorf("%s %s: no usable measurement in %d runs:\n%s", tool, atomic, perftestTries, strings.Join(reasons, "\n"))
+}
+
+// perftestOnce runs the server and the client once; the client's output.
+func perftestOnce(tool, atomic, device string, gid, n int) ([]byte, error) {
 	args := []string{"-d", device, "-x", strconv.Itoa(gid), "-n", strconv.Itoa(n), "-s", "8"}
 	if atomic != "" {
 		args = []string{"-d", device, "-x", strconv.Itoa(gid), "-n", strconv.Itoa(n), "-A", atomic}
@@ -137,7 +165,7 @@ func perftest(tool, atomic, device string, gid, n int) (float64, error) {
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
-		return 0, fmt.Errorf("%s: %w", tool, err)
+		return nil, fmt.Errorf("%s: %w", tool, err)
 	}
 	defer srv.Wait()
 	var out []byte
@@ -151,13 +179,15 @@ func perftest(tool, atomic, device string, gid, n int) (float64, error) {
 	}
 	if err != nil {
 		srv.Process.Kill()
-		return 0, fmt.Errorf("%s %s: %v\n%s\nserver:\n%s", tool, atomic, err, out, srvOut.String())
+		return nil, fmt.Errorf("%s %s: %v\n%s\nserver:\n%s", tool, atomic, err, out, srvOut.String())
 	}
-	return parsePerftest(out)
+	return out, nil
 }
 
 // parsePerftest finds t_avg in a perftest latency report: the number under
-// the "t_avg[usec]" heading.
+// the "t_avg[usec]" heading. A value that is not a positive finite number
+// (perftest prints inf when its clock calibration failed) is an error that
+// quotes the report, whose stderr lines say why.
 func parsePerftest(out []byte) (float64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	col := -1
@@ -173,6 +203,9 @@ func parsePerftest(out []byte) (float64, error) {
 		}
 		if len(f) > col {
 			if v, err := strconv.ParseFloat(f[col], 64); err == nil {
+				if math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+					return 0, fmt.Errorf("t_avg is %s (perftest's clock calibration failed?):\n%s", f[col], out)
+				}
 				return v, nil
 			}
 		}
