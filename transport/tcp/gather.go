@@ -32,7 +32,11 @@ import (
 // page starts afresh at each write once the peer has consumed what came
 // before, as between the answers of a request and its reply, so an answer
 // sent from memory is a frameReadReplyPad whose padding puts the payload at
-// the same offset modulo 64 from the start of the write as in memory.
+// the same offset modulo 64 from the start of the write as in memory; a
+// large write goes as a frameWritePad for the same reason (postDirect). When
+// the page does not start afresh (what the peer has not consumed still
+// holds it), the padding does no harm. The receiving side's copy, into a
+// destination usually aligned as the source, is then aligned too.
 
 // seg is a read answer whose payload is still in memory: it goes at
 // reply[at], and its payload is the n bytes at off of t.mem's region key.
