@@ -121,3 +121,17 @@ func BenchmarkSHMGet1M(b *testing.B) {
 		return w.Flush(ctx, 1)
 	})
 }
+
+// BenchmarkSHMPutRate is bench/rma's put_rate: 64 puts of 8 bytes to
+// distinct offsets, then one flush (ns/op is per batch of 64).
+func BenchmarkSHMPutRate(b *testing.B) {
+	buf := make([]byte, 8)
+	benchOrigin(b, func(ctx context.Context, w *window.Window) error {
+		for i := range 64 {
+			if err := w.Put(1, uint64(8*i), buf); err != nil {
+				return err
+			}
+		}
+		return w.Flush(ctx, 1)
+	})
+}
