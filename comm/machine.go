@@ -107,7 +107,9 @@ type ctxDecision struct {
 // make it visible), Send, Suspected (tell the confirmer), then Notices and
 // Decided. Fencing first means nobody, here or elsewhere, can learn of a
 // failure from this rank before nothing of the failed rank lands here any
-// more.
+// more. Notices may be taken ahead of the rest (takeNotices): a rank that
+// acts on a revocation before it forwarded it and dies is no survivor, and
+// the rank it came from forwards it all the same.
 type machineReady struct {
 	Send      []outgoing
 	Suspected []ftrma.Rank // ranks the detector suspects, for the confirmer
@@ -484,6 +486,16 @@ func (m *machine) flushAgree(now time.Time, ctx uint32) bool {
 		}
 	}
 	return true
+}
+
+// takeNotices returns the notices delivered since the last ready and
+// removes them from its output: the caller makes them visible ahead of the
+// rest (runtime.run). Notices concern nobody else, so they need not wait for
+// the sends and fences before them.
+func (m *machine) takeNotices() []string {
+	ids := m.rd.Notices
+	m.rd.Notices = nil
+	return ids
 }
 
 // unseen reports whether msg (kind byte first) is a reliable-broadcast

@@ -269,23 +269,29 @@ func (rt *runtime) run() {
 		// What arrived is handled before the detector looks at the clock: a
 		// heartbeat waiting in the queue is not silence.
 		queue, reqs := rt.take()
-		if rt.newBroadcast(queue) {
-			// A broadcast this rank has not seen: let the transport's
-			// receiving goroutines that are ready queue what they read
-			// first, so that the copies of it that arrived together are
-			// handled in one batch and this rank forwards it to none of
+		fresh := rt.newBroadcast(queue)
+		for _, e := range queue {
+			rt.step(e)
+		}
+		if fresh {
+			// A broadcast this rank had not seen: its notice is made
+			// visible here at once, and the goroutines that are ready run
+			// before it is forwarded: those waiting for the notice, and
+			// the transport's receivers, which queue the copies of it that
+			// arrived meanwhile, so that this rank forwards it to none of
 			// the ranks they came from (machine.holds). Under a flood
 			// (revoke at 32 ranks) a rank gets several copies at once.
+			rt.publish(rt.m.takeNotices())
 			goruntime.Gosched()
 			q, r := rt.take()
-			queue, reqs = append(queue, q...), append(reqs, r...)
+			for _, e := range q {
+				rt.step(e)
+			}
+			reqs = append(reqs, r...)
 		}
 		// The machine's output is carried out after what arrived and after
 		// every request, so that a request queued behind an event (lost)
 		// finds its effects visible.
-		for _, e := range queue {
-			rt.step(e)
-		}
 		rt.apply()
 		for _, f := range reqs {
 			f()
@@ -409,11 +415,9 @@ func (rt *runtime) apply() {
 			rt.suspect.Suspect(r)
 		}
 	}
-	if len(rd.Notices) > 0 || len(rd.Decided) > 0 {
+	rt.publish(rd.Notices)
+	if len(rd.Decided) > 0 {
 		rt.mu.Lock()
-		for _, id := range rd.Notices {
-			rt.noticeLocked(id)
-		}
 		for _, d := range rd.Decided {
 			if c := rt.comms[d.ctx]; c != nil {
 				c.mu.Lock()
@@ -424,6 +428,19 @@ func (rt *runtime) apply() {
 		rt.signalLocked()
 		rt.mu.Unlock()
 	}
+}
+
+// publish makes notices the machine delivered visible and wakes waiters.
+func (rt *runtime) publish(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	rt.mu.Lock()
+	for _, id := range ids {
+		rt.noticeLocked(id)
+	}
+	rt.signalLocked()
+	rt.mu.Unlock()
 }
 
 // notice records that notice id arrived here (a local revocation) and wakes

@@ -32,7 +32,8 @@ type Outgoing struct {
 // Ready is the output of a Broadcast that the caller must act on: first send
 // every Outgoing, then hand every message of Deliver to the application.
 // Sending first means a rank that dies while acting on a delivery has
-// already passed the message on.
+// already passed the message on; delivering first is as reliable among the
+// survivors (see the package documentation, the caller's duty 5).
 type Ready struct {
 	Send    []Outgoing
 	Deliver []Message

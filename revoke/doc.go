@@ -40,7 +40,10 @@
 //     may leave out an Outgoing to a rank it has since received the same
 //     ID from: that rank holds the message and forwards it itself, so
 //     the broadcast stays as reliable, and under a flood it saves the
-//     copies that would cross (comm does so).
+//     copies that would cross (comm does so). Delivering before sending is
+//     as reliable too (comm does so for revocations, so that waiters see
+//     them first): a rank that dies before it forwarded a message is no
+//     survivor, and whoever sent it the message forwards it as well.
 //
 // # Example
 //
