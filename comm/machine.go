@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -503,6 +504,13 @@ func (m *machine) takeNotices() []string {
 func (m *machine) unseen(msg []byte) bool {
 	bm, err := revoke.ParseMessage(msg[1:])
 	return err == nil && !m.bc.Seen(bm.ID)
+}
+
+// failureNotice reports whether msg, a reliable-broadcast message, is the
+// notice of a failure ("fail/r").
+func failureNotice(msg []byte) bool {
+	bm, err := revoke.ParseMessage(msg[1:])
+	return err == nil && strings.HasPrefix(bm.ID, "fail/")
 }
 
 // holds records that rank from has sent this rank a copy of broadcast id,

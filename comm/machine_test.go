@@ -12,6 +12,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/revoke"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
@@ -120,4 +121,24 @@ func broadcasts(rd machineReady) int {
 		}
 	}
 	return n
+}
+
+// The runtime yields before handling a new broadcast (so that copies of it
+// arriving together are handled in one batch), but never for a failure
+// notice, whose forwarding every downstream rank's detection waits for.
+func TestNoYieldForFailureNotices(t *testing.T) {
+	m, err := newMachine(failure.Config{}, 0, 4, false, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &runtime{m: m}
+	bcast := func(id string) event {
+		return event{msg: revoke.Message{ID: id}.AppendBinary([]byte{kindBcast})}
+	}
+	if !rt.newBroadcast([]event{bcast("revoke/7")}) {
+		t.Error("a new revocation does not make the runtime gather its copies")
+	}
+	if rt.newBroadcast([]event{bcast("fail/2")}) {
+		t.Error("a failure notice waits for a yield before it is forwarded")
+	}
 }

@@ -334,10 +334,14 @@ func (rt *runtime) take() ([]event, []func()) {
 }
 
 // newBroadcast reports whether queue holds a reliable-broadcast message
-// whose ID the machine has not seen (run goroutine).
+// whose ID the machine has not seen, other than a failure notice (run
+// goroutine). A failure notice is forwarded at once: the yield can cost up
+// to a scheduler time slice (10 ms) on a rank whose application keeps its
+// only processor busy, and the failure's detection time at every rank
+// downstream would pay it.
 func (rt *runtime) newBroadcast(queue []event) bool {
 	for _, e := range queue {
-		if len(e.msg) > 0 && e.msg[0] == kindBcast && rt.m.unseen(e.msg) {
+		if len(e.msg) > 0 && e.msg[0] == kindBcast && rt.m.unseen(e.msg) && !failureNotice(e.msg) {
 			return true
 		}
 	}
