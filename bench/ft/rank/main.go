@@ -25,7 +25,9 @@
 // world communicator (see coll for why). Then R revoke rounds: each round Shrinks the
 // world into a fresh communicator and barriers on it; rank 0 reads the clock
 // and revokes it, prints "revoke <round> t0 <unixnano>", and every rank
-// (rank 0 too) polls IsRevoked and prints "revoke <round> seen <rank>
+// (rank 0 too) waits for it (Comm.Revoked, a channel closed when it
+// arrives: a poll with sleeps would add the timer's granularity, about 1 ms
+// on an idle process) and prints "revoke <round> seen <rank>
 // <unixnano>". The driver computes max(seen) - t0 per round.
 //
 // Any error is printed to stderr and makes the rank exit 1.
@@ -62,7 +64,7 @@ func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("rank", flag.ContinueOnError)
 	fs.StringVar(&o.mode, "mode", "", "detect or coll")
 	fs.IntVar(&o.victim, "victim", -1, "detect: the rank the driver kills (default: the last)")
-	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep between two looks at ProcFailed or IsRevoked")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect: sleep between two looks at ProcFailed")
 	fs.DurationVar(&o.wait, "wait", time.Minute, "detect: how long the victim waits to be killed before giving up")
 	fs.IntVar(&o.iters, "iters", 50, "coll: timed Agree and Shrink calls")
 	fs.IntVar(&o.warmup, "warmup", 5, "coll: untimed Agree and Shrink calls before timing")
@@ -283,11 +285,10 @@ func coll(ctx context.Context, world *comm.Comm, o options) error {
 			fresh.Revoke()
 			out("revoke %d t0 %d", round, t0)
 		}
-		for !fresh.IsRevoked() {
-			if ctx.Err() != nil {
-				return fmt.Errorf("revoke round %d: never saw the revocation: %w", round, ctx.Err())
-			}
-			pause(o.poll)
+		select {
+		case <-fresh.Revoked():
+		case <-ctx.Done():
+			return fmt.Errorf("revoke round %d: never saw the revocation: %w", round, ctx.Err())
 		}
 		out("revoke %d seen %d %d", round, me, time.Now().UnixNano())
 	}
