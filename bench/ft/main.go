@@ -130,7 +130,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
 	fs.DurationVar(&o.hbPeriod, "hb-period", 0, "ftrun --hb-period: failure detector heartbeat period (default: ftrun's, 20ms)")
 	fs.DurationVar(&o.hbTimeout, "hb-timeout", 0, "ftrun --hb-timeout: failure detector timeout (default: ftrun's, 60ms)")
-	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "sleep of the ranks between two looks at ProcFailed or IsRevoked")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect: sleep of the ranks between two looks at ProcFailed; 0: they wait on Comm.FailuresChanged instead")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Second, "ftrun --timeout of every job; the driver kills ftrun 15s later")
 	fs.StringVar(&o.transport, "transport", "tcp", "ftrun --transport of every job: tcp or shm")
 	fs.IntVar(&o.attempts, "attempts", 5, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
@@ -240,7 +240,11 @@ func run() int {
 	}
 	fmt.Printf("plan (%s): N = %s; per N %d detect jobs and %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds); a failed job is tried up to %d times\n",
 		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.attempts)
-	fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
+	if o.poll > 0 {
+		fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
+	} else {
+		fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks wait on FailuresChanged\n", period, hbTimeout, src)
+	}
 	fmt.Printf("machine: %d CPUs%s\n", runtime.NumCPU(), loadNote())
 	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy in the second before measuring: other processes compete with the %d-process jobs, inflating latencies and provoking false failure suspicions\n", 100*b, slices.Max(o.sizes))

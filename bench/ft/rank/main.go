@@ -10,7 +10,8 @@
 // detect: after a barrier the victim (default the last rank) prints
 // "pid <rank> <pid>" and sleeps until the driver kills it with SIGKILL; every
 // other rank prints "ready <rank>" and polls c.ProcFailed(victim), sleeping
-// -poll between looks so that many processes on few cores all progress, and
+// -poll between looks so that many processes on few cores all progress (with
+// -poll 0 it waits on c.FailuresChanged() instead), and
 // prints "knew <rank> <unixnano>" when it sees the failure. It then closes
 // the communicator (no Finalize: a rank is gone) and exits 0, after a closing
 // Agree of the survivors. A rank that, when it saw the victim fail, also
@@ -152,7 +153,20 @@ func detect(ctx context.Context, c *comm.Comm, o options) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("the failure of rank %d was never noticed: %w", victim, ctx.Err())
 		}
-		pause(o.poll)
+		if o.poll > 0 {
+			pause(o.poll)
+			continue
+		}
+		// -poll 0: wait for the event, as a blocking ULFM call would
+		// return its error.
+		changed := c.FailuresChanged()
+		if c.ProcFailed(victim) {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
 	}
 	knew := time.Now().UnixNano()
 	failed := c.Failed()
