@@ -494,9 +494,10 @@ func chooseTransport(name string, n int, multi bool, device, gid string) (string
 }
 
 // shmNeed estimates the shared memory a job of n ranks needs before its
-// windows: n control segments, each with an incoming ring per rank.
+// windows: n control segments, each with its rings all in use (they take
+// memory only once used), and 4 MiB per rank of headroom.
 func shmNeed(n int) uint64 {
-	return uint64(n)*uint64(n)*(160<<10) + uint64(n)*(4<<20)
+	return shm.ControlBytes(n) + uint64(n)*(4<<20)
 }
 
 // DefaultAgentPort is the port of an ftrun agent when --hosts or

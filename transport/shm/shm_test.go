@@ -1300,3 +1300,20 @@ func TestLargeOperationsInPieces(t *testing.T) {
 	}
 	rs[1].Await(t, ctx, "the ping", func() bool { return len(rs[1].From(0)) > 0 })
 }
+
+// ControlBytes bounds what the control segments take with every ring in
+// use: 256 ranks stay under 1 GiB.
+func TestControlBytes(t *testing.T) {
+	for _, m := range []int{1, 4, 64, 256} {
+		cfg, err := Config{Size: m, Job: "x"}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := ControlBytes(m), uint64(m)*uint64(makeLayout(m, cfg.RingBytes, cfg.Regions).total); got != want {
+			t.Errorf("ControlBytes(%d) = %d, want %d", m, got, want)
+		}
+	}
+	if b := ControlBytes(256); b > 1<<30 {
+		t.Errorf("256 ranks' control segments may take %d MiB", b>>20)
+	}
+}
