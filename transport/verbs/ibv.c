@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 // The exported libibverbs functions the transport calls, resolved by
 // ftv_load. The data-path verbs (post_send, post_recv, poll_cq,
@@ -175,6 +176,28 @@ int ftv_poll(struct ibv_cq *cq, int n, ftv_wc *out) {
 	}
 	return got;
 }
+
+static int64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int ftv_poll_spin(struct ibv_cq *cq, int n, ftv_wc *out, int64_t spin_ns) {
+	int64_t deadline = now_ns() + spin_ns;
+	for (unsigned i = 0;; i++) {
+		int got = ftv_poll(cq, n, out);
+		if (got != 0)
+			return got;
+		// The clock is read every 16 polls: a poll of an empty queue is a
+		// few loads, the clock a vDSO call.
+		if ((i & 15) == 15 && now_ns() >= deadline)
+			return 0;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+}
 const char *ftv_status_str(int status) { return fn.wc_status_str((enum ibv_wc_status)status); }
 
 struct ibv_qp *ftv_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
@@ -281,18 +304,31 @@ static int post(struct ibv_qp *qp, struct ibv_send_wr *wr) {
 	return ibv_post_send(qp, wr, &bad);
 }
 
+// post_poll posts wr and, when it was taken and cq is set, polls cq once.
+static int post_poll(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_cq *cq, ftv_wc *out, int *got) {
+	int rc = post(qp, wr);
+	*got = 0;
+	if (rc == 0 && cq) {
+		int n = ftv_poll(cq, 32, out);
+		*got = n > 0 ? n : 0;
+	}
+	return rc;
+}
+
 int ftv_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t len,
-                  uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags) {
+                  uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags,
+                  struct ibv_cq *cq, ftv_wc *out, int *got) {
 	struct ibv_sge sge;
 	struct ibv_send_wr wr;
 	prepare(&wr, &sge, wr_id, opcode, laddr, len, lkey, flags);
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
-	return post(qp, &wr);
+	return post_poll(qp, &wr, cq, out, got);
 }
 
 int ftv_post_atomic(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t lkey,
-                    uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap, int flags) {
+                    uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap, int flags,
+                    struct ibv_cq *cq, ftv_wc *out, int *got) {
 	struct ibv_sge sge;
 	struct ibv_send_wr wr;
 	prepare(&wr, &sge, wr_id, opcode, laddr, 8, lkey, flags);
@@ -300,7 +336,7 @@ int ftv_post_atomic(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t ladd
 	wr.wr.atomic.rkey = rkey;
 	wr.wr.atomic.compare_add = compare_add;
 	wr.wr.atomic.swap = swap;
-	return post(qp, &wr);
+	return post_poll(qp, &wr, cq, out, got);
 }
 
 int ftv_post_send(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey, int flags) {

@@ -70,6 +70,10 @@ typedef struct {
 
 // ftv_poll polls up to n completions into out; the count, or -1.
 int ftv_poll(struct ibv_cq *cq, int n, ftv_wc *out);
+// ftv_poll_spin busy-polls cq for up to spin_ns nanoseconds (one poll at
+// least) and returns as soon as it finds completions: their count (up to n,
+// in out), 0 when the time ran out, or -1.
+int ftv_poll_spin(struct ibv_cq *cq, int n, ftv_wc *out, int64_t spin_ns);
 const char *ftv_status_str(int status);
 
 // Queue pairs.
@@ -85,10 +89,18 @@ int ftv_qp_error(struct ibv_qp *qp);
 
 // Posting. Every send-side work request is signaled; flags may add
 // IBV_SEND_INLINE and IBV_SEND_FENCE. 0 or an errno.
+//
+// ftv_post_rdma and ftv_post_atomic poll cq once after a successful post
+// when cq is not NULL (one call instead of two: a completion that is
+// already there, as on Soft-RoCE, where the whole exchange of a write or an
+// atomic often runs inside the post), storing up to 32 completions in out
+// and their count in *got (0 when none, or when the post failed).
 int ftv_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t len,
-                  uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags);
+                  uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags,
+                  struct ibv_cq *cq, ftv_wc *out, int *got);
 int ftv_post_atomic(struct ibv_qp *qp, uint64_t wr_id, int opcode, uint64_t laddr, uint32_t lkey,
-                    uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap, int flags);
+                    uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap, int flags,
+                    struct ibv_cq *cq, ftv_wc *out, int *got);
 int ftv_post_send(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey, int flags);
 int ftv_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey);
 

@@ -32,7 +32,13 @@ func (t *Transport) pollSend() bool {
 	if t.cqGone {
 		return false
 	}
-	n := int(C.ftv_poll(t.scq, 32, t.swc))
+	return t.takeSend(int(C.ftv_poll(t.scq, 32, t.swc)))
+}
+
+// takeSend completes the entries of the first n completions in t.swc (n <= 0:
+// none). The caller holds t.pollMu and no peer's lock. It reports whether
+// there were any.
+func (t *Transport) takeSend(n int) bool {
 	if n <= 0 {
 		return false
 	}
@@ -107,6 +113,9 @@ func (p *peer) pop() entry {
 	p.fifo[p.head] = entry{}
 	p.head = (p.head + 1) % len(p.fifo)
 	p.n--
+	if e.kind != kLocal {
+		p.t.inflight.Add(-1)
+	}
 	return e
 }
 
@@ -137,6 +146,7 @@ func (t *Transport) await(ch <-chan struct{}, spin time.Duration) {
 	}
 	// Then poll now and then: the progress goroutine may be busy (or not
 	// started yet), and what is awaited needs someone to take completions.
+	t.armSend()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -161,23 +171,71 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	if err != nil {
 		return err
 	}
-	if p.comp.Completed() < seq && t.cfg.Spin > 0 {
-		deadline := time.Now().Add(t.cfg.Spin)
-		for i := 0; p.comp.Completed() < seq && p.comp.Down() == nil; i++ {
-			if t.pollMu.TryLock() {
-				t.pollSend()
-				t.pollMu.Unlock()
-			}
-			if i&15 == 15 && time.Now().After(deadline) {
-				break
-			}
-		}
+	if p.comp.Completed() < seq {
+		t.spinFor(ctx, p, seq)
 	}
 	err = p.comp.Wait(ctx, seq, 0)
 	if err != nil && ctx.Err() != nil && p.comp.Down() == nil {
 		t.cfg.Logf("verbs transport: rank %d: gave up waiting for operation %d toward rank %d: %s", t.cfg.Rank, seq, peer, p.state())
 	}
 	return err
+}
+
+// spinFor busy-polls the send CQ for up to the configured spin while
+// operation seq toward p is incomplete: in C, one call until completions
+// come or the time is up (or spinSlice passed, to look at ctx), so a
+// synchronous operation costs one cgo call here and no goroutine switch.
+// When it is still incomplete after that, the send CQ is armed, so that the
+// progress goroutine completes it and wakes the caller, who parks.
+func (t *Transport) spinFor(ctx context.Context, p *peer, seq transport.Seq) {
+	done := func() bool { return p.comp.Completed() >= seq || p.comp.Down() != nil }
+	if t.cfg.Spin > 0 {
+		deadline := time.Now().Add(t.cfg.Spin)
+		for !done() && ctx.Err() == nil {
+			left := min(time.Until(deadline), spinSlice)
+			if left <= 0 {
+				break
+			}
+			if !t.pollMu.TryLock() {
+				runtime.Gosched() // another goroutine polls: it completes ours too
+				continue
+			}
+			if !t.cqGone {
+				t.takeSend(int(C.ftv_poll_spin(t.scq, 32, t.swc, C.int64_t(left))))
+			}
+			t.pollMu.Unlock()
+			if statsOn {
+				t.stats.spins.Add(1)
+			}
+		}
+	}
+	if !done() {
+		if statsOn {
+			t.stats.parks.Add(1)
+		}
+		t.armSend()
+	} else if statsOn && t.cfg.Spin > 0 {
+		t.stats.spinsDone.Add(1)
+	}
+}
+
+// spinSlice is the longest a waiter polls in C without looking at its
+// context.
+const spinSlice = time.Millisecond
+
+// armSend makes the send CQ raise an event at its next completion (unless
+// it is armed already and the event not yet taken), then polls it once: a
+// completion that came before the arming raises no event.
+func (t *Transport) armSend() {
+	t.pollMu.Lock()
+	defer t.pollMu.Unlock()
+	if t.cqGone {
+		return
+	}
+	if t.scqArmed.CompareAndSwap(false, true) {
+		C.ftv_req_notify(t.scq)
+	}
+	t.pollSend()
 }
 
 // state describes the requests toward p, for a wait that gave up.
@@ -211,8 +269,15 @@ func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	return err
 }
 
-// Push does nothing: work requests go to the device when they are posted.
-func (t *Transport) Push(peer ftrma.Rank) {}
+// Push does not send anything (work requests go to the device when they are
+// posted), but it arms the send CQ when work requests are in flight, so
+// that completions nobody waits for are taken by the progress goroutine
+// soon rather than by the next operation, Wait or Flush.
+func (t *Transport) Push(peer ftrma.Rank) {
+	if t.inflight.Load() > 0 && t.connected.Load() && !t.closed.Load() {
+		t.armSend()
+	}
+}
 
 // Send posts a control message to peer as SENDs of at most one receive
 // buffer each, reassembled in order by the receiver.
@@ -230,8 +295,14 @@ func (t *Transport) Send(peer ftrma.Rank, msg []byte) error {
 // sendCtl posts a message of type typ to p.
 func (t *Transport) sendCtl(p *peer, typ byte, msg []byte) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sendLocked(typ, msg)
+	err := p.sendLocked(typ, msg)
+	p.mu.Unlock()
+	// Nobody waits for a message's completion: the progress goroutine
+	// takes it (and, toward a lost peer, its error).
+	if err == nil && !t.closed.Load() {
+		t.armSend()
+	}
+	return err
 }
 
 // sendLocked posts a message as fragments, or queues them in the backlog
@@ -332,16 +403,28 @@ func (t *Transport) progress() {
 	for !t.stop.Load() {
 		t.deliverHeld()
 		got := t.pollRecv()
-		t.pollMu.Lock()
-		got = t.pollSend() || got
-		t.pollMu.Unlock()
+		// TryLock: a goroutine holding pollMu is polling the send queue
+		// (a spinning waiter, or a post); it completes what is there.
+		if t.pollMu.TryLock() {
+			got = t.pollSend() || got
+			t.pollMu.Unlock()
+		}
 		if got {
 			continue
 		}
-		// Arm both queues, look once more (a completion may have come
-		// between the last poll and the arming), then sleep.
-		C.ftv_req_notify(t.scq)
-		C.ftv_req_notify(t.rcq)
+		// Arm the receive queue, and the send queue when work requests are
+		// in flight (a waiter spinning for them takes them; one that stops
+		// spinning arms the queue itself), look once more (a completion may
+		// have come between the last poll and the arming), then sleep.
+		if t.rcqArmed.CompareAndSwap(false, true) {
+			C.ftv_req_notify(t.rcq)
+		}
+		if t.inflight.Load() > 0 && t.scqArmed.CompareAndSwap(false, true) {
+			C.ftv_req_notify(t.scq)
+		}
+		// Lock, not TryLock: whoever arms must look afterwards, and a
+		// goroutine holding pollMu may have polled for the last time
+		// before the completion came.
 		got = t.pollRecv()
 		t.pollMu.Lock()
 		got = t.pollSend() || got
@@ -361,6 +444,9 @@ func (t *Transport) sleep() {
 	if t.stop.Load() || t.pendingEvents() {
 		return
 	}
+	if statsOn {
+		t.stats.sleeps.Add(1)
+	}
 	t.evrc.Read(func(uintptr) bool {
 		return t.takeEvents() || t.stop.Load()
 	})
@@ -379,6 +465,16 @@ func (t *Transport) takeEvents() bool {
 		i := 0
 		if cq == t.rcq {
 			i = 1
+			t.rcqArmed.Store(false)
+		} else {
+			t.scqArmed.Store(false)
+		}
+		if statsOn {
+			if i == 1 {
+				t.stats.recvEvents.Add(1)
+			} else {
+				t.stats.sendEvents.Add(1)
+			}
 		}
 		if t.unack[i]++; t.unack[i] >= 64 {
 			C.ftv_ack_events(cq, C.uint(t.unack[i]))
@@ -632,6 +728,9 @@ func (t *Transport) Close() error {
 			cancel()
 		}
 		t.closed.Store(true)
+		if statsOn {
+			t.cfg.Logf("verbs stats: rank %d: %v", t.cfg.Rank, &t.stats)
+		}
 		for _, p := range t.peers {
 			if p != nil {
 				t.down(p, transport.ErrPeerLeft)

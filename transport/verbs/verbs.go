@@ -119,10 +119,20 @@ type Transport struct {
 	revokes map[transport.Key]*revocation
 
 	pollMu sync.Mutex // serializes polling the send CQ and the CQs' teardown
-	swc    *C.ftv_wc  // 32 completions of the send CQ
+	swc    *C.ftv_wc  // 32 completions of the send CQ; guarded by pollMu
 	rwc    *C.ftv_wc  // 32 completions of the receive CQ
 	cqGone bool       // guarded by pollMu: the CQs are destroyed
 	unack  [2]uint32  // CQ events not yet acknowledged (send, receive); progress goroutine
+
+	// Completion events. A CQ is armed (ibv_req_notify_cq) only when someone
+	// needs to hear of its next completion: the receive CQ whenever the
+	// progress goroutine sleeps, the send CQ only while work requests are in
+	// flight that no waiter is polling for (see armSend). A flag is set by
+	// whoever arms and cleared by the progress goroutine when it takes the
+	// event, so a CQ is armed once per event, not at every sleep.
+	inflight atomic.Int64 // send-side work requests posted, not completed (every peer)
+	scqArmed atomic.Bool
+	rcqArmed atomic.Bool
 
 	evf    *os.File // a duplicate of the channel's fd, in Go's poller
 	evrc   syscall.RawConn
@@ -133,12 +143,38 @@ type Transport struct {
 	held   []event // messages and peer-down events before SetReceiver
 	downs  []event // peer-down events for the progress goroutine to deliver
 
+	stats stats // when statsOn
+
 	connected atomic.Bool
 	closed    atomic.Bool
 	stop      atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// statsOn turns on the completion path's counters (FTV_STATS=1; not an
+// FTRMA_ variable, which ftrun does not pass on to ranks): Close logs them,
+// so that a benchmark can tell what an operation cost.
+var statsOn = os.Getenv("FTV_STATS") == "1"
+
+// stats counts, when statsOn, what the completion path did.
+type stats struct {
+	ops        atomic.Int64 // operations posted (Write, Read, atomics)
+	opsAtPost  atomic.Int64 // ... complete when their post returned (polled in the same call)
+	postNanos  atomic.Int64 // time in Write, Read and the atomics, in all
+	spins      atomic.Int64 // C busy-poll calls of waiters
+	spinsDone  atomic.Int64 // waits the spin completed
+	parks      atomic.Int64 // waits that armed the send queue to park
+	sendEvents atomic.Int64 // send queue events taken by the progress goroutine
+	recvEvents atomic.Int64 // receive queue events taken
+	sleeps     atomic.Int64 // times the progress goroutine went to sleep
+}
+
+func (s *stats) String() string {
+	ops := max(s.ops.Load(), 1)
+	return fmt.Sprintf("ops %d (complete at post %d, %.1f us per call of Write, Read or an atomic), waiter spins %d (completed %d), parks %d, events send %d recv %d, progress sleeps %d",
+		s.ops.Load(), s.opsAtPost.Load(), float64(s.postNanos.Load())/float64(ops)/1e3, s.spins.Load(), s.spinsDone.Load(), s.parks.Load(), s.sendEvents.Load(), s.recvEvents.Load(), s.sleeps.Load())
 }
 
 // event is a message or a peer-down event on its way to the receiver.
@@ -640,6 +676,10 @@ func (t *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64
 
 // post posts one operation toward r, in pieces if it is large.
 func (t *Transport) post(kind uint8, r ftrma.Rank, key transport.Key, off uint64, buf []byte, a, b uint64, result *uint64) (transport.Seq, error) {
+	if statsOn {
+		t0 := time.Now()
+		defer func() { t.stats.postNanos.Add(int64(time.Since(t0))) }()
+	}
 	p, err := t.peerOf(opNames[kind], r)
 	if err != nil {
 		return 0, err
@@ -675,8 +715,20 @@ func (t *Transport) post(kind uint8, r ftrma.Rank, key transport.Key, off uint64
 		p.mu.Unlock()
 		return seq, err
 	}
-	seq, err := p.postOp(kind, reg, off, buf, a, b, result)
+	seq, polled, err := p.postOp(kind, reg, off, buf, a, b, result)
 	p.mu.Unlock()
+	if polled >= 0 {
+		// The completions the post call found (its own, on Soft-RoCE often)
+		// are handled now that p.mu is free: completing takes it.
+		t.takeSend(polled)
+		t.pollMu.Unlock()
+	}
+	if statsOn {
+		t.stats.ops.Add(1)
+		if err == nil && p.comp.Completed() >= seq {
+			t.stats.opsAtPost.Add(1)
+		}
+	}
 	return seq, err
 }
 
@@ -705,19 +757,37 @@ func (p *peer) local(err error) (transport.Seq, error) {
 	}
 }
 
-// postOp posts the work requests of one operation. No request carries
+// postOp posts the work requests of one operation. The last post also polls
+// the send CQ when pollMu is free (taken with TryLock: p.mu is held): polled
+// is then the number of completions it left in t.swc, and the caller, which
+// holds pollMu from then on, handles them after releasing p.mu; polled is -1
+// when it did not poll. No request carries
 // IBV_SEND_FENCE: a reliable-connected responder executes requests in the
 // order they arrive, reads and atomics included, so operations take effect in
 // posting order without it; and on Soft-RoCE (Linux 6.1) fenced requests
 // mixed into heavy traffic stalled a queue pair's reads and atomics for good. The caller holds p.mu,
 // which it may release while waiting for queue or staging space.
-func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint64, result *uint64) (transport.Seq, error) {
+func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint64, result *uint64) (seq transport.Seq, polled int, err error) {
 	t := p.t
-	var seq transport.Seq
+	polled = -1
+	// pollCQ is what the last post passes to poll the send CQ: nil, or the
+	// CQ once pollMu is held. The completions are handled by the caller
+	// after p.mu is released, when the entry is in the ring.
+	var got C.int
+	pollCQ := func() *C.struct_ibv_cq {
+		if t.pollMu.TryLock() {
+			if !t.cqGone {
+				polled = 0
+				return t.scq
+			}
+			t.pollMu.Unlock()
+		}
+		return nil
+	}
 	if kind == kCAS || kind == kFAdd {
 		addr, end, err := p.reserve(8)
 		if err != nil {
-			return 0, err
+			return 0, -1, err
 		}
 		seq = p.comp.Next()
 		op := C.int(C.IBV_WR_ATOMIC_CMP_AND_SWP)
@@ -725,18 +795,21 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 			op = C.IBV_WR_ATOMIC_FETCH_AND_ADD
 		}
 		rc := C.ftv_post_atomic(p.qp, C.uint64_t(p.rank), op, C.uint64_t(uintptr(addr)), C.uint32_t(t.lkey),
-			C.uint64_t(reg.addr+off), C.uint32_t(reg.rkey), C.uint64_t(a), C.uint64_t(b), 0)
+			C.uint64_t(reg.addr+off), C.uint32_t(reg.rkey), C.uint64_t(a), C.uint64_t(b), 0, pollCQ(), t.swc, &got)
 		if rc != 0 {
-			return 0, p.postFailed(rc)
+			return 0, polled, p.postFailed(rc)
 		}
 		p.push(entry{kind: kind, seq: seq, end: end, stage: addr, result: result})
-		return seq, nil
+		if polled >= 0 {
+			polled = int(got)
+		}
+		return seq, polled, nil
 	}
 	for done := 0; done < len(buf); {
 		piece := min(len(buf)-done, maxPiece)
 		addr, end, err := p.reserve(piece)
 		if err != nil {
-			return 0, err
+			return 0, -1, err
 		}
 		last := done+piece == len(buf)
 		if last {
@@ -745,6 +818,10 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 		e := entry{kind: kind, end: end}
 		if last {
 			e.seq = seq
+		}
+		var cq *C.struct_ibv_cq
+		if last {
+			cq = pollCQ()
 		}
 		raddr := C.uint64_t(reg.addr + off + uint64(done))
 		var rc C.int
@@ -755,19 +832,22 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 				flags |= C.IBV_SEND_INLINE
 			}
 			rc = C.ftv_post_rdma(p.qp, C.uint64_t(p.rank), C.IBV_WR_RDMA_WRITE, C.uint64_t(uintptr(addr)), C.uint32_t(piece),
-				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), flags)
+				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), flags, cq, t.swc, &got)
 		} else {
 			e.stage, e.dst = addr, buf[done:done+piece]
 			rc = C.ftv_post_rdma(p.qp, C.uint64_t(p.rank), C.IBV_WR_RDMA_READ, C.uint64_t(uintptr(addr)), C.uint32_t(piece),
-				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), 0)
+				C.uint32_t(t.lkey), raddr, C.uint32_t(reg.rkey), 0, cq, t.swc, &got)
 		}
 		if rc != 0 {
-			return 0, p.postFailed(rc)
+			return 0, polled, p.postFailed(rc)
 		}
 		p.push(e)
 		done += piece
 	}
-	return seq, nil
+	if polled >= 0 {
+		polled = int(got)
+	}
+	return seq, polled, nil
 }
 
 // reserve waits for a send queue slot and n bytes of staging, behind any
@@ -807,6 +887,9 @@ func (p *peer) postFailed(rc C.int) error {
 func (p *peer) push(e entry) {
 	p.fifo[(p.head+p.n)%len(p.fifo)] = e
 	p.n++
+	if e.kind != kLocal { // a placeholder is no work request
+		p.t.inflight.Add(1)
+	}
 }
 
 // downErr is the error of operations toward a peer that is down.
@@ -845,8 +928,9 @@ func (p *peer) region(key transport.Key) (region, error) {
 				return reg, nil
 			}
 			f = &keyFetch{key: key, done: make(chan struct{})}
+			var got C.int
 			rc := C.ftv_post_rdma(p.qp, C.uint64_t(p.rank), C.IBV_WR_RDMA_READ, C.uint64_t(uintptr(addr)), entryBytes,
-				C.uint32_t(p.t.lkey), C.uint64_t(p.tableAddr()+uint64(slot*entryBytes)), C.uint32_t(p.tableKey()), 0)
+				C.uint32_t(p.t.lkey), C.uint64_t(p.tableAddr()+uint64(slot*entryBytes)), C.uint32_t(p.tableKey()), 0, nil, nil, &got)
 			if rc != 0 {
 				return region{}, p.postFailed(rc)
 			}
