@@ -18,7 +18,14 @@
 //	put_lat       ↔ ib_write_lat × 2 (a put+flush is a write and its ACK)
 //
 // perftest's value is its t_avg; ftrma's is the mean over the timed
-// iterations. Each row is the median over the rounds. Under an emulator the
+// iterations. The times shown are medians over the rounds; a row's ratio is
+// the median of its per-round ratios (each round's ftrma time over the same
+// round's perftest time), with their range beside it: measurements of one
+// round are minutes closer in time than the rounds' medians, so the load of
+// a shared host shifts both sides of a round's ratio alike. The ranks run with FTV_STATS=1, and the counters each
+// rank's transport logs at its close (operations complete at their post,
+// waits completed by spinning, parks, completion events) are printed per
+// round: they say what the job's operations cost beyond the device. Each row is the median over the rounds. Under an emulator the
 // times are not real times: only the ratios mean anything.
 package main
 
@@ -33,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,9 +94,12 @@ func run(n, rounds int, device string, gid int, jsonOut string, extra []string) 
 				return err
 			}
 		}
-		rs, err := ftrmaJob(bin, device, gid, n, extra)
+		rs, stats, err := ftrmaJob(bin, device, gid, n, extra)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
+		}
+		for _, l := range stats {
+			fmt.Printf("round %d: %s\n", round, l)
 		}
 		for _, r := range rs {
 			r.System = "ftrma-verbs"
@@ -103,7 +114,7 @@ func run(n, rounds int, device string, gid int, jsonOut string, extra []string) 
 		med[r.Bench] = r.Value
 		out = append(out, r)
 	}
-	fmt.Printf("\n%-14s %-30s %12s %12s %7s\n", "ftrma", "perftest", "ftrma us", "perftest us", "ratio")
+	fmt.Printf("\n%-14s %-30s %12s %12s %7s %13s\n", "ftrma", "perftest", "ftrma us", "perftest us", "ratio", "round ratios")
 	for _, p := range pairs {
 		f, ok1 := med[p.ftrma]
 		pv, ok2 := med[p.perftest]
@@ -114,8 +125,12 @@ func run(n, rounds int, device string, gid int, jsonOut string, extra []string) 
 		if p.factor != 1 {
 			label = fmt.Sprintf("%s × %g", p.perftest, p.factor)
 		}
-		ratio := f / (pv * p.factor)
-		fmt.Printf("%-14s %-30s %12.2f %12.2f %7.2f\n", p.ftrma, label, f, pv*p.factor, ratio)
+		ratio, lo, hi, err := roundRatios(set.Samples(result.Key{Bench: p.ftrma, Size: 8}, "ftrma-verbs"),
+			set.Samples(result.Key{Bench: p.perftest, Size: 8}, "perftest"), p.factor)
+		if err != nil {
+			return fmt.Errorf("%s / %s: %w", p.ftrma, p.perftest, err)
+		}
+		fmt.Printf("%-14s %-30s %12.2f %12.2f %7.2f %6.2f..%-5.2f\n", p.ftrma, label, f, pv*p.factor, ratio, lo, hi)
 		out = append(out, result.Result{Bench: p.ftrma + "/" + strings.ReplaceAll(p.perftest, " ", "_"), Size: 8, System: "ratio", Value: ratio, Unit: "x"})
 	}
 	fmt.Printf("(%d rounds, %d iterations each; medians; ftrun %s; emulator times: only the ratios mean anything)\n", rounds, n, strings.Join(extra, " "))
@@ -123,6 +138,20 @@ func run(n, rounds int, device string, gid int, jsonOut string, extra []string) 
 		return result.WriteJSONFile(jsonOut, out)
 	}
 	return nil
+}
+
+// roundRatios pairs the rounds' samples of an ftrma bench and of the
+// perftest measurement beside it (times factor) and returns the median of
+// the per-round ratios and their range.
+func roundRatios(ftrma, perftest []float64, factor float64) (median, lo, hi float64, err error) {
+	if len(ftrma) == 0 || len(ftrma) != len(perftest) {
+		return 0, 0, 0, fmt.Errorf("%d ftrma samples and %d perftest samples: not one of each per round", len(ftrma), len(perftest))
+	}
+	rs := make([]float64, len(ftrma))
+	for i := range rs {
+		rs[i] = ftrma[i] / (perftest[i] * factor)
+	}
+	return result.Median(rs), slices.Min(rs), slices.Max(rs), nil
 }
 
 // perftestTries is how many times a perftest measurement is run before the
@@ -213,8 +242,9 @@ func parsePerftest(out []byte) (float64, error) {
 	return 0, errors.New("no t_avg in perftest's output:\n" + string(out))
 }
 
-// ftrmaJob runs the rank program under ftrun over verbs and returns its results.
-func ftrmaJob(bin, device string, gid, n int, extra []string) ([]result.Result, error) {
+// ftrmaJob runs the rank program under ftrun over verbs and returns its
+// results and the transports' counter lines.
+func ftrmaJob(bin, device string, gid, n int, extra []string) ([]result.Result, []string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	it := fmt.Sprintf("%d:%d", n, n/10)
@@ -222,23 +252,29 @@ func ftrmaJob(bin, device string, gid, n int, extra []string) ([]result.Result, 
 		"--verbs-gid-index", strconv.Itoa(gid), "--hb-timeout", "2s"}, extra...)
 	args = append(args, filepath.Join(bin, "rank"), "-lat", "8:"+it, "-atomic", it, "-pingpong", it)
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ftrun"), args...)
+	cmd.Env = append(os.Environ(), "FTV_STATS=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("ftrun: %v\n%s", err, out)
+		return nil, nil, fmt.Errorf("ftrun: %v\n%s", err, out)
 	}
 	var rs []result.Result
+	var stats []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
+		if i := strings.Index(sc.Text(), "verbs stats: "); i >= 0 {
+			stats = append(stats, sc.Text()[i+len("verbs stats: "):])
+			continue
+		}
 		r, ok, err := result.ParseLine(sc.Text())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if ok {
 			rs = append(rs, r)
 		}
 	}
 	if len(rs) == 0 {
-		return nil, fmt.Errorf("no results from the ftrma job:\n%s", out)
+		return nil, nil, fmt.Errorf("no results from the ftrma job:\n%s", out)
 	}
-	return rs, nil
+	return rs, stats, nil
 }

@@ -28,3 +28,17 @@ func TestParsePerftest(t *testing.T) {
 		t.Error("a report without t_avg was accepted")
 	}
 }
+
+func TestRoundRatios(t *testing.T) {
+	// Round 2 ran on a loaded host: both of its times are high, its ratio is not.
+	med, lo, hi, err := roundRatios([]float64{20, 200, 30}, []float64{10, 100, 10}, 1)
+	if err != nil || med != 2 || lo != 2 || hi != 3 {
+		t.Errorf("roundRatios = %v %v %v %v; want 2 2 3", med, lo, hi, err)
+	}
+	if med, _, _, _ := roundRatios([]float64{40}, []float64{10}, 2); med != 2 {
+		t.Errorf("factor 2: %v, want 2", med)
+	}
+	if _, _, _, err := roundRatios([]float64{1, 2}, []float64{1}, 1); err == nil {
+		t.Error("unpaired samples were accepted")
+	}
+}
