@@ -175,6 +175,9 @@ func perftest(tool, atomic, device string, gid, n int) (float64, error) {
 		}
 		v, err := parsePerftest(out)
 		if err == nil {
+			for _, w := range clockWarnings(out) {
+				fmt.Printf("%s %s: %s\n", tool, atomic, w)
+			}
 			return v, nil
 		}
 		reasons = append(reasons, fmt.Sprintf("try %d: %v", try, err))
@@ -211,6 +214,19 @@ func perftestOnce(tool, atomic, device string, gid, n int) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %v\n%s\nserver:\n%s", tool, atomic, err, out, srvOut.String())
 	}
 	return out, nil
+}
+
+// clockWarnings returns perftest's warnings about its clock: when the CPU
+// frequency it measured differs from /proc/cpuinfo's it uses the measured
+// one, and a measurement disturbed by load scales every time it reports.
+func clockWarnings(out []byte) []string {
+	var ws []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "frequency") || strings.Contains(l, "Correlation") {
+			ws = append(ws, strings.TrimSpace(l))
+		}
+	}
+	return ws
 }
 
 // parsePerftest finds t_avg in a perftest latency report: the number under

@@ -42,3 +42,15 @@ func TestRoundRatios(t *testing.T) {
 		t.Error("unpaired samples were accepted")
 	}
 }
+
+func TestClockWarnings(t *testing.T) {
+	out := "Warning: measured timestamp frequency 2190.5 differs from nominal 2400 MHz.\n" +
+		strings.NewReplacer("%%", "%", "%s", "1.97").Replace(report)
+	ws := clockWarnings([]byte(out))
+	if len(ws) != 1 || !strings.HasPrefix(ws[0], "Warning: measured timestamp frequency") {
+		t.Errorf("clockWarnings = %q", ws)
+	}
+	if ws := clockWarnings([]byte(strings.NewReplacer("%%", "%", "%s", "1.97").Replace(report))); len(ws) != 0 {
+		t.Errorf("warnings in a clean report: %q", ws)
+	}
+}
