@@ -295,7 +295,9 @@ const (
 //  3. Under a confirmer, ftrun's own exit notice (the error wraps
 //     startup.ErrExitReported) is downFailed: ftrun reaped the process,
 //     killed it, or counted it failed only once its lease had surely run
-//     out.
+//     out. So is ftrun's mark on the shared memory of a rank it reaped
+//     (transport.ErrPeerExited, shm.MarkExited), which a rank on the same
+//     host sees before the notice.
 //  4. Under a confirmer, every other loss is downSuspect: it proves the
 //     connection gone, not the process. A timeout (TCP's retransmission or
 //     keepalive timer, a write deadline, a verbs queue pair that ran out of
@@ -315,7 +317,7 @@ func classifyDown(err error, confirm bool) downKind {
 	switch {
 	case errors.Is(err, transport.ErrPeerLeft):
 		return downLeft
-	case !confirm, errors.Is(err, startup.ErrExitReported):
+	case !confirm, errors.Is(err, startup.ErrExitReported), errors.Is(err, transport.ErrPeerExited):
 		return downFailed
 	default:
 		return downSuspect

@@ -18,7 +18,7 @@ import (
 )
 
 // What a peer-down proves (classifyDown): under ftrun only its own exit
-// notice proves a failure, and a goodbye is a goodbye; the transport's own
+// notice (or its mark on a reaped rank's shared memory) proves a failure, and a goodbye is a goodbye; the transport's own
 // losses — timeouts, resets, EOF, fencing, anything else — are suspicions.
 // Without ftrun every loss but a goodbye is a failure, as it always was.
 func TestClassifyDown(t *testing.T) {
@@ -31,6 +31,7 @@ func TestClassifyDown(t *testing.T) {
 		{"goodbye", transport.ErrPeerDown(3, transport.ErrPeerLeft), downLeft, downLeft},
 		{"ftrun's exit notice", exit, downFailed, downFailed},
 		{"ftrun's exit notice, through the transport", transport.ErrPeerDown(3, exit), downFailed, downFailed},
+		{"ftrun's mark on shared memory", transport.ErrPeerDown(3, transport.ErrPeerExited), downFailed, downFailed},
 		{"timeout", transport.ErrPeerDown(3, fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)), downSuspect, downFailed},
 		{"ETIMEDOUT", transport.ErrPeerDown(3, &os.SyscallError{Syscall: "read", Err: syscall.ETIMEDOUT}), downSuspect, downFailed},
 		{"reset", transport.ErrPeerDown(3, &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}), downSuspect, downFailed},

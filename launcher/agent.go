@@ -405,6 +405,11 @@ func (j *agentJob) wait(p *agentProc) {
 	j.mu.Lock()
 	p.running = false
 	j.mu.Unlock()
+	// The process is gone: the ranks of this host learn it from its shared
+	// memory at once, before the exit notice makes its way through ftrun.
+	if err := shm.MarkExited(shm.DefaultDir, j.spec.job, p.rank, j.spec.rankList()); err != nil {
+		j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+	}
 	m := exitedMsg{rank: p.rank, code: -1}
 	if ps := p.cmd.ProcessState; ps == nil {
 		m.text = err.Error()

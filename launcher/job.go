@@ -406,6 +406,17 @@ func (j *Job) startRank(path string, p *rankProc, env []string) error {
 
 // waitRank reaps p (or learns from its agent that it was reaped), lets the
 // rendezvous know, drains p's output and reports an unclean exit.
+// localRanks are the ranks ftrun runs itself, on this host.
+func (j *Job) localRanks() []ftrma.Rank {
+	var rs []ftrma.Rank
+	for _, p := range j.ranks {
+		if p.link == nil {
+			rs = append(rs, p.rank)
+		}
+	}
+	return rs
+}
+
 func (j *Job) waitRank(p *rankProc) {
 	defer j.wg.Done()
 	st := RankStatus{Rank: p.rank, Code: -1}
@@ -437,6 +448,11 @@ func (j *Job) waitRank(p *rankProc) {
 		}
 	} else {
 		err := p.cmd.Wait()
+		// The process is gone: the ranks of this host learn it from its
+		// shared memory at once, before the exit notice reaches them.
+		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, j.localRanks()); err != nil {
+			j.out.reportf("%v", err)
+		}
 		if ps := p.cmd.ProcessState; ps == nil {
 			st.err = err
 		} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -243,3 +243,9 @@ func ErrPeerDown(peer ftrma.Rank, cause error) error {
 // transport on purpose (a goodbye, after everything it sent was delivered),
 // as opposed to crashing or being fenced.
 var ErrPeerLeft = errors.New("peer closed its transport")
+
+// ErrPeerExited is the cause of a peer-down event when the launcher, which
+// reaped the peer's process, said through the transport itself that the
+// process is gone (shm: the launcher marks the peer's control segment). It
+// is as sure as the launcher's exit notice, and earlier.
+var ErrPeerExited = errors.New("the launcher reaped the peer's process")

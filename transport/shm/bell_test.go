@@ -4,6 +4,7 @@ package shm
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"runtime"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,5 +110,44 @@ func TestRingsReservedByTheirSenders(t *testing.T) {
 	}
 	if a := allocated(t, ts[3]); a >= int64(lay.reserved)+ring {
 		t.Fatalf("rank 3 got no message but holds %d bytes, want %d", a, lay.reserved)
+	}
+}
+
+// The launcher's mark of a reaped rank cuts it off at every rank of the
+// host: their progress goroutines, woken by their bells, report it down
+// with transport.ErrPeerExited, and operations toward it fail with it. A
+// rank that closed its transport is not marked: its goodbye stands.
+func TestMarkExited(t *testing.T) {
+	dir := t.TempDir()
+	ts, rs, _ := cluster(t, 4, clusterOpts{dir: dir, cfg: func(c *Config) { c.Spin = -1 }})
+	ctx := testCtx(t)
+	mem := must(ts[2].Alloc(64))
+	key := must(ts[2].Register(mem))
+	if err := ts[3].Close(); err != nil {
+		t.Fatal(err)
+	}
+	all := []ftrma.Rank{0, 1, 2, 3}
+	if err := MarkExited(dir, "t", 3, all); err != nil {
+		t.Fatal(err)
+	}
+	rs[0].Await(t, ctx, "rank 3's goodbye", func() bool { return len(rs[0].DownsOf(3)) == 1 })
+	if err := rs[0].DownsOf(3)[0]; !errors.Is(err, transport.ErrPeerLeft) {
+		t.Fatalf("rank 3 closed, then was marked: reported %v, want its goodbye", err)
+	}
+	// Rank 2's process is gone (as far as the launcher's mark goes).
+	if err := MarkExited(dir, "t", 2, all); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{0, 1} {
+		rs[r].Await(t, ctx, "rank 2 down", func() bool { return len(rs[r].DownsOf(2)) == 1 })
+		if err := rs[r].DownsOf(2)[0]; !errors.Is(err, transport.ErrPeerExited) || !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Fatalf("rank %d got %v for rank 2, want ErrPeerExited and ErrProcFailed", r, err)
+		}
+	}
+	if _, err := ts[1].Write(2, key, 0, []byte("late")); !errors.Is(err, transport.ErrPeerExited) {
+		t.Fatalf("a write toward the reaped rank: %v, want ErrPeerExited", err)
+	}
+	if err := MarkExited(dir, "t", 7, all); err != nil {
+		t.Fatalf("a rank without files: %v", err)
 	}
 }

@@ -311,16 +311,3 @@ func removeFiles(dir, job string, mine func(ftrma.Rank) bool) error {
 	}
 	return nil
 }
-
-// ControlBytes is the most shared memory the control segments of m ranks
-// served together take with the default Config: each reserves its header,
-// active lines, key table and ring headers at Open, and at most a ring per
-// peer that sends to it, of the default size for m ranks.
-func ControlBytes(m int) uint64 {
-	cfg, err := Config{Size: max(m, 1), Job: "x"}.withDefaults()
-	if err != nil {
-		return 0
-	}
-	l := makeLayout(len(cfg.Ranks), cfg.RingBytes, cfg.Regions)
-	return uint64(m) * uint64(l.total)
-}

@@ -27,7 +27,7 @@ const (
 	offRegions   = 40 // key-table entries, a power of two
 	offPID       = 48 // the owner's process id
 	offTotal     = 56 // file size
-	offState     = 64 // stateOpen, then stateClosed when the owner closes
+	offState     = 64 // stateOpen, then stateClosed when the owner closes, or stateExited when the launcher reaped it (MarkExited)
 	offSlots     = 72 // ranks served (len(Config.Ranks)): active lines and rings
 	offRanksSum  = 80 // ranksSum(Config.Ranks)
 	// offSleeping (uint32) is set while the owner's progress goroutine
@@ -71,6 +71,7 @@ const (
 
 	stateOpen   = 1
 	stateClosed = 2
+	stateExited = 3
 )
 
 var pageSize = os.Getpagesize()
@@ -181,4 +182,17 @@ func parseCtl(mem []byte, size int, rank ftrma.Rank, slots int, sum uint64) (lay
 		return layout{}, fmt.Errorf("control segment of %d bytes, its header says %d, its layout %d", len(mem), w(offTotal), lay.total)
 	}
 	return lay, nil
+}
+
+// ControlBytes is the most shared memory the control segments of m ranks
+// served together take with the default Config: each reserves its header,
+// active lines, key table and ring headers at Open, and at most a ring per
+// peer that sends to it, of the default size for m ranks.
+func ControlBytes(m int) uint64 {
+	cfg, err := Config{Size: max(m, 1), Job: "x"}.withDefaults()
+	if err != nil {
+		return 0
+	}
+	l := makeLayout(len(cfg.Ranks), cfg.RingBytes, cfg.Regions)
+	return uint64(m) * uint64(l.total)
 }

@@ -362,6 +362,26 @@ func (t *Transport) down(p *peer, cause error, quiet bool) {
 	p.drop()
 }
 
+// stateStatus is the status (for t.lost) of a peer whose control segment's
+// state is st, not stateOpen.
+func stateStatus(st uint64) error {
+	if st == stateExited {
+		return transport.ErrPeerExited
+	}
+	return transport.ErrPeerLeft
+}
+
+// exited cuts off a peer whose process the launcher reaped (MarkExited), as
+// PeerDown does: nothing more it sent is delivered (it said no goodbye).
+func (t *Transport) exited(p *peer) {
+	t.life.RLock()
+	if !t.unmapped {
+		atomic.StoreUint64(t.own.word(t.own.active(p.slot)+actFenced), 1)
+	}
+	t.life.RUnlock()
+	t.down(p, transport.ErrPeerExited, false)
+}
+
 // lost handles what an access found out about the peer (status from lock,
 // or from the peer's shared state), after the peer's locks are released. It
 // returns the error to give the caller.
@@ -376,6 +396,8 @@ func (t *Transport) lost(op string, p *peer, status error) error {
 		t.wake()
 	case errCorrupt:
 		t.down(p, errCorrupt, false)
+	case transport.ErrPeerExited:
+		t.exited(p)
 	case errGone:
 		if t.closed.Load() {
 			return &ftrma.OpError{Op: op, Rank: p.rank, Err: ftrma.ErrClosed}

@@ -148,16 +148,19 @@ func (t *Transport) watchPeers() {
 		if p.self || p.rstop.Load() {
 			continue
 		}
-		var fenced, closed bool
+		var fenced, closed, exited bool
 		p.mu.RLock()
 		if c := p.ctl; c != nil {
 			fenced = atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) != 0
-			closed = atomic.LoadUint64(c.word(offState)) != stateOpen
+			st := atomic.LoadUint64(c.word(offState))
+			closed, exited = st != stateOpen, st == stateExited
 		}
 		p.mu.RUnlock()
 		switch {
 		case fenced:
 			t.down(p, errFencedByPeer, false)
+		case exited:
+			t.exited(p)
 		case closed:
 			p.fail(transport.ErrPeerDown(p.rank, transport.ErrPeerLeft))
 			// A peer that sent flagged its ring before closing: pollRing

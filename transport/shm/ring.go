@@ -249,7 +249,7 @@ func (t *Transport) sendable(p *peer, c *ctl) error {
 	case atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) != 0:
 		return errFencedByPeer
 	case atomic.LoadUint64(c.word(offState)) != stateOpen:
-		return transport.ErrPeerLeft
+		return stateStatus(atomic.LoadUint64(c.word(offState)))
 	}
 	return nil
 }

@@ -166,8 +166,10 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (o
 	// they wait for the operations that entered earlier. A peer that closed
 	// (it marks itself closed before it cuts its peers off) has left; a
 	// fence flag on an open peer means it declared this rank failed.
-	if !p.self && atomic.LoadUint64(c.word(offState)) != stateOpen {
-		return nil, transport.ErrPeerLeft
+	if !p.self {
+		if st := atomic.LoadUint64(c.word(offState)); st != stateOpen {
+			return nil, stateStatus(st)
+		}
 	}
 	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
 		return nil, errFencedByPeer

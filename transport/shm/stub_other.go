@@ -61,3 +61,9 @@ func (t *Transport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uin
 func (t *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
 	return 0, errUnsupported
 }
+
+// ControlBytes is 0: there is no shared-memory transport here.
+func ControlBytes(m int) uint64 { return 0 }
+
+// MarkExited does nothing: there is no shared-memory transport here.
+func MarkExited(dir, job string, r ftrma.Rank, wake []ftrma.Rank) error { return nil }
