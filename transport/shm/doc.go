@@ -97,7 +97,10 @@
 // # Failures and fencing
 //
 // Peer death is not detected here: the launcher learns that a process exited
-// and calls PeerDown. Operations and Send toward a down peer fail with an
+// and calls PeerDown. The launcher also marks a reaped rank's control segment
+// exited (MarkExited) and rings the bells of the host's ranks: their
+// progress goroutines and their operations toward it see the mark and report
+// it down with transport.ErrPeerExited at once. Operations and Send toward a down peer fail with an
 // error wrapping ftrma.ErrProcFailed, its messages are no longer delivered,
 // its mappings are dropped, and the receiver gets HandlePeerDown once.
 //
