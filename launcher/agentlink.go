@@ -49,6 +49,11 @@ func timingFor(o *Options) hostTiming {
 	if o.HBTimeout > defaultHBTimeout {
 		scale = float64(o.HBTimeout) / float64(defaultHBTimeout)
 	}
+	// On a full host a rank waits its turn for a CPU behind the others
+	// (the detector's timeout stretches the same way): a lease of one term
+	// would expire under ranks that are merely slow, 256 ranks on 2 CPUs
+	// starting up, and stop them.
+	scale = max(scale, float64(o.cpuStretch))
 	return scaledTiming(scale)
 }
 

@@ -113,6 +113,12 @@ type Options struct {
 	// Help and Version are set when --help or --version was given; the other
 	// fields are then not validated.
 	Help, Version bool
+
+	// cpuStretch is the ranks per CPU of ftrun's own host when it is full
+	// (jobwire.CPUShare), 0 otherwise: Start sets it, and the host layer's
+	// timing (the ranks' lease) stretches by it as the ranks' detector
+	// timeout does.
+	cpuStretch int
 }
 
 // KillSpec asks the launcher to send SIGKILL to Rank After the job started.
@@ -291,7 +297,8 @@ ranks failed and when. With --no-ft the first failure aborts the whole job,
 like classic MPI.
 
 One world: ranks hold a lease from ftrun (1 s, times the --hb-timeout
-stretch) and a rank that cannot renew it (its host cut off) exits with
+stretch, or the ranks per CPU of ftrun's host when it is full, whichever is
+larger) and a rank that cannot renew it (its host cut off) exits with
 status 76; ftrun tells the others of such a rank's failure only 1.5 lease
 terms after it stopped renewing it, when it has surely stopped.
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -166,6 +167,15 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 	multi := multiHost(blocks)
+	local := 0
+	for _, b := range blocks {
+		if !b.remote() {
+			local += len(b.ranks)
+		}
+	}
+	if full, perCPU := jobwire.CPUShare(local); full && local > 0 && perCPU > 1 {
+		opts.cpuStretch = perCPU
+	}
 	var path string
 	for _, b := range blocks {
 		if !b.remote() {

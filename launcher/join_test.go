@@ -373,6 +373,14 @@ func TestSpinFlag(t *testing.T) {
 // The host layer's timing stretches with the detector timeout a job asks
 // for, and the ranks are told their lease term.
 func TestHostTimingScales(t *testing.T) {
+	// A full host stretches the lease by its ranks per CPU, unless
+	// --hb-timeout stretches it more.
+	if tm := timingFor(&Options{cpuStretch: 128}); tm.lease != 128*jobwire.LeaseTerm {
+		t.Errorf("lease on a host with 128 ranks per CPU: %v, want %v", tm.lease, 128*jobwire.LeaseTerm)
+	}
+	if tm := timingFor(&Options{cpuStretch: 2, HBTimeout: 600 * time.Millisecond}); tm.lease != 10*jobwire.LeaseTerm {
+		t.Errorf("lease with --hb-timeout 600ms on a host with 2 ranks per CPU: %v, want %v", tm.lease, 10*jobwire.LeaseTerm)
+	}
 	if tm := timingFor(&Options{}); tm.scale != 1 || tm.timeout != linkTimeout || tm.lease != jobwire.LeaseTerm {
 		t.Errorf("default timing %+v", tm)
 	}
