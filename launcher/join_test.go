@@ -76,14 +76,24 @@ type received struct {
 }
 
 func newChanReceiver(size int) *chanReceiver {
-	return &chanReceiver{msgs: make(chan received, 4*size), down: make(chan ftrma.Rank, size)}
+	return &chanReceiver{msgs: make(chan received, 4*size), down: make(chan ftrma.Rank, 4*size)}
 }
 
 func (c *chanReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
 	c.msgs <- received{from, string(msg)}
 }
 
-func (c *chanReceiver) HandlePeerDown(peer ftrma.Rank, err error) { c.down <- peer }
+// HandlePeerDown never blocks: a peer can be reported down more than once (its
+// goodbye, then ftrun's exit notice), and a receiver that blocked would hold
+// up the transport's progress goroutine, and with it the transport's Close,
+// for good once allToAll no longer reads (the rank then hung, and ftrun with
+// it, in about 1 run in 8 on a loaded machine).
+func (c *chanReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
+	select {
+	case c.down <- peer:
+	default:
+	}
+}
 
 // allToAll sends "hello from R" to every peer and waits for every peer's
 // hello, then sends "bye" and waits for every peer's bye or its departure (a
