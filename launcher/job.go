@@ -38,6 +38,7 @@ type Job struct {
 	dial         *dialBack      // the agents ftrun started, or nil
 	members      *members.Group // ftrun's member of the job's host group, or nil
 	blocks       []hostBlock    // where the ranks run
+	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; fixed
 	tm           hostTiming     // the host layer's timing
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
@@ -167,13 +168,13 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 	multi := multiHost(blocks)
-	local := 0
+	var local []ftrma.Rank // the ranks ftrun runs itself, on this host
 	for _, b := range blocks {
 		if !b.remote() {
-			local += len(b.ranks)
+			local = append(local, b.ranks...)
 		}
 	}
-	if full, perCPU := jobwire.CPUShare(local); full && local > 0 && perCPU > 1 {
+	if full, perCPU := jobwire.CPUShare(len(local)); full && len(local) > 0 && perCPU > 1 {
 		opts.cpuStretch = perCPU
 	}
 	var path string
@@ -189,7 +190,7 @@ func Start(opts *Options) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts)}
+	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local}
 	j.opts.Transport = tr
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
@@ -416,17 +417,6 @@ func (j *Job) startRank(path string, p *rankProc, env []string) error {
 
 // waitRank reaps p (or learns from its agent that it was reaped), lets the
 // rendezvous know, drains p's output and reports an unclean exit.
-// localRanks are the ranks ftrun runs itself, on this host.
-func (j *Job) localRanks() []ftrma.Rank {
-	var rs []ftrma.Rank
-	for _, p := range j.ranks {
-		if p.link == nil {
-			rs = append(rs, p.rank)
-		}
-	}
-	return rs
-}
-
 func (j *Job) waitRank(p *rankProc) {
 	defer j.wg.Done()
 	st := RankStatus{Rank: p.rank, Code: -1}
@@ -460,7 +450,7 @@ func (j *Job) waitRank(p *rankProc) {
 		err := p.cmd.Wait()
 		// The process is gone: the ranks of this host learn it from its
 		// shared memory at once, before the exit notice reaches them.
-		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, j.localRanks()); err != nil {
+		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, j.local); err != nil {
 			j.out.reportf("%v", err)
 		}
 		if ps := p.cmd.ProcessState; ps == nil {
