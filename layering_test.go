@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"internal/seclink":        {},
 	"internal/jobwire":        {"", "internal/seclink"},
 	"internal/kvcheck":        {},
+	"internal/scaletest":      {},
 	"internal/members":        {""},
 	"internal/script":         {},
 	"failure":                 {"", "internal/overlay"},

@@ -3,11 +3,10 @@ package agree
 import (
 	"container/heap"
 	"fmt"
+	"github.com/ftrma/ftrma/internal/scaletest"
 	"math/bits"
 	"math/rand"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -362,19 +361,11 @@ type logBound struct {
 
 // checkCurve returns an error naming every point of the curve above its bound.
 func checkCurve(curve []scaleResult, bounds []logBound) error {
-	var bad []string
-	for _, r := range curve {
-		l := log2ceil(r.n)
-		for _, b := range bounds {
-			if v, lim := b.get(r), b.a*l+b.b; v > lim {
-				bad = append(bad, fmt.Sprintf("n=%d: %s %d > %d·%d+%d = %d", r.n, b.metric, v, b.a, l, b.b, lim))
-			}
-		}
+	bs := make([]scaletest.Bound[scaleResult], len(bounds))
+	for i, b := range bounds {
+		bs[i] = scaletest.Bound[scaleResult]{Metric: b.metric, A: b.a, B: b.b, Get: b.get}
 	}
-	if bad != nil {
-		return fmt.Errorf("grows faster than the bound: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return scaletest.Check(curve, func(r scaleResult) int { return r.n }, bs)
 }
 
 var (
@@ -383,39 +374,11 @@ var (
 	roundsOf  = func(r scaleResult) int { return r.rounds }
 )
 
-// scaleSizes are 4, 8, ..., 4,096 and 1,000 and 3,000, capped as the file
-// comment says.
-func scaleSizes() []int {
-	top := 4096
-	if raceEnabled {
-		top = 1024
-	}
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_MAX")); err == nil && v >= 4 {
-		top = v
-	}
-	var out []int
-	for n := 4; n <= top; n *= 2 {
-		out = append(out, n)
-		if n == 512 && top >= 1000 {
-			out = append(out, 1000)
-		}
-		if n == 2048 && top >= 3000 {
-			out = append(out, 3000)
-		}
-	}
-	return out
-}
+// scaleSizes are scaletest.Sizes: 4 to 4,096 ranks (1,024 under -race).
+func scaleSizes() []int { return scaletest.Sizes(raceEnabled) }
 
 // scaleSeeds is how many seeds to run at size n.
-func scaleSeeds(n int) int {
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_SEEDS")); err == nil && v > 0 {
-		return v
-	}
-	if n >= 1000 {
-		return 2
-	}
-	return 8
-}
+func scaleSeeds(n int) int { return scaletest.Seeds(n, 8, 2) }
 
 // worst merges the runs of one size: the largest of each metric (the
 // mean's mean).

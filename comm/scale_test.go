@@ -3,12 +3,11 @@ package comm
 import (
 	"container/heap"
 	"fmt"
+	"github.com/ftrma/ftrma/internal/scaletest"
 	"math/bits"
 	"math/rand"
-	"os"
 	goruntime "runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -369,19 +368,11 @@ type scaleBound struct {
 }
 
 func checkScaleCurve(curve []shrinkResult, bounds []scaleBound) error {
-	var bad []string
-	for _, r := range curve {
-		l := scaleLog2(r.n)
-		for _, b := range bounds {
-			if v, lim := b.get(r), b.a*l+b.b; v > lim {
-				bad = append(bad, fmt.Sprintf("n=%d: %s %d > %d·%d+%d = %d", r.n, b.metric, v, b.a, l, b.b, lim))
-			}
-		}
+	bs := make([]scaletest.Bound[shrinkResult], len(bounds))
+	for i, b := range bounds {
+		bs[i] = scaletest.Bound[shrinkResult]{Metric: b.metric, A: b.a, B: b.b, Get: b.get}
 	}
-	if bad != nil {
-		return fmt.Errorf("grows faster than the bound: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return scaletest.Check(curve, func(r shrinkResult) int { return r.n }, bs)
 }
 
 // shrinkBounds are the bounds of a shrink whose agreement takes at most R
@@ -412,36 +403,9 @@ func shrinkBounds(rounds, f int, viaNotice bool) []scaleBound {
 	}
 }
 
-func shrinkSizes() []int {
-	top := 4096
-	if raceEnabled {
-		top = 1024
-	}
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_MAX")); err == nil && v >= 4 {
-		top = v
-	}
-	var out []int
-	for n := 4; n <= top; n *= 2 {
-		out = append(out, n)
-		if n == 512 && top >= 1000 {
-			out = append(out, 1000)
-		}
-		if n == 2048 && top >= 3000 {
-			out = append(out, 3000)
-		}
-	}
-	return out
-}
+func shrinkSizes() []int { return scaletest.Sizes(raceEnabled) }
 
-func shrinkSeeds(n int) int {
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_SEEDS")); err == nil && v > 0 {
-		return v
-	}
-	if n >= 1000 {
-		return 1
-	}
-	return 4
-}
+func shrinkSeeds(n int) int { return scaletest.Seeds(n, 4, 1) }
 
 // TestScaleShrink runs a shrink in each scenario at every size, checks its
 // outcome (every survivor decides the same failed set, which holds every

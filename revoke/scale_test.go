@@ -3,10 +3,9 @@ package revoke
 import (
 	"container/heap"
 	"fmt"
+	"github.com/ftrma/ftrma/internal/scaletest"
 	"math/bits"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -215,18 +214,11 @@ func (b logBound) limit(n int) int { return (b.a*log2ceil(n) + b.b) / max(1, b.d
 
 // checkCurve returns an error naming every point of the curve above a bound.
 func checkCurve(curve []bcastResult, bounds []logBound) error {
-	var bad []string
-	for _, r := range curve {
-		for _, b := range bounds {
-			if v, lim := b.get(r), b.limit(r.n); v > lim {
-				bad = append(bad, fmt.Sprintf("n=%d: %s %d > %d", r.n, b.metric, v, lim))
-			}
-		}
+	bs := make([]scaletest.Bound[bcastResult], len(bounds))
+	for i, b := range bounds {
+		bs[i] = scaletest.Bound[bcastResult]{Metric: b.metric, A: b.a, B: b.b, D: b.d, Get: b.get}
 	}
-	if bad != nil {
-		return fmt.Errorf("grows faster than the bound: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return scaletest.Check(curve, func(r bcastResult) int { return r.n }, bs)
 }
 
 var (
@@ -235,38 +227,11 @@ var (
 	depthOf     = func(r bcastResult) int { return r.depth }
 )
 
-// scaleSizes are 4, 8, ..., 4,096 and 1,000 and 3,000, capped as the file
-// comment says.
-func scaleSizes() []int {
-	top := 4096
-	if raceEnabled {
-		top = 1024
-	}
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_MAX")); err == nil && v >= 4 {
-		top = v
-	}
-	var out []int
-	for n := 4; n <= top; n *= 2 {
-		out = append(out, n)
-		if n == 512 && top >= 1000 {
-			out = append(out, 1000)
-		}
-		if n == 2048 && top >= 3000 {
-			out = append(out, 3000)
-		}
-	}
-	return out
-}
+// scaleSizes are scaletest.Sizes: 4 to 4,096 ranks (1,024 under -race).
+func scaleSizes() []int { return scaletest.Sizes(raceEnabled) }
 
-func scaleSeeds(n int) int {
-	if v, err := strconv.Atoi(os.Getenv("FTRMA_SCALE_SEEDS")); err == nil && v > 0 {
-		return v
-	}
-	if n >= 1000 {
-		return 1
-	}
-	return 6
-}
+// scaleSeeds is how many seeds to run at size n.
+func scaleSeeds(n int) int { return scaletest.Seeds(n, 6, 1) }
 
 // TestScale runs every scenario at every size, with unit and with random
 // delays, checks that every live rank delivers, and checks each curve against
@@ -369,7 +334,7 @@ func TestScaleBoundCatchesLinearGrowth(t *testing.T) {
 	bounds := []logBound{{"sent max", 2, 0, 1, sentOf}, {"sync depth", 1, 1, 2, syncDepthOf}}
 	if err := checkCurve(linear, bounds); err == nil {
 		t.Error("checkCurve accepted n-1 messages per rank against 2·ceil(log2 n)")
-	} else if !strings.Contains(err.Error(), "n=4096: sent max 4095 > 24") {
+	} else if !strings.Contains(err.Error(), "n=4096: sent max 4095 > (2·12+0)/1 = 24") {
 		t.Errorf("checkCurve's error does not name the worst point: %v", err)
 	}
 	if err := checkCurve(logarithmic, bounds); err != nil {
