@@ -1,7 +1,6 @@
 package agree
 
 import (
-	"container/heap"
 	"fmt"
 	"github.com/ftrma/ftrma/internal/scaletest"
 	"math/bits"
@@ -86,7 +85,7 @@ const (
 )
 
 type scaleItem struct {
-	at, seq  int
+	at       int
 	what     int
 	from, to int
 	arg      int
@@ -94,27 +93,11 @@ type scaleItem struct {
 	msg      Message
 }
 
-type scaleQueue []scaleItem
-
-func (q scaleQueue) Len() int { return len(q) }
-func (q scaleQueue) Less(i, j int) bool {
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
-}
-func (q scaleQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *scaleQueue) Push(x any)   { *q = append(*q, x.(scaleItem)) }
-func (q *scaleQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
-}
-
 type scaleNet struct {
 	o   scaleOpts
 	rng *rand.Rand
 	ag  []*Agreement
-	q   scaleQueue
-	seq int
+	q   scaletest.Queue[scaleItem]
 	now int
 
 	dead     []bool // stopped: takes no step, receives nothing
@@ -177,8 +160,8 @@ func runScale(o scaleOpts) scaleResult {
 	// has gone quadratic within seconds.
 	budget := 16 * n * (log2ceil(n) + 1) * (o.dead + 2)
 	delivered := 0
-	for len(s.q) > 0 {
-		it := heap.Pop(&s.q).(scaleItem)
+	for s.q.Len() > 0 {
+		it := s.q.Pop()
 		s.now = it.at
 		r := it.to
 		if s.dead[r] {
@@ -220,11 +203,7 @@ func runScale(o scaleOpts) scaleResult {
 	return s.res
 }
 
-func (s *scaleNet) push(it scaleItem) {
-	it.seq = s.seq
-	s.seq++
-	heap.Push(&s.q, it)
-}
+func (s *scaleNet) push(it scaleItem) { s.q.Push(it.at, it) }
 
 func (s *scaleNet) errorf(format string, args ...any) {
 	if len(s.res.errs) < 10 {

@@ -1,10 +1,8 @@
 package comm
 
 import (
-	"container/heap"
 	"fmt"
 	"github.com/ftrma/ftrma/internal/scaletest"
-	"math/bits"
 	"math/rand"
 	goruntime "runtime"
 	"slices"
@@ -90,26 +88,11 @@ type shrinkResult struct {
 }
 
 type shrinkItem struct {
-	at, seq  int
+	at       int
 	from, to int
 	learn    int // >= 0: not a message: rank to learns that rank learn failed
 	depth    int
 	msg      []byte
-}
-
-type shrinkQueue []shrinkItem
-
-func (q shrinkQueue) Len() int { return len(q) }
-func (q shrinkQueue) Less(i, j int) bool {
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
-}
-func (q shrinkQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *shrinkQueue) Push(x any)   { *q = append(*q, x.(shrinkItem)) }
-func (q *shrinkQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
 }
 
 type shrinkNet struct {
@@ -118,8 +101,7 @@ type shrinkNet struct {
 	t0      time.Time
 	ms      []*machine
 	dead    []bool
-	q       shrinkQueue
-	seq     int
+	q       scaletest.Queue[shrinkItem]
 	now     int
 	dep     []int
 	sent    []int
@@ -172,8 +154,8 @@ func runShrink(o shrinkOpts) shrinkResult {
 	// protocol that has gone quadratic within seconds.
 	budget := 2 * n * (2*scaleLog2(n) + 2) * (o.dead + 3)
 	steps := 0
-	for len(s.q) > 0 {
-		it := heap.Pop(&s.q).(shrinkItem)
+	for s.q.Len() > 0 {
+		it := s.q.Pop()
 		s.now = it.at
 		r := it.to
 		if s.dead[r] {
@@ -189,7 +171,7 @@ func runShrink(o shrinkOpts) shrinkResult {
 			s.ms[r].step(s.clock(), ftrma.Rank(it.from), it.msg)
 		}
 		s.drain(r)
-		if steps++; s.seq > budget {
+		if steps++; s.q.Pushed() > budget {
 			s.errorf("more than %d messages after %d steps: stopped", budget, steps)
 			break
 		}
@@ -236,11 +218,7 @@ func (s *shrinkNet) tell(r int, all bool) {
 	}
 }
 
-func (s *shrinkNet) push(it shrinkItem) {
-	it.seq = s.seq
-	s.seq++
-	heap.Push(&s.q, it)
-}
+func (s *shrinkNet) push(it shrinkItem) { s.q.Push(it.at, it) }
 
 // agreeKind is the agreement message type of msg, 0 for other messages.
 func agreeKind(msg []byte) agree.Kind {
@@ -358,7 +336,7 @@ func (s *shrinkNet) check() {
 
 // --- the curve and its bounds ---------------------------------------------------
 
-func scaleLog2(n int) int { return bits.Len(uint(n - 1)) }
+func scaleLog2(n int) int { return scaletest.Log2(n) }
 
 // scaleBound bounds one metric by a·ceil(log2 n) + b.
 type scaleBound struct {

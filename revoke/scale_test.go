@@ -1,10 +1,8 @@
 package revoke
 
 import (
-	"container/heap"
 	"fmt"
 	"github.com/ftrma/ftrma/internal/scaletest"
-	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -69,25 +67,10 @@ type bcastResult struct {
 }
 
 type bcastItem struct {
-	at, seq  int
+	at       int
 	from, to int
 	depth    int
 	msg      Message
-}
-
-type bcastQueue []bcastItem
-
-func (q bcastQueue) Len() int { return len(q) }
-func (q bcastQueue) Less(i, j int) bool {
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
-}
-func (q bcastQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *bcastQueue) Push(x any)   { *q = append(*q, x.(bcastItem)) }
-func (q *bcastQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
 }
 
 // runBcast simulates one broadcast and checks that every live rank
@@ -116,8 +99,7 @@ func runBcast(o bcastOpts) bcastResult {
 			res.errs = append(res.errs, fmt.Sprintf(format, args...))
 		}
 	}
-	var q bcastQueue
-	seq := 0
+	var q scaletest.Queue[bcastItem]
 	var buf []byte
 	drain := func(r, now int) {
 		b := bs[r]
@@ -141,8 +123,7 @@ func runBcast(o bcastOpts) bcastResult {
 			if !o.sync {
 				delay += rng.IntN(bcastDelay)
 			}
-			heap.Push(&q, bcastItem{at: now + delay, seq: seq, from: r, to: out.To, depth: d, msg: out.Msg})
-			seq++
+			q.Push(now+delay, bcastItem{at: now + delay, from: r, to: out.To, depth: d, msg: out.Msg})
 		}
 		if !alive[r] {
 			return
@@ -170,12 +151,12 @@ func runBcast(o bcastOpts) bcastResult {
 	// A broken broadcast (one that floods every rank, say) stops here
 	// rather than run for minutes: twice the documented n·Degree.
 	budget := 2 * n * max(1, overlay.Degree(n))
-	for len(q) > 0 {
-		if seq > budget {
+	for q.Len() > 0 {
+		if q.Pushed() > budget {
 			errorf("more than %d messages, twice n·Degree(n): stopped", budget)
 			break
 		}
-		it := heap.Pop(&q).(bcastItem)
+		it := q.Pop()
 		if !alive[it.to] {
 			continue // lost with the dead rank
 		}
@@ -200,7 +181,7 @@ func runBcast(o bcastOpts) bcastResult {
 
 // --- the curve and its bounds ---------------------------------------------------
 
-func log2ceil(n int) int { return bits.Len(uint(n - 1)) }
+func log2ceil(n int) int { return scaletest.Log2(n) }
 
 // logBound bounds one metric of a curve by (a·ceil(log2 n) + b) / div (div 0
 // counts as 1).

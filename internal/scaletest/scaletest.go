@@ -1,13 +1,14 @@
 // Package scaletest is what the protocols' scale tests (agree, revoke and
 // comm's shrink) share: the sizes and seeds they run, from 4 to 4,096
-// ranks, and the check of a measured curve against bounds of the form
-// (a·ceil(log2 n) + b) / d. It is for tests only.
+// ranks, their event queue, and the check of a measured curve against
+// bounds of the form (a·ceil(log2 n) + b) / d. It is for tests only.
 //
 // FTRMA_SCALE_MAX=n caps the sizes (and lifts the cap of race builds);
 // FTRMA_SCALE_SEEDS=k runs k seeds per size.
 package scaletest
 
 import (
+	"container/heap"
 	"fmt"
 	"math/bits"
 	"os"
@@ -82,3 +83,46 @@ func Check[R any](curve []R, size func(R) int, bounds []Bound[R]) error {
 	}
 	return nil
 }
+
+// Queue is a simulation's event queue: items come out in order of their
+// time, and those of equal time in the order they were pushed, so a seeded
+// run is repeatable.
+type Queue[T any] struct {
+	h   events[T]
+	seq int
+}
+
+type event[T any] struct {
+	at, seq int
+	item    T
+}
+
+type events[T any] []event[T]
+
+func (h events[T]) Len() int { return len(h) }
+func (h events[T]) Less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
+}
+func (h events[T]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *events[T]) Push(x any)   { *h = append(*h, x.(event[T])) }
+func (h *events[T]) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Push queues item for time at.
+func (q *Queue[T]) Push(at int, item T) {
+	heap.Push(&q.h, event[T]{at: at, seq: q.seq, item: item})
+	q.seq++
+}
+
+// Pop takes the earliest item out. The queue must not be empty.
+func (q *Queue[T]) Pop() T { return heap.Pop(&q.h).(event[T]).item }
+
+// Len is the number of items queued.
+func (q *Queue[T]) Len() int { return len(q.h) }
+
+// Pushed is the number of items pushed so far.
+func (q *Queue[T]) Pushed() int { return q.seq }

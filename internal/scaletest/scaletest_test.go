@@ -46,3 +46,19 @@ func TestSizes(t *testing.T) {
 		t.Errorf("FTRMA_SCALE_MAX=64: sizes end at %d", got[len(got)-1])
 	}
 }
+
+// The queue yields items by time, and those of one time in push order.
+func TestQueue(t *testing.T) {
+	var q Queue[string]
+	q.Push(5, "c")
+	q.Push(1, "a")
+	q.Push(5, "d")
+	q.Push(3, "b")
+	var got []string
+	for q.Len() > 0 {
+		got = append(got, q.Pop())
+	}
+	if !slices.Equal(got, []string{"a", "b", "c", "d"}) || q.Pushed() != 4 {
+		t.Errorf("popped %v after %d pushes, want a b c d after 4", got, q.Pushed())
+	}
+}

@@ -151,3 +151,20 @@ func TestMarkExited(t *testing.T) {
 		t.Fatalf("a rank without files: %v", err)
 	}
 }
+
+// A sender that cannot reserve its ring because the receiver's files are
+// gone (it closed, or died and was cleaned up) gets a peer-down error from
+// Send and writes nothing into the unreserved ring.
+func TestSendToRemovedPeer(t *testing.T) {
+	ts, _, _ := cluster(t, 2, clusterOpts{})
+	if err := os.Remove(ts[1].ctlPath); err != nil {
+		t.Fatal(err)
+	}
+	err := ts[0].Send(1, []byte("hello"))
+	if !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, transport.ErrPeerLeft) {
+		t.Fatalf("Send to a rank whose control segment is gone: %v, want ErrProcFailed and ErrPeerLeft", err)
+	}
+	if tail := *ts[1].own.ring(0).tail; tail != 0 {
+		t.Fatalf("the ring's tail moved to %d", tail)
+	}
+}
