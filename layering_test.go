@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 const module = "github.com/ftrma/ftrma"
 
 func TestLayering(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	out, err := exec.Command("go", "list", "-json", "./...", "./bench/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

@@ -17,14 +17,18 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+echo "== go mod tidy (the root module and bench/, each on its own: what a user of the module gets)"
+GOWORK=off go mod tidy -diff
+(cd bench && GOWORK=off go mod tidy -diff)
+
 echo "== go vet"
-go vet ./...
+go vet ./... ./bench/...
 
 echo "== CGO_ENABLED=0 go build"
-CGO_ENABLED=0 go build ./...
+CGO_ENABLED=0 go build ./... ./bench/...
 
 echo "== go test -race (all but e2e, whose process tests build their binaries without -race and run below)"
-go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/e2e$')
+go test -race -count=1 -timeout 15m $(go list ./... ./bench/... | grep -v '/e2e$')
 
 echo "== go test (without race: paths the race build replaces, e.g. tcp's in-place large writes;"
 echo "   the full 256-rank x 1,000-seed agreement simulation; process tests at real timing)"

@@ -50,7 +50,7 @@ if readelf -d "$share/bin/ftrun" | grep -q 'NEEDED.*libibverbs'; then
 fi
 
 say "vet and unit tests of the verbs build on this host"
-go vet -tags verbs ./...
+go vet -tags verbs ./... ./bench/...
 go test -tags verbs -count=1 -run '^(TestAddressRoundTrip|TestChoose|TestAckTimeoutWithinBound|TestProbeOnThisHost)$' ./transport/verbs
 
 # On this host (no RDMA device) the verbs-enabled ftrun refuses --transport
