@@ -161,44 +161,48 @@ func testWriteRead(t *testing.T, f Factory) {
 	ctx := ctxFor(t)
 	ts := w.Ranks
 	const regionBytes = 200 << 10
-	mem := Mem(t, ts[1], regionBytes+16)
 	sizes := []int{0, 1, 7, 8, 9, 63, 64, 100, 4095, 4096, 4097, transport.WordAtomicWrite, transport.WordAtomicWrite + 1, 100 << 10, 150 << 10}
-	for _, base := range []int{0, 8, 3} {
-		reg := mem[base : base+regionBytes]
-		key := register(t, ts[1], reg)
-		for _, size := range sizes {
-			for _, off := range []uint64{0, 1, 8, 13} {
-				src := make([]byte, size)
-				for i := range src {
-					src[i] = byte(i*7 + size + int(off) + base)
-				}
-				for _, writer := range []int{0, 1} { // a peer, and the owner toward itself
-					if _, err := ts[writer].Write(1, key, off, src); err != nil {
-						t.Fatalf("base %d size %d off %d: rank %d's write: %v", base, size, off, writer, err)
+	// Peers write and read rank 1's memory; then rank 1 does the same
+	// toward itself, in memory of its own (an emulating transport's
+	// loopback path and its progress goroutines are ordered through the
+	// network, which the race detector does not see).
+	for _, pair := range []struct{ writer, reader int }{{0, 2}, {1, 1}} {
+		mem := Mem(t, ts[1], regionBytes+16)
+		for _, base := range []int{0, 8, 3} {
+			reg := mem[base : base+regionBytes]
+			key := register(t, ts[1], reg)
+			for _, size := range sizes {
+				for _, off := range []uint64{0, 1, 8, 13} {
+					what := fmt.Sprintf("rank %d to rank 1, base %d size %d off %d", pair.writer, base, size, off)
+					src := make([]byte, size)
+					for i := range src {
+						src[i] = byte(i*7 + size + int(off) + base)
 					}
-					if err := ts[writer].Flush(ctx, 1); err != nil {
-						t.Fatalf("base %d size %d off %d: rank %d's flush: %v", base, size, off, writer, err)
+					if _, err := ts[pair.writer].Write(1, key, off, src); err != nil {
+						t.Fatalf("%s: write: %v", what, err)
+					}
+					if err := ts[pair.writer].Flush(ctx, 1); err != nil {
+						t.Fatalf("%s: flush: %v", what, err)
 					}
 					if !bytes.Equal(reg[off:off+uint64(size)], src) {
-						t.Fatalf("base %d size %d off %d: after rank %d's write the owner's memory differs", base, size, off, writer)
+						t.Fatalf("%s: the owner's memory differs", what)
 					}
-				}
-				for _, reader := range []int{2, 1} {
 					dst := make([]byte, size)
-					seq, err := ts[reader].Read(1, key, off, dst)
-					if err := complete(ctx, ts[reader], 1, seq, err); err != nil {
-						t.Fatalf("base %d size %d off %d: rank %d's read: %v", base, size, off, reader, err)
+					seq, err := ts[pair.reader].Read(1, key, off, dst)
+					if err := complete(ctx, ts[pair.reader], 1, seq, err); err != nil {
+						t.Fatalf("%s: rank %d's read: %v", what, pair.reader, err)
 					}
 					if !bytes.Equal(dst, src) {
-						t.Fatalf("base %d size %d off %d: rank %d read back something else", base, size, off, reader)
+						t.Fatalf("%s: rank %d read back something else", what, pair.reader)
 					}
 				}
 			}
-		}
-		if err := ts[1].Deregister(key); err != nil {
-			t.Fatal(err)
+			if err := ts[1].Deregister(key); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	mem := Mem(t, ts[1], 64)
 	// Write copies src before it returns: changing it afterwards does not
 	// change what lands.
 	key := register(t, ts[1], mem[:64])
@@ -536,7 +540,8 @@ func testMessagesFollowWrites(t *testing.T, f Factory) {
 		rec := NewRecorder()
 		var bad atomic.Int64
 		rec.Hook = func(_ ftrma.Rank, msg []byte) {
-			if atomic.LoadUint64(word(mem, 0)) != binary.NativeEndian.Uint64(msg) {
+			// The word only grows; later writes may have landed too.
+			if atomic.LoadUint64(word(mem, 0)) < binary.NativeEndian.Uint64(msg) {
 				bad.Add(1)
 			}
 		}
