@@ -19,7 +19,7 @@ var allowed = map[string][]string{
 	"transport":               {""},
 	"transport/tcp":           {"", "transport"},
 	"transport/multi":         {"", "transport"},
-	"transport/transporttest": {""},
+	"transport/transporttest": {"", "transport"},
 	"transport/memnet":        {"", "transport"},
 	"transport/shm":           {"", "transport"},
 	"transport/verbs":         {"", "transport"},

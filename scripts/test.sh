@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): static checks, the race-enabled
 # test suite (unit, memnet simulations, and process tests through ftrun over
-# shared memory and TCP), a bounded run of the frame-decoder fuzzer, and the
-# RDMA verbs suite in Soft-RoCE guests (scripts/verbs-test.sh).
+# shared memory and TCP), a bounded run of every fuzz target (scripts/fuzz.sh),
+# and the RDMA verbs suite in Soft-RoCE guests (scripts/verbs-test.sh).
 #
-# FUZZTIME (default 300000x: an execution count, ~15 s here) bounds the fuzzer;
-# a count, not a duration, because a duration-bounded -fuzz run can fail with a
-# bare "context deadline exceeded" at its end (go.dev/issue/75804, fixed in Go
-# 1.27). FTRMA_LONG=1 enables long soaks.
+# FUZZTIME (an execution count per target, default scripts/fuzz.sh's) bounds
+# the fuzzers. FTRMA_LONG=1 enables long soaks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,8 +32,8 @@ echo "== go test (without race: paths the race build replaces, e.g. tcp's in-pla
 echo "   the full 256-rank x 1,000-seed agreement simulation; process tests at real timing)"
 go test -count=1 -timeout 20m ./transport/... ./window/... ./agree/... ./failure/... ./revoke/... ./e2e/...
 
-echo "== fuzz FuzzParseFrame for ${FUZZTIME:-300000x}"
-go test -run '^$' -fuzz '^FuzzParseFrame$' -fuzztime "${FUZZTIME:-300000x}" ./transport/tcp
+echo "== fuzz every target (scripts/fuzz.sh)"
+./scripts/fuzz.sh
 
 # The RDMA verbs transport on Soft-RoCE in qemu guests (installs qemu and the
 # guest kernel with apt-get when it can; says plainly when it cannot).

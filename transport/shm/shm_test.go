@@ -24,53 +24,18 @@ import (
 	"github.com/ftrma/ftrma/transport"
 )
 
-func TestWriteReadRoundTrip(t *testing.T) {
-	ts, _, _ := cluster(t, 3, clusterOpts{})
-	ctx := testCtx(t)
-	mem := must(ts[1].Alloc(256 << 10))
-	if uintptrOf(mem)%8 != 0 || len(mem) != 256<<10 || cap(mem) != 256<<10 {
-		t.Fatalf("Alloc returned %d/%d bytes at %#x", len(mem), cap(mem), uintptrOf(mem))
-	}
-	sizes := []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 100, 4095, 4096, 4097, transport.WordAtomicWrite, transport.WordAtomicWrite + 1, 40000, 100 << 10}
-	for _, base := range []int{0, 3, 8} {
-		reg := mem[base : base+(120<<10)]
-		key := must(ts[1].Register(reg))
-		for _, size := range sizes {
-			for _, off := range []uint64{0, 1, 3, 8, 13} {
-				src := make([]byte, size)
-				for i := range src {
-					src[i] = byte(i*7 + size + int(off) + base)
-				}
-				if _, err := ts[0].Write(1, key, off, src); err != nil {
-					t.Fatal(err)
-				}
-				if err := ts[0].Flush(ctx, 1); err != nil {
-					t.Fatalf("base %d size %d off %d: flush: %v", base, size, off, err)
-				}
-				if !bytes.Equal(reg[off:off+uint64(size)], src) {
-					t.Fatalf("base %d size %d off %d: the owner's memory differs", base, size, off)
-				}
-				for _, reader := range []int{2, 1} { // a peer, and the owner through its transport
-					dst := make([]byte, size)
-					seq, err := ts[reader].Read(1, key, off, dst)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := ts[reader].Wait(ctx, 1, seq); err != nil {
-						t.Fatalf("base %d size %d off %d: wait: %v", base, size, off, err)
-					}
-					if !bytes.Equal(dst, src) {
-						t.Fatalf("base %d size %d off %d: rank %d read back something else", base, size, off, reader)
-					}
-				}
-			}
+// Alloc hands out aligned memory of the size asked (reads and writes on it
+// are in the contract suite).
+func TestAllocAligned(t *testing.T) {
+	ts, _, _ := cluster(t, 1, clusterOpts{})
+	for _, size := range []int{1, 64, 256 << 10} {
+		mem := must(ts[0].Alloc(size))
+		if uintptrOf(mem)%8 != 0 || len(mem) != size || cap(mem) != size {
+			t.Fatalf("Alloc(%d) returned %d/%d bytes at %#x", size, len(mem), cap(mem), uintptrOf(mem))
 		}
-		if err := ts[1].Deregister(key); err != nil {
+		if err := ts[0].Release(mem); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := ts[1].Release(mem); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -78,6 +43,8 @@ func uintptrOf(b []byte) uintptr {
 	return uintptr(unsafePointer(b))
 }
 
+// The rules of shm's memory and arguments (the errors every transport
+// reports are in the contract suite).
 func TestOperationErrors(t *testing.T) {
 	ts, _, _ := cluster(t, 2, clusterOpts{})
 	ctx := testCtx(t)
@@ -86,63 +53,22 @@ func TestOperationErrors(t *testing.T) {
 	key := must(b.Register(mem))
 	odd := must(b.Register(mem[4:36]))
 
-	var res uint64
-	check := func(what string, seq transport.Seq, err error, want error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: posting failed: %v", what, err)
-		}
-		err = a.Wait(ctx, 1, seq)
-		var oe *ftrma.OpError
-		if !errors.Is(err, want) || !errors.As(err, &oe) || oe.Rank != 1 {
-			t.Fatalf("%s: got %v, want an *ftrma.OpError for rank 1 wrapping %v", what, err, want)
-		}
-	}
-	seq, err := a.Write(1, key, 60, make([]byte, 8))
-	check("write past the end", seq, err, ftrma.ErrOutOfBounds)
-	seq, err = a.Read(1, key, 65, nil)
-	check("read beyond the end", seq, err, ftrma.ErrOutOfBounds)
-	seq, err = a.Read(1, key, 1<<63, make([]byte, 1))
-	check("read at a huge offset", seq, err, ftrma.ErrOutOfBounds)
-	seq, err = a.CompareAndSwap64(1, key, 4, 0, 1, &res)
-	check("misaligned compare-and-swap", seq, err, ftrma.ErrMisaligned)
-	seq, err = a.FetchAndAdd64(1, odd, 0, 1, nil)
-	check("fetch-and-add in a misaligned region", seq, err, ftrma.ErrMisaligned)
-	seq, err = a.FetchAndAdd64(1, key, 64, 1, nil)
-	check("fetch-and-add past the end", seq, err, ftrma.ErrOutOfBounds)
-	for _, k := range []transport.Key{0, 12345, transport.MaxKey, transport.MaxKey + 1} {
-		seq, err = a.Write(1, k, 0, []byte{1})
-		check("write to an unknown key", seq, err, ftrma.ErrUnknownRegion)
-	}
-
-	// A failure is reported once; operations after it succeed.
-	seq, err = a.Write(1, key, 64, []byte{1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Write(1, key, 0, []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Flush(ctx, 1); !errors.Is(err, ftrma.ErrOutOfBounds) {
-		t.Fatalf("flush: %v, want the earlier bounds error", err)
-	}
-	if err := a.Flush(ctx, 1); err != nil {
-		t.Fatalf("second flush: %v", err)
-	}
-	_ = seq
-
-	// Deregistered keys are unknown.
+	// Deregistered keys are unknown, toward self too.
 	if err := b.Deregister(key); err != nil {
 		t.Fatal(err)
 	}
-	seq, err = a.Write(1, key, 0, []byte{1})
-	check("write after deregister", seq, err, ftrma.ErrUnknownRegion)
-	seq, err = b.Read(1, key, 0, make([]byte, 1))
+	seq, err := b.Read(1, key, 0, make([]byte, 1))
 	if err != nil || !errors.Is(b.Wait(ctx, 1, seq), ftrma.ErrUnknownRegion) {
 		t.Fatal("read toward self after deregister did not fail with ErrUnknownRegion")
 	}
-	if err := b.Deregister(key); !errors.Is(err, ftrma.ErrUnknownRegion) {
-		t.Fatalf("second deregister: %v", err)
+	for _, k := range []transport.Key{12345, transport.MaxKey, transport.MaxKey + 1} {
+		seq, err = a.Write(1, k, 0, []byte{1})
+		if err == nil {
+			err = a.Wait(ctx, 1, seq)
+		}
+		if !errors.Is(err, ftrma.ErrUnknownRegion) {
+			t.Fatalf("write to key %d: %v", k, err)
+		}
 	}
 
 	// Memory rules.
@@ -182,15 +108,6 @@ func TestOperationErrors(t *testing.T) {
 	// Arguments.
 	if err := a.Wait(ctx, 1, a.peers[1].comp.Posted()+1); !errors.Is(err, ftrma.ErrInvalid) {
 		t.Fatalf("wait for an unposted sequence: %v", err)
-	}
-	if _, err := a.Write(2, key, 0, nil); !errors.Is(err, ftrma.ErrRankOutOfRange) {
-		t.Fatalf("write to rank 2 of 2: %v", err)
-	}
-	if err := a.Send(-1, nil); !errors.Is(err, ftrma.ErrRankOutOfRange) {
-		t.Fatalf("send to rank -1: %v", err)
-	}
-	if err := a.Send(1, make([]byte, transport.MaxControlMessage+1)); !errors.Is(err, ftrma.ErrInvalid) {
-		t.Fatalf("oversized send: %v", err)
 	}
 	if err := a.Fence(0); !errors.Is(err, ftrma.ErrInvalid) {
 		t.Fatalf("fence of self: %v", err)
@@ -274,76 +191,6 @@ func TestConnectWaitsForPeers(t *testing.T) {
 	rec.Await(t, testCtx(t), "the message", func() bool { return rec.Count() == 1 })
 }
 
-func TestAtomicsFromManyRanks(t *testing.T) {
-	const n, goroutines, iters = 4, 4, 400
-	ts, _, _ := cluster(t, n, clusterOpts{})
-	ctx := testCtx(t)
-	mem := must(ts[0].Alloc(64))
-	key := must(ts[0].Register(mem[8:]))
-	olds := make(chan uint64, n*goroutines*iters)
-	var wg sync.WaitGroup
-	for r := range ts {
-		for g := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tr := ts[r]
-				for range iters {
-					var old uint64
-					if g%2 == 0 {
-						seq, err := tr.FetchAndAdd64(0, key, 8, 1, &old)
-						if err == nil {
-							err = tr.Wait(ctx, 0, seq)
-						}
-						if err != nil {
-							t.Error(err)
-							return
-						}
-					} else {
-						var cur uint64
-						for {
-							seq, err := tr.CompareAndSwap64(0, key, 8, cur, cur+1, &old)
-							if err == nil {
-								err = tr.Wait(ctx, 0, seq)
-							}
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if old == cur {
-								break
-							}
-							cur = old
-						}
-					}
-					olds <- old
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(olds)
-	const total = n * goroutines * iters
-	if got := atomic.LoadUint64((*uint64)(unsafePointer(mem[16:]))); got != total {
-		t.Fatalf("counter is %d, want %d", got, total)
-	}
-	var all []uint64
-	for v := range olds {
-		all = append(all, v)
-	}
-	slices.Sort(all)
-	for i, v := range all {
-		if v != uint64(i) {
-			t.Fatalf("the increments saw prior values %v..., not each of 0..%d once", all[:min(i+2, len(all))][max(i-2, 0):], total-1)
-		}
-	}
-	// The CAS result when the comparison fails is the current value.
-	var cur uint64
-	if seq, err := ts[1].CompareAndSwap64(0, key, 8, 12345, 1, &cur); err != nil || ts[1].Wait(ctx, 0, seq) != nil || cur != total {
-		t.Fatalf("failed CAS returned %d (%v), want %d", cur, err, total)
-	}
-}
-
 // A reader never sees an aligned word half written, for writes up to
 // transport.WordAtomicWrite, aligned or not.
 func TestWordAtomicity(t *testing.T) {
@@ -391,47 +238,6 @@ func TestWordAtomicity(t *testing.T) {
 			}
 		}
 		stopWriter()
-	}
-}
-
-func TestMessagesInOrder(t *testing.T) {
-	const n, goroutines, count = 4, 3, 300
-	ts, rs, _ := cluster(t, n, clusterOpts{})
-	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	for from := range ts {
-		for g := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range count {
-					for to := range ts {
-						msg := make([]byte, 8+(i*13)%200)
-						msg[0] = byte(g)
-						binary.BigEndian.PutUint32(msg[1:], uint32(i))
-						msg[5] = byte(from)
-						if err := ts[from].Send(ftrma.Rank(to), msg); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	for to, rec := range rs {
-		rec.Await(t, ctx, "every message", func() bool { return rec.Count() == n*goroutines*count })
-		for from := range ts {
-			next := make([]uint32, goroutines)
-			for _, m := range rec.From(ftrma.Rank(from)) {
-				g, i := m[0], binary.BigEndian.Uint32(m[1:])
-				if int(m[5]) != from || i != next[g] || len(m) != 8+(int(i)*13)%200 {
-					t.Fatalf("rank %d got message %d of goroutine %d of rank %d (%d bytes), want %d", to, i, g, m[5], len(m), next[g])
-				}
-				next[g]++
-			}
-		}
 	}
 }
 
@@ -563,45 +369,28 @@ func TestMessagesHeldUntilReceiver(t *testing.T) {
 	}
 }
 
+// The fenced rank notices the fence, as a closed connection, and the
+// fencing rank unmaps its segments (the fence itself is in the contract
+// suite).
 func TestFence(t *testing.T) {
-	ts, rs, _ := cluster(t, 3, clusterOpts{})
+	ts, rs, _ := cluster(t, 2, clusterOpts{})
 	ctx := testCtx(t)
 	mem0 := must(ts[0].Alloc(64))
 	key0 := must(ts[0].Register(mem0))
 	mem1 := must(ts[1].Alloc(64))
 	key1 := must(ts[1].Register(mem1))
+	if seq, err := ts[0].Write(1, key1, 0, []byte{1}); err != nil || ts[0].Wait(ctx, 1, seq) != nil {
+		t.Fatal(err) // rank 0 maps rank 1's segment
+	}
 	if err := ts[0].Fence(1); err != nil {
 		t.Fatal(err)
 	}
-	// Rank 0's side: operations toward 1 fail; one peer-down event.
-	if _, err := ts[0].Write(1, key1, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
-		t.Fatalf("write toward a fenced rank: %v", err)
-	}
-	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
-		t.Fatalf("flush toward a fenced rank: %v", err)
-	}
-	if err := ts[0].Send(1, nil); !errors.Is(err, ftrma.ErrProcFailed) {
-		t.Fatalf("send toward a fenced rank: %v", err)
-	}
-	rs[0].Await(t, ctx, "rank 0's peer-down event", func() bool { return len(rs[0].DownsOf(1)) == 1 })
-	// Rank 1's side: the fence is noticed, as a closed connection.
+	rs[1].Await(t, ctx, "rank 1's peer-down event", func() bool { return len(rs[1].DownsOf(0)) == 1 })
 	if _, err := ts[1].Write(0, key0, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("write by the fenced rank: %v", err)
 	}
 	if err := ts[1].Send(0, nil); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("send by the fenced rank: %v", err)
-	}
-	rs[1].Await(t, ctx, "rank 1's peer-down event", func() bool { return len(rs[1].DownsOf(0)) == 1 })
-	if err := ts[0].Fence(1); err != nil {
-		t.Fatal(err)
-	}
-	// Rank 2 is not affected.
-	if seq, err := ts[2].Write(0, key0, 8, []byte{7}); err != nil || ts[2].Wait(ctx, 0, seq) != nil || mem0[8] != 7 {
-		t.Fatalf("rank 2's write: %v", err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if n := len(rs[0].DownsOf(1)); n != 1 {
-		t.Fatalf("%d peer-down events for rank 1", n)
 	}
 	if ts[0].peers[1].ctl != nil || len(*ts[0].peers[1].segs.Load()) != 0 {
 		t.Fatal("the fenced rank's segments are still mapped")
@@ -700,40 +489,6 @@ func TestPingPongWakesPromptly(t *testing.T) {
 	t.Logf("%d round trips without spinning: %v, %v each", rounds, el, el/rounds)
 	if el > rounds*parkTimeout/4 {
 		t.Fatalf("%d round trips took %v: wake-ups wait for the park timeout", rounds, el)
-	}
-}
-
-func TestPeerDown(t *testing.T) {
-	ts, rs, _ := cluster(t, 2, clusterOpts{})
-	ctx := testCtx(t)
-	mem := must(ts[1].Alloc(64))
-	key := must(ts[1].Register(mem))
-	if seq, err := ts[0].Write(1, key, 0, []byte{1}); err != nil || ts[0].Wait(ctx, 1, seq) != nil {
-		t.Fatal(err)
-	}
-	cause := errors.New("the launcher saw it exit")
-	ts[0].PeerDown(1, cause)
-	ts[0].PeerDown(1, errors.New("again"))
-	for _, err := range []error{
-		func() error { _, err := ts[0].Write(1, key, 0, []byte{1}); return err }(),
-		func() error { _, err := ts[0].FetchAndAdd64(1, key, 0, 1, nil); return err }(),
-		ts[0].Send(1, nil),
-		ts[0].Flush(ctx, 1),
-	} {
-		if !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, cause) {
-			t.Fatalf("operation toward a rank reported down: %v", err)
-		}
-	}
-	rs[0].Await(t, ctx, "the peer-down event", func() bool { return len(rs[0].DownsOf(1)) > 0 })
-	time.Sleep(20 * time.Millisecond)
-	downs := rs[0].DownsOf(1)
-	if len(downs) != 1 || !errors.Is(downs[0], cause) || !errors.Is(downs[0], ftrma.ErrProcFailed) {
-		t.Fatalf("peer-down events %v", downs)
-	}
-	ts[0].PeerDown(0, cause) // self: ignored
-	ts[0].PeerDown(7, cause) // out of range: ignored
-	if len(rs[0].DownsOf(0)) != 0 {
-		t.Fatal("PeerDown of self was reported")
 	}
 }
 
@@ -866,27 +621,14 @@ func TestClose(t *testing.T) {
 			t.Fatalf("%s left behind", e.Name())
 		}
 	}
-	// Everything fails with ErrClosed after Close.
+	// Alloc and Connect fail with ErrClosed after Close too (the methods of
+	// transport.Transport are in the contract suite).
 	cl := ts[1]
-	var res uint64
-	for name, err := range map[string]error{
-		"write":      func() error { _, err := cl.Write(0, 1, 0, nil); return err }(),
-		"read":       func() error { _, err := cl.Read(0, 1, 0, nil); return err }(),
-		"cas":        func() error { _, err := cl.CompareAndSwap64(0, 1, 0, 0, 0, &res); return err }(),
-		"fadd":       func() error { _, err := cl.FetchAndAdd64(0, 1, 0, 0, &res); return err }(),
-		"wait":       cl.Wait(ctx, 0, 0),
-		"flush":      cl.Flush(ctx, 0),
-		"send":       cl.Send(0, nil),
-		"send self":  cl.Send(1, nil),
-		"fence":      cl.Fence(0),
-		"register":   func() error { _, err := cl.Register(mem); return err }(),
-		"deregister": cl.Deregister(key),
-		"alloc":      func() error { _, err := cl.Alloc(8); return err }(),
-		"connect":    cl.Connect(ctx),
-	} {
-		if !errors.Is(err, ftrma.ErrClosed) {
-			t.Errorf("%s after close: %v", name, err)
-		}
+	if _, err := cl.Alloc(8); !errors.Is(err, ftrma.ErrClosed) {
+		t.Errorf("alloc after close: %v", err)
+	}
+	if err := cl.Connect(ctx); !errors.Is(err, ftrma.ErrClosed) {
+		t.Errorf("connect after close: %v", err)
 	}
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)

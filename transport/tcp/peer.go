@@ -282,9 +282,21 @@ func (p *peer) opErr(err error) error {
 // sendMsg queues a control message.
 func (p *peer) sendMsg(msg []byte) error {
 	if p.self {
-		if r := p.t.receiver(); r != nil {
-			r.HandleMessage(p.rank, msg)
+		r := p.t.receiver()
+		if r == nil {
+			// Held for SetReceiver, which sets the receiver and delivers
+			// what is held under p.rmu.
+			p.rmu.Lock()
+			if r = p.t.receiver(); r == nil {
+				if len(p.early) < maxEarly {
+					p.early = append(p.early, slices.Clone(msg))
+				}
+				p.rmu.Unlock()
+				return nil
+			}
+			p.rmu.Unlock()
 		}
+		r.HandleMessage(p.rank, msg)
 		return nil
 	}
 	p.smu.Lock()

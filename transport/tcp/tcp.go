@@ -332,8 +332,11 @@ func (t *Transport) memKey(key transport.Key) transport.Key {
 }
 
 // Deregister withdraws a region, waiting for the operations executing on
-// it.
+// it. After Close it fails with ftrma.ErrClosed.
 func (t *Transport) Deregister(key transport.Key) error {
+	if t.closed.Load() {
+		return ftrma.ErrClosed
+	}
 	if !t.keyed.Load() {
 		return t.mem.Deregister(key)
 	}

@@ -1,5 +1,7 @@
-// Package transporttest holds helpers for the transports' tests: a
-// receiver that records what it is given, and a log sink.
+// Package transporttest holds what the transports' tests share: the
+// transport contract as one conformance suite (Run), which every transport's
+// tests run against worlds of their own making, a receiver that records what
+// it is given, and a log sink. It names no concrete transport.
 package transporttest
 
 import (
