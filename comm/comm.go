@@ -62,7 +62,12 @@ type Comm struct {
 // Init joins the job this process was started in by ftrun and returns the
 // world communicator, with the default Config (the detector's period and
 // timeout may be set by ftrun through FTRMA_HB_PERIOD and FTRMA_HB_TIMEOUT).
-// It fails with a clear error when the process was not started by ftrun.
+//
+// A process not started by ftrun (no job environment: startup.InJob is
+// false) gets a singleton world of size 1, as MPI allows: it is rank 0, its
+// collectives, Agree and Shrink return at once, and windows on it work on
+// its own memory (startup.Singleton). A job environment that is there but
+// broken is an error.
 func Init(ctx context.Context) (*Comm, error) {
 	return InitConfig(ctx, JobConfig())
 }
@@ -78,6 +83,9 @@ func JobConfig() Config {
 
 // InitConfig is Init with an explicit configuration.
 func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
+	if !startup.InJob() {
+		return initSingleton(cfg)
+	}
 	// ftrun confirms every failure (a suspicion makes it kill the suspect,
 	// or wait out its lease), and all ranks learn of it from ftrun.
 	cfg.Detector.AwaitConfirmation = true
@@ -97,6 +105,26 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	s.OnLeaseLost(rt.cfg.OnLostPrimary)
 	c := newWorld(rt)
 	c.session = s
+	pending.set(rt)
+	rt.start()
+	return c, nil
+}
+
+// initSingleton builds the world of a process not started by ftrun: one
+// rank, on startup.Singleton's transport, without ftrun to confirm
+// failures (there is no other rank to fail).
+func initSingleton(cfg Config) (*Comm, error) {
+	pending := &pendingReceiver{}
+	t, err := startup.Singleton(pending)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := newRuntime(t, cfg)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	c := newWorld(rt)
 	pending.set(rt)
 	rt.start()
 	return c, nil
