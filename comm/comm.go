@@ -54,7 +54,7 @@ type Comm struct {
 	seq       uint64                    // collectives started
 	agreeSeq  uint64                    // agreements started
 	decisions map[uint64]agree.Decision // decided agreements not yet collected
-	acked     []ftrma.Rank              // FailureAck's snapshot, world ranks
+	nacked    int                       // failures acknowledged: the first nacked of GetFailed (AckFailed)
 	shrinks   uint64                    // Shrinks done, for child context ids
 	closed    bool
 }
@@ -240,17 +240,19 @@ func (c *Comm) ProcFailed(r ftrma.Rank) bool {
 }
 
 // FailuresChanged returns a channel closed when this process next learns
-// of a failure (of any rank of the job: ProcFailed and Failed may have
-// changed), so that a caller reacts at once instead of polling. Ask again
-// after it closes.
+// of a failure or a departure (of any rank of the job: ProcFailed, Failed
+// and Departed may have changed), so that a caller reacts at once instead
+// of polling. Ask again after it closes.
 func (c *Comm) FailuresChanged() <-chan struct{} {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
 	return c.rt.failedCh
 }
 
-// Failed returns the communicator ranks known to have failed, in rank order
-// (ULFM's MPI_Comm_get_failed). Local: no communication.
+// Failed returns the communicator ranks known to have failed, in rank order.
+// Local: no communication. Ranks that left cleanly (Close, Finalize) are not
+// failures: they are listed by Departed. GetFailed gives the same ranks in
+// the order they were learned, as MPI_Comm_get_failed does.
 func (c *Comm) Failed() []ftrma.Rank {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
@@ -265,26 +267,17 @@ func (c *Comm) Failed() []ftrma.Rank {
 
 // FailureAck acknowledges the failures known now (MPI_Comm_failure_ack):
 // Agree no longer reports them with ErrProcFailed.
-func (c *Comm) FailureAck() {
-	c.rt.mu.Lock()
-	acked := slices.Clone(c.rt.order)
-	c.rt.mu.Unlock()
-	c.mu.Lock()
-	c.acked = acked
-	c.mu.Unlock()
-}
+//
+// Deprecated: use AckFailed(c.Size()), MPI 5's MPI_Comm_ack_failed.
+func (c *Comm) FailureAck() { c.AckFailed(c.Size()) }
 
-// FailureGetAcked returns the communicator ranks acknowledged by the last
-// FailureAck, in rank order.
+// FailureGetAcked returns the communicator ranks whose failure is
+// acknowledged (by FailureAck or AckFailed), in rank order.
+//
+// Deprecated: the acknowledged ranks are the first AckFailed(0) ranks of
+// GetFailed, as in MPI 5.
 func (c *Comm) FailureGetAcked() []ftrma.Rank {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []ftrma.Rank
-	for _, w := range c.acked {
-		if i := c.index[w]; i >= 0 {
-			out = append(out, i)
-		}
-	}
+	out := c.GetFailed()[:c.AckFailed(0)]
 	slices.Sort(out)
 	return out
 }
@@ -435,9 +428,10 @@ func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Ra
 			return nil, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
 		}
 		for i, r := range from {
-			if out[i] == nil && rt.failed[c.members[r]] {
+			if w := c.members[r]; out[i] == nil && rt.gone[w] {
+				err := rt.goneErrLocked(w)
 				rt.mu.Unlock()
-				return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrProcFailed}
+				return nil, &ftrma.OpError{Op: op, Rank: r, Err: err}
 			}
 		}
 		wake := rt.changed
@@ -541,18 +535,24 @@ func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte,
 // rank returns the same value, even when ranks fail during the call. The
 // failed ranks it agrees on become known at every survivor (Failed). It works
 // on a revoked communicator. It returns the value together with an error
-// wrapping ftrma.ErrProcFailed when the agreed failed set holds a rank not
-// acknowledged with FailureAck, and ctx's error if ctx ends first.
+// wrapping ftrma.ErrProcFailed when the agreed failed set holds a failed
+// rank not acknowledged with AckFailed, and ctx's error if ctx ends first.
+// Ranks that left cleanly (Departed) take no part and raise no error.
+// Iagree is the non-blocking form.
 func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
-	d, err := c.agree(ctx, flag)
+	return c.agreed(c.agree(ctx, flag))
+}
+
+// agreed is Agree's result for decision d (or the error err): the value,
+// and ErrProcFailed for an agreed failure not acknowledged.
+func (c *Comm) agreed(d agree.Decision, err error) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.mu.Lock()
-	acked := c.acked
-	c.mu.Unlock()
+	failed := c.GetFailed()
+	acked := failed[:c.AckFailed(0)]
 	for _, r := range d.Failed {
-		if !slices.Contains(acked, c.members[r]) {
+		if !slices.Contains(acked, ftrma.Rank(r)) && !c.hasDeparted(ftrma.Rank(r)) {
 			return d.Value, &ftrma.OpError{Op: "agree", Rank: ftrma.Rank(r), Err: ftrma.ErrProcFailed}
 		}
 	}
@@ -561,25 +561,43 @@ func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
 
 // agree runs one agreement instance and returns its decision.
 func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
-	if err := c.awaitLease(ctx, "agree"); err != nil {
+	inst, err := c.startAgree(ctx, flag)
+	if err != nil {
 		return agree.Decision{}, err
+	}
+	return c.awaitDecision(ctx, inst)
+}
+
+// startAgree starts the next agreement instance with this rank's flag and
+// returns its number. It waits only while the lease is being rescued.
+func (c *Comm) startAgree(ctx context.Context, flag uint64) (uint64, error) {
+	if err := c.awaitLease(ctx, "agree"); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
+		return 0, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
 	}
 	c.agreeSeq++
 	inst := c.agreeSeq
 	c.mu.Unlock()
 	c.rt.do(func() { c.rt.m.startAgree(time.Now(), c.ctxID, inst, flag) })
+	return inst, nil
+}
+
+// awaitDecision waits for the decision of agreement instance inst. It
+// fails with ErrClosed once the communicator or the runtime is closed.
+func (c *Comm) awaitDecision(ctx context.Context, inst uint64) (agree.Decision, error) {
 	for {
 		c.rt.mu.Lock()
 		c.mu.Lock()
 		d, ok := c.decisions[inst]
 		delete(c.decisions, inst)
+		closed := c.closed
 		c.mu.Unlock()
-		wake, closed := c.rt.changed, c.rt.closed
+		wake := c.rt.changed
+		closed = closed || c.rt.closed
 		c.rt.mu.Unlock()
 		if ok {
 			return d, nil
@@ -598,13 +616,21 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 // Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
 // the ranks agree on the failed set and every survivor gets the same group,
 // ranks numbered in the old order, with a new context id. It works on a
-// revoked communicator and across failures during the call.
+// revoked communicator and across failures during the call. Ranks that
+// left cleanly (Departed) are left out as failed ones are: they can take
+// part in nothing any more. Ishrink is the non-blocking form.
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	d, err := c.agree(ctx, ^uint64(0))
 	if err != nil {
 		err.(*ftrma.OpError).Op = "shrink"
 		return nil, err
 	}
+	return c.shrunk(d)
+}
+
+// shrunk makes the communicator of the ranks not in decision d's failed
+// set.
+func (c *Comm) shrunk(d agree.Decision) (*Comm, error) {
 	var members []ftrma.Rank
 	for i, w := range c.members {
 		if !slices.Contains(d.Failed, i) {
@@ -642,8 +668,12 @@ func (c *Comm) Signal(to ftrma.Rank, payload []byte) error {
 	if len(payload) > MaxCollectivePayload {
 		return &ftrma.OpError{Op: "signal", Rank: to, Err: fmt.Errorf("%w: %d bytes exceeds %d", ftrma.ErrInvalid, len(payload), MaxCollectivePayload)}
 	}
-	if c.ProcFailed(to) {
-		return &ftrma.OpError{Op: "signal", Rank: to, Err: ftrma.ErrProcFailed}
+	c.rt.mu.Lock()
+	w := c.members[to]
+	gone, err := c.rt.gone[w], c.rt.goneErrLocked(w)
+	c.rt.mu.Unlock()
+	if gone {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: err}
 	}
 	msg := be.AppendUint32([]byte{kindSignal}, c.ctxID)
 	if err := c.rt.t.Send(c.members[to], append(msg, payload...)); err != nil {

@@ -42,11 +42,14 @@ type machine struct {
 	det *failure.Detector
 	bc  *revoke.Broadcast
 
-	// failed[r]: world rank r is known failed, or gone (it left). Only
-	// grows; order holds the same ranks in the order learned.
-	failed  []bool
-	order   []ftrma.Rank
-	notices map[string]bool // revocation notices delivered
+	// failed[r]: world rank r is known gone: failed, or departed (it left
+	// cleanly, and departed[r] is set too). Only grows; order holds the
+	// same ranks in the order learned. Whatever this rank learns first
+	// sticks: a departed rank is not made failed by a later notice.
+	failed   []bool
+	departed []bool
+	order    []ftrma.Rank
+	notices  map[string]bool // revocation notices delivered
 
 	// lost lists the ranks whose connection the transport lost, under a
 	// confirmer, not yet known failed (see classifyDown): each is
@@ -91,10 +94,11 @@ type outgoing struct {
 	bid string // the ID of a reliable-broadcast message; "" for other kinds
 }
 
-// learned is a failure this rank has just learned of.
+// learned is a failure or a departure this rank has just learned of.
 type learned struct {
 	rank ftrma.Rank
 	why  string
+	left bool // a departure (the rank left cleanly), not a failure
 }
 
 // ctxDecision is an agreement decision of the communicator ctx.
@@ -114,7 +118,7 @@ type ctxDecision struct {
 type machineReady struct {
 	Send      []outgoing
 	Suspected []ftrma.Rank // ranks the detector suspects, for the confirmer
-	Failed    []learned    // newly learned failures, in the order learned
+	Failed    []learned    // newly learned failures and departures, in the order learned
 	Notices   []string     // revocation notices delivered for the first time
 	Decided   []ctxDecision
 	Declared  []string // why the job declared this rank failed, once per notice of it
@@ -136,13 +140,14 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		timeout = failure.DefaultTimeout
 	}
 	m := &machine{
-		self:    self,
-		n:       n,
-		confirm: confirm,
-		det:     det,
-		bc:      revoke.New(self, n),
-		failed:  make([]bool, n),
-		lostAt:  make([]time.Time, n),
+		self:     self,
+		n:        n,
+		confirm:  confirm,
+		det:      det,
+		bc:       revoke.New(self, n),
+		failed:   make([]bool, n),
+		departed: make([]bool, n),
+		lostAt:   make([]time.Time, n),
 		// As the detector reports a silent rank again (Config.AwaitConfirmation):
 		// well within a lease term, so that the confirmer's episode of
 		// suspicion goes on.
@@ -260,7 +265,7 @@ func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
 	}
 	switch classifyDown(err, m.confirm) {
 	case downLeft:
-		m.markGone(now, from, "left the job")
+		m.markGone(now, from, "left the job", true)
 	case downFailed:
 		m.markFailed(now, from, fmt.Sprintf("connection lost: %v", err))
 	case downSuspect:
@@ -552,16 +557,16 @@ func (m *machine) notice(id string) {
 
 // markFailed records that world rank r failed and announces it to the job.
 func (m *machine) markFailed(now time.Time, r ftrma.Rank, why string) {
-	if m.markGone(now, r, why) {
+	if m.markGone(now, r, why, false) {
 		m.bc.Originate(revoke.Message{ID: fmt.Sprintf("fail/%d", r), Payload: []byte(why)})
 	}
 }
 
 // markGone records locally that world rank r is gone, as markFailed without
 // telling anyone, and reports whether this was news: the state machines stop
-// waiting for r. Learning that this rank itself was given up is reported in
-// Declared instead.
-func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
+// waiting for r. left says r departed cleanly rather than failed. Learning
+// that this rank itself was given up is reported in Declared instead.
+func (m *machine) markGone(now time.Time, r ftrma.Rank, why string, left bool) bool {
 	if int(r) == m.self {
 		m.rd.Declared = append(m.rd.Declared, why)
 		return false
@@ -570,11 +575,12 @@ func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
 		return false
 	}
 	m.failed[r] = true
+	m.departed[r] = left
 	m.order = append(m.order, r)
 	if i := slices.Index(m.lost, r); i >= 0 {
 		m.lost = slices.Delete(m.lost, i, i+1)
 	}
-	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why})
+	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why, left: left})
 	m.det.Failed(int(r), now)
 	m.bc.Failed(int(r))
 	for _, ctx := range m.ctxs {

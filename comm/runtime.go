@@ -83,8 +83,11 @@ type runtime struct {
 	m *machine // owned by the run goroutine
 
 	mu       sync.Mutex               // guards the fields below
-	failed   []bool                   // failed[r]: world rank r is known failed (grow-only); set only after r is fenced
-	order    []ftrma.Rank             // failed ranks in the order learned
+	gone     []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
+	failed   []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
+	departed []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
+	order    []ftrma.Rank             // failed ranks in the order learned (failures only)
+	left     []ftrma.Rank             // departed ranks in the order learned
 	notices  map[string]bool          // revocation notices delivered
 	noticed  atomic.Int64             // len(notices), read without the lock
 	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
@@ -131,7 +134,9 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		self:     t.Rank(),
 		n:        t.Size(),
 		cfg:      cfg,
+		gone:     make([]bool, t.Size()),
 		failed:   make([]bool, t.Size()),
+		departed: make([]bool, t.Size()),
 		notices:  make(map[string]bool),
 		awaited:  make(map[string]chan struct{}),
 		comms:    make(map[uint32]*Comm),
@@ -403,8 +408,14 @@ func (rt *runtime) apply() {
 		}
 		rt.mu.Lock()
 		for _, f := range rd.Failed {
-			rt.failed[f.rank] = true
-			rt.order = append(rt.order, f.rank)
+			rt.gone[f.rank] = true
+			if f.left {
+				rt.departed[f.rank] = true
+				rt.left = append(rt.left, f.rank)
+			} else {
+				rt.failed[f.rank] = true
+				rt.order = append(rt.order, f.rank)
+			}
 		}
 		rt.signalLocked()
 		close(rt.failedCh)
@@ -495,11 +506,21 @@ func (rt *runtime) originate(id string, payload []byte) {
 	rt.m.originate(time.Now(), id, payload)
 }
 
-// isFailed reports world rank r's failure knowledge.
+// isFailed reports whether world rank r is known failed (not departed).
 func (rt *runtime) isFailed(r ftrma.Rank) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.failed[r]
+}
+
+// goneErrLocked is the error of an operation that needs world rank r, known gone:
+// ftrma.ErrProcFailed, and transport.ErrPeerLeft too when r departed
+// cleanly. rt.mu is held.
+func (rt *runtime) goneErrLocked(r ftrma.Rank) error {
+	if rt.departed[r] {
+		return fmt.Errorf("%w: %w", ftrma.ErrProcFailed, transport.ErrPeerLeft)
+	}
+	return ftrma.ErrProcFailed
 }
 
 // close stops the run goroutine.
