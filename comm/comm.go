@@ -56,6 +56,7 @@ type Comm struct {
 	decisions map[uint64]agree.Decision // decided agreements not yet collected
 	nacked    int                       // failures acknowledged: the first nacked of GetFailed (AckFailed)
 	shrinks   uint64                    // Shrinks done, for child context ids
+	abandoned bool                      // a collective returned early: contributions for it may still come
 	closed    bool
 }
 
@@ -211,6 +212,7 @@ func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
 	}
 	rt.mu.Lock()
 	rt.comms[ctxID] = c
+	rt.closedC.remove(ctxID) // live again
 	rt.mu.Unlock()
 	// The machine starts the communicator's agreement with the failures it
 	// knows by then, and hands it the messages that came early.
@@ -282,7 +284,7 @@ func (c *Comm) FailureGetAcked() []ftrma.Rank {
 	return out
 }
 
-func (c *Comm) revokeID() string { return fmt.Sprintf("revoke/%d", c.ctxID) }
+func (c *Comm) revokeID() string { return revokeNoticeID(c.ctxID) }
 
 // Revoke revokes the communicator at every rank (MPI_Comm_revoke): a notice is
 // reliably broadcast, and once it arrives every rank's non-fault-tolerant
@@ -373,15 +375,26 @@ func (c *Comm) awaitLease(ctx context.Context, op string) error {
 func (c *Comm) begin(op string) (uint64, error) {
 	revoked := c.IsRevoked() // rt.mu is taken before c.mu, never inside it
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrClosed}
 	}
 	if revoked {
+		c.mu.Unlock()
 		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
 	}
 	c.seq++
-	return c.seq, nil
+	seq, prune := c.seq, c.abandoned
+	c.abandoned = false
+	c.mu.Unlock()
+	if prune {
+		// Contributions to the collective that returned early are of no
+		// use now: drop them (later ones are dropped on arrival).
+		c.rt.mu.Lock()
+		c.rt.pruneInboxLocked(c.ctxID, seq)
+		c.rt.mu.Unlock()
+	}
+	return seq, nil
 }
 
 func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error {
@@ -400,8 +413,19 @@ func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error 
 }
 
 // await waits for the contributions of seq from every communicator rank in
-// from, and returns them indexed like from.
+// from, and returns them indexed like from. When it fails, contributions
+// for seq may still come: the next collective drops them (begin).
 func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Rank) ([][]byte, error) {
+	out, err := c.awaitAll(ctx, op, seq, from)
+	if err != nil {
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
+	}
+	return out, err
+}
+
+func (c *Comm) awaitAll(ctx context.Context, op string, seq uint64, from []ftrma.Rank) ([][]byte, error) {
 	out := make([][]byte, len(from))
 	got := 0
 	rt := c.rt
@@ -691,9 +715,12 @@ func (c *Comm) Finalize(ctx context.Context) error {
 	return joinErr(err, c.Close())
 }
 
-// Close closes the communicator without waiting for other ranks. Closing the
-// world communicator stops the runtime and closes the transport and the
-// startup.Session.
+// Close closes the communicator without waiting for other ranks. What the
+// runtime kept for it goes (its revocation, contributions and agreement
+// messages that come late are dropped): close a communicator once it is
+// not needed, the old one after a Shrink. Closing the world communicator
+// stops the runtime and closes the transport and the startup.Session; the
+// other ranks count this rank departed (Departed), not failed.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -704,6 +731,9 @@ func (c *Comm) Close() error {
 	c.mu.Unlock()
 	c.rt.mu.Lock()
 	delete(c.rt.comms, c.ctxID)
+	c.rt.closedC.add(c.ctxID, false)
+	c.rt.pruneInboxLocked(c.ctxID, 0)
+	delete(c.rt.awaited, c.revokeID())
 	c.rt.mu.Unlock()
 	c.rt.do(func() { c.rt.m.dropComm(c.ctxID) })
 	if !c.world {

@@ -70,6 +70,9 @@ type machine struct {
 	comms map[uint32]*commAgree
 	ctxs  []uint32
 	early map[uint32][]earlyAgree
+	// closed remembers the communicators closed here (prune.go), flagged
+	// when this rank has forwarded their revocation.
+	closed closedRing
 
 	rd machineReady // output not yet acknowledged by advance
 }
@@ -122,10 +125,11 @@ type machineReady struct {
 	Notices   []string     // revocation notices delivered for the first time
 	Decided   []ctxDecision
 	Declared  []string // why the job declared this rank failed, once per notice of it
+	Pruned    []string // notices forgotten (of communicators closed here), after Notices
 }
 
 func (rd *machineReady) empty() bool {
-	return len(rd.Send)+len(rd.Suspected)+len(rd.Failed)+len(rd.Notices)+len(rd.Decided)+len(rd.Declared) == 0
+	return len(rd.Send)+len(rd.Suspected)+len(rd.Failed)+len(rd.Notices)+len(rd.Decided)+len(rd.Declared)+len(rd.Pruned) == 0
 }
 
 // newMachine returns the machine of rank self in a job of n ranks, started
@@ -155,6 +159,7 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		notices:     make(map[string]bool),
 		comms:       make(map[uint32]*commAgree),
 		early:       make(map[uint32][]earlyAgree),
+		closed:      newClosedRing(keepClosed),
 	}
 	m.pump(now)
 	return m, nil
@@ -217,6 +222,9 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 		m.det.Probe(int(from), now)
 	case kindBcast:
 		if bm, err := revoke.ParseMessage(body); err == nil {
+			if forwarded, closed := m.closedRevocation(bm.ID); closed && forwarded {
+				break // a late copy of a pruned revocation
+			}
 			if m.bc.Seen(bm.ID) {
 				m.holds(from, bm.ID)
 			}
@@ -225,7 +233,9 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 	case kindAgree:
 		m.stepAgree(from, msg)
 	case kindNotice:
-		m.notice(string(body))
+		if _, closed := m.closedRevocation(string(body)); !closed {
+			m.notice(string(body))
+		}
 	}
 	m.pump(now)
 }
@@ -240,6 +250,9 @@ func (m *machine) stepAgree(from ftrma.Rank, msg []byte) {
 	ctx := be.Uint32(body)
 	ca := m.comms[ctx]
 	if ca == nil {
+		if _, closed := m.closed.has(ctx); closed {
+			return // a closed communicator's: nobody here waits for it
+		}
 		if len(m.early[ctx]) < maxEarlyAgree {
 			m.early[ctx] = append(m.early[ctx], earlyAgree{from: from, msg: msg})
 		}
@@ -373,6 +386,7 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 		}
 	}
 	ca.ag = agree.New(self, len(members))
+	m.closed.remove(ctx) // live again: its revocations count
 	if _, ok := m.comms[ctx]; !ok {
 		i, _ := slices.BinarySearch(m.ctxs, ctx)
 		m.ctxs = slices.Insert(m.ctxs, i, ctx)
@@ -392,7 +406,7 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 }
 
 // dropComm forgets communicator ctx (it was closed): its agreement takes no
-// part any more.
+// part any more, and what the machine keeps for it is pruned (prune.go).
 func (m *machine) dropComm(ctx uint32) {
 	if _, ok := m.comms[ctx]; !ok {
 		return
@@ -401,6 +415,7 @@ func (m *machine) dropComm(ctx uint32) {
 	if i, ok := slices.BinarySearch(m.ctxs, ctx); ok {
 		m.ctxs = slices.Delete(m.ctxs, i, i+1)
 	}
+	m.pruneComm(ctx)
 }
 
 // startAgree contributes flag to agreement instance inst of communicator
@@ -510,7 +525,11 @@ func (m *machine) takeNotices() []string {
 // message whose ID this rank has not seen yet.
 func (m *machine) unseen(msg []byte) bool {
 	bm, err := revoke.ParseMessage(msg[1:])
-	return err == nil && !m.bc.Seen(bm.ID)
+	if err != nil || m.bc.Seen(bm.ID) {
+		return false
+	}
+	forwarded, closed := m.closedRevocation(bm.ID)
+	return !(closed && forwarded)
 }
 
 // failureNotice reports whether msg, a reliable-broadcast message, is the
@@ -541,6 +560,15 @@ func (m *machine) deliver(now time.Time, bm revoke.Message) {
 		if r >= 0 && r < m.n {
 			m.markFailed(now, ftrma.Rank(r), string(bm.Payload))
 		}
+		return
+	}
+	if _, closed := m.closedRevocation(bm.ID); closed {
+		// The revocation of a communicator closed here, first seen now:
+		// forwarded (by the Ready this came from), not delivered, and
+		// forgotten again; later copies are dropped.
+		ctx, _ := revokedCtx(bm.ID)
+		m.bc.Forget(bm.ID)
+		m.closed.add(ctx, true)
 		return
 	}
 	m.notice(bm.ID) // communicator and window revocations

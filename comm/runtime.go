@@ -92,6 +92,7 @@ type runtime struct {
 	noticed  atomic.Int64             // len(notices), read without the lock
 	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
 	comms    map[uint32]*Comm         // live communicators by context id
+	closedC  closedRing               // communicators closed here (prune.go); their contributions are dropped
 	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
 	queue    []event                  // received, for the run goroutine
 	requests []func()                 // work for the run goroutine
@@ -140,6 +141,7 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		notices:  make(map[string]bool),
 		awaited:  make(map[string]chan struct{}),
 		comms:    make(map[uint32]*Comm),
+		closedC:  newClosedRing(keepClosed),
 		inbox:    make(map[collKey][]byte),
 		changed:  make(chan struct{}),
 		failedCh: make(chan struct{}),
@@ -238,9 +240,26 @@ func (rt *runtime) fileContribution(from ftrma.Rank, msg []byte) {
 	k := collKey{ctx: be.Uint32(msg[1:]), seq: be.Uint64(msg[5:]), from: from}
 	payload := append([]byte{}, msg[collHeader:]...)
 	rt.mu.Lock()
+	if rt.stale(k) {
+		rt.mu.Unlock()
+		return
+	}
 	rt.inbox[k] = payload
 	rt.signalLocked()
 	rt.mu.Unlock()
+}
+
+// stale reports whether contribution k is for a collective nobody here
+// will run: of a communicator closed here, or of one this rank has already
+// gone past (it started a later collective). rt.mu is held.
+func (rt *runtime) stale(k collKey) bool {
+	if c := rt.comms[k.ctx]; c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return k.seq < c.seq
+	}
+	_, closed := rt.closedC.has(k.ctx)
+	return closed
 }
 
 // signalLocked wakes every goroutine waiting for a change. rt.mu is held.
@@ -431,6 +450,11 @@ func (rt *runtime) apply() {
 		}
 	}
 	rt.publish(rd.Notices)
+	if len(rd.Pruned) > 0 {
+		rt.mu.Lock()
+		rt.forgetNoticesLocked(rd.Pruned)
+		rt.mu.Unlock()
+	}
 	if len(rd.Decided) > 0 {
 		rt.mu.Lock()
 		for _, d := range rd.Decided {
