@@ -279,7 +279,8 @@ func (c *Comm) FailureAck() { c.AckFailed(c.Size()) }
 // Deprecated: the acknowledged ranks are the first AckFailed(0) ranks of
 // GetFailed, as in MPI 5.
 func (c *Comm) FailureGetAcked() []ftrma.Rank {
-	out := c.GetFailed()[:c.AckFailed(0)]
+	failed := c.GetFailed()
+	out := failed[:min(c.AckFailed(0), len(failed))]
 	slices.Sort(out)
 	return out
 }
@@ -574,7 +575,7 @@ func (c *Comm) agreed(d agree.Decision, err error) (uint64, error) {
 		return 0, err
 	}
 	failed := c.GetFailed()
-	acked := failed[:c.AckFailed(0)]
+	acked := failed[:min(c.AckFailed(0), len(failed))] // another goroutine may ack a failure learned since
 	for _, r := range d.Failed {
 		if !slices.Contains(acked, ftrma.Rank(r)) && !c.hasDeparted(ftrma.Rank(r)) {
 			return d.Value, &ftrma.OpError{Op: "agree", Rank: ftrma.Rank(r), Err: ftrma.ErrProcFailed}
