@@ -54,15 +54,21 @@ type Comm struct {
 	seq       uint64                    // collectives started
 	agreeSeq  uint64                    // agreements started
 	decisions map[uint64]agree.Decision // decided agreements not yet collected
-	acked     []ftrma.Rank              // FailureAck's snapshot, world ranks
+	nacked    int                       // failures acknowledged: the first nacked of GetFailed (AckFailed)
 	shrinks   uint64                    // Shrinks done, for child context ids
+	abandoned bool                      // a collective returned early: contributions for it may still come
 	closed    bool
 }
 
 // Init joins the job this process was started in by ftrun and returns the
 // world communicator, with the default Config (the detector's period and
 // timeout may be set by ftrun through FTRMA_HB_PERIOD and FTRMA_HB_TIMEOUT).
-// It fails with a clear error when the process was not started by ftrun.
+//
+// A process not started by ftrun (no job environment: startup.InJob is
+// false) gets a singleton world of size 1, as MPI allows: it is rank 0, its
+// collectives, Agree and Shrink return at once, and windows on it work on
+// its own memory (startup.Singleton). A job environment that is there but
+// broken is an error.
 func Init(ctx context.Context) (*Comm, error) {
 	return InitConfig(ctx, JobConfig())
 }
@@ -78,6 +84,9 @@ func JobConfig() Config {
 
 // InitConfig is Init with an explicit configuration.
 func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
+	if !startup.InJob() {
+		return initSingleton(cfg)
+	}
 	// ftrun confirms every failure (a suspicion makes it kill the suspect,
 	// or wait out its lease), and all ranks learn of it from ftrun.
 	cfg.Detector.AwaitConfirmation = true
@@ -97,6 +106,26 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	s.OnLeaseLost(rt.cfg.OnLostPrimary)
 	c := newWorld(rt)
 	c.session = s
+	pending.set(rt)
+	rt.start()
+	return c, nil
+}
+
+// initSingleton builds the world of a process not started by ftrun: one
+// rank, on startup.Singleton's transport, without ftrun to confirm
+// failures (there is no other rank to fail).
+func initSingleton(cfg Config) (*Comm, error) {
+	pending := &pendingReceiver{}
+	t, err := startup.Singleton(pending)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := newRuntime(t, cfg)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	c := newWorld(rt)
 	pending.set(rt)
 	rt.start()
 	return c, nil
@@ -183,6 +212,7 @@ func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
 	}
 	rt.mu.Lock()
 	rt.comms[ctxID] = c
+	rt.closedC.remove(ctxID) // live again
 	rt.mu.Unlock()
 	// The machine starts the communicator's agreement with the failures it
 	// knows by then, and hands it the messages that came early.
@@ -212,17 +242,19 @@ func (c *Comm) ProcFailed(r ftrma.Rank) bool {
 }
 
 // FailuresChanged returns a channel closed when this process next learns
-// of a failure (of any rank of the job: ProcFailed and Failed may have
-// changed), so that a caller reacts at once instead of polling. Ask again
-// after it closes.
+// of a failure or a departure (of any rank of the job: ProcFailed, Failed
+// and Departed may have changed), so that a caller reacts at once instead
+// of polling. Ask again after it closes.
 func (c *Comm) FailuresChanged() <-chan struct{} {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
 	return c.rt.failedCh
 }
 
-// Failed returns the communicator ranks known to have failed, in rank order
-// (ULFM's MPI_Comm_get_failed). Local: no communication.
+// Failed returns the communicator ranks known to have failed, in rank order.
+// Local: no communication. Ranks that left cleanly (Close, Finalize) are not
+// failures: they are listed by Departed. GetFailed gives the same ranks in
+// the order they were learned, as MPI_Comm_get_failed does.
 func (c *Comm) Failed() []ftrma.Rank {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
@@ -237,31 +269,23 @@ func (c *Comm) Failed() []ftrma.Rank {
 
 // FailureAck acknowledges the failures known now (MPI_Comm_failure_ack):
 // Agree no longer reports them with ErrProcFailed.
-func (c *Comm) FailureAck() {
-	c.rt.mu.Lock()
-	acked := slices.Clone(c.rt.order)
-	c.rt.mu.Unlock()
-	c.mu.Lock()
-	c.acked = acked
-	c.mu.Unlock()
-}
+//
+// Deprecated: use AckFailed(c.Size()), MPI 5's MPI_Comm_ack_failed.
+func (c *Comm) FailureAck() { c.AckFailed(c.Size()) }
 
-// FailureGetAcked returns the communicator ranks acknowledged by the last
-// FailureAck, in rank order.
+// FailureGetAcked returns the communicator ranks whose failure is
+// acknowledged (by FailureAck or AckFailed), in rank order.
+//
+// Deprecated: the acknowledged ranks are the first AckFailed(0) ranks of
+// GetFailed, as in MPI 5.
 func (c *Comm) FailureGetAcked() []ftrma.Rank {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []ftrma.Rank
-	for _, w := range c.acked {
-		if i := c.index[w]; i >= 0 {
-			out = append(out, i)
-		}
-	}
+	failed := c.GetFailed()
+	out := failed[:min(c.AckFailed(0), len(failed))]
 	slices.Sort(out)
 	return out
 }
 
-func (c *Comm) revokeID() string { return fmt.Sprintf("revoke/%d", c.ctxID) }
+func (c *Comm) revokeID() string { return revokeNoticeID(c.ctxID) }
 
 // Revoke revokes the communicator at every rank (MPI_Comm_revoke): a notice is
 // reliably broadcast, and once it arrives every rank's non-fault-tolerant
@@ -352,15 +376,26 @@ func (c *Comm) awaitLease(ctx context.Context, op string) error {
 func (c *Comm) begin(op string) (uint64, error) {
 	revoked := c.IsRevoked() // rt.mu is taken before c.mu, never inside it
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrClosed}
 	}
 	if revoked {
+		c.mu.Unlock()
 		return 0, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
 	}
 	c.seq++
-	return c.seq, nil
+	seq, prune := c.seq, c.abandoned
+	c.abandoned = false
+	c.mu.Unlock()
+	if prune {
+		// Contributions to the collective that returned early are of no
+		// use now: drop them (later ones are dropped on arrival).
+		c.rt.mu.Lock()
+		c.rt.pruneInboxLocked(c.ctxID, seq)
+		c.rt.mu.Unlock()
+	}
+	return seq, nil
 }
 
 func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error {
@@ -379,8 +414,19 @@ func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error 
 }
 
 // await waits for the contributions of seq from every communicator rank in
-// from, and returns them indexed like from.
+// from, and returns them indexed like from. When it fails, contributions
+// for seq may still come: the next collective drops them (begin).
 func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Rank) ([][]byte, error) {
+	out, err := c.awaitAll(ctx, op, seq, from)
+	if err != nil {
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
+	}
+	return out, err
+}
+
+func (c *Comm) awaitAll(ctx context.Context, op string, seq uint64, from []ftrma.Rank) ([][]byte, error) {
 	out := make([][]byte, len(from))
 	got := 0
 	rt := c.rt
@@ -407,9 +453,10 @@ func (c *Comm) await(ctx context.Context, op string, seq uint64, from []ftrma.Ra
 			return nil, &ftrma.OpError{Op: op, Rank: -1, Err: ftrma.ErrRevoked}
 		}
 		for i, r := range from {
-			if out[i] == nil && rt.failed[c.members[r]] {
+			if w := c.members[r]; out[i] == nil && rt.gone[w] {
+				err := rt.goneErrLocked(w)
 				rt.mu.Unlock()
-				return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrProcFailed}
+				return nil, &ftrma.OpError{Op: op, Rank: r, Err: err}
 			}
 		}
 		wake := rt.changed
@@ -513,18 +560,24 @@ func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte,
 // rank returns the same value, even when ranks fail during the call. The
 // failed ranks it agrees on become known at every survivor (Failed). It works
 // on a revoked communicator. It returns the value together with an error
-// wrapping ftrma.ErrProcFailed when the agreed failed set holds a rank not
-// acknowledged with FailureAck, and ctx's error if ctx ends first.
+// wrapping ftrma.ErrProcFailed when the agreed failed set holds a failed
+// rank not acknowledged with AckFailed, and ctx's error if ctx ends first.
+// Ranks that left cleanly (Departed) take no part and raise no error.
+// Iagree is the non-blocking form.
 func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
-	d, err := c.agree(ctx, flag)
+	return c.agreed(c.agree(ctx, flag))
+}
+
+// agreed is Agree's result for decision d (or the error err): the value,
+// and ErrProcFailed for an agreed failure not acknowledged.
+func (c *Comm) agreed(d agree.Decision, err error) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.mu.Lock()
-	acked := c.acked
-	c.mu.Unlock()
+	failed := c.GetFailed()
+	acked := failed[:min(c.AckFailed(0), len(failed))] // another goroutine may ack a failure learned since
 	for _, r := range d.Failed {
-		if !slices.Contains(acked, c.members[r]) {
+		if !slices.Contains(acked, ftrma.Rank(r)) && !c.hasDeparted(ftrma.Rank(r)) {
 			return d.Value, &ftrma.OpError{Op: "agree", Rank: ftrma.Rank(r), Err: ftrma.ErrProcFailed}
 		}
 	}
@@ -533,25 +586,43 @@ func (c *Comm) Agree(ctx context.Context, flag uint64) (uint64, error) {
 
 // agree runs one agreement instance and returns its decision.
 func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
-	if err := c.awaitLease(ctx, "agree"); err != nil {
+	inst, err := c.startAgree(ctx, flag)
+	if err != nil {
 		return agree.Decision{}, err
+	}
+	return c.awaitDecision(ctx, inst)
+}
+
+// startAgree starts the next agreement instance with this rank's flag and
+// returns its number. It waits only while the lease is being rescued.
+func (c *Comm) startAgree(ctx context.Context, flag uint64) (uint64, error) {
+	if err := c.awaitLease(ctx, "agree"); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return agree.Decision{}, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
+		return 0, &ftrma.OpError{Op: "agree", Rank: -1, Err: ftrma.ErrClosed}
 	}
 	c.agreeSeq++
 	inst := c.agreeSeq
 	c.mu.Unlock()
 	c.rt.do(func() { c.rt.m.startAgree(time.Now(), c.ctxID, inst, flag) })
+	return inst, nil
+}
+
+// awaitDecision waits for the decision of agreement instance inst. It
+// fails with ErrClosed once the communicator or the runtime is closed.
+func (c *Comm) awaitDecision(ctx context.Context, inst uint64) (agree.Decision, error) {
 	for {
 		c.rt.mu.Lock()
 		c.mu.Lock()
 		d, ok := c.decisions[inst]
 		delete(c.decisions, inst)
+		closed := c.closed
 		c.mu.Unlock()
-		wake, closed := c.rt.changed, c.rt.closed
+		wake := c.rt.changed
+		closed = closed || c.rt.closed
 		c.rt.mu.Unlock()
 		if ok {
 			return d, nil
@@ -570,13 +641,21 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 // Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
 // the ranks agree on the failed set and every survivor gets the same group,
 // ranks numbered in the old order, with a new context id. It works on a
-// revoked communicator and across failures during the call.
+// revoked communicator and across failures during the call. Ranks that
+// left cleanly (Departed) are left out as failed ones are: they can take
+// part in nothing any more. Ishrink is the non-blocking form.
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	d, err := c.agree(ctx, ^uint64(0))
 	if err != nil {
 		err.(*ftrma.OpError).Op = "shrink"
 		return nil, err
 	}
+	return c.shrunk(d)
+}
+
+// shrunk makes the communicator of the ranks not in decision d's failed
+// set.
+func (c *Comm) shrunk(d agree.Decision) (*Comm, error) {
 	var members []ftrma.Rank
 	for i, w := range c.members {
 		if !slices.Contains(d.Failed, i) {
@@ -614,8 +693,12 @@ func (c *Comm) Signal(to ftrma.Rank, payload []byte) error {
 	if len(payload) > MaxCollectivePayload {
 		return &ftrma.OpError{Op: "signal", Rank: to, Err: fmt.Errorf("%w: %d bytes exceeds %d", ftrma.ErrInvalid, len(payload), MaxCollectivePayload)}
 	}
-	if c.ProcFailed(to) {
-		return &ftrma.OpError{Op: "signal", Rank: to, Err: ftrma.ErrProcFailed}
+	c.rt.mu.Lock()
+	w := c.members[to]
+	gone, err := c.rt.gone[w], c.rt.goneErrLocked(w)
+	c.rt.mu.Unlock()
+	if gone {
+		return &ftrma.OpError{Op: "signal", Rank: to, Err: err}
 	}
 	msg := be.AppendUint32([]byte{kindSignal}, c.ctxID)
 	if err := c.rt.t.Send(c.members[to], append(msg, payload...)); err != nil {
@@ -633,9 +716,12 @@ func (c *Comm) Finalize(ctx context.Context) error {
 	return joinErr(err, c.Close())
 }
 
-// Close closes the communicator without waiting for other ranks. Closing the
-// world communicator stops the runtime and closes the transport and the
-// startup.Session.
+// Close closes the communicator without waiting for other ranks. What the
+// runtime kept for it goes (its revocation, contributions and agreement
+// messages that come late are dropped): close a communicator once it is
+// not needed, the old one after a Shrink. Closing the world communicator
+// stops the runtime and closes the transport and the startup.Session; the
+// other ranks count this rank departed (Departed), not failed.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -646,6 +732,9 @@ func (c *Comm) Close() error {
 	c.mu.Unlock()
 	c.rt.mu.Lock()
 	delete(c.rt.comms, c.ctxID)
+	c.rt.closedC.add(c.ctxID, false)
+	c.rt.pruneInboxLocked(c.ctxID, 0)
+	delete(c.rt.awaited, c.revokeID())
 	c.rt.mu.Unlock()
 	c.rt.do(func() { c.rt.m.dropComm(c.ctxID) })
 	if !c.world {

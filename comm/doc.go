@@ -2,17 +2,27 @@
 // ranks over one transport, the small collectives the runtime itself needs
 // (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke, IsRevoked
 // (and Revoked, to wait for it),
-// RevokeGroup, Agree, Shrink, FailureAck and FailureGetAcked, Failed and
-// ProcFailed, and Signal.
+// RevokeGroup, Agree and Iagree, Shrink and Ishrink, GetFailed and
+// AckFailed (MPI 5's names; FailureAck and FailureGetAcked remain,
+// deprecated), Failed and ProcFailed, Departed, and Signal.
 //
-// A program started by ftrun gets its world communicator from Init; tests build
-// an in-process world of N ranks on memnet with comm/commtest. Window and store
-// layers take a *Comm.
+// A program started by ftrun gets its world communicator from Init; a
+// program run without ftrun gets a singleton world of one rank from Init,
+// as MPI allows. Tests build an in-process world of N ranks on memnet with
+// comm/commtest. Window and store layers take a *Comm.
+//
+// Failures and departures are kept apart. A rank that closes its world
+// communicator (Close, Finalize) has departed: it is listed by Departed, not
+// by Failed or GetFailed (ULFM's failed group holds failures only), and
+// ProcFailed is false for it. Operations that need it fail with an error
+// wrapping both ftrma.ErrProcFailed and transport.ErrPeerLeft; Agree and
+// Shrink do not wait for it, and Shrink leaves it out.
 //
 // The runtime (one per process, shared by every communicator) runs one
 // goroutine that drives the pure state machines: failure's heartbeat detector,
 // revoke's reliable broadcast (failure and revocation notices) and agree's
-// agreement. It steps what arrived together before it sends, and forwards
+// agreement. Late copies of the revocation of a communicator closed here
+// are dropped, for the last 1024 communicators closed. It steps what arrived together before it sends, and forwards
 // a broadcast to none of the ranks whose copies of it were among them.
 // Failure knowledge comes from the detector, from broken
 // connections, from the launcher's exit notices and from other ranks' notices;
@@ -30,7 +40,11 @@
 //     connections to every other rank) and starts the runtime.
 //  2. Use c.Rank(), c.Size(), collectives, and build windows on c.
 //  3. On ErrProcFailed or ErrRevoked: Revoke (so that everyone stops),
-//     FailureAck, Agree on how to go on, Shrink to the survivors.
+//     AckFailed(c.Size()), Agree on how to go on, Shrink to the survivors,
+//     and Close the old communicator: what the runtime keeps for a
+//     communicator (its revocation, late contributions and agreement
+//     messages) is pruned when it is closed, so that a job that recovers
+//     again and again does not grow.
 //  4. c.Finalize(ctx) — a barrier, then the runtime and transport are closed;
 //     after failures, c.Close().
 //

@@ -42,11 +42,14 @@ type machine struct {
 	det *failure.Detector
 	bc  *revoke.Broadcast
 
-	// failed[r]: world rank r is known failed, or gone (it left). Only
-	// grows; order holds the same ranks in the order learned.
-	failed  []bool
-	order   []ftrma.Rank
-	notices map[string]bool // revocation notices delivered
+	// failed[r]: world rank r is known gone: failed, or departed (it left
+	// cleanly, and departed[r] is set too). Only grows; order holds the
+	// same ranks in the order learned. Whatever this rank learns first
+	// sticks: a departed rank is not made failed by a later notice.
+	failed   []bool
+	departed []bool
+	order    []ftrma.Rank
+	notices  map[string]bool // revocation notices delivered
 
 	// lost lists the ranks whose connection the transport lost, under a
 	// confirmer, not yet known failed (see classifyDown): each is
@@ -67,6 +70,9 @@ type machine struct {
 	comms map[uint32]*commAgree
 	ctxs  []uint32
 	early map[uint32][]earlyAgree
+	// closed remembers the communicators closed here (prune.go), flagged
+	// when this rank has forwarded their revocation.
+	closed closedRing
 
 	rd machineReady // output not yet acknowledged by advance
 }
@@ -91,10 +97,11 @@ type outgoing struct {
 	bid string // the ID of a reliable-broadcast message; "" for other kinds
 }
 
-// learned is a failure this rank has just learned of.
+// learned is a failure or a departure this rank has just learned of.
 type learned struct {
 	rank ftrma.Rank
 	why  string
+	left bool // a departure (the rank left cleanly), not a failure
 }
 
 // ctxDecision is an agreement decision of the communicator ctx.
@@ -114,14 +121,15 @@ type ctxDecision struct {
 type machineReady struct {
 	Send      []outgoing
 	Suspected []ftrma.Rank // ranks the detector suspects, for the confirmer
-	Failed    []learned    // newly learned failures, in the order learned
+	Failed    []learned    // newly learned failures and departures, in the order learned
 	Notices   []string     // revocation notices delivered for the first time
 	Decided   []ctxDecision
 	Declared  []string // why the job declared this rank failed, once per notice of it
+	Pruned    []string // notices forgotten (of communicators closed here), after Notices
 }
 
 func (rd *machineReady) empty() bool {
-	return len(rd.Send)+len(rd.Suspected)+len(rd.Failed)+len(rd.Notices)+len(rd.Decided)+len(rd.Declared) == 0
+	return len(rd.Send)+len(rd.Suspected)+len(rd.Failed)+len(rd.Notices)+len(rd.Decided)+len(rd.Declared)+len(rd.Pruned) == 0
 }
 
 // newMachine returns the machine of rank self in a job of n ranks, started
@@ -136,13 +144,14 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		timeout = failure.DefaultTimeout
 	}
 	m := &machine{
-		self:    self,
-		n:       n,
-		confirm: confirm,
-		det:     det,
-		bc:      revoke.New(self, n),
-		failed:  make([]bool, n),
-		lostAt:  make([]time.Time, n),
+		self:     self,
+		n:        n,
+		confirm:  confirm,
+		det:      det,
+		bc:       revoke.New(self, n),
+		failed:   make([]bool, n),
+		departed: make([]bool, n),
+		lostAt:   make([]time.Time, n),
 		// As the detector reports a silent rank again (Config.AwaitConfirmation):
 		// well within a lease term, so that the confirmer's episode of
 		// suspicion goes on.
@@ -150,6 +159,7 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		notices:     make(map[string]bool),
 		comms:       make(map[uint32]*commAgree),
 		early:       make(map[uint32][]earlyAgree),
+		closed:      newClosedRing(keepClosed),
 	}
 	m.pump(now)
 	return m, nil
@@ -212,6 +222,9 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 		m.det.Probe(int(from), now)
 	case kindBcast:
 		if bm, err := revoke.ParseMessage(body); err == nil {
+			if forwarded, closed := m.closedRevocation(bm.ID); closed && forwarded {
+				break // a late copy of a pruned revocation
+			}
 			if m.bc.Seen(bm.ID) {
 				m.holds(from, bm.ID)
 			}
@@ -220,7 +233,9 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 	case kindAgree:
 		m.stepAgree(from, msg)
 	case kindNotice:
-		m.notice(string(body))
+		if _, closed := m.closedRevocation(string(body)); !closed {
+			m.notice(string(body))
+		}
 	}
 	m.pump(now)
 }
@@ -235,6 +250,9 @@ func (m *machine) stepAgree(from ftrma.Rank, msg []byte) {
 	ctx := be.Uint32(body)
 	ca := m.comms[ctx]
 	if ca == nil {
+		if _, closed := m.closed.has(ctx); closed {
+			return // a closed communicator's: nobody here waits for it
+		}
 		if len(m.early[ctx]) < maxEarlyAgree {
 			m.early[ctx] = append(m.early[ctx], earlyAgree{from: from, msg: msg})
 		}
@@ -260,7 +278,7 @@ func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
 	}
 	switch classifyDown(err, m.confirm) {
 	case downLeft:
-		m.markGone(now, from, "left the job")
+		m.markGone(now, from, "left the job", true)
 	case downFailed:
 		m.markFailed(now, from, fmt.Sprintf("connection lost: %v", err))
 	case downSuspect:
@@ -368,6 +386,7 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 		}
 	}
 	ca.ag = agree.New(self, len(members))
+	m.closed.remove(ctx) // live again: its revocations count
 	if _, ok := m.comms[ctx]; !ok {
 		i, _ := slices.BinarySearch(m.ctxs, ctx)
 		m.ctxs = slices.Insert(m.ctxs, i, ctx)
@@ -387,7 +406,7 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 }
 
 // dropComm forgets communicator ctx (it was closed): its agreement takes no
-// part any more.
+// part any more, and what the machine keeps for it is pruned (prune.go).
 func (m *machine) dropComm(ctx uint32) {
 	if _, ok := m.comms[ctx]; !ok {
 		return
@@ -396,6 +415,7 @@ func (m *machine) dropComm(ctx uint32) {
 	if i, ok := slices.BinarySearch(m.ctxs, ctx); ok {
 		m.ctxs = slices.Delete(m.ctxs, i, i+1)
 	}
+	m.pruneComm(ctx)
 }
 
 // startAgree contributes flag to agreement instance inst of communicator
@@ -505,7 +525,11 @@ func (m *machine) takeNotices() []string {
 // message whose ID this rank has not seen yet.
 func (m *machine) unseen(msg []byte) bool {
 	bm, err := revoke.ParseMessage(msg[1:])
-	return err == nil && !m.bc.Seen(bm.ID)
+	if err != nil || m.bc.Seen(bm.ID) {
+		return false
+	}
+	forwarded, closed := m.closedRevocation(bm.ID)
+	return !(closed && forwarded)
 }
 
 // failureNotice reports whether msg, a reliable-broadcast message, is the
@@ -538,6 +562,15 @@ func (m *machine) deliver(now time.Time, bm revoke.Message) {
 		}
 		return
 	}
+	if _, closed := m.closedRevocation(bm.ID); closed {
+		// The revocation of a communicator closed here, first seen now:
+		// forwarded (by the Ready this came from), not delivered, and
+		// forgotten again; later copies are dropped.
+		ctx, _ := revokedCtx(bm.ID)
+		m.bc.Forget(bm.ID)
+		m.closed.add(ctx, true)
+		return
+	}
 	m.notice(bm.ID) // communicator and window revocations
 }
 
@@ -552,16 +585,16 @@ func (m *machine) notice(id string) {
 
 // markFailed records that world rank r failed and announces it to the job.
 func (m *machine) markFailed(now time.Time, r ftrma.Rank, why string) {
-	if m.markGone(now, r, why) {
+	if m.markGone(now, r, why, false) {
 		m.bc.Originate(revoke.Message{ID: fmt.Sprintf("fail/%d", r), Payload: []byte(why)})
 	}
 }
 
 // markGone records locally that world rank r is gone, as markFailed without
 // telling anyone, and reports whether this was news: the state machines stop
-// waiting for r. Learning that this rank itself was given up is reported in
-// Declared instead.
-func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
+// waiting for r. left says r departed cleanly rather than failed. Learning
+// that this rank itself was given up is reported in Declared instead.
+func (m *machine) markGone(now time.Time, r ftrma.Rank, why string, left bool) bool {
 	if int(r) == m.self {
 		m.rd.Declared = append(m.rd.Declared, why)
 		return false
@@ -570,11 +603,12 @@ func (m *machine) markGone(now time.Time, r ftrma.Rank, why string) bool {
 		return false
 	}
 	m.failed[r] = true
+	m.departed[r] = left
 	m.order = append(m.order, r)
 	if i := slices.Index(m.lost, r); i >= 0 {
 		m.lost = slices.Delete(m.lost, i, i+1)
 	}
-	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why})
+	m.rd.Failed = append(m.rd.Failed, learned{rank: r, why: why, left: left})
 	m.det.Failed(int(r), now)
 	m.bc.Failed(int(r))
 	for _, ctx := range m.ctxs {

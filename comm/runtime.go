@@ -83,12 +83,16 @@ type runtime struct {
 	m *machine // owned by the run goroutine
 
 	mu       sync.Mutex               // guards the fields below
-	failed   []bool                   // failed[r]: world rank r is known failed (grow-only); set only after r is fenced
-	order    []ftrma.Rank             // failed ranks in the order learned
+	gone     []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
+	failed   []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
+	departed []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
+	order    []ftrma.Rank             // failed ranks in the order learned (failures only)
+	left     []ftrma.Rank             // departed ranks in the order learned
 	notices  map[string]bool          // revocation notices delivered
 	noticed  atomic.Int64             // len(notices), read without the lock
 	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
 	comms    map[uint32]*Comm         // live communicators by context id
+	closedC  closedRing               // communicators closed here (prune.go); their contributions are dropped
 	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
 	queue    []event                  // received, for the run goroutine
 	requests []func()                 // work for the run goroutine
@@ -131,10 +135,13 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		self:     t.Rank(),
 		n:        t.Size(),
 		cfg:      cfg,
+		gone:     make([]bool, t.Size()),
 		failed:   make([]bool, t.Size()),
+		departed: make([]bool, t.Size()),
 		notices:  make(map[string]bool),
 		awaited:  make(map[string]chan struct{}),
 		comms:    make(map[uint32]*Comm),
+		closedC:  newClosedRing(keepClosed),
 		inbox:    make(map[collKey][]byte),
 		changed:  make(chan struct{}),
 		failedCh: make(chan struct{}),
@@ -233,9 +240,26 @@ func (rt *runtime) fileContribution(from ftrma.Rank, msg []byte) {
 	k := collKey{ctx: be.Uint32(msg[1:]), seq: be.Uint64(msg[5:]), from: from}
 	payload := append([]byte{}, msg[collHeader:]...)
 	rt.mu.Lock()
+	if rt.stale(k) {
+		rt.mu.Unlock()
+		return
+	}
 	rt.inbox[k] = payload
 	rt.signalLocked()
 	rt.mu.Unlock()
+}
+
+// stale reports whether contribution k is for a collective nobody here
+// will run: of a communicator closed here, or of one this rank has already
+// gone past (it started a later collective). rt.mu is held.
+func (rt *runtime) stale(k collKey) bool {
+	if c := rt.comms[k.ctx]; c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return k.seq < c.seq
+	}
+	_, closed := rt.closedC.has(k.ctx)
+	return closed
 }
 
 // signalLocked wakes every goroutine waiting for a change. rt.mu is held.
@@ -403,8 +427,14 @@ func (rt *runtime) apply() {
 		}
 		rt.mu.Lock()
 		for _, f := range rd.Failed {
-			rt.failed[f.rank] = true
-			rt.order = append(rt.order, f.rank)
+			rt.gone[f.rank] = true
+			if f.left {
+				rt.departed[f.rank] = true
+				rt.left = append(rt.left, f.rank)
+			} else {
+				rt.failed[f.rank] = true
+				rt.order = append(rt.order, f.rank)
+			}
 		}
 		rt.signalLocked()
 		close(rt.failedCh)
@@ -420,6 +450,11 @@ func (rt *runtime) apply() {
 		}
 	}
 	rt.publish(rd.Notices)
+	if len(rd.Pruned) > 0 {
+		rt.mu.Lock()
+		rt.forgetNoticesLocked(rd.Pruned)
+		rt.mu.Unlock()
+	}
 	if len(rd.Decided) > 0 {
 		rt.mu.Lock()
 		for _, d := range rd.Decided {
@@ -495,11 +530,21 @@ func (rt *runtime) originate(id string, payload []byte) {
 	rt.m.originate(time.Now(), id, payload)
 }
 
-// isFailed reports world rank r's failure knowledge.
+// isFailed reports whether world rank r is known failed (not departed).
 func (rt *runtime) isFailed(r ftrma.Rank) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.failed[r]
+}
+
+// goneErrLocked is the error of an operation that needs world rank r, known gone:
+// ftrma.ErrProcFailed, and transport.ErrPeerLeft too when r departed
+// cleanly. rt.mu is held.
+func (rt *runtime) goneErrLocked(r ftrma.Rank) error {
+	if rt.departed[r] {
+		return fmt.Errorf("%w: %w", ftrma.ErrProcFailed, transport.ErrPeerLeft)
+	}
+	return ftrma.ErrProcFailed
 }
 
 // close stops the run goroutine.

@@ -91,6 +91,15 @@ func (b *Broadcast) Seen(id string) bool {
 	return ok
 }
 
+// Forget drops the memory of id, so that the Broadcast's memory does not
+// grow with every ID ever seen: a later copy of id is taken as new
+// (forwarded and delivered again). The caller forgets only IDs it no
+// longer needs and drops their late copies itself. This rank forwarded id
+// when it first saw it, so forgetting costs no other rank its copy.
+func (b *Broadcast) Forget(id string) {
+	delete(b.seen, id)
+}
+
 // HasReady reports whether Ready has anything to act on.
 func (b *Broadcast) HasReady() bool {
 	return len(b.send) > 0 || len(b.deliver) > 0

@@ -141,3 +141,21 @@ func TestNewPanicsOnBadShape(t *testing.T) {
 		}()
 	}
 }
+
+// Forget drops an ID: Seen turns false and a later copy is forwarded and
+// delivered again, while other IDs stay remembered.
+func TestForget(t *testing.T) {
+	b := New(0, 8)
+	m := Message{ID: "revoke/7"}
+	b.Step(1, m)
+	b.Originate(Message{ID: "revoke/8"})
+	b.Advance()
+	b.Forget(m.ID)
+	if b.Seen(m.ID) || !b.Seen("revoke/8") {
+		t.Fatalf("after Forget: Seen(%q) = %v, Seen(revoke/8) = %v", m.ID, b.Seen(m.ID), b.Seen("revoke/8"))
+	}
+	b.Step(1, m)
+	if rd := b.Ready(); len(rd.Deliver) != 1 || len(rd.Send) == 0 {
+		t.Fatalf("a copy after Forget: delivered %v, sent %d", rd.Deliver, len(rd.Send))
+	}
+}

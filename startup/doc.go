@@ -38,6 +38,10 @@
 //	defer t.Close()
 //	err = t.Send((s.Rank()+1)%ftrma.Rank(s.Size()), []byte("hello"))
 //
+// A process not started by ftrun (InJob is false) can still run as a job of
+// one rank: Singleton gives it a transport whose only peer is itself
+// (comm.Init does this, MPI's singleton init).
+//
 // DetectorSettings gives the failure detector's period and timeout for this
 // rank, from ftrun's flags and the host's CPUs.
 package startup

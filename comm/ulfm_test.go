@@ -1,0 +1,320 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/window"
+)
+
+// Init outside ftrun (no job environment) gives a singleton world: one
+// rank, whose collectives, Agree and Shrink return, and a window on which
+// put, get and compare-and-swap reach this rank's own memory.
+func TestInitSingleton(t *testing.T) {
+	t.Setenv(jobwire.EnvRank, "") // restored after the test
+	os.Unsetenv(jobwire.EnvRank)
+	ctx := testCtx(t, 30*time.Second)
+	c, err := comm.Init(ctx)
+	if err != nil {
+		t.Fatalf("Init outside ftrun: %v", err)
+	}
+	if c.Size() != 1 || c.Rank() != 0 {
+		t.Fatalf("singleton: rank %d of %d, want 0 of 1", c.Rank(), c.Size())
+	}
+	if err := c.Barrier(ctx); err != nil {
+		t.Fatalf("barrier: %v", err)
+	}
+	got, err := c.Allgather(ctx, []byte("me"))
+	if err != nil || len(got) != 1 || string(got[0]) != "me" {
+		t.Fatalf("allgather = %q, %v", got, err)
+	}
+	if v, err := c.Agree(ctx, 6); err != nil || v != 6 {
+		t.Fatalf("agree = %d, %v; want 6", v, err)
+	}
+	s, err := c.Shrink(ctx)
+	if err != nil || s.Size() != 1 {
+		t.Fatalf("shrink: %v", err)
+	}
+	w, err := window.Allocate(ctx, s, 64)
+	if err != nil {
+		t.Fatalf("window: %v", err)
+	}
+	if err := w.PutSync(ctx, 0, 8, []byte("singleton")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	buf := make([]byte, 9)
+	if err := w.Get(0, 8, buf); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if err := w.Flush(ctx, 0); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if !bytes.Equal(buf, []byte("singleton")) {
+		t.Fatalf("get = %q, want %q", buf, "singleton")
+	}
+	var old int64
+	if err := w.CompareAndSwap(0, 0, 0, 42, &old); err != nil {
+		t.Fatalf("cas: %v", err)
+	}
+	if err := w.Flush(ctx, 0); err != nil || old != 0 {
+		t.Fatalf("cas: old %d, %v", old, err)
+	}
+	if err := w.Free(ctx); err != nil {
+		t.Fatalf("free: %v", err)
+	}
+	s.Close()
+	if err := c.Finalize(ctx); err != nil {
+		t.Fatalf("finalize: %v", err)
+	}
+}
+
+// A job environment that is there but broken is still an error: only its
+// absence makes a singleton.
+func TestInitBrokenJobEnv(t *testing.T) {
+	t.Setenv(jobwire.EnvRank, "0")
+	t.Setenv(jobwire.EnvSize, "")
+	os.Unsetenv(jobwire.EnvSize)
+	ctx := testCtx(t, 10*time.Second)
+	if c, err := comm.Init(ctx); err == nil {
+		c.Close()
+		t.Fatal("Init with FTRMA_RANK set but no FTRMA_SIZE succeeded")
+	}
+}
+
+// waitGone waits until c knows every rank of ranks failed or departed.
+func waitGone(ctx context.Context, c *comm.Comm, ranks ...ftrma.Rank) error {
+	for {
+		ch := c.FailuresChanged()
+		known := append(c.Failed(), c.Departed()...)
+		all := true
+		for _, r := range ranks {
+			all = all && slices.Contains(known, r)
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("rank %d: failed %v, departed %v; waiting for %v: %w", c.Rank(), c.Failed(), c.Departed(), ranks, ctx.Err())
+		}
+	}
+}
+
+// A rank that closes cleanly is a departure, not a failure: with rank 3
+// closed and rank 5 crashed, Failed and GetFailed list rank 5 only and
+// Departed rank 3; ProcFailed(3) is false; a collective that needs rank 3
+// fails with an error wrapping both ErrProcFailed and ErrPeerLeft; Agree
+// after acknowledging rank 5 reports no error (the departure raises none),
+// and Shrink leaves both out.
+func TestDepartureIsNoFailure(t *testing.T) {
+	const n = 6
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	w.Net.Crash(5)
+	errs := w.RunRanks(ctx, []ftrma.Rank{0, 1, 2, 3, 4}, func(ctx context.Context, c *comm.Comm) error {
+		if c.Rank() == 3 {
+			return c.Close()
+		}
+		if err := waitGone(ctx, c, 3, 5); err != nil {
+			return err
+		}
+		if f := c.Failed(); !slices.Equal(f, []ftrma.Rank{5}) {
+			return fmt.Errorf("Failed() = %v, want [5]", f)
+		}
+		if f := c.GetFailed(); !slices.Equal(f, []ftrma.Rank{5}) {
+			return fmt.Errorf("GetFailed() = %v, want [5]", f)
+		}
+		if d := c.Departed(); !slices.Equal(d, []ftrma.Rank{3}) {
+			return fmt.Errorf("Departed() = %v, want [3]", d)
+		}
+		if c.ProcFailed(3) || !c.ProcFailed(5) {
+			return fmt.Errorf("ProcFailed(3) = %v, ProcFailed(5) = %v; want false, true", c.ProcFailed(3), c.ProcFailed(5))
+		}
+		err := c.Barrier(ctx)
+		var oe *ftrma.OpError
+		if !errors.Is(err, ftrma.ErrProcFailed) || !errors.As(err, &oe) {
+			return fmt.Errorf("barrier with rank 3 gone and 5 failed: %v, want ErrProcFailed", err)
+		}
+		if oe.Rank == 3 && !errors.Is(err, transport.ErrPeerLeft) {
+			return fmt.Errorf("barrier waiting for departed rank 3: %v, want ErrPeerLeft too", err)
+		}
+		if oe.Rank == 5 && errors.Is(err, transport.ErrPeerLeft) {
+			return fmt.Errorf("barrier waiting for failed rank 5: %v, which is no departure", err)
+		}
+		if got := c.AckFailed(c.Size()); got != 1 {
+			return fmt.Errorf("AckFailed = %d, want 1", got)
+		}
+		if v, err := c.Agree(ctx, 5); err != nil || v != 5 {
+			return fmt.Errorf("agree after acknowledging: %d, %v; want 5, nil", v, err)
+		}
+		s, err := c.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Size() != n-2 {
+			return fmt.Errorf("shrink gave %d ranks, want %d", s.Size(), n-2)
+		}
+		if f, d := s.Failed(), s.Departed(); len(f)+len(d) != 0 {
+			return fmt.Errorf("shrunk communicator: failed %v, departed %v", f, d)
+		}
+		return s.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// mpi4py's ULFM tests without failures: AckFailed acknowledges nothing,
+// GetFailed is empty; Iagree gives each value back; a root's Iagree cannot
+// complete (Test is false) before the others contribute, and then every
+// rank gets the AND; Ishrink gives a communicator of the same size and
+// ranks, its request done after Wait.
+func TestIagreeIshrinkWithoutFailures(t *testing.T) {
+	const n = 4
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		for _, k := range []int{0, c.Size(), -1} {
+			if got := c.AckFailed(k); got != 0 {
+				return fmt.Errorf("AckFailed(%d) = %d without failures", k, got)
+			}
+		}
+		if f := c.GetFailed(); len(f) != 0 {
+			return fmt.Errorf("GetFailed() = %v without failures", f)
+		}
+		for i := range uint64(5) {
+			if v, err := c.Iagree(i).Wait(ctx); err != nil || v != i {
+				return fmt.Errorf("Iagree(%d) = %d, %v", i, v, err)
+			}
+		}
+		for root := range ftrma.Rank(n) {
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			var req *comm.AgreeRequest
+			if c.Rank() == root {
+				req = c.Iagree(0b1011)
+				if req.Test() {
+					return fmt.Errorf("root %d: Iagree completed before the others took part", root)
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+			} else {
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				req = c.Iagree(0b1101)
+			}
+			select {
+			case <-req.Done():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if !req.Test() {
+				return errors.New("Test is false after Done closed")
+			}
+			if v, err := req.Wait(ctx); err != nil || v != 0b1001 {
+				return fmt.Errorf("root %d: Iagree = %#b, %v; want 0b1001", root, v, err)
+			}
+		}
+		req := c.Ishrink()
+		s, err := req.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if !req.Test() {
+			return errors.New("Ishrink: Test is false after Wait")
+		}
+		if s.Size() != c.Size() || s.Rank() != c.Rank() || s.ContextID() == c.ContextID() {
+			return fmt.Errorf("Ishrink: rank %d of %d (context %d), want %d of %d, new context", s.Rank(), s.Size(), s.ContextID(), c.Rank(), c.Size())
+		}
+		return s.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// A rank fails while an Iagree is under way (it never contributes, so the
+// agreement cannot complete before the failure): every survivor's request
+// completes with the same value, the AND of the survivors' flags, and an
+// error wrapping ErrProcFailed naming the failed rank, not yet
+// acknowledged. After AckFailed the next Iagree reports no error, and
+// Ishrink leaves the failed rank out.
+func TestIagreeAcrossFailure(t *testing.T) {
+	const n, victim = 6, 5
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	started := make(chan struct{}, n)
+	crashed := make(chan struct{})
+	go func() {
+		for range n - 1 {
+			<-started
+		}
+		w.Net.Crash(victim)
+		close(crashed)
+	}()
+	values := make([]uint64, n)
+	errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		if c.Rank() == victim {
+			<-crashed
+			return nil
+		}
+		req := c.Iagree(^uint64(0) &^ (1 << uint(c.Rank())))
+		started <- struct{}{}
+		v, err := req.Wait(ctx)
+		var oe *ftrma.OpError
+		if !errors.Is(err, ftrma.ErrProcFailed) || !errors.As(err, &oe) || oe.Rank != victim {
+			return fmt.Errorf("Iagree across the failure of rank %d: %#x, %v; want ErrProcFailed for rank %d", victim, v, err, victim)
+		}
+		values[c.Rank()] = v
+		if f := c.GetFailed(); !slices.Equal(f, []ftrma.Rank{victim}) {
+			return fmt.Errorf("GetFailed() = %v, want [%d]", f, victim)
+		}
+		if got := c.AckFailed(0); got != 0 {
+			return fmt.Errorf("AckFailed(0) = %d before any acknowledgement", got)
+		}
+		if got := c.AckFailed(c.Size()); got != 1 {
+			return fmt.Errorf("AckFailed(size) = %d, want 1", got)
+		}
+		if v, err := c.Iagree(3).Wait(ctx); err != nil || v != 3 {
+			return fmt.Errorf("Iagree after acknowledging: %d, %v; want 3, nil", v, err)
+		}
+		s, err := c.Ishrink().Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Size() != n-1 || s.Rank() != c.Rank() {
+			return fmt.Errorf("Ishrink: rank %d of %d, want %d of %d", s.Rank(), s.Size(), c.Rank(), n-1)
+		}
+		return s.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	want := ^uint64(0) &^ (1<<victim - 1) // every survivor cleared its bit
+	for r := range ftrma.Rank(n) {
+		if r != victim && values[r] != want {
+			t.Errorf("rank %d decided %#x, want %#x", r, values[r], want)
+		}
+	}
+}
