@@ -232,13 +232,16 @@ func (c *Comm) Transport() transport.Transport { return c.rt.t }
 // TransportRank returns the transport (world) rank of communicator rank r.
 func (c *Comm) TransportRank(r ftrma.Rank) ftrma.Rank { return c.members[r] }
 
-// ProcFailed reports whether communicator rank r is known to have failed. It
-// reads local knowledge only.
+// ProcFailed reports whether communicator rank r is known to be gone: it
+// failed, or it left cleanly (Close, Finalize). Either way it takes part in
+// nothing any more, and windows, stores and agreements route around it as
+// they do around a failure. Failed and GetFailed list the failures only,
+// Departed the departures. It reads local knowledge only.
 func (c *Comm) ProcFailed(r ftrma.Rank) bool {
 	if r < 0 || int(r) >= len(c.members) {
 		return false
 	}
-	return c.rt.isFailed(c.members[r])
+	return c.rt.isGone(c.members[r])
 }
 
 // FailuresChanged returns a channel closed when this process next learns

@@ -13,8 +13,9 @@
 //
 // Failures and departures are kept apart. A rank that closes its world
 // communicator (Close, Finalize) has departed: it is listed by Departed, not
-// by Failed or GetFailed (ULFM's failed group holds failures only), and
-// ProcFailed is false for it. Operations that need it fail with an error
+// by Failed or GetFailed (ULFM's failed group holds failures only), while
+// ProcFailed, which asks whether a rank can still take part, is true for it
+// as for a failure. Operations that need it fail with an error
 // wrapping both ftrma.ErrProcFailed and transport.ErrPeerLeft; Agree and
 // Shrink do not wait for it, and Shrink leaves it out.
 //

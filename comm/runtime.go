@@ -530,11 +530,11 @@ func (rt *runtime) originate(id string, payload []byte) {
 	rt.m.originate(time.Now(), id, payload)
 }
 
-// isFailed reports whether world rank r is known failed (not departed).
-func (rt *runtime) isFailed(r ftrma.Rank) bool {
+// isGone reports whether world rank r is known failed or departed.
+func (rt *runtime) isGone(r ftrma.Rank) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.failed[r]
+	return rt.gone[r]
 }
 
 // goneErrLocked is the error of an operation that needs world rank r, known gone:

@@ -46,7 +46,7 @@ func (c *Comm) AckFailed(n int) int {
 // Departed returns the communicator ranks known to have left cleanly (they
 // closed their world communicator, with Close or Finalize), in rank order.
 // A departure is not a failure: these ranks are in neither Failed nor
-// GetFailed, and ProcFailed is false for them. A rank this process learned
+// GetFailed; ProcFailed is true for them, as for failed ranks (gone either way). A rank this process learned
 // failed before it learned of its departure stays failed (a rank that
 // closes during an agreement may be agreed failed by ranks that had not yet
 // seen it leave). Operations that need a departed rank fail with an error

@@ -114,7 +114,7 @@ func waitGone(ctx context.Context, c *comm.Comm, ranks ...ftrma.Rank) error {
 
 // A rank that closes cleanly is a departure, not a failure: with rank 3
 // closed and rank 5 crashed, Failed and GetFailed list rank 5 only and
-// Departed rank 3; ProcFailed(3) is false; a collective that needs rank 3
+// Departed rank 3; ProcFailed(3) is true (gone) as for a failure; a collective that needs rank 3
 // fails with an error wrapping both ErrProcFailed and ErrPeerLeft; Agree
 // after acknowledging rank 5 reports no error (the departure raises none),
 // and Shrink leaves both out.
@@ -139,8 +139,8 @@ func TestDepartureIsNoFailure(t *testing.T) {
 		if d := c.Departed(); !slices.Equal(d, []ftrma.Rank{3}) {
 			return fmt.Errorf("Departed() = %v, want [3]", d)
 		}
-		if c.ProcFailed(3) || !c.ProcFailed(5) {
-			return fmt.Errorf("ProcFailed(3) = %v, ProcFailed(5) = %v; want false, true", c.ProcFailed(3), c.ProcFailed(5))
+		if !c.ProcFailed(3) || !c.ProcFailed(5) {
+			return fmt.Errorf("ProcFailed(3) = %v, ProcFailed(5) = %v; want true (gone) for both", c.ProcFailed(3), c.ProcFailed(5))
 		}
 		err := c.Barrier(ctx)
 		var oe *ftrma.OpError
