@@ -99,6 +99,7 @@ type Window struct {
 	mem   []byte   // local window memory (nil for dynamic windows)
 	ctl   []uint64 // local control block, registered as ctlKey
 	owned [][]byte // memory this window allocated, released by Free
+	user  []byte   // Create's buffer when mem is a copy of it (see Create), written back by Free
 	peers []peerInfo
 	freed atomic.Bool
 
@@ -188,11 +189,56 @@ func (w *Window) Release(buf []byte) error {
 	return nil
 }
 
-// Create creates a window exposing buf at this rank. Collective. For atomic
-// operations buf should start on an 8-byte boundary; atomics at an unaligned
-// address fail with ftrma.ErrMisaligned.
+// Create creates a window exposing buf at this rank. Collective. buf must
+// start on an 8-byte boundary (else ftrma.ErrMisaligned), so that atomics
+// work at every displacement that is a multiple of 8; it may be empty or
+// nil, and this rank then exposes no memory (as MPI allows).
+//
+// Where the transport can register any memory (tcp, verbs, memnet), the
+// window memory is buf itself. Where peers reach only memory the transport
+// allocates (shared memory, also inside a multi transport: a
+// transport.Allocator), the window memory is a copy: Create copies buf into
+// memory from the transport, peers read and write the copy, and Free copies
+// it back into buf once every rank has completed its operations. There, use
+// Bytes for local loads and stores between Create and Free, and read buf
+// only after Free. Bytes is the window memory on every transport, so code
+// that uses it is right everywhere.
 func Create(ctx context.Context, c Comm, buf []byte) (*Window, error) {
-	return create(ctx, c, created, buf)
+	if len(buf) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%8 != 0 {
+		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: fmt.Errorf("%w: buffer at %p is not 8-byte aligned", ftrma.ErrMisaligned, unsafe.SliceData(buf))}
+	}
+	t := c.Transport()
+	_, copied := t.(transport.Allocator)
+	if !copied && len(buf) > 0 {
+		return create(ctx, c, created, buf)
+	}
+	// A copy in transport memory; an empty buffer gets empty memory that
+	// the transport accepts, as Allocate(0).
+	mem, err := allocMem(t, len(buf))
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
+	}
+	copy(mem, buf)
+	w, err := create(ctx, c, created, mem)
+	if err != nil {
+		releaseMem(t, mem)
+		return nil, err
+	}
+	w.owned = append(w.owned, mem)
+	if len(buf) > 0 {
+		w.user = buf
+	}
+	return w, nil
+}
+
+// copyOut copies the window memory back into Create's buffer where the
+// window memory is a copy of it. Free calls it once no operation can reach
+// the memory any more, before releasing it.
+func (w *Window) copyOut() {
+	if w.user != nil {
+		copy(w.user, w.mem)
+		w.user = nil
+	}
 }
 
 // CreateDynamic creates a window without memory; each rank then attaches
@@ -395,7 +441,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 	if _, err := w.c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return nil, wrap("shrink", -1, err)
 	}
-	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, rank: -1,
+	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
 		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached}
 	var peers []peerInfo
 	for _, p := range w.peers {
@@ -505,19 +551,100 @@ func (w *Window) get(op string, target ftrma.Rank, disp uint64, buf []byte) (ftr
 	return tr, seq, wrap(op, target, err)
 }
 
-// Request is a posted request-based operation.
+// Request is a posted request-based operation (Rput, Rget, Raccumulate,
+// RgetAccumulate). Complete it with Wait, Test or WaitAll; once complete it
+// keeps its outcome, which later calls return again.
 type Request struct {
 	w      *Window
 	op     string
 	target ftrma.Rank // window rank
 	tr     ftrma.Rank // its transport rank
 	seq    transport.Seq
+
+	mu   sync.Mutex // guards done and err
+	done bool       // the outcome is known
+	err  error      // the outcome, once done
+}
+
+func (w *Window) newRequest(op string, target, tr ftrma.Rank, seq transport.Seq) *Request {
+	return &Request{w: w, op: op, target: target, tr: tr, seq: seq}
 }
 
 // Wait blocks until the request is complete: for Rput the data is visible at
-// the target, for Rget it is in the buffer.
+// the target, for Rget it is in the buffer, for the accumulates the update is
+// done at the target and the result is in place. It returns the operation's
+// error, an error wrapping ftrma.ErrProcFailed when the target failed first,
+// or ctx's error (the request then stays incomplete).
 func (r *Request) Wait(ctx context.Context) error {
-	return wrap(r.op, r.target, r.w.t.Wait(ctx, r.tr, r.seq))
+	if done, err := r.outcome(); done {
+		return err
+	}
+	err := r.w.t.Wait(ctx, r.tr, r.seq)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return wrap(r.op, r.target, err)
+	}
+	return r.finish(wrap(r.op, r.target, err))
+}
+
+// Test reports, without blocking, whether the request is complete, and then
+// its outcome as Wait would return it. A request toward a target known to
+// have failed is complete with an error wrapping ftrma.ErrProcFailed.
+func (r *Request) Test() (bool, error) {
+	if done, err := r.outcome(); done {
+		return true, err
+	}
+	var done bool
+	var err error
+	if t, ok := r.w.t.(transport.Tester); ok {
+		done, err = t.Test(r.tr, r.seq)
+	} else {
+		// Wait with a context that has ended returns at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = r.w.t.Wait(ctx, r.tr, r.seq)
+		done = !errors.Is(err, context.Canceled)
+	}
+	if !done {
+		return false, nil
+	}
+	return true, r.finish(wrap(r.op, r.target, err))
+}
+
+func (r *Request) outcome() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done, r.err
+}
+
+// finish records the outcome err; an error found by a concurrent Wait or
+// Test wins over nil (the transport reports an error once).
+func (r *Request) finish(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done || r.err == nil {
+		r.done, r.err = true, err
+	}
+	return r.err
+}
+
+// WaitAll waits for every request (nil ones are skipped), also after some
+// failed, and returns their errors joined (nil when all succeeded; test it
+// with errors.Is). When ctx ends first it returns ctx's error with those
+// found so far, and the requests not yet complete stay incomplete.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var errs []error
+	for _, r := range reqs {
+		if r == nil {
+			continue
+		}
+		if err := r.Wait(ctx); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Rput is Put returning a request to wait for.
@@ -526,7 +653,7 @@ func (w *Window) Rput(target ftrma.Rank, disp uint64, data []byte) (*Request, er
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rput", target, tr, seq}, nil
+	return w.newRequest("rput", target, tr, seq), nil
 }
 
 // Rget is Get returning a request to wait for.
@@ -535,7 +662,7 @@ func (w *Window) Rget(target ftrma.Rank, disp uint64, buf []byte) (*Request, err
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rget", target, tr, seq}, nil
+	return w.newRequest("rget", target, tr, seq), nil
 }
 
 // Flush returns when every operation this rank posted toward target is
@@ -779,6 +906,7 @@ func (w *Window) Free(ctx context.Context) error {
 	}
 	w.attached = nil
 	w.mu.Unlock()
+	w.copyOut()
 	for _, b := range w.owned {
 		releaseMem(w.t, b)
 	}
