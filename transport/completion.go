@@ -205,6 +205,24 @@ func (c *Completion) wait(ctx context.Context, seq Seq, spin time.Duration, take
 	}
 }
 
+// Test reports, without blocking, whether seq is complete, and then the
+// failures Wait would return, which it takes as Wait does. When seq is
+// incomplete and the peer is down, it is done with the peer-down error.
+func (c *Completion) Test(seq Seq) (bool, error) {
+	if c.completed() >= seq && c.nerrs.Load() == 0 {
+		return true, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.completed() >= seq {
+		return true, c.takeErrs(seq)
+	}
+	if c.down != nil {
+		return true, c.down
+	}
+	return false, nil
+}
+
 // Flush waits for every sequence posted so far, as Wait; toward a peer that is
 // down it fails even when nothing is pending.
 func (c *Completion) Flush(ctx context.Context, spin time.Duration) error {

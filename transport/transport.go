@@ -114,6 +114,18 @@ type Allocator interface {
 	Release(buf []byte) error
 }
 
+// Tester is implemented by transports that can tell, without blocking,
+// whether an operation is complete (window.Request.Test uses it; without it,
+// it calls Wait with a context that has ended).
+type Tester interface {
+	// Test reports whether operation seq toward peer, and every one before
+	// it, is complete, and if so the error Wait would return: the first
+	// unreported failure up to seq (which Test then reports, as Wait does).
+	// Toward a peer that is down an incomplete seq is done with the
+	// peer-down error. It never blocks and may be called from any goroutine.
+	Test(peer ftrma.Rank, seq Seq) (done bool, err error)
+}
+
 // RegionLimiter is implemented by transports that can register only so many
 // regions at once (shared memory: the size of its key table). Layers that
 // register many regions (the store's heap chunks) size themselves by it.

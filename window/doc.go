@@ -9,6 +9,27 @@
 // complete at Flush (or Wait on a Request); PutSync is a blocking Put that
 // returns once the data is visible at the target.
 //
+// Accumulate, GetAccumulate and FetchAndOp take MPI's predefined
+// operations: Sum, Prod, Min, Max, BAnd, BOr, BXor, LAnd, LOr, LXor, Replace
+// and NoOp, on int64 (Window's methods), uint64 and float64 elements
+// (As[uint64](w), As[float64](w)); the bitwise and logical ones are for
+// integers only, and AccumulateBytes and GetAccumulateBytes take Replace and
+// NoOp. Every element is updated atomically, also against other ranks'
+// accumulates on it. On float64, Min and Max follow Go's min and max: a NaN
+// on either side gives NaN, and -0 counts as less than +0. Completion: Sum on
+// integers (a fetch-and-add per element), Replace without a result and NoOp
+// are posted and complete at Flush (or at Wait or Test of their request);
+// the other operations are compare-and-swap loops (read, compute, swap,
+// retry on a changed value) and are complete when the call returns, so a
+// Raccumulate of them returns a request that is already complete. Requests
+// (Rput, Rget, Raccumulate, RgetAccumulate) complete with Wait, Test (never
+// blocks) or WaitAll.
+//
+// Create exposes the caller's buffer where the transport can register any
+// memory (tcp, verbs, memnet); on shared memory the window is a copy made at
+// Create and written back into the buffer at Free, so local access goes
+// through Bytes, which is the window memory everywhere.
+//
 // Locks are lock words at the target changed by remote compare-and-swap and
 // fetch-and-add, so they need no action from the target. Displacements are in
 // bytes. In a dynamic window they are addresses returned by Attach, plus a byte
@@ -17,11 +38,12 @@
 // Errors (test with errors.Is): ftrma.ErrRankOutOfRange for a target outside
 // the communicator, ftrma.ErrOutOfBounds for an access beyond the target's
 // window, ftrma.ErrMisaligned for an atomic at a displacement that is not a
-// multiple of 8, ErrFreed (which is also ftrma.ErrClosed) for any use of a
-// freed window, ftrma.ErrLockHeld for Free, or a second Lock, while this rank
-// holds a lock, ftrma.ErrNotLocked for Unlock without Lock, ftrma.ErrInvalid
-// for an unsupported operation, and ftrma.ErrProcFailed when the target's
-// process is gone.
+// multiple of 8 (and for Create of a buffer not on an 8-byte boundary),
+// ErrFreed (which is also ftrma.ErrClosed) for any use of a freed window,
+// ftrma.ErrLockHeld for Free, or a second Lock, while this rank holds a lock,
+// ftrma.ErrNotLocked for Unlock without Lock, ftrma.ErrInvalid for an
+// unsupported operation (an Op on a type it does not take), and
+// ftrma.ErrProcFailed when the target's process is gone.
 //
 // Under failure (the ULFM RMA chapter made real): every operation and Flush
 // toward a failed target returns an error wrapping ftrma.ErrProcFailed, within

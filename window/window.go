@@ -42,31 +42,6 @@ type Failures interface {
 	Noticed(id string) bool
 }
 
-// Op is a reduction for Accumulate, GetAccumulate and FetchAndOp.
-type Op int
-
-const (
-	// Sum adds the origin value to the target (int64 only).
-	Sum Op = iota + 1
-	// Replace stores the origin value at the target.
-	Replace
-	// NoOp leaves the target unchanged (GetAccumulate and FetchAndOp then
-	// read it atomically).
-	NoOp
-)
-
-func (o Op) String() string {
-	switch o {
-	case Sum:
-		return "SUM"
-	case Replace:
-		return "REPLACE"
-	case NoOp:
-		return "NO_OP"
-	}
-	return fmt.Sprintf("Op(%d)", int(o))
-}
-
 // LockType selects a shared or an exclusive lock.
 type LockType int
 
@@ -124,6 +99,7 @@ type Window struct {
 	mem   []byte   // local window memory (nil for dynamic windows)
 	ctl   []uint64 // local control block, registered as ctlKey
 	owned [][]byte // memory this window allocated, released by Free
+	user  []byte   // Create's buffer when mem is a copy of it (see Create), written back by Free
 	peers []peerInfo
 	freed atomic.Bool
 
@@ -213,11 +189,56 @@ func (w *Window) Release(buf []byte) error {
 	return nil
 }
 
-// Create creates a window exposing buf at this rank. Collective. For atomic
-// operations buf should start on an 8-byte boundary; atomics at an unaligned
-// address fail with ftrma.ErrMisaligned.
+// Create creates a window exposing buf at this rank. Collective. buf must
+// start on an 8-byte boundary (else ftrma.ErrMisaligned), so that atomics
+// work at every displacement that is a multiple of 8; it may be empty or
+// nil, and this rank then exposes no memory (as MPI allows).
+//
+// Where the transport can register any memory (tcp, verbs, memnet), the
+// window memory is buf itself. Where peers reach only memory the transport
+// allocates (shared memory, also inside a multi transport: a
+// transport.Allocator), the window memory is a copy: Create copies buf into
+// memory from the transport, peers read and write the copy, and Free copies
+// it back into buf once every rank has completed its operations. There, use
+// Bytes for local loads and stores between Create and Free, and read buf
+// only after Free. Bytes is the window memory on every transport, so code
+// that uses it is right everywhere.
 func Create(ctx context.Context, c Comm, buf []byte) (*Window, error) {
-	return create(ctx, c, created, buf)
+	if len(buf) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%8 != 0 {
+		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: fmt.Errorf("%w: buffer at %p is not 8-byte aligned", ftrma.ErrMisaligned, unsafe.SliceData(buf))}
+	}
+	t := c.Transport()
+	_, copied := t.(transport.Allocator)
+	if !copied && len(buf) > 0 {
+		return create(ctx, c, created, buf)
+	}
+	// A copy in transport memory; an empty buffer gets empty memory that
+	// the transport accepts, as Allocate(0).
+	mem, err := allocMem(t, len(buf))
+	if err != nil {
+		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
+	}
+	copy(mem, buf)
+	w, err := create(ctx, c, created, mem)
+	if err != nil {
+		releaseMem(t, mem)
+		return nil, err
+	}
+	w.owned = append(w.owned, mem)
+	if len(buf) > 0 {
+		w.user = buf
+	}
+	return w, nil
+}
+
+// copyOut copies the window memory back into Create's buffer where the
+// window memory is a copy of it. Free calls it once no operation can reach
+// the memory any more, before releasing it.
+func (w *Window) copyOut() {
+	if w.user != nil {
+		copy(w.user, w.mem)
+		w.user = nil
+	}
 }
 
 // CreateDynamic creates a window without memory; each rank then attaches
@@ -420,7 +441,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 	if _, err := w.c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return nil, wrap("shrink", -1, err)
 	}
-	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, rank: -1,
+	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
 		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached}
 	var peers []peerInfo
 	for _, p := range w.peers {
@@ -530,19 +551,100 @@ func (w *Window) get(op string, target ftrma.Rank, disp uint64, buf []byte) (ftr
 	return tr, seq, wrap(op, target, err)
 }
 
-// Request is a posted request-based operation.
+// Request is a posted request-based operation (Rput, Rget, Raccumulate,
+// RgetAccumulate). Complete it with Wait, Test or WaitAll; once complete it
+// keeps its outcome, which later calls return again.
 type Request struct {
 	w      *Window
 	op     string
 	target ftrma.Rank // window rank
 	tr     ftrma.Rank // its transport rank
 	seq    transport.Seq
+
+	mu   sync.Mutex // guards done and err
+	done bool       // the outcome is known
+	err  error      // the outcome, once done
+}
+
+func (w *Window) newRequest(op string, target, tr ftrma.Rank, seq transport.Seq) *Request {
+	return &Request{w: w, op: op, target: target, tr: tr, seq: seq}
 }
 
 // Wait blocks until the request is complete: for Rput the data is visible at
-// the target, for Rget it is in the buffer.
+// the target, for Rget it is in the buffer, for the accumulates the update is
+// done at the target and the result is in place. It returns the operation's
+// error, an error wrapping ftrma.ErrProcFailed when the target failed first,
+// or ctx's error (the request then stays incomplete).
 func (r *Request) Wait(ctx context.Context) error {
-	return wrap(r.op, r.target, r.w.t.Wait(ctx, r.tr, r.seq))
+	if done, err := r.outcome(); done {
+		return err
+	}
+	err := r.w.t.Wait(ctx, r.tr, r.seq)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return wrap(r.op, r.target, err)
+	}
+	return r.finish(wrap(r.op, r.target, err))
+}
+
+// Test reports, without blocking, whether the request is complete, and then
+// its outcome as Wait would return it. A request toward a target known to
+// have failed is complete with an error wrapping ftrma.ErrProcFailed.
+func (r *Request) Test() (bool, error) {
+	if done, err := r.outcome(); done {
+		return true, err
+	}
+	var done bool
+	var err error
+	if t, ok := r.w.t.(transport.Tester); ok {
+		done, err = t.Test(r.tr, r.seq)
+	} else {
+		// Wait with a context that has ended returns at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = r.w.t.Wait(ctx, r.tr, r.seq)
+		done = !errors.Is(err, context.Canceled)
+	}
+	if !done {
+		return false, nil
+	}
+	return true, r.finish(wrap(r.op, r.target, err))
+}
+
+func (r *Request) outcome() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done, r.err
+}
+
+// finish records the outcome err; an error found by a concurrent Wait or
+// Test wins over nil (the transport reports an error once).
+func (r *Request) finish(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done || r.err == nil {
+		r.done, r.err = true, err
+	}
+	return r.err
+}
+
+// WaitAll waits for every request (nil ones are skipped), also after some
+// failed, and returns their errors joined (nil when all succeeded; test it
+// with errors.Is). When ctx ends first it returns ctx's error with those
+// found so far, and the requests not yet complete stay incomplete.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var errs []error
+	for _, r := range reqs {
+		if r == nil {
+			continue
+		}
+		if err := r.Wait(ctx); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Rput is Put returning a request to wait for.
@@ -551,7 +653,7 @@ func (w *Window) Rput(target ftrma.Rank, disp uint64, data []byte) (*Request, er
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rput", target, tr, seq}, nil
+	return w.newRequest("rput", target, tr, seq), nil
 }
 
 // Rget is Get returning a request to wait for.
@@ -560,244 +662,7 @@ func (w *Window) Rget(target ftrma.Rank, disp uint64, buf []byte) (*Request, err
 	if err != nil {
 		return nil, err
 	}
-	return &Request{w, "rget", target, tr, seq}, nil
-}
-
-// Accumulate combines origin into the int64 elements at disp of target's
-// window with op (Sum, Replace or NoOp). Each element is updated atomically;
-// disp must be a multiple of 8. Complete at the next Flush.
-func (w *Window) Accumulate(target ftrma.Rank, disp uint64, origin []int64, op Op) error {
-	return w.accumulate("accumulate", target, disp, origin, nil, op)
-}
-
-// GetAccumulate is Accumulate that also returns, in result (len(origin)
-// elements), the values before the update. Result is valid after Flush, except
-// that Replace, which is a swap built from compare-and-swap, completes before
-// GetAccumulate returns.
-func (w *Window) GetAccumulate(target ftrma.Rank, disp uint64, origin, result []int64, op Op) error {
-	if len(result) != len(origin) {
-		return &ftrma.OpError{Op: "get-accumulate", Rank: target, Err: fmt.Errorf("%w: result has %d elements for %d", ftrma.ErrInvalid, len(result), len(origin))}
-	}
-	return w.accumulate("get-accumulate", target, disp, origin, result, op)
-}
-
-func (w *Window) accumulate(name string, target ftrma.Rank, disp uint64, origin, result []int64, op Op) error {
-	tr, key, off, err := w.target(name, target, disp, 8*len(origin), true)
-	if err != nil {
-		return err
-	}
-	switch op {
-	case Sum:
-		for i, v := range origin {
-			var res *uint64
-			if result != nil {
-				res = (*uint64)(unsafe.Pointer(&result[i]))
-			}
-			if _, err := w.t.FetchAndAdd64(tr, key, off+8*uint64(i), uint64(v), res); err != nil {
-				return wrap(name, target, err)
-			}
-		}
-	case Replace:
-		if result == nil {
-			_, err := w.writeWords(tr, key, off, int64Bytes(origin))
-			return wrap(name, target, err)
-		}
-		for i, v := range origin {
-			old, err := w.swap(tr, key, off+8*uint64(i), uint64(v))
-			if err != nil {
-				return wrap(name, target, err)
-			}
-			result[i] = int64(old)
-		}
-	case NoOp:
-		if result != nil {
-			_, err := w.readWords(tr, key, off, int64Bytes(result))
-			return wrap(name, target, err)
-		}
-	default:
-		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: operation %v", ftrma.ErrInvalid, op)}
-	}
-	return nil
-}
-
-// writeWords writes b in pieces the transport stores in whole aligned words,
-// so that every element is replaced atomically. On a transport without
-// CapWholeWords the aligned words are swapped in one at a time with
-// compare-and-swap (each waits for its round trip); bytes outside them are
-// written.
-func (w *Window) writeWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
-	if !w.WholeWords() {
-		return w.swapWords(tr, key, off, b)
-	}
-	var seq transport.Seq
-	for first := true; first || len(b) > 0; first = false {
-		n := min(len(b), transport.WordAtomicWrite)
-		var err error
-		if seq, err = w.t.Write(tr, key, off, b[:n]); err != nil {
-			return 0, err
-		}
-		b, off = b[n:], off+uint64(n)
-	}
-	return seq, nil
-}
-
-// swapWords stores b at off with a swap per aligned 8-byte word and a write
-// for the bytes before the first and after the last.
-func (w *Window) swapWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
-	head := int((8 - off%8) % 8)
-	if head >= len(b) {
-		return w.t.Write(tr, key, off, b)
-	}
-	var seq transport.Seq
-	var err error
-	if head > 0 {
-		if seq, err = w.t.Write(tr, key, off, b[:head]); err != nil {
-			return 0, err
-		}
-	}
-	i := head
-	for ; i+8 <= len(b); i += 8 {
-		if _, err := w.swap(tr, key, off+uint64(i), binary.NativeEndian.Uint64(b[i:])); err != nil {
-			return 0, err
-		}
-	}
-	if i < len(b) {
-		return w.t.Write(tr, key, off+uint64(i), b[i:])
-	}
-	return seq, nil
-}
-
-// readWords reads len(b) bytes at off into b so that every aligned 8-byte
-// word is read whole: one Read on a transport with CapWholeWords, else a
-// fetch-and-add of zero per aligned word and a Read of the bytes around
-// them. Complete at the returned sequence.
-func (w *Window) readWords(tr ftrma.Rank, key transport.Key, off uint64, b []byte) (transport.Seq, error) {
-	if w.WholeWords() || len(b) > transport.WordAtomicWrite {
-		return w.t.Read(tr, key, off, b)
-	}
-	head := min(int((8-off%8)%8), len(b))
-	var seq transport.Seq
-	var err error
-	if head > 0 {
-		if seq, err = w.t.Read(tr, key, off, b[:head]); err != nil {
-			return 0, err
-		}
-	}
-	i := head
-	for ; i+8 <= len(b); i += 8 {
-		if seq, err = w.t.FetchAndAdd64(tr, key, off+uint64(i), 0, (*uint64)(unsafe.Pointer(&b[i]))); err != nil {
-			return 0, err
-		}
-	}
-	if i < len(b) {
-		return w.t.Read(tr, key, off+uint64(i), b[i:])
-	}
-	return seq, nil
-}
-
-// WholeWords reports whether Put, Get and the byte accumulates store and load
-// aligned 8-byte words whole on this window's transport. When not (RDMA
-// devices), Accumulate and GetAccumulate still treat every element atomically
-// (through the device's atomics), but a Get concurrent with a Put or an
-// Accumulate to the same place may see a torn word, as MPI allows.
-func (w *Window) WholeWords() bool { return w.t.Caps().Has(transport.CapWholeWords) }
-
-// swap atomically replaces the word at off with v and returns the old value,
-// by compare-and-swap until one succeeds. It waits for each round trip.
-func (w *Window) swap(tr ftrma.Rank, key transport.Key, off uint64, v uint64) (uint64, error) {
-	var guess uint64
-	for {
-		var old uint64
-		seq, err := w.t.CompareAndSwap64(tr, key, off, guess, v, &old)
-		if err != nil {
-			return 0, err
-		}
-		if err := w.t.Wait(context.Background(), tr, seq); err != nil {
-			return 0, err
-		}
-		if old == guess {
-			return old, nil
-		}
-		guess = old
-	}
-}
-
-// AccumulateBytes stores data at disp of target's window; op must be Replace.
-// Aligned 8-byte words are stored atomically (never torn); the whole is not.
-func (w *Window) AccumulateBytes(target ftrma.Rank, disp uint64, data []byte, op Op) error {
-	const name = "accumulate"
-	if op != Replace {
-		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE)", ftrma.ErrInvalid, op)}
-	}
-	tr, key, off, err := w.target(name, target, disp, len(data), false)
-	if err != nil {
-		return err
-	}
-	_, err = w.writeWords(tr, key, off, data)
-	return wrap(name, target, err)
-}
-
-// GetAccumulateBytes reads len(data) bytes at disp into result, then, for
-// Replace, stores data there; NoOp only reads. The read precedes the store at
-// the target; aligned words are read and stored whole. Complete at Flush.
-func (w *Window) GetAccumulateBytes(target ftrma.Rank, disp uint64, data, result []byte, op Op) error {
-	const name = "get-accumulate"
-	if len(result) != len(data) {
-		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: result of %d bytes for %d", ftrma.ErrInvalid, len(result), len(data))}
-	}
-	if op != Replace && op != NoOp {
-		return &ftrma.OpError{Op: name, Rank: target, Err: fmt.Errorf("%w: %v on bytes (only REPLACE, NO_OP)", ftrma.ErrInvalid, op)}
-	}
-	tr, key, off, err := w.target(name, target, disp, len(data), false)
-	if err != nil {
-		return err
-	}
-	if _, err := w.readWords(tr, key, off, result); err != nil {
-		return wrap(name, target, err)
-	}
-	if op == Replace {
-		_, err = w.writeWords(tr, key, off, data)
-	}
-	return wrap(name, target, err)
-}
-
-// FetchAndOp applies op (Sum, Replace or NoOp) with operand to the int64 at
-// disp of target's window and stores the prior value in *result. Sum and NoOp
-// complete at Flush; Replace completes before FetchAndOp returns.
-func (w *Window) FetchAndOp(target ftrma.Rank, disp uint64, operand int64, result *int64, op Op) error {
-	const name = "fetch-and-op"
-	tr, key, off, err := w.target(name, target, disp, 8, true)
-	if err != nil {
-		return err
-	}
-	res := (*uint64)(unsafe.Pointer(result))
-	switch op {
-	case Sum:
-		_, err = w.t.FetchAndAdd64(tr, key, off, uint64(operand), res)
-	case NoOp:
-		_, err = w.t.FetchAndAdd64(tr, key, off, 0, res)
-	case Replace:
-		var old uint64
-		old, err = w.swap(tr, key, off, uint64(operand))
-		if err == nil && result != nil {
-			*result = int64(old)
-		}
-	default:
-		err = fmt.Errorf("%w: operation %v", ftrma.ErrInvalid, op)
-	}
-	return wrap(name, target, err)
-}
-
-// CompareAndSwap replaces the int64 at disp of target's window with swap if it
-// equals compare, and stores the prior value in *result (valid after Flush).
-func (w *Window) CompareAndSwap(target ftrma.Rank, disp uint64, compare, swap int64, result *int64) error {
-	const name = "compare-and-swap"
-	tr, key, off, err := w.target(name, target, disp, 8, true)
-	if err != nil {
-		return err
-	}
-	_, err = w.t.CompareAndSwap64(tr, key, off, uint64(compare), uint64(swap), (*uint64)(unsafe.Pointer(result)))
-	return wrap(name, target, err)
+	return w.newRequest("rget", target, tr, seq), nil
 }
 
 // Flush returns when every operation this rank posted toward target is
@@ -1041,6 +906,7 @@ func (w *Window) Free(ctx context.Context) error {
 	}
 	w.attached = nil
 	w.mu.Unlock()
+	w.copyOut()
 	for _, b := range w.owned {
 		releaseMem(w.t, b)
 	}

@@ -160,6 +160,15 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return l.comp.Wait(ctx, seq, 0)
 }
 
+// Test reports, without blocking, whether operation seq toward peer is
+// complete, and then the error Wait would return (transport.Tester).
+func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
+	if err := t.check("test", peer); err != nil {
+		return true, err
+	}
+	return t.link(peer).comp.Test(seq)
+}
+
 // Flush waits until every operation posted toward peer so far is complete,
 // with the blocking and errors of Wait. Toward a peer that is down it fails
 // Push does nothing: memnet delivers operations as they are posted.

@@ -335,6 +335,25 @@ func (m *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return t.Wait(ctx, peer, seq)
 }
 
+// Test tests seq on the transport that reaches peer (transport.Tester);
+// one without Test is asked by Wait with a context that has ended.
+func (m *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
+	t, err := m.to("test", peer)
+	if err != nil {
+		return true, err
+	}
+	if tt, ok := t.(transport.Tester); ok {
+		return tt.Test(peer, seq)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = t.Wait(ctx, peer, seq)
+	if errors.Is(err, context.Canceled) {
+		return false, nil
+	}
+	return true, err
+}
+
 // Flush flushes peer on the transport that reaches it.
 func (m *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	t, err := m.to("flush", peer)

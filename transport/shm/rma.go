@@ -364,6 +364,16 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return p.comp.Wait(ctx, seq, 0)
 }
 
+// Test reports whether operation seq toward peer is complete, and then the
+// error Wait would return (transport.Tester). It never blocks.
+func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
+	p, err := t.peer("test", peer)
+	if err != nil {
+		return true, err
+	}
+	return p.comp.Test(seq)
+}
+
 // Flush is Wait for every operation posted toward peer; it never blocks.
 // Toward a peer that is down it fails with an error wrapping
 // ftrma.ErrProcFailed even when nothing is pending. It needs no memory fence

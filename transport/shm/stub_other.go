@@ -49,6 +49,9 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return errUnsupported
 }
 func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error { return errUnsupported }
+func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
+	return true, errUnsupported
+}
 func (t *Transport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
 	return 0, errUnsupported
 }

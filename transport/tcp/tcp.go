@@ -444,6 +444,20 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 	return p.comp.Wait(ctx, seq, 0)
 }
 
+// Test reports, without waiting, whether operation seq toward r is
+// complete, and then the error Wait would return (transport.Tester). When it
+// is not, the operations held for batching are sent, as by Push.
+func (t *Transport) Test(r ftrma.Rank, seq transport.Seq) (bool, error) {
+	p, err := t.peer("test", r)
+	if err != nil {
+		return true, err
+	}
+	if p.comp.Completed() < seq && !p.self {
+		p.kick()
+	}
+	return p.comp.Test(seq)
+}
+
 // Push sends the operations held for batching toward r now.
 func (t *Transport) Push(r ftrma.Rank) {
 	if p, err := t.peer("push", r); err == nil && !p.self {

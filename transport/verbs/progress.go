@@ -181,6 +181,20 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	return err
 }
 
+// Test reports whether operation seq toward peer is complete, and then the
+// error Wait would return (transport.Tester). When it is not, the send CQ
+// is polled once and armed, so the progress goroutine completes it later.
+func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
+	p, err := t.peerOf("test", peer)
+	if err != nil {
+		return true, err
+	}
+	if p.comp.Completed() < seq && p.comp.Down() == nil {
+		t.armSend()
+	}
+	return p.comp.Test(seq)
+}
+
 // spinFor busy-polls the send CQ for up to the configured spin while
 // operation seq toward p is incomplete: in C, one call until completions
 // come or the time is up (or spinSlice passed, to look at ctx), so a
