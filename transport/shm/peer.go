@@ -169,6 +169,9 @@ func (p *peer) mapCtlLocked() error {
 		if errors.Is(err, unix.ENOENT) {
 			return errNotOpened
 		}
+		if errors.Is(err, errNotOurs) {
+			return fmt.Errorf("%w: shm transport: control segment of rank %d refused: %w", ftrma.ErrInvalid, p.rank, err)
+		}
 		return fmt.Errorf("shm transport: map control segment of rank %d: %w", p.rank, err)
 	}
 	lay, err := parseCtl(mem, t.cfg.Size, p.rank, len(t.local), t.ranksSum)

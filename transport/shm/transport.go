@@ -82,14 +82,14 @@ func Open(cfg Config) (*Transport, error) {
 	sum := ranksSum(cfg.Ranks)
 	path := filepath.Join(cfg.Dir, ctlName(cfg.Job, cfg.Rank))
 	stale := func(err error) error {
-		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", path, cfg.Rank, cfg.Job, err)
+		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, an earlier run left it (RemoveJob removes a job's files), or another user made it: %w", path, cfg.Rank, cfg.Job, err)
 	}
 	// The bell comes first: a peer that maps the control segment opens it.
 	bellPath := filepath.Join(cfg.Dir, bellName(cfg.Job, cfg.Rank))
 	b, err := makeBell(bellPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", bellPath, cfg.Rank, cfg.Job, err)
+			return nil, fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, an earlier run left it (RemoveJob removes a job's files), or another user made it: %w", bellPath, cfg.Rank, cfg.Job, err)
 		}
 		return nil, fmt.Errorf("shm transport: bell: %w", err)
 	}
