@@ -538,10 +538,7 @@ func (t *Transport) pollRecv() bool {
 			}
 			continue
 		}
-		buf := unsafe.Slice((*byte)(unsafe.Add(p.rbase, slot*slotBytes)), int(wc.byte_len))
-		if len(buf) >= fragHeader {
-			p.fragment(buf)
-		}
+		p.fragment(unsafe.Slice((*byte)(unsafe.Add(p.rbase, slot*slotBytes)), int(wc.byte_len)))
 		// Give the buffer back (a dead peer's queue pair is gone).
 		p.mu.Lock()
 		qp := p.qp
@@ -562,27 +559,24 @@ func (p *peer) isDead() bool {
 	return p.dead
 }
 
-// fragment adds one received fragment; a whole message is dispatched.
+// fragment adds one received fragment; a whole message is dispatched. A
+// broken stream (a fragment longer than its buffer, a message longer than
+// transport.MaxControlMessage) takes the peer down.
 func (p *peer) fragment(b []byte) {
-	typ, last, n := b[0], b[1] == 1, int(binary.LittleEndian.Uint16(b[2:]))
-	if n > len(b)-fragHeader {
+	t := p.t
+	p.rxMu.Lock()
+	typ, b, ok, err := p.rx.add(b)
+	p.rxMu.Unlock()
+	if err != nil {
+		if !p.self {
+			t.down(p, fmt.Errorf("rank %d: %w", p.rank, err))
+		}
 		return
 	}
-	if len(p.asm) == 0 {
-		p.asmT = typ
+	if !ok {
+		return
 	}
-	if !last || len(p.asm) > 0 {
-		p.asm = append(p.asm, b[fragHeader:fragHeader+n]...)
-		if !last {
-			return
-		}
-		b = p.asm
-		p.asm = nil
-	} else {
-		b = b[fragHeader : fragHeader+n]
-	}
-	t := p.t
-	switch p.asmT {
+	switch typ {
 	case mUser:
 		if p.left.Load() {
 			return
@@ -645,6 +639,10 @@ func (t *Transport) down(p *peer, cause error) {
 		}
 		p.backlog = nil
 		p.mu.Unlock()
+		// A message it had sent in part will never be whole.
+		p.rxMu.Lock()
+		p.rx.drop()
+		p.rxMu.Unlock()
 		p.comp.Fail(err)
 		select {
 		case p.space <- struct{}{}:
