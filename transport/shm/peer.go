@@ -356,7 +356,7 @@ func (t *Transport) down(p *peer, cause error, quiet bool) {
 		// A rank that is closing sees its peers let go of it (they fence a
 		// rank that said goodbye): nothing to report then.
 		if cause != errFenced && cause != transport.ErrPeerLeft && !t.closed.Load() {
-			t.cfg.Logf("shm transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+			t.log.Warn(fmt.Sprintf("shm transport: lost rank %d: %v", p.rank, cause), ftrma.LogPeer, p.rank)
 		}
 		p.notify.Store(true)
 		t.wake()

@@ -176,7 +176,7 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	}
 	err = p.comp.Wait(ctx, seq, 0)
 	if err != nil && ctx.Err() != nil && p.comp.Down() == nil {
-		t.cfg.Logf("verbs transport: rank %d: gave up waiting for operation %d toward rank %d: %s", t.cfg.Rank, seq, peer, p.state())
+		t.log.Warn(fmt.Sprintf("verbs transport: gave up waiting for operation %d toward rank %d: %s", seq, peer, p.state()), ftrma.LogPeer, peer)
 	}
 	return err
 }
@@ -653,7 +653,7 @@ func (t *Transport) down(p *peer, cause error) {
 			return
 		}
 		if cause != errFenced && cause != transport.ErrPeerLeft {
-			t.cfg.Logf("verbs transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+			t.log.Warn(fmt.Sprintf("verbs transport: lost rank %d: %v", p.rank, cause), ftrma.LogPeer, p.rank)
 		}
 		t.recvMu.Lock()
 		t.downs = append(t.downs, event{from: p.rank, err: err})
@@ -668,7 +668,7 @@ func (t *Transport) down(p *peer, cause error) {
 // alive) instead of waiting forever.
 func (t *Transport) selfFailed(p *peer, cause error) {
 	p.downOnce.Do(func() {
-		t.cfg.Logf("verbs transport: rank %d: the loopback queue pair failed: %v", t.cfg.Rank, cause)
+		t.log.Error(fmt.Sprintf("verbs transport: the loopback queue pair failed: %v", cause))
 		p.mu.Lock()
 		p.dead = true
 		for p.n > 0 {
@@ -727,7 +727,7 @@ func (t *Transport) Close() error {
 		}
 		t.closed.Store(true)
 		if statsOn {
-			t.cfg.Logf("verbs stats: rank %d: %v", t.cfg.Rank, &t.stats)
+			t.log.Info(fmt.Sprintf("verbs stats: %v", &t.stats))
 		}
 		for _, p := range t.peers {
 			if p != nil {

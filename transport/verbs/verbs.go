@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,7 @@ func Load() error {
 // Transport is the verbs transport of one rank. See the package doc.
 type Transport struct {
 	cfg    Config
+	log    *slog.Logger // cfg.Logger with this rank
 	dev    Choice
 	ctx    *C.struct_ibv_context
 	pd     *C.struct_ibv_pd
@@ -304,7 +306,7 @@ func Open(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots),
+	t := &Transport{cfg: cfg, log: cfg.Logger.With(ftrma.LogRank, cfg.Rank), dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots),
 		revokes: map[transport.Key]*revocation{}, done: make(chan struct{})}
 	if err := t.open(); err != nil {
 		t.release()
