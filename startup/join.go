@@ -402,6 +402,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	// The rendezvous just completed with ftrun: the lease starts now.
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
 		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
+	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "transport", env.transport, "lease", env.lease)
 	sess.watching.Add(2)
 	go sess.watch()
 	go sess.keepLease()
