@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,7 +74,7 @@ func newPerfWorld(b *testing.B, kind string, n int) *perfWorld {
 		tcps := make([]*tcp.Transport, n)
 		addrs := make([]string, n)
 		for r := range n {
-			t, err := tcp.Listen(tcp.Config{Rank: ftrma.Rank(r), Size: n, Secret: []byte("bench"), Spin: perfSpin, Logf: func(string, ...any) {}})
+			t, err := tcp.Listen(tcp.Config{Rank: ftrma.Rank(r), Size: n, Secret: []byte("bench"), Spin: perfSpin, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}

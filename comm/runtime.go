@@ -120,13 +120,13 @@ type collKey struct {
 func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 	if cfg.OnDeclaredFailed == nil {
 		cfg.OnDeclaredFailed = func(by string) {
-			fmt.Fprintf(os.Stderr, "ftrma: rank %d was declared failed by the job (%s): it is fenced out and exits\n", t.Rank(), by)
+			ftrma.Logger().Error(fmt.Sprintf("ftrma: rank %d was declared failed by the job (%s): it is fenced out and exits", t.Rank(), by), ftrma.LogRank, t.Rank())
 			os.Exit(ExitDeclaredFailed)
 		}
 	}
 	if cfg.OnLostPrimary == nil {
 		cfg.OnLostPrimary = func() {
-			fmt.Fprintf(os.Stderr, "ftrma: rank %d cannot reach ftrun: it may be cut off from the job's primary world, and exits\n", t.Rank())
+			ftrma.Logger().Error(fmt.Sprintf("ftrma: rank %d cannot reach ftrun: it may be cut off from the job's primary world, and exits", t.Rank()), ftrma.LogRank, t.Rank())
 			os.Exit(ExitLostPrimary)
 		}
 	}

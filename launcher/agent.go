@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -42,9 +42,9 @@ type AgentConfig struct {
 	// HandshakeTimeout bounds authentication and the launch message. Default
 	// 10 s.
 	HandshakeTimeout time.Duration
-	// Logf reports jobs and refused connections. Default log.Printf with an
-	// "ftrun agent: " prefix.
-	Logf func(format string, args ...any)
+	// Logger reports jobs (info) and refused connections (warnings); nil
+	// means ftrma.Logger().
+	Logger *slog.Logger
 }
 
 // Agent is an ftrun agent: a per-host daemon that starts the ranks of remote
@@ -74,8 +74,8 @@ func ListenAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(format string, args ...any) { log.Printf("ftrun agent: "+format, args...) }
+	if cfg.Logger == nil {
+		cfg.Logger = ftrma.Logger()
 	}
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
@@ -103,7 +103,7 @@ func (a *Agent) Serve() error {
 				return nil
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			a.cfg.Logf("accept: %v; retrying in %v", err, backoff)
+			a.cfg.Logger.Warn(fmt.Sprintf("accept: %v; retrying in %v", err, backoff))
 			select {
 			case <-a.quit:
 				return nil
@@ -194,7 +194,7 @@ func (a *Agent) serve(c net.Conn) bool {
 		c.Close()
 	}()
 	if !a.gate.Enter() {
-		a.cfg.Logf("refused connection from %s: too many handshakes at once", c.RemoteAddr())
+		a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: too many handshakes at once", c.RemoteAddr()))
 		return false
 	}
 	tc, err := seclink.Server(c, runningAgentKey(a.cfg.Secret), time.Now().Add(a.cfg.HandshakeTimeout))
@@ -203,13 +203,13 @@ func (a *Agent) serve(c net.Conn) bool {
 		select {
 		case <-a.quit:
 		default:
-			a.cfg.Logf("refused connection from %s: %v", c.RemoteAddr(), err)
+			a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: %v", c.RemoteAddr(), err))
 		}
 		return false
 	}
 	defer tc.Close()
 	tc.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
-	runAgentJob(tc, a.cfg.Env, a.cfg.Logf)
+	runAgentJob(tc, a.cfg.Env, logfOf(a.cfg.Logger))
 	return true
 }
 
@@ -575,12 +575,15 @@ func RunAgent(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return usage(err)
 	}
-	var logMu sync.Mutex
-	logf := func(format string, args ...any) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		fmt.Fprintf(stderr, "ftrun agent: "+format+"\n", args...)
+	// The agent's log is its standard error: "ftrun agent: " lines, at
+	// the level and in the format of ftrma.EnvLog and ftrma.EnvLogFormat.
+	lo, lerr := ftrma.LogOptionsFromEnv(nil)
+	lo.Prefix = "ftrun agent: "
+	logger := slog.New(ftrma.NewLogHandler(stderr, lo))
+	if lerr != nil {
+		logger.Warn(fmt.Sprintf("ignoring a bad log setting: %v", lerr))
 	}
+	logf := logfOf(logger)
 	switch {
 	case help:
 		io.WriteString(stdout, AgentUsage)
@@ -600,7 +603,7 @@ func RunAgent(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage(err)
 	}
-	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: secret, Once: once, Logf: logf})
+	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: secret, Once: once, Logger: logger})
 	if err != nil {
 		logf("%v", err)
 		return ExitLaunch

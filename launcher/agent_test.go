@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -216,6 +217,9 @@ func (l *logBuffer) logf(format string, args ...any) {
 	fmt.Fprintf(&l.b, format+"\n", args...)
 }
 
+// logger returns a logger whose lines (every level) l records.
+func (l *logBuffer) logger() *slog.Logger { return logfLogger(l.logf, "", slog.LevelDebug) }
+
 func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -234,7 +238,7 @@ func startAgent(t *testing.T, mode string, once bool) (*Agent, *logBuffer) {
 	t.Helper()
 	logs := new(logBuffer)
 	env := append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
-	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: testAgentKey(), Once: once, Env: env, Logf: logs.logf})
+	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: testAgentKey(), Once: once, Env: env, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,8 @@ type Options struct {
 	// (decimal) of the verbs transport; "" means the first device with an
 	// active port, and the RoCE v2 GID of its interface's IPv4 address.
 	VerbsDevice, VerbsGID string
-	// Verbose makes ftrun report its choices (the transport) before starting.
+	// Verbose makes ftrun report its choices (the transport) before starting,
+	// and the ranks log at debug level (see logVars).
 	Verbose bool
 	// Prog and Args are the program every rank runs and its arguments.
 	Prog string
@@ -233,7 +234,9 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           first with an active port)
   --verbs-gid-index N     GID table index (default: the RoCE v2 GID of the
                           device's interface's IPv4 address)
-  -v                      report the choices made (the transport) on stderr
+  -v                      report the choices made (the transport) on stderr,
+                          and log at debug level in the ranks (FTRMA_LOG=debug
+                          unless ftrun's environment sets FTRMA_LOG)
   --spin DURATION         how long ranks busy-poll for a reply before parking
                           (default: the transport's, 50us, or none when ranks
                           outnumber CPUs: see "CPUs" below); negative
@@ -273,6 +276,9 @@ Each rank's environment:
   FTRMA_HB_TIMEOUT        the --hb-timeout duration, when given
   FTRMA_VERBS_DEVICE      the --verbs-device, when given
   FTRMA_VERBS_GID_INDEX   the --verbs-gid-index, when given
+  FTRMA_LOG               ftrun's FTRMA_LOG (log level: debug, info, warn,
+                          error), or debug with -v, when either is given
+  FTRMA_LOG_FORMAT        ftrun's FTRMA_LOG_FORMAT (text or json), when set
   GOMAXPROCS=1            on a full host (see "CPUs" below), unless
                           GOMAXPROCS is set already
 Ranks started by an agent get the agent's environment, not ftrun's, as base.

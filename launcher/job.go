@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -227,7 +228,7 @@ func Start(opts *Options) (*Job, error) {
 	}
 	j.start = time.Now()
 	j.blocks = blocks
-	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, ListenAddr: listen, Logf: j.out.reportf, Suspect: j.suspect})
+	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect})
 	if err != nil {
 		j.abandon()
 		return nil, err

@@ -269,7 +269,7 @@ func TestSupervisionChannel(t *testing.T) {
 	const n = 3
 	logs := new(logRecorder)
 	suspects := make(chan [2]ftrma.Rank, 4)
-	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logf: logs.logf, HandshakeTimeout: testTimeout,
+	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout,
 		Suspect: func(r, by ftrma.Rank) { suspects <- [2]ftrma.Rank{r, by} }})
 	if err != nil {
 		t.Fatal(err)

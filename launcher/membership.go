@@ -3,8 +3,8 @@ package launcher
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma/internal/jobwire"
@@ -55,12 +55,12 @@ func (j *Job) startMembers(root []byte) {
 	for _, l := range j.links {
 		byName[memberName(l.addr)] = l
 	}
-	var logf func(string, ...any)
+	logger := slog.New(slog.DiscardHandler)
 	if j.opts.Verbose {
-		logf = func(format string, args ...any) { j.out.reportf("members: "+format, args...) }
+		logger = logfLogger(j.out.reportf, "members: ", slog.LevelInfo)
 	}
 	g, err := members.Start(members.Config{
-		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logf: logf, Timing: scaledMembers(j.tm.scale),
+		Name: "ftrun", BindAddr: j.links[0].localIP(), Key: key, Logger: logger, Timing: scaledMembers(j.tm.scale),
 		OnDead: func(name string, _ []byte) {
 			if l := byName[name]; l != nil {
 				l.hostDead()
@@ -117,11 +117,8 @@ func agentJoin(p []byte, local net.Addr, logf func(string, ...any)) (*members.Gr
 	}
 	g, err := members.Start(members.Config{
 		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize], Timing: scaledMembers(max(1, float64(milli)/1000)),
-		Logf: func(format string, args ...any) {
-			if s := fmt.Sprintf(format, args...); strings.Contains(s, "failed") || strings.Contains(s, "Suspect") {
-				logf("members: %s", s)
-			}
-		},
+		// Suspicions and deaths only: members makes them warnings.
+		Logger: logfLogger(logf, "members: ", slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err

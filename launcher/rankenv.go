@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/hex"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 
@@ -65,6 +66,7 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 	if hostAddr != "" {
 		env = append(env, jobwire.EnvHostAddr+"="+hostAddr)
 	}
+	env = append(env, logVars(o, os.Getenv)...)
 	return append(env,
 		jobwire.EnvRank+"="+strconv.Itoa(int(r)),
 		jobwire.EnvSize+"="+strconv.Itoa(size),
@@ -73,6 +75,23 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 		jobwire.EnvJob+"="+job,
 		jobwire.EnvLocalSize+"="+strconv.Itoa(localSize),
 	)
+}
+
+// logVars returns the log settings of the ranks (ftrma.EnvLog and
+// ftrma.EnvLogFormat): ftrun's own, read through getenv, passed on (the
+// ranks' base environment has no FTRMA_ variable), and with -v (Verbose)
+// debug level when ftrun's environment sets none.
+func logVars(o *Options, getenv func(string) string) []string {
+	var env []string
+	if v := getenv(ftrma.EnvLog); v != "" {
+		env = append(env, ftrma.EnvLog+"="+v)
+	} else if o.Verbose {
+		env = append(env, ftrma.EnvLog+"=debug")
+	}
+	if v := getenv(ftrma.EnvLogFormat); v != "" {
+		env = append(env, ftrma.EnvLogFormat+"="+v)
+	}
+	return env
 }
 
 // rankEnv returns the environment of a rank that is one of localSize ranks

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -28,9 +28,9 @@ type rvConfig struct {
 	// authenticate and publish its address, its wait for one of the
 	// maxHandshakes slots included. Default 10 s.
 	HandshakeTimeout time.Duration
-	// Logf reports refused connections. Default log.Printf with a "launcher: "
-	// prefix.
-	Logf func(format string, args ...any)
+	// Logger reports refused connections and ranks' errors (warnings);
+	// nil means ftrma.Logger().
+	Logger *slog.Logger
 	// Suspect is called when rank by reports that its failure detector
 	// declared rank r failed. It may be nil.
 	Suspect func(r, by ftrma.Rank)
@@ -93,8 +93,8 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(format string, args ...any) { log.Printf("launcher: "+format, args...) }
+	if cfg.Logger == nil {
+		cfg.Logger = ftrma.Logger()
 	}
 	if cfg.maxAddrsFrame <= 0 {
 		cfg.maxAddrsFrame = jobwire.MaxAddrsFrame
@@ -316,7 +316,7 @@ func (s *rvServer) acceptLoop() {
 			// Temporary trouble, such as running out of file descriptors:
 			// back off and retry.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Logf("rendezvous: accept: %v; retrying in %v", err, backoff)
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: accept: %v; retrying in %v", err, backoff))
 			select {
 			case <-s.quit:
 				return
@@ -354,7 +354,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit:
 		default:
-			s.cfg.Logf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr())
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr()))
 		}
 		return
 	}
@@ -364,7 +364,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit:
 		default:
-			s.cfg.Logf("rendezvous: refused connection from %s: %v", raw.RemoteAddr(), err)
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %v", raw.RemoteAddr(), err))
 		}
 		return
 	}
@@ -374,7 +374,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit: // closing: not worth a report
 		default:
-			s.cfg.Logf("rendezvous: refused connection from %s: %v", c.RemoteAddr(), err)
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %v", c.RemoteAddr(), err))
 		}
 		return
 	}
@@ -467,7 +467,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		case jobwire.MsgLeaseAsk:
 			seq, err := jobwire.ParseLease(p)
 			if err != nil {
-				s.cfg.Logf("rendezvous: rank %d: %v", rank, err)
+				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
 				return
 			}
 			s.mu.Lock()
@@ -479,14 +479,14 @@ func (s *rvServer) serve(raw net.Conn) {
 		case jobwire.MsgSuspect:
 			r, err := jobwire.ParseRank(p, s.cfg.Size)
 			if err != nil {
-				s.cfg.Logf("rendezvous: rank %d: %v", rank, err)
+				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
 				return
 			}
 			if s.cfg.Suspect != nil {
 				s.cfg.Suspect(r, rank)
 			}
 		default:
-			s.cfg.Logf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ)
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ), ftrma.LogRank, rank)
 		}
 	}
 }
@@ -596,7 +596,7 @@ func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 	}
 	if n := jobwire.AddrsLen(s.addrs); 1+n > s.cfg.maxAddrsFrame {
 		s.failure = s.listTooLong(1 + n).Error()
-		s.cfg.Logf("rendezvous: %s", s.failure)
+		s.cfg.Logger.Error(fmt.Sprintf("rendezvous: %s", s.failure))
 	} else {
 		s.commons = jobwire.AppendCommons(make([]byte, 0, n), s.addrs)
 		s.columns = jobwire.Columns(s.addrs)

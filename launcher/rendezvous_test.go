@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"reflect"
@@ -36,6 +37,9 @@ func (l *logRecorder) logf(format string, args ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
+// logger returns a logger whose lines (every level) l records.
+func (l *logRecorder) logger() *slog.Logger { return logfLogger(l.logf, "", slog.LevelDebug) }
+
 func (l *logRecorder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -48,7 +52,7 @@ func testSecret(b byte) []byte { return bytes.Repeat([]byte{b}, secretSize) }
 func startServer(t *testing.T, size int) (*rvServer, *logRecorder) {
 	t.Helper()
 	logs := new(logRecorder)
-	s, err := listenRendezvous(rvConfig{Size: size, Secret: testSecret(1), Logf: logs.logf, HandshakeTimeout: testTimeout})
+	s, err := listenRendezvous(rvConfig{Size: size, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -196,7 +196,8 @@ func (s *Session) lose(why string) {
 	if !lost {
 		return
 	}
-	log.Printf("ftrma rank %d: %s: this rank may be cut off from the job's primary world, and stops", s.rank, why)
+	ftrma.Logger().Error(fmt.Sprintf("ftrma rank %d: %s: this rank may be cut off from the job's primary world, and stops", s.rank, why),
+		ftrma.LogRank, s.rank, ftrma.LogJob, s.job)
 	if f != nil {
 		f()
 	}
@@ -380,21 +381,20 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
 	}
 	x := newExitReceiver(recv, env.size)
-	logf := func(format string, args ...any) {
-		log.Printf("ftrma rank %d: "+format, append([]any{env.rank}, args...)...)
-	}
+	// The transports add the rank to their lines.
+	logger := ftrma.Logger().With(ftrma.LogJob, env.job)
 	var t transport.Transport
 	var conn net.Conn
 	var err error
 	switch env.transport {
 	case jobwire.TransportSHM:
-		t, conn, err = joinSHM(ctx, env, x, logf)
+		t, conn, err = joinSHM(ctx, env, x, logger)
 	case jobwire.TransportVerbs:
-		t, conn, err = joinVerbs(ctx, env, x, logf)
+		t, conn, err = joinVerbs(ctx, env, x, logger)
 	case jobwire.TransportHybrid:
-		t, conn, err = joinHybrid(ctx, env, x, logf)
+		t, conn, err = joinHybrid(ctx, env, x, logger)
 	default:
-		t, conn, err = joinTCP(ctx, env, x, logf)
+		t, conn, err = joinTCP(ctx, env, x, logger)
 	}
 	if err != nil {
 		return nil, err
@@ -402,6 +402,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	// The rendezvous just completed with ftrun: the lease starts now.
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
 		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
+	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "transport", env.transport, "lease", env.lease)
 	sess.watching.Add(2)
 	go sess.watch()
 	go sess.keepLease()
@@ -410,8 +411,8 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
-func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf, Spin: env.transportSpin()}
+func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin()}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
 	}
@@ -427,8 +428,8 @@ func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 // joinSHM builds the shared-memory transport (its segments exist before
 // this rank publishes itself), joins the rendezvous, whose end means every
 // rank's segments exist, and maps the peers.
-func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
-	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logf: logf, Spin: env.transportSpin()})
+func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
@@ -440,12 +441,12 @@ func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logf func
 // joinHybrid builds shared memory toward the ranks on this host and TCP
 // toward the others, one transport per peer (transport/multi): the shm
 // segments exist before this rank publishes its TCP address.
-func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
-	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: env.localRanks, Logf: logf, Spin: env.transportSpin()})
+func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: env.localRanks, Logger: logger, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logf: logf, Spin: env.transportSpin()}
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin()}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
 	}
@@ -471,13 +472,13 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf f
 // timeout is chosen within the failure detector's bound. The address goes
 // out split (verbs.SplitAddress): each peer gets the number of the queue pair
 // for it only, which keeps the exchange O(size) bytes per rank.
-func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
+func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
 	if bound == 0 {
 		bound = defaultHBTimeout
 	}
 	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
-		Bound: bound, Logf: logf, Spin: env.transportSpin()})
+		Bound: bound, Logger: logger, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}

@@ -22,8 +22,8 @@
 //     #293), so Leave first marks the member's gossiped metadata.
 //   - Callbacks run on one goroutine of the Group, in order, outside
 //     memberlist's locks, so they may block briefly and call Members.
-//   - memberlist's log goes to Config.Logf, without its DEBUG noise, or
-//     nowhere; never to stderr.
+//   - memberlist's log goes to Config.Logger (default ftrma.Logger()), its
+//     DEBUG noise at debug level; never straight to stderr.
 //
 // A caller (ftrun or an agent) uses it like this:
 //
@@ -52,7 +52,7 @@
 //		OnDead: func(host string, meta []byte) {
 //			events <- hostDead{host, meta} // the job loop fails the host's ranks
 //		},
-//		Logf: logf,
+//		Logger: logger,
 //	})
 //	if err != nil {
 //		return err

@@ -1,12 +1,14 @@
 package members
 
 import (
+	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math"
 	"net"
 	"slices"
@@ -261,12 +263,13 @@ type Config struct {
 	// fence the member.
 	OnJoin, OnLeave, OnDead func(name string, meta []byte)
 
-	// Logf receives memberlist's log lines at INFO, WARN and ERR level
-	// (suspicions, deaths, refutations, undecryptable packets), one line
-	// per call without the newline; DEBUG lines (per-probe and
-	// per-connection noise) are dropped. Nil discards them. Calls are
-	// serialized but may come from any goroutine.
-	Logf func(format string, args ...any)
+	// Logger receives memberlist's log lines, one record per line without
+	// memberlist's level tag, at the matching slog level: DEBUG (per-probe
+	// and per-connection noise) as debug, INFO as info, WARN as warn, ERR
+	// as error, except that INFO lines about a suspected or failed member
+	// come as warnings. Nil means ftrma.Logger(). Calls are serialized
+	// but may come from any goroutine.
+	Logger *slog.Logger
 }
 
 // validate checks c and returns a copy with defaults applied and the byte
@@ -274,6 +277,9 @@ type Config struct {
 func (c Config) validate() (Config, error) {
 	if c.Name == "" {
 		return c, fmt.Errorf("members: empty Name: %w", ftrma.ErrInvalid)
+	}
+	if c.Logger == nil {
+		c.Logger = ftrma.Logger()
 	}
 	if len(c.Key) != KeySize {
 		return c, fmt.Errorf("members: Key has %d bytes, want %d (see DeriveKey): %w", len(c.Key), KeySize, ftrma.ErrInvalid)
@@ -329,7 +335,7 @@ type Group struct {
 	evExit  chan struct{} // closed when the dispatch goroutine returns
 
 	// logMu guards logOff. The log writer holds it for reading while it
-	// calls Logf, so once shutdown has set logOff no call is in progress
+	// calls the Logger, so once shutdown has set logOff no call is in progress
 	// and none follows.
 	logMu  sync.RWMutex
 	logOff bool
@@ -737,20 +743,39 @@ func (*nodeMeta) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (*nodeMeta) LocalState(join bool) []byte                { return nil }
 func (*nodeMeta) MergeRemoteState(buf []byte, join bool)     {}
 
-// logWriter filters memberlist's log lines into Config.Logf.
+// logWriter passes memberlist's log lines to Config.Logger.
 type logWriter struct{ g *Group }
 
 func (w logWriter) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\n")
-	if strings.HasPrefix(line, "[DEBUG]") || w.g.cfg.Logf == nil {
+	level, msg := memberlistLevel(strings.TrimRight(string(p), "\n"))
+	l := w.g.cfg.Logger
+	if l == nil || !l.Enabled(context.Background(), level) {
 		return len(p), nil
 	}
 	w.g.logMu.RLock()
 	defer w.g.logMu.RUnlock()
 	if !w.g.logOff {
-		w.g.cfg.Logf("%s", line)
+		l.Log(context.Background(), level, msg)
 	}
 	return len(p), nil
+}
+
+// memberlistLevel splits one of memberlist's log lines into its level and
+// the message after the level tag (see Config.Logger).
+func memberlistLevel(line string) (slog.Level, string) {
+	for _, c := range []struct {
+		tag   string
+		level slog.Level
+	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}} {
+		if msg, ok := strings.CutPrefix(line, c.tag); ok {
+			msg = strings.TrimSpace(msg)
+			if c.level == slog.LevelInfo && (strings.Contains(msg, "Suspect") || strings.Contains(msg, "failed")) {
+				return slog.LevelWarn, msg
+			}
+			return c.level, msg
+		}
+	}
+	return slog.LevelInfo, line
 }
 
 var _ io.Writer = logWriter{}

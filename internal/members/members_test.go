@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -222,11 +223,10 @@ func newMember(t testing.TB, name string, key []byte, timing Timing) *member {
 		OnJoin:   func(n string, m []byte) { rec.add("join", n, m) },
 		OnLeave:  func(n string, m []byte) { rec.add("leave", n, m) },
 		OnDead:   func(n string, m []byte) { rec.add("dead", n, m) },
-		Logf: func(format string, args ...any) {
-			line := fmt.Sprintf(format, args...)
+		Logger: slog.New(ftrma.NewLogHandler(logFunc(func(line string) {
 			rec.log(line)
 			t.Logf("%s: %s", name, line)
-		},
+		}), ftrma.LogOptions{})),
 	})
 	if err != nil {
 		t.Fatalf("Start %s: %v", name, err)
@@ -710,4 +710,35 @@ func TestMeasureIdleCPU(t *testing.T) {
 	used, wall := cpu()-c0, time.Since(w0)
 	t.Logf("idle group of 4 in one process: %v CPU in %v = %.2f%% of one core (%.2f%% per member)",
 		used, wall.Round(time.Millisecond), 100*used.Seconds()/wall.Seconds(), 25*used.Seconds()/wall.Seconds())
+}
+
+// logFunc is an io.Writer that hands f each line written, without its
+// newline.
+type logFunc func(line string)
+
+func (f logFunc) Write(p []byte) (int, error) {
+	f(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// memberlist's level tags become slog levels, and the lines that report a
+// suspected or failed member are warnings.
+func TestMemberlistLevel(t *testing.T) {
+	for _, c := range []struct {
+		line, msg string
+		level     slog.Level
+	}{
+		{"[DEBUG] memberlist: Stream connection from=1.2.3.4", "memberlist: Stream connection from=1.2.3.4", slog.LevelDebug},
+		{"[INFO] memberlist: Suspect b has failed, no acks received", "memberlist: Suspect b has failed, no acks received", slog.LevelWarn},
+		{"[INFO] memberlist: Marking b as failed, suspect timeout reached (0 peer confirmations)", "memberlist: Marking b as failed, suspect timeout reached (0 peer confirmations)", slog.LevelWarn},
+		{"[INFO] memberlist: joined", "memberlist: joined", slog.LevelInfo},
+		{"[WARN] memberlist: Refuting a suspect message", "memberlist: Refuting a suspect message", slog.LevelWarn},
+		{"[ERR] memberlist: Failed to decrypt", "memberlist: Failed to decrypt", slog.LevelError},
+		{"no tag", "no tag", slog.LevelInfo},
+	} {
+		level, msg := memberlistLevel(c.line)
+		if level != c.level || msg != c.msg {
+			t.Errorf("%q: %v %q, want %v %q", c.line, level, msg, c.level, c.msg)
+		}
+	}
 }

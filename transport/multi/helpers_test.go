@@ -62,11 +62,11 @@ func newWorld(tb testing.TB, hosts [][]ftrma.Rank, o worldOpts) *world {
 		dir := tb.TempDir()
 		for _, r := range ranks {
 			w.hostOf[r] = h
-			st, err := shm.Open(shm.Config{Rank: r, Size: n, Job: "t", Dir: dir, Ranks: ranks, Logf: w.logs.Logf})
+			st, err := shm.Open(shm.Config{Rank: r, Size: n, Job: "t", Dir: dir, Ranks: ranks, Logger: w.logs.Logger()})
 			if err != nil {
 				tb.Fatal(err)
 			}
-			tt, err := tcp.Listen(tcp.Config{Rank: r, Size: n, Secret: secret, Logf: w.logs.Logf})
+			tt, err := tcp.Listen(tcp.Config{Rank: r, Size: n, Secret: secret, Logger: w.logs.Logger()})
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -40,11 +40,13 @@ func makeBell(path string) (*bell, error) {
 		}
 		return nil, fmt.Errorf("make %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	// Opened non-blocking, os.NewFile makes it pollable.
+	fd, err := openOwned(path, unix.O_RDWR|unix.O_NONBLOCK, unix.S_IFIFO)
 	if err != nil {
 		unix.Unlink(path)
 		return nil, err
 	}
+	f := os.NewFile(uintptr(fd), path)
 	self, err := openRinger(path)
 	if err != nil {
 		f.Close()
@@ -74,15 +76,10 @@ func (b *bell) close() {
 }
 
 // openRinger opens a bell for ringing, or returns an error (ENXIO when its
-// owner is gone and nobody holds it open for reading).
+// owner is gone and nobody holds it open for reading; errNotOurs when it is
+// not a named pipe of this user).
 func openRinger(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		return fd, err
-	}
+	return openOwned(path, unix.O_WRONLY|unix.O_NONBLOCK, unix.S_IFIFO)
 }
 
 // ringFD writes one byte to a bell opened by openRinger. A full pipe, or a

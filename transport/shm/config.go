@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,8 +65,9 @@ type Config struct {
 	// down nor exited (a peer stopped in the middle of an operation).
 	// Default 5s.
 	DrainTimeout time.Duration
-	// Logf logs lost peers and anomalies; default log.Printf.
-	Logf func(format string, args ...any)
+	// Logger logs lost peers and anomalies (warnings), with the field
+	// rank; nil means ftrma.Logger().
+	Logger *slog.Logger
 }
 
 const (
@@ -136,8 +137,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = defaultDrainTimeout
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = log.Printf
+	if cfg.Logger == nil {
+		cfg.Logger = ftrma.Logger()
 	}
 	return cfg, nil
 }

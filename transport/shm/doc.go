@@ -21,6 +21,15 @@
 // is no rendezvous. RemoveJob removes every file of a job, including those of
 // ranks that were killed; the launcher calls it when the job ends.
 //
+// Names are easy to guess, so another local user could make one first. A
+// rank therefore makes each of its files only if the name is free (O_EXCL,
+// mode 0600; a file already there is an error naming it, wrapping
+// fs.ErrExist), and it maps or opens a file, its own or a peer's, only if it
+// is of the right kind (a regular file, or a named pipe for a bell), owned
+// by the rank's own effective user, and not a symbolic link (O_NOFOLLOW,
+// then fstat). A file that fails this check is refused with an error naming
+// it (ftrma.ErrInvalid for a peer's segment).
+//
 // A control segment (sizes for m served ranks, R = Config.RingBytes, K =
 // Config.Regions; every word accessed atomically, words written by different
 // processes on different 64-byte lines):

@@ -41,7 +41,7 @@ func cluster(t testing.TB, n int, o clusterOpts) ([]*Transport, []*recorder, *lo
 	ts := make([]*Transport, n)
 	rs := make([]*recorder, n)
 	for r := range ts {
-		cfg := Config{Rank: ftrma.Rank(r), Size: n, Job: o.job, Dir: o.dir, Logf: logs.Logf}
+		cfg := Config{Rank: ftrma.Rank(r), Size: n, Job: o.job, Dir: o.dir, Logger: logs.Logger()}
 		if o.cfg != nil {
 			o.cfg(&cfg)
 		}

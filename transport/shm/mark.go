@@ -33,7 +33,7 @@ func MarkExited(dir, job string, r ftrma.Rank, wake []ftrma.Rank) error {
 		dir = DefaultDir
 	}
 	path := filepath.Join(dir, ctlName(job, r))
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := openOwned(path, unix.O_RDWR, unix.S_IFREG)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -93,7 +93,7 @@ func (t *Transport) Release(buf []byte) error {
 	unmap(s.mem)
 	if !t.unmapped {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+			t.log.Warn(fmt.Sprintf("shm transport: %v", err))
 		}
 		// Counted after the file is gone: a peer that sees the count drops
 		// its mappings of the segments whose files are missing.
@@ -229,7 +229,7 @@ func (t *Transport) drain(p *peer, slot int, what string) {
 			return
 		}
 		if time.Since(start) > t.cfg.DrainTimeout {
-			t.cfg.Logf("shm transport: rank %d: %s: rank %d still has an operation under way after %v; not waiting longer", t.cfg.Rank, what, p.rank, t.cfg.DrainTimeout)
+			t.log.Warn(fmt.Sprintf("shm transport: %s: rank %d still has an operation under way after %v; not waiting longer", what, p.rank, t.cfg.DrainTimeout), ftrma.LogPeer, p.rank)
 			return
 		}
 	}

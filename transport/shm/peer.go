@@ -169,6 +169,9 @@ func (p *peer) mapCtlLocked() error {
 		if errors.Is(err, unix.ENOENT) {
 			return errNotOpened
 		}
+		if errors.Is(err, errNotOurs) {
+			return fmt.Errorf("%w: shm transport: control segment of rank %d refused: %w", ftrma.ErrInvalid, p.rank, err)
+		}
 		return fmt.Errorf("shm transport: map control segment of rank %d: %w", p.rank, err)
 	}
 	lay, err := parseCtl(mem, t.cfg.Size, p.rank, len(t.local), t.ranksSum)
@@ -353,7 +356,7 @@ func (t *Transport) down(p *peer, cause error, quiet bool) {
 		// A rank that is closing sees its peers let go of it (they fence a
 		// rank that said goodbye): nothing to report then.
 		if cause != errFenced && cause != transport.ErrPeerLeft && !t.closed.Load() {
-			t.cfg.Logf("shm transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+			t.log.Warn(fmt.Sprintf("shm transport: lost rank %d: %v", p.rank, cause), ftrma.LogPeer, p.rank)
 		}
 		p.notify.Store(true)
 		t.wake()

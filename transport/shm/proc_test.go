@@ -165,7 +165,7 @@ var casRetries atomic.Int64
 // parent opens rank 0 of the two-rank job in dir with a counter registered.
 func parent(t *testing.T, dir, job string) (*Transport, *recorder, *logSink, []byte, transport.Key) {
 	logs := &logSink{}
-	tr, err := Open(Config{Rank: 0, Size: 2, Job: job, Dir: dir, Logf: logs.Logf})
+	tr, err := Open(Config{Rank: 0, Size: 2, Job: job, Dir: dir, Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +301,8 @@ func TestKilledChild(t *testing.T) {
 	rec.Await(t, ctx, "the peer-down event", func() bool { return len(rec.DownsOf(1)) == 1 })
 	if !logs.Contains("lost rank 1") {
 		t.Errorf("the loss was not logged:\n%s", logs.String())
+	} else if !logs.Contains("rank=0 peer=1 level=WARN") {
+		t.Errorf("the loss was not logged as a warning with its rank and peer:\n%s", logs.String())
 	}
 	// The child may have died counted active in rank 0's memory.
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,10 +23,11 @@ import (
 // called from any goroutine.
 type Transport struct {
 	cfg      Config
-	own      *ctl   // this rank's control segment; unmapped by Close (see life)
-	ctlPath  string // its file
-	bell     *bell  // this rank's bell: the progress goroutine parks on it
-	bellPath string // its file
+	log      *slog.Logger // cfg.Logger with this rank
+	own      *ctl         // this rank's control segment; unmapped by Close (see life)
+	ctlPath  string       // its file
+	bell     *bell        // this rank's bell: the progress goroutine parks on it
+	bellPath string       // its file
 	// peers is indexed by rank: nil for ranks not in Config.Ranks. local
 	// holds the served ones (self included) in rank order; selfSlot is this
 	// rank's slot (its index in local), which names its active line and its
@@ -82,14 +84,14 @@ func Open(cfg Config) (*Transport, error) {
 	sum := ranksSum(cfg.Ranks)
 	path := filepath.Join(cfg.Dir, ctlName(cfg.Job, cfg.Rank))
 	stale := func(err error) error {
-		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", path, cfg.Rank, cfg.Job, err)
+		return fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, an earlier run left it (RemoveJob removes a job's files), or another user made it: %w", path, cfg.Rank, cfg.Job, err)
 	}
 	// The bell comes first: a peer that maps the control segment opens it.
 	bellPath := filepath.Join(cfg.Dir, bellName(cfg.Job, cfg.Rank))
 	b, err := makeBell(bellPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, or an earlier run left it (RemoveJob removes a job's files): %w", bellPath, cfg.Rank, cfg.Job, err)
+			return nil, fmt.Errorf("shm transport: %s exists: rank %d of job %s is open, an earlier run left it (RemoveJob removes a job's files), or another user made it: %w", bellPath, cfg.Rank, cfg.Job, err)
 		}
 		return nil, fmt.Errorf("shm transport: bell: %w", err)
 	}
@@ -123,6 +125,7 @@ func Open(cfg Config) (*Transport, error) {
 	}
 	t := &Transport{
 		cfg:      cfg,
+		log:      cfg.Logger.With(ftrma.LogRank, cfg.Rank),
 		own:      own,
 		ctlPath:  path,
 		bell:     b,
@@ -371,14 +374,14 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	for _, s := range t.segs {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+			t.log.Warn(fmt.Sprintf("shm transport: %v", err))
 		}
 	}
 	t.mu.Unlock()
 	unmap(t.own.mem)
 	for _, path := range []string{t.ctlPath, t.bellPath} {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.cfg.Logf("shm transport: rank %d: %v", t.cfg.Rank, err)
+			t.log.Warn(fmt.Sprintf("shm transport: %v", err))
 		}
 	}
 	t.bell.close()

@@ -901,7 +901,7 @@ func (p *peer) down(cause error, quiet bool) {
 	}
 	if !quiet && !p.t.closed.Load() {
 		if cause != errFenced && cause != errBye {
-			p.t.cfg.Logf("tcp: rank %d: lost rank %d: %v", p.t.cfg.Rank, p.rank, cause)
+			p.t.log.Warn(fmt.Sprintf("tcp: lost rank %d: %v", p.rank, cause), ftrma.LogPeer, p.rank)
 		}
 		p.rmu.Lock()
 		r := p.t.receiver()

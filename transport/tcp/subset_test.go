@@ -21,7 +21,7 @@ func subsetCluster(t *testing.T, n int, peer func(a, b int) bool) ([]*Transport,
 	rs := make([]*recorder, n)
 	addrs := make([]string, n)
 	for r := range ts {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: -1, Logf: logs.logf})
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: -1, Logger: logs.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestConnectSubset(t *testing.T) {
 	if err := ts[0].dial(ctx, 1, ts[1].Addr()); err == nil {
 		t.Error("rank 1 accepted rank 0, which is not its peer")
 	}
-	waitFor(t, func() bool { return logs.contains("not a peer of this transport") }, "the refusal logged")
+	waitFor(t, func() bool { return logs.Contains("not a peer of this transport") }, "the refusal logged")
 	for _, tr := range ts[1:] {
 		tr.Close()
 	}
@@ -111,7 +111,7 @@ func TestConnectSubsetCutsEarlyStranger(t *testing.T) {
 	logs := &logSink{}
 	addrs := make([]string, 2)
 	for r := range ts {
-		ts[r] = must(Listen(Config{Rank: ftrma.Rank(r), Size: 2, Secret: secret, Spin: -1, Logf: logs.logf}))
+		ts[r] = must(Listen(Config{Rank: ftrma.Rank(r), Size: 2, Secret: secret, Spin: -1, Logger: logs.Logger()}))
 		rs[r] = newRecorder()
 		ts[r].SetReceiver(rs[r])
 		addrs[r] = ts[r].Addr()
@@ -132,8 +132,8 @@ func TestConnectSubsetCutsEarlyStranger(t *testing.T) {
 	if err := ts[1].Connect(ctx, []string{"", addrs[1]}); err != nil {
 		t.Fatal(err)
 	}
-	if !logs.contains("not a peer of this transport") {
-		t.Errorf("no log of the cut: %q", logs.lines)
+	if !logs.Contains("not a peer of this transport") {
+		t.Errorf("no log of the cut: %q", logs.String())
 	}
 	if err := ts[1].Send(0, []byte("x")); !errors.Is(err, ftrma.ErrInvalid) {
 		t.Errorf("send toward a rank that is not a peer: %v", err)

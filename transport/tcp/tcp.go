@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,8 +29,9 @@ type Config struct {
 	// how long a target keeps polling after serving a request. Default 50µs;
 	// negative disables busy-polling.
 	Spin time.Duration
-	// Logf logs refused connections and broken peers; default log.Printf.
-	Logf func(format string, args ...any)
+	// Logger logs refused connections and broken peers (warnings), with
+	// the field rank; nil means ftrma.Logger().
+	Logger *slog.Logger
 }
 
 const defaultSpin = 50 * time.Microsecond
@@ -38,6 +39,7 @@ const defaultSpin = 50 * time.Microsecond
 // Transport is a TCP transport.Transport.
 type Transport struct {
 	cfg      Config
+	log      *slog.Logger // cfg.Logger with this rank
 	spin     time.Duration
 	spinning atomic.Bool // a waiter is busy-polling
 	mem      transport.Memory
@@ -78,8 +80,8 @@ func Listen(cfg Config) (*Transport, error) {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = log.Printf
+	if cfg.Logger == nil {
+		cfg.Logger = ftrma.Logger()
 	}
 	spin := cfg.Spin
 	if spin == 0 {
@@ -91,7 +93,7 @@ func Listen(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
-	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{})}
+	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{}), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
 	t.peers = make([]*peer, cfg.Size)
 	for r := range t.peers {
 		t.peers[r] = newPeer(t, ftrma.Rank(r))
@@ -144,7 +146,7 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		early := p.conn != nil
 		p.smu.Unlock()
 		if early {
-			t.cfg.Logf("tcp: rank %d: rank %d connected, but it is not a peer of this transport (no address for it); cutting it off", t.cfg.Rank, p.rank)
+			t.log.Warn(fmt.Sprintf("tcp: rank %d connected, but it is not a peer of this transport (no address for it); cutting it off", p.rank), ftrma.LogPeer, p.rank)
 			p.down(errNotServed, true)
 		}
 	}
@@ -209,7 +211,7 @@ func (t *Transport) acceptLoop() {
 			if t.closed.Load() {
 				return
 			}
-			t.cfg.Logf("tcp: rank %d: accept: %v", t.cfg.Rank, err)
+			t.log.Warn(fmt.Sprintf("tcp: accept: %v", err))
 			select {
 			case <-time.After(backoff):
 			case <-t.done:
@@ -227,7 +229,7 @@ func (t *Transport) acceptLoop() {
 				err = t.peers[from].attach(conn.(*net.TCPConn))
 			}
 			if err != nil {
-				t.cfg.Logf("tcp: rank %d: refused connection from %s: %v", t.cfg.Rank, conn.RemoteAddr(), err)
+				t.log.Warn(fmt.Sprintf("tcp: refused connection from %s: %v", conn.RemoteAddr(), err))
 				conn.Close()
 			}
 		}()

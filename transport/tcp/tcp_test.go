@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,31 +13,13 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/transporttest"
 )
 
 var secret = []byte("test secret, 32 bytes long......")
 
-type logSink struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logSink) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logSink) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
-}
+// logSink records the transports' log lines.
+type logSink = transporttest.LogSink
 
 // cluster starts n connected transports in this process.
 func cluster(t testing.TB, n int, spin time.Duration) ([]*Transport, *logSink) {
@@ -47,7 +28,7 @@ func cluster(t testing.TB, n int, spin time.Duration) ([]*Transport, *logSink) {
 	ts := make([]*Transport, n)
 	addrs := make([]string, n)
 	for r := range ts {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logf: logs.logf})
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logger: logs.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,10 +205,10 @@ func TestRefusesConnectionWithoutSecret(t *testing.T) {
 	}
 	conn.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for !logs.contains("refused connection") && time.Now().Before(deadline) {
+	for !logs.Contains("refused connection") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !logs.contains("refused connection") {
+	if !logs.Contains("refused connection") {
 		t.Fatal("refused connection was not logged")
 	}
 	if mem[0] != 0 {
@@ -245,7 +226,7 @@ func TestRefusesConnectionWithoutSecret(t *testing.T) {
 func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 	// Rank 1 of 2 is played by hand: it authenticates, then sends garbage.
 	logs := &logSink{}
-	tr, err := Listen(Config{Rank: 0, Size: 2, Secret: secret, Spin: -1, Logf: logs.logf})
+	tr, err := Listen(Config{Rank: 0, Size: 2, Secret: secret, Spin: -1, Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +247,7 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 	}
 	conn.Close()
 
-	tr2, err := Listen(Config{Rank: 1, Size: 2, Secret: secret, Spin: -1, Logf: logs.logf})
+	tr2, err := Listen(Config{Rank: 1, Size: 2, Secret: secret, Spin: -1, Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ package transporttest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -111,17 +112,50 @@ func (r *Recorder) Await(t testing.TB, ctx context.Context, what string, cond fu
 	}
 }
 
-// LogSink collects log lines; Logf is a transport's Logf.
+// LogSink records log lines: it is a slog.Handler (every level) whose
+// records become lines in the runtime's text format (ftrma.NewLogHandler):
+// the message, then the fields as key=value. Logger returns a logger on it,
+// for a Config's Logger field.
 type LogSink struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // guards lines
 	lines []string
+
+	once sync.Once
+	h    slog.Handler // the text handler writing to lines
 }
 
-// Logf records one line.
-func (l *LogSink) Logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
+var _ slog.Handler = (*LogSink)(nil)
+
+// Logger returns a logger that records into l.
+func (l *LogSink) Logger() *slog.Logger { return slog.New(l) }
+
+func (l *LogSink) handler() slog.Handler {
+	l.once.Do(func() {
+		l.h = ftrma.NewLogHandler(sinkWriter{l}, ftrma.LogOptions{Level: slog.LevelDebug})
+	})
+	return l.h
+}
+
+// Enabled is true: every level is recorded.
+func (l *LogSink) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle records r as one line.
+func (l *LogSink) Handle(ctx context.Context, r slog.Record) error { return l.handler().Handle(ctx, r) }
+
+// WithAttrs returns a handler recording into l with the fields as.
+func (l *LogSink) WithAttrs(as []slog.Attr) slog.Handler { return l.handler().WithAttrs(as) }
+
+// WithGroup returns a handler recording into l under group name.
+func (l *LogSink) WithGroup(name string) slog.Handler { return l.handler().WithGroup(name) }
+
+// sinkWriter takes the text handler's lines.
+type sinkWriter struct{ l *LogSink }
+
+func (w sinkWriter) Write(b []byte) (int, error) {
+	w.l.mu.Lock()
+	w.l.lines = append(w.l.lines, strings.TrimSuffix(string(b), "\n"))
+	w.l.mu.Unlock()
+	return len(b), nil
 }
 
 // Contains reports whether a line contains s.

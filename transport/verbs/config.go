@@ -3,7 +3,7 @@ package verbs
 import (
 	"encoding/hex"
 	"fmt"
-	"log"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -32,8 +32,9 @@ type Config struct {
 	// is chosen so that a peer that stopped answering fails operations
 	// within it. 0 means one second.
 	Bound time.Duration
-	// Logf reports lost peers; nil means the log package.
-	Logf func(format string, args ...any)
+	// Logger reports lost peers (warnings), with the field rank; nil means
+	// ftrma.Logger().
+	Logger *slog.Logger
 }
 
 func (c *Config) check() error {
@@ -55,8 +56,8 @@ func (c *Config) check() error {
 	if c.Bound <= 0 {
 		c.Bound = time.Second
 	}
-	if c.Logf == nil {
-		c.Logf = log.Printf
+	if c.Logger == nil {
+		c.Logger = ftrma.Logger()
 	}
 	return nil
 }

@@ -10,7 +10,8 @@
 //  1. Opens its transport (Open): the device Select chooses, a send and a
 //     receive completion queue, one queue pair per rank (a loopback pair for
 //     itself, so that its own atomics go through the device too), staging
-//     memory and a key table peers read.
+//     memory and a key table peers read (registered read-only for them:
+//     peers resolve keys by reading it and can never write it).
 //  2. Publishes Addr through the rendezvous and calls Connect with every
 //     rank's address; the progress goroutine starts.
 //  3. Registers memory (Register) and posts operations: Write, Read,
@@ -48,4 +49,11 @@
 // device refuses what it still sends), when the launcher reports it gone
 // (PeerDown), or when it said goodbye. Its pending and later operations
 // then fail with ftrma.ErrProcFailed, and the Receiver hears of it once.
+//
+// Messages. A control message goes as fragments of one receive buffer each,
+// put back together by the receiver (reassembly, a pure type). A message
+// under way holds at most transport.MaxControlMessage bytes per peer; a
+// longer one breaks the peer's stream and takes it down. When a peer goes
+// down its message under way is dropped, and so are later fragments of
+// messages in pieces from it: nothing it sent in part stays held.
 package verbs

@@ -124,10 +124,8 @@ int ftv_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) {
 struct ibv_pd *ftv_alloc_pd(struct ibv_context *c) { return fn.alloc_pd(c); }
 int ftv_dealloc_pd(struct ibv_pd *pd) { return fn.dealloc_pd(pd); }
 
-struct ibv_mr *ftv_reg_mr(struct ibv_pd *pd, void *addr, size_t len) {
-	return fn.reg_mr(pd, addr, len,
-	                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-	                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+struct ibv_mr *ftv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
+	return fn.reg_mr(pd, addr, len, access);
 }
 int ftv_dereg_mr(struct ibv_mr *mr) { return fn.dereg_mr(mr); }
 uint32_t ftv_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }

@@ -40,7 +40,8 @@ int ftv_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]);
 
 struct ibv_pd *ftv_alloc_pd(struct ibv_context *c);
 int ftv_dealloc_pd(struct ibv_pd *pd);
-struct ibv_mr *ftv_reg_mr(struct ibv_pd *pd, void *addr, size_t len);
+// ftv_reg_mr registers [addr, addr+len) with access (IBV_ACCESS_* flags).
+struct ibv_mr *ftv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
 int ftv_dereg_mr(struct ibv_mr *mr);
 uint32_t ftv_mr_lkey(struct ibv_mr *mr);
 uint32_t ftv_mr_rkey(struct ibv_mr *mr);

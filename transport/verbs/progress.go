@@ -176,7 +176,7 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	}
 	err = p.comp.Wait(ctx, seq, 0)
 	if err != nil && ctx.Err() != nil && p.comp.Down() == nil {
-		t.cfg.Logf("verbs transport: rank %d: gave up waiting for operation %d toward rank %d: %s", t.cfg.Rank, seq, peer, p.state())
+		t.log.Warn(fmt.Sprintf("verbs transport: gave up waiting for operation %d toward rank %d: %s", seq, peer, p.state()), ftrma.LogPeer, peer)
 	}
 	return err
 }
@@ -552,10 +552,7 @@ func (t *Transport) pollRecv() bool {
 			}
 			continue
 		}
-		buf := unsafe.Slice((*byte)(unsafe.Add(p.rbase, slot*slotBytes)), int(wc.byte_len))
-		if len(buf) >= fragHeader {
-			p.fragment(buf)
-		}
+		p.fragment(unsafe.Slice((*byte)(unsafe.Add(p.rbase, slot*slotBytes)), int(wc.byte_len)))
 		// Give the buffer back (a dead peer's queue pair is gone).
 		p.mu.Lock()
 		qp := p.qp
@@ -576,27 +573,24 @@ func (p *peer) isDead() bool {
 	return p.dead
 }
 
-// fragment adds one received fragment; a whole message is dispatched.
+// fragment adds one received fragment; a whole message is dispatched. A
+// broken stream (a fragment longer than its buffer, a message longer than
+// transport.MaxControlMessage) takes the peer down.
 func (p *peer) fragment(b []byte) {
-	typ, last, n := b[0], b[1] == 1, int(binary.LittleEndian.Uint16(b[2:]))
-	if n > len(b)-fragHeader {
+	t := p.t
+	p.rxMu.Lock()
+	typ, b, ok, err := p.rx.add(b)
+	p.rxMu.Unlock()
+	if err != nil {
+		if !p.self {
+			t.down(p, fmt.Errorf("rank %d: %w", p.rank, err))
+		}
 		return
 	}
-	if len(p.asm) == 0 {
-		p.asmT = typ
+	if !ok {
+		return
 	}
-	if !last || len(p.asm) > 0 {
-		p.asm = append(p.asm, b[fragHeader:fragHeader+n]...)
-		if !last {
-			return
-		}
-		b = p.asm
-		p.asm = nil
-	} else {
-		b = b[fragHeader : fragHeader+n]
-	}
-	t := p.t
-	switch p.asmT {
+	switch typ {
 	case mUser:
 		if p.left.Load() {
 			return
@@ -659,6 +653,10 @@ func (t *Transport) down(p *peer, cause error) {
 		}
 		p.backlog = nil
 		p.mu.Unlock()
+		// A message it had sent in part will never be whole.
+		p.rxMu.Lock()
+		p.rx.drop()
+		p.rxMu.Unlock()
 		p.comp.Fail(err)
 		select {
 		case p.space <- struct{}{}:
@@ -669,7 +667,7 @@ func (t *Transport) down(p *peer, cause error) {
 			return
 		}
 		if cause != errFenced && cause != transport.ErrPeerLeft {
-			t.cfg.Logf("verbs transport: rank %d: lost rank %d: %v", t.cfg.Rank, p.rank, cause)
+			t.log.Warn(fmt.Sprintf("verbs transport: lost rank %d: %v", p.rank, cause), ftrma.LogPeer, p.rank)
 		}
 		t.recvMu.Lock()
 		t.downs = append(t.downs, event{from: p.rank, err: err})
@@ -684,7 +682,7 @@ func (t *Transport) down(p *peer, cause error) {
 // alive) instead of waiting forever.
 func (t *Transport) selfFailed(p *peer, cause error) {
 	p.downOnce.Do(func() {
-		t.cfg.Logf("verbs transport: rank %d: the loopback queue pair failed: %v", t.cfg.Rank, cause)
+		t.log.Error(fmt.Sprintf("verbs transport: the loopback queue pair failed: %v", cause))
 		p.mu.Lock()
 		p.dead = true
 		for p.n > 0 {
@@ -743,7 +741,7 @@ func (t *Transport) Close() error {
 		}
 		t.closed.Store(true)
 		if statsOn {
-			t.cfg.Logf("verbs stats: rank %d: %v", t.cfg.Rank, &t.stats)
+			t.log.Info(fmt.Sprintf("verbs stats: %v", &t.stats))
 		}
 		for _, p := range t.peers {
 			if p != nil {

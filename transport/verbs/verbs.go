@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -37,12 +38,20 @@ const (
 	slotBytes  = 8 << 10   // one receive buffer: a message fragment and its header
 	stageBytes = 256 << 10 // staging ring toward one peer
 	maxPiece   = 64 << 10  // the largest piece of a Write or Read
-	fragHeader = 4
 	maxFrag    = slotBytes - fragHeader
 	tableSlots = 1 << 14 // key table entries
 	entryBytes = 32      // key table entry: key, address, length, rkey
 	keySlotBit = 14      // a key is generation<<14 | slot
 	maxInline  = 128
+)
+
+// The access flags of access.go are libibverbs' own: each conversion below
+// overflows, and the build fails, if they differ.
+const (
+	_ = uint8(accessLocalWrite-C.IBV_ACCESS_LOCAL_WRITE) + uint8(C.IBV_ACCESS_LOCAL_WRITE-accessLocalWrite)
+	_ = uint8(accessRemoteWrite-C.IBV_ACCESS_REMOTE_WRITE) + uint8(C.IBV_ACCESS_REMOTE_WRITE-accessRemoteWrite)
+	_ = uint8(accessRemoteRead-C.IBV_ACCESS_REMOTE_READ) + uint8(C.IBV_ACCESS_REMOTE_READ-accessRemoteRead)
+	_ = uint8(accessRemoteAtomic-C.IBV_ACCESS_REMOTE_ATOMIC) + uint8(C.IBV_ACCESS_REMOTE_ATOMIC-accessRemoteAtomic)
 )
 
 // Kinds of send-side work request.
@@ -86,6 +95,7 @@ func Load() error {
 // Transport is the verbs transport of one rank. See the package doc.
 type Transport struct {
 	cfg    Config
+	log    *slog.Logger // cfg.Logger with this rank
 	dev    Choice
 	ctx    *C.struct_ibv_context
 	pd     *C.struct_ibv_pd
@@ -242,8 +252,9 @@ type peer struct {
 
 	// receive side, used by the progress goroutine only
 	rbase unsafe.Pointer // recvDepth buffers of slotBytes
-	asm   []byte
-	asmT  byte
+
+	rxMu sync.Mutex // guards rx: the progress goroutine adds, down drops
+	rx   reassembly // max transport.MaxControlMessage
 }
 
 // entry is one posted send-side work request (or a kLocal placeholder).
@@ -295,7 +306,7 @@ func Open(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots),
+	t := &Transport{cfg: cfg, log: cfg.Logger.With(ftrma.LogRank, cfg.Rank), dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots),
 		revokes: map[transport.Key]*revocation{}, done: make(chan struct{})}
 	if err := t.open(); err != nil {
 		t.release()
@@ -367,27 +378,29 @@ func (t *Transport) open() error {
 	t.rwc = (*C.ftv_wc)(C.malloc(C.size_t(32 * unsafe.Sizeof(C.ftv_wc{}))))
 
 	// One mapping for every peer's staging ring and receive buffers, and one
-	// for the key table.
+	// for the key table. Each is registered with only the access it needs
+	// (accessFlags): staging for local use, the key table for remote reads.
 	per := uintptr(stageBytes + recvDepth*slotBytes)
 	t.memLen = per * uintptr(size)
 	if t.mem = C.ftv_alloc(C.size_t(t.memLen)); t.mem == nil {
 		return errors.New("cannot map staging memory")
 	}
-	if t.memMR = C.ftv_reg_mr(t.pd, t.mem, C.size_t(t.memLen)); t.memMR == nil {
+	if t.memMR = C.ftv_reg_mr(t.pd, t.mem, C.size_t(t.memLen), C.int(accessFlags(regionStaging))); t.memMR == nil {
 		return errors.New("cannot register staging memory")
 	}
 	t.lkey = uint32(C.ftv_mr_lkey(t.memMR))
 	if t.table = C.ftv_alloc(tableSlots * entryBytes); t.table == nil {
 		return errors.New("cannot map the key table")
 	}
-	if t.tableMR = C.ftv_reg_mr(t.pd, t.table, tableSlots*entryBytes); t.tableMR == nil {
+	if t.tableMR = C.ftv_reg_mr(t.pd, t.table, tableSlots*entryBytes, C.int(accessFlags(regionKeyTable))); t.tableMR == nil {
 		return errors.New("cannot register the key table")
 	}
 
 	t.peers = make([]*peer, size)
 	for r := range size {
 		p := &peer{t: t, rank: ftrma.Rank(r), self: r == int(t.cfg.Rank), fifo: make([]entry, sendDepth),
-			keys: map[transport.Key]region{}, fetching: map[transport.Key]*keyFetch{}, space: make(chan struct{}, 1)}
+			keys: map[transport.Key]region{}, fetching: map[transport.Key]*keyFetch{}, space: make(chan struct{}, 1),
+			rx: reassembly{max: transport.MaxControlMessage}}
 		base := unsafe.Add(t.mem, per*uintptr(r))
 		p.ring.base = base
 		p.rbase = unsafe.Add(base, stageBytes)
@@ -510,9 +523,9 @@ func (t *Transport) Size() int { return t.cfg.Size }
 func (t *Transport) Caps() transport.Caps { return t.caps }
 
 // Register registers mem with the device for local write and remote read,
-// write and atomic access and enters it in the key table peers read. mem
-// must stay alive and unmoved until Deregister returns (the Go heap does not
-// move objects).
+// write and atomic access (accessFlags(regionUser)) and enters it in the
+// key table peers read. mem must stay alive and unmoved until Deregister
+// returns (the Go heap does not move objects).
 func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	if t.closed.Load() {
 		return 0, &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: ftrma.ErrClosed}
@@ -538,7 +551,7 @@ func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	var rkey uint32
 	if len(mem) > 0 {
 		p := unsafe.Pointer(unsafe.SliceData(mem))
-		reg.mr = C.ftv_reg_mr(t.pd, p, C.size_t(len(mem)))
+		reg.mr = C.ftv_reg_mr(t.pd, p, C.size_t(len(mem)), C.int(accessFlags(regionUser)))
 		if reg.mr == nil {
 			return 0, &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: ibv_reg_mr of %d bytes failed", ftrma.ErrInvalid, len(mem))}
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -14,6 +15,18 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
 )
+
+// testLogger logs to t.Log, every level.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(ftrma.NewLogHandler(testWriter{t}, ftrma.LogOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(string(bytes.TrimSuffix(b, []byte("\n"))))
+	return len(b), nil
+}
 
 // These tests need an RDMA device (Soft-RoCE in the guest of
 // scripts/rxe-vm.sh). Without one they fail, unless FTRMA_VERBS_OPTIONAL=1
@@ -95,7 +108,7 @@ func openWorld(t testing.TB, n int, spin time.Duration, withReceivers bool) ([]*
 	recs := make([]*recorder, n)
 	addrs := make([]string, n)
 	for r := range n {
-		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Spin: spin, Bound: 2 * time.Second, Logf: t.Logf})
+		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: n, GIDIndex: -1, Spin: spin, Bound: 2 * time.Second, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +395,7 @@ func TestSendBeforePeerConnects(t *testing.T) {
 	addrs := make([]string, 2)
 	rec := newRecorder()
 	for r := range 2 {
-		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: 2, GIDIndex: -1, Bound: 5 * time.Second, Logf: t.Logf})
+		tr, err := Open(Config{Rank: ftrma.Rank(r), Size: 2, GIDIndex: -1, Bound: 5 * time.Second, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
