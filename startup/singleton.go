@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/tcp"
@@ -19,7 +20,7 @@ import (
 func Singleton(recv transport.Receiver) (transport.Transport, error) {
 	secret := make([]byte, 32)
 	rand.Read(secret) // never fails (crypto/rand)
-	t, err := tcp.Listen(tcp.Config{Rank: 0, Size: 1, Secret: secret, ListenAddr: "127.0.0.1:0", Logf: func(string, ...any) {}})
+	t, err := tcp.Listen(tcp.Config{Rank: 0, Size: 1, Secret: secret, ListenAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("startup: singleton: %w", err)
 	}

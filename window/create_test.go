@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func tcpWorld(t *testing.T, n int) []*comm.Comm {
 	ts := make([]*tcp.Transport, n)
 	addrs := make([]string, n)
 	for r := range n {
-		tt, err := tcp.Listen(tcp.Config{Rank: ftrma.Rank(r), Size: n, Secret: []byte("create"), Spin: -1, Logf: func(string, ...any) {}})
+		tt, err := tcp.Listen(tcp.Config{Rank: ftrma.Rank(r), Size: n, Secret: []byte("create"), Spin: -1, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

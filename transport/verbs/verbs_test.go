@@ -3,6 +3,7 @@
 package verbs
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
