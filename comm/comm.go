@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"slices"
 	"sync"
@@ -55,7 +54,6 @@ type Comm struct {
 	agreeSeq  uint64                    // agreements started
 	decisions map[uint64]agree.Decision // decided agreements not yet collected
 	acked     []ftrma.Rank              // FailureAck's snapshot, world ranks
-	shrinks   uint64                    // Shrinks done, for child context ids
 	closed    bool
 }
 
@@ -569,30 +567,22 @@ func (c *Comm) agree(ctx context.Context, flag uint64) (agree.Decision, error) {
 
 // Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
 // the ranks agree on the failed set and every survivor gets the same group,
-// ranks numbered in the old order, with a new context id. It works on a
-// revoked communicator and across failures during the call.
+// ranks numbered in the old order, with a new context id that is free at
+// every survivor (see Dup). It works on a revoked communicator and across
+// failures during the call.
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
-	d, err := c.agree(ctx, ^uint64(0))
+	d, ids, reserved, err := c.agreeChild(ctx, "shrink", "shrink", []int64{0}, statusBits)
 	if err != nil {
-		err.(*ftrma.OpError).Op = "shrink"
 		return nil, err
 	}
+	defer c.rt.release(reserved)
 	var members []ftrma.Rank
 	for i, w := range c.members {
 		if !slices.Contains(d.Failed, i) {
 			members = append(members, w)
 		}
 	}
-	c.mu.Lock()
-	c.shrinks++
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%d/shrink/%d/%d", c.ctxID, c.shrinks, d.Inst)
-	c.mu.Unlock()
-	id := h.Sum32()
-	if id <= worldContext {
-		id += worldContext + 1
-	}
-	return newComm(c.rt, id, members), nil
+	return c.makeChild(ids[0], members), nil
 }
 
 // SetSignalHandler installs the handler of Signal for every communicator of

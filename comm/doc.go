@@ -1,9 +1,20 @@
 // Package comm is ftrma's communicator and per-process runtime: a group of
 // ranks over one transport, the small collectives the runtime itself needs
-// (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke, IsRevoked
-// (and Revoked, to wait for it),
+// (Barrier, Bcast, Allgather), reductions (Allreduce and Reduce over
+// int64, uint64 and float64 vectors; AllreduceBytes and ReduceBytes with
+// the caller's fold), new communicators out of old ones (Dup, Split), and
+// the ULFM failure API: Revoke, IsRevoked (and Revoked, to wait for it),
 // RevokeGroup, Agree, Shrink, FailureAck and FailureGetAcked, Failed and
 // ProcFailed, and Signal.
+//
+// Dup, Split and Shrink give each new communicator a context id the ranks
+// agree on, free at every one of them. Dup and Split end with an
+// agreement, so every surviving rank returns the same outcome: the new
+// communicators, or an error wrapping ftrma.ErrProcFailed (a rank failed;
+// Shrink first) or ftrma.ErrRevoked. Windows and stores work on any
+// communicator, so a failure in one Split group leaves the others alone.
+// Reductions fold in rank order, so float results are the same at every
+// rank.
 //
 // A program started by ftrun gets its world communicator from Init; tests build
 // an in-process world of N ranks on memnet with comm/commtest. Window and store
@@ -48,4 +59,6 @@
 //	}
 //	defer c.Finalize(ctx)
 //	all, err := c.Allgather(ctx, []byte(fmt.Sprint(c.Rank())))
+//	total, err := comm.Allreduce(ctx, c, []float64{partial}, comm.Sum)
+//	half, err := c.Split(ctx, int(c.Rank())%2, 0) // even and odd ranks
 package comm

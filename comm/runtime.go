@@ -89,6 +89,7 @@ type runtime struct {
 	noticed  atomic.Int64             // len(notices), read without the lock
 	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
 	comms    map[uint32]*Comm         // live communicators by context id
+	ids      ctxIDs                   // context ids not to give a new communicator (split.go)
 	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
 	queue    []event                  // received, for the run goroutine
 	requests []func()                 // work for the run goroutine
