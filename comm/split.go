@@ -3,10 +3,8 @@ package comm
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -37,13 +35,15 @@ import (
 const Undefined = -1
 
 // The bits of the flag of an agreement that makes communicators. The two
-// highest report how the call went here; the others vote on candidate ids.
+// highest report how the call went here; the lowest vote on candidate ids.
+// Collisions of 32-bit ids are rare, so a few candidates per agreement do,
+// and voting on them costs little.
 const (
 	noFailureBit  = uint64(1) << 63 // no failure was seen before the agreement
 	notRevokedBit = uint64(1) << 62 // the communicator was not revoked
 	statusBits    = noFailureBit | notRevokedBit
-	candidateBits = ^statusBits
-	idCandidates  = 62 // candidates voted on in one agreement
+	idCandidates  = 16 // candidates voted on in one agreement (at most 62)
+	candidateBits = uint64(1)<<idCandidates - 1
 )
 
 // idHash returns candidate j of the context id of group (a color of Split,
@@ -51,18 +51,23 @@ const (
 // communicator parent, by the call kind. Tests replace it to force
 // collisions.
 var idHash = func(parent uint32, kind string, inst uint64, group int64, j int) uint32 {
-	h := fnv.New32a()
-	var b [8]byte
-	binary.BigEndian.PutUint32(b[:4], parent)
-	h.Write(b[:4])
-	h.Write([]byte(kind))
-	binary.BigEndian.PutUint64(b[:], inst)
-	h.Write(b[:])
-	binary.BigEndian.PutUint64(b[:], uint64(group))
-	h.Write(b[:])
-	binary.BigEndian.PutUint64(b[:], uint64(j))
-	h.Write(b[:])
-	return h.Sum32()
+	// FNV-1a over parent, kind, inst, group and j, written out so that
+	// voting on a batch allocates nothing.
+	const prime = 16777619
+	h := uint32(2166136261)
+	word := func(v uint64, n int) {
+		for i := n - 1; i >= 0; i-- {
+			h = (h ^ uint32(byte(v>>(8*i)))) * prime
+		}
+	}
+	word(uint64(parent), 4)
+	for i := range len(kind) {
+		h = (h ^ uint32(kind[i])) * prime
+	}
+	word(inst, 8)
+	word(uint64(group), 8)
+	word(uint64(j), 8)
+	return h
 }
 
 // ctxIDs is the part of the runtime that keeps context ids from being
@@ -83,6 +88,9 @@ func (rt *runtime) idTakenLocked(id uint32, noticed map[uint32]bool) bool {
 // that arrived here: "revoke/<id>" (Comm.revokeID) and "wrevoke/<id>/<n>"
 // (window's revocations).
 func (rt *runtime) noticedIDsLocked() map[uint32]bool {
+	if len(rt.notices) == 0 {
+		return nil
+	}
 	ids := make(map[uint32]bool)
 	for n := range rt.notices {
 		var rest string
@@ -124,9 +132,9 @@ func (rt *runtime) release(ids []uint32) {
 	}
 }
 
-// candidates returns candidate j of batch round: one id per group.
-func (c *Comm) candidates(kind string, inst uint64, groups []int64, round, j int) []uint32 {
-	ids := make([]uint32, len(groups))
+// candidates fills ids (one per group) with candidate j of batch round and
+// returns it.
+func (c *Comm) candidates(ids []uint32, kind string, inst uint64, groups []int64, round, j int) []uint32 {
 	for g, group := range groups {
 		ids[g] = idHash(c.ctxID, kind, inst, group, round*idCandidates+j)
 	}
@@ -143,8 +151,9 @@ func (c *Comm) vote(kind string, inst uint64, groups []int64, round int) (uint64
 	noticed := rt.noticedIDsLocked()
 	var mask uint64
 	var reserved []uint32
+	ids := make([]uint32, len(groups))
 	for j := range idCandidates {
-		ids := c.candidates(kind, inst, groups, round, j)
+		c.candidates(ids, kind, inst, groups, round, j)
 		free := true
 		for i, id := range ids {
 			if rt.idTakenLocked(id, noticed) || slices.Contains(ids[:i], id) {
@@ -202,7 +211,8 @@ func (c *Comm) agreeChild(ctx context.Context, op, kind string, groups []int64, 
 		}
 		agreed = v.Value & candidateBits
 	}
-	return d, c.candidates(kind, inst, groups, round, bits.TrailingZeros64(agreed)), reserved, nil
+	ids := c.candidates(make([]uint32, len(groups)), kind, inst, groups, round, bits.TrailingZeros64(agreed))
+	return d, ids, reserved, nil
 }
 
 // makeChild registers a communicator made out of c and marks its id used.

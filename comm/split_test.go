@@ -513,3 +513,46 @@ func TestWindowOnSplitIsolatesFailure(t *testing.T) {
 	})
 	checkAll(t, errs)
 }
+
+// On every transport, a window built on each color of a Split reaches the
+// members of its color only, at their own ranks: a rank reads back what its
+// left neighbour in the color wrote, and the colors' windows are apart.
+func TestWindowOnSplitEveryWorld(t *testing.T) {
+	const n = 5
+	for _, mk := range commtest.Worlds() {
+		t.Run(mk.Name, func(t *testing.T) {
+			w := mk.New(t, n)
+			ctx := testCtx(t, time.Minute)
+			errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+				color := int(c.Rank()) % 2
+				// Keys reverse the order within a color.
+				sc, err := c.Split(ctx, color, -int(c.Rank()))
+				if err != nil {
+					return err
+				}
+				win, err := window.Allocate(ctx, sc, 8)
+				if err != nil {
+					return fmt.Errorf("allocate on the split: %v", err)
+				}
+				next := (sc.Rank() + 1) % ftrma.Rank(sc.Size())
+				b := []byte{byte(color), byte(c.Rank()), 0, 0, 0, 0, 0, 0}
+				if err := win.PutSync(ctx, next, 0, b); err != nil {
+					return err
+				}
+				if err := sc.Barrier(ctx); err != nil {
+					return err
+				}
+				prev := (sc.Rank() + ftrma.Rank(sc.Size()) - 1) % ftrma.Rank(sc.Size())
+				want := []byte{byte(color), byte(sc.TransportRank(prev)), 0, 0, 0, 0, 0, 0}
+				if got := win.Bytes()[:8]; !slices.Equal(got, want) {
+					return fmt.Errorf("window holds %v, want %v", got, want)
+				}
+				if err := win.Free(ctx); err != nil {
+					return err
+				}
+				return c.Barrier(ctx)
+			})
+			checkAll(t, errs)
+		})
+	}
+}
