@@ -556,3 +556,27 @@ func TestWindowOnSplitEveryWorld(t *testing.T) {
 		})
 	}
 }
+
+// When every rank gives Undefined, every rank gets nil and no error, and the
+// communicator goes on (a Split of one color then gives back the whole
+// group, in key order).
+func TestSplitAllUndefined(t *testing.T) {
+	const n = 4
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		sc, err := c.Split(ctx, comm.Undefined, 0)
+		if err != nil || sc != nil {
+			return fmt.Errorf("all undefined: %v, %v; want nil, nil", sc, err)
+		}
+		sc, err = c.Split(ctx, 7, n-int(c.Rank()))
+		if err != nil {
+			return err
+		}
+		if sc.Size() != n || sc.Rank() != ftrma.Rank(n-1)-c.Rank() {
+			return fmt.Errorf("one color, reversed keys: rank %d of %d", sc.Rank(), sc.Size())
+		}
+		return sc.Barrier(ctx)
+	})
+	checkAll(t, errs)
+}
