@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"slices"
 	"sync"
@@ -55,7 +54,6 @@ type Comm struct {
 	agreeSeq  uint64                    // agreements started
 	decisions map[uint64]agree.Decision // decided agreements not yet collected
 	nacked    int                       // failures acknowledged: the first nacked of GetFailed (AckFailed)
-	shrinks   uint64                    // Shrinks done, for child context ids
 	abandoned bool                      // a collective returned early: contributions for it may still come
 	closed    bool
 }
@@ -643,38 +641,33 @@ func (c *Comm) awaitDecision(ctx context.Context, inst uint64) (agree.Decision, 
 
 // Shrink returns a new communicator of the surviving ranks (MPI_Comm_shrink):
 // the ranks agree on the failed set and every survivor gets the same group,
-// ranks numbered in the old order, with a new context id. It works on a
-// revoked communicator and across failures during the call. Ranks that
-// left cleanly (Departed) are left out as failed ones are: they can take
-// part in nothing any more. Ishrink is the non-blocking form.
+// ranks numbered in the old order, with a new context id that is free at
+// every survivor (see Dup). It works on a revoked communicator and across
+// failures during the call. Ranks that left cleanly (Departed) are left out
+// as failed ones are: they can take part in nothing any more. Ishrink is the
+// non-blocking form.
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
-	d, err := c.agree(ctx, ^uint64(0))
+	d, ids, reserved, err := c.agreeChild(ctx, "shrink", "shrink", []int64{0}, statusBits)
 	if err != nil {
-		err.(*ftrma.OpError).Op = "shrink"
 		return nil, err
 	}
-	return c.shrunk(d)
+	return c.shrunk(d, ids, reserved)
 }
 
 // shrunk makes the communicator of the ranks not in decision d's failed
-// set.
-func (c *Comm) shrunk(d agree.Decision) (*Comm, error) {
+// set, with the agreed id, and releases the ids reserved for the vote.
+func (c *Comm) shrunk(d agree.Decision, ids, reserved []uint32) (*Comm, error) {
+	defer c.rt.release(reserved)
+	if len(ids) == 0 { // a rank took part with its status bits cleared: not a Shrink
+		return nil, &ftrma.OpError{Op: "shrink", Rank: -1, Err: fmt.Errorf("%w: another collective ran on the communicator at the same time", ftrma.ErrInvalid)}
+	}
 	var members []ftrma.Rank
 	for i, w := range c.members {
 		if !slices.Contains(d.Failed, i) {
 			members = append(members, w)
 		}
 	}
-	c.mu.Lock()
-	c.shrinks++
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%d/shrink/%d/%d", c.ctxID, c.shrinks, d.Inst)
-	c.mu.Unlock()
-	id := h.Sum32()
-	if id <= worldContext {
-		id += worldContext + 1
-	}
-	return newComm(c.rt, id, members), nil
+	return c.makeChild(ids[0], members), nil
 }
 
 // SetSignalHandler installs the handler of Signal for every communicator of

@@ -1,10 +1,21 @@
 // Package comm is ftrma's communicator and per-process runtime: a group of
 // ranks over one transport, the small collectives the runtime itself needs
-// (Barrier, Bcast, Allgather), and the ULFM failure API: Revoke, IsRevoked
-// (and Revoked, to wait for it),
+// (Barrier, Bcast, Allgather), reductions (Allreduce and Reduce over
+// int64, uint64 and float64 vectors; AllreduceBytes and ReduceBytes with
+// the caller's fold), new communicators out of old ones (Dup, Split), and
+// the ULFM failure API: Revoke, IsRevoked (and Revoked, to wait for it),
 // RevokeGroup, Agree and Iagree, Shrink and Ishrink, GetFailed and
 // AckFailed (MPI 5's names; FailureAck and FailureGetAcked remain,
 // deprecated), Failed and ProcFailed, Departed, and Signal.
+//
+// Dup, Split and Shrink give each new communicator a context id the ranks
+// agree on, free at every one of them. Dup and Split end with an
+// agreement, so every surviving rank returns the same outcome: the new
+// communicators, or an error wrapping ftrma.ErrProcFailed (a rank failed;
+// Shrink first) or ftrma.ErrRevoked. Windows and stores work on any
+// communicator, so a failure in one Split group leaves the others alone.
+// Reductions fold in rank order, so float results are the same at every
+// rank.
 //
 // A program started by ftrun gets its world communicator from Init; a
 // program run without ftrun gets a singleton world of one rank from Init,
@@ -63,4 +74,6 @@
 //	}
 //	defer c.Finalize(ctx)
 //	all, err := c.Allgather(ctx, []byte(fmt.Sprint(c.Rank())))
+//	total, err := comm.Allreduce(ctx, c, []float64{partial}, comm.Sum)
+//	half, err := c.Split(ctx, int(c.Rank())%2, 0) // even and odd ranks
 package comm

@@ -93,6 +93,7 @@ type runtime struct {
 	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
 	comms    map[uint32]*Comm         // live communicators by context id
 	closedC  closedRing               // communicators closed here (prune.go); their contributions are dropped
+	ids      ctxIDs                   // context ids not to give a new communicator (split.go)
 	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
 	queue    []event                  // received, for the run goroutine
 	requests []func()                 // work for the run goroutine

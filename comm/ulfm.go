@@ -143,26 +143,26 @@ type ShrinkRequest struct {
 
 // Ishrink starts Shrink and returns at once (MPI_Comm_ishrink): the
 // request's Wait gives the new communicator. It is ordered as Iagree is
-// and blocks as little. Start no other Shrink or Ishrink on the same
-// communicator until it completes: the shrinks of one communicator must
-// complete in the same order everywhere, since each new context id counts
-// them. Agree and Iagree may overlap it.
+// and blocks as little. Start no other agreement (Agree, Iagree, Shrink,
+// Ishrink, Dup, Split) on the same communicator until it completes: when
+// every candidate context id of its vote is taken somewhere, it agrees
+// again on further candidates, and those agreements must not interleave
+// with others.
 func (c *Comm) Ishrink() *ShrinkRequest {
 	r := &ShrinkRequest{done: make(chan struct{})}
-	inst, err := c.startAgree(context.Background(), ^uint64(0))
+	ctx := context.Background()
+	inst, reserved, err := c.startChild(ctx, "ishrink", "shrink", []int64{0}, statusBits)
 	if err != nil {
-		err.(*ftrma.OpError).Op = "ishrink"
 		r.err = err
 		close(r.done)
 		return r
 	}
 	go func() {
-		d, err := c.awaitDecision(context.Background(), inst)
+		d, ids, reserved, err := c.finishChild(ctx, "ishrink", "shrink", []int64{0}, inst, reserved)
 		if err != nil {
-			err.(*ftrma.OpError).Op = "ishrink"
 			r.err = err
 		} else {
-			r.comm, r.err = c.shrunk(d)
+			r.comm, r.err = c.shrunk(d, ids, reserved)
 		}
 		close(r.done)
 	}()

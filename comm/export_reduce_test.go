@@ -1,0 +1,4 @@
+package comm
+
+// ReduceChunk is the number of elements one round of Allreduce carries.
+const ReduceChunk = reduceChunk
