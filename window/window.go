@@ -121,13 +121,13 @@ type Window struct {
 
 	ordered bool // the transport completes operations in order (transport.CapOrdered)
 
-	// locks holds, per window rank, the LockType of this rank's explicit
-	// lock on it (0: none), set when Lock reserves it and cleared when
-	// Unlock begins. lockOld is the scratch word of the atomics of the
-	// goroutine that holds the reservation: a word of its own per target
-	// keeps Lock from allocating.
-	locks   []atomic.Int32
-	lockOld []uint64
+	// locks holds, per window rank, the state of this rank's explicit lock
+	// on it: 0 (none), Shared or Exclusive while held, unlocking while
+	// Unlock releases it. lockScratch holds, per target, the words the lock
+	// atomics of the goroutine that owns that state compare with and return
+	// into: kept from one Lock to the next, so that Lock does not allocate.
+	locks       []atomic.Int32
+	lockScratch [][]uint64
 
 	mu       sync.Mutex                 // guards attached
 	attached map[transport.Key]struct{} // dynamic: regions attached here
@@ -137,7 +137,7 @@ type Window struct {
 func (w *Window) setPeers(peers []peerInfo) {
 	w.peers = peers
 	w.locks = make([]atomic.Int32, len(peers))
-	w.lockOld = make([]uint64, len(peers))
+	w.lockScratch = make([][]uint64, len(peers))
 }
 
 // Allocate creates a window of size bytes of fresh zeroed, 8-byte aligned
@@ -217,7 +217,7 @@ func CreateDynamic(ctx context.Context, c Comm) (*Window, error) {
 
 func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err error) {
 	t := c.Transport()
-	ctlMem, err := allocMem(t, ctlWords*8)
+	ctlMem, err := allocMem(t, ctlWords(c.Size())*8)
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
 	}
@@ -227,7 +227,7 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		}
 	}()
 	w := &Window{c: c, t: t, rank: c.Rank(), kind: k, mem: mem,
-		ctl:   unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ctlMem))), ctlWords),
+		ctl:   unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ctlMem))), ctlWords(c.Size())),
 		owned: [][]byte{ctlMem}, ordered: t.Caps().Has(transport.CapOrdered),
 		attached: make(map[transport.Key]struct{})}
 	var info peerInfo
