@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -16,7 +17,8 @@ import (
 //
 //	word 0                the gate: exclWord(e) while rank e holds, or is
 //	                      taking, the exclusive lock; 0 otherwise
-//	words 1..ctlHeader-1  reserved
+//	word 1                this rank's own: the fence of Sync
+//	words 2..ctlHeader-1  reserved
 //	word ctlHeader+i      the slot of communicator rank i: sharedMark while
 //	                      rank i holds a shared lock, exclWord(e) while rank
 //	                      e holds (or is taking) the exclusive lock, 0 if free
@@ -32,6 +34,7 @@ import (
 // Words are indexed j = 0 for the gate and j = 1+i for the slot of rank i.
 const (
 	ctlHeader  = 8
+	syncWord   = 1 // a reserved word: Sync's fence
 	sharedMark = 1
 	held       = ^uint64(0) // acquireExclusive: word j is this rank's
 	unlocking  = 3          // Window.locks: Unlock is releasing the lock
@@ -77,15 +80,43 @@ func (w *Window) failedHolder(j int, v uint64) bool {
 }
 
 // FlushLocal returns when the origin buffers of operations toward target may
-// be reused and their results read. Puts copy their data when posted, so this
-// waits for gets and atomics, which complete locally only when their answer
-// arrives; it is therefore as strong as Flush.
+// be reused and their results read (MPI_Win_flush_local). No transport tells
+// local completion apart from remote completion, so it is Flush: Write copies
+// its data before it returns on every transport (the transport contract), so
+// a Put's buffer is free at once anyway; a Get's or an atomic's result is
+// there only when the answer came back from the target, which is remote
+// completion; and operations toward one peer complete in order, so waiting
+// for the last of them waits for all. FlushLocal therefore also reports the
+// errors Flush reports.
 func (w *Window) FlushLocal(ctx context.Context, target ftrma.Rank) error {
 	return w.Flush(ctx, target)
 }
 
-// FlushLocalAll is FlushLocal toward every rank.
+// FlushLocalAll is FlushLocal toward every rank (as FlushAll).
 func (w *Window) FlushLocalAll(ctx context.Context) error { return w.FlushAll(ctx) }
+
+// Sync is MPI_Win_sync: a full memory barrier between this goroutine's loads
+// and stores of its window memory (Bytes, attached buffers) before it and
+// after it. It is local: it sends nothing and completes no operation. It
+// works on a revoked window; on a freed one it returns ErrFreed.
+//
+// On shared memory, peers' operations are their own CPUs' stores and atomics
+// on this memory: Sync (a sequentially consistent atomic, a full fence) makes
+// this rank's stores before it visible to peers' later operations, and its
+// loads after it see what peers' completed operations stored. On RDMA the
+// device reaches the memory by DMA, and Sync orders this CPU's accesses around
+// it the same way. On TCP and memnet a goroutine of the transport applies
+// peers' operations to the memory; there the event that tells this rank
+// they are done (a barrier, a message, a lock) is also what orders the memory
+// in Go's memory model, and Sync adds only the fence. As in MPI, a rank still
+// needs such an event to know that a peer's operation happened.
+func (w *Window) Sync() error {
+	if err := w.check("sync"); err != nil {
+		return err
+	}
+	atomic.AddUint64(&w.ctl[syncWord], 0)
+	return nil
+}
 
 // Lock takes a shared or exclusive lock on target's window, waiting (with
 // backoff) while a conflicting lock is held, until ctx ends. This rank may
