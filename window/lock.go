@@ -264,7 +264,10 @@ func (w *Window) acquireShared(ctx context.Context, target ftrma.Rank) error {
 // CAS(free → mine) or CAS(held by a failed rank → mine). The first try posts
 // them all at once (one round trip when the lock is free); once the gate was
 // found taken, slots are tried only after the gate is ours, so that losers do
-// not get in the winner's way. A loser gives back the slots it got.
+// not get in the winner's way. A loser gives back the slots it got, and so
+// does the gate's holder whenever it must wait for a live shared holder: as
+// with a single counting lock word, an exclusive locker gets in at a moment
+// when no shared lock is held, and shared lockers never wait for it.
 func (w *Window) acquireExclusive(ctx context.Context, target ftrma.Rank) error {
 	p := w.peers[target]
 	mine := exclWord(w.peers[w.rank].cr)
@@ -333,6 +336,15 @@ func (w *Window) acquireExclusive(ctx context.Context, target ftrma.Rank) error 
 			}
 		} else if !slices.Contains(exp[1:], 0) && !takeover {
 			return nil // every slot held
+		} else if !takeover {
+			// A live rank holds a slot. Give back the slots while waiting,
+			// keeping only the gate: a waiting exclusive locker must never
+			// keep shared lockers out, or ranks holding shared locks on
+			// several targets could wait for each other through it.
+			if err := w.giveBack(ctx, target, 1, exp[1:], res[1:], mine); err != nil {
+				w.giveBack(ctx, target, 0, exp[:1], res[:1], mine)
+				return err
+			}
 		}
 		if takeover {
 			continue

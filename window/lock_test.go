@@ -563,3 +563,63 @@ func BenchmarkSHMLockUnlockShared2(b *testing.B)     { benchLock(b, 2, window.Sh
 func BenchmarkSHMLockUnlockExclusive2(b *testing.B)  { benchLock(b, 2, window.Exclusive) }
 func BenchmarkSHMLockUnlockShared16(b *testing.B)    { benchLock(b, 16, window.Shared) }
 func BenchmarkSHMLockUnlockExclusive16(b *testing.B) { benchLock(b, 16, window.Exclusive) }
+
+// Waiting exclusive lockers never keep shared lockers out: ranks 0 and 1
+// hold shared locks on targets 0 and 1 respectively, exclusive lockers 2 and
+// 3 wait on those targets, and then 0 and 1 take shared locks on each
+// other's target. Had the waiting exclusive lockers kept the slots they got,
+// the four would wait for each other forever.
+func TestWaitingExclusiveLetsSharedIn(t *testing.T) {
+	for _, mk := range commtest.Worlds() {
+		t.Run(mk.Name, func(t *testing.T) {
+			world := mk.New(t, 4)
+			ctx := testCtx(t, time.Minute)
+			wins := allocAll(t, world, ctx, 8)
+			for r := range 2 {
+				if err := wins[r].Lock(ctx, ftrma.Rank(r), window.Shared); err != nil {
+					t.Fatal(err)
+				}
+			}
+			excl := make(chan error, 2)
+			for r := 2; r < 4; r++ {
+				go func() {
+					target := ftrma.Rank(3 - r) // rank 2 → target 1, rank 3 → target 0
+					err := wins[r].Lock(ctx, target, window.Exclusive)
+					if err == nil {
+						err = wins[r].Unlock(ctx, target)
+					}
+					excl <- err
+				}()
+			}
+			time.Sleep(20 * time.Millisecond) // let them start waiting (not required for the outcome)
+			shared := make(chan error, 2)
+			for r := range 2 {
+				go func() {
+					short, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					other := ftrma.Rank(1 - r)
+					err := wins[r].Lock(short, other, window.Shared)
+					if err != nil {
+						err = fmt.Errorf("rank %d: shared lock on %d while exclusive lockers wait: %w", r, other, err)
+					} else {
+						err = wins[r].Unlock(ctx, other)
+					}
+					if e := wins[r].Unlock(ctx, ftrma.Rank(r)); err == nil {
+						err = e
+					}
+					shared <- err
+				}()
+			}
+			for range 2 {
+				if err := <-shared; err != nil {
+					t.Error(err)
+				}
+			}
+			for range 2 {
+				if err := <-excl; err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
