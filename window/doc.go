@@ -30,30 +30,46 @@
 // Create and written back into the buffer at Free, so local access goes
 // through Bytes, which is the window memory everywhere.
 //
-// Locks are lock words at the target changed by remote compare-and-swap and
-// fetch-and-add, so they need no action from the target. Displacements are in
+// Locks are lock words at the target changed by remote compare-and-swap, so
+// they need no action from the target (more below). Displacements are in
 // bytes. In a dynamic window they are addresses returned by Attach, plus a byte
 // offset.
+//
+// The lock words at each rank are a gate naming the exclusive holder and a
+// slot per rank of the communicator naming that rank's shared lock or the
+// exclusive holder. A shared Lock and its Unlock each cost one atomic; an
+// exclusive one costs an atomic per rank, posted together (one round trip).
+// LockAll takes a shared lock on every rank, or none. Sync is MPI_Win_sync
+// (a memory barrier on this rank's window memory). FlushLocal is Flush: no
+// transport completes gets and atomics locally before remotely, and puts
+// copy their data when posted.
 //
 // Errors (test with errors.Is): ftrma.ErrRankOutOfRange for a target outside
 // the communicator, ftrma.ErrOutOfBounds for an access beyond the target's
 // window, ftrma.ErrMisaligned for an atomic at a displacement that is not a
 // multiple of 8 (and for Create of a buffer not on an 8-byte boundary),
 // ErrFreed (which is also ftrma.ErrClosed) for any use of a freed window,
-// ftrma.ErrLockHeld for Free, or a second Lock, while this rank holds a lock,
-// ftrma.ErrNotLocked for Unlock without Lock, ftrma.ErrInvalid for an
-// unsupported operation (an Op on a type it does not take), and
+// ftrma.ErrLockHeld for Free (unless the window is revoked), or a second
+// Lock, while this rank holds a lock, ftrma.ErrNotLocked for Unlock without
+// Lock, ftrma.ErrInvalid for an unsupported operation (an Op on a type it
+// does not take), and
 // ftrma.ErrProcFailed when the target's process is gone.
 //
 // Under failure (the ULFM RMA chapter made real): every operation and Flush
 // toward a failed target returns an error wrapping ftrma.ErrProcFailed, within
 // the failure detector's timeout, while operations toward live targets keep
-// working; Lock honours its context; a lock held by a failed rank is taken
-// over (CAS dead → free) by the next locker; Revoke makes every rank's later
-// operations return ftrma.ErrRevoked; Failed lists the failed ranks; Shrink
-// gives a window over the survivors, keeping their memory, without shrinking
-// the communicator. A shared lock held by a rank that failed is not taken
-// over (the lock word counts shared holders without naming them).
+// working; Lock honours its context; a lock held by a failed rank, shared or
+// exclusive, is taken over (CAS dead → mine) by the next locker that it keeps
+// out, so a death during a LockAll epoch blocks nobody; LockAll with a failed
+// rank returns ftrma.ErrProcFailed holding no lock; Revoke makes every rank's
+// later operations return ftrma.ErrRevoked, except that Unlock still drops the
+// lock (releasing it at the target within a bound, and returning
+// ErrRevoked), Free drops locks still held, and Free and Shrink work; Failed
+// lists the failed ranks; Shrink gives a window over the survivors, keeping
+// their memory and sharing their locks, without shrinking the communicator.
+// Only ranks the runtime counts failed are taken over: they are fenced first,
+// and every lock word is changed only by compare-and-swap from a value seen,
+// so a late atomic of a dead holder cannot corrupt it.
 //
 // A rank's duties:
 //
@@ -61,7 +77,8 @@
 //  2. Post operations toward any rank; call Flush (or FlushAll) before relying
 //     on their effect or reading their results.
 //  3. Take Lock/Unlock where ranks must exclude each other.
-//  4. w.Free(ctx) on every rank, holding no lock.
+//  4. w.Free(ctx) on every rank, holding no lock (on a revoked window
+//     Free drops the locks itself).
 //
 // Example (a counter at rank 0, incremented by every rank):
 //
