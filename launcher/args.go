@@ -13,16 +13,10 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/verbs"
-)
-
-// defaultHBPeriod is the failure detector's default heartbeat period, for
-// checking --hb-timeout against it.
-const (
-	defaultHBPeriod  = 20 * time.Millisecond
-	defaultHBTimeout = 60 * time.Millisecond
 )
 
 // Version is what ftrun --version prints.
@@ -114,11 +108,17 @@ type Options struct {
 	// fields are then not validated.
 	Help, Version bool
 
-	// cpuStretch is the ranks per CPU of ftrun's own host when it is full
-	// (jobwire.CPUShare), 0 otherwise: Start sets it, and the host layer's
-	// timing (the ranks' lease) stretches by it as the ranks' detector
-	// timeout does.
+	// cpuStretch is the ranks per CPU of ftrun's own host
+	// (failure.RanksPerCPU; 0 or 1 when there are no more ranks than CPUs):
+	// Start sets it, and the host layer's timing (the ranks' lease)
+	// stretches by it as the ranks' detector timeout does.
 	cpuStretch int
+}
+
+// detector is the failure detector setting the job asks for (--hb-period,
+// --hb-timeout), zeros meaning the defaults (failure.Config).
+func (o *Options) detector() failure.Config {
+	return failure.Config{Period: o.HBPeriod, Timeout: o.HBTimeout}
 }
 
 // KillSpec asks the launcher to send SIGKILL to Rank After the job started.
@@ -296,8 +296,8 @@ the survivors are told at once and carry on (ULFM's rule). ftrun reports which
 ranks failed and when. With --no-ft the first failure aborts the whole job,
 like classic MPI.
 
-One world: ranks hold a lease from ftrun (1 s, times the --hb-timeout
-stretch, or the ranks per CPU of ftrun's host when it is full, whichever is
+One world: ranks hold a lease from ftrun (1 s, times the detector timeout
+asked for over 60ms, or the ranks per CPU of ftrun's host, whichever is
 larger) and a rank that cannot renew it (its host cut off) exits with
 status 76; ftrun tells the others of such a rank's failure only 1.5 lease
 terms after it stopped renewing it, when it has surely stopped.
@@ -389,8 +389,9 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
 	case o.HBPeriod < 0 || o.HBTimeout < 0:
 		return nil, fmt.Errorf("--hb-period and --hb-timeout must not be negative")
-	case o.HBTimeout != 0 && o.HBTimeout <= cmp.Or(o.HBPeriod, defaultHBPeriod):
-		return nil, fmt.Errorf("--hb-timeout %v must exceed the heartbeat period", o.HBTimeout)
+	case o.detector().Validate() != nil:
+		d := o.detector().WithDefaults()
+		return nil, fmt.Errorf("--hb-timeout %v must exceed the heartbeat period %v", d.Timeout, d.Period)
 	case fs.NArg() == 0:
 		return nil, errors.New("no program to run")
 	}

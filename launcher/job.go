@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -174,9 +175,7 @@ func Start(opts *Options) (*Job, error) {
 			local = append(local, b.ranks...)
 		}
 	}
-	if full, perCPU := jobwire.CPUShare(len(local)); full && len(local) > 0 && perCPU > 1 {
-		opts.cpuStretch = perCPU
-	}
+	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
 	var path string
 	for _, b := range blocks {
 		if !b.remote() {

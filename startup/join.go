@@ -473,9 +473,6 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logf f
 // for it only, which keeps the exchange O(size) bytes per rank.
 func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logf func(string, ...any)) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
-	if bound == 0 {
-		bound = defaultHBTimeout
-	}
 	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
 		Bound: bound, Logf: logf, Spin: env.transportSpin()})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/result"
 )
 
@@ -333,5 +334,14 @@ func TestTimeoutForStretchesWithRanksPerCPU(t *testing.T) {
 		if got := c.o.timeoutFor(c.n); got != c.want {
 			t.Errorf("%+v, n=%d: %v, want %v", c.o, c.n, got, c.want)
 		}
+	}
+	// The column shows the numbers of the ranks' own rule, not a copy.
+	for _, n := range []int{1, cpus, cpus + 1, 5 * cpus} {
+		if got, want := (options{}).timeoutFor(n), failure.DefaultLocalConfig(n, cpus).Timeout; got != want {
+			t.Errorf("n=%d: %v, the detector's preset says %v", n, got, want)
+		}
+	}
+	if _, to, def := (options{hbPeriod: 100 * time.Millisecond}).detectorSettings(); to != 300*time.Millisecond || def {
+		t.Errorf("-hb-period 100ms alone: timeout %v (defaults %v), want 300ms as the ranks use", to, def)
 	}
 }
