@@ -74,7 +74,9 @@ type Options struct {
 	// MapBy is "slot" (default: fill each host's slots in order) or "node"
 	// (round-robin over the hosts).
 	MapBy string
-	// Oversubscribe allows more ranks than slots.
+	// Oversubscribe allows more ranks than slots. Without Hostfile,
+	// HostList, Hosts or a Slurm allocation, this host has one slot per CPU
+	// (runtime.NumCPU), as mpirun counts them.
 	Oversubscribe bool
 	// LaunchAgent is the ftrun binary to run on the other hosts; "" means
 	// this ftrun's own path (the hosts then need it at the same place).
@@ -187,7 +189,8 @@ hosts (--hosts), connects them through its rendezvous, forwards their output,
 and exits when every rank has exited. A rank's death does not stop the others.
 
 Flags (-flag and --flag are the same; flags stop at prog):
-  -n N                    number of ranks (required, >= 1)
+  -n N                    number of ranks (required, >= 1; at most one per
+                          CPU of this host without --oversubscribe)
   --tag-output            prefix every output line with "[rank] "
   --no-ft                 abort the job when a rank fails (default: carry on)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
@@ -207,7 +210,8 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           N times without a count has N slots)
   --map-by slot|node      slot (default): fill each host's slots in turn;
                           node: one rank per host in turn
-  --oversubscribe         allow more ranks than slots
+  --oversubscribe         allow more ranks than slots (without a hostfile,
+                          -H or allocation this host has one slot per CPU)
   --launch-agent PATH     the ftrun binary on the other hosts (default: this
                           ftrun's own path)
   --ssh CMD               command that starts the agents outside Slurm

@@ -78,7 +78,8 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 // ftrunArgs is the ftrun command line of a job of n ranks running the rank
 // program with rankArgs.
 func ftrunArgs(o options, bins binaries, n int, rankArgs ...string) []string {
-	argv := []string{bins.ftrun, "-n", strconv.Itoa(n), "--timeout", o.timeout.String(), "--transport", o.transport}
+	// N goes beyond this host's CPUs on purpose (the timeout stretches).
+	argv := []string{bins.ftrun, "--oversubscribe", "-n", strconv.Itoa(n), "--timeout", o.timeout.String(), "--transport", o.transport}
 	if o.hbPeriod > 0 {
 		argv = append(argv, "--hb-period", o.hbPeriod.String())
 	}
