@@ -242,6 +242,18 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	c.SetDeadline(time.Time{})
 	j := &agentJob{env: env, logf: logf, c: c, spec: spec}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
+	// An agent killed by SIGKILL leaves its ranks' shared memory (shm+tcp):
+	// its owner file lets the next ftrun on this host sweep it.
+	release := func() {}
+	if spec.sharesMemory() {
+		r, err := claimShm(spec.job)
+		if err != nil {
+			logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
+		} else {
+			release = r
+		}
+	}
+	defer func() { release() }()
 	if err := j.start(); err != nil {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
@@ -257,6 +269,8 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, spec.rankList()); err != nil {
 		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
+	release()
+	release = func() {}
 	logf("job %s: ended", jobwire.Printable([]byte(spec.job)))
 }
 

@@ -106,9 +106,9 @@ type Options struct {
 	// a time, never concurrently.
 	Stdout, Stderr io.Writer
 
-	// Help and Version are set when --help or --version was given; the other
-	// fields are then not validated.
-	Help, Version bool
+	// Help and Version are set when --help or --version was given, Cleanup
+	// when --cleanup was; the other fields are then not validated.
+	Help, Version, Cleanup bool
 
 	// cpuStretch is the ranks per CPU of ftrun's own host
 	// (failure.RanksPerCPU; 0 or 1 when there are no more ranks than CPUs):
@@ -183,6 +183,7 @@ func (f killFlag) Set(s string) error {
 // Usage is ftrun's help text.
 const Usage = `usage: ftrun -n N [flags] prog [args...]
        ftrun agent --listen HOST[:PORT] [--once]   (see 'ftrun agent --help')
+       ftrun --cleanup
 
 ftrun starts N ranks of prog as one ftrma job, on this host or over several
 hosts (--hosts), connects them through its rendezvous, forwards their output,
@@ -242,6 +243,11 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           (default: the transport's, 50us, or none when ranks
                           outnumber CPUs: see "CPUs" below); negative
                           disables busy-polling
+  --cleanup               remove the shared memory (/dev/shm) of this user's
+                          stale jobs, those whose ftrun or agent is gone
+                          (killed by SIGKILL), print what was removed and
+                          exit; ftrun does the same quietly (-v: not
+                          quietly) each time it starts
   --version               print the version and exit
   -h, --help              print this help and exit
 
@@ -364,6 +370,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.HBPeriod, "hb-period", 0, "failure detector heartbeat period")
 	fs.DurationVar(&o.HBTimeout, "hb-timeout", 0, "failure detector timeout")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
+	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove the shared memory of stale jobs")
 	fs.BoolVar(&o.Help, "help", false, "print help")
 	fs.BoolVar(&o.Help, "h", false, "print help")
 	return fs
@@ -378,7 +385,7 @@ func ParseArgs(args []string) (*Options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if o.Help || o.Version {
+	if o.Help || o.Version || o.Cleanup {
 		return o, nil
 	}
 	n := false
