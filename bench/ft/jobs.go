@@ -62,12 +62,21 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 			}
 		}
 	}
+	// Progress on stderr, one line per job: a full run takes minutes.
+	total := len(o.sizes) * (min(o.collRuns, rounds) + min(o.detectRuns, rounds))
+	done := 0
+	progress := func(what string, n, round int) {
+		done++
+		fmt.Fprintf(os.Stderr, "bench/ft: job %d/%d: %s, N=%d, round %d/%d\n", done, total, what, n, round+1, rounds)
+	}
 	for round := range rounds {
 		for _, n := range o.sizes {
-			if round < o.collRuns {
+			if round < o.collRuns && ctx.Err() == nil {
+				progress("agree/shrink/revoke", n, round)
 				try(func() bool { return m.collJob(ctx, o, bins, n, round) })
 			}
-			if round < o.detectRuns {
+			if round < o.detectRuns && ctx.Err() == nil {
+				progress("detect", n, round)
 				try(func() bool { return m.detectJob(ctx, o, bins, n, round) })
 			}
 		}
