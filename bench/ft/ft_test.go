@@ -308,7 +308,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	args := ftrunArgs(o, binaries{ftrun: "F", rank: "R"}, 6, "-mode", "coll")
 	line := strings.Join(args, " ")
-	if !strings.HasPrefix(line, "F -n 6 --timeout 1m30s --transport tcp --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
+	if !strings.HasPrefix(line, "F --oversubscribe -n 6 --timeout 1m30s --transport tcp --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
 		t.Errorf("ftrun command line %q", line)
 	}
 	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-transport", "udp"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
