@@ -50,6 +50,7 @@ var allowed = map[string][]string{
 	"bench/ft":                {"internal/result", "bench/internal/host", "failure"},
 	"bench/ft/rank":           {"", "comm"},
 	"bench/store":             {"internal/result", "bench/internal/host"},
+	"bench/results":           {"internal/result"},
 	"bench/verbslat":          {"internal/result"},
 	"internal/result":         {},
 	"bench/internal/host":     {},
