@@ -139,10 +139,7 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	timeout := cfg.Timeout
-	if timeout == 0 {
-		timeout = failure.DefaultTimeout
-	}
+	timeout := cfg.WithDefaults().Timeout
 	m := &machine{
 		self:     self,
 		n:        n,

@@ -63,7 +63,8 @@ func bins(t *testing.T) string {
 var transport string
 
 func transportArgs() []string {
-	var args []string
+	// The jobs run more ranks than the CPUs of a test host (2).
+	args := []string{"--oversubscribe"}
 	if transport != "" {
 		args = append(args, "--transport", transport)
 	}
@@ -194,7 +195,7 @@ func TestIntruderRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The intruder attacks rank 0's TCP listener.
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), "--transport", "tcp", "-n", "3", "--tag-output", filepath.Join(dir, "testprog"), "intruder")
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "ftrun"), "--transport", "tcp", "--oversubscribe", "-n", "3", "--tag-output", filepath.Join(dir, "testprog"), "intruder")
 	cmd.Dir = dir
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -94,7 +94,7 @@ func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
 		return nil, fmt.Errorf("failure: rank %d in a job of %d: %w", self, n, ftrma.ErrRankOutOfRange)
 	}
 	d := &Detector{
-		cfg:      cfg.withDefaults(),
+		cfg:      cfg.WithDefaults(),
 		self:     self,
 		n:        n,
 		failed:   overlay.NewSet(n),

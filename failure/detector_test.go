@@ -25,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Period: 1 * ms, Timeout: 2 * ms}, true},
 		{Config{Timeout: 21 * ms}, true},  // default Period 20ms
 		{Config{Period: 59 * ms}, true},   // default Timeout 60ms
-		{Config{Period: 60 * ms}, false},  // equal to the default Timeout
+		{Config{Period: 60 * ms}, true},   // Timeout three periods, 180ms
 		{Config{Timeout: 20 * ms}, false}, // equal to the default Period
 		{Config{Period: 10 * ms, Timeout: 5 * ms}, false},
 		{Config{Period: -ms}, false},
@@ -43,7 +43,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ok=%v", c.cfg, nerr, c.ok)
 		}
 	}
-	if got := (Config{}).withDefaults(); got != DefaultConfig() {
+	if got := (Config{}).WithDefaults(); got != DefaultConfig() {
 		t.Errorf("zero Config means %+v, want %+v", got, DefaultConfig())
 	}
 }

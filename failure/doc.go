@@ -49,6 +49,16 @@
 // k <= ProbeWindow+1; each further ProbeWindow ranks add one Timeout. With
 // probing turned off they are found one after another, one Timeout each.
 //
+// # Settings
+//
+// This package is the one home of the detector's settings. The presets are
+// DefaultLANConfig (20 ms heartbeats, 60 ms timeout, for ranks with a CPU
+// each) and DefaultLocalConfig (the same, with the timeout stretched by the
+// ranks per CPU of a full host). RanksPerCPU is the one rule for that
+// stretch: ftrun's host layer (its leases) and a rank's start-up use it too.
+// Config.WithDefaults fills a Config and Config.Validate checks it; New does
+// both.
+//
 // # Caller's duties
 //
 //  1. Create the detector with New when the job starts, with the same Config

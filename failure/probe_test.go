@@ -88,7 +88,7 @@ func (w probeWorld) run(t *testing.T, until time.Duration) probeRun {
 				confirms[r] = until + 1 // once
 			}
 		}
-		if o := d.Observed(); o >= 0 && !slices.Contains(w.dead, o) && at-lastBeat[o] >= w.cfg.withDefaults().Period {
+		if o := d.Observed(); o >= 0 && !slices.Contains(w.dead, o) && at-lastBeat[o] >= w.cfg.WithDefaults().Period {
 			d.Heartbeat(o, now)
 			lastBeat[o] = at
 		}

@@ -86,7 +86,7 @@ func newCluster(t testing.TB, name string, n int, cfg Config, seed uint64) *clus
 		t:          t,
 		name:       name,
 		rng:        rand.New(rand.NewPCG(seed, 0x5eed)),
-		cfg:        cfg.withDefaults(),
+		cfg:        cfg.WithDefaults(),
 		epoch:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		ds:         make([]*Detector, n),
 		nextTick:   make([]int, n),
@@ -495,7 +495,7 @@ func TestSimulationSmallJobs(t *testing.T) {
 // the end, and returns for each crashed rank how long after the crash it was
 // first suspected, in ms.
 func blockDetection(t testing.TB, cfg Config, mode simParams, n, k int, seed uint64) []int {
-	cfg = mode.config(cfg.withDefaults())
+	cfg = mode.config(cfg.WithDefaults())
 	c := newCluster(t, fmt.Sprintf("block of %d, seed %d, mode %s, window %d", k, seed, mode.name, cfg.ProbeWindow), n, cfg, seed)
 	mode.apply(c)
 	c.start()

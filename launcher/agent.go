@@ -35,6 +35,10 @@ type AgentConfig struct {
 	// FTRMA_AGENT_SECRET (seclink.ParseSecret). Required.
 	Secret []byte
 	// Once makes Serve return after the first authenticated job ended.
+	// Connections are still handshaken concurrently: one that is slow or
+	// silent does not hold up a launcher behind it. The first to
+	// authenticate gets the job; the agent then stops listening and closes
+	// the others.
 	Once bool
 	// Env is the base environment of the ranks (without FTRMA_ variables,
 	// which the launcher sends); nil means os.Environ().
@@ -61,6 +65,7 @@ type Agent struct {
 	mu     sync.Mutex            // guards the fields below
 	conns  map[net.Conn]struct{} // connections being served; Close closes them
 	closed bool
+	taken  bool // with Once: a connection authenticated and has the job
 }
 
 // ListenAgent starts listening for launchers; Serve serves them.
@@ -116,15 +121,8 @@ func (a *Agent) Serve() error {
 			c.Close()
 			return nil
 		}
-		if a.cfg.Once {
-			served := a.serve(c)
-			a.wg.Done()
-			if served {
-				a.ln.Close()
-				return nil
-			}
-			continue
-		}
+		// Each connection on its own goroutine, with Once too: a handshake
+		// waits up to HandshakeTimeout for a silent client.
 		go func() {
 			defer a.wg.Done()
 			a.serve(c)
@@ -132,11 +130,37 @@ func (a *Agent) Serve() error {
 	}
 }
 
+// take gives the job of a --once agent to connection c, the first to
+// authenticate: it stops listening and closes every other connection (still
+// in their handshakes, or late). It reports whether c got the job.
+func (a *Agent) take(c net.Conn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.taken || a.closed {
+		return false
+	}
+	a.taken = true
+	a.ln.Close()
+	for other := range a.conns {
+		if other != c {
+			other.Close()
+		}
+	}
+	return true
+}
+
+// once reports whether a --once agent's job went to a connection already.
+func (a *Agent) once() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.taken
+}
+
 // track registers a connection to serve; false if the agent is closing.
 func (a *Agent) track(c net.Conn) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed || a.taken {
 		return false
 	}
 	a.conns[c] = struct{}{}
@@ -203,11 +227,16 @@ func (a *Agent) serve(c net.Conn) bool {
 		select {
 		case <-a.quit:
 		default:
-			a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: %v", c.RemoteAddr(), err))
+			if !a.once() {
+				a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: %v", c.RemoteAddr(), err))
+			}
 		}
 		return false
 	}
 	defer tc.Close()
+	if a.cfg.Once && !a.take(c) {
+		return false
+	}
 	tc.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
 	runAgentJob(tc, a.cfg.Env, logfOf(a.cfg.Logger))
 	return true
@@ -242,6 +271,18 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	c.SetDeadline(time.Time{})
 	j := &agentJob{env: env, logf: logf, c: c, spec: spec}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
+	// An agent killed by SIGKILL leaves its ranks' shared memory (shm+tcp):
+	// its owner file lets the next ftrun on this host sweep it.
+	release := func() {}
+	if spec.sharesMemory() {
+		r, err := claimShm(spec.job)
+		if err != nil {
+			logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
+		} else {
+			release = r
+		}
+	}
+	defer func() { release() }()
 	if err := j.start(); err != nil {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
@@ -257,6 +298,8 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, spec.rankList()); err != nil {
 		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
+	release()
+	release = func() {}
 	logf("job %s: ended", jobwire.Printable([]byte(spec.job)))
 }
 
@@ -543,7 +586,9 @@ encrypted and authenticated.
 Flags:
   --listen HOST[:PORT]    where to listen for ftrun (the port defaults to
                           7770)
-  --once                  serve one job, then exit
+  --once                  serve one job, then exit (the first launcher to
+                          authenticate gets it; a silent connection does not
+                          hold it up)
   --gen-secret            print a new agent secret and exit
   -h, --help              print this help and exit
 

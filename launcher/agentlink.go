@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
@@ -45,14 +46,14 @@ type hostTiming struct {
 }
 
 func timingFor(o *Options) hostTiming {
-	scale := 1.0
-	if o.HBTimeout > defaultHBTimeout {
-		scale = float64(o.HBTimeout) / float64(defaultHBTimeout)
-	}
+	// The detector timeout asked for (three periods where only --hb-period
+	// is given), over the default one.
+	asked := o.detector().WithDefaults().Timeout
+	scale := max(1, float64(asked)/float64(failure.DefaultTimeout))
 	// On a full host a rank waits its turn for a CPU behind the others
-	// (the detector's timeout stretches the same way): a lease of one term
-	// would expire under ranks that are merely slow, 256 ranks on 2 CPUs
-	// starting up, and stop them.
+	// (the detector's timeout stretches the same way, failure.RanksPerCPU):
+	// a lease of one term would expire under ranks that are merely slow,
+	// 256 ranks on 2 CPUs starting up, and stop them.
 	scale = max(scale, float64(o.cpuStretch))
 	return scaledTiming(scale)
 }

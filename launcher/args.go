@@ -13,16 +13,10 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/verbs"
-)
-
-// defaultHBPeriod is the failure detector's default heartbeat period, for
-// checking --hb-timeout against it.
-const (
-	defaultHBPeriod  = 20 * time.Millisecond
-	defaultHBTimeout = 60 * time.Millisecond
 )
 
 // Version is what ftrun --version prints.
@@ -80,7 +74,9 @@ type Options struct {
 	// MapBy is "slot" (default: fill each host's slots in order) or "node"
 	// (round-robin over the hosts).
 	MapBy string
-	// Oversubscribe allows more ranks than slots.
+	// Oversubscribe allows more ranks than slots. Without Hostfile,
+	// HostList, Hosts or a Slurm allocation, this host has one slot per CPU
+	// (runtime.NumCPU), as mpirun counts them.
 	Oversubscribe bool
 	// LaunchAgent is the ftrun binary to run on the other hosts; "" means
 	// this ftrun's own path (the hosts then need it at the same place).
@@ -111,15 +107,21 @@ type Options struct {
 	// a time, never concurrently.
 	Stdout, Stderr io.Writer
 
-	// Help and Version are set when --help or --version was given; the other
-	// fields are then not validated.
-	Help, Version bool
+	// Help and Version are set when --help or --version was given, Cleanup
+	// when --cleanup was; the other fields are then not validated.
+	Help, Version, Cleanup bool
 
-	// cpuStretch is the ranks per CPU of ftrun's own host when it is full
-	// (jobwire.CPUShare), 0 otherwise: Start sets it, and the host layer's
-	// timing (the ranks' lease) stretches by it as the ranks' detector
-	// timeout does.
+	// cpuStretch is the ranks per CPU of ftrun's own host
+	// (failure.RanksPerCPU; 0 or 1 when there are no more ranks than CPUs):
+	// Start sets it, and the host layer's timing (the ranks' lease)
+	// stretches by it as the ranks' detector timeout does.
 	cpuStretch int
+}
+
+// detector is the failure detector setting the job asks for (--hb-period,
+// --hb-timeout), zeros meaning the defaults (failure.Config).
+func (o *Options) detector() failure.Config {
+	return failure.Config{Period: o.HBPeriod, Timeout: o.HBTimeout}
 }
 
 // KillSpec asks the launcher to send SIGKILL to Rank After the job started.
@@ -182,13 +184,15 @@ func (f killFlag) Set(s string) error {
 // Usage is ftrun's help text.
 const Usage = `usage: ftrun -n N [flags] prog [args...]
        ftrun agent --listen HOST[:PORT] [--once]   (see 'ftrun agent --help')
+       ftrun --cleanup
 
 ftrun starts N ranks of prog as one ftrma job, on this host or over several
 hosts (--hosts), connects them through its rendezvous, forwards their output,
 and exits when every rank has exited. A rank's death does not stop the others.
 
 Flags (-flag and --flag are the same; flags stop at prog):
-  -n N                    number of ranks (required, >= 1)
+  -n N                    number of ranks (required, >= 1; at most one per
+                          CPU of this host without --oversubscribe)
   --tag-output            prefix every output line with "[rank] "
   --no-ft                 abort the job when a rank fails (default: carry on)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
@@ -208,7 +212,8 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           N times without a count has N slots)
   --map-by slot|node      slot (default): fill each host's slots in turn;
                           node: one rank per host in turn
-  --oversubscribe         allow more ranks than slots
+  --oversubscribe         allow more ranks than slots (without a hostfile,
+                          -H or allocation this host has one slot per CPU)
   --launch-agent PATH     the ftrun binary on the other hosts (default: this
                           ftrun's own path)
   --ssh CMD               command that starts the agents outside Slurm
@@ -241,6 +246,11 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           (default: the transport's, 50us, or none when ranks
                           outnumber CPUs: see "CPUs" below); negative
                           disables busy-polling
+  --cleanup               remove the shared memory (/dev/shm) of this user's
+                          stale jobs, those whose ftrun or agent is gone
+                          (killed by SIGKILL), print what was removed and
+                          exit; ftrun does the same quietly (-v: not
+                          quietly) each time it starts
   --version               print the version and exit
   -h, --help              print this help and exit
 
@@ -302,8 +312,8 @@ the survivors are told at once and carry on (ULFM's rule). ftrun reports which
 ranks failed and when. With --no-ft the first failure aborts the whole job,
 like classic MPI.
 
-One world: ranks hold a lease from ftrun (1 s, times the --hb-timeout
-stretch, or the ranks per CPU of ftrun's host when it is full, whichever is
+One world: ranks hold a lease from ftrun (1 s, times the detector timeout
+asked for over 60ms, or the ranks per CPU of ftrun's host, whichever is
 larger) and a rank that cannot renew it (its host cut off) exits with
 status 76; ftrun tells the others of such a rank's failure only 1.5 lease
 terms after it stopped renewing it, when it has surely stopped.
@@ -366,6 +376,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.HBPeriod, "hb-period", 0, "failure detector heartbeat period")
 	fs.DurationVar(&o.HBTimeout, "hb-timeout", 0, "failure detector timeout")
 	fs.BoolVar(&o.Version, "version", false, "print the version")
+	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove the shared memory of stale jobs")
 	fs.BoolVar(&o.Help, "help", false, "print help")
 	fs.BoolVar(&o.Help, "h", false, "print help")
 	return fs
@@ -380,7 +391,7 @@ func ParseArgs(args []string) (*Options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if o.Help || o.Version {
+	if o.Help || o.Version || o.Cleanup {
 		return o, nil
 	}
 	n := false
@@ -395,8 +406,9 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
 	case o.HBPeriod < 0 || o.HBTimeout < 0:
 		return nil, fmt.Errorf("--hb-period and --hb-timeout must not be negative")
-	case o.HBTimeout != 0 && o.HBTimeout <= cmp.Or(o.HBPeriod, defaultHBPeriod):
-		return nil, fmt.Errorf("--hb-timeout %v must exceed the heartbeat period", o.HBTimeout)
+	case o.detector().Validate() != nil:
+		d := o.detector().WithDefaults()
+		return nil, fmt.Errorf("--hb-timeout %v must exceed the heartbeat period %v", d.Timeout, d.Period)
 	case fs.NArg() == 0:
 		return nil, errors.New("no program to run")
 	}

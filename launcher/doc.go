@@ -33,7 +33,18 @@
 // Placement decides where the ranks go: a hostfile or host list with slots
 // (Options.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm
 // allocation (SlurmHosts), filled by slot or by node (MapRanks); ftrun then
-// starts an agent on each host that gets ranks, by ssh or srun.
+// starts an agent on each host that gets ranks, by ssh or srun. Without
+// them this host has one slot per CPU. More ranks than slots is refused
+// unless Options.Oversubscribe (--oversubscribe), as mpirun does.
+//
+// Timing comes from package failure, the one home of the detector's
+// settings: the ranks' lease and the agent links stretch with the detector
+// timeout asked for and with failure.RanksPerCPU of ftrun's host.
+//
+// Shared memory left by a killed ftrun or agent: each records itself in an
+// owner file in /dev/shm before its ranks start, and every ftrun sweeps the
+// stale jobs of its user when it starts (--cleanup: on demand, printing what
+// it removed); see shmsweep.go for when a job counts as stale.
 //
 // The job side and the agent are Unix-only (process groups, signals);
 // Pdeathsig, which makes a rank die with its launcher or agent, is Linux-only.

@@ -195,6 +195,8 @@ func helperCmd(t *testing.T, ctx context.Context, mode string, flags []string, a
 	if err != nil {
 		t.Fatal(err)
 	}
+	// These jobs run up to a few dozen ranks on hosts of two CPUs.
+	flags = append([]string{"--oversubscribe"}, flags...)
 	cmd := exec.CommandContext(ctx, ftrun(t), append(append(flags, self), args...)...)
 	// A -race binary sleeps a second at exit unless told not to.
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/ftrma/ftrma"
@@ -20,10 +21,13 @@ import (
 //  3. inside a Slurm allocation (SLURM_JOB_ID and its node list set; not
 //     with --no-slurm): the allocation's nodes, with SLURM_TASKS_PER_NODE
 //     slots each, agents started by srun;
-//  4. else every rank on this host.
+//  4. else every rank on this host, which has one slot per CPU.
 //
 // With 2 and 3, -n defaults to the number of slots, and --map-by slot
-// (default) or node places the ranks, as Open MPI's mpirun does.
+// (default) or node places the ranks, as Open MPI's mpirun does. With 2, 3
+// and 4 a job of more ranks than slots is refused unless --oversubscribe
+// (mpirun's rule): ftrun would otherwise start whatever -n says, 100,000
+// processes in under 3 s.
 
 // inSlurm reports whether ftrun runs inside a Slurm allocation.
 func inSlurm(getenv func(string) string) bool {
@@ -51,6 +55,9 @@ func planHosts(o *Options) ([]hostBlock, error) {
 	case slurm:
 		hosts, _, err = SlurmHosts(os.Getenv)
 	default:
+		if err := checkLocalSlots(o.N, localSlots(), o.Oversubscribe); err != nil {
+			return nil, err
+		}
 		return []hostBlock{{ranks: rankRange(0, o.N)}}, nil
 	}
 	if err != nil {
@@ -86,6 +93,26 @@ func planHosts(o *Options) ([]hostBlock, error) {
 		seen[b.label()] = true
 	}
 	return blocks, nil
+}
+
+// localSlots is the slots of this host when no hostfile, host list or
+// allocation gives them: one per CPU, as mpirun counts them (a variable for
+// tests).
+var localSlots = runtime.NumCPU
+
+// checkLocalSlots refuses n ranks on this host's slots unless oversubscribe,
+// in MapRanks' words; even with oversubscribe n may not pass the ranks
+// MapRanks places.
+func checkLocalSlots(n, slots int, oversubscribe bool) error {
+	switch {
+	case n > maxPlacedRanks:
+		return fmt.Errorf("%d ranks, want 1 to %d: %w", n, maxPlacedRanks, ftrma.ErrInvalid)
+	case n > slots && !oversubscribe:
+		return fmt.Errorf("there are not enough slots available: %d ranks asked for, %s on this host (one per CPU); "+
+			"use --oversubscribe to run more ranks than slots, or ask for fewer ranks: %w",
+			n, plural(slots, "slot"), ftrma.ErrInvalid)
+	}
+	return nil
 }
 
 // isThisHost reports whether name is the host ftrun runs on.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -41,6 +42,7 @@ type Job struct {
 	blocks       []hostBlock    // where the ranks run
 	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; fixed
 	tm           hostTiming     // the host layer's timing
+	releaseShm   func()         // removes the job's owner file in /dev/shm (claimShm), or nil; Start's goroutine, then finish's
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
@@ -175,9 +177,7 @@ func Start(opts *Options) (*Job, error) {
 			local = append(local, b.ranks...)
 		}
 	}
-	if full, perCPU := jobwire.CPUShare(len(local)); full && len(local) > 0 && perCPU > 1 {
-		opts.cpuStretch = perCPU
-	}
+	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
 	var path string
 	for _, b := range blocks {
 		if !b.remote() {
@@ -233,6 +233,15 @@ func Start(opts *Options) (*Job, error) {
 		j.abandon()
 		return nil, err
 	}
+	if (tr == TransportSHM || tr == TransportHybrid) && len(local) > 0 {
+		// Before any rank makes a segment: an ftrun killed by SIGKILL
+		// leaves them, and the next ftrun sweeps them (shmsweep.go).
+		if release, err := claimShm(j.id); err != nil {
+			j.out.reportf("%v (a SIGKILL of ftrun would leave the job's shared memory)", err)
+		} else {
+			j.releaseShm = release
+		}
+	}
 	base := os.Environ()
 	cwd, _ := os.Getwd()
 	for _, b := range blocks {
@@ -257,6 +266,7 @@ func Start(opts *Options) (*Job, error) {
 			j.abandon() // the agents kill their ranks; the links report them lost
 			j.wg.Wait()
 			j.rv.close()
+			j.removeShm()
 			return nil, fmt.Errorf("launcher: %w", err)
 		}
 	}
@@ -283,6 +293,22 @@ func (j *Job) abandon() {
 		j.dial.stop(j.tm.timeout)
 	}
 	j.stopMembers()
+}
+
+// removeShm removes what is left of the job's shared memory once its ranks
+// here have ended, then the job's owner file. Ranks remove their own
+// segments when they close; a killed rank cannot, so the launcher removes
+// whatever of the job is left.
+func (j *Job) removeShm() {
+	if j.opts.Transport == TransportSHM || j.opts.Transport == TransportHybrid {
+		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {
+			j.out.reportf("removing the job's shared memory: %v", err)
+		}
+	}
+	if j.releaseShm != nil {
+		j.releaseShm()
+		j.releaseShm = nil
+	}
 }
 
 // Size is the number of ranks of the job.
@@ -610,13 +636,7 @@ func (j *Job) finish() {
 		j.dial.stop(j.tm.timeout) // the agents end with their links
 	}
 	j.stopMembers()
-	if j.opts.Transport == TransportSHM || j.opts.Transport == TransportHybrid {
-		// Ranks remove their own segments when they close; a killed rank
-		// cannot, so the launcher removes whatever of the job is left.
-		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {
-			j.out.reportf("removing the job's shared memory: %v", err)
-		}
-	}
+	j.removeShm()
 	j.mu.Lock()
 	j.finished = true
 	for _, t := range j.timers {

@@ -26,6 +26,27 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, Version)
 		return ExitOK
 	}
+	// The shared memory of jobs whose ftrun or agent was killed by SIGKILL:
+	// on demand (--cleanup), and at every start.
+	swept, err := sweepShm()
+	if opts.Cleanup {
+		for _, s := range swept {
+			fmt.Fprintf(stdout, "ftrun: %s\n", s)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ftrun: %v\n", err)
+			return ExitLaunch
+		}
+		if len(swept) == 0 {
+			fmt.Fprintln(stdout, "ftrun: no stale jobs")
+		}
+		return ExitOK
+	}
+	if opts.Verbose {
+		for _, s := range swept {
+			fmt.Fprintf(stderr, "ftrun: %s\n", s)
+		}
+	}
 	opts.Stdout, opts.Stderr = stdout, stderr
 
 	sigc := make(chan os.Signal, 2)

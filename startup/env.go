@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
@@ -138,34 +140,24 @@ func envInt(name string, min int) (int, error) {
 }
 
 // DetectorSettings returns the failure detector's heartbeat period and timeout
-// for this rank: what ftrun passed (--hb-period, --hb-timeout), or zeros (the
-// detector's defaults, 20 ms and 60 ms) where it passed none or something
-// unreadable — except that a period given without a timeout gets a timeout of
-// three periods (at least 60 ms), and that on a full host (jobwire.CPUShare:
-// at least as many ranks of the job as CPUs) the default timeout is
-// multiplied by the ranks per CPU, rounded up: where ranks outnumber CPUs a
-// busy rank waits for a CPU for tens of milliseconds at a time, and 60 ms of
-// silence is no sign of failure.
+// for this rank: what ftrun passed (--hb-period, --hb-timeout; something
+// unreadable counts as not passed), filled and stretched by the detector's
+// own rule (failure.Config.ForHost): a default period of 20 ms; a default
+// timeout of 60 ms, or three periods where only the period was passed,
+// multiplied by the ranks per CPU of this host (failure.RanksPerCPU of
+// FTRMA_LOCAL_SIZE): where ranks outnumber CPUs a busy rank waits for a CPU
+// for tens of milliseconds at a time, and 60 ms of silence is no sign of
+// failure. A timeout ftrun passed is kept as it is.
 func DetectorSettings() (period, timeout time.Duration) {
-	period, _ = time.ParseDuration(os.Getenv(jobwire.EnvHBPeriod))
-	timeout, _ = time.ParseDuration(os.Getenv(jobwire.EnvHBTimeout))
-	period, timeout = max(period, 0), max(timeout, 0)
-	if timeout != 0 {
-		return period, timeout
-	}
-	base := defaultHBTimeout // three periods: a lost heartbeat or two is no failure
-	if period > 0 {
-		timeout = max(base, 3*period)
-		base = timeout
-	}
-	if local, err := strconv.Atoi(os.Getenv(jobwire.EnvLocalSize)); err == nil {
-		if full, perCPU := jobwire.CPUShare(local); full {
-			timeout = time.Duration(perCPU) * base
-		}
-	}
-	return period, timeout
+	cfg := detectorConfig()
+	return cfg.Period, cfg.Timeout
 }
 
-// defaultHBTimeout is the failure detector's default timeout (failure's
-// DefaultTimeout, which this package may not import).
-const defaultHBTimeout = 60 * time.Millisecond
+// detectorConfig is DetectorSettings as a filled failure.Config.
+func detectorConfig() failure.Config {
+	period, _ := time.ParseDuration(os.Getenv(jobwire.EnvHBPeriod))
+	timeout, _ := time.ParseDuration(os.Getenv(jobwire.EnvHBTimeout))
+	local, _ := strconv.Atoi(os.Getenv(jobwire.EnvLocalSize))
+	cfg := failure.Config{Period: max(period, 0), Timeout: max(timeout, 0)}
+	return cfg.ForHost(local, runtime.NumCPU())
+}

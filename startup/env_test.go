@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
@@ -108,18 +109,19 @@ func TestJoinOutsideJob(t *testing.T) {
 
 func TestDetectorSettings(t *testing.T) {
 	cpus := runtime.NumCPU()
+	const ms20 = 20 * time.Millisecond
 	cases := []struct {
 		period, timeout, local string
 		wantP, wantT           time.Duration
 	}{
-		{"", "", "1", 0, 0},
-		{"", "", strconv.Itoa(cpus), 0, 60 * time.Millisecond}, // full, one rank per CPU: x1
-		{"", "", strconv.Itoa(cpus + 1), 0, 2 * 60 * time.Millisecond},
-		{"", "", strconv.Itoa(2*cpus + 1), 0, 3 * 60 * time.Millisecond},
-		{"", "250ms", strconv.Itoa(4 * cpus), 0, 250 * time.Millisecond}, // explicit wins
+		{"", "", "1", ms20, 60 * time.Millisecond},
+		{"", "", strconv.Itoa(cpus), ms20, 60 * time.Millisecond}, // full, one rank per CPU: x1
+		{"", "", strconv.Itoa(cpus + 1), ms20, 2 * 60 * time.Millisecond},
+		{"", "", strconv.Itoa(2*cpus + 1), ms20, 3 * 60 * time.Millisecond},
+		{"", "250ms", strconv.Itoa(4 * cpus), ms20, 250 * time.Millisecond}, // explicit wins
 		{"100ms", "", strconv.Itoa(cpus + 1), 100 * time.Millisecond, 600 * time.Millisecond},
 		{"100ms", "", "1", 100 * time.Millisecond, 300 * time.Millisecond},
-		{"junk", "junk", "", 0, 0},
+		{"junk", "junk", "", ms20, 60 * time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Setenv(jobwire.EnvHBPeriod, c.period)
@@ -128,6 +130,13 @@ func TestDetectorSettings(t *testing.T) {
 		p, to := DetectorSettings()
 		if p != c.wantP || to != c.wantT {
 			t.Errorf("period %q timeout %q local %q: got %v, %v; want %v, %v", c.period, c.timeout, c.local, p, to, c.wantP, c.wantT)
+		}
+		// The numbers are the detector's own preset rule, not a copy.
+		wp, _ := time.ParseDuration(c.period)
+		wt, _ := time.ParseDuration(c.timeout)
+		local, _ := strconv.Atoi(c.local)
+		if want := (failure.Config{Period: max(wp, 0), Timeout: max(wt, 0)}).ForHost(local, cpus); p != want.Period || to != want.Timeout {
+			t.Errorf("period %q timeout %q local %q: got %v, %v; failure.Config.ForHost gives %v, %v", c.period, c.timeout, c.local, p, to, want.Period, want.Timeout)
 		}
 	}
 }
@@ -163,11 +172,11 @@ func TestOneCPURule(t *testing.T) {
 		t.Setenv(jobwire.EnvHBTimeout, "")
 		t.Setenv(jobwire.EnvLocalSize, strconv.Itoa(local))
 		_, timeout := DetectorSettings()
-		want := time.Duration(0) // the detector's own default
+		want := failure.DefaultTimeout
 		if full {
-			want = time.Duration(perCPU) * defaultHBTimeout
+			want = time.Duration(perCPU) * failure.DefaultTimeout
 		}
-		if timeout != want {
+		if timeout != want || timeout != failure.DefaultLocalConfig(local, cpus).Timeout {
 			t.Errorf("%d ranks on %d CPUs: detector timeout %v, want %v", local, cpus, timeout, want)
 		}
 		spin := jobEnv{localSize: local}.transportSpin()

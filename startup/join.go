@@ -474,9 +474,6 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logger
 // for it only, which keeps the exchange O(size) bytes per rank.
 func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
-	if bound == 0 {
-		bound = defaultHBTimeout
-	}
 	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
 		Bound: bound, Logger: logger, Spin: env.transportSpin()})
 	if err != nil {

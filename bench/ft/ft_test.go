@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/result"
 )
 
@@ -307,7 +308,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	args := ftrunArgs(o, binaries{ftrun: "F", rank: "R"}, 6, "-mode", "coll")
 	line := strings.Join(args, " ")
-	if !strings.HasPrefix(line, "F -n 6 --timeout 1m30s --transport tcp --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
+	if !strings.HasPrefix(line, "F --oversubscribe -n 6 --timeout 1m30s --transport tcp --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
 		t.Errorf("ftrun command line %q", line)
 	}
 	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-transport", "udp"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
@@ -333,5 +334,14 @@ func TestTimeoutForStretchesWithRanksPerCPU(t *testing.T) {
 		if got := c.o.timeoutFor(c.n); got != c.want {
 			t.Errorf("%+v, n=%d: %v, want %v", c.o, c.n, got, c.want)
 		}
+	}
+	// The column shows the numbers of the ranks' own rule, not a copy.
+	for _, n := range []int{1, cpus, cpus + 1, 5 * cpus} {
+		if got, want := (options{}).timeoutFor(n), failure.DefaultLocalConfig(n, cpus).Timeout; got != want {
+			t.Errorf("n=%d: %v, the detector's preset says %v", n, got, want)
+		}
+	}
+	if _, to, def := (options{hbPeriod: 100 * time.Millisecond}).detectorSettings(); to != 300*time.Millisecond || def {
+		t.Errorf("-hb-period 100ms alone: timeout %v (defaults %v), want 300ms as the ranks use", to, def)
 	}
 }

@@ -62,12 +62,21 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 			}
 		}
 	}
+	// Progress on stderr, one line per job: a full run takes minutes.
+	total := len(o.sizes) * (min(o.collRuns, rounds) + min(o.detectRuns, rounds))
+	done := 0
+	progress := func(what string, n, round int) {
+		done++
+		fmt.Fprintf(os.Stderr, "bench/ft: job %d/%d: %s, N=%d, round %d/%d\n", done, total, what, n, round+1, rounds)
+	}
 	for round := range rounds {
 		for _, n := range o.sizes {
-			if round < o.collRuns {
+			if round < o.collRuns && ctx.Err() == nil {
+				progress("agree/shrink/revoke", n, round)
 				try(func() bool { return m.collJob(ctx, o, bins, n, round) })
 			}
-			if round < o.detectRuns {
+			if round < o.detectRuns && ctx.Err() == nil {
+				progress("detect", n, round)
 				try(func() bool { return m.detectJob(ctx, o, bins, n, round) })
 			}
 		}
@@ -78,7 +87,8 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 // ftrunArgs is the ftrun command line of a job of n ranks running the rank
 // program with rankArgs.
 func ftrunArgs(o options, bins binaries, n int, rankArgs ...string) []string {
-	argv := []string{bins.ftrun, "-n", strconv.Itoa(n), "--timeout", o.timeout.String(), "--transport", o.transport}
+	// N goes beyond this host's CPUs on purpose (the timeout stretches).
+	argv := []string{bins.ftrun, "--oversubscribe", "-n", strconv.Itoa(n), "--timeout", o.timeout.String(), "--transport", o.transport}
 	if o.hbPeriod > 0 {
 		argv = append(argv, "--hb-period", o.hbPeriod.String())
 	}

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/result"
 )
 
@@ -58,13 +59,6 @@ var sysFtrma = "ftrma-tcp"
 // the detect rows so that the ratio column reads detection/timeout. It is
 // not written to the JSON.
 const colTimeout = "hb-timeout"
-
-// ftrun's failure detector defaults (launcher.Options), shown when the
-// flags leave them unset.
-const (
-	defaultHBPeriod  = 20 * time.Millisecond
-	defaultHBTimeout = 60 * time.Millisecond
-)
 
 // benches is the order of the table's rows (then by N).
 var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat"}
@@ -169,36 +163,25 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
-// detectorSettings returns the effective heartbeat period and timeout and
-// whether they are ftrun's defaults.
+// detectorSettings returns the effective heartbeat period and timeout (the
+// detector's own defaults, failure.Config.WithDefaults, where the flags
+// leave them unset) and whether they are ftrun's defaults.
 func (o options) detectorSettings() (period, timeout time.Duration, defaults bool) {
-	period, timeout = o.hbPeriod, o.hbTimeout
-	defaults = period == 0 && timeout == 0
-	if period == 0 {
-		period = defaultHBPeriod
-	}
-	if timeout == 0 {
-		timeout = defaultHBTimeout
-	}
-	return period, timeout, defaults
+	c := o.detector().WithDefaults()
+	return c.Period, c.Timeout, o.hbPeriod == 0 && o.hbTimeout == 0
 }
 
-// timeoutFor is the detector timeout the ranks of an n-process job use: an
-// explicit -hb-timeout, or ftrun's default — 60 ms (three periods when only
-// -hb-period is set), times the ranks per CPU when n exceeds this host's CPUs
-// (startup.DetectorSettings).
+// detector is the detector setting the flags ask for (zeros: defaults).
+func (o options) detector() failure.Config {
+	return failure.Config{Period: o.hbPeriod, Timeout: o.hbTimeout}
+}
+
+// timeoutFor is the detector timeout the ranks of an n-process job on this
+// host use, as the ranks compute it themselves (failure.Config.ForHost, in
+// startup.DetectorSettings): an explicit -hb-timeout, or 60 ms (three
+// periods when only -hb-period is set) times the ranks per CPU.
 func (o options) timeoutFor(n int) time.Duration {
-	if o.hbTimeout != 0 {
-		return o.hbTimeout
-	}
-	base := defaultHBTimeout
-	if o.hbPeriod != 0 {
-		base = max(base, 3*o.hbPeriod)
-	}
-	if cpus := runtime.NumCPU(); n > cpus {
-		base *= time.Duration((n + cpus - 1) / cpus)
-	}
-	return base
+	return o.detector().ForHost(n, runtime.NumCPU()).Timeout
 }
 
 func main() { os.Exit(run()) }

@@ -183,7 +183,7 @@ func run() int {
 	streak := make(map[string]int) // consecutive failed runs, by system
 	for r := range o.rounds {
 		var line []string
-		for _, s := range ready {
+		for i, s := range ready {
 			if ctx.Err() != nil {
 				break
 			}
@@ -191,6 +191,8 @@ func run() int {
 				line = append(line, s.name+" skipped")
 				continue
 			}
+			// Progress on stderr: a round of every system takes minutes.
+			fmt.Fprintf(os.Stderr, "bench/rma: round %d/%d, system %d/%d: %s\n", r+1, o.rounds, i+1, len(ready), s.name)
 			t0 := time.Now()
 			rs, err := runOnce(ctx, s, args, o.timeout)
 			for _, x := range rs {

@@ -95,7 +95,7 @@ func (s *ftrmaSystem) argv(copies, size, ops int, wl workload, timeout time.Dura
 		}
 		return strconv.Itoa(n)
 	}
-	a := []string{s.ftrun, "--timeout", timeout.String(), "--transport", ftrmaTransport(s.name)}
+	a := []string{s.ftrun, "--timeout", timeout.String(), "--transport", ftrmaTransport(s.name), "--oversubscribe"}
 	a = append(a, s.ftrunArgs...)
 	a = append(a, "-n", strconv.Itoa(s.ranks), s.ftkv, "bench",
 		"--copies", num(copies, "K"), "--size", num(size, "S"), "--ops", num(ops, "M"), "-json",

@@ -495,7 +495,10 @@ func measure(ctx context.Context, o options, systems []system) (*result.Set, map
 				}
 				rt := time.Now()
 				ok := true
-				for _, size := range p.sizes {
+				for j, size := range p.sizes {
+					// Progress on stderr: a full run takes many minutes.
+					fmt.Fprintf(os.Stderr, "bench/store: copies=%d (%d/%d), round %d/%d, system %d/%d: %s, size %d (%d/%d)\n",
+						k, stage+1, len(p.copies), r+1, p.rounds, i+1, len(ready), s.Name(), size, j+1, len(p.sizes))
 					rctx, cancel := context.WithTimeout(ctx, p.runTimeout)
 					rs, err := s.Run(rctx, k, size, p)
 					cancel()

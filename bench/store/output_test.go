@@ -70,7 +70,7 @@ func TestFtrmaArgv(t *testing.T) {
 	s := &ftrmaSystem{name: sysFtrmaSHM, ftrun: "/t/ftrun", ftkv: "/t/ftkv", ranks: 8, ftrunArgs: []string{"--spin", "0"}}
 	wl := workload{Writers: 8, KeysPerWriter: 16, Warmup: 50, Gets: 100}
 	got := strings.Join(s.argv(3, 64, 400, wl, time.Minute), " ")
-	want := "/t/ftrun --timeout 1m0s --transport shm --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json --writers 8 --keys 16 --warmup 50 --gets 100"
+	want := "/t/ftrun --timeout 1m0s --transport shm --oversubscribe --spin 0 -n 8 /t/ftkv bench --copies 3 --size 64 --ops 400 -json --writers 8 --keys 16 --warmup 50 --gets 100"
 	if got != want {
 		t.Errorf("argv = %q\nwant    %q", got, want)
 	}

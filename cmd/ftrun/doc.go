@@ -4,7 +4,10 @@
 //	ftrun -n 4 [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
 //	ftrun -n 8 --hosts local:4,node2:7770:4 prog [args...]
 //	ftrun agent --listen HOST[:PORT] [--once]
+//	ftrun --cleanup
 //
+// "ftrun --cleanup" removes the shared memory of this user's jobs whose ftrun
+// or agent was killed by SIGKILL (ftrun also does it quietly when it starts).
 // "ftrun agent" is the per-host daemon that starts the ranks of remote hosts;
 // ftrun and its agents share a secret in FTRMA_AGENT_SECRET. Run "ftrun
 // --help" and "ftrun agent --help" for the flags, the environment each rank

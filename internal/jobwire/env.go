@@ -1,6 +1,10 @@
 package jobwire
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/ftrma/ftrma/failure"
+)
 
 // The environment ftrun (or its agent) gives every rank, and the rank reads.
 const (
@@ -38,7 +42,8 @@ const (
 // CPUShare is the one rule by which the ranks of a job share a host's CPUs
 // (ftrun's help states it too): localSize ranks of the job run on this host.
 // It returns whether the host is full, at least as many ranks as CPUs, and
-// how many ranks share each CPU, rounded up (1 when fewer ranks than CPUs).
+// how many ranks share each CPU, rounded up (1 when fewer ranks than CPUs:
+// failure.RanksPerCPU, the rule every timeout stretches by).
 //   - On a full host each rank runs with GOMAXPROCS=1 (the launcher's
 //     rankEnv; unless GOMAXPROCS is set): a rank has at most one CPU's worth
 //     to use, and more threads per rank only hand goroutines to each other
@@ -56,5 +61,5 @@ const (
 //     trip in 11-18 us spinning, 25-60 us not.
 func CPUShare(localSize int) (full bool, perCPU int) {
 	cpus := runtime.NumCPU()
-	return localSize >= cpus, max(1, (localSize+cpus-1)/cpus)
+	return localSize >= cpus, failure.RanksPerCPU(localSize, cpus)
 }

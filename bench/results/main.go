@@ -1,0 +1,215 @@
+// Command results writes bench/RESULTS.md, the page of the latest recorded
+// benchmark results, from the JSON files the drivers write (an array of
+// {bench, size, copies, system, value, unit}, internal/result's format):
+//
+//	go run ./bench/results          # from the module root: rewrite bench/RESULTS.md
+//	go run ./bench/results -check   # exit 1 if bench/RESULTS.md is out of date
+//
+// The page is generated, never edited by hand, so it cannot drift from the
+// numbers; its test fails when it does. To refresh a table, run its driver
+// with -json into the file the page names (bench/results/*.json,
+// bench/verbs.json), then this command. bench/store also draws its plot
+// beside its JSON (-svg); the page shows it when bench/results/store.svg
+// exists.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ftrma/ftrma/internal/result"
+)
+
+// source is one table of the page.
+type source struct {
+	file    string // under bench/
+	title   string
+	about   string // what was run, where the numbers come from
+	refresh string // the command that records the file anew
+	sizeCol string // what the size column holds
+	plot    string // an image beside the table, under bench/, if it exists
+	missing string // what the page says when file does not exist; "" means it must
+}
+
+// sources are the tables, in page order.
+var sources = []source{
+	{
+		file:    "results/rma-shm.json",
+		title:   "RMA over shared memory: ftrma-shm against Open MPI 4.1 osc sm",
+		about:   "Recorded at the close of issue 14 (two interleaved runs of `go run ./bench/rma -quick`, quiet machine, 2 CPUs). Latencies in microseconds; a ratio is ftrma/osc sm in the same run (below 1: ftrma faster; for put_rate above 1: faster).",
+		refresh: "go run ./bench/rma -quick -only ftrma-shm,openmpi-shm -json bench/results/rma-shm.json",
+		sizeCol: "size (B)",
+	},
+	{
+		file:    "results/rma-tcp.json",
+		title:   "RMA over TCP: ftrma-tcp against Open MPI 4.1 osc pt2pt on lo",
+		about:   "Recorded at the close of issue 14, the same four runs; ratios ftrma/Open MPI in the same run, and ftrma's 1 MiB get in microseconds.",
+		refresh: "go run ./bench/rma -quick -only ftrma-tcp,openmpi-tcp -json bench/results/rma-tcp.json",
+		sizeCol: "size (B)",
+	},
+	{
+		file:    "results/ft.json",
+		title:   "Failure detection, agree, shrink, revoke",
+		about:   "Recorded at the close of issue 14 (`go run ./bench/ft -quick`, quiet machine, 2 CPUs). detect: SIGKILL until every survivor knows, p50 and p99 over jobs; the others: median of K calls. ftrma-tcp and ftrma-tcp max are the lowest and highest of the sessions; ulfm-* are the ULFM (Open MPI 5) reference figures the note compared with, not measured by bench/ft (see README.md, \"No peer\").",
+		refresh: "go run ./bench/ft -quick -json bench/results/ft.json",
+		sizeCol: "N (ranks)",
+	},
+	{
+		file:    "results/shm-scale.json",
+		title:   "Shared memory at node scale (rmademo)",
+		about:   "Recorded at the close of issue 14: peak /dev/shm use (sampled every 50 ms) and job time of `ftrun --oversubscribe -n N rmademo`, 2 CPUs.",
+		refresh: "by hand: run rmademo at each N, sample du -sm /dev/shm, write the JSON",
+		sizeCol: "N (ranks)",
+	},
+	{
+		file:    "verbs.json",
+		title:   "RDMA verbs (rxe, emulated): ftrma-verbs against perftest",
+		about:   "Recorded by bench/verbslat (-n 2000 -rounds 5) in the soft-RoCE guest of scripts/verbs-test.sh: emulated RDMA, so only the ratios mean anything.",
+		refresh: "VERBS_JSON=$PWD/bench/verbs.json scripts/verbs-test.sh bench",
+		sizeCol: "size (B)",
+	},
+	{
+		file:    "results/store.json",
+		title:   "Replicated store: ftrma against Hazelcast, Redis, etcd",
+		about:   "Median put and get latency over rounds, by copies; the driver draws the plot (store.svg) beside its JSON.",
+		refresh: "go run ./bench/store -json bench/results/store.json",
+		sizeCol: "size (B)",
+		plot:    "results/store.svg",
+		missing: "No run recorded yet: bench/store needs Hazelcast, Redis and etcd installed, and about 3 minutes with -quick.",
+	},
+}
+
+func main() {
+	check := flag.Bool("check", false, "do not write: exit 1 if the page is out of date")
+	bench := flag.String("bench", "bench", "the bench `DIR` (run from the module root)")
+	flag.Parse()
+	var page bytes.Buffer
+	if err := generate(&page, *bench); err != nil {
+		fmt.Fprintln(os.Stderr, "results:", err)
+		os.Exit(1)
+	}
+	path := filepath.Join(*bench, "RESULTS.md")
+	if *check {
+		old, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(old, page.Bytes()) {
+			fmt.Fprintf(os.Stderr, "results: %s is out of date: run go run ./bench/results\n", path)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := os.WriteFile(path, page.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "results:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "results: wrote %s\n", path)
+}
+
+// generate writes the page for the bench directory dir.
+func generate(w io.Writer, dir string) error {
+	fmt.Fprint(w, "# Benchmark results\n\n")
+	fmt.Fprint(w, "Generated by `go run ./bench/results` from the JSON files named below; do not edit.\n")
+	fmt.Fprint(w, "To refresh a table, run the command under it, then `go run ./bench/results`\n")
+	fmt.Fprint(w, "(its test fails while this page and the JSON disagree). How each driver measures:\n")
+	fmt.Fprint(w, "[README.md](README.md).\n")
+	for _, s := range sources {
+		fmt.Fprintf(w, "\n## %s\n\n", s.title)
+		f, err := os.Open(filepath.Join(dir, s.file))
+		if err != nil {
+			if os.IsNotExist(err) && s.missing != "" {
+				fmt.Fprintf(w, "%s\n\nRecord: %s\n", s.missing, command(s.refresh))
+				continue
+			}
+			return err
+		}
+		rs, err := result.ReadJSON(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.file, err)
+		}
+		if len(rs) == 0 {
+			return fmt.Errorf("%s: no results", s.file)
+		}
+		fmt.Fprintf(w, "%s\n\n", s.about)
+		table(w, rs, s.sizeCol)
+		if s.plot != "" {
+			if _, err := os.Stat(filepath.Join(dir, s.plot)); err == nil {
+				fmt.Fprintf(w, "\n![%s](%s)\n", s.title, s.plot)
+			}
+		}
+		fmt.Fprintf(w, "\nFrom `bench/%s`; record anew: %s\n", s.file, command(s.refresh))
+	}
+	return nil
+}
+
+// command formats a refresh command as code, and a description (that starts
+// with "by hand") as text.
+func command(s string) string {
+	if strings.HasPrefix(s, "by hand") {
+		return s
+	}
+	return "`" + s + "`"
+}
+
+// table writes rs as a Markdown table: a row per (bench, size, copies) in
+// first-seen order, a column per system in first-seen order; each cell the
+// value and its unit, "–" where a system has none.
+func table(w io.Writer, rs []result.Result, sizeCol string) {
+	var keys []result.Key
+	var systems []string
+	copies := false
+	cell := map[result.Key]map[string]string{}
+	for _, r := range rs {
+		k := r.Key()
+		if cell[k] == nil {
+			cell[k] = map[string]string{}
+			keys = append(keys, k)
+		}
+		if !slices.Contains(systems, r.System) {
+			systems = append(systems, r.System)
+		}
+		copies = copies || r.Copies != 0
+		cell[k][r.System] = format(r.Value) + " " + r.Unit
+	}
+	head := []string{"bench", sizeCol}
+	if copies {
+		head = append(head, "copies")
+	}
+	head = append(head, systems...)
+	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
+	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(head)))
+	for _, k := range keys {
+		row := []string{k.Bench, strconv.Itoa(k.Size)}
+		if copies {
+			row = append(row, strconv.Itoa(k.Copies))
+		}
+		for _, s := range systems {
+			v, ok := cell[k][s]
+			if !ok {
+				v = "–"
+			}
+			row = append(row, v)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+}
+
+// format renders v with four significant digits at most, as short as they
+// allow (0.157, 2.609, 193.4), whole from 10,000 on, millions as "M".
+func format(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return format(v/1e6) + " M"
+	case a >= 1e4:
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	}
+	x, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	return strconv.FormatFloat(x, 'f', -1, 64)
+}
