@@ -414,6 +414,27 @@ func (c *Comm) send(op string, to ftrma.Rank, seq uint64, payload []byte) error 
 	return nil
 }
 
+// sendAll sends payload to every rank of to, also after a send failed, and
+// returns the first error. A rank that stopped at a failed send would leave
+// the live ranks after it waiting for a contribution that never comes, with
+// nothing gone to tell them so (the ranks it reached before may already hold
+// the dead rank's contribution). After an error, contributions of seq from
+// others may still arrive: the next collective drops them, as after await.
+func (c *Comm) sendAll(op string, to []ftrma.Rank, seq uint64, payload []byte) error {
+	var first error
+	for _, r := range to {
+		if err := c.send(op, r, seq, payload); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
+	}
+	return first
+}
+
 // await waits for the contributions of seq from every communicator rank in
 // from, and returns them indexed like from. When it fails, contributions
 // for seq may still come: the next collective drops them (begin).
@@ -498,10 +519,8 @@ func (c *Comm) Allgather(ctx context.Context, mine []byte) ([][]byte, error) {
 		return nil, err
 	}
 	others := c.others()
-	for _, r := range others {
-		if err := c.send("allgather", r, seq, mine); err != nil {
-			return nil, err
-		}
+	if err := c.sendAll("allgather", others, seq, mine); err != nil {
+		return nil, err
 	}
 	got, err := c.await(ctx, "allgather", seq, others)
 	if err != nil {
@@ -542,10 +561,8 @@ func (c *Comm) Bcast(ctx context.Context, root ftrma.Rank, data []byte) ([]byte,
 		return nil, err
 	}
 	if c.rank == root {
-		for _, r := range c.others() {
-			if err := c.send("bcast", r, seq, data); err != nil {
-				return nil, err
-			}
+		if err := c.sendAll("bcast", c.others(), seq, data); err != nil {
+			return nil, err
 		}
 		return append([]byte{}, data...), nil
 	}
