@@ -189,7 +189,7 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	// completes despite failures; a rank that dies now is simply not waited for.
 	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
 	defer ecancel()
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	_, aerr := c.Agree(ectx, 1)
 	if failed := c.Failed(); len(failed) > 0 && lowestLive(c.Size(), failed) == me {
 		// A killed rank could not remove its socket: the lowest survivor

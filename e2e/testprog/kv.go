@@ -280,6 +280,6 @@ func kvpause(ctx context.Context, c *comm.Comm, args []string) error {
 // survivorsMeet returns once every surviving rank has called it: the
 // fault-tolerant agreement, which works across failures, as a barrier.
 func survivorsMeet(ctx context.Context, c *comm.Comm) {
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	c.Agree(ctx, 1)
 }

@@ -217,7 +217,7 @@ func hammer(ctx context.Context, c *comm.Comm, args []string) error {
 			break
 		}
 	}
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return fmt.Errorf("agree: %w", err)
 	}

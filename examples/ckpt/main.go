@@ -171,7 +171,7 @@ func run(ctx context.Context, cfg config) error {
 	// Everyone has seen every list done. Agree, fault-tolerantly, so that
 	// every failed rank is known at every survivor; then the lowest survivor
 	// is the same at all of them.
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return fmt.Errorf("final agreement: %w", err)
 	}

@@ -52,7 +52,7 @@ func run(ctx context.Context, traffic time.Duration, iters int) error {
 	}
 
 	// Recovery: agree on the failed set, shrink, and verify on the survivors.
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return fmt.Errorf("agree: %w", err)
 	}

@@ -183,7 +183,7 @@ func detect(ctx context.Context, c *comm.Comm, o options) error {
 	// Leave together: a survivor that exited while another still watched
 	// would look to that one like a second failure. The agreement completes
 	// only when every survivor takes part, that is, once every survivor knew.
-	c.FailureAck()
+	c.AckFailed(c.Size())
 	actx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	if _, err := c.Agree(actx, 1); err != nil {
