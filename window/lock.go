@@ -202,9 +202,10 @@ func (w *Window) Sync() error {
 // it counts it failed (and under ftrun only once ftrun killed it), so such a
 // holder does nothing more. An atomic it posted before it died may still be
 // on its way to the target; that does no harm, because every lock word is
-// changed only by compare-and-swap from a value the changer saw: a late one
-// either finds the word moved on and does nothing, or leaves the word to the
-// dead rank again, and the next locker takes it over again.
+// changed only by compare-and-swap from a value the changer saw (the
+// fetch-and-add that reads the gate adds zero): a late one either finds the
+// word moved on and does nothing, or leaves the word to the dead rank again,
+// and the next locker takes it over again.
 func (w *Window) Lock(ctx context.Context, target ftrma.Rank, lt LockType) error {
 	const name = "lock"
 	if _, err := w.rankOf(name, target); err != nil {

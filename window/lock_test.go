@@ -559,8 +559,8 @@ func benchLock(b *testing.B, n int, lt window.LockType) {
 	}
 }
 
-// Lock and Unlock without contention, on shared memory: an exclusive lock
-// touches one word per rank, a shared one a single word.
+// Lock and Unlock without contention, on shared memory: three operations
+// either way (an exclusive lock reads one slot per rank in its one Read).
 func BenchmarkSHMLockUnlockShared2(b *testing.B)     { benchLock(b, 2, window.Shared) }
 func BenchmarkSHMLockUnlockExclusive2(b *testing.B)  { benchLock(b, 2, window.Exclusive) }
 func BenchmarkSHMLockUnlockShared16(b *testing.B)    { benchLock(b, 16, window.Shared) }
