@@ -62,14 +62,15 @@
 // toward a failed target returns an error wrapping ftrma.ErrProcFailed, within
 // the failure detector's timeout, while operations toward live targets keep
 // working; Lock honours its context; a lock held by a failed rank, shared or
-// exclusive, is taken over (its word cleared, CAS dead → 0) by the next locker that it keeps
-// out, so a death during a LockAll epoch blocks nobody; LockAll with a failed
-// rank returns ftrma.ErrProcFailed holding no lock; Revoke makes every rank's
-// later operations return ftrma.ErrRevoked, except that Unlock still drops the
-// lock (releasing it at the target within a bound, and returning
-// ErrRevoked), Free drops locks still held, and Free and Shrink work; Failed
-// lists the failed ranks; Shrink gives a window over the survivors, keeping
-// their memory and sharing their locks, without shrinking the communicator.
+// exclusive, is taken over (its word cleared, CAS dead → 0) by the next
+// locker that it keeps out, so a death during a LockAll epoch blocks nobody;
+// LockAll with a failed rank returns ftrma.ErrProcFailed holding no lock;
+// Revoke makes every rank's later operations return ftrma.ErrRevoked, except
+// that Unlock still drops the lock (releasing it at the target within a
+// bound, and returning ErrRevoked), Free drops locks still held, and Free
+// and Shrink work; Failed lists the failed ranks; Shrink gives a window over
+// the survivors, keeping their memory and sharing their locks, without
+// shrinking the communicator.
 // Only ranks the runtime counts failed are taken over: they are fenced first,
 // and every lock word is changed only by compare-and-swap from a value seen,
 // so a late atomic of a dead holder cannot corrupt it.
