@@ -46,16 +46,20 @@ import (
 // fetch-and-add read 0, and E's Read found S's slot 0.
 //   - If E's CAS on the gate came before S's fetch-and-add, S read the value
 //     E's CAS left there, or a later one. It reads 0 only if E released the
-//     gate in between: then E's epoch was over before S's began.
+//     gate in between (then E's epoch was over before S's began), or if E
+//     was counted failed and its gate cleared (then E does nothing more).
 //   - If S's fetch-and-add came first, E's CAS read what S's fetch-and-add
-//     left there, or a later value left by read-modify-writes after it. S
-//     set its slot before its fetch-and-add, and E reads the slots after its
-//     CAS, so E sees S's slot set (or cleared by S's later Unlock: S's epoch
-//     was over).
+//     left there, or a later value left by read-modify-writes after it: in
+//     Go's (and C++'s) memory model E's CAS synchronizes with S's
+//     fetch-and-add (a release sequence). S set its slot before its
+//     fetch-and-add, and E reads the slots after its CAS, so E sees S's slot
+//     set (or cleared by S's later Unlock: S's epoch was over).
 //
-// This is release-acquire message passing through the gate, and it needs
-// only that each locker's two steps reach the target's memory in order. How
-// each transport gives that:
+// This is release-acquire message passing through the gate, not Dekker's
+// store-then-load, so no locker needs its store ordered before a later load
+// of another word. It needs only that each locker's two steps reach the
+// target's memory in order. All lock words are reached through the
+// transport, also by their owner. How each transport keeps the order:
 //   - shm: the origin's CPU runs each operation when it is posted: the CAS is
 //     a locked read-modify-write (acquire and release in Go's memory model)
 //     and the Read's loads come after it in program order. Every shm
@@ -66,9 +70,10 @@ import (
 //     order (CapOrdered without CapOneSided), with sync/atomic for the
 //     atomics. So a locker posts its check right behind its CAS and waits
 //     once: one round trip per lock, as before.
-//   - verbs: the device runs the atomics; the locker waits for the CAS to
-//     complete before it posts the check, so the CAS has been executed at the
-//     target before the target's device starts the check. Between atomics,
+//   - verbs: the target's device runs every access to the lock words (the
+//     owner's too: verbs has no CapLocalAtomics); the locker waits for the
+//     CAS to complete before it posts the check, so the CAS has been executed
+//     at the target before the target's device starts the check. Between atomics,
 //     and from an atomic to a later Read, the device accesses the memory in
 //     the order it runs them. (verbs has no CapWholeWords, so a Read may see a
 //     word torn between two values. A slot holds only 0 or sharedMark, which
