@@ -36,9 +36,12 @@
 // offset.
 //
 // The lock words at each rank are a gate naming the exclusive holder and a
-// slot per rank of the communicator naming that rank's shared lock or the
-// exclusive holder. A shared Lock and its Unlock each cost one atomic; an
-// exclusive one costs an atomic per rank, posted together (one round trip).
+// slot per rank of the communicator marking that rank's shared lock. A Lock
+// costs one atomic and one read, whatever the number of ranks: a shared
+// locker sets its slot and reads the gate, an exclusive locker takes the
+// gate and reads every slot in one Read. Where the target runs operations in
+// posting order (tcp) the two go out together, one round trip; on RDMA the
+// read waits for the atomic, two round trips. An Unlock costs one atomic.
 // LockAll takes a shared lock on every rank, or none. Sync is MPI_Win_sync
 // (a memory barrier on this rank's window memory). FlushLocal is Flush: no
 // transport completes gets and atomics locally before remotely, and puts
@@ -59,14 +62,15 @@
 // toward a failed target returns an error wrapping ftrma.ErrProcFailed, within
 // the failure detector's timeout, while operations toward live targets keep
 // working; Lock honours its context; a lock held by a failed rank, shared or
-// exclusive, is taken over (CAS dead → mine) by the next locker that it keeps
-// out, so a death during a LockAll epoch blocks nobody; LockAll with a failed
-// rank returns ftrma.ErrProcFailed holding no lock; Revoke makes every rank's
-// later operations return ftrma.ErrRevoked, except that Unlock still drops the
-// lock (releasing it at the target within a bound, and returning
-// ErrRevoked), Free drops locks still held, and Free and Shrink work; Failed
-// lists the failed ranks; Shrink gives a window over the survivors, keeping
-// their memory and sharing their locks, without shrinking the communicator.
+// exclusive, is taken over (its word cleared, CAS dead → 0) by the next
+// locker that it keeps out, so a death during a LockAll epoch blocks nobody;
+// LockAll with a failed rank returns ftrma.ErrProcFailed holding no lock;
+// Revoke makes every rank's later operations return ftrma.ErrRevoked, except
+// that Unlock still drops the lock (releasing it at the target within a
+// bound, and returning ErrRevoked), Free drops locks still held, and Free
+// and Shrink work; Failed lists the failed ranks; Shrink gives a window over
+// the survivors, keeping their memory and sharing their locks, without
+// shrinking the communicator.
 // Only ranks the runtime counts failed are taken over: they are fenced first,
 // and every lock word is changed only by compare-and-swap from a value seen,
 // so a late atomic of a dead holder cannot corrupt it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -13,30 +12,95 @@ import (
 )
 
 // The control block at each rank holds the lock on that rank's window. Only
-// the lockers' compare-and-swap operations change it:
+// the lock code touches it, with atomics and reads:
 //
-//	word 0                the gate: exclWord(e) while rank e holds, or is
-//	                      taking, the exclusive lock; 0 otherwise
+//	word 0                the gate: exclWord(e) while rank e holds the
+//	                      exclusive lock, or checks whether it may; 0
+//	                      otherwise
 //	word 1                this rank's own: the fence of Sync
 //	words 2..ctlHeader-1  reserved
 //	word ctlHeader+i      the slot of communicator rank i: sharedMark while
-//	                      rank i holds a shared lock, exclWord(e) while rank
-//	                      e holds (or is taking) the exclusive lock, 0 if free
+//	                      rank i holds a shared lock, or waits for one; 0
+//	                      otherwise
 //
-// A shared locker changes only its own slot: one atomic. An exclusive locker
-// takes the gate, which orders the exclusive lockers, and then every slot,
-// which shuts out every shared holder. Every non-zero word names its holder
-// (the slot's owner for sharedMark, e for exclWord(e)), so a waiter can take
-// over a word whose holder is known failed, shared and exclusive alike.
+// Words are indexed j = 0 for the gate and j = 1+i for the slot of rank i.
 // Ranks are communicator ranks: a window made by Shrink shares the control
 // block and keeps them.
 //
-// Words are indexed j = 0 for the gate and j = 1+i for the slot of rank i.
+// A shared locker sets its own slot, CAS(0 → sharedMark), and then reads the
+// gate with a fetch-and-add of zero. A gate of 0 means it holds the lock. A
+// gate held by a live rank means it waits: it keeps its slot and reads the
+// gate again after a backoff. An exclusive locker takes the gate,
+// CAS(0 → exclWord(me)), and then reads every slot with one Read. All slots
+// 0 means it holds the lock. A slot held by a live rank means it gives the
+// gate back and tries again after a backoff; it never waits holding the gate.
+// Unlock is one CAS back to 0 of the slot or of the gate. So a lock costs one
+// atomic and one read, and its unlock one atomic, whatever the number of
+// ranks: 3 operations per epoch, and 8n bytes read by an exclusive locker.
+//
+// Why no shared and exclusive holder meet. Every change of the gate is an
+// atomic read-modify-write (CAS; the shared locker's fetch-and-add of zero
+// changes nothing but is one too), so the gate's atomics happen in one order,
+// and each one reads the value the one before it left. Take a shared locker S
+// and an exclusive locker E that both think they hold the lock: S's
+// fetch-and-add read 0, and E's Read found S's slot 0.
+//   - If E's CAS on the gate came before S's fetch-and-add, S read the value
+//     E's CAS left there, or a later one. It reads 0 only if E released the
+//     gate in between (then E's epoch was over before S's began), or if E
+//     was counted failed and its gate cleared (then E does nothing more).
+//   - If S's fetch-and-add came first, E's CAS read what S's fetch-and-add
+//     left there, or a later value left by read-modify-writes after it: in
+//     Go's (and C++'s) memory model E's CAS synchronizes with S's
+//     fetch-and-add (a release sequence). S set its slot before its
+//     fetch-and-add, and E reads the slots after its CAS, so E sees S's slot
+//     set (or cleared by S's later Unlock: S's epoch was over).
+//
+// This is release-acquire message passing through the gate, not Dekker's
+// store-then-load, so no locker needs its store ordered before a later load
+// of another word. It needs only that each locker's two steps reach the
+// target's memory in order. All lock words are reached through the
+// transport, also by their owner. How each transport keeps the order:
+//   - shm: the origin's CPU runs each operation when it is posted: the CAS is
+//     a locked read-modify-write (acquire and release in Go's memory model)
+//     and the Read's loads come after it in program order. Every shm
+//     operation also ends with a sequentially consistent read-modify-write
+//     (leaving the target's active count), which orders it before the next.
+//   - tcp, memnet (and multi, whose shm part is as above): the target's
+//     goroutine runs one origin's operations one after another in posting
+//     order (CapOrdered without CapOneSided), with sync/atomic for the
+//     atomics. So a locker posts its check right behind its CAS and waits
+//     once: one round trip per lock, as before.
+//   - verbs: the target's device runs every access to the lock words (the
+//     owner's too: verbs has no CapLocalAtomics); the locker waits for the
+//     CAS to complete before it posts the check, so the CAS has been executed
+//     at the target before the target's device starts the check. Between atomics,
+//     and from an atomic to a later Read, the device accesses the memory in
+//     the order it runs them. (verbs has no CapWholeWords, so a Read may see a
+//     word torn between two values. A slot holds only 0 or sharedMark, which
+//     differ in one byte, so a torn slot still reads as one of the two. The
+//     gate is read by the fetch-and-add, never torn.)
+//
+// A shared locker that waits keeps its slot, so exclusive lockers that
+// check meanwhile give way to it: it gets in as soon as the holder leaves.
+// An exclusive locker gets in at a moment when no shared lock is held or
+// waited for, as with a single counting lock word: shared lockers never wait
+// for a waiting exclusive locker, which holds nothing while it waits. (If it
+// held the gate while waiting, ranks holding shared locks on several targets
+// could wait for each other through it.) Exclusive lockers can starve under
+// a stream of overlapping shared locks, as before.
+//
+// Every non-zero word names its holder (the slot's owner for sharedMark, e
+// for exclWord(e)), so a locker takes over a word whose holder is known
+// failed: a shared locker clears a dead rank's gate, CAS(exclWord(d) → 0),
+// and reads the gate again; an exclusive locker holding the gate clears a
+// dead rank's slot, CAS(sharedMark → 0), and reads the slots again. A word
+// naming this rank itself, found while it locks, is left by a release that
+// could not reach the target, and is taken over the same way.
 const (
 	ctlHeader  = 8
 	syncWord   = 1 // a reserved word: Sync's fence
 	sharedMark = 1
-	held       = ^uint64(0) // acquireExclusive: word j is this rank's
+	unset      = ^uint64(0) // no lock state: a CAS result not written (yet)
 	unlocking  = 3          // Window.locks: Unlock is releasing the lock
 )
 
@@ -60,23 +124,37 @@ func ctlOff(j int) uint64 {
 	return 8 * uint64(ctlHeader+j-1)
 }
 
-// exclWord is the value of the words held exclusively by communicator rank r.
+// exclWord is the value of the gate held by communicator rank r.
 func exclWord(r ftrma.Rank) uint64 { return uint64(r+1) << 32 }
 
-// lockWords is the number of control words a lock touches: the gate and one
-// slot per rank of the communicator the window was created over.
-func (w *Window) lockWords() int { return 1 + len(w.ctl) - ctlHeader }
+// slots is the number of slots at each target: one per rank of the
+// communicator the window was created over.
+func (w *Window) slots() int { return len(w.ctl) - ctlHeader }
 
-// failedHolder reports whether value v of control word j is held by a rank
-// known failed. Values that are no lock state are never taken over.
-func (w *Window) failedHolder(j int, v uint64) bool {
+// stale reports whether value v of control word j is to be taken over: its
+// holder is a rank known failed, or this rank itself, which holds no lock on
+// the target while it locks it (a release that could not reach the target
+// left the word). Values that are no lock state are never taken over.
+func (w *Window) stale(j int, v uint64) bool {
+	me := w.peers[w.rank].cr
+	var r ftrma.Rank
 	switch {
-	case v == sharedMark:
-		return j > 0 && w.c.ProcFailed(ftrma.Rank(j-1))
-	case v != 0 && v&(1<<32-1) == 0:
-		return w.c.ProcFailed(ftrma.Rank(v>>32) - 1)
+	case v == sharedMark && j > 0:
+		r = ftrma.Rank(j - 1)
+	case j == 0 && v != 0 && v&(1<<32-1) == 0:
+		r = ftrma.Rank(v>>32) - 1
+	default:
+		return false
 	}
-	return false
+	return r == me || w.c.ProcFailed(r)
+}
+
+// pipelined reports whether a locker may post its check right behind its
+// CAS, without waiting for the CAS: where the target runs one origin's
+// operations one by one in posting order (see the ordering notes above).
+func (w *Window) pipelined() bool {
+	c := w.t.Caps()
+	return c.Has(transport.CapOrdered) && !c.Has(transport.CapOneSided)
 }
 
 // FlushLocal returns when the origin buffers of operations toward target may
@@ -129,9 +207,10 @@ func (w *Window) Sync() error {
 // it counts it failed (and under ftrun only once ftrun killed it), so such a
 // holder does nothing more. An atomic it posted before it died may still be
 // on its way to the target; that does no harm, because every lock word is
-// changed only by compare-and-swap from a value the changer saw: a late one
-// either finds the word moved on and does nothing, or leaves the word to the
-// dead rank again, and the next locker takes it over again.
+// changed only by compare-and-swap from a value the changer saw (the
+// fetch-and-add that reads the gate adds zero): a late one either finds the
+// word moved on and does nothing, or leaves the word to the dead rank again,
+// and the next locker takes it over again.
 func (w *Window) Lock(ctx context.Context, target ftrma.Rank, lt LockType) error {
 	const name = "lock"
 	if _, err := w.rankOf(name, target); err != nil {
@@ -214,213 +293,251 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // acquireShared takes this rank's slot at target: CAS(free → sharedMark),
-// or CAS(held by a failed rank → sharedMark).
-func (w *Window) acquireShared(ctx context.Context, target ftrma.Rank) error {
+// Lock scratch words, per target (see scratch): the CAS result, the gate as
+// a shared locker reads it, the result of swapWord, then the slots as an
+// exclusive locker reads them.
+const (
+	scrRes = iota
+	scrGate
+	scrSwap
+	scrSlots
+)
+
+// casThen posts CAS(control word j at target: old → new), its result into
+// *res, and then the check: a Read of every slot into slots when slots is
+// not nil, else a fetch-and-add of zero on the gate into *gate. With
+// pipeline it posts the check right behind the CAS; else it waits for the
+// CAS and posts the check only when the CAS took the word (*res is old, or
+// new: this rank's own). settled is true when everything posted finished
+// (see await); checked, when the check did too. *res stays unset when the
+// CAS was not posted.
+func (w *Window) casThen(ctx context.Context, target ftrma.Rank, j int, old, new uint64, res *uint64, slots []uint64, gate *uint64, pipeline bool) (checked, settled bool, err error) {
 	p := w.peers[target]
-	j := 1 + int(w.peers[w.rank].cr)
-	res := &w.scratch(target, 1)[0]
-	var b backoff
-	var expect uint64
-	for {
-		*res = 0
-		seq, err := w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(j), expect, sharedMark, res)
-		if err != nil {
-			return err
-		}
-		settled, err := w.await(ctx, p.tr, seq)
-		if !settled {
-			w.lockScratch[target] = nil
-			return err
-		}
-		// sharedMark found there is this rank's own, left by a release
-		// that could not reach the target: taken up again.
-		got := *res == expect || *res == sharedMark
-		if err != nil {
-			if got {
-				bctx, cancel := bounded(ctx)
-				w.release(bctx, target, Shared)
-				cancel()
-			}
-			return err
-		}
-		if got {
-			return nil
-		}
-		if w.failedHolder(j, *res) {
-			expect = *res
-			continue // take it over at once
-		}
-		expect = 0
-		if err := b.wait(ctx); err != nil {
-			return err
-		}
-		if w.IsRevoked() {
-			return ftrma.ErrRevoked
+	*res = unset
+	seq, err := w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(j), old, new, res)
+	if err != nil {
+		return false, true, err
+	}
+	if !pipeline {
+		if settled, err = w.await(ctx, p.tr, seq); !settled || err != nil || *res != old && *res != new {
+			return false, settled, err
 		}
 	}
+	cseq, postErr := w.postCheck(target, slots, gate)
+	if postErr == nil {
+		seq = cseq
+	}
+	settled, err = w.await(ctx, p.tr, seq)
+	if err == nil {
+		err = postErr
+	}
+	return settled && err == nil, settled, err
 }
 
-// acquireExclusive takes the gate and then every slot at target, each by
-// CAS(free → mine) or CAS(held by a failed rank → mine). The first try posts
-// them all at once (one round trip when the lock is free); once the gate was
-// found taken, slots are tried only after the gate is ours, so that losers do
-// not get in the winner's way. A loser gives back the slots it got, and so
-// does the gate's holder whenever it must wait for a live shared holder: as
-// with a single counting lock word, an exclusive locker gets in at a moment
-// when no shared lock is held, and shared lockers never wait for it.
-func (w *Window) acquireExclusive(ctx context.Context, target ftrma.Rank) error {
+// postCheck posts the read casThen describes.
+func (w *Window) postCheck(target ftrma.Rank, slots []uint64, gate *uint64) (transport.Seq, error) {
 	p := w.peers[target]
-	mine := exclWord(w.peers[w.rank].cr)
-	n := w.lockWords()
-	s := w.scratch(target, 2*n)
-	exp, res := s[:n], s[n:] // exp[j]: the value to swap from, or held
-	clear(exp)
-	var b backoff
-	optimistic := true
-	for {
-		gate := exp[0] == held
-		var last transport.Seq
-		var postErr error
-		hi := 0 // words below hi were posted unless held
-		for j := range n {
-			if j > 0 && !gate && !optimistic {
-				break
-			}
-			if exp[j] != held {
-				res[j] = 0
-				seq, err := w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(j), exp[j], mine, &res[j])
-				if err != nil {
-					postErr = err
-					break
-				}
-				last = seq
-			}
-			hi = j + 1
-		}
-		settled, err := true, error(nil)
-		if last != 0 {
-			settled, err = w.await(ctx, p.tr, last)
-		}
-		if !settled {
-			w.lockScratch[target] = nil
-			return err
-		}
-		takeover := false
-		for j := range hi {
-			if exp[j] == held {
-				continue
-			}
-			switch v := res[j]; {
-			case v == exp[j] || v == mine: // mine: left by a release that failed
-				exp[j] = held
-			case w.failedHolder(j, v):
-				exp[j], takeover = v, true
-			default:
-				exp[j] = 0
-			}
-		}
-		if err == nil {
-			err = postErr
-		}
-		if err != nil {
-			w.giveBack(ctx, target, 0, exp, res, mine)
-			return err
-		}
-		if exp[0] != held {
-			// Somebody else has the gate: give back what the first try
-			// got, then wait for the gate alone.
-			optimistic = false
-			takeover = exp[0] != 0 // its holder failed
-			if err := w.giveBack(ctx, target, 1, exp[1:], res[1:], mine); err != nil {
-				return err
-			}
-		} else if !slices.Contains(exp[1:], 0) && !takeover {
-			return nil // every slot held
-		} else if !takeover {
-			// A live rank holds a slot. Give back the slots while waiting,
-			// keeping only the gate: a waiting exclusive locker must never
-			// keep shared lockers out, or ranks holding shared locks on
-			// several targets could wait for each other through it.
-			if err := w.giveBack(ctx, target, 1, exp[1:], res[1:], mine); err != nil {
-				w.giveBack(ctx, target, 0, exp[:1], res[:1], mine)
-				return err
-			}
-		}
-		if takeover {
-			continue
-		}
-		if err := b.wait(ctx); err != nil {
-			w.giveBack(ctx, target, 0, exp, res, mine)
-			return err
-		}
-		if w.IsRevoked() {
-			w.giveBack(ctx, target, 0, exp, res, mine)
-			return ftrma.ErrRevoked
-		}
+	if slots != nil {
+		return w.t.Read(p.tr, p.ctl, ctlOff(1), wordBytes(slots))
 	}
+	*gate = unset
+	return w.t.FetchAndAdd64(p.tr, p.ctl, ctlOff(0), 0, gate)
 }
 
-// giveBack releases the words marked held in exp, which are words first
-// onwards (CAS(mine → free), into res), waiting for that at most settleWait
-// whatever ctx says, and marks them free. On error the scratch words are
-// dropped.
-func (w *Window) giveBack(ctx context.Context, target ftrma.Rank, first int, exp, res []uint64, mine uint64) error {
-	p := w.peers[target]
-	var last transport.Seq
-	var err error
-	for j := range exp {
-		if exp[j] != held {
-			continue
-		}
-		var seq transport.Seq
-		if seq, err = w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(first+j), mine, 0, &res[j]); err != nil {
-			break
-		}
-		last = seq
-		exp[j] = 0
+// recheck posts the check alone and waits for it (see casThen).
+func (w *Window) recheck(ctx context.Context, target ftrma.Rank, slots []uint64, gate *uint64) (settled bool, err error) {
+	seq, err := w.postCheck(target, slots, gate)
+	if err != nil {
+		return true, err
 	}
-	if last != 0 {
-		// await waits on past ctx's end, within settleWait.
-		settled, werr := w.await(ctx, p.tr, last)
-		if !settled {
-			w.lockScratch[target] = nil
-		}
-		if err == nil {
-			err = werr
-		}
+	return w.await(ctx, w.peers[target].tr, seq)
+}
+
+// swapWord does CAS(control word j at target: old → new) and waits for it,
+// past ctx's end within settleWait (see await). Its result is not used: it
+// releases this rank's words and clears stale ones, and the lockers look
+// again where that matters.
+func (w *Window) swapWord(ctx context.Context, target ftrma.Rank, j int, old, new uint64) error {
+	p := w.peers[target]
+	res := &w.scratch(target, scrSlots)[scrSwap]
+	seq, err := w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(j), old, new, res)
+	if err != nil {
+		return err
+	}
+	settled, err := w.await(ctx, p.tr, seq)
+	if !settled {
+		w.lockScratch[target] = nil
 	}
 	return err
 }
 
-// release gives back this rank's lock of type lt on target: its slot when
-// shared; the slots, then the gate, when exclusive.
+// acquireShared sets this rank's slot at target and then waits, keeping the
+// slot, until the gate is free (or held by a rank known failed, whose gate
+// it clears). See the control block's notes.
+func (w *Window) acquireShared(ctx context.Context, target ftrma.Rank) error {
+	j := 1 + int(w.peers[w.rank].cr)
+	s := w.scratch(target, scrSlots)
+	res, gate := &s[scrRes], &s[scrGate]
+	checked, settled, err := w.casThen(ctx, target, j, 0, sharedMark, res, nil, gate, w.pipelined())
+	if !settled {
+		w.lockScratch[target] = nil
+		return err
+	}
+	// sharedMark found there is this rank's own, left by a release that
+	// could not reach the target: taken up again.
+	got := *res == 0 || *res == sharedMark
+	if err != nil {
+		if got {
+			w.swapWord(ctx, target, j, sharedMark, 0)
+		}
+		return err
+	}
+	if !got {
+		return fmt.Errorf("window: lock slot %d holds %#x, no lock state", j-1, *res)
+	}
+	var b backoff
+	for {
+		if !checked {
+			settled, err := w.recheck(ctx, target, nil, gate)
+			if !settled {
+				w.lockScratch[target] = nil
+				return err
+			}
+			if err != nil {
+				w.swapWord(ctx, target, j, sharedMark, 0)
+				return err
+			}
+		}
+		checked = false
+		g := *gate
+		if g == 0 {
+			return nil
+		}
+		if w.stale(0, g) {
+			if err := w.swapWord(ctx, target, 0, g, 0); err != nil {
+				w.swapWord(ctx, target, j, sharedMark, 0)
+				return err
+			}
+			continue // look again at once
+		}
+		// An exclusive holder, or an exclusive locker checking the slots,
+		// which will see this slot and give way.
+		if err := b.wait(ctx); err != nil {
+			w.swapWord(ctx, target, j, sharedMark, 0)
+			return err
+		}
+		if w.IsRevoked() {
+			w.swapWord(ctx, target, j, sharedMark, 0)
+			return ftrma.ErrRevoked
+		}
+	}
+}
+
+// acquireExclusive takes the gate at target, CAS(free → mine) or
+// CAS(held by a stale holder → mine), and then reads the slots: all free, it
+// holds the lock; one held by a live rank, it gives the gate back and tries
+// again after a backoff. Only the first try posts the Read behind the CAS
+// (on transports that allow it, see pipelined), so that waiting lockers
+// read the slots only when they got the gate. See the control block's notes.
+func (w *Window) acquireExclusive(ctx context.Context, target ftrma.Rank) error {
+	mine := exclWord(w.peers[w.rank].cr)
+	s := w.scratch(target, scrSlots+w.slots())
+	res, slots := &s[scrRes], s[scrSlots:]
+	var b backoff
+	var expect uint64
+	pipeline := w.pipelined()
+	for {
+		checked, settled, err := w.casThen(ctx, target, 0, expect, mine, res, slots, nil, pipeline)
+		if !settled {
+			w.lockScratch[target] = nil
+			return err
+		}
+		// mine found there is this rank's own, left by a release that could
+		// not reach the target.
+		got := *res == expect || *res == mine
+		if err != nil {
+			if got {
+				w.swapWord(ctx, target, 0, mine, 0)
+			}
+			return err
+		}
+		pipeline = false
+		expect = 0
+		switch {
+		case got:
+			free, err := w.checkSlots(ctx, target, slots, checked)
+			if free && err == nil {
+				return nil
+			}
+			// A live rank holds (or waits for) a shared lock: give the gate
+			// back while waiting, so that it does not keep shared lockers
+			// out.
+			if e := w.swapWord(ctx, target, 0, mine, 0); err == nil {
+				err = e
+			}
+			if err != nil {
+				return err
+			}
+		case w.stale(0, *res):
+			expect = *res
+			continue // take it over at once
+		}
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+		if w.IsRevoked() {
+			return ftrma.ErrRevoked
+		}
+	}
+}
+
+// checkSlots reports whether every slot at target is free, for an exclusive
+// locker holding the gate. slots holds them when checked; else, and after
+// it clears stale slots, it reads them again.
+func (w *Window) checkSlots(ctx context.Context, target ftrma.Rank, slots []uint64, checked bool) (free bool, err error) {
+	for {
+		if !checked {
+			settled, err := w.recheck(ctx, target, slots, nil)
+			if !settled {
+				w.lockScratch[target] = nil
+				return false, err
+			}
+			if err != nil {
+				return false, err
+			}
+		}
+		checked = false
+		stale := false
+		for i, v := range slots {
+			switch {
+			case v == 0:
+			case w.stale(1+i, v):
+				stale = true
+			default:
+				return false, nil
+			}
+		}
+		if !stale {
+			return true, nil
+		}
+		for i, v := range slots {
+			if v != 0 {
+				if err := w.swapWord(ctx, target, 1+i, v, 0); err != nil {
+					return false, err
+				}
+			}
+		}
+	}
+}
+
+// release gives back this rank's lock of type lt on target: one CAS of its
+// slot when shared, of the gate when exclusive.
 func (w *Window) release(ctx context.Context, target ftrma.Rank, lt LockType) error {
 	me := w.peers[w.rank].cr
 	if lt == Shared {
-		p := w.peers[target]
-		res := &w.scratch(target, 1)[0]
-		seq, err := w.t.CompareAndSwap64(p.tr, p.ctl, ctlOff(1+int(me)), sharedMark, 0, res)
-		if err != nil {
-			return err
-		}
-		settled, err := w.await(ctx, p.tr, seq)
-		if !settled {
-			w.lockScratch[target] = nil
-		}
-		return err
+		return w.swapWord(ctx, target, 1+int(me), sharedMark, 0)
 	}
-	n := w.lockWords()
-	s := w.scratch(target, 2*n)
-	exp, res := s[:n], s[n:]
-	for j := range exp {
-		exp[j] = held
-	}
-	// The slots first: shared lockers get in before the next exclusive
-	// locker, which waits at the gate.
-	if err := w.giveBack(ctx, target, 1, exp[1:], res[1:], exclWord(me)); err != nil {
-		return err
-	}
-	return w.giveBack(ctx, target, 0, exp[:1], res[:1], exclWord(me))
+	return w.swapWord(ctx, target, 0, exclWord(me), 0)
 }
 
 // Unlock completes every operation toward target (as Flush) and releases this

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -81,6 +83,37 @@ func TestExclusiveTakesOverDeadSharedHolder(t *testing.T) {
 	}
 	if err := wins[3].Lock(ctx, 0, window.Shared); err != nil {
 		t.Fatalf("shared lock after the exclusive holder left: %v", err)
+	}
+	if err := wins[3].Unlock(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A shared locker that dies while it waits (its slot set, the gate held by
+// an exclusive holder) blocks nobody: once the holder leaves, an exclusive
+// locker takes the dead rank's slot over.
+func TestDeadSharedWaiterTakenOver(t *testing.T) {
+	world := commtest.New(t, 4)
+	ctx := testCtx(t, time.Minute)
+	wins := allocAll(t, world, ctx, 8)
+	if err := wins[1].Lock(ctx, 0, window.Exclusive); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() { waiting <- wins[2].Lock(ctx, 0, window.Shared) }()
+	mustTimeOut(t, ctx, wins[3], 0, window.Exclusive, "exclusive lock while rank 1 holds it")
+	world.Net.Crash(2)
+	if err := <-waiting; err == nil {
+		t.Fatal("the crashed rank's shared lock went through while rank 1 held the exclusive one")
+	}
+	waitFailed(t, ctx, world.Comms[3], 2)
+	if err := wins[1].Unlock(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := wins[3].Lock(short, 0, window.Exclusive); err != nil {
+		t.Fatalf("exclusive lock with a dead shared waiter left: %v", err)
 	}
 	if err := wins[3].Unlock(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -205,7 +238,7 @@ func TestCancelledLockLeavesNoTrace(t *testing.T) {
 // with two separate puts, and every shared holder must read them equal; the
 // exclusive holders' read-modify-write counter must come out exact.
 func TestMixedLocksExclude(t *testing.T) {
-	const rounds = 40
+	const rounds = 1000
 	run(t, 4, func(ctx context.Context, c *comm.Comm) error {
 		w, err := window.Allocate(ctx, c, 24)
 		if err != nil {
@@ -557,8 +590,8 @@ func benchLock(b *testing.B, n int, lt window.LockType) {
 	}
 }
 
-// Lock and Unlock without contention, on shared memory: an exclusive lock
-// touches one word per rank, a shared one a single word.
+// Lock and Unlock without contention, on shared memory: three operations
+// either way (an exclusive lock reads one slot per rank in its one Read).
 func BenchmarkSHMLockUnlockShared2(b *testing.B)     { benchLock(b, 2, window.Shared) }
 func BenchmarkSHMLockUnlockExclusive2(b *testing.B)  { benchLock(b, 2, window.Exclusive) }
 func BenchmarkSHMLockUnlockShared16(b *testing.B)    { benchLock(b, 16, window.Shared) }
@@ -621,5 +654,92 @@ func TestWaitingExclusiveLetsSharedIn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// countingTransport counts the one-sided operations a rank posts.
+type countingTransport struct {
+	transport.Transport
+	atomics, reads, readBytes, writes atomic.Int64
+}
+
+func (t *countingTransport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	t.atomics.Add(1)
+	return t.Transport.CompareAndSwap64(peer, key, off, old, new, result)
+}
+
+func (t *countingTransport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	t.atomics.Add(1)
+	return t.Transport.FetchAndAdd64(peer, key, off, delta, result)
+}
+
+func (t *countingTransport) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
+	t.reads.Add(1)
+	t.readBytes.Add(int64(len(dst)))
+	return t.Transport.Read(peer, key, off, dst)
+}
+
+func (t *countingTransport) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
+	t.writes.Add(1)
+	return t.Transport.Write(peer, key, off, src)
+}
+
+// countingComm is a communicator whose windows post through a
+// countingTransport.
+type countingComm struct {
+	*comm.Comm
+	t *countingTransport
+}
+
+func (c countingComm) Transport() transport.Transport { return c.t }
+
+// An uncontended lock epoch costs the same few operations whatever the
+// number of ranks: a CAS and one Read of the slots (8 bytes a rank) for an
+// exclusive lock, a CAS and a fetch-and-add for a shared one, and one CAS
+// for either Unlock.
+func TestLockEpochOperations(t *testing.T) {
+	for _, mk := range []commtest.Maker{{Name: "memnet", New: commtest.New}, {Name: "weak", New: commtest.NewWeak}} {
+		for _, n := range []int{3, 256} {
+			t.Run(fmt.Sprintf("%s/%d", mk.Name, n), func(t *testing.T) {
+				world := mk.New(t, n)
+				ctx := testCtx(t, time.Minute)
+				ct := &countingTransport{Transport: world.Comms[0].Transport()}
+				wins := make([]*window.Window, n)
+				for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+					var wc window.Comm = c
+					if c.Rank() == 0 {
+						wc = countingComm{c, ct}
+					}
+					w, err := window.Allocate(ctx, wc, 8)
+					wins[c.Rank()] = w
+					return err
+				}) {
+					if err != nil {
+						t.Fatalf("rank %d: allocate: %v", r, err)
+					}
+				}
+				for _, c := range []struct {
+					lt                 window.LockType
+					atomics, readBytes int64
+				}{
+					{window.Exclusive, 2, 8 * int64(n)},
+					{window.Shared, 3, 0},
+				} {
+					a0, r0, b0, w0 := ct.atomics.Load(), ct.reads.Load(), ct.readBytes.Load(), ct.writes.Load()
+					if err := wins[0].Lock(ctx, 1, c.lt); err != nil {
+						t.Fatal(err)
+					}
+					if err := wins[0].Unlock(ctx, 1); err != nil {
+						t.Fatal(err)
+					}
+					atomics, readBytes := ct.atomics.Load()-a0, ct.readBytes.Load()-b0
+					reads, writes := ct.reads.Load()-r0, ct.writes.Load()-w0
+					if atomics != c.atomics || readBytes != c.readBytes || reads > 1 || writes != 0 {
+						t.Errorf("lock type %d epoch: %d atomics, %d reads of %d bytes, %d writes; want %d atomics, %d bytes read in at most one read, no writes",
+							c.lt, atomics, reads, readBytes, writes, c.atomics, c.readBytes)
+					}
+				}
+			})
+		}
 	}
 }
