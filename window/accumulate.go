@@ -219,11 +219,26 @@ func (a Typed[T]) GetAccumulate(target ftrma.Rank, disp uint64, origin, result [
 // window and stores the prior value in *result (which may be nil). It
 // completes as GetAccumulate of one element.
 func (a Typed[T]) FetchAndOp(target ftrma.Rank, disp uint64, operand T, result *T, op Op) error {
+	const name = "fetch-and-op"
+	if k := kindOf[T](); op == Sum && k != kindFloat64 || op == NoOp {
+		// One fetch-and-add (of 0 for NoOp), without the slices of the
+		// general path: this is the hot call of counters and queues.
+		tr, key, off, err := a.w.target(name, target, disp, 8, true)
+		if err != nil {
+			return err
+		}
+		v := *(*uint64)(unsafe.Pointer(&operand))
+		if op == NoOp {
+			v = 0
+		}
+		_, err = a.w.t.FetchAndAdd64(tr, key, off, v, (*uint64)(unsafe.Pointer(result)))
+		return wrap(name, target, err)
+	}
 	var res []T
 	if result != nil {
 		res = unsafe.Slice(result, 1)
 	}
-	_, _, err := a.accumulate("fetch-and-op", target, disp, []T{operand}, res, op)
+	_, _, err := a.accumulate(name, target, disp, []T{operand}, res, op)
 	return err
 }
 
