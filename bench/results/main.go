@@ -32,11 +32,12 @@ import (
 type source struct {
 	file    string // under bench/
 	title   string
-	about   string // what was run, where the numbers come from
-	refresh string // the command that records the file anew
-	sizeCol string // what the size column holds
-	plot    string // an image beside the table, under bench/, if it exists
-	missing string // what the page says when file does not exist; "" means it must
+	about   string      // what was run, where the numbers come from
+	refresh string      // the command that records the file anew
+	sizeCol string      // what the size column holds
+	plot    string      // an image beside the table, under bench/, if it exists
+	ratios  [][2]string // columns a/b computed for these pairs of systems, where both have a value
+	missing string      // what the page says when file does not exist; "" means it must
 }
 
 // sources are the tables, in page order.
@@ -44,16 +45,18 @@ var sources = []source{
 	{
 		file:    "results/rma-shm.json",
 		title:   "RMA over shared memory: ftrma-shm against Open MPI 4.1 osc sm",
-		about:   "Recorded at the close of issue 14 (two interleaved runs of `go run ./bench/rma -quick`, quiet machine, 2 CPUs). Latencies in microseconds; a ratio is ftrma/osc sm in the same run (below 1: ftrma faster; for put_rate above 1: faster).",
+		about:   "Recorded at the close of issue 15 (one run of the command below, quiet machine, 2 CPUs; medians over its rounds). The ratio is ftrma/osc sm in the same run (below 1: ftrma faster; for put_rate above 1: faster). lock_lat went from 0.073–0.094 us (issue 14) to 0.12 us: a lock word now names its holders, so that a dead shared holder can be taken over (one atomic and one read to lock, one atomic to unlock).",
 		refresh: "go run ./bench/rma -quick -only ftrma-shm,openmpi-shm -json bench/results/rma-shm.json",
 		sizeCol: "size (B)",
+		ratios:  [][2]string{{"ftrma-shm", "openmpi-shm"}},
 	},
 	{
 		file:    "results/rma-tcp.json",
 		title:   "RMA over TCP: ftrma-tcp against Open MPI 4.1 osc pt2pt on lo",
-		about:   "Recorded at the close of issue 14, the same four runs; ratios ftrma/Open MPI in the same run, and ftrma's 1 MiB get in microseconds.",
+		about:   "Recorded at the close of issue 15 (one run of the command below, 2 CPUs; medians over its rounds). Loopback TCP latencies vary by 20–30% from run to run here: read a ratio near 1 as a tie.",
 		refresh: "go run ./bench/rma -quick -only ftrma-tcp,openmpi-tcp -json bench/results/rma-tcp.json",
 		sizeCol: "size (B)",
+		ratios:  [][2]string{{"ftrma-tcp", "openmpi-tcp"}},
 	},
 	{
 		file:    "results/ft.json",
@@ -79,8 +82,8 @@ var sources = []source{
 	{
 		file:    "results/store.json",
 		title:   "Replicated store: ftrma against Hazelcast, Redis, etcd",
-		about:   "Median put and get latency over rounds, by copies; the driver draws the plot (store.svg) beside its JSON.",
-		refresh: "go run ./bench/store -json bench/results/store.json",
+		about:   "Recorded at the close of issue 15 (`go run ./bench/store -quick`, 8 writers, 2 CPUs): median and p99 put and get latency over rounds, by copies; the driver draws the plot (store.svg) beside its JSON.",
+		refresh: "go run ./bench/store -quick -json bench/results/store.json",
 		sizeCol: "size (B)",
 		plot:    "results/store.svg",
 		missing: "No run recorded yet: bench/store needs Hazelcast, Redis and etcd installed, and about 3 minutes with -quick.",
@@ -138,7 +141,7 @@ func generate(w io.Writer, dir string) error {
 			return fmt.Errorf("%s: no results", s.file)
 		}
 		fmt.Fprintf(w, "%s\n\n", s.about)
-		table(w, rs, s.sizeCol)
+		table(w, rs, s.sizeCol, s.ratios)
 		if s.plot != "" {
 			if _, err := os.Stat(filepath.Join(dir, s.plot)); err == nil {
 				fmt.Fprintf(w, "\n![%s](%s)\n", s.title, s.plot)
@@ -160,18 +163,22 @@ func command(s string) string {
 
 // table writes rs as a Markdown table: a row per (bench, size, copies) in
 // first-seen order, a column per system in first-seen order; each cell the
-// value and its unit, "–" where a system has none.
-func table(w io.Writer, rs []result.Result, sizeCol string) {
+// value and its unit, "–" where a system has none; then a column a/b for
+// each pair of ratios.
+func table(w io.Writer, rs []result.Result, sizeCol string, ratios [][2]string) {
 	var keys []result.Key
 	var systems []string
 	copies := false
 	cell := map[result.Key]map[string]string{}
+	value := map[result.Key]map[string]float64{}
 	for _, r := range rs {
 		k := r.Key()
 		if cell[k] == nil {
 			cell[k] = map[string]string{}
+			value[k] = map[string]float64{}
 			keys = append(keys, k)
 		}
+		value[k][r.System] = r.Value
 		if !slices.Contains(systems, r.System) {
 			systems = append(systems, r.System)
 		}
@@ -183,6 +190,9 @@ func table(w io.Writer, rs []result.Result, sizeCol string) {
 		head = append(head, "copies")
 	}
 	head = append(head, systems...)
+	for _, p := range ratios {
+		head = append(head, p[0]+"/"+p[1])
+	}
 	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
 	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(head)))
 	for _, k := range keys {
@@ -194,6 +204,15 @@ func table(w io.Writer, rs []result.Result, sizeCol string) {
 			v, ok := cell[k][s]
 			if !ok {
 				v = "–"
+			}
+			row = append(row, v)
+		}
+		for _, p := range ratios {
+			a, okA := value[k][p[0]]
+			b, okB := value[k][p[1]]
+			v := "–"
+			if okA && okB && b != 0 {
+				v = format(a/b) + " x"
 			}
 			row = append(row, v)
 		}
