@@ -1,7 +1,7 @@
 // Command ftrun starts an ftrma job: N ranks of a program, on this host or
 // spread over hosts, connected through the launcher's rendezvous.
 //
-//	ftrun -n 4 [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
+//	ftrun -n 4 [--oversubscribe] [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
 //	ftrun -n 8 --hosts local:4,node2:7770:4 prog [args...]
 //	ftrun agent --listen HOST[:PORT] [--once]
 //	ftrun --cleanup

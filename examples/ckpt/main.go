@@ -3,7 +3,7 @@
 // so that when ranks are killed the survivors take over their work and still
 // finish with exactly the result of a failure-free run.
 //
-//	ftrun -n 8 --tag-output ckpt -crash 2@0.25 -crash 5@0.5
+//	ftrun --oversubscribe -n 8 --tag-output ckpt -crash 2@0.25 -crash 5@0.5
 //
 // -crash R@F makes rank R SIGKILL itself before the task at fraction F of
 // its own list: a failure after progress, which lands mid-run whatever the

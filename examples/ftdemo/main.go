@@ -5,7 +5,7 @@
 // agree on who failed, shrink the communicator, and run a verified workload on
 // the survivors: counters that must come out exact.
 //
-//	ftrun -n 8 --kill 3@1s --tag-output ftdemo
+//	ftrun --oversubscribe -n 8 --kill 3@1s --tag-output ftdemo
 package main
 
 import (

@@ -3,7 +3,7 @@
 // lock-protected read-modify-writes, moves data through a third rank, and the
 // program prints the verified totals.
 //
-//	ftrun -n 4 --tag-output rmademo
+//	ftrun --oversubscribe -n 4 --tag-output rmademo
 package main
 
 import (
