@@ -108,3 +108,32 @@ func TestCompletionImmediate(t *testing.T) {
 		t.Fatalf("a failure reported twice: %v", err)
 	}
 }
+
+// Test never blocks: it is false while a sequence is outstanding, then true
+// with the failures of the sequences up to it (once: a second Test or Wait
+// finds them taken), and true with the peer-down error for a sequence that
+// can no longer complete.
+func TestCompletionTest(t *testing.T) {
+	var c Completion
+	s1, s2, s3 := c.Next(), c.Next(), c.Next()
+	if done, err := c.Test(s1); done || err != nil {
+		t.Fatalf("Test of an outstanding sequence: %v, %v; want false, nil", done, err)
+	}
+	boom := errors.New("boom")
+	c.Complete(s1, boom)
+	if done, err := c.Test(s2); done || err != nil {
+		t.Fatalf("Test of s2 with only s1 complete: %v, %v; want false, nil", done, err)
+	}
+	c.Complete(s2, nil)
+	if done, err := c.Test(s2); !done || !errors.Is(err, boom) {
+		t.Fatalf("Test of s2 once complete: %v, %v; want true and s1's failure", done, err)
+	}
+	if done, err := c.Test(s2); !done || err != nil {
+		t.Fatalf("second Test of s2: %v, %v; want true, nil (the failure was taken)", done, err)
+	}
+	down := ErrPeerDown(1, nil)
+	c.Fail(down)
+	if done, err := c.Test(s3); !done || !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("Test of s3 toward a peer that is down: %v, %v; want true, ErrProcFailed", done, err)
+	}
+}
