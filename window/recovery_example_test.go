@@ -30,18 +30,23 @@ func Example_recovery() {
 			world.Net.Crash(3) // the process dies (under ftrun: a SIGKILL)
 			return nil
 		}
+		const stepDone, haveWindow = 1, 2
+		world := c // Close of the world ends the runtime: close only shrunk ones
 		for {
 			w, err := window.Allocate(ctx, c, 8)
 			var total int64
 			if err == nil {
 				total, err = step(ctx, c, w)
 			}
-			ok := uint64(1)
-			if err != nil {
-				ok = 0
+			var flags uint64
+			if err == nil {
+				flags |= stepDone
 			}
-			all, agreeErr := c.Agree(ctx, ok) // the same outcome at every survivor
-			if agreeErr == nil && all == 1 {
+			if w != nil {
+				flags |= haveWindow
+			}
+			all, agreeErr := c.Agree(ctx, flags) // the same at every survivor
+			if agreeErr == nil && all&stepDone != 0 {
 				if c.Rank() == 0 {
 					fmt.Printf("%d ranks, total %d\n", c.Size(), total)
 				}
@@ -53,11 +58,18 @@ func Example_recovery() {
 				}
 			}
 			if w != nil {
-				w.Revoke() // a window that is not whole everywhere is dropped
+				w.Revoke()
+				if all&haveWindow != 0 {
+					w.Free(ctx) // every survivor has it: free it together
+				} // else a rank died inside Allocate: the window is dropped
 			}
 			c.Revoke()
+			old := c
 			if c, err = c.Shrink(ctx); err != nil {
 				return err
+			}
+			if old != world {
+				old.Close() // its windows are gone: the runtime forgets its state
 			}
 		}
 	})
