@@ -71,16 +71,19 @@ var idHash = func(parent uint32, kind string, inst uint64, group int64, j int) u
 }
 
 // ctxIDs is the part of the runtime that keeps context ids from being
-// reused. The runtime's mu guards it.
+// reused, with rt.comms (the live communicators) and rt.closedC (the last
+// closed ones): an id closed longer ago than that may name a new
+// communicator again, so that what the runtime keeps does not grow with
+// every communicator it ever made. The runtime's mu guards it.
 type ctxIDs struct {
-	used     map[uint32]bool // ids of every communicator made here, closed ones too
-	reserved map[uint32]int  // ids voted free by creations in progress, with their count
+	reserved map[uint32]int // ids voted free by creations in progress, with their count
 }
 
 // idTakenLocked reports whether id may not name a new communicator here. noticed
 // holds the ids named by revocation notices.
 func (rt *runtime) idTakenLocked(id uint32, noticed map[uint32]bool) bool {
-	return id <= worldContext || rt.ids.used[id] || rt.ids.reserved[id] > 0 ||
+	_, closed := rt.closedC.has(id)
+	return id <= worldContext || closed || rt.ids.reserved[id] > 0 ||
 		rt.comms[id] != nil || noticed[id]
 }
 
@@ -244,16 +247,10 @@ func (c *Comm) finishChild(ctx context.Context, op, kind string, groups []int64,
 	return d, ids, reserved, nil
 }
 
-// makeChild registers a communicator made out of c and marks its id used.
+// makeChild registers a communicator made out of c (newComm: its id is
+// taken while it lives, and among the closed ids once it is closed).
 func (c *Comm) makeChild(id uint32, members []ftrma.Rank) *Comm {
-	nc := newComm(c.rt, id, members)
-	c.rt.mu.Lock()
-	if c.rt.ids.used == nil {
-		c.rt.ids.used = make(map[uint32]bool)
-	}
-	c.rt.ids.used[id] = true
-	c.rt.mu.Unlock()
-	return nc
+	return newComm(c.rt, id, members)
 }
 
 // failedMember returns a member of c in the agreed failed set, or -1.
