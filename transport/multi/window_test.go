@@ -19,19 +19,7 @@ import (
 // one host (shm) and of two (tcp), with hosts whose ranks are not
 // contiguous (ftrun's --map-by node).
 func TestWindowChecksOverMulti(t *testing.T) {
-	w := newWorld(t, [][]ftrma.Rank{{0, 2}, {1, 3}}, worldOpts{noReceiver: true, noConnect: true})
-	comms := make([]*comm.Comm, len(w.ts))
-	for r, m := range w.ts {
-		cfg := commtest.TestConfig()
-		cfg.OnDeclaredFailed = func(by string) { t.Errorf("rank %d declared failed by %s", r, by) }
-		c, err := comm.New(m, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		comms[r] = c
-		t.Cleanup(func() { c.Close() })
-	}
-	w.connect(t, nil)
+	comms := commsOverMulti(t)
 	ctx := testCtx(t)
 	sizes := []int{1, 8, 13, 4096, 64<<10 + 5, 1 << 20}
 	checks := []struct {
@@ -68,4 +56,25 @@ func TestWindowChecksOverMulti(t *testing.T) {
 			}
 		}
 	}
+}
+
+// commsOverMulti builds a world communicator at each of four ranks on two
+// pretend hosts whose ranks are not contiguous ({0, 2} and {1, 3}: shared
+// memory within a host, tcp between), closed at the end of the test.
+func commsOverMulti(t *testing.T) []*comm.Comm {
+	t.Helper()
+	w := newWorld(t, [][]ftrma.Rank{{0, 2}, {1, 3}}, worldOpts{noReceiver: true, noConnect: true})
+	comms := make([]*comm.Comm, len(w.ts))
+	for r, m := range w.ts {
+		cfg := commtest.TestConfig()
+		cfg.OnDeclaredFailed = func(by string) { t.Errorf("rank %d declared failed by %s", r, by) }
+		c, err := comm.New(m, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comms[r] = c
+		t.Cleanup(func() { c.Close() })
+	}
+	w.connect(t, nil)
+	return comms
 }

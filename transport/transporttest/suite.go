@@ -615,21 +615,7 @@ func testPeerDown(t *testing.T, f Factory) {
 	cause := errors.New("the launcher saw it exit")
 	ts[0].PeerDown(1, cause)
 	ts[0].PeerDown(1, errors.New("again"))
-	var res uint64
-	for name, err := range map[string]error{
-		"write": func() error { _, err := ts[0].Write(1, key, 0, []byte{2}); return err }(),
-		"read": func() error {
-			seq, err := ts[0].Read(1, key, 0, make([]byte, 1))
-			return complete(ctx, ts[0], 1, seq, err)
-		}(),
-		"cas": func() error {
-			seq, err := ts[0].CompareAndSwap64(1, key, 0, 0, 1, &res)
-			return complete(ctx, ts[0], 1, seq, err)
-		}(),
-		"fadd":  func() error { _, err := ts[0].FetchAndAdd64(1, key, 0, 1, nil); return err }(),
-		"send":  ts[0].Send(1, nil),
-		"flush": ts[0].Flush(ctx, 1),
-	} {
+	for name, err := range opsToward(ctx, ts[0], 1, key, 2) {
 		if !errors.Is(err, ftrma.ErrProcFailed) || !errors.Is(err, cause) {
 			t.Errorf("%s toward a rank reported down: %v, want ErrProcFailed and the cause", name, err)
 		}
@@ -718,20 +704,7 @@ func testFence(t *testing.T, f Factory) {
 	}
 
 	// Rank 0's side: everything toward rank 1 fails; one peer-down event.
-	var res uint64
-	for name, err := range map[string]error{
-		"write": func() error { _, err := ts[0].Write(1, key1, 0, []byte{1}); return err }(),
-		"read": func() error {
-			seq, err := ts[0].Read(1, key1, 0, make([]byte, 1))
-			return complete(ctx, ts[0], 1, seq, err)
-		}(),
-		"cas": func() error {
-			seq, err := ts[0].CompareAndSwap64(1, key1, 0, 0, 1, &res)
-			return complete(ctx, ts[0], 1, seq, err)
-		}(),
-		"send":  ts[0].Send(1, nil),
-		"flush": ts[0].Flush(ctx, 1),
-	} {
+	for name, err := range opsToward(ctx, ts[0], 1, key1, 1) {
 		if !errors.Is(err, ftrma.ErrProcFailed) {
 			t.Errorf("%s toward a fenced rank: %v, want ErrProcFailed", name, err)
 		}
@@ -840,5 +813,26 @@ func testClose(t *testing.T, f Factory) {
 	seq, err := ts[0].Write(1, key, 0, []byte{1})
 	if err := complete(ctx, ts[0], 1, seq, err); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("write toward a closed rank: %v, want ErrProcFailed", err)
+	}
+}
+
+// opsToward runs one of each operation of t toward peer (on key at offset
+// 0; a write stores v) and returns each one's error, for the checks that
+// every kind fails alike toward a rank that is down or fenced.
+func opsToward(ctx context.Context, t transport.Transport, peer ftrma.Rank, key transport.Key, v byte) map[string]error {
+	var res uint64
+	return map[string]error{
+		"write": func() error { _, err := t.Write(peer, key, 0, []byte{v}); return err }(),
+		"read": func() error {
+			seq, err := t.Read(peer, key, 0, make([]byte, 1))
+			return complete(ctx, t, peer, seq, err)
+		}(),
+		"cas": func() error {
+			seq, err := t.CompareAndSwap64(peer, key, 0, 0, 1, &res)
+			return complete(ctx, t, peer, seq, err)
+		}(),
+		"fadd":  func() error { _, err := t.FetchAndAdd64(peer, key, 0, 1, nil); return err }(),
+		"send":  t.Send(peer, nil),
+		"flush": t.Flush(ctx, peer),
 	}
 }
