@@ -257,11 +257,19 @@ func (c *Comm) FailuresChanged() <-chan struct{} {
 // failures: they are listed by Departed. GetFailed gives the same ranks in
 // the order they were learned, as MPI_Comm_get_failed does.
 func (c *Comm) Failed() []ftrma.Rank {
+	return c.membersIn(func(rt *runtime) []bool { return rt.failed })
+}
+
+// membersIn returns, in rank order, the communicator ranks whose world rank
+// is set in the runtime's per-world-rank flags that set picks (read under
+// rt.mu).
+func (c *Comm) membersIn(set func(rt *runtime) []bool) []ftrma.Rank {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
+	flags := set(c.rt)
 	var out []ftrma.Rank
 	for i, w := range c.members {
-		if c.rt.failed[w] {
+		if flags[w] {
 			out = append(out, ftrma.Rank(i))
 		}
 	}

@@ -580,3 +580,36 @@ func TestSplitAllUndefined(t *testing.T) {
 	})
 	checkAll(t, errs)
 }
+
+// A closed communicator's id is not given to the next one while the
+// runtime remembers it closed (late messages or a late revocation of the
+// old one must not reach the new one): the first Dup gets x and is closed;
+// the second Dup, whose first candidate is x again, gets another id.
+func TestContextIDOfClosedCommNotReused(t *testing.T) {
+	const n = 3
+	const x = 0xC105ED
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	forceIDs(t, 1, func(string, int64) uint32 { return x })
+	errs := w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		d1, err := c.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		if d1.ContextID() != x {
+			return fmt.Errorf("first Dup: id %#x, want the forced %#x", d1.ContextID(), x)
+		}
+		if err := d1.Close(); err != nil {
+			return err
+		}
+		d2, err := c.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		if d2.ContextID() == x {
+			return fmt.Errorf("second Dup reused the closed communicator's id %#x", x)
+		}
+		return d2.Barrier(ctx)
+	})
+	checkAll(t, errs)
+}

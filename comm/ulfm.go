@@ -55,15 +55,7 @@ func (c *Comm) AckFailed(n int) int {
 // and Shrink do not wait for departed ranks, and Shrink leaves them out.
 // Local: no communication.
 func (c *Comm) Departed() []ftrma.Rank {
-	c.rt.mu.Lock()
-	defer c.rt.mu.Unlock()
-	var out []ftrma.Rank
-	for i, w := range c.members {
-		if c.rt.departed[w] {
-			out = append(out, ftrma.Rank(i))
-		}
-	}
-	return out
+	return c.membersIn(func(rt *runtime) []bool { return rt.departed })
 }
 
 // hasDeparted reports whether communicator rank r is known to have left.
