@@ -185,14 +185,39 @@ func (p *pendingReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
 	p.early = append(p.early, event{from: peer, err: err})
 }
 
+// newWorld returns the world communicator: the ranks that start with the
+// job, 0 .. n-Spares-1.
 func newWorld(rt *runtime) *Comm {
-	members := make([]ftrma.Rank, rt.n)
+	members := make([]ftrma.Rank, rt.n-rt.cfg.Spares)
 	for r := range members {
 		members[r] = ftrma.Rank(r)
 	}
+	return newWorldOf(rt, members)
+}
+
+// newWorldOf returns the communicator that owns the runtime and transport,
+// over members.
+func newWorldOf(rt *runtime, members []ftrma.Rank) *Comm {
 	c := newComm(rt, worldContext, members)
 	c.world = true
 	return c
+}
+
+// newSpare builds the runtime of a spare started after the job began (see
+// newSpareRuntime) over a connected transport, installs it as the
+// transport's receiver, and returns the communicator that owns it: this
+// rank alone, on the world's context id. The spare joins the others in a
+// communicator made with it later (Replace, to come); until then a
+// revocation of the others' world communicator also revokes this one.
+func newSpare(t transport.Transport, cfg Config, live, failed []ftrma.Rank) (*Comm, error) {
+	rt, err := newSpareRuntime(t, cfg, live, failed)
+	if err != nil {
+		return nil, err
+	}
+	c := newWorldOf(rt, []ftrma.Rank{rt.self})
+	t.SetReceiver(rt)
+	rt.start()
+	return c, nil
 }
 
 // newComm registers a communicator of the given members with the runtime.

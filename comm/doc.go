@@ -46,6 +46,16 @@
 // agreement, never on its own, so that the job never has two live worlds.
 // Operations toward a rank whose connection broke still fail at once.
 //
+// A job may hold spares: world ranks that have not started
+// (Config.Spares). They are absent: in no communicator (the world
+// communicator is the ranks that started), neither live nor failed, never
+// watched or suspected by the failure detector, outside the broadcast
+// graph; nothing is sent to them. When one starts, every live rank admits
+// it (ftrun's admission notice; comm/commtest's StartSpare in tests): the
+// detector's ring and the broadcast graph re-form to include it, and
+// existing communicators, their agreements and Shrink, are untouched. A
+// failed rank is never admitted; a spare that fails is failed for good.
+//
 // A rank's duties:
 //
 //  1. c, err := comm.Init(ctx) — joins the job (rendezvous, authenticated

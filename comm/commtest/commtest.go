@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/comm/internal/admission"
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/memnet"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -25,11 +27,17 @@ import (
 
 // World is n communicators over one memnet network.
 type World struct {
-	Net   *memnet.Network // nil for NewSHM's worlds
+	Net *memnet.Network // nil for NewSHM's worlds
+	// Comms holds each rank's world communicator, indexed by world rank;
+	// with spares (NewSpares), nil for a spare not started, and a started
+	// spare's communicator of itself alone (StartSpare).
 	Comms []*comm.Comm
 
-	mu       sync.Mutex // guards declared
+	cfg comm.Config // the ranks' Config, for spares started later
+
+	mu       sync.Mutex // guards the fields below
 	declared map[ftrma.Rank]string
+	crashed  map[ftrma.Rank]bool // by Crash
 }
 
 // New builds a world of n ranks with TestConfig. Close it when done
@@ -53,18 +61,26 @@ func TestConfig() comm.Config {
 // failed does not exit the test process: Declared reports it instead (unless
 // cfg sets OnDeclaredFailed itself).
 func NewConfig(tb testing.TB, n int, cfg comm.Config) *World {
-	w := &World{Net: memnet.New(n), Comms: make([]*comm.Comm, n), declared: make(map[ftrma.Rank]string)}
+	return NewSparesConfig(tb, n, 0, cfg)
+}
+
+// NewSpares builds a world of n ranks with TestConfig, with spares more
+// ranks held in reserve: a memnet network of n+spares endpoints, where
+// ranks 0..n-1 start (their world communicator is those n ranks, and
+// they count the spares absent: comm.Config.Spares) and ranks n.. are
+// spares, not started until StartSpare.
+func NewSpares(tb testing.TB, n, spares int) *World {
+	return NewSparesConfig(tb, n, spares, TestConfig())
+}
+
+// NewSparesConfig is NewSpares with cfg (its Spares is set to spares).
+func NewSparesConfig(tb testing.TB, n, spares int, cfg comm.Config) *World {
+	cfg.Spares = spares
+	w := &World{Net: memnet.New(n + spares), Comms: make([]*comm.Comm, n+spares), cfg: cfg,
+		declared: make(map[ftrma.Rank]string), crashed: make(map[ftrma.Rank]bool)}
 	for r := range n {
-		c := cfg
-		if c.OnDeclaredFailed == nil {
-			c.OnDeclaredFailed = func(by string) {
-				w.mu.Lock()
-				w.declared[ftrma.Rank(r)] = by
-				w.mu.Unlock()
-			}
-		}
 		var err error
-		if w.Comms[r], err = comm.New(w.Net.Endpoint(ftrma.Rank(r)), c); err != nil {
+		if w.Comms[r], err = comm.New(w.Net.Endpoint(ftrma.Rank(r)), w.rankConfig(ftrma.Rank(r))); err != nil {
 			panic(fmt.Sprintf("commtest: rank %d: %v", r, err))
 		}
 	}
@@ -72,6 +88,106 @@ func NewConfig(tb testing.TB, n int, cfg comm.Config) *World {
 		tb.Cleanup(w.Close)
 	}
 	return w
+}
+
+// rankConfig returns the Config of rank r: w.cfg, with a declared-failed
+// handler that records instead of exiting, unless w.cfg has its own.
+func (w *World) rankConfig(r ftrma.Rank) comm.Config {
+	c := w.cfg
+	if c.OnDeclaredFailed == nil {
+		c.OnDeclaredFailed = func(by string) {
+			w.mu.Lock()
+			w.declared[r] = by
+			w.mu.Unlock()
+		}
+	}
+	return c
+}
+
+// Crash crashes rank r (memnet's Crash) and remembers it: StartSpare
+// counts it failed.
+func (w *World) Crash(r ftrma.Rank) {
+	w.mu.Lock()
+	w.crashed[r] = true
+	w.mu.Unlock()
+	w.Net.Crash(r)
+}
+
+// StartSpare starts spare s of a NewSpares world as a new goroutine rank,
+// the way ftrun starts a spare: first every live rank admits it (its
+// transport, when the transport admits ranks, then its runtime), then s
+// starts knowing which ranks are live and which failed. The failed ranks
+// are those crashed with Crash and those a live rank counts failed or
+// departed. It returns s's communicator of itself alone (w.Comms[s]), and
+// an error if s is not a spare that has not started, or an admission
+// fails.
+func (w *World) StartSpare(s ftrma.Rank) (*comm.Comm, error) {
+	if w.Net == nil || s < 0 || int(s) >= len(w.Comms) || int(s) < len(w.Comms)-w.cfg.Spares || w.Comms[s] != nil {
+		return nil, fmt.Errorf("commtest: rank %d is not a spare waiting to start: %w", s, ftrma.ErrInvalid)
+	}
+	w.mu.Lock()
+	down := maps.Clone(w.crashed)
+	w.mu.Unlock()
+	var started []ftrma.Rank
+	for r, c := range w.Comms {
+		if c != nil {
+			started = append(started, ftrma.Rank(r))
+		}
+	}
+	for _, r := range started {
+		if down[r] {
+			continue
+		}
+		for _, q := range started {
+			if admission.Gone(w.Comms[r], q) {
+				down[q] = true
+			}
+		}
+	}
+	var live, failed []ftrma.Rank
+	for _, r := range started {
+		if down[r] {
+			failed = append(failed, r)
+		} else {
+			live = append(live, r)
+		}
+	}
+	for _, r := range live {
+		if a, ok := transport.Transport(w.Net.Endpoint(r)).(interface {
+			Admit(ftrma.Rank, string) error
+		}); ok {
+			if err := a.Admit(s, ""); err != nil {
+				return nil, fmt.Errorf("commtest: rank %d's transport admits %d: %w", r, s, err)
+			}
+		}
+		if err := admission.Admit(w.Comms[r], s); err != nil {
+			return nil, fmt.Errorf("commtest: rank %d admits %d: %w", r, s, err)
+		}
+	}
+	c, err := admission.NewSpare(w.Net.Endpoint(s), w.rankConfig(s), live, failed)
+	if err != nil {
+		return nil, fmt.Errorf("commtest: spare %d: %w", s, err)
+	}
+	w.Comms[s] = c.(*comm.Comm)
+	return w.Comms[s], nil
+}
+
+// Settle tells every started rank not crashed that every live rank has
+// admitted every spare started (see revoke.Broadcast.Settle).
+func (w *World) Settle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for r, c := range w.Comms {
+		if c != nil && !w.crashed[ftrma.Rank(r)] {
+			admission.Settle(c)
+		}
+	}
+}
+
+// Gone reports whether rank at counts world rank r failed or departed (its
+// runtime's knowledge, whatever communicators r is in).
+func (w *World) Gone(at, r ftrma.Rank) bool {
+	return admission.Gone(w.Comms[at], r)
 }
 
 // NewSHM builds a world of n ranks with TestConfig over the shared-memory
@@ -208,8 +324,8 @@ func (w *World) Declared(r ftrma.Rank) (string, bool) {
 	return why, ok
 }
 
-// Run calls f for every rank in its own goroutine and returns the ranks'
-// errors, indexed by rank.
+// Run calls f for every rank started in its own goroutine and returns the
+// ranks' errors, indexed by rank.
 func (w *World) Run(ctx context.Context, f func(ctx context.Context, c *comm.Comm) error) []error {
 	return w.RunRanks(ctx, nil, f)
 }
@@ -220,8 +336,8 @@ func (w *World) RunRanks(ctx context.Context, ranks []ftrma.Rank, f func(ctx con
 	errs := make([]error, len(w.Comms))
 	var wg sync.WaitGroup
 	for r, c := range w.Comms {
-		if ranks != nil && !slices.Contains(ranks, ftrma.Rank(r)) {
-			continue
+		if c == nil || ranks != nil && !slices.Contains(ranks, ftrma.Rank(r)) {
+			continue // not started (a spare)
 		}
 		wg.Add(1)
 		go func() {
@@ -236,7 +352,9 @@ func (w *World) RunRanks(ctx context.Context, ranks []ftrma.Rank, f func(ctx con
 // Close closes every communicator and the network.
 func (w *World) Close() {
 	for _, c := range w.Comms {
-		c.Close()
+		if c != nil {
+			c.Close()
+		}
 	}
 	if w.Net != nil {
 		w.Net.Close()
