@@ -239,7 +239,7 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
-  --respawn[=S]           reserve S spare ranks (world ranks N..N+S-1) that
+  --respawn, --respawn=S  reserve S spare ranks (world ranks N..N+S-1) that
                           the ranks may start to replace failed ones
                           (default S: N); see "Spares" below
   --np N                  the same as -n (Open MPI's -np)

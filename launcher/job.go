@@ -575,8 +575,8 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 	if j.finished || j.declared[r] {
 		return
 	}
-	if int(r) >= j.nextSpare {
-		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is a spare not started", by, r, r)
+	if j.rv != nil && !j.rv.isPresent(r) {
+		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is a spare not admitted", by, r, r)
 		return
 	}
 	if j.declared[by] || !j.ranks[by].running {
