@@ -312,7 +312,10 @@ its ranks counted as failed, and its agent, cut off from ftrun, kills them.
 
 Each rank's environment:
   FTRMA_RANK              its rank, 0..N-1
-  FTRMA_SIZE              N
+  FTRMA_SIZE              N (N+S with --respawn=S)
+  FTRMA_SPARES            S, with --respawn=S: ranks N.. start absent
+  FTRMA_SPAWN             in a spare: what the rank that asked for it
+                          passed (opaque, base64)
   FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server (127.0.0.1,
                           or with remote --hosts this host's IP toward the
                           first agent)

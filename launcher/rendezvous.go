@@ -710,6 +710,7 @@ func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 	} else {
 		s.commons = jobwire.AppendCommons(make([]byte, 0, n), s.addrs)
 		s.columns = jobwire.Columns(s.addrs)
+		clear(s.columns[s.cfg.Initial:]) // the spares' are in partsFor
 		s.listLen = n
 		for q := range s.addrs {
 			s.addrs[q].Parts = "" // in the columns now
