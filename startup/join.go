@@ -47,6 +47,18 @@ type Session struct {
 	leaving bool      // Leave was called: the lease no longer matters
 	lost    bool      // the lease ran out (reported once)
 	onLost  func()
+
+	spares  int          // spare ranks of the job (jobwire.EnvSpares)
+	spawn   []byte       // this spare's spawn payload; nil unless spawned
+	spawned bool         // this rank is a spare started later
+	failed  []ftrma.Rank // a spare: the ranks that had failed when it joined
+
+	dmu       sync.Mutex                            // held while admissions are delivered (admitted, OnAdmit)
+	amu       sync.Mutex                            // guards the fields below
+	onAdmit   func(ftrma.Rank, string, []byte)      // OnAdmit's function, or nil
+	backlog   []jobwire.Admission                   // admissions before OnAdmit was called
+	spawnSeq  uint32                                // the id of the last spawn request
+	spawnWait map[uint32]chan<- jobwire.SpawnAnswer // spawn requests waiting for their answer, by id
 }
 
 // ExitLostPrimary is the exit status of a rank that lost its lease from
@@ -309,7 +321,7 @@ func (s *Session) Leave() error {
 func (s *Session) watch() {
 	defer s.watching.Done()
 	for {
-		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSuperFrame)
 		if err != nil {
 			select {
 			case <-s.stop: // Close
@@ -335,6 +347,18 @@ func (s *Session) watch() {
 		if typ == jobwire.MsgLeaseGrant {
 			if seq, err := jobwire.ParseLease(p); err == nil {
 				s.granted(seq)
+			}
+			continue
+		}
+		if typ == jobwire.MsgAdmit {
+			if a, err := jobwire.ParseAdmit(p, s.size); err == nil && a.Rank != s.rank {
+				s.admitted(a)
+			}
+			continue
+		}
+		if typ == jobwire.MsgSpawned {
+			if a, err := jobwire.ParseSpawned(p, s.size); err == nil {
+				s.answered(a)
 			}
 			continue
 		}
@@ -381,6 +405,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
 	}
 	x := newExitReceiver(recv, env.size)
+	env.got = new(joinInfo)
 	// The transports add the rank to their lines.
 	logger := ftrma.Logger().With(ftrma.LogJob, env.job)
 	var t transport.Transport
@@ -401,8 +426,12 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	}
 	// The rendezvous just completed with ftrun: the lease starts now.
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
-		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
-	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "transport", env.transport, "lease", env.lease)
+		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease),
+		spares: env.spares, spawn: env.spawn, spawned: env.spawned, failed: env.got.failed, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
+	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "spares", env.spares, "spawned", env.spawned, "transport", env.transport, "lease", env.lease)
+	for _, a := range env.got.admits { // arrived while waiting for the start
+		sess.admitted(a)
+	}
 	sess.watching.Add(2)
 	go sess.watch()
 	go sess.keepLease()
@@ -542,7 +571,7 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 		return err
 	}
 	for {
-		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSuperFrame)
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
@@ -552,6 +581,11 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 		switch typ {
 		case jobwire.MsgStart:
 			return nil
+		case jobwire.MsgAdmit:
+			if a, err := jobwire.ParseAdmit(p, env.size); err == nil && a.Rank != env.rank && env.got != nil {
+				a.Payload = append([]byte(nil), a.Payload...)
+				env.got.admits = append(env.got.admits, a)
+			}
 		case jobwire.MsgExit:
 			if r, err := jobwire.ParseRank(p, env.size); err == nil && r != env.rank {
 				exited(r)
@@ -634,6 +668,23 @@ func exchange(conn net.Conn, env jobEnv, addr jobwire.Addr) ([]string, error) {
 	}
 	if own := addr.For(int(env.rank)); addrs[env.rank] != own {
 		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], own)
+	}
+	if env.spawned {
+		// A spare: the ranks that had failed come next (jobwire/spawn.go).
+		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame+4*env.size)
+		if err != nil {
+			return nil, fmt.Errorf("read roster: %w", err)
+		}
+		if err := jobwire.ExpectFrom(typ, p, jobwire.MsgRoster, "roster", "launcher"); err != nil {
+			return nil, err
+		}
+		failed, err := jobwire.ParseRanks(p, env.size)
+		if err != nil {
+			return nil, err
+		}
+		if env.got != nil {
+			env.got.failed = failed
+		}
 	}
 	return addrs, nil
 }
