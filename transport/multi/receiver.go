@@ -36,7 +36,7 @@ type subReceiver struct {
 }
 
 func (s *subReceiver) mine(r ftrma.Rank) bool {
-	return r >= 0 && int(r) < s.m.size && s.m.at[r] == s.at
+	return r >= 0 && int(r) < s.m.size && int(s.m.at[r].Load()) == s.at
 }
 
 // HandleMessage implements transport.Receiver.
