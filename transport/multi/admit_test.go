@@ -162,3 +162,24 @@ func TestAdmitRoutesByHost(t *testing.T) {
 		t.Errorf("admit on a transport made by New: %v, want ErrInvalid", err)
 	}
 }
+
+// An absent rank reported down before the receiver is set is reported to
+// it once it is.
+func TestAbsentDownHeldForReceiver(t *testing.T) {
+	tt := must(tcp.Listen(tcp.Config{Rank: 0, Size: 2, Secret: secret, Absent: []ftrma.Rank{1}}))
+	m, err := multi.NewAdmitting([]multi.Sub{{Name: "tcp", T: tt}}, []int{0, multi.Absent}, multi.Admission{Host: "h", Local: 0, Remote: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.PeerDown(1, errors.New("exited"))
+	m.PeerDown(1, errors.New("again"))
+	rec := newRecorder()
+	m.SetReceiver(rec)
+	if d := rec.DownsOf(1); len(d) != 1 || !errors.Is(d[0], ftrma.ErrProcFailed) {
+		t.Fatalf("peer-down events %v, want one wrapping ErrProcFailed", d)
+	}
+	if _, err := m.Write(1, 1, 0, []byte{1}); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("write toward it: %v, want ErrProcFailed", err)
+	}
+}

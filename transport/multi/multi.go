@@ -417,8 +417,9 @@ func (m *Transport) failAbsent(peer ftrma.Rank, cause error) bool {
 	err := transport.ErrPeerDown(peer, cause)
 	first := m.peers[peer].failed.CompareAndSwap(nil, &err)
 	m.amu.Unlock()
-	if first && !m.peers[peer].reported.Swap(true) {
-		if r := m.receiver(); r != nil {
+	if first {
+		// Without a receiver yet, SetReceiver reports it.
+		if r := m.receiver(); r != nil && !m.peers[peer].reported.Swap(true) {
 			r.HandlePeerDown(peer, err)
 		}
 	}

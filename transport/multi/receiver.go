@@ -18,6 +18,16 @@ func (m *Transport) SetReceiver(r transport.Receiver) {
 			s.t.SetReceiver(s.recv)
 		}
 	}
+	if r == nil {
+		return
+	}
+	// Absent ranks reported down before any receiver was set (Admit).
+	for p := range m.peers {
+		ps := &m.peers[p]
+		if e := ps.failed.Load(); e != nil && !ps.reported.Swap(true) {
+			r.HandlePeerDown(ftrma.Rank(p), *e)
+		}
+	}
 }
 
 func (m *Transport) receiver() transport.Receiver {

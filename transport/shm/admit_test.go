@@ -106,3 +106,36 @@ func TestAdmitDeliversEarlyMessages(t *testing.T) {
 		t.Fatalf("messages %q", got)
 	}
 }
+
+// A spare that sent, said goodbye and exited before a rank admitted it is
+// reported down by the launcher's notice (its ring is never drained here).
+func TestPeerDownOfAbsentSpareThatLeft(t *testing.T) {
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	live, err := Open(Config{Rank: 0, Size: 2, Job: "t", Dir: dir, Absent: []ftrma.Rank{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	rec := newRecorder()
+	live.SetReceiver(rec)
+	spare, err := Open(Config{Rank: 1, Size: 2, Job: "t", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spare.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := spare.Send(0, []byte("bye")); err != nil {
+		t.Fatal(err)
+	}
+	spare.Close()
+	live.PeerDown(1, errors.New("the launcher saw it exit"))
+	rec.Await(t, ctx, "the peer-down event", func() bool { return len(rec.DownsOf(1)) == 1 })
+	if err := live.Admit(1, "shm"); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("admit a spare reported down: %v, want ErrInvalid", err)
+	}
+	if n := len(rec.From(1)); n != 0 {
+		t.Fatalf("%d messages of a spare never admitted were delivered", n)
+	}
+}

@@ -355,7 +355,7 @@ func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
 		return
 	}
 	t.life.RLock()
-	if !t.unmapped && atomic.LoadUint32(p.in.closed) != 0 {
+	if !t.unmapped && !p.absent.Load() && atomic.LoadUint32(p.in.closed) != 0 {
 		// It said goodbye before it exited: the progress goroutine delivers
 		// what it sent, then reports it gone with transport.ErrPeerLeft.
 		t.life.RUnlock()
