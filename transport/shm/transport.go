@@ -348,7 +348,9 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 // mappings are dropped, this rank's fence flag for it is raised, and the
 // receiver's HandlePeerDown(peer) is called once per peer (not again if the
 // peer was down already). It does not wait for the peer. It does nothing
-// after Close, toward self, or for a rank out of range or not served.
+// after Close, toward self, or for a rank out of range or not served. An
+// absent rank (Config.Absent) becomes failed, never to be admitted; so it
+// does after Fence.
 func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
 	p, perr := t.peerOrAbsent("peer down", peer)
 	if perr != nil || p.self {

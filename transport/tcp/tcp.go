@@ -621,7 +621,8 @@ func (t *Transport) receiver() transport.Receiver {
 // Fence cuts r off: its connection is closed, nothing it sent is executed or
 // delivered after Fence returns, operations toward it fail, and it cannot
 // connect again. Fencing a rank that is not a peer (see Connect) fails with
-// ftrma.ErrInvalid.
+// ftrma.ErrInvalid; fencing an absent rank (Config.Absent) makes it failed,
+// never to be admitted.
 func (t *Transport) Fence(r ftrma.Rank) error {
 	p, err := t.peerOrAbsent("fence", r)
 	if err != nil {
@@ -637,7 +638,8 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 var errFenced = errors.New("fenced")
 
 // PeerDown marks r down with cause (transport.Transport): its connection
-// is closed and refused from now on, as by Fence.
+// is closed and refused from now on, as by Fence. An absent rank becomes
+// failed, never to be admitted.
 func (t *Transport) PeerDown(r ftrma.Rank, cause error) {
 	p, err := t.peerOrAbsent("peer down", r)
 	if err != nil || p.self {
