@@ -119,6 +119,8 @@ func helper(mode string, args []string) int {
 		}
 	case "respawn": // args: DIE: see respawnHelper
 		return respawnHelper(rank, arg(0))
+	case "spawnxfer": // see spawnXferHelper
+		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper
 		return lateSegHelper(args)
 	case "join": // Join and exchange a message with every peer; args: [RANK]: that rank exits 7 instead

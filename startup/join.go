@@ -411,6 +411,10 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var t transport.Transport
 	var conn net.Conn
 	var err error
+	switch {
+	case env.spares > 0 && (env.transport == jobwire.TransportHybrid || env.transport == jobwire.TransportVerbs):
+		return nil, fmt.Errorf("launcher: rank %d: spare ranks (%s=%d) work over tcp and shm only, not %s yet", env.rank, jobwire.EnvSpares, env.spares, env.transport)
+	}
 	switch env.transport {
 	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, x, logger)
@@ -440,8 +444,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
-func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin()}
+func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
+		Absent: env.absent(), Late: env.spawned}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
 	}
@@ -450,19 +455,49 @@ func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logger *s
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
+		env.downFailed(t, recv)
 		return t.Connect(ctx, addrs)
 	})
+}
+
+// absent is the ranks this rank's transport starts with as not started:
+// at launch every spare; for a spare started later, the spares after it
+// (ftrun starts them in rank order, so those before it are live, with an
+// address, or failed, in its roster).
+func (env jobEnv) absent() []ftrma.Rank {
+	var out []ftrma.Rank
+	for r := ftrma.Rank(env.size - env.spares); int(r) < env.size; r++ {
+		if !env.spawned || r > env.rank {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// downFailed reports, for a spare started later, the ranks that had
+// failed when it joined (its roster) as exited, before its transport
+// connects: they are neither dialed nor waited for.
+func (env jobEnv) downFailed(t peerDowner, x *exitReceiver) {
+	if env.got == nil {
+		return
+	}
+	for _, r := range env.got.failed {
+		if r != env.rank {
+			x.exited(t, r)
+		}
+	}
 }
 
 // joinSHM builds the shared-memory transport (its segments exist before
 // this rank publishes itself), joins the rendezvous, whose end means every
 // rank's segments exist, and maps the peers.
-func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin()})
+func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin(), Absent: env.absent()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr("shm"), "map peers", func(net.Conn, []string) error {
+		env.downFailed(t, recv)
 		return t.Connect(ctx)
 	})
 }
