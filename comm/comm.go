@@ -48,6 +48,9 @@ type Comm struct {
 	rank    ftrma.Rank
 	session io.Closer // the startup.Session, closed by Close; may be nil
 	world   bool      // the world communicator owns the runtime and transport
+	// replaces is, for a spare's communicator made by Replace, the world
+	// rank of the failed process it took over; -1 otherwise.
+	replaces ftrma.Rank
 
 	mu        sync.Mutex                // guards the fields below
 	seq       uint64                    // collectives started
@@ -94,18 +97,45 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt, err = newRuntime(s.Transport(), cfg); err != nil {
+	// A job started with spares (ftrun --respawn): the last Spares world
+	// ranks start absent. A spare started later starts from the ranks
+	// live and failed when it joined.
+	cfg.Spares = s.Spares()
+	payload, spawned := s.Spawned()
+	if spawned {
+		rt, err = newSpareRuntime(s.Transport(), cfg, s.LiveAtJoin(), s.FailedAtJoin())
+	} else {
+		rt, err = newRuntime(s.Transport(), cfg)
+	}
+	if err != nil {
 		s.Transport().Close()
 		s.Close()
 		return nil, err
 	}
 	rt.suspect = s
 	rt.lease = s
+	rt.spawner = s
 	s.OnLeaseLost(rt.cfg.OnLostPrimary)
-	c := newWorld(rt)
+	var c *Comm
+	if spawned {
+		c = newWorldOf(rt, []ftrma.Rank{rt.self})
+	} else {
+		c = newWorld(rt)
+	}
 	c.session = s
 	pending.set(rt)
+	// The transport has admitted the spare when this runs (startup), on
+	// the goroutine reading ftrun's channel: hand it to the run goroutine.
+	s.OnAdmit(func(r ftrma.Rank, _ string, payload []byte) { rt.admitWith(r, payload, false) })
 	rt.start()
+	if plan, ok := parseReplace(payload, rt.n); spawned && ok {
+		nc, err := joinReplace(ctx, c, plan)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return nc, nil
+	}
 	return c, nil
 }
 
@@ -222,7 +252,7 @@ func newSpare(t transport.Transport, cfg Config, live, failed []ftrma.Rank) (*Co
 
 // newComm registers a communicator of the given members with the runtime.
 func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
-	c := &Comm{rt: rt, ctxID: ctxID, members: members, index: make([]ftrma.Rank, rt.n), rank: -1,
+	c := &Comm{rt: rt, ctxID: ctxID, members: members, index: make([]ftrma.Rank, rt.n), rank: -1, replaces: -1,
 		decisions: make(map[uint64]agree.Decision)}
 	for i := range c.index {
 		c.index[i] = -1

@@ -90,28 +90,30 @@ type runtime struct {
 
 	m *machine // owned by the run goroutine
 
-	mu       sync.Mutex               // guards the fields below
-	gone     []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
-	failed   []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
-	departed []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
-	order    []ftrma.Rank             // failed ranks in the order learned (failures only)
-	left     []ftrma.Rank             // departed ranks in the order learned
-	notices  map[string]bool          // revocation notices delivered
-	noticed  atomic.Int64             // len(notices), read without the lock
-	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
-	comms    map[uint32]*Comm         // live communicators by context id
-	closedC  closedRing               // communicators closed here (prune.go); their contributions are dropped
-	ids      ctxIDs                   // context ids not to give a new communicator (split.go)
-	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
-	queue    []event                  // received, for the run goroutine
-	requests []func()                 // work for the run goroutine
-	changed  chan struct{}            // closed and replaced when failed, revoked or inbox change
-	failedCh chan struct{}            // closed and replaced when failed grows
-	kick     chan struct{}            // wakes the run goroutine (buffer 1)
-	closed   bool
-	done     chan struct{}
-	wg       sync.WaitGroup
-	signals  func(from ftrma.Rank, payload []byte) // Signal handler; nil drops
+	mu        sync.Mutex               // guards the fields below
+	gone      []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
+	failed    []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
+	departed  []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
+	order     []ftrma.Rank             // failed ranks in the order learned (failures only)
+	left      []ftrma.Rank             // departed ranks in the order learned
+	notices   map[string]bool          // revocation notices delivered
+	noticed   atomic.Int64             // len(notices), read without the lock
+	awaited   map[string]chan struct{} // closed when the notice arrives (noticeChan)
+	comms     map[uint32]*Comm         // live communicators by context id
+	closedC   closedRing               // communicators closed here (prune.go); their contributions are dropped
+	ids       ctxIDs                   // context ids not to give a new communicator (split.go)
+	inbox     map[collKey][]byte       // collective contributions received, not yet consumed
+	queue     []event                  // received, for the run goroutine
+	requests  []func()                 // work for the run goroutine
+	changed   chan struct{}            // closed and replaced when failed, revoked or inbox change
+	failedCh  chan struct{}            // closed and replaced when failed grows
+	kick      chan struct{}            // wakes the run goroutine (buffer 1)
+	closed    bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+	signals   func(from ftrma.Rank, payload []byte) // Signal handler; nil drops
+	spawner   Spawner                               // starts spares for Replace; nil: none
+	replacing map[uint32]map[int]ftrma.Rank         // spares admitted for a Replace, by new context id and slot
 }
 
 type event struct {
@@ -191,22 +193,7 @@ func newRuntimeAbsent(t transport.Transport, cfg Config, absent []int) (*runtime
 // never admitted), or ftrma.ErrClosed once the runtime is closed. The
 // transport must have admitted s first (transport.Admitter), so that what
 // the machine sends to s goes through.
-func (rt *runtime) admit(s ftrma.Rank) error {
-	if s < 0 || int(s) >= rt.n {
-		return fmt.Errorf("comm: admit rank %d in a job of %d: %w", s, rt.n, ftrma.ErrRankOutOfRange)
-	}
-	done := make(chan bool, 1)
-	rt.do(func() { done <- rt.m.admit(time.Now(), s) })
-	select {
-	case ok := <-done:
-		if !ok {
-			return fmt.Errorf("comm: admit rank %d: it is not absent here (started, failed, or self): %w", s, ftrma.ErrInvalid)
-		}
-		return nil
-	case <-rt.done:
-		return fmt.Errorf("comm: admit rank %d: %w", s, ftrma.ErrClosed)
-	}
-}
+func (rt *runtime) admit(s ftrma.Rank) error { return rt.admitWith(s, nil, true) }
 
 // settle tells the runtime that every live rank has admitted every spare
 // admitted here, so that the broadcast forwards on the graph over the

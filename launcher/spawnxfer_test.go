@@ -56,7 +56,7 @@ func spawnXferHelper(rank int) int {
 		return fail("register: %v", err)
 	}
 	if spawned {
-		fmt.Printf("rank %d spawned with %s, failed at join %v\n", rank, payload, s.FailedAtJoin())
+		fmt.Printf("rank %d spawned with %s, failed at join %v, live %v\n", rank, payload, s.FailedAtJoin(), s.LiveAtJoin())
 	} else {
 		if rank == 0 {
 			ranks, err := s.Spawn(ctx, 1, []byte("p"))
@@ -176,7 +176,7 @@ func TestRespawnTransport(t *testing.T) {
 				t.Fatalf("ftrun: %v\n%s", err, out)
 			}
 			wantLines(t, string(out),
-				`rank 2 spawned with p, failed at join \[\]`,
+				`rank 2 spawned with p, failed at join \[\], live \[0 1\]`,
 				`rank 0 of 3 exchanged messages and writes with ranks \[1 2\]`,
 				`rank 1 of 3 exchanged messages and writes with ranks \[0 2\]`,
 				`rank 2 of 3 exchanged messages and writes with ranks \[0 1\]`,

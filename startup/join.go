@@ -52,6 +52,7 @@ type Session struct {
 	spawn   []byte       // this spare's spawn payload; nil unless spawned
 	spawned bool         // this rank is a spare started later
 	failed  []ftrma.Rank // a spare: the ranks that had failed when it joined
+	live    []ftrma.Rank // a spare: the other ranks live when it joined
 
 	dmu       sync.Mutex                            // held while admissions are delivered (admitted, OnAdmit)
 	amu       sync.Mutex                            // guards the fields below
@@ -431,7 +432,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	// The rendezvous just completed with ftrun: the lease starts now.
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
 		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease),
-		spares: env.spares, spawn: env.spawn, spawned: env.spawned, failed: env.got.failed, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
+		spares: env.spares, spawn: env.spawn, spawned: env.spawned, failed: env.got.failed, live: env.got.live, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
 	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "spares", env.spares, "spawned", env.spawned, "transport", env.transport, "lease", env.lease)
 	for _, a := range env.got.admits { // arrived while waiting for the start
 		sess.admitted(a)
@@ -719,6 +720,11 @@ func exchange(conn net.Conn, env jobEnv, addr jobwire.Addr) ([]string, error) {
 		}
 		if env.got != nil {
 			env.got.failed = failed
+			for r, a := range addrs {
+				if a != "" && ftrma.Rank(r) != env.rank {
+					env.got.live = append(env.got.live, ftrma.Rank(r))
+				}
+			}
 		}
 	}
 	return addrs, nil

@@ -23,6 +23,7 @@ var ErrSpawn = errors.New("ftrun could not start the spare ranks")
 // joinInfo is what a rank learns at the rendezvous beyond the addresses.
 type joinInfo struct {
 	failed []ftrma.Rank        // a spare: the roster, the ranks that had failed
+	live   []ftrma.Rank        // a spare: the other ranks live when it joined
 	admits []jobwire.Admission // admissions that came while waiting for the start
 }
 
@@ -48,6 +49,12 @@ func (s *Session) Spawned() (payload []byte, ok bool) { return s.spawn, s.spawne
 // (a spare not started). Exit notices for the failed ranks reach the
 // receiver too, as for any rank. Nil for the other ranks.
 func (s *Session) FailedAtJoin() []ftrma.Rank { return s.failed }
+
+// LiveAtJoin is, for a spare started later (Spawned), the other ranks that
+// were live when it joined: those its transport got an address for. Every
+// rank in neither LiveAtJoin nor FailedAtJoin, itself aside, was absent
+// then. Nil for the other ranks.
+func (s *Session) LiveAtJoin() []ftrma.Rank { return s.live }
 
 // OnAdmit sets f to hear of every spare rank that joins the job from now
 // on, and at once of those that joined before OnAdmit was called, in the

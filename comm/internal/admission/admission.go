@@ -6,6 +6,8 @@
 package admission
 
 import (
+	"context"
+
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
 )
@@ -25,6 +27,16 @@ var (
 	// returns the communicator of the spare alone that owns the runtime
 	// (a *comm.Comm).
 	NewSpare func(t transport.Transport, cfg any, live, failed []ftrma.Rank) (any, error)
+	// AdmitPayload is Admit with the payload of the spawn that started s
+	// (a Replace waiting for s learns of it so).
+	AdmitPayload func(c any, s ftrma.Rank, payload []byte) error
+	// SetSpawner sets what starts spares for Replace at the runtime of c.
+	SetSpawner func(c any, spawn func(ctx context.Context, k int, payload []byte) ([]ftrma.Rank, error))
+	// JoinReplace is the spare's side of Replace for spare c (NewSpare's
+	// communicator) started with payload: it returns the communicator
+	// Replace made, as the spare's Init does, or ok false when payload is
+	// not a Replace's.
+	JoinReplace func(ctx context.Context, c any, payload []byte) (nc any, ok bool, err error)
 	// Gone reports whether the runtime of c counts world rank r failed or
 	// departed.
 	Gone func(c any, r ftrma.Rank) bool
