@@ -70,6 +70,12 @@ type Comm struct {
 // collectives, Agree and Shrink return at once, and windows on it work on
 // its own memory (startup.Singleton). A job environment that is there but
 // broken is an error.
+//
+// In a spare started by a Replace (ftrun --respawn), Init returns the
+// communicator that Replace made, once every member has agreed on it
+// (Replaces says which rank this one took over), or an error if the
+// Replace was called off. A spare started otherwise gets a communicator
+// of itself alone.
 func Init(ctx context.Context) (*Comm, error) {
 	return InitConfig(ctx, JobConfig())
 }
@@ -237,7 +243,7 @@ func newWorldOf(rt *runtime, members []ftrma.Rank) *Comm {
 // newSpareRuntime) over a connected transport, installs it as the
 // transport's receiver, and returns the communicator that owns it: this
 // rank alone, on the world's context id. The spare joins the others in a
-// communicator made with it later (Replace, to come); until then a
+// communicator made with it later (Replace); until then a
 // revocation of the others' world communicator also revokes this one.
 func newSpare(t transport.Transport, cfg Config, live, failed []ftrma.Rank) (*Comm, error) {
 	rt, err := newSpareRuntime(t, cfg, live, failed)
