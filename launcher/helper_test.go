@@ -119,6 +119,8 @@ func helper(mode string, args []string) int {
 		}
 	case "respawn": // args: DIE: see respawnHelper
 		return respawnHelper(rank, arg(0))
+	case "replace": // see replaceHelper
+		return replaceHelper(rank)
 	case "spawnxfer": // see spawnXferHelper
 		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper
