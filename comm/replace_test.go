@@ -157,3 +157,37 @@ func TestReplace(t *testing.T) {
 		}
 	}
 }
+
+// Two ranks of 4 fail with one spare held: the leader starts the spare
+// for the first, none is left for the second. Replace fails at every
+// survivor with ErrReplace, and the spare that did start is told (its
+// side, as its Init, fails with ErrReplace too) instead of waiting.
+func TestReplaceCalledOff(t *testing.T) {
+	w := commtest.NewSpares(t, 4, 1)
+	ctx := testCtx(t, time.Minute)
+	w.Crash(1)
+	w.Crash(2)
+	errs := w.RunRanks(ctx, []ftrma.Rank{0, 3}, func(ctx context.Context, c *comm.Comm) error {
+		nc, err := c.Replace(ctx)
+		if err == nil {
+			return fmt.Errorf("replace gave a communicator of %d", nc.Size())
+		}
+		if !errors.Is(err, comm.ErrReplace) {
+			return fmt.Errorf("replace: %w, want ErrReplace", err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	select {
+	case j := <-w.Joined():
+		if j.Rank != 4 || !errors.Is(j.Err, comm.ErrReplace) {
+			t.Errorf("spare %d: %v, %v; want rank 4 and ErrReplace", j.Rank, j.Comm, j.Err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the spare's side of the replace never ended")
+	}
+}
