@@ -48,6 +48,9 @@ type Comm struct {
 	rank    ftrma.Rank
 	session io.Closer // the startup.Session, closed by Close; may be nil
 	world   bool      // the world communicator owns the runtime and transport
+	// replaces is, for a spare's communicator made by Replace, the world
+	// rank of the failed process it took over; -1 otherwise.
+	replaces ftrma.Rank
 
 	mu        sync.Mutex                // guards the fields below
 	seq       uint64                    // collectives started
@@ -67,6 +70,12 @@ type Comm struct {
 // collectives, Agree and Shrink return at once, and windows on it work on
 // its own memory (startup.Singleton). A job environment that is there but
 // broken is an error.
+//
+// In a spare started by a Replace (ftrun --respawn), Init returns the
+// communicator that Replace made, once every member has agreed on it
+// (Replaces says which rank this one took over), or an error if the
+// Replace was called off. A spare started otherwise gets a communicator
+// of itself alone.
 func Init(ctx context.Context) (*Comm, error) {
 	return InitConfig(ctx, JobConfig())
 }
@@ -94,18 +103,45 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt, err = newRuntime(s.Transport(), cfg); err != nil {
+	// A job started with spares (ftrun --respawn): the last Spares world
+	// ranks start absent. A spare started later starts from the ranks
+	// live and failed when it joined.
+	cfg.Spares = s.Spares()
+	payload, spawned := s.Spawned()
+	if spawned {
+		rt, err = newSpareRuntime(s.Transport(), cfg, s.LiveAtJoin(), s.FailedAtJoin())
+	} else {
+		rt, err = newRuntime(s.Transport(), cfg)
+	}
+	if err != nil {
 		s.Transport().Close()
 		s.Close()
 		return nil, err
 	}
 	rt.suspect = s
 	rt.lease = s
+	rt.spawner = s
 	s.OnLeaseLost(rt.cfg.OnLostPrimary)
-	c := newWorld(rt)
+	var c *Comm
+	if spawned {
+		c = newWorldOf(rt, []ftrma.Rank{rt.self})
+	} else {
+		c = newWorld(rt)
+	}
 	c.session = s
 	pending.set(rt)
+	// The transport has admitted the spare when this runs (startup), on
+	// the goroutine reading ftrun's channel: hand it to the run goroutine.
+	s.OnAdmit(func(r ftrma.Rank, _ string, payload []byte) { rt.admitWith(r, payload, false) })
 	rt.start()
+	if plan, ok := parseReplace(payload, rt.n); spawned && ok {
+		nc, err := joinReplace(ctx, c, plan)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return nc, nil
+	}
 	return c, nil
 }
 
@@ -185,19 +221,44 @@ func (p *pendingReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
 	p.early = append(p.early, event{from: peer, err: err})
 }
 
+// newWorld returns the world communicator: the ranks that start with the
+// job, 0 .. n-Spares-1.
 func newWorld(rt *runtime) *Comm {
-	members := make([]ftrma.Rank, rt.n)
+	members := make([]ftrma.Rank, rt.n-rt.cfg.Spares)
 	for r := range members {
 		members[r] = ftrma.Rank(r)
 	}
+	return newWorldOf(rt, members)
+}
+
+// newWorldOf returns the communicator that owns the runtime and transport,
+// over members.
+func newWorldOf(rt *runtime, members []ftrma.Rank) *Comm {
 	c := newComm(rt, worldContext, members)
 	c.world = true
 	return c
 }
 
+// newSpare builds the runtime of a spare started after the job began (see
+// newSpareRuntime) over a connected transport, installs it as the
+// transport's receiver, and returns the communicator that owns it: this
+// rank alone, on the world's context id. The spare joins the others in a
+// communicator made with it later (Replace); until then a
+// revocation of the others' world communicator also revokes this one.
+func newSpare(t transport.Transport, cfg Config, live, failed []ftrma.Rank) (*Comm, error) {
+	rt, err := newSpareRuntime(t, cfg, live, failed)
+	if err != nil {
+		return nil, err
+	}
+	c := newWorldOf(rt, []ftrma.Rank{rt.self})
+	t.SetReceiver(rt)
+	rt.start()
+	return c, nil
+}
+
 // newComm registers a communicator of the given members with the runtime.
 func newComm(rt *runtime, ctxID uint32, members []ftrma.Rank) *Comm {
-	c := &Comm{rt: rt, ctxID: ctxID, members: members, index: make([]ftrma.Rank, rt.n), rank: -1,
+	c := &Comm{rt: rt, ctxID: ctxID, members: members, index: make([]ftrma.Rank, rt.n), rank: -1, replaces: -1,
 		decisions: make(map[uint64]agree.Decision)}
 	for i := range c.index {
 		c.index[i] = -1

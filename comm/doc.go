@@ -4,7 +4,7 @@
 // int64, uint64 and float64 vectors; AllreduceBytes and ReduceBytes with
 // the caller's fold), new communicators out of old ones (Dup, Split), and
 // the ULFM failure API: Revoke, IsRevoked (and Revoked, to wait for it),
-// RevokeGroup, Agree and Iagree, Shrink and Ishrink, GetFailed and
+// RevokeGroup, Agree and Iagree, Shrink and Ishrink, Replace, GetFailed and
 // AckFailed (MPI 5's names; FailureAck and FailureGetAcked remain,
 // deprecated), Failed and ProcFailed, Departed, and Signal.
 //
@@ -45,6 +45,26 @@
 // rank counts another failed on ftrun's exit notice, a notice or an
 // agreement, never on its own, so that the job never has two live worlds.
 // Operations toward a rank whose connection broke still fail at once.
+//
+// A job may hold spares: world ranks that have not started
+// (Config.Spares). They are absent: in no communicator (the world
+// communicator is the ranks that started), neither live nor failed, never
+// watched or suspected by the failure detector, outside the broadcast
+// graph; nothing is sent to them. When one starts, every live rank admits
+// it (ftrun's admission notice; comm/commtest's StartSpare in tests): the
+// detector's ring and the broadcast graph re-form to include it, and
+// existing communicators, their agreements and Shrink, are untouched. A
+// failed rank is never admitted; a spare that fails is failed for good.
+//
+// Replace uses spares: it gives a communicator back its size after
+// failures, each failed rank's number held by a spare the launcher starts
+// for it (a Spawner: ftrun's startup.Session, ftrun --respawn). The
+// survivors agree on the failed set, the lowest survivor asks for the
+// spares, the survivors agree on how many started, and survivors and
+// spares end with an agreement on the new communicator, so every member
+// returns the same outcome; when spares run out every survivor gets an
+// error wrapping ErrReplace. A spare's Init returns the new communicator,
+// and its Replaces names the failed rank it took over.
 //
 // A rank's duties:
 //

@@ -42,6 +42,12 @@ type machine struct {
 	det *failure.Detector
 	bc  *revoke.Broadcast
 
+	// absent[r]: world rank r has not started (a spare held in reserve). It
+	// is in no ring, no broadcast graph and no communicator; nothing is
+	// sent to it. Only shrinks: admit makes a rank present, and so does a
+	// failure learned of it.
+	absent []bool
+
 	// failed[r]: world rank r is known gone: failed, or departed (it left
 	// cleanly, and departed[r] is set too). Only grows; order holds the
 	// same ranks in the order learned. Whatever this rank learns first
@@ -133,9 +139,10 @@ func (rd *machineReady) empty() bool {
 }
 
 // newMachine returns the machine of rank self in a job of n ranks, started
-// at now. confirm is as the field.
-func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*machine, error) {
-	det, err := failure.New(cfg, self, n, now)
+// at now, with the ranks listed in absent not started yet (spares). confirm
+// is as the field.
+func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time, absent ...int) (*machine, error) {
+	det, err := failure.New(cfg, self, n, now, absent...)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +152,8 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		n:        n,
 		confirm:  confirm,
 		det:      det,
-		bc:       revoke.New(self, n),
+		bc:       revoke.New(self, n, absent...),
+		absent:   make([]bool, n),
 		failed:   make([]bool, n),
 		departed: make([]bool, n),
 		lostAt:   make([]time.Time, n),
@@ -158,9 +166,32 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time) (*
 		early:       make(map[uint32][]earlyAgree),
 		closed:      newClosedRing(keepClosed),
 	}
+	for _, r := range absent {
+		m.absent[r] = true
+	}
 	m.pump(now)
 	return m, nil
 }
+
+// admit makes the absent world rank s present at now: a spare that has
+// started. The detector's ring and the broadcast graph re-form to include
+// it (failure.Detector.Admit, revoke.Broadcast.Admit); communicators are
+// untouched. It reports whether s was absent: a rank present or failed is
+// never admitted.
+func (m *machine) admit(now time.Time, s ftrma.Rank) bool {
+	if int(s) < 0 || int(s) >= m.n || !m.absent[s] {
+		return false
+	}
+	m.absent[s] = false
+	m.det.Admit(int(s), now)
+	m.bc.Admit(int(s))
+	m.pump(now)
+	return true
+}
+
+// settle tells the broadcast that every live rank has admitted every rank
+// admitted here (revoke.Broadcast.Settle).
+func (m *machine) settle() { m.bc.Settle() }
 
 // hasReady reports whether ready has anything to act on.
 func (m *machine) hasReady() bool { return !m.rd.empty() }
@@ -600,6 +631,7 @@ func (m *machine) markGone(now time.Time, r ftrma.Rank, why string, left bool) b
 		return false
 	}
 	m.failed[r] = true
+	m.absent[r] = false // a spare that failed before it was admitted here
 	m.departed[r] = left
 	m.order = append(m.order, r)
 	if i := slices.Index(m.lost, r); i >= 0 {

@@ -37,6 +37,14 @@ type Config struct {
 	// ExitDeclaredFailed: a fenced process must not go on as if nothing
 	// happened.
 	OnDeclaredFailed func(by string)
+	// Spares is how many world ranks are held in reserve as spares: the
+	// ranks t.Size()-Spares .. t.Size()-1 start absent (not started: in no
+	// communicator, never watched by the failure detector nor suspected,
+	// outside the broadcast graph), and the world communicator is the
+	// ranks 0 .. t.Size()-Spares-1. A spare that starts later is admitted
+	// at every live rank. Zero (the default) means none. It must be less
+	// than t.Size(), and this rank must not be one of the spares.
+	Spares int
 	// OnLostPrimary is called when this process's lease from ftrun ran
 	// out: it cannot reach ftrun and may be cut off from the job's primary
 	// world, whose survivors will take over from it once the lease is
@@ -82,28 +90,30 @@ type runtime struct {
 
 	m *machine // owned by the run goroutine
 
-	mu       sync.Mutex               // guards the fields below
-	gone     []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
-	failed   []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
-	departed []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
-	order    []ftrma.Rank             // failed ranks in the order learned (failures only)
-	left     []ftrma.Rank             // departed ranks in the order learned
-	notices  map[string]bool          // revocation notices delivered
-	noticed  atomic.Int64             // len(notices), read without the lock
-	awaited  map[string]chan struct{} // closed when the notice arrives (noticeChan)
-	comms    map[uint32]*Comm         // live communicators by context id
-	closedC  closedRing               // communicators closed here (prune.go); their contributions are dropped
-	ids      ctxIDs                   // context ids not to give a new communicator (split.go)
-	inbox    map[collKey][]byte       // collective contributions received, not yet consumed
-	queue    []event                  // received, for the run goroutine
-	requests []func()                 // work for the run goroutine
-	changed  chan struct{}            // closed and replaced when failed, revoked or inbox change
-	failedCh chan struct{}            // closed and replaced when failed grows
-	kick     chan struct{}            // wakes the run goroutine (buffer 1)
-	closed   bool
-	done     chan struct{}
-	wg       sync.WaitGroup
-	signals  func(from ftrma.Rank, payload []byte) // Signal handler; nil drops
+	mu        sync.Mutex               // guards the fields below
+	gone      []bool                   // gone[r]: world rank r is known failed or departed (grow-only); set only after r is fenced
+	failed    []bool                   // failed[r]: gone[r] and r failed (ULFM's failed group)
+	departed  []bool                   // departed[r]: gone[r] and r left cleanly (Close, Finalize); never also failed[r]
+	order     []ftrma.Rank             // failed ranks in the order learned (failures only)
+	left      []ftrma.Rank             // departed ranks in the order learned
+	notices   map[string]bool          // revocation notices delivered
+	noticed   atomic.Int64             // len(notices), read without the lock
+	awaited   map[string]chan struct{} // closed when the notice arrives (noticeChan)
+	comms     map[uint32]*Comm         // live communicators by context id
+	closedC   closedRing               // communicators closed here (prune.go); their contributions are dropped
+	ids       ctxIDs                   // context ids not to give a new communicator (split.go)
+	inbox     map[collKey][]byte       // collective contributions received, not yet consumed
+	queue     []event                  // received, for the run goroutine
+	requests  []func()                 // work for the run goroutine
+	changed   chan struct{}            // closed and replaced when failed, revoked or inbox change
+	failedCh  chan struct{}            // closed and replaced when failed grows
+	kick      chan struct{}            // wakes the run goroutine (buffer 1)
+	closed    bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+	signals   func(from ftrma.Rank, payload []byte) // Signal handler; nil drops
+	spawner   Spawner                               // starts spares for Replace; nil: none
+	replacing map[uint32]map[int]ftrma.Rank         // spares admitted for a Replace, by new context id and slot
 }
 
 type event struct {
@@ -118,7 +128,21 @@ type collKey struct {
 	from ftrma.Rank // world rank
 }
 
+// newRuntime returns the runtime of a rank that starts with the job, with
+// cfg.Spares ranks absent.
 func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
+	if cfg.Spares < 0 || cfg.Spares >= t.Size() || int(t.Rank()) >= t.Size()-cfg.Spares {
+		return nil, fmt.Errorf("comm: %d spares in a job of %d ranks, this rank %d: %w", cfg.Spares, t.Size(), t.Rank(), ftrma.ErrInvalid)
+	}
+	var absent []int
+	for r := t.Size() - cfg.Spares; r < t.Size(); r++ {
+		absent = append(absent, r)
+	}
+	return newRuntimeAbsent(t, cfg, absent)
+}
+
+// newRuntimeAbsent is newRuntime with the absent ranks listed.
+func newRuntimeAbsent(t transport.Transport, cfg Config, absent []int) (*runtime, error) {
 	if cfg.OnDeclaredFailed == nil {
 		cfg.OnDeclaredFailed = func(by string) {
 			ftrma.Logger().Error(fmt.Sprintf("ftrma: rank %d was declared failed by the job (%s): it is fenced out and exits", t.Rank(), by), ftrma.LogRank, t.Rank())
@@ -150,12 +174,64 @@ func newRuntime(t transport.Transport, cfg Config) (*runtime, error) {
 		done:     make(chan struct{}),
 	}
 	var err error
-	if rt.m, err = newMachine(cfg.Detector, int(rt.self), rt.n, false, time.Now()); err != nil {
+	if rt.m, err = newMachine(cfg.Detector, int(rt.self), rt.n, false, time.Now(), absent...); err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
 	}
 	// Start-up grace: every process of the job is busy starting (runtime
 	// start, connecting to every peer), so first heartbeats may come late.
 	rt.m.stalled(startGrace)
+	return rt, nil
+}
+
+// admit makes the absent world rank s present: a spare that has started
+// (startup's admission notice, or commtest). The failure detector's ring
+// and the broadcast graph re-form to include it; the communicators are
+// untouched (s joins one only when one is made with it). It returns once
+// the run goroutine has done it, with an error wrapping
+// ftrma.ErrRankOutOfRange for a rank outside the job and ftrma.ErrInvalid
+// for a rank that is not absent (self, present, failed: a failed rank is
+// never admitted), or ftrma.ErrClosed once the runtime is closed. The
+// transport must have admitted s first (transport.Admitter), so that what
+// the machine sends to s goes through.
+func (rt *runtime) admit(s ftrma.Rank) error { return rt.admitWith(s, nil, true) }
+
+// settle tells the runtime that every live rank has admitted every spare
+// admitted here, so that the broadcast forwards on the graph over the
+// present ranks alone (revoke.Broadcast.Settle). It does not wait.
+func (rt *runtime) settle() {
+	rt.do(func() { rt.m.settle() })
+}
+
+// newSpareRuntime returns the runtime of a spare started after the job
+// began: live lists the world ranks live at its admission, failed those
+// that started and failed; every other rank but self is absent. The failed
+// ranks are fenced and visible when it returns.
+func newSpareRuntime(t transport.Transport, cfg Config, live, failed []ftrma.Rank) (*runtime, error) {
+	present := make([]bool, t.Size())
+	for _, list := range [][]ftrma.Rank{live, failed, {t.Rank()}} {
+		for _, r := range list {
+			if r < 0 || int(r) >= t.Size() {
+				return nil, fmt.Errorf("comm: spare's start: rank %d in a job of %d: %w", r, t.Size(), ftrma.ErrRankOutOfRange)
+			}
+			present[r] = true
+		}
+	}
+	var absent []int
+	for r, p := range present {
+		if !p {
+			absent = append(absent, r)
+		}
+	}
+	rt, err := newRuntimeAbsent(t, cfg, absent)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	for _, r := range failed {
+		rt.m.markGone(now, r, "failed before this rank started", false)
+	}
+	rt.m.pump(now)
+	rt.apply() // the run goroutine has not started: this goroutine owns m
 	return rt, nil
 }
 

@@ -21,6 +21,12 @@ type Detector struct {
 	// failed holds every rank known to have failed, whoever found out. It
 	// only grows.
 	failed overlay.Set
+	// absent[r] is set for a rank that has not started yet (a spare held
+	// in reserve): the ring skips it as it skips a failed rank, but it is
+	// not failed, never watched, probed or sent to. It only shrinks: Admit
+	// makes a rank present, and so does a failure (Failed). Never set for
+	// self or a failed rank.
+	absent []bool
 
 	// watch is the run of predecessors this detector watches, nearest
 	// first. watch[0] is the observed rank: the nearest predecessor of self
@@ -79,11 +85,14 @@ type Ready struct {
 }
 
 // New returns the detector of rank self in a job of n ranks, started at now:
-// every other rank is presumed alive, self observes self-1 (with a full
-// Timeout of grace from now) and the first Ready already holds a heartbeat
-// for self+1. It fails with an error wrapping ftrma.ErrInvalid on a bad
-// Config or n < 1, and ftrma.ErrRankOutOfRange unless 0 <= self < n.
-func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
+// every other rank is presumed alive, except the ranks listed in absent,
+// which have not started (spares held in reserve: see Admit); self observes
+// its nearest present predecessor (with a full Timeout of grace from now)
+// and the first Ready already holds a heartbeat for its nearest present
+// successor. It fails with an error wrapping ftrma.ErrInvalid on a bad
+// Config, n < 1 or self listed as absent, and ftrma.ErrRankOutOfRange
+// unless 0 <= self < n and every absent rank is in [0, n).
+func New(cfg Config, self, n int, now time.Time, absent ...int) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,7 +107,17 @@ func New(cfg Config, self, n int, now time.Time) (*Detector, error) {
 		self:     self,
 		n:        n,
 		failed:   overlay.NewSet(n),
+		absent:   make([]bool, n),
 		observer: -1,
+	}
+	for _, r := range absent {
+		if r < 0 || r >= n {
+			return nil, fmt.Errorf("failure: absent rank %d in a job of %d: %w", r, n, ftrma.ErrRankOutOfRange)
+		}
+		if r == self {
+			return nil, fmt.Errorf("failure: rank %d cannot start absent from its own detector: %w", r, ftrma.ErrInvalid)
+		}
+		d.absent[r] = true
 	}
 	d.maybeReconnect(now)
 	return d, nil
@@ -153,10 +172,11 @@ func (d *Detector) Heartbeat(from int, now time.Time) {
 // suspects the rank it watches and asks whether we are alive. The next
 // Ready holds a heartbeat to from, the answer (a one-shot heartbeat: from
 // does not become our observer). The probe also counts as a heartbeat from
-// from, which is alive. Probes from self, from ranks outside the job and
-// from ranks known to have failed are ignored.
+// from, which is alive. Probes from self, from ranks outside the job, from
+// absent ranks (not admitted here yet: they cannot be answered) and from
+// ranks known to have failed are ignored.
 func (d *Detector) Probe(from int, now time.Time) {
-	if from < 0 || from >= d.n || from == d.self || d.failed.Has(from) {
+	if from < 0 || from >= d.n || from == d.self || d.failed.Has(from) || d.absent[from] {
 		return
 	}
 	queue(&d.heartbeats, from)
@@ -171,15 +191,62 @@ func (d *Detector) Probe(from int, now time.Time) {
 // fresh Timeout); if r was the observer, the nearest live successor becomes
 // the observer and gets a heartbeat in the next Ready. Ranks outside [0, n)
 // are ignored. Failed(self) is recorded (the job has given this rank up,
-// which the caller can see with IsFailed) but changes nothing else.
+// which the caller can see with IsFailed) but changes nothing else. An
+// absent rank that fails (it started, and failed before this rank admitted
+// it) is failed from then on, like any other: it is never admitted.
 func (d *Detector) Failed(r int, now time.Time) {
 	if r < 0 || r >= d.n {
 		return
 	}
+	d.absent[r] = false
 	if d.failed.Add(r) {
 		d.maybeReconnect(now)
 	}
 }
+
+// Admit makes the absent rank r present at now: a spare that has started.
+// The ring re-forms to include it: if r lies between self and the rank it
+// observed, self observes r from now on, with a full Timeout (r may not be
+// sending to it yet), and stops probing the ranks beyond r, which are r's
+// to watch; if r lies between self and its observer, r becomes the
+// observer and gets a heartbeat in the next Ready. Admit reports whether r
+// was absent; it does nothing for a rank that is present or failed (a
+// failed rank is never admitted), for self, or for a rank outside [0, n).
+func (d *Detector) Admit(r int, now time.Time) bool {
+	if r < 0 || r >= d.n || !d.absent[r] {
+		return false
+	}
+	d.absent[r] = false
+	// The watched run is a run of consecutive present predecessors: the
+	// ranks beyond r, if r falls inside it, are r's to watch now.
+	for i := 1; i < len(d.watch); i++ {
+		if d.between(r, d.watch[i-1].rank, d.watch[i].rank) {
+			d.watch = d.watch[:i]
+			break
+		}
+	}
+	d.maybeReconnect(now)
+	return true
+}
+
+// between reports whether r comes after a and before b on the way from a
+// to b through predecessors (a-1, a-2, ... mod n).
+func (d *Detector) between(r, a, b int) bool {
+	for k := 1; k < d.n; k++ {
+		x := ((a-k)%d.n + d.n) % d.n
+		if x == b {
+			return false
+		}
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// IsAbsent reports whether rank r has not started yet (it was absent at New
+// and has been neither admitted nor learned failed since).
+func (d *Detector) IsAbsent(r int) bool { return r >= 0 && r < d.n && d.absent[r] }
 
 // IsFailed reports whether rank r is known to have failed.
 func (d *Detector) IsFailed(r int) bool { return d.failed.Has(r) }
@@ -310,7 +377,7 @@ func (d *Detector) probeBeyond(x int, now time.Time) {
 		if r == d.self {
 			return
 		}
-		if d.failed.Has(r) {
+		if d.failed.Has(r) || d.absent[r] {
 			continue
 		}
 		d.watch = append(d.watch, watched{rank: r, since: now})
@@ -382,11 +449,11 @@ func (d *Detector) becomeObservedBy(s int, now time.Time) {
 }
 
 // nearestLive returns the first rank self+dir, self+2·dir, ... (mod n) not
-// known to have failed, or -1 if every other rank has.
+// known to have failed and not absent, or -1 if there is none.
 func (d *Detector) nearestLive(dir int) int {
 	for k := 1; k < d.n; k++ {
 		r := ((d.self+dir*k)%d.n + d.n) % d.n
-		if !d.failed.Has(r) {
+		if !d.failed.Has(r) && !d.absent[r] {
 			return r
 		}
 	}

@@ -19,6 +19,15 @@
 // heals as soon as the failure notice arrives. A rank never suspects itself;
 // a job of one rank does nothing.
 //
+// A job may hold ranks in reserve that have not started (spares, given to
+// New as absent). The ring skips an absent rank as it skips a failed one,
+// but an absent rank is not failed: it is never watched, probed, sent to or
+// suspected, and probes from it are ignored. Admit makes it present when it
+// starts, and the ring re-forms around it: its successor observes it with a
+// full Timeout, and its predecessor sends to it at once. A failure learned
+// of an absent rank makes it failed for good; a failed rank is never
+// admitted.
+//
 // Ranks often fail together: all the ranks of a host, or the far side of a
 // cut link, which are neighbours in the ring. So a detector that suspects
 // the rank r it watches also looks past it at once: it probes the next
@@ -62,7 +71,7 @@
 // # Caller's duties
 //
 //  1. Create the detector with New when the job starts, with the same Config
-//     on every rank.
+//     on every rank, and the ranks not started yet (spares) as absent.
 //  2. Call Tick(now) at least every Period/2, or exactly at Deadline (asking
 //     again after every call).
 //  3. Pass every heartbeat received to Heartbeat(from, now).
@@ -81,6 +90,9 @@
 //     probe's answer must be back within Timeout.
 //  7. Treat IsFailed and FailedRanks as the job's failure knowledge: fence the
 //     failed ranks and fail operations toward them.
+//  8. When a spare starts, call Admit(r, now) on every live rank, and give
+//     the spare's own detector the ranks still absent and the failed ones
+//     (New, then Failed for each).
 //
 // For the detector to be accurate, heartbeats must arrive with a delay
 // jitter J such that Period + (tick interval) + J < Timeout, failure

@@ -23,10 +23,12 @@ import (
 //
 //	new self=S n=N [period=D] [timeout=D]  start a detector at t=0
 //	    [await=true] [window=W]            (AwaitConfirmation, ProbeWindow)
+//	    [absent=R,R,...]                   ranks that start absent
 //	tick t=D                               Tick
 //	heartbeat from=R t=D                   Heartbeat
 //	probe from=R t=D                       Probe
 //	failed r=R t=D                         Failed
+//	admit r=R t=D                          Admit (prints "not absent" if false)
 //	ticks from=D to=D every=D              Tick repeatedly
 //
 // After each command the output shows Ready (then acknowledged by Advance),
@@ -65,7 +67,17 @@ func interpreter() script.Interpreter {
 		case "new":
 			cfg := Config{Period: dur("period"), Timeout: dur("timeout"), ProbeWindow: c.Int(t, "window", 0)}
 			cfg.AwaitConfirmation = c.Args["await"] == "true"
-			nd, err := New(cfg, c.Int(t, "self", -1), c.Int(t, "n", -1), epoch)
+			var absent []int
+			if a := c.Args["absent"]; a != "" {
+				for _, f := range strings.Split(a, ",") {
+					r, err := strconv.Atoi(f)
+					if err != nil {
+						c.Failf(t, "absent: %v", err)
+					}
+					absent = append(absent, r)
+				}
+			}
+			nd, err := New(cfg, c.Int(t, "self", -1), c.Int(t, "n", -1), epoch, absent...)
 			if err != nil {
 				return []string{"error: " + err.Error()}
 			}
@@ -82,6 +94,11 @@ func interpreter() script.Interpreter {
 			collect(dur("t"))
 		case "failed":
 			d.Failed(c.Int(t, "r", -1), at("t"))
+			collect(dur("t"))
+		case "admit":
+			if !d.Admit(c.Int(t, "r", -1), at("t")) {
+				out = append(out, "not absent")
+			}
 			collect(dur("t"))
 		case "ticks":
 			for now := dur("from"); now <= dur("to"); now += dur("every") {
@@ -113,7 +130,17 @@ func interpreter() script.Interpreter {
 		if d.Observer() >= 0 {
 			state += fmt.Sprintf(" (beat at %v)", d.beatDue.Sub(epoch))
 		}
-		return append(out, state+" failed="+fmtRanks(d.FailedRanks()))
+		state += " failed=" + fmtRanks(d.FailedRanks())
+		var absent []int
+		for r := range d.n {
+			if d.IsAbsent(r) {
+				absent = append(absent, r)
+			}
+		}
+		if len(absent) > 0 {
+			state += " absent=" + fmtRanks(absent)
+		}
+		return append(out, state)
 	}
 }
 

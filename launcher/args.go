@@ -74,6 +74,13 @@ type Options struct {
 	// MapBy is "slot" (default: fill each host's slots in order) or "node"
 	// (round-robin over the hosts).
 	MapBy string
+	// Spares is the number of spare ranks (ftrun --respawn[=S]): the job
+	// has world ranks 0..N+Spares-1, of which N..N+Spares-1 start absent
+	// and are started, one each, when ranks ask for replacements
+	// (startup.Session.Spawn): at most Spares spawns per job. 0: none;
+	// -1 (--respawn without a value): as many as N, so that every rank
+	// can be replaced once.
+	Spares int
 	// Oversubscribe allows more ranks than slots. Without Hostfile,
 	// HostList, Hosts or a Slurm allocation, this host has one slot per CPU
 	// (runtime.NumCPU), as mpirun counts them.
@@ -159,6 +166,36 @@ func parseKill(s string) (KillSpec, error) {
 	return KillSpec{Rank: ftrma.Rank(r), After: d}, nil
 }
 
+// respawnFlag is --respawn[=S]: alone it means as many spares as ranks
+// (-1 until N is known).
+type respawnFlag struct{ spares *int }
+
+func (f respawnFlag) String() string {
+	if f.spares == nil {
+		return "0"
+	}
+	return strconv.Itoa(*f.spares)
+}
+
+func (f respawnFlag) IsBoolFlag() bool { return true }
+
+func (f respawnFlag) Set(s string) error {
+	switch s {
+	case "true":
+		*f.spares = -1
+		return nil
+	case "false":
+		*f.spares = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number of spare ranks >= 0, not %q", s)
+	}
+	*f.spares = n
+	return nil
+}
+
 type killFlag struct{ kills *[]KillSpec }
 
 func (f killFlag) String() string {
@@ -202,6 +239,9 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
   --timeout DURATION      kill the whole job after DURATION (default: never)
+  --respawn, --respawn=S  reserve S spare ranks (world ranks N..N+S-1) that
+                          the ranks may start to replace failed ones
+                          (default S: N); see "Spares" below
   --np N                  the same as -n (Open MPI's -np)
   --hostfile FILE         place the ranks on the hosts of FILE (Open MPI's
                           format: "HOST slots=N [max_slots=M]" lines, #
@@ -272,7 +312,10 @@ its ranks counted as failed, and its agent, cut off from ftrun, kills them.
 
 Each rank's environment:
   FTRMA_RANK              its rank, 0..N-1
-  FTRMA_SIZE              N
+  FTRMA_SIZE              N (N+S with --respawn=S)
+  FTRMA_SPARES            S, with --respawn=S: ranks N.. start absent
+  FTRMA_SPAWN             in a spare: what the rank that asked for it
+                          passed (opaque, base64)
   FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server (127.0.0.1,
                           or with remote --hosts this host's IP toward the
                           first agent)
@@ -318,6 +361,14 @@ larger) and a rank that cannot renew it (its host cut off) exits with
 status 76; ftrun tells the others of such a rank's failure only 1.5 lease
 terms after it stopped renewing it, when it has surely stopped.
 
+Spares: with --respawn=S every rank sees FTRMA_SIZE=N+S and FTRMA_SPARES=S;
+ranks N..N+S-1 start absent. When a rank asks (comm's Replace), ftrun starts
+the next spare on this host (a failed rank's slot, or a free CPU slot on a
+job of this host alone, unless --oversubscribe), with FTRMA_SPAWN set, waits
+until it has joined, tells every live rank, then answers. A spare that
+dies before it joined is reported to the asking rank, not to the others.
+Spares on agents' hosts are not supported yet.
+
 Exit status:
   0                       every surviving rank exited with status 0 (ranks may
                           have failed)
@@ -348,6 +399,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
+	fs.Var(respawnFlag{&o.Spares}, "respawn", "S: reserve S spare ranks (default N)")
 	fs.Func("spin", "busy-poll duration of the ranks' transport (negative: none)", func(v string) error {
 		if n, err := strconv.Atoi(v); err == nil && n <= 0 {
 			o.Spin = time.Duration(n) // -1 (no unit needed) disables, 0 is the default

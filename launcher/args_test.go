@@ -138,3 +138,27 @@ func TestMainWithoutJob(t *testing.T) {
 		}
 	}
 }
+
+// --respawn alone asks for as many spares as ranks (-1 until N is known);
+// --respawn=S for S; a bad count is a usage error.
+func TestParseRespawn(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-n", "2", "prog"}, 0},
+		{[]string{"-n", "2", "--respawn", "prog"}, -1},
+		{[]string{"-n", "2", "--respawn=3", "prog", "--respawn=1"}, 3},
+		{[]string{"-n", "2", "--respawn=0", "prog"}, 0},
+	} {
+		o, err := ParseArgs(tt.args)
+		if err != nil || o.Spares != tt.want || o.Prog != "prog" {
+			t.Errorf("ParseArgs(%q): %+v, %v; want Spares %d", tt.args, o, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"--respawn=-1", "--respawn=two"} {
+		if _, err := ParseArgs([]string{"-n", "2", bad, "prog"}); err == nil {
+			t.Errorf("ParseArgs(%s) accepted", bad)
+		}
+	}
+}

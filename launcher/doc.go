@@ -41,6 +41,13 @@
 // settings: the ranks' lease and the agent links stretch with the detector
 // timeout asked for and with failure.RanksPerCPU of ftrun's host.
 //
+// Spares (--respawn=S, Options.Spares; spawn.go): the job has N+S world
+// ranks, of which the last S start absent. A rank asks for spares on its
+// supervision channel (startup.Session.Spawn); ftrun starts them on its own
+// host one at a time, waits until each has joined the rendezvous, tells
+// every live rank (an admission), and answers. The protocol is in
+// internal/jobwire/spawn.go.
+//
 // Shared memory left by a killed ftrun or agent: each records itself in an
 // owner file in /dev/shm before its ranks start, and every ftrun sweeps the
 // stale jobs of its user when it starts (--cleanup: on demand, printing what

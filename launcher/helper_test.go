@@ -117,6 +117,12 @@ func helper(mode string, args []string) int {
 				return 0
 			}
 		}
+	case "respawn": // args: DIE: see respawnHelper
+		return respawnHelper(rank, arg(0))
+	case "replace": // see replaceHelper
+		return replaceHelper(rank)
+	case "spawnxfer": // see spawnXferHelper
+		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper
 		return lateSegHelper(args)
 	case "join": // Join and exchange a message with every peer; args: [RANK]: that rank exits 7 instead

@@ -40,11 +40,20 @@ type Job struct {
 	dial         *dialBack      // the agents ftrun started, or nil
 	members      *members.Group // ftrun's member of the job's host group, or nil
 	blocks       []hostBlock    // where the ranks run
-	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; fixed
+	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; guarded by mu, grows (copied) as spares start
 	tm           hostTiming     // the host layer's timing
 	releaseShm   func()         // removes the job's owner file in /dev/shm (claimShm), or nil; Start's goroutine, then finish's
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
+
+	// Spares (--respawn): world ranks opts.N..opts.N+spares-1.
+	spares   int        // Options.Spares resolved
+	secret   []byte     // the ranks' job secret
+	hostAddr string     // FTRMA_HOST_ADDR of this host's ranks, "" on one host
+	path     string     // the program, resolved on this host; "" when this host runs no rank
+	base     []string   // the environment of this host's ranks (before rankEnv)
+	localCap int        // ranks this host may run at once without --oversubscribe
+	spawnMu  sync.Mutex // serializes spawns
 
 	mu         sync.Mutex  // guards the fields below, and every rankProc's running and killed
 	ranks      []*rankProc // by rank; set up before any rank starts
@@ -59,6 +68,7 @@ type Job struct {
 	suspicions map[ftrma.Rank]*suspicion
 	result     *Result
 	start      time.Time
+	nextSpare  int // the next spare to start; ranks below it started (or were tried)
 }
 
 // rankProc is one rank's process: started by this ftrun (cmd), or by the
@@ -165,6 +175,10 @@ func Start(opts *Options) (*Job, error) {
 	if opts.N < 1 {
 		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
 	}
+	if opts.Spares < 0 {
+		opts.Spares = opts.N // --respawn without a count
+	}
+	size := opts.N + opts.Spares // every world rank, the spares included
 	for _, k := range opts.Kills {
 		if k.Rank < 0 || int(k.Rank) >= opts.N {
 			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
@@ -187,11 +201,15 @@ func Start(opts *Options) (*Job, error) {
 			}
 		}
 	}
-	tr, why, err := chooseTransport(opts.Transport, opts.N, multi, opts.VerbsDevice, opts.VerbsGID)
+	tr, why, err := chooseTransport(opts.Transport, size, multi, opts.VerbsDevice, opts.VerbsGID)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local}
+	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local,
+		spares: opts.Spares, nextSpare: opts.N, path: path, localCap: len(local)}
+	if opts.Hostfile == "" && opts.HostList == "" && len(opts.Hosts) == 0 && !multi {
+		j.localCap = max(len(local), localSlots()) // the job of this host alone: a slot per CPU
+	}
 	j.opts.Transport = tr
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
@@ -205,6 +223,7 @@ func Start(opts *Options) (*Job, error) {
 	root := make([]byte, secretSize)
 	rand.Read(root)
 	secret := seclink.DeriveKey(root, "ftrma job ranks")
+	j.secret = secret
 	id := make([]byte, 6)
 	rand.Read(id)
 	j.id = hex.EncodeToString(id)
@@ -219,16 +238,21 @@ func Start(opts *Options) (*Job, error) {
 		hostAddr = j.links[0].localIP()
 		listen = net.JoinHostPort(hostAddr, "0")
 	}
+	j.hostAddr = hostAddr
 
-	j.declared = make([]bool, opts.N)
+	j.declared = make([]bool, size)
 	j.suspicions = make(map[ftrma.Rank]*suspicion)
-	j.ranks = make([]*rankProc, opts.N)
+	j.ranks = make([]*rankProc, size)
 	for r := range j.ranks {
 		j.ranks[r] = &rankProc{rank: ftrma.Rank(r)}
 	}
 	j.start = time.Now()
 	j.blocks = blocks
-	j.rv, err = listenRendezvous(rvConfig{Size: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect})
+	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
+	if j.spares > 0 {
+		rc.Spawn = j.spawn
+	}
+	j.rv, err = listenRendezvous(rc)
 	if err != nil {
 		j.abandon()
 		return nil, err
@@ -243,13 +267,14 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 	base := os.Environ()
+	j.base = base
 	cwd, _ := os.Getwd()
 	for _, b := range blocks {
 		if b.link != nil {
 			err = j.launchRemote(b, cwd, secret)
 		} else {
 			for _, r := range b.ranks {
-				vars := rankVars(r, opts.N, b.ranks, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
+				vars := rankVars(r, size, b.ranks, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
 				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
 					break
@@ -333,10 +358,11 @@ func (j *Job) Placement() []string {
 
 // launchRemote has the agent of b start b's ranks, then follows them.
 func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
-	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: j.opts.N, linkTimeout: j.tm.timeout}
+	size := j.opts.N + j.spares
+	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: size, linkTimeout: j.tm.timeout}
 	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
-		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, j.opts.N, b.ranks, j.rv.addr(), secret, j.id, "", &j.opts)})
+		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, size, b.ranks, j.rv.addr(), secret, j.id, "", &j.opts)})
 	}
 	if _, err := b.link.launch(spec); err != nil {
 		return err
@@ -477,7 +503,10 @@ func (j *Job) waitRank(p *rankProc) {
 		err := p.cmd.Wait()
 		// The process is gone: the ranks of this host learn it from its
 		// shared memory at once, before the exit notice reaches them.
-		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, j.local); err != nil {
+		j.mu.Lock()
+		wake := j.local
+		j.mu.Unlock()
+		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, wake); err != nil {
 			j.out.reportf("%v", err)
 		}
 		if ps := p.cmd.ProcessState; ps == nil {
@@ -493,7 +522,9 @@ func (j *Job) waitRank(p *rankProc) {
 	killed, quiet, declared := p.killed, j.quiet, j.declared[p.rank]
 	j.mu.Unlock()
 	st.Killed, st.Declared, st.At = killed, declared, time.Since(j.start)
-	st.Failed = st.Signal != 0 || declared || st.lost != ""
+	// A spare that ended before it was admitted failed to start: its
+	// spawn reported it; it is no survivor either way.
+	st.Failed = st.Signal != 0 || declared || st.lost != "" || !st.OK() && !j.rv.isPresent(p.rank)
 	j.rv.rankExited(p.rank, st.String(), st.OK())
 	if j.opts.NoFT && !st.OK() {
 		j.abort(p.rank)
@@ -542,6 +573,10 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.finished || j.declared[r] {
+		return
+	}
+	if j.rv != nil && !j.rv.isPresent(r) {
+		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is a spare not admitted", by, r, r)
 		return
 	}
 	if j.declared[by] || !j.ranks[by].running {
@@ -645,7 +680,7 @@ func (j *Job) finish() {
 	res := &Result{TimedOut: j.timedOut, Signal: j.signal, Aborted: j.aborted}
 	var failed []string
 	survivors := 0
-	for _, p := range j.ranks {
+	for _, p := range j.ranks[:j.nextSpare] { // spares never started are no ranks of the result
 		res.Ranks = append(res.Ranks, p.status)
 		if p.status.Failed {
 			failed = append(failed, fmt.Sprintf("%d (at %.3fs)", p.rank, p.status.At.Seconds()))

@@ -32,8 +32,8 @@ var errAgentSecret = errors.New(EnvAgentSecret + " unset or empty: the launcher 
 // (the ranks accept jobwire.MinSecret and more).
 const secretSize = 32
 
-// rankVars returns the FTRMA_ variables of rank r of a job of size ranks, of
-// which localSize run on r's host. hostAddr, if not empty, is the IP r's
+// rankVars returns the FTRMA_ variables of rank r of a job of size ranks
+// (spares included, o.Spares of them), of which local run on r's host. hostAddr, if not empty, is the IP r's
 // transport listens on.
 func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
 	env := []string{jobwire.EnvLease + "=" + timingFor(o).lease.String()}
@@ -65,6 +65,9 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 	}
 	if hostAddr != "" {
 		env = append(env, jobwire.EnvHostAddr+"="+hostAddr)
+	}
+	if o.Spares > 0 {
+		env = append(env, jobwire.EnvSpares+"="+strconv.Itoa(o.Spares))
 	}
 	env = append(env, logVars(o, os.Getenv)...)
 	return append(env,

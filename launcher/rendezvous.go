@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,8 +19,13 @@ import (
 
 // rvConfig configures the job side of the rendezvous.
 type rvConfig struct {
-	// Size is the number of ranks of the job (>= 1).
+	// Size is the number of ranks of the job (>= 1), spares included.
 	Size int
+	// Initial is the number of ranks that start at once, 0..Initial-1;
+	// the rendezvous completes when they have published. Ranks Initial..
+	// Size-1 are spares (ftrun --respawn): absent until the job starts one
+	// (expect) and admits it (admit). 0 means Size: no spares.
+	Initial int
 	// Secret is the job secret every rank must prove it knows.
 	Secret []byte
 	// ListenAddr is where to listen. Default "127.0.0.1:0".
@@ -34,6 +40,12 @@ type rvConfig struct {
 	// Suspect is called when rank by reports that its failure detector
 	// declared rank r failed. It may be nil.
 	Suspect func(r, by ftrma.Rank)
+	// Spawn serves rank by's request for k spares (jobwire.MsgSpawn): it
+	// returns the spares started and admitted, and an error if it
+	// stopped short of k. It is called on a goroutine of its own and must
+	// return within a bounded time. nil: every request is refused (a job
+	// without spares).
+	Spawn func(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error)
 	// maxAddrsFrame bounds the addrs frame, for tests. Default
 	// jobwire.MaxAddrsFrame.
 	maxAddrsFrame int
@@ -48,6 +60,13 @@ type rvConfig struct {
 // The rendezvous either completes (every rank published) or fails (a rank
 // exited first, see rankExited, or the address list would be too long, see
 // publish); both are final, and ready is closed on either.
+//
+// With spares (rvConfig.Initial < Size) "every rank" is the first ranks;
+// the spares' entries in their lists are empty. A spare joins later, one
+// at a time: the job starts its process (expect), waits for its address
+// (awaitSpare) and admits it (admit), which tells every live rank; the
+// protocol is in internal/jobwire/spawn.go. Spawn requests from the ranks
+// go to rvConfig.Spawn (serveSpawn).
 type rvServer struct {
 	cfg    rvConfig
 	ln     net.Listener
@@ -76,13 +95,32 @@ type rvServer struct {
 	hungUp    []chan struct{} // hungUp[r]: closed when rank r's process closed its supervision channel
 	connected []bool          // connected[r]: rank r's transport is connected (jobwire.MsgConnected)
 	started   bool            // jobwire.MsgStart went out
-	wmu       sync.Mutex      // serializes writes on supervision channels
+
+	// Spares (see jobwire/spawn.go).
+	present   []bool          // present[r]: r is one of the first ranks, or a spare admitted
+	expecting []bool          // expecting[r]: spare r was started (expect) and may join
+	spareDone []chan struct{} // spareDone[r]: made by expect, closed when spare r published or ended
+	spareErr  []string        // spareErr[r]: why spare r will not be admitted; "" while it may be
+	spareList [][]byte        // spareList[r]: once spare r published, its addrs payload (nil once sent)
+	roster    [][]byte        // roster[r]: once spare r published, its roster payload
+	partsFor  [][]string      // partsFor[r-Initial][q]: once complete, the part rank q published for spare r ("" for none)
+	admits    []ftrma.Rank    // the spares admitted, in order; their addresses (whole) stay in addrs
+	seen      []int           // seen[r]: how many of admits rank r's address list covers
+	payloads  [][]byte        // payloads[r]: spare r's spawn payload, for its admissions
+
+	wmu sync.Mutex // serializes writes on supervision channels
 }
 
 // listenRendezvous starts a rendezvous server.
 func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 	if cfg.Size < 1 {
 		return nil, fmt.Errorf("launcher: rendezvous for %d ranks: %w", cfg.Size, ftrma.ErrInvalid)
+	}
+	if cfg.Initial == 0 {
+		cfg.Initial = cfg.Size
+	}
+	if cfg.Initial < 1 || cfg.Initial > cfg.Size {
+		return nil, fmt.Errorf("launcher: rendezvous for %d ranks of %d: %w", cfg.Initial, cfg.Size, ftrma.ErrInvalid)
 	}
 	if len(cfg.Secret) < jobwire.MinSecret {
 		return nil, fmt.Errorf("launcher: rendezvous secret of %d bytes, want >= %d: %w", len(cfg.Secret), jobwire.MinSecret, ftrma.ErrInvalid)
@@ -120,6 +158,17 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		leaving:   make([]bool, cfg.Size),
 		hungUp:    make([]chan struct{}, cfg.Size),
 		connected: make([]bool, cfg.Size),
+		present:   make([]bool, cfg.Size),
+		expecting: make([]bool, cfg.Size),
+		spareDone: make([]chan struct{}, cfg.Size),
+		spareErr:  make([]string, cfg.Size),
+		spareList: make([][]byte, cfg.Size),
+		roster:    make([][]byte, cfg.Size),
+		seen:      make([]int, cfg.Size),
+		payloads:  make([][]byte, cfg.Size),
+	}
+	for r := range cfg.Initial {
+		s.present[r] = true
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -146,6 +195,13 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 		return
 	}
 	s.gone[r] = true
+	if !s.present[r] {
+		// A spare that ended before its admission: nobody knew of it,
+		// and nobody is told. Its spawn fails.
+		s.failSpareLocked(r, fmt.Sprintf("spare rank %d %s before it joined", r, why))
+		s.mu.Unlock()
+		return
+	}
 	if s.commons == nil && s.failure == "" {
 		s.failure = fmt.Sprintf("rank %d %s before the rendezvous completed", r, why)
 		close(s.ready)
@@ -252,7 +308,7 @@ func (s *rvServer) maybeStart() {
 	}
 	any := false
 	for r := range s.connected {
-		if !s.connected[r] && !s.gone[r] {
+		if !s.connected[r] && !s.gone[r] && s.present[r] {
 			s.mu.Unlock()
 			return
 		}
@@ -387,8 +443,18 @@ func (s *rvServer) serve(raw net.Conn) {
 	}
 	s.mu.Lock()
 	commons, n, failure := s.commons, s.listLen, s.failure
-	var column []byte
-	if failure == "" {
+	var column, spareList, roster []byte
+	switch {
+	case failure != "":
+	case int(rank) >= s.cfg.Initial:
+		// A spare: its own list, made when it published, and its
+		// roster.
+		spareList, roster = s.spareList[rank], s.roster[rank]
+		s.spareList[rank] = nil
+		if s.spareErr[rank] != "" {
+			failure = s.spareErr[rank]
+		}
+	default:
 		column = s.columns[rank]
 		s.columns[rank] = nil // it goes out once (a rank joins once)
 	}
@@ -401,12 +467,19 @@ func (s *rvServer) serve(raw net.Conn) {
 	// The list: the half every rank gets, encoded once, and this rank's
 	// column. The ranks get theirs in parallel: nothing else is written on
 	// this connection before it is a supervision channel (super, below).
-	_, err = c.Write(jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, n))
-	if err == nil {
-		_, err = c.Write(commons)
-	}
-	if err == nil {
-		_, err = c.Write(column)
+	if spareList != nil {
+		err = jobwire.WriteFrame(c, jobwire.MsgAddrs, spareList)
+		if err == nil {
+			err = jobwire.WriteFrame(c, jobwire.MsgRoster, roster)
+		}
+	} else {
+		_, err = c.Write(jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, n))
+		if err == nil {
+			_, err = c.Write(commons)
+		}
+		if err == nil {
+			_, err = c.Write(column)
+		}
 	}
 	// The connection becomes rank's supervision channel, and the exits
 	// that happened before go out, under wmu, so that no exit notice is
@@ -417,8 +490,14 @@ func (s *rvServer) serve(raw net.Conn) {
 		s.super[rank] = c
 		var early []byte
 		for q, gone := range s.gone {
-			if gone && ftrma.Rank(q) != rank {
+			if gone && s.present[q] && ftrma.Rank(q) != rank {
 				early = jobwire.AppendFrame(early, jobwire.MsgExit, jobwire.RankPayload(ftrma.Rank(q)))
+			}
+		}
+		// The admissions its address list did not cover.
+		for _, a := range s.admits[s.seen[rank]:] {
+			if a != rank {
+				early = jobwire.AppendFrame(early, jobwire.MsgAdmit, s.admission(a, rank))
 			}
 		}
 		s.mu.Unlock()
@@ -440,7 +519,7 @@ func (s *rvServer) serve(raw net.Conn) {
 	// The connection is now rank's supervision channel: the launcher sends
 	// exit notices, the rank sends its detector's suspicions.
 	for {
-		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSuperFrame)
 		if err != nil {
 			if closedByPeer(err) {
 				s.hangUp(rank)
@@ -455,8 +534,21 @@ func (s *rvServer) serve(raw net.Conn) {
 		case jobwire.MsgConnected:
 			s.mu.Lock()
 			s.connected[rank] = true
+			late := s.started // a spare, connected after the start
 			s.mu.Unlock()
+			if late {
+				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgStart, nil))
+			}
 			s.maybeStart()
+		case jobwire.MsgSpawn:
+			q, err := jobwire.ParseSpawn(p)
+			if err != nil {
+				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
+				return
+			}
+			q.Payload = append([]byte(nil), q.Payload...)
+			s.wg.Add(1)
+			go s.serveSpawn(c, rank, q)
 		case jobwire.MsgProbeReply:
 			s.mu.Lock()
 			if ch := s.probes[rank]; ch != nil {
@@ -533,9 +625,13 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 			return fmt.Errorf("rank %d out of range [0, %d)", id, s.cfg.Size)
 		}
 		s.mu.Lock()
+		expected := int(id) < s.cfg.Initial || s.expecting[id] && s.spareErr[id] == ""
 		taken := s.joined[id]
-		s.joined[id] = true
+		s.joined[id] = taken || expected
 		s.mu.Unlock()
+		if !expected {
+			return fmt.Errorf("rank %d is a spare that ftrun has not started", id)
+		}
 		if taken {
 			return fmt.Errorf("rank %d already joined", id)
 		}
@@ -585,14 +681,28 @@ func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
 	return rank, nil
 }
 
-// publish records rank's address and completes the rendezvous with the last.
+// publish records rank's address and completes the rendezvous with the
+// last of the first ranks; a spare's makes its list (publishSpare).
 func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if int(rank) >= s.cfg.Initial {
+		s.publishSpareLocked(rank, addr)
+		return
+	}
 	s.addrs[rank] = addr
 	s.published++
-	if s.published < s.cfg.Size || s.failure != "" {
+	if s.published < s.cfg.Initial || s.failure != "" {
 		return
+	}
+	// The parts the first ranks published for the spares, kept until
+	// each spare joins.
+	for sp := s.cfg.Initial; sp < s.cfg.Size; sp++ {
+		parts := make([]string, s.cfg.Size)
+		for q := range s.cfg.Initial {
+			parts[q] = s.addrs[q].Part(sp)
+		}
+		s.partsFor = append(s.partsFor, parts)
 	}
 	if n := jobwire.AddrsLen(s.addrs); 1+n > s.cfg.maxAddrsFrame {
 		s.failure = s.listTooLong(1 + n).Error()
@@ -600,6 +710,7 @@ func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 	} else {
 		s.commons = jobwire.AppendCommons(make([]byte, 0, n), s.addrs)
 		s.columns = jobwire.Columns(s.addrs)
+		clear(s.columns[s.cfg.Initial:]) // the spares' are in partsFor
 		s.listLen = n
 		for q := range s.addrs {
 			s.addrs[q].Parts = "" // in the columns now
@@ -621,4 +732,157 @@ func (s *rvServer) listTooLong(n int) error {
 	return &jobwire.LimitError{Rank: -1, What: fmt.Sprintf("address list of %d ranks", s.cfg.Size), Size: n,
 		Limit: "MaxAddrsFrame", Max: s.cfg.maxAddrsFrame,
 		Note: fmt.Sprintf("the largest address is rank %d's: %d bytes and %d per rank", big, len(a.Common), a.Width)}
+}
+
+// publishSpareLocked records spare rank's address and makes its address
+// list and roster (jobwire/spawn.go): every live rank's address as the
+// spare gets it, an empty entry for the others, and the ranks that failed.
+// The spare's spawn then goes on (spareDone). s.mu is held.
+func (s *rvServer) publishSpareLocked(rank ftrma.Rank, addr jobwire.Addr) {
+	if s.spareErr[rank] != "" || s.roster[rank] != nil {
+		return // given up (it ended, or its spawn timed out)
+	}
+	s.addrs[rank] = addr // whole: each admission sends its part for one rank
+	for sp := s.cfg.Initial; sp < s.cfg.Size; sp++ {
+		if s.roster[sp] == nil && ftrma.Rank(sp) != rank { // a spare yet to join
+			s.partsFor[sp-s.cfg.Initial][rank] = addr.Part(sp)
+		}
+	}
+	list := make([]jobwire.Addr, s.cfg.Size)
+	parts := make([]string, s.cfg.Size)
+	var failed []ftrma.Rank
+	for q := range list {
+		switch {
+		case ftrma.Rank(q) == rank:
+			list[q], parts[q] = jobwire.WholeAddr(addr.Common), addr.Part(q)
+		case s.present[q] && s.gone[q]:
+			failed = append(failed, ftrma.Rank(q))
+		case s.present[q]:
+			list[q], parts[q] = jobwire.WholeAddr(s.addrs[q].Common), s.partsFor[rank-ftrma.Rank(s.cfg.Initial)][q]
+		}
+	}
+	s.spareList[rank] = jobwire.AppendPartColumn(jobwire.AppendCommons(nil, list), parts)
+	s.roster[rank] = jobwire.AppendRanks(nil, failed)
+	s.seen[rank] = len(s.admits)
+	close(s.spareDone[rank])
+}
+
+// isPresent reports whether rank r is one of the first ranks or a spare
+// admitted.
+func (s *rvServer) isPresent(r ftrma.Rank) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.present[r]
+}
+
+// failSpareLocked gives spare r up for why, unless it published or was
+// given up already. s.mu is held.
+func (s *rvServer) failSpareLocked(r ftrma.Rank, why string) {
+	if s.spareDone[r] == nil || s.roster[r] != nil || s.spareErr[r] != "" {
+		return
+	}
+	s.spareErr[r] = why
+	close(s.spareDone[r])
+}
+
+// admission is the admit payload of spare a for rank to. s.mu is held.
+func (s *rvServer) admission(a, to ftrma.Rank) []byte {
+	return jobwire.Admission{Rank: a, Addr: s.addrs[a].For(int(to)), Payload: s.payloads[a]}.Append(nil)
+}
+
+// expect lets spare r join: ftrun is starting its process. payload is
+// what its admission will carry.
+func (s *rvServer) expect(r ftrma.Rank, payload []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(r) < s.cfg.Initial || int(r) >= s.cfg.Size || s.expecting[r] {
+		return fmt.Errorf("launcher: rank %d is not a spare left to start: %w", r, ftrma.ErrInvalid)
+	}
+	if s.commons == nil {
+		return errors.New("launcher: the job's rendezvous has not completed")
+	}
+	s.expecting[r] = true
+	s.spareDone[r] = make(chan struct{})
+	s.payloads[r] = payload
+	return nil
+}
+
+// awaitSpare waits until spare r (expect) has published its address, and
+// returns nil, or an error: it ended first, d passed (it is then given up:
+// a late publish is refused), or the server closed.
+func (s *rvServer) awaitSpare(r ftrma.Rank, d time.Duration) error {
+	s.mu.Lock()
+	done := s.spareDone[r]
+	s.mu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		s.mu.Lock()
+		s.failSpareLocked(r, fmt.Sprintf("spare rank %d did not join within %v", r, d))
+		s.mu.Unlock()
+	case <-s.quit:
+		return errors.New("launcher: the job is ending")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if why := s.spareErr[r]; why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// admit makes spare r, which published its address (awaitSpare), a live
+// rank: every other live rank is sent its admission, now on its
+// supervision channel or, if it has none yet, when it takes it (serve). It
+// fails if r ended meanwhile: then nobody hears of r.
+func (s *rvServer) admit(r ftrma.Rank) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	if s.gone[r] || s.roster[r] == nil {
+		why := s.spareErr[r]
+		s.mu.Unlock()
+		if why == "" {
+			why = fmt.Sprintf("spare rank %d ended before its admission", r)
+		}
+		return errors.New(why)
+	}
+	s.present[r] = true
+	s.admits = append(s.admits, r)
+	type send struct {
+		c     net.Conn
+		frame []byte
+	}
+	var sends []send
+	for q, c := range s.super {
+		if c != nil && !s.gone[q] && ftrma.Rank(q) != r {
+			sends = append(sends, send{c, jobwire.AppendFrame(nil, jobwire.MsgAdmit, s.admission(r, ftrma.Rank(q)))})
+		}
+	}
+	s.mu.Unlock()
+	for _, x := range sends {
+		x.c.SetWriteDeadline(time.Now().Add(time.Second))
+		x.c.Write(x.frame)
+		x.c.SetWriteDeadline(time.Time{})
+	}
+	return nil
+}
+
+// serveSpawn serves rank by's spawn request on its supervision channel c
+// and answers it there.
+func (s *rvServer) serveSpawn(c net.Conn, by ftrma.Rank, q jobwire.SpawnRequest) {
+	defer s.wg.Done()
+	var ranks []ftrma.Rank
+	err := errors.New("this job has no spare ranks (ftrun --respawn)")
+	if s.cfg.Spawn != nil {
+		ranks, err = s.cfg.Spawn(by, int(q.K), q.Payload)
+	}
+	a := jobwire.SpawnAnswer{ID: q.ID, Ranks: ranks}
+	if err != nil {
+		a.Err = strings.TrimPrefix(err.Error(), "launcher: ")
+		s.cfg.Logger.Warn(fmt.Sprintf("rank %d asked for %d spare ranks: %s", by, q.K, a.Err), ftrma.LogRank, by)
+	}
+	s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgSpawned, a.Append(nil)))
 }

@@ -12,8 +12,15 @@ import (
 // Ready and acknowledges with Advance. See the package documentation for the
 // caller's duties. A Broadcast is not safe for concurrent use.
 type Broadcast struct {
-	self, n   int
-	neighbors []int       // overlay.Neighbors(self, n), fixed
+	self, n int
+	// present[r] is false for a rank that has not started (a spare held in
+	// reserve): it is in no graph. A rank becomes present by Admit or
+	// Failed, and never absent again. present[self] is always true.
+	present []bool
+	// neighbors is the ranks forwarded to, ascending: the union of self's
+	// neighbours in the graphs over every present set this rank has had
+	// since the last Settle (or New), the present set now included.
+	neighbors []int
 	dead      overlay.Set // ranks known to have failed; only grows; never sent to
 	seen      map[string]struct{}
 
@@ -40,19 +47,88 @@ type Ready struct {
 }
 
 // New returns the broadcast state of rank self in a job of n ranks, every
-// other rank presumed alive. It panics unless n >= 1 and 0 <= self < n: the
-// job's shape is fixed by the caller, not by the network.
-func New(self, n int) *Broadcast {
+// other rank presumed alive, except the ranks listed in absent, which have
+// not started (spares held in reserve: see Admit). It panics unless n >= 1,
+// 0 <= self < n and every absent rank is in [0, n) and not self: the job's
+// shape is fixed by the caller, not by the network.
+func New(self, n int, absent ...int) *Broadcast {
 	if n < 1 || self < 0 || self >= n {
 		panic(fmt.Sprintf("revoke: rank %d in a job of %d", self, n))
 	}
-	return &Broadcast{
-		self:      self,
-		n:         n,
-		neighbors: overlay.Neighbors(self, n),
-		dead:      overlay.NewSet(n),
-		seen:      map[string]struct{}{},
+	b := &Broadcast{
+		self:    self,
+		n:       n,
+		present: make([]bool, n),
+		dead:    overlay.NewSet(n),
+		seen:    map[string]struct{}{},
 	}
+	for r := range b.present {
+		b.present[r] = true
+	}
+	for _, r := range absent {
+		if r < 0 || r >= n || r == self {
+			panic(fmt.Sprintf("revoke: rank %d cannot start absent in a job of %d (self %d)", r, n, self))
+		}
+		b.present[r] = false
+	}
+	b.Settle()
+	return b
+}
+
+// Admit makes the absent rank r present: a spare that has started. The
+// graph is then over the present ranks with r among them, and r is
+// forwarded to when it is a neighbour in it. Until Settle, this rank also
+// keeps forwarding to its neighbours in the graphs over its earlier present
+// sets (see the package documentation: views that differ during an
+// admission). Admit reports whether r was absent; it does nothing for a
+// rank already present (live or failed), for self, or outside [0, n).
+func (b *Broadcast) Admit(r int) bool {
+	if r < 0 || r >= b.n || b.present[r] {
+		return false
+	}
+	b.present[r] = true
+	b.regraph()
+	return true
+}
+
+// Settle tells the Broadcast that every live rank counts present at least
+// the ranks this one does (every admission made here has been made at every
+// live rank): it forwards on the graph over its present ranks alone from
+// now on, and forgets the graphs of its earlier present sets.
+func (b *Broadcast) Settle() {
+	b.neighbors = b.graphNeighbors()
+}
+
+// Neighbors returns the ranks this Broadcast forwards to (dead ones
+// included), ascending, in a new slice.
+func (b *Broadcast) Neighbors() []int { return slices.Clone(b.neighbors) }
+
+// regraph adds self's neighbours in the graph over the present set, which
+// has just grown, to neighbors.
+func (b *Broadcast) regraph() {
+	nb := append(slices.Clone(b.neighbors), b.graphNeighbors()...)
+	slices.Sort(nb)
+	b.neighbors = slices.Compact(nb)
+}
+
+// graphNeighbors returns self's neighbours in the binomial graph over the
+// present ranks, numbered 0..m-1 in rank order.
+func (b *Broadcast) graphNeighbors() []int {
+	var ranks []int
+	self := -1
+	for r, p := range b.present {
+		if p {
+			if r == b.self {
+				self = len(ranks)
+			}
+			ranks = append(ranks, r)
+		}
+	}
+	var out []int
+	for _, i := range overlay.Neighbors(self, len(ranks)) {
+		out = append(out, ranks[i])
+	}
+	return out
 }
 
 // Originate starts the broadcast of m from this rank: the next Ready sends it
@@ -76,10 +152,17 @@ func (b *Broadcast) Step(from int, m Message) {
 
 // Failed records that rank r has failed: no message will be sent to it from
 // now on, including those of the current Ready not yet acknowledged. Ranks
-// outside the job, and self, are ignored.
+// outside the job, and self, are ignored. An absent rank that fails (it
+// started, and failed before this rank admitted it) is admitted, failed:
+// it counts in the graph, as at the ranks that admitted it before it
+// failed, and is never sent to.
 func (b *Broadcast) Failed(r int) {
 	if r < 0 || r >= b.n || r == b.self || !b.dead.Add(r) {
 		return
+	}
+	if !b.present[r] {
+		b.present[r] = true
+		b.regraph()
 	}
 	b.send = slices.DeleteFunc(b.send, func(o Outgoing) bool { return o.To == r })
 }

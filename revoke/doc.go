@@ -16,6 +16,37 @@
 // sends each message at most D times, so a broadcast costs at most n·D
 // messages and about log2 n hops.
 //
+// # Absent ranks
+//
+// A job may hold ranks in reserve that have not started (spares, given to
+// New as absent). They are in no graph: the binomial graph is over the m
+// present ranks (started, whether live or failed), numbered 0..m-1 in rank
+// order, so it tolerates D(m)-1 failures among them however many spares
+// wait (over all n ranks, with the spares counted dead, a handful of
+// failures can cut a present rank off). A rank learned failed while absent
+// is present (and failed) from then on.
+//
+// When a spare starts, every live rank admits it (Admit), each at its own
+// moment: for a while some count it present and others not. Their graphs
+// then differ, not only in the spare's links: renumbering moves the links
+// that wrap around the ring. So Admit does not drop the old graph: a rank
+// forwards on the union of its graphs over every present set it has had
+// since the last Settle. Say Q is the present set every live rank had
+// reached when one of them last called Settle, and the spares are admitted
+// in the same order everywhere (ftrun's order). Every live rank's views
+// since its own last Settle then pass through Q, so every live rank
+// forwards on the graph over Q at least: a broadcast delivered by a live
+// rank of Q reaches every live rank of Q while fewer than D(|Q|) of them
+// have failed, whatever the views. A spare s admitted since gets a
+// broadcast from any of its neighbours that admitted it before the
+// broadcast reached them; a broadcast under way while s was being
+// admitted may miss it (s learns the failures of the job from its
+// admission and ftrun, and revocations of communicators it is not in do
+// not concern it). A broadcast s originates reaches every live rank of Q
+// once one live neighbour of s in Q has admitted it. Once every live rank has
+// admitted every spare admitted here, the caller may call Settle, which
+// brings the degree back to D(m).
+//
 // Messages are identified by an ID chosen by the originator. Several ranks
 // may originate the same ID (all the observers that noticed one failure, say,
 // "fail/3"): the broadcasts merge, and every rank delivers the ID once. There
@@ -26,12 +57,15 @@
 //
 // # Caller's duties
 //
-//  1. Create one Broadcast per rank with New(self, n), with the same n on
-//     every rank.
+//  1. Create one Broadcast per rank with New(self, n, absent...), with the
+//     same n and the same absent ranks (spares not started) on every rank.
 //  2. Call Originate to broadcast a message of your own.
 //  3. Decode every broadcast message received (ParseMessage) and pass it to
 //     Step with the sender's rank.
-//  4. Pass every failure learned (from failure/, or the launcher) to Failed.
+//  4. Pass every failure learned (from failure/, or the launcher) to Failed,
+//     and every spare that starts to Admit, in the same order at every rank.
+//     A spare's own Broadcast starts with the ranks still absent, and
+//     learns the failed ones by Failed.
 //  5. After each of these calls, if HasReady: send each Outgoing of
 //     Ready().Send (encode with Message.AppendBinary), then act on each
 //     message of Ready().Deliver, then call Advance. A send to a rank that

@@ -38,6 +38,19 @@
 //	defer t.Close()
 //	err = t.Send((s.Rank()+1)%ftrma.Rank(s.Size()), []byte("hello"))
 //
+// Spare ranks (ftrun --respawn): Size counts them, Spares says how many,
+// and the last Spares world ranks start absent. Session.Spawn asks ftrun to
+// start some; OnAdmit hears of every spare that joins (after the transport
+// is told, if it implements Admit(ftrma.Rank, string) error). A spare
+// started later reads its request's payload with Spawned, and the ranks
+// that had failed when it joined with FailedAtJoin; its transport gets an
+// empty address for every rank not live then. Join builds the transport to
+// match: at launch the spares are absent (tcp and shm Config.Absent); a
+// spare started later is late (tcp Config.Late), counts the spares after
+// it absent (ftrun starts them in rank order), and reports the ranks of
+// FailedAtJoin down before it connects. Spares work over tcp and shm; Join
+// refuses them over the hybrid and verbs transports for now.
+//
 // A process not started by ftrun (InJob is false) can still run as a job of
 // one rank: Singleton gives it a transport whose only peer is itself
 // (comm.Init does this, MPI's singleton init).

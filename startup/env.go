@@ -1,6 +1,7 @@
 package startup
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -37,6 +38,10 @@ type jobEnv struct {
 	hostAddr   string        // IP to listen on, "" for the transport's default
 	lease      time.Duration // the lease term (jobwire.EnvLease)
 	localRanks []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
+	spares     int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
+	spawn      []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
+	spawned    bool          // this rank is a spare started later (FTRMA_SPAWN set)
+	got        *joinInfo     // what the rendezvous taught beyond the addresses; set by join
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -103,6 +108,26 @@ func readEnv() (jobEnv, error) {
 	}
 	if e.hostAddr = os.Getenv(jobwire.EnvHostAddr); e.hostAddr != "" && net.ParseIP(e.hostAddr) == nil {
 		return e, fmt.Errorf("launcher: %s=%q: not an IP address", jobwire.EnvHostAddr, e.hostAddr)
+	}
+	if _, ok := os.LookupEnv(jobwire.EnvSpares); ok {
+		if e.spares, err = envInt(jobwire.EnvSpares, 0); err != nil {
+			return e, err
+		}
+		if e.spares >= size {
+			return e, fmt.Errorf("launcher: %s=%d: want fewer spares than the %d ranks of the job", jobwire.EnvSpares, e.spares, size)
+		}
+	}
+	v, spawned := os.LookupEnv(jobwire.EnvSpawn)
+	switch spare := int(e.rank) >= size-e.spares; {
+	case spare && !spawned:
+		return e, fmt.Errorf("launcher: rank %d is a spare (%s=%d of %d ranks) but %s is unset", e.rank, jobwire.EnvSpares, e.spares, size, jobwire.EnvSpawn)
+	case !spare && spawned:
+		return e, fmt.Errorf("launcher: %s is set, but rank %d is not a spare (%s=%d of %d ranks)", jobwire.EnvSpawn, e.rank, jobwire.EnvSpares, e.spares, size)
+	case spawned:
+		if e.spawn, err = base64.StdEncoding.DecodeString(v); err != nil || len(e.spawn) > jobwire.MaxSpawnPayload {
+			return e, fmt.Errorf("launcher: %s: want at most %d bytes in standard base64", jobwire.EnvSpawn, jobwire.MaxSpawnPayload)
+		}
+		e.spawned = true
 	}
 	e.localSize = size
 	if _, ok := os.LookupEnv(jobwire.EnvLocalSize); ok {

@@ -47,6 +47,19 @@ type Session struct {
 	leaving bool      // Leave was called: the lease no longer matters
 	lost    bool      // the lease ran out (reported once)
 	onLost  func()
+
+	spares  int          // spare ranks of the job (jobwire.EnvSpares)
+	spawn   []byte       // this spare's spawn payload; nil unless spawned
+	spawned bool         // this rank is a spare started later
+	failed  []ftrma.Rank // a spare: the ranks that had failed when it joined
+	live    []ftrma.Rank // a spare: the other ranks live when it joined
+
+	dmu       sync.Mutex                            // held while admissions are delivered (admitted, OnAdmit)
+	amu       sync.Mutex                            // guards the fields below
+	onAdmit   func(ftrma.Rank, string, []byte)      // OnAdmit's function, or nil
+	backlog   []jobwire.Admission                   // admissions before OnAdmit was called
+	spawnSeq  uint32                                // the id of the last spawn request
+	spawnWait map[uint32]chan<- jobwire.SpawnAnswer // spawn requests waiting for their answer, by id
 }
 
 // ExitLostPrimary is the exit status of a rank that lost its lease from
@@ -309,7 +322,7 @@ func (s *Session) Leave() error {
 func (s *Session) watch() {
 	defer s.watching.Done()
 	for {
-		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(s.conn, jobwire.MaxSuperFrame)
 		if err != nil {
 			select {
 			case <-s.stop: // Close
@@ -335,6 +348,18 @@ func (s *Session) watch() {
 		if typ == jobwire.MsgLeaseGrant {
 			if seq, err := jobwire.ParseLease(p); err == nil {
 				s.granted(seq)
+			}
+			continue
+		}
+		if typ == jobwire.MsgAdmit {
+			if a, err := jobwire.ParseAdmit(p, s.size); err == nil && a.Rank != s.rank {
+				s.admitted(a)
+			}
+			continue
+		}
+		if typ == jobwire.MsgSpawned {
+			if a, err := jobwire.ParseSpawned(p, s.size); err == nil {
+				s.answered(a)
 			}
 			continue
 		}
@@ -381,11 +406,16 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		return nil, fmt.Errorf("launcher: Join: nil receiver: %w", ftrma.ErrInvalid)
 	}
 	x := newExitReceiver(recv, env.size)
+	env.got = new(joinInfo)
 	// The transports add the rank to their lines.
 	logger := ftrma.Logger().With(ftrma.LogJob, env.job)
 	var t transport.Transport
 	var conn net.Conn
 	var err error
+	switch {
+	case env.spares > 0 && (env.transport == jobwire.TransportHybrid || env.transport == jobwire.TransportVerbs):
+		return nil, fmt.Errorf("launcher: rank %d: spare ranks (%s=%d) work over tcp and shm only, not %s yet", env.rank, jobwire.EnvSpares, env.spares, env.transport)
+	}
 	switch env.transport {
 	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, x, logger)
@@ -401,8 +431,12 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	}
 	// The rendezvous just completed with ftrun: the lease starts now.
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
-		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease)}
-	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "transport", env.transport, "lease", env.lease)
+		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease),
+		spares: env.spares, spawn: env.spawn, spawned: env.spawned, failed: env.got.failed, live: env.got.live, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
+	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "spares", env.spares, "spawned", env.spawned, "transport", env.transport, "lease", env.lease)
+	for _, a := range env.got.admits { // arrived while waiting for the start
+		sess.admitted(a)
+	}
 	sess.watching.Add(2)
 	go sess.watch()
 	go sess.keepLease()
@@ -411,8 +445,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
-func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin()}
+func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
+		Absent: env.absent(), Late: env.spawned}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
 	}
@@ -421,19 +456,49 @@ func joinTCP(ctx context.Context, env jobEnv, recv transport.Receiver, logger *s
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
+		env.downFailed(t, recv)
 		return t.Connect(ctx, addrs)
 	})
+}
+
+// absent is the ranks this rank's transport starts with as not started:
+// at launch every spare; for a spare started later, the spares after it
+// (ftrun starts them in rank order, so those before it are live, with an
+// address, or failed, in its roster).
+func (env jobEnv) absent() []ftrma.Rank {
+	var out []ftrma.Rank
+	for r := ftrma.Rank(env.size - env.spares); int(r) < env.size; r++ {
+		if !env.spawned || r > env.rank {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// downFailed reports, for a spare started later, the ranks that had
+// failed when it joined (its roster) as exited, before its transport
+// connects: they are neither dialed nor waited for.
+func (env jobEnv) downFailed(t peerDowner, x *exitReceiver) {
+	if env.got == nil {
+		return
+	}
+	for _, r := range env.got.failed {
+		if r != env.rank {
+			x.exited(t, r)
+		}
+	}
 }
 
 // joinSHM builds the shared-memory transport (its segments exist before
 // this rank publishes itself), joins the rendezvous, whose end means every
 // rank's segments exist, and maps the peers.
-func joinSHM(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin()})
+func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin(), Absent: env.absent()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr("shm"), "map peers", func(net.Conn, []string) error {
+		env.downFailed(t, recv)
 		return t.Connect(ctx)
 	})
 }
@@ -542,7 +607,7 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 		return err
 	}
 	for {
-		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSuperFrame)
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
@@ -552,6 +617,11 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 		switch typ {
 		case jobwire.MsgStart:
 			return nil
+		case jobwire.MsgAdmit:
+			if a, err := jobwire.ParseAdmit(p, env.size); err == nil && a.Rank != env.rank && env.got != nil {
+				a.Payload = append([]byte(nil), a.Payload...)
+				env.got.admits = append(env.got.admits, a)
+			}
 		case jobwire.MsgExit:
 			if r, err := jobwire.ParseRank(p, env.size); err == nil && r != env.rank {
 				exited(r)
@@ -634,6 +704,28 @@ func exchange(conn net.Conn, env jobEnv, addr jobwire.Addr) ([]string, error) {
 	}
 	if own := addr.For(int(env.rank)); addrs[env.rank] != own {
 		return nil, fmt.Errorf("launcher lists %q for this rank, which published %q", addrs[env.rank], own)
+	}
+	if env.spawned {
+		// A spare: the ranks that had failed come next (jobwire/spawn.go).
+		typ, p, err := jobwire.ReadFrame(conn, jobwire.MaxSmallFrame+4*env.size)
+		if err != nil {
+			return nil, fmt.Errorf("read roster: %w", err)
+		}
+		if err := jobwire.ExpectFrom(typ, p, jobwire.MsgRoster, "roster", "launcher"); err != nil {
+			return nil, err
+		}
+		failed, err := jobwire.ParseRanks(p, env.size)
+		if err != nil {
+			return nil, err
+		}
+		if env.got != nil {
+			env.got.failed = failed
+			for r, a := range addrs {
+				if a != "" && ftrma.Rank(r) != env.rank {
+					env.got.live = append(env.got.live, ftrma.Rank(r))
+				}
+			}
+		}
 	}
 	return addrs, nil
 }

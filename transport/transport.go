@@ -28,6 +28,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ftrma/ftrma"
 )
@@ -132,6 +133,48 @@ type Tester interface {
 type RegionLimiter interface {
 	// RegionLimit is how many regions one rank may have registered at once.
 	RegionLimit() int
+}
+
+// Admitter is implemented by transports that can take in, while they run,
+// a rank that had not started when they connected: a spare rank of a job
+// started with spares (ftrun --respawn), which replaces a failed rank.
+//
+// Such a rank is absent until Admit: it is neither up nor failed.
+// Operations, Wait, Flush and Send toward it fail at once with ErrAbsent
+// (wrapping ftrma.ErrRankOutOfRange, saying the rank has not started), not
+// with ftrma.ErrProcFailed, and no peer-down event is reported for it.
+// PeerDown or Fence toward an absent rank makes it failed for good (a spare
+// that died before this rank admitted it): operations toward it then fail
+// with ftrma.ErrProcFailed, HandlePeerDown runs once, and it can never be
+// admitted. Each transport's doc says how its caller names the absent ranks
+// when it starts (a Config field, or the Network for memnet).
+type Admitter interface {
+	// Admit makes the absent rank peer a peer like any other: from its
+	// return on, operations and messages toward peer are accepted (a
+	// transport that still has to connect holds them until the connection
+	// is up), and a failure of peer is reported as for any peer, with
+	// HandlePeerDown and fencing. addr is what peer published for this
+	// transport at the rendezvous (its entry in the address column).
+	//
+	// Admit fails with an error wrapping ftrma.ErrInvalid for self or a
+	// rank that is already a peer or failed (a failed rank is never
+	// admitted again), ftrma.ErrRankOutOfRange for a rank outside the job,
+	// and ftrma.ErrClosed after Close. It does not block on the network and
+	// may be called from any goroutine, a Receiver's included.
+	Admit(peer ftrma.Rank, addr string) error
+}
+
+// ErrAbsent returns the error of operation op toward rank peer, which has
+// not started (see Admitter). It wraps ftrma.ErrRankOutOfRange.
+func ErrAbsent(op string, peer ftrma.Rank) error {
+	return &ftrma.OpError{Op: op, Rank: peer, Err: fmt.Errorf("%w: rank %d has not started (a spare not admitted yet)", ftrma.ErrRankOutOfRange, peer)}
+}
+
+// ErrNotAdmittable returns Admit's error for a rank that cannot be
+// admitted, for the reason why ("already a peer", "failed"). It wraps
+// ftrma.ErrInvalid.
+func ErrNotAdmittable(peer ftrma.Rank, why string) error {
+	return &ftrma.OpError{Op: "admit", Rank: peer, Err: fmt.Errorf("%w: rank %d cannot be admitted: %s", ftrma.ErrInvalid, peer, why)}
 }
 
 // Transport is the one-sided communication layer of one rank.

@@ -3,6 +3,7 @@
 //
 //	ftrun -n 4 [--oversubscribe] [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
 //	ftrun -n 8 --hosts local:4,node2:7770:4 prog [args...]
+//	ftrun -n 4 --respawn=2 prog [args...]   (2 spare ranks to replace failed ones)
 //	ftrun agent --listen HOST[:PORT] [--once]
 //	ftrun --cleanup
 //

@@ -169,6 +169,17 @@ func Columns(addrs []Addr) [][]byte {
 	return columns
 }
 
+// AppendPartColumn encodes the second half of an addrs payload from the
+// parts themselves: parts[q] is rank q's part for the receiving rank, ""
+// for none. Each part is at most MaxAddrPart bytes.
+func AppendPartColumn(b []byte, parts []string) []byte {
+	for _, p := range parts {
+		b = append(b, byte(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
 // AppendAddrs encodes the addrs payload for rank r.
 func AppendAddrs(b []byte, addrs []Addr, r int) []byte {
 	return AppendColumn(AppendCommons(b, addrs), addrs, r)
@@ -184,7 +195,8 @@ func AddrsLen(addrs []Addr) int {
 }
 
 // ParseAddrs decodes an addrs payload into every rank's address as this rank
-// gets it (Addr.For).
+// gets it (Addr.For); "" for a rank that is not live (a spare not started,
+// or in a spare's list a rank that failed: see spawn.go).
 func ParseAddrs(p []byte) ([]string, error) {
 	commons, parts, err := parseAddrs(p)
 	if err != nil {
@@ -227,7 +239,7 @@ func parseAddrs(p []byte) (commons, parts [][]byte, err error) {
 		}
 		l := int(binary.BigEndian.Uint16(p))
 		p = p[2:]
-		if l < 1 || l > MaxAddr || l > len(p) {
+		if l > MaxAddr || l > len(p) { // 0: a rank not live (spawn.go)
 			return nil, nil, fmt.Errorf("%w: address %d of %d bytes", ErrMalformed, i, l)
 		}
 		commons[i] = p[:l]
@@ -240,7 +252,7 @@ func parseAddrs(p []byte) (commons, parts [][]byte, err error) {
 		}
 		l := int(p[0])
 		p = p[1:]
-		if l > MaxAddrPart || l > len(p) {
+		if l > MaxAddrPart || l > len(p) || l > 0 && len(commons[i]) == 0 {
 			return nil, nil, fmt.Errorf("%w: part of address %d of %d bytes", ErrMalformed, i, l)
 		}
 		parts[i] = p[:l]

@@ -16,6 +16,9 @@
 //     the hello and auth messages; the transport addresses the ranks publish,
 //     each a common part and a part per rank, and the address list each rank
 //     gets, its column of them (addr.go);
+//   - the spare ranks of ftrun --respawn: the spawn request a rank sends,
+//     ftrun's answer, the admission every live rank gets when a spare
+//     joins, and what a spare learns when it joins (spawn.go);
 //   - the mutual HMAC challenge/response that opens a rendezvous connection
 //     (ServerHandshake on ftrun's side, ClientHandshake on the rank's), which
 //     other protocols may reuse with a HandshakeKind of their own.

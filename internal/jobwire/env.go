@@ -23,6 +23,8 @@ const (
 	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset
 	EnvLocalRanks  = "FTRMA_LOCAL_RANKS"     // with transport shm+tcp: the ranks on this host, comma-separated
 	EnvLease       = "FTRMA_LEASE"           // the term of the rank's lease from ftrun (a duration; LeaseTerm when unset)
+	EnvSpares      = "FTRMA_SPARES"          // spare world ranks (ftrun --respawn): ranks >= size-spares start absent; 0 when unset
+	EnvSpawn       = "FTRMA_SPAWN"           // a spare started later: the spawn payload (standard base64), opaque to ftrun
 )
 
 // MinSecret is the shortest job secret, in bytes, that a rank accepts and the

@@ -41,7 +41,10 @@ import (
 //	              this rank gets it, is its common part followed by its part.
 //	              The first half is the same for every rank; a rank
 //	              downloads O(size) bytes however its peers' addresses grow
-//	              with the size (verbs: a queue pair number per peer)
+//	              with the size (verbs: a queue pair number per peer).
+//	              A rank that is not live (a spare not yet started, or,
+//	              in a spare's list, a rank that failed) has an empty
+//	              common part and no part: see spawn.go
 //	any  error    UTF-8 text, at most MaxErrorText bytes; its sender closes the
 //	              connection after it
 //
@@ -58,6 +61,8 @@ import (
 //	L→R  start    empty: every rank sent connected or is gone; sent once
 //	R→L  leaving  empty: this rank finishes on purpose; if it then exits with
 //	              status 0, its exit is no failure and the others are not told
+//	R→L  spawn    start spare ranks; L→R spawned (the answer), admit (a
+//	              spare joined), roster (to a spare): see spawn.go
 //
 // with, for both proofs, HMAC-SHA256 keyed by the job secret over
 //
@@ -116,7 +121,11 @@ const (
 	MsgLeaseGrant byte = 22 // L→R: seq uint64 — the lease asked for with seq is renewed
 	MsgProbe      byte = 23 // L→R: empty — another rank suspects this one: answer if alive
 	MsgProbeReply byte = 24 // R→L: empty — the answer to MsgProbe
-	// The next free type is 25.
+	MsgSpawn      byte = 25 // R→L: SpawnRequest — start spare ranks (spawn.go)
+	MsgSpawned    byte = 26 // L→R: SpawnAnswer — the answer to MsgSpawn with the same id
+	MsgAdmit      byte = 27 // L→R: Admission — a spare rank started and joined
+	MsgRoster     byte = 28 // L→R, to a spare only, right after addrs: the ranks that had failed by then
+	// The next free type is 29.
 )
 
 // The primary world. A rank belongs to the job's primary world while it

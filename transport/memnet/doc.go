@@ -24,6 +24,16 @@
 //
 // Links queue without bound: posting never blocks.
 //
+// # Spares
+//
+// NewSpares(n, s) makes a network of n started ranks and s spares, as a job
+// started with spares: the spares are absent at every endpoint until it
+// admits them (transport.Admitter; Admit ignores its address). Operations
+// toward an absent rank fail at once with transport.ErrAbsent; what a spare
+// sends to an endpoint that has not admitted it waits there, in order,
+// until Admit. A spare's endpoint sees ranks 0 to n-1 as started and
+// admits the spares started before it.
+//
 // # Fault injection
 //
 //   - Network.Crash(r): r dies as if SIGKILLed. Its in-flight operations and

@@ -19,6 +19,7 @@ const (
 	kindBye                      // the sender fenced the receiver or closed: the link is gone (a TCP FIN or RST); val byeLeft when it closed
 	kindDown                     // local event, never on a link: call Receiver.HandlePeerDown
 	kindReceiver                 // local event, never on a link: a receiver was set, deliver what is held
+	kindAdmit                    // local event, never on a link: from was admitted, handle what it sent before
 )
 
 // maxHeld bounds the control messages held per peer while no receiver has
@@ -222,6 +223,9 @@ func (t *Transport) run() {
 func (t *Transport) handle(m *msg) {
 	switch m.kind {
 	case kindDown:
+		if t.unadmitted != nil && t.unadmitted[m.from] {
+			t.unadmitted[m.from], t.early[m.from] = false, nil // failed before it was admitted
+		}
 		if t.dead.Load() == nil {
 			t.deliver(m)
 		}
@@ -230,6 +234,15 @@ func (t *Transport) handle(m *msg) {
 		if b := t.rcv.Load(); b != nil && len(t.held) > 0 {
 			t.flushHeld(b.r)
 		}
+		return
+	case kindAdmit:
+		t.replayAdmitted(m.from)
+		return
+	}
+	if t.unadmitted != nil && t.unadmitted[m.from] {
+		// Sent by a rank this endpoint has not admitted yet (it admitted
+		// this one first): kept, in order, until Admit or its loss.
+		t.early[m.from] = append(t.early[m.from], *m)
 		return
 	}
 	t.mu.Lock()
@@ -388,4 +401,19 @@ func (t *Transport) completeLocked(m *msg) {
 		}
 	}
 	c.Complete(o.seq, err)
+}
+
+// replayAdmitted handles what rank p sent before this endpoint admitted it,
+// in order, and everything from p directly from now on. Called by the
+// endpoint's goroutine, on the kindAdmit event Admit queued.
+func (t *Transport) replayAdmitted(p ftrma.Rank) {
+	if t.unadmitted == nil || !t.unadmitted[p] {
+		return
+	}
+	t.unadmitted[p] = false
+	early := t.early[p]
+	t.early[p] = nil
+	for i := range early {
+		t.handle(&early[i])
+	}
 }

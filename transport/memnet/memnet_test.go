@@ -15,6 +15,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/transporttest"
 )
 
 // testCtx returns a context whose generous deadline only keeps a broken test
@@ -935,5 +936,45 @@ func BenchmarkWriteWait(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A spare's operations and messages toward a rank that has not admitted it
+// yet wait there, in order, and are handled right after Admit.
+func TestAdmitHoldsEarlyTraffic(t *testing.T) {
+	net := NewSpares(1, 1)
+	defer net.Close()
+	a, s := net.Endpoint(0), net.Endpoint(1)
+	rec := transporttest.NewRecorder()
+	a.SetReceiver(rec)
+	mem := make([]byte, 8)
+	key, err := a.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.Write(0, key, 0, []byte{5})
+	if err != nil {
+		t.Fatalf("the spare's write toward a started rank: %v", err)
+	}
+	if err := s.Send(0, []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = s.Wait(ctx, 0, seq)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || mem[0] != 0 || rec.Count() != 0 {
+		t.Fatalf("before admission: wait %v, memory %d, %d messages; want the write and message held", err, mem[0], rec.Count())
+	}
+	if err := a.Admit(1, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), transporttest.Bound)
+	defer cancel()
+	if err := s.Wait(ctx, 0, seq); err != nil || mem[0] != 5 {
+		t.Fatalf("after admission: wait %v, memory %d", err, mem[0])
+	}
+	rec.Await(t, ctx, "the early message", func() bool { return rec.Count() == 1 })
+	if got := rec.From(1); string(got[0]) != "early" {
+		t.Fatalf("message %q", got[0])
 	}
 }

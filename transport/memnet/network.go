@@ -51,16 +51,33 @@ func New(n int) *Network {
 	if n < 1 {
 		panic(fmt.Sprintf("memnet: New(%d): need at least one rank", n))
 	}
-	net := &Network{ends: make([]*Transport, n)}
+	return newNetwork(n, 0)
+}
+
+// newNetwork makes n+spares endpoints, the spares absent, and starts them.
+func newNetwork(n, spares int) *Network {
+	size := n + spares
+	net := &Network{ends: make([]*Transport, size)}
 	net.SetSeed(1)
 	for r := range net.ends {
 		t := &Transport{
 			net:   net,
 			rank:  ftrma.Rank(r),
-			links: make([]atomic.Pointer[link], n),
-			down:  make([]error, n),
+			links: make([]atomic.Pointer[link], size),
+			down:  make([]error, size),
 			quit:  make(chan struct{}),
 			done:  make(chan struct{}),
+		}
+		if spares > 0 {
+			t.absent = make([]atomic.Bool, size)
+			t.early = make([][]msg, size)
+			t.unadmitted = make([]bool, size)
+			for s := n; s < size; s++ {
+				if s != r {
+					t.absent[s].Store(true)
+					t.unadmitted[s] = true
+				}
+			}
 		}
 		t.in.init()
 		net.ends[r] = t
@@ -69,6 +86,22 @@ func New(n int) *Network {
 		go t.run()
 	}
 	return net
+}
+
+// NewSpares creates a network of n started ranks and spares spare ranks,
+// n >= 1, spares >= 0, as a job started with spares (ftrun --respawn):
+// ranks n to n+spares-1 are absent at every endpoint (see
+// transport.Admitter) until that endpoint admits them with Admit. A spare's
+// own endpoint sees ranks 0 to n-1 as started, as a spare started while
+// they are live does (a rank that crashed before is down for it, as for
+// every endpoint), and the other spares as absent: it admits those that
+// started before it. What a spare sends to an endpoint that has not
+// admitted it is held there, in order, until Admit.
+func NewSpares(n, spares int) *Network {
+	if n < 1 || spares < 0 {
+		panic(fmt.Sprintf("memnet: NewSpares(%d, %d): need at least one rank and no negative spares", n, spares))
+	}
+	return newNetwork(n, spares)
 }
 
 // Size returns the number of ranks.

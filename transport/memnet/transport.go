@@ -11,7 +11,10 @@ import (
 	"github.com/ftrma/ftrma/transport"
 )
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+)
 
 // Transport is one rank's endpoint of a Network. It implements
 // transport.Transport with emulated one-sided operations: an operation travels
@@ -45,6 +48,18 @@ type Transport struct {
 	// the endpoint's goroutine touches them.
 	held  []msg
 	heldN []int
+
+	// absent[p] is set while p has not started (a spare, NewSpares) and has
+	// not been admitted here; operations toward it fail with
+	// transport.ErrAbsent. Cleared by Admit, or when p goes down. Written
+	// under mu.
+	absent []atomic.Bool
+	// unadmitted[p] is the goroutine's view of absent[p], changed in
+	// inbox order (kindAdmit, kindDown), and early[p] what p sent while it
+	// was set. Only the endpoint's goroutine touches them; nil in a network
+	// without spares.
+	unadmitted []bool
+	early      [][]msg
 }
 
 type errBox struct{ err error }
@@ -232,7 +247,8 @@ func (t *Transport) SetReceiver(r transport.Receiver) {
 // is cut, in which case it has to find out otherwise). Fencing one's own rank
 // fails with ftrma.ErrInvalid. Fence does not block on the network.
 func (t *Transport) Fence(peer ftrma.Rank) error {
-	if err := t.check("fence", peer); err != nil {
+	// An absent peer may be fenced: it then failed, and is never admitted.
+	if err := t.checkRank("fence", peer); err != nil {
 		return err
 	}
 	if peer == t.rank {
@@ -267,6 +283,50 @@ func (t *Transport) Close() error {
 // check returns the error for an operation op toward peer that cannot be
 // posted: this endpoint is closed or peer is out of range.
 func (t *Transport) check(op string, peer ftrma.Rank) error {
+	if err := t.checkRank(op, peer); err != nil {
+		return err
+	}
+	if t.absent != nil && t.absent[peer].Load() {
+		return transport.ErrAbsent(op, peer)
+	}
+	return nil
+}
+
+// Admit makes the spare p, absent until now, a peer of this endpoint
+// (transport.Admitter); addr is ignored. Messages and operations p posted
+// toward this endpoint before are held and handled, in order, right after
+// Admit, before anything p posts later. It fails for self, a rank that is
+// a peer already or failed, or after Close.
+func (t *Transport) Admit(p ftrma.Rank, addr string) error {
+	if b := t.dead.Load(); b != nil {
+		return &ftrma.OpError{Op: "admit", Rank: p, Err: b.err}
+	}
+	if p < 0 || int(p) >= len(t.net.ends) {
+		return &ftrma.OpError{Op: "admit", Rank: p, Err: ftrma.ErrRankOutOfRange}
+	}
+	if p == t.rank {
+		return transport.ErrNotAdmittable(p, "it is this rank")
+	}
+	t.mu.Lock()
+	var why string
+	switch {
+	case t.down[p] != nil:
+		why = "it failed"
+	case t.absent == nil || !t.absent[p].Load():
+		why = "it is a peer already"
+	default:
+		t.absent[p].Store(false)
+	}
+	t.mu.Unlock()
+	if why != "" {
+		return transport.ErrNotAdmittable(p, why)
+	}
+	t.in.push(msg{kind: kindAdmit, from: p})
+	return nil
+}
+
+// checkRank is check without the absent ranks' error.
+func (t *Transport) checkRank(op string, peer ftrma.Rank) error {
 	if b := t.dead.Load(); b != nil {
 		return &ftrma.OpError{Op: op, Rank: peer, Err: b.err}
 	}
@@ -327,6 +387,9 @@ func (t *Transport) peerLostLocked(p ftrma.Rank, err error) bool {
 		return false
 	}
 	t.down[p] = err
+	if t.absent != nil {
+		t.absent[p].Store(false) // failed before it was admitted: never admitted now
+	}
 	if l := t.links[p].Load(); l != nil {
 		l.comp.Fail(err)
 	}

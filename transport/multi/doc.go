@@ -105,6 +105,26 @@
 //		return err
 //	}
 //
+// # Spares
+//
+// A job started with spares (transport.Admitter) builds its multi
+// transport with NewAdmitting: the route marks the spares Absent, and an
+// Admission names this rank's host and the transports for ranks on it
+// (shm) and on other hosts (tcp). Both count as in use from the start.
+// Admit(spare, AdmitAddr(host, tcpAddr)) routes the spare by the host it
+// started on and admits it there. Until then operations toward it fail
+// with transport.ErrAbsent; PeerDown or Fence toward it makes it failed
+// for good (it is reported down once and never admitted).
+//
+// The transports below must agree: shm is opened with every spare in
+// Config.Ranks (a spare may start on any host) and Config.Absent listing
+// the served ranks not started on this host (spares not started, and those
+// started elsewhere); tcp with the spares not started in Config.Absent. A
+// spare itself builds its transports with the ranks live when it starts
+// routed by their hosts, the rest absent, tcp with Config.Late, calls
+// PeerDown for the ranks that failed before it, then Connect with the live
+// ranks' addresses.
+//
 // # Limits
 //
 //   - verbs cannot be combined with shm yet: it chooses its own keys (it
@@ -112,5 +132,6 @@
 //     device without IBV_ATOMIC_GLOB (Soft-RoCE) could not share words
 //     with CPU atomics at all. verbs alone, or tcp alone, need no multi
 //     transport.
-//   - The route is fixed by New; a rank cannot move to another transport.
+//   - The route is fixed by New, but for the absent ranks Admit routes
+//     once; a rank cannot move to another transport.
 package multi

@@ -38,7 +38,7 @@ func (m *Transport) Register(mem []byte) (transport.Key, error) {
 		m.mu.Unlock()
 	}
 	for i, s := range m.subs {
-		if s.ranks == 0 || s == m.keyer {
+		if !s.inUse || s == m.keyer {
 			continue
 		}
 		if err := s.keyed.RegisterKey(key, mem); err != nil {
@@ -56,7 +56,7 @@ func (m *Transport) Register(mem []byte) (transport.Key, error) {
 // deregistered from the keyer and from the transports before failed.
 func (m *Transport) withdraw(key transport.Key, failed int) {
 	for _, s := range m.subs[:failed] {
-		if s.ranks > 0 && s != m.keyer {
+		if s.inUse && s != m.keyer {
 			s.t.Deregister(key)
 		}
 	}
@@ -82,7 +82,7 @@ func (m *Transport) Deregister(key transport.Key) error {
 	}
 	var errs []error
 	for _, s := range m.subs {
-		if s.ranks > 0 {
+		if s.inUse {
 			if err := s.t.Deregister(key); err != nil {
 				errs = append(errs, fmt.Errorf("multi transport: %s: %w", s.name, err))
 			}

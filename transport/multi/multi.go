@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -46,11 +47,13 @@ type Transport struct {
 	self ftrma.Rank
 	size int
 	subs []*sub
-	// via[r] is the transport that reaches rank r (self included), at[r]
-	// its index in subs. Both are fixed by New.
-	via  []transport.Transport
-	at   []int
+	// at[r] is the index in subs of the transport that reaches rank r
+	// (self included), or Absent until Admit routes r. Set by New, and for
+	// an absent rank once by Admit.
+	at   []atomic.Int32
 	caps transport.Caps
+	adm  *Admission // how Admit routes; nil: it cannot
+	amu  sync.Mutex // serializes Admit
 
 	keyer *sub                // the transport that chooses keys; nil: this transport counts them
 	alloc transport.Allocator // where registrable memory comes from; nil: the Go heap
@@ -72,7 +75,8 @@ type sub struct {
 	name  string
 	t     transport.Transport
 	keyed KeyRegisterer // nil when it chooses its own keys
-	ranks int           // ranks routed to it; a sub with none is idle
+	ranks int           // ranks routed to it by New
+	inUse bool          // ranks are routed to it, or may be by Admit; a sub not in use is idle
 	recv  *subReceiver
 }
 
@@ -80,11 +84,13 @@ type sub struct {
 type peerState struct {
 	reported atomic.Bool           // HandlePeerDown was passed on: never again
 	cause    atomic.Pointer[error] // the launcher's exit notice, for a transport without PeerDown
+	failed   atomic.Pointer[error] // an absent rank reported down (PeerDown, Fence): never admitted
 }
 
 type receiverBox struct{ r transport.Receiver }
 
 var (
+	_ transport.Admitter      = (*Transport)(nil)
 	_ transport.Transport     = (*Transport)(nil)
 	_ transport.Allocator     = (*Transport)(nil)
 	_ transport.RegionLimiter = (*Transport)(nil)
@@ -110,6 +116,48 @@ var (
 // New installs nothing and starts nothing: call SetReceiver, then Connect.
 // The multi transport owns the subs from then on: Close closes them.
 func New(subs []Sub, route []int) (*Transport, error) {
+	return newTransport(subs, route, nil)
+}
+
+// Absent in a route marks a rank that has not started (a spare of a job
+// started with spares): it is routed by Admit, by the host it starts on.
+const Absent = -1
+
+// Admission says how Admit routes a rank that starts later: to subs[Local]
+// (shared memory) when it is on this rank's host, named Host, and to
+// subs[Remote] (tcp) otherwise. The address Admit gets names the host (see
+// AdmitAddr).
+type Admission struct {
+	Host          string
+	Local, Remote int
+}
+
+// AdmitAddr is the address a rank on host publishes for admission by multi
+// transports: the host's name and addr, its network transport's address
+// (tcp's Addr), as "host/addr". A host name holds no "/".
+func AdmitAddr(host, addr string) string { return host + "/" + addr }
+
+// NewAdmitting is New for a job with spares: route may mark ranks Absent,
+// and Admit routes them as adm says. Both adm.Local and adm.Remote count as
+// in use from the start (memory is registered with them, Caps is their
+// intersection), since an admitted rank may be routed to either; both must
+// be transport.Admitters.
+func NewAdmitting(subs []Sub, route []int, adm Admission) (*Transport, error) {
+	if strings.Contains(adm.Host, "/") || adm.Host == "" {
+		return nil, fmt.Errorf("multi transport: admission host %q is empty or holds a \"/\": %w", adm.Host, ftrma.ErrInvalid)
+	}
+	for _, i := range []int{adm.Local, adm.Remote} {
+		if i < 0 || i >= len(subs) {
+			return nil, fmt.Errorf("multi transport: admission routes to transport %d of %d: %w", i, len(subs), ftrma.ErrInvalid)
+		}
+		if _, ok := subs[i].T.(transport.Admitter); !ok {
+			return nil, fmt.Errorf("multi transport: %s cannot admit ranks (no Admit): %w", subs[i].Name, ftrma.ErrInvalid)
+		}
+	}
+	return newTransport(subs, route, &adm)
+}
+
+func newTransport(subs []Sub, route []int, adm *Admission) (*Transport, error) {
 	bad := func(format string, args ...any) (*Transport, error) {
 		return nil, fmt.Errorf("multi transport: "+format+": %w", append(args, ftrma.ErrInvalid)...)
 	}
@@ -133,8 +181,8 @@ func New(subs []Sub, route []int) (*Transport, error) {
 	m := &Transport{
 		self:  self,
 		size:  size,
-		via:   make([]transport.Transport, size),
-		at:    make([]int, size),
+		at:    make([]atomic.Int32, size),
+		adm:   adm,
 		peers: make([]peerState, size),
 		regs:  make(map[transport.Key]struct{}),
 		heap:  make(map[*byte]struct{}),
@@ -147,6 +195,10 @@ func New(subs []Sub, route []int) (*Transport, error) {
 		m.subs = append(m.subs, ss)
 	}
 	for r, i := range route {
+		if i == Absent && adm != nil && ftrma.Rank(r) != self {
+			m.at[r].Store(Absent)
+			continue
+		}
 		if i < 0 || i >= len(subs) {
 			return bad("rank %d routed to transport %d of %d", r, i, len(subs))
 		}
@@ -154,12 +206,17 @@ func New(subs []Sub, route []int) (*Transport, error) {
 		if sv, ok := s.t.(server); ok && !sv.Serves(ftrma.Rank(r)) {
 			return bad("rank %d routed to %s, which does not connect it", r, s.name)
 		}
-		m.via[r], m.at[r] = s.t, i
+		m.at[r].Store(int32(i))
 		s.ranks++
+		s.inUse = true
+	}
+	if adm != nil {
+		m.subs[adm.Local].inUse = true
+		m.subs[adm.Remote].inUse = true
 	}
 	var used []*sub
 	for _, s := range m.subs {
-		if s.ranks > 0 {
+		if s.inUse {
 			used = append(used, s)
 			m.caps &= s.t.Caps()
 		}
@@ -200,12 +257,16 @@ func (m *Transport) Size() int { return m.size }
 func (m *Transport) Caps() transport.Caps { return m.caps }
 
 // Route names the transport that reaches rank r ("shm", "tcp"), or "" for a
-// rank out of range.
+// rank out of range or absent.
 func (m *Transport) Route(r ftrma.Rank) string {
 	if r < 0 || int(r) >= m.size {
 		return ""
 	}
-	return m.subs[m.at[r]].name
+	i := m.at[r].Load()
+	if i < 0 {
+		return ""
+	}
+	return m.subs[i].name
 }
 
 // Addr is the address of the first transport that has one (tcp's, which
@@ -248,7 +309,7 @@ func (m *Transport) Connect(ctx context.Context, addrs []string) error {
 			}
 			mine := make([]string, m.size)
 			for r := range mine {
-				if m.at[r] == i || ftrma.Rank(r) == m.self {
+				if int(m.at[r].Load()) == i || ftrma.Rank(r) == m.self {
 					mine[r] = addrs[r]
 				}
 			}
@@ -281,7 +342,88 @@ func (m *Transport) to(op string, r ftrma.Rank) (transport.Transport, error) {
 	if uint(r) >= uint(m.size) {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
-	return m.via[r], nil
+	i := m.at[r].Load()
+	if i < 0 {
+		if e := m.peers[r].failed.Load(); e != nil {
+			return nil, *e
+		}
+		return nil, transport.ErrAbsent(op, r)
+	}
+	return m.subs[i].t, nil
+}
+
+// Admit routes the absent rank peer (Absent in the route) by the host its
+// address names, addr being AdmitAddr(host, network address): to the
+// admission's Local transport when host is this rank's, else to its Remote
+// one, and admits it there with the network address (or "" for a
+// transport without an Addr, such as shm, which needs none). It fails with
+// ftrma.ErrInvalid when the transport was not made by NewAdmitting, for
+// self, a rank not absent (routed already, or failed), or an address
+// without a host, or with the routed transport's error (the rank stays
+// absent then); with ftrma.ErrRankOutOfRange for a rank outside the job and
+// ftrma.ErrClosed after Close.
+func (m *Transport) Admit(peer ftrma.Rank, addr string) error {
+	if m.closed.Load() {
+		return &ftrma.OpError{Op: "admit", Rank: peer, Err: ftrma.ErrClosed}
+	}
+	if peer < 0 || int(peer) >= m.size {
+		return &ftrma.OpError{Op: "admit", Rank: peer, Err: ftrma.ErrRankOutOfRange}
+	}
+	if peer == m.self {
+		return transport.ErrNotAdmittable(peer, "it is this rank")
+	}
+	if m.adm == nil {
+		return transport.ErrNotAdmittable(peer, "this multi transport routes no ranks later (made by New, not NewAdmitting)")
+	}
+	host, netAddr, ok := strings.Cut(addr, "/")
+	if !ok || host == "" {
+		return &ftrma.OpError{Op: "admit", Rank: peer, Err: fmt.Errorf("%w: multi transport: address %q names no host (want AdmitAddr(host, addr))", ftrma.ErrInvalid, addr)}
+	}
+	i := m.adm.Remote
+	if host == m.adm.Host {
+		i = m.adm.Local
+	}
+	s := m.subs[i]
+	if _, ok := s.t.(interface{ Addr() string }); !ok {
+		netAddr = ""
+	}
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	switch {
+	case m.peers[peer].failed.Load() != nil:
+		return transport.ErrNotAdmittable(peer, "it failed")
+	case m.at[peer].Load() >= 0:
+		return transport.ErrNotAdmittable(peer, "it is a peer already")
+	}
+	// Routed first: what the transport delivers from peer once it is
+	// admitted there is passed on (subReceiver.mine).
+	m.at[peer].Store(int32(i))
+	if err := s.t.(transport.Admitter).Admit(peer, netAddr); err != nil {
+		m.at[peer].Store(Absent)
+		return fmt.Errorf("multi transport: %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// failAbsent makes the absent rank peer failed for good, with the error
+// of operations toward it, and reports it down to the receiver once. It
+// reports whether peer was absent.
+func (m *Transport) failAbsent(peer ftrma.Rank, cause error) bool {
+	m.amu.Lock()
+	if m.at[peer].Load() >= 0 {
+		m.amu.Unlock()
+		return false
+	}
+	err := transport.ErrPeerDown(peer, cause)
+	first := m.peers[peer].failed.CompareAndSwap(nil, &err)
+	m.amu.Unlock()
+	if first {
+		// Without a receiver yet, SetReceiver reports it.
+		if r := m.receiver(); r != nil && !m.peers[peer].reported.Swap(true) {
+			r.HandlePeerDown(peer, err)
+		}
+	}
+	return true
 }
 
 // Write posts a write through the transport that reaches peer, with its
@@ -383,6 +525,9 @@ func (m *Transport) Send(peer ftrma.Rank, msg []byte) error {
 // peer reaches this rank: the others refuse it (tcp refuses connections from
 // ranks that are not its peers; shared memory does not span hosts).
 func (m *Transport) Fence(peer ftrma.Rank) error {
+	if peer >= 0 && int(peer) < m.size && !m.closed.Load() && m.failAbsent(peer, errFencedAbsent) {
+		return nil
+	}
 	t, err := m.to("fence", peer)
 	if err != nil {
 		return err
@@ -400,15 +545,19 @@ func (m *Transport) PeerDown(peer ftrma.Rank, err error) {
 	if peer < 0 || int(peer) >= m.size || peer == m.self || m.closed.Load() {
 		return
 	}
-	t := m.via[peer]
+	cause := err
+	if cause == nil {
+		cause = ftrma.ErrProcFailed
+	}
+	if m.failAbsent(peer, cause) {
+		return
+	}
+	t := m.subs[m.at[peer].Load()].t
 	if pd, ok := t.(peerDowner); ok {
 		pd.PeerDown(peer, err)
 		return
 	}
-	if err == nil {
-		err = ftrma.ErrProcFailed
-	}
-	m.peers[peer].cause.CompareAndSwap(nil, &err)
+	m.peers[peer].cause.CompareAndSwap(nil, &cause)
 	t.Fence(peer)
 }
 
@@ -432,6 +581,8 @@ func (m *Transport) Close() error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+var errFencedAbsent = errors.New("fenced before it was admitted")
 
 // HostRoute is the usual route: transport 0 (shared memory) to the ranks
 // of this host, local (this rank among them), and transport 1 (tcp, verbs)

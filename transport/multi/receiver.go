@@ -18,6 +18,16 @@ func (m *Transport) SetReceiver(r transport.Receiver) {
 			s.t.SetReceiver(s.recv)
 		}
 	}
+	if r == nil {
+		return
+	}
+	// Absent ranks reported down before any receiver was set (Admit).
+	for p := range m.peers {
+		ps := &m.peers[p]
+		if e := ps.failed.Load(); e != nil && !ps.reported.Swap(true) {
+			r.HandlePeerDown(ftrma.Rank(p), *e)
+		}
+	}
 }
 
 func (m *Transport) receiver() transport.Receiver {
@@ -36,7 +46,7 @@ type subReceiver struct {
 }
 
 func (s *subReceiver) mine(r ftrma.Rank) bool {
-	return r >= 0 && int(r) < s.m.size && s.m.at[r] == s.at
+	return r >= 0 && int(r) < s.m.size && int(s.m.at[r].Load()) == s.at
 }
 
 // HandleMessage implements transport.Receiver.

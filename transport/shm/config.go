@@ -35,6 +35,15 @@ type Config struct {
 	// take no room in the control segment. Default (nil): all Size ranks,
 	// every one of them on this host.
 	Ranks []ftrma.Rank
+	// Absent lists ranks of Ranks that have not started (spares of a job
+	// started with spares): their slots are in the control segment from the
+	// start, so that they can be admitted later (transport.Admitter), but
+	// Connect does not wait for them, operations toward them fail with
+	// transport.ErrAbsent, and what they send stays in their ring until
+	// Admit. A spare that starts later lists here the spares not started
+	// yet, and reports the ranks that failed before it with PeerDown before
+	// Connect.
+	Absent []ftrma.Rank
 	// Job names the job in file names; every rank of a job uses the same.
 	// 1 to 128 characters from [A-Za-z0-9._-]. Required.
 	Job string
@@ -100,6 +109,11 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, err
 	}
 	cfg.Ranks = ranks
+	for _, r := range cfg.Absent {
+		if _, ok := slices.BinarySearch(ranks, r); !ok || r == cfg.Rank {
+			return cfg, fmt.Errorf("shm transport: absent rank %d is this rank or not in Ranks: %w", r, ftrma.ErrInvalid)
+		}
+	}
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir
 	}

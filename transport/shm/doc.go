@@ -144,7 +144,23 @@
 //   - Every Alloc is a file and a mapping of whole pages.
 //   - Send waits while the peer's ring is full; a Receiver that sends can
 //     therefore wait for a peer's receiver.
-//   - A rank cannot rejoin: its name is taken until Close or RemoveJob.
+//   - A rank cannot rejoin: its name is taken until Close or RemoveJob. A
+//     failed rank is replaced by a spare, a rank of another number (below).
+//
+// # Spares
+//
+// A job started with spare ranks (transport.Admitter) lists the spares in
+// Ranks from the start, on every host a spare may start on, so that every
+// control segment has their slots (m counts them, and so must the
+// launcher's sizing, ControlBytes(m)), and in Config.Absent. An absent rank
+// is not waited for by Connect, operations toward it fail with
+// transport.ErrAbsent, and what it sends waits in its ring. A spare opens
+// its transport when it starts (its segments exist before it publishes its
+// address), with the spares not started yet in its own Config.Absent, and
+// reports the ranks that failed before it with PeerDown before Connect.
+// Admit(spare, addr) makes it a peer: its control segment is mapped on
+// first use, and its ring is read from then on. PeerDown or Fence toward an
+// absent rank makes it failed for good.
 //
 // # Use
 //

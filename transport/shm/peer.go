@@ -67,6 +67,10 @@ type peer struct {
 	rstop  atomic.Bool
 	downed atomic.Bool
 	notify atomic.Bool // HandlePeerDown is due, delivered by the progress goroutine
+	// absent is set while the peer has not started (Config.Absent) and
+	// not been admitted: it is not mapped and its ring is not read. Cleared
+	// by Admit or when the peer goes down.
+	absent atomic.Bool
 }
 
 var (
@@ -352,6 +356,7 @@ func (p *peer) freedRoom() {
 func (t *Transport) down(p *peer, cause error, quiet bool) {
 	p.fail(transport.ErrPeerDown(p.rank, cause))
 	p.rstop.Store(true)
+	p.absent.Store(false) // failed before it was admitted: never admitted now
 	if !p.downed.Swap(true) && !quiet {
 		// A rank that is closing sees its peers let go of it (they fence a
 		// rank that said goodbye): nothing to report then.

@@ -74,7 +74,8 @@ func (t *Transport) poll(buf []byte) bool {
 		did = did || len(q) > 0
 	}
 	for _, p := range t.local {
-		if !p.self && !p.rstop.Load() && t.pollRing(p, r, buf) {
+		// An absent peer's messages wait in its ring until Admit.
+		if !p.self && !p.rstop.Load() && !p.absent.Load() && t.pollRing(p, r, buf) {
 			did = true
 		}
 	}
@@ -145,7 +146,7 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 // this rank is down; a peer that closed is down once its ring is drained.
 func (t *Transport) watchPeers() {
 	for _, p := range t.local {
-		if p.self || p.rstop.Load() {
+		if p.self || p.rstop.Load() || p.absent.Load() {
 			continue
 		}
 		var fenced, closed, exited bool

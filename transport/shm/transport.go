@@ -66,6 +66,7 @@ type receiverBox struct{ r transport.Receiver }
 var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Allocator = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
 )
 
 // Open creates this rank's control segment (its incoming rings, key table
@@ -151,6 +152,9 @@ func Open(cfg Config) (*Transport, error) {
 		}
 		t.peers[r], t.local[slot] = p, p
 	}
+	for _, r := range cfg.Absent {
+		t.peers[r].absent.Store(true) // checked by withDefaults: served, not self
+	}
 	t.wg.Add(1)
 	go t.run()
 	return t, nil
@@ -158,12 +162,13 @@ func Open(cfg Config) (*Transport, error) {
 
 // Connect maps the control segment of every peer (every rank of
 // Config.Ranks), waiting for those not created yet (ranks start at different
-// times) until ctx ends. Peers already down are skipped. Operations and Send toward a peer not yet mapped try to
+// times) until ctx ends. Peers already down and absent peers
+// (Config.Absent) are skipped. Operations and Send toward a peer not yet mapped try to
 // map it once and fail if it does not exist yet, so call Connect before
 // using peers that may still be starting.
 func (t *Transport) Connect(ctx context.Context) error {
 	for _, p := range t.local {
-		if p.self {
+		if p.self || p.absent.Load() {
 			continue
 		}
 		pause := 100 * time.Microsecond
@@ -221,9 +226,52 @@ func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
 	if p := t.peers[r]; p != nil {
+		if p.absent.Load() {
+			return nil, transport.ErrAbsent(op, r)
+		}
 		return p, nil
 	}
 	return nil, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: shm transport: rank %d is not served by this transport (not in Config.Ranks: not on this host)", ftrma.ErrInvalid, r)}
+}
+
+// peerOrAbsent is peer, which also returns a served rank that has not
+// started: Fence and PeerDown make it failed.
+func (t *Transport) peerOrAbsent(op string, r ftrma.Rank) (*peer, error) {
+	p, err := t.peer(op, r)
+	if err != nil && r >= 0 && int(r) < len(t.peers) && t.peers[r] != nil && t.peers[r].absent.Load() {
+		return t.peers[r], nil
+	}
+	return p, err
+}
+
+// Admit makes the absent rank r (Config.Absent) a peer
+// (transport.Admitter); addr is not used (a rank derives its peers' file
+// names). r's control segment is mapped on first use, as any peer's; r
+// made it before it published its address. What r sent before is
+// delivered from its ring, in order, from now on. Admit fails with
+// ftrma.ErrInvalid for self, a rank not served (not on this host) or not
+// absent (a peer already, or failed), with ftrma.ErrRankOutOfRange for a
+// rank outside the job and ftrma.ErrClosed after Close.
+func (t *Transport) Admit(r ftrma.Rank, addr string) error {
+	if t.closed.Load() {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrClosed}
+	}
+	if r < 0 || int(r) >= len(t.peers) {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	p := t.peers[r]
+	switch {
+	case p == nil:
+		return transport.ErrNotAdmittable(r, "it is not served by this transport (not in Config.Ranks)")
+	case p.self:
+		return transport.ErrNotAdmittable(r, "it is this rank")
+	case p.downed.Load() || p.downErr() != nil:
+		return transport.ErrNotAdmittable(r, "it failed")
+	case !p.absent.CompareAndSwap(true, false):
+		return transport.ErrNotAdmittable(r, "it is a peer already")
+	}
+	t.wake() // its ring may hold messages already
+	return nil
 }
 
 // SetReceiver installs the receiver of control messages and peer-down
@@ -269,7 +317,7 @@ func (t *Transport) wake() {
 // launcher does). Fencing one's own rank fails with ftrma.ErrInvalid. Fence
 // may be called from a Receiver.
 func (t *Transport) Fence(r ftrma.Rank) error {
-	p, err := t.peer("fence", r)
+	p, err := t.peerOrAbsent("fence", r)
 	if err != nil {
 		return err
 	}
@@ -300,14 +348,16 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 // mappings are dropped, this rank's fence flag for it is raised, and the
 // receiver's HandlePeerDown(peer) is called once per peer (not again if the
 // peer was down already). It does not wait for the peer. It does nothing
-// after Close, toward self, or for a rank out of range or not served.
+// after Close, toward self, or for a rank out of range or not served. An
+// absent rank (Config.Absent) becomes failed, never to be admitted; so it
+// does after Fence.
 func (t *Transport) PeerDown(peer ftrma.Rank, err error) {
-	p, perr := t.peer("peer down", peer)
+	p, perr := t.peerOrAbsent("peer down", peer)
 	if perr != nil || p.self {
 		return
 	}
 	t.life.RLock()
-	if !t.unmapped && atomic.LoadUint32(p.in.closed) != 0 {
+	if !t.unmapped && !p.absent.Load() && atomic.LoadUint32(p.in.closed) != 0 {
 		// It said goodbye before it exited: the progress goroutine delivers
 		// what it sent, then reports it gone with transport.ErrPeerLeft.
 		t.life.RUnlock()

@@ -54,4 +54,14 @@
 //     RegisterKey instead, under the key the combination chose, which the
 //     target translates to its own.
 //  4. Close.
+//
+// Spares (transport.Admitter): in a job started with spare ranks, the
+// started ranks list the spares in Config.Absent. A spare starts later
+// with Config.Late, the spares not started yet in its Config.Absent, and
+// the ranks that failed before it reported with PeerDown before Connect;
+// its Connect gets the live ranks' addresses and dials every one of them
+// (the later rank dials, whatever the numbers). A rank refuses a spare's
+// connection, as "not admitted yet" (the spare retries), until Admit, after
+// which the same handshake admits it as at start. Operations posted toward
+// an admitted spare before its connection is up wait for it.
 package tcp

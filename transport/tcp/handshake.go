@@ -18,7 +18,7 @@ import (
 //	dialer   -> acceptor: magic[8] | from u32 | to u32 | nonceD[32]
 //	acceptor -> dialer:   nonceA[32] | HMAC(secret, "acceptor" | from | to | nonceD | nonceA)
 //	dialer   -> acceptor: HMAC(secret, "dialer" | from | to | nonceA | nonceD)
-//	acceptor -> dialer:   1 byte, 1 = accepted
+//	acceptor -> dialer:   1 byte, 1 = accepted, 2 = not admitted yet (try again), 0 = refused
 //
 // A connection that fails any step is closed and logged by the acceptor.
 var magic = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '1'}
@@ -30,6 +30,10 @@ const (
 )
 
 var errAuth = errors.New("tcp: authentication failed")
+
+// errNotAdmitted refuses, for now, a proven rank that the acceptor has not
+// admitted yet (transport.Admitter); the dialer retries.
+var errNotAdmitted = errors.New("tcp: not admitted yet")
 
 func mac(secret []byte, role string, from, to uint32, n1, n2 []byte) []byte {
 	h := hmac.New(sha256.New, secret)
@@ -68,7 +72,9 @@ func dialHandshake(conn net.Conn, secret []byte, from, to uint32) error {
 		return err
 	}
 	var ok [1]byte
-	if _, err := io.ReadFull(conn, ok[:]); err != nil || ok[0] != 1 {
+	if _, err := io.ReadFull(conn, ok[:]); err == nil && ok[0] == 2 {
+		return fmt.Errorf("%w by rank %d", errNotAdmitted, to)
+	} else if err != nil || ok[0] != 1 {
 		return fmt.Errorf("%w: refused by rank %d", errAuth, to)
 	}
 	return nil
@@ -107,7 +113,11 @@ func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, accept
 		return 0, fmt.Errorf("%w: connection claiming rank %d does not know the job secret", errAuth, from)
 	}
 	if err := accept(from); err != nil {
-		conn.Write([]byte{0})
+		code := byte(0)
+		if errors.Is(err, errNotAdmitted) {
+			code = 2
+		}
+		conn.Write([]byte{code})
 		return 0, err
 	}
 	if _, err := conn.Write([]byte{1}); err != nil {

@@ -30,6 +30,14 @@ type peer struct {
 	// unserved is set by Connect, before any dial, for a rank without an
 	// address: another transport reaches it. It is never cleared.
 	unserved atomic.Bool
+	// absent is set by Listen for a rank that has not started
+	// (Config.Absent) and cleared by Admit or down. admitted is set by
+	// Admit, before absent is cleared: the rank dials this one, whatever
+	// their numbers, and what is posted toward it before it connects waits
+	// in sbuf.
+	absent   atomic.Bool
+	admitted atomic.Bool
+	dead     chan struct{} // closed by down
 
 	conn *net.TCPConn    // set once by attach, before ready is closed
 	rc   syscall.RawConn // conn's raw access
@@ -92,7 +100,7 @@ type pending struct {
 }
 
 func newPeer(t *Transport, r ftrma.Rank) *peer {
-	p := &peer{t: t, rank: r, self: r == t.cfg.Rank, ready: make(chan struct{}), wakeWrit: make(chan struct{}, 1)}
+	p := &peer{t: t, rank: r, self: r == t.cfg.Rank, ready: make(chan struct{}), dead: make(chan struct{}), wakeWrit: make(chan struct{}, 1)}
 	if p.self {
 		close(p.ready)
 	}
@@ -125,7 +133,25 @@ func (p *peer) attach(conn *net.TCPConn) error {
 	go p.readLoop()
 	go p.writeLoopGoroutine()
 	close(p.ready)
+	// What was posted toward an admitted rank before it connected.
+	p.kick()
 	return nil
+}
+
+// connected reports whether the connection is attached (always, for self).
+func (p *peer) connected() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// errNotConnected is the error of a post toward a peer whose connection is
+// not attached and that was not admitted (Connect has not run or failed).
+func (p *peer) errNotConnected(op string) error {
+	return &ftrma.OpError{Op: op, Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
 }
 
 // post queues one operation frame; its sequence is handed out under smu, so
@@ -140,11 +166,11 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		p.smu.Unlock()
 		return 0, err
 	}
-	if p.conn == nil {
+	if p.conn == nil && !p.admitted.Load() {
 		p.smu.Unlock()
-		return 0, &ftrma.OpError{Op: "post", Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
+		return 0, p.errNotConnected("post")
 	}
-	if typ == frameWrite && len(data) >= directBytes {
+	if typ == frameWrite && len(data) >= directBytes && p.conn != nil {
 		return p.postDirect(key, off, data)
 	}
 	seq := p.comp.Next()
@@ -155,6 +181,11 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		p.pmu.Unlock()
 	}
 	p.sbuf = appendOp(p.sbuf, typ, uint64(seq), uint32(key), off, a, b, data)
+	if p.conn == nil {
+		// Admitted, not connected yet: attach sends it.
+		p.smu.Unlock()
+		return seq, nil
+	}
 	if len(p.sbuf) < batchBytes {
 		// Hold the frame for more: Wait, Flush, a control message, a full
 		// batch or the nudge timer sends it.
@@ -305,9 +336,9 @@ func (p *peer) sendMsg(msg []byte) error {
 		p.smu.Unlock()
 		return err
 	}
-	if p.conn == nil {
+	if p.conn == nil && !p.admitted.Load() {
 		p.smu.Unlock()
-		return &ftrma.OpError{Op: "send", Rank: p.rank, Err: fmt.Errorf("%w: not connected", ftrma.ErrInvalid)}
+		return p.errNotConnected("send")
 	}
 	p.sbuf = appendMsg(p.sbuf, msg)
 	if err := p.kickLocked(true); err != nil {
@@ -324,7 +355,7 @@ func (p *peer) sendMsg(msg []byte) error {
 // the socket (the receive path) passes mayBlock false: what the socket does
 // not take at once is left to the writer goroutine.
 func (p *peer) kickLocked(mayBlock bool) error {
-	if p.writing || len(p.sbuf) == 0 || p.serr != nil {
+	if p.writing || len(p.sbuf) == 0 || p.serr != nil || p.conn == nil {
 		p.smu.Unlock()
 		return nil
 	}
@@ -881,6 +912,8 @@ func (p *peer) down(cause error, quiet bool) {
 	if p.downed.Swap(true) {
 		return
 	}
+	p.absent.Store(false) // failed before it was admitted: never admitted now
+	close(p.dead)
 	err := transport.ErrPeerDown(p.rank, cause)
 	p.nudge.Stop()
 	p.rmu.Lock()

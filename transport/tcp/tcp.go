@@ -32,6 +32,19 @@ type Config struct {
 	// Logger logs refused connections and broken peers (warnings), with
 	// the field rank; nil means ftrma.Logger().
 	Logger *slog.Logger
+	// Absent lists the ranks that have not started (the spares of a job
+	// started with spares, not yet admitted): they are not peers until
+	// Admit (transport.Admitter), operations toward them fail with
+	// transport.ErrAbsent, and their connections are refused, as "not yet",
+	// until then. Connect neither dials nor waits for them, whatever their
+	// address.
+	Absent []ftrma.Rank
+	// Late is set for a rank that starts after the job did (a spare being
+	// admitted): its Connect dials every rank it is given an address for,
+	// lower ranks included, and retries while they have not admitted it
+	// yet. The ranks it does not dial are failed (PeerDown before Connect),
+	// absent, or not served.
+	Late bool
 }
 
 const defaultSpin = 50 * time.Microsecond
@@ -67,7 +80,10 @@ type Transport struct {
 
 type receiverBox struct{ r transport.Receiver }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+)
 
 // Listen creates the transport and starts accepting authenticated connections.
 func Listen(cfg Config) (*Transport, error) {
@@ -97,6 +113,13 @@ func Listen(cfg Config) (*Transport, error) {
 	t.peers = make([]*peer, cfg.Size)
 	for r := range t.peers {
 		t.peers[r] = newPeer(t, ftrma.Rank(r))
+	}
+	for _, r := range cfg.Absent {
+		if r < 0 || int(r) >= cfg.Size || r == cfg.Rank {
+			ln.Close()
+			return nil, fmt.Errorf("tcp: absent rank %d (this is rank %d of %d): %w", r, cfg.Rank, cfg.Size, ftrma.ErrInvalid)
+		}
+		t.peers[r].absent.Store(true)
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -128,6 +151,13 @@ func (t *Transport) Caps() transport.Caps {
 // the same pairs (i leaves out j exactly when j leaves out i). This rank
 // itself is always served, through the loopback path, whatever
 // addrs[Rank] holds. Connect is called once.
+//
+// Ranks of Config.Absent, and ranks already down (PeerDown before
+// Connect: a late rank's view of the ranks that failed before it
+// started), are neither dialed nor waited for, whatever their address. A
+// late rank (Config.Late) dials every other rank with an address, and
+// retries one that refuses it as not admitted yet until ctx ends; a rank
+// reported down meanwhile is given up without an error.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if len(addrs) != t.cfg.Size {
 		return fmt.Errorf("tcp: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
@@ -135,8 +165,10 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if t.connected.Swap(true) {
 		return fmt.Errorf("tcp: connect called twice: %w", ftrma.ErrInvalid)
 	}
+	// skip: not a rank to connect now.
+	skip := func(p *peer) bool { return p.self || p.absent.Load() || p.admitted.Load() || p.downed.Load() }
 	for _, p := range t.peers {
-		if p.self || addrs[p.rank] != "" {
+		if skip(p) || addrs[p.rank] != "" {
 			continue
 		}
 		p.unserved.Store(true)
@@ -152,12 +184,12 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	}
 	errc := make(chan error, t.cfg.Size)
 	dials := 0
-	for r := int(t.cfg.Rank) + 1; r < t.cfg.Size; r++ {
-		if addrs[r] == "" {
+	for _, p := range t.peers {
+		if skip(p) || p.unserved.Load() || (p.rank < t.cfg.Rank && !t.cfg.Late) {
 			continue
 		}
 		dials++
-		go func(r int) { errc <- t.dial(ctx, ftrma.Rank(r), addrs[r]) }(r)
+		go func(r ftrma.Rank) { errc <- t.dial(ctx, r, addrs[r]) }(p.rank)
 	}
 	for range dials {
 		if err := <-errc; err != nil {
@@ -165,11 +197,12 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		}
 	}
 	for _, p := range t.peers {
-		if p.unserved.Load() {
+		if skip(p) || p.unserved.Load() {
 			continue
 		}
 		select {
 		case <-p.ready:
+		case <-p.dead:
 		case <-ctx.Done():
 			return fmt.Errorf("tcp: waiting for rank %d to connect: %w", p.rank, ctx.Err())
 		case <-t.done:
@@ -181,24 +214,33 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 
 func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 	var d net.Dialer
+	p := t.peers[r]
+	pause := 10 * time.Millisecond
 	for {
+		if p.downed.Load() {
+			return nil // reported down meanwhile: nothing to connect
+		}
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			err = dialHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), uint32(r))
 			if err == nil {
-				return t.peers[r].attach(conn.(*net.TCPConn))
+				return p.attach(conn.(*net.TCPConn))
 			}
 			conn.Close()
-			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			if !errors.Is(err, errNotAdmitted) {
+				return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
+			}
+			// The rank has not admitted this one yet: try again.
+		} else if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
 			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
 		}
 		select {
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(pause):
+		case <-p.dead:
 		case <-ctx.Done():
 			return fmt.Errorf("tcp: connect to rank %d: %w", r, ctx.Err())
 		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 
@@ -229,7 +271,11 @@ func (t *Transport) acceptLoop() {
 				err = t.peers[from].attach(conn.(*net.TCPConn))
 			}
 			if err != nil {
-				t.log.Warn(fmt.Sprintf("tcp: refused connection from %s: %v", conn.RemoteAddr(), err))
+				if errors.Is(err, errNotAdmitted) {
+					t.log.Debug(fmt.Sprintf("tcp: refused connection from %s for now: %v", conn.RemoteAddr(), err))
+				} else {
+					t.log.Warn(fmt.Sprintf("tcp: refused connection from %s: %v", conn.RemoteAddr(), err))
+				}
 				conn.Close()
 			}
 		}()
@@ -237,12 +283,16 @@ func (t *Transport) acceptLoop() {
 }
 
 // mayAccept refuses a second connection from a rank, or one from a rank
-// that was fenced, that this rank dials itself, or that is not a peer.
+// that was fenced, that this rank dials itself, or that is not a peer; and
+// one from a rank not admitted yet, for now (errNotAdmitted: it retries).
 func (t *Transport) mayAccept(from uint32) error {
-	if ftrma.Rank(from) > t.cfg.Rank {
+	p := t.peers[from]
+	if p.absent.Load() {
+		return fmt.Errorf("rank %d: %w", from, errNotAdmitted)
+	}
+	if !p.admitted.Load() && (ftrma.Rank(from) > t.cfg.Rank || t.cfg.Late) {
 		return fmt.Errorf("rank %d must be dialed, not accepted", from)
 	}
-	p := t.peers[from]
 	if p.unserved.Load() {
 		return fmt.Errorf("rank %d is not a peer of this transport (Connect got no address for it)", from)
 	}
@@ -257,6 +307,36 @@ func (t *Transport) mayAccept(from uint32) error {
 	return nil
 }
 
+// Admit makes the absent rank r (Config.Absent) a peer
+// (transport.Admitter). r dials this rank (it starts with Config.Late):
+// addr is not used. Until r's connection is up, operations and messages
+// posted toward it wait in its send buffer (a Flush waits for the
+// connection); if r dies first, PeerDown fails them. Admit fails with
+// ftrma.ErrInvalid for self, a rank not absent (a peer already, failed,
+// or not served by this transport), with ftrma.ErrRankOutOfRange for a
+// rank outside the job and with ftrma.ErrClosed after Close.
+func (t *Transport) Admit(r ftrma.Rank, addr string) error {
+	if t.closed.Load() {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrClosed}
+	}
+	if r < 0 || int(r) >= len(t.peers) {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	p := t.peers[r]
+	switch {
+	case p.self:
+		return transport.ErrNotAdmittable(r, "it is this rank")
+	case p.downed.Load():
+		return transport.ErrNotAdmittable(r, "it failed")
+	case p.unserved.Load():
+		return transport.ErrNotAdmittable(r, "another transport serves it")
+	case !p.absent.Load(), p.admitted.Swap(true):
+		return transport.ErrNotAdmittable(r, "it is a peer already")
+	}
+	p.absent.Store(false)
+	return nil
+}
+
 func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 	if t.closed.Load() {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrClosed}
@@ -268,7 +348,20 @@ func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
 	if p.unserved.Load() {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: errNotServed}
 	}
+	if p.absent.Load() {
+		return nil, transport.ErrAbsent(op, r)
+	}
 	return p, nil
+}
+
+// peerOrAbsent is peer, which also returns a rank that has not started:
+// Fence and PeerDown make it failed.
+func (t *Transport) peerOrAbsent(op string, r ftrma.Rank) (*peer, error) {
+	p, err := t.peer(op, r)
+	if err != nil && errors.Is(err, ftrma.ErrRankOutOfRange) && r >= 0 && int(r) < len(t.peers) {
+		return t.peers[r], nil
+	}
+	return p, err
 }
 
 var errNotServed = fmt.Errorf("%w: tcp: rank is not a peer of this transport (Connect got no address for it: another transport reaches it)", ftrma.ErrInvalid)
@@ -434,7 +527,7 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 	if err != nil {
 		return err
 	}
-	if p.comp.Completed() < seq && !p.self {
+	if p.comp.Completed() < seq && !p.self && p.connected() {
 		p.kick()
 		// One waiter of the process busy-polls at a time: more would only
 		// take the CPU from the peers they wait for (and from each other).
@@ -528,9 +621,10 @@ func (t *Transport) receiver() transport.Receiver {
 // Fence cuts r off: its connection is closed, nothing it sent is executed or
 // delivered after Fence returns, operations toward it fail, and it cannot
 // connect again. Fencing a rank that is not a peer (see Connect) fails with
-// ftrma.ErrInvalid.
+// ftrma.ErrInvalid; fencing an absent rank (Config.Absent) makes it failed,
+// never to be admitted.
 func (t *Transport) Fence(r ftrma.Rank) error {
-	p, err := t.peer("fence", r)
+	p, err := t.peerOrAbsent("fence", r)
 	if err != nil {
 		return err
 	}
@@ -544,9 +638,10 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 var errFenced = errors.New("fenced")
 
 // PeerDown marks r down with cause (transport.Transport): its connection
-// is closed and refused from now on, as by Fence.
+// is closed and refused from now on, as by Fence. An absent rank becomes
+// failed, never to be admitted.
 func (t *Transport) PeerDown(r ftrma.Rank, cause error) {
-	p, err := t.peer("peer down", r)
+	p, err := t.peerOrAbsent("peer down", r)
 	if err != nil || p.self {
 		return
 	}

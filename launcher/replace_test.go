@@ -1,0 +1,96 @@
+package launcher
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/window"
+)
+
+// replaceHelper is the rank program of TestProcessReplace: a job of 3
+// ranks and 1 spare. Every rank joins with comm.Init and passes a
+// barrier; rank 1 then exits with status 3. The others find the next
+// barrier failed and call Replace; ftrun starts the spare, whose Init
+// returns the communicator Replace made. All three then pass a barrier
+// and a window round (each puts its world rank into its right
+// neighbour's slot) on it.
+func replaceHelper(rank int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), helperLife)
+	defer cancel()
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "rank %d: %s\n", rank, fmt.Sprintf(format, args...))
+		return 1
+	}
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return fail("init: %v", err)
+	}
+	nc := c
+	if was, ok := c.Replaces(); ok {
+		fmt.Printf("rank %d replaces world rank %d as rank %d of %d\n", rank, was, c.Rank(), c.Size())
+	} else {
+		if err := c.Barrier(ctx); err != nil {
+			return fail("first barrier: %v", err)
+		}
+		if rank == 1 {
+			os.Exit(3)
+		}
+		if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
+			return fail("barrier after rank 1 left: %v, want ErrProcFailed", err)
+		}
+		if nc, err = c.Replace(ctx); err != nil {
+			return fail("replace: %v", err)
+		}
+		defer c.Close()
+	}
+	defer nc.Close()
+	if err := nc.Barrier(ctx); err != nil {
+		return fail("barrier on the new communicator: %v", err)
+	}
+	win, err := window.Allocate(ctx, nc, 8*nc.Size())
+	if err != nil {
+		return fail("allocate: %v", err)
+	}
+	n := ftrma.Rank(nc.Size())
+	next, prev := (nc.Rank()+1)%n, (nc.Rank()+n-1)%n
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(rank))
+	if err := win.PutSync(ctx, next, uint64(8*nc.Rank()), b[:]); err != nil {
+		return fail("put: %v", err)
+	}
+	if err := nc.Barrier(ctx); err != nil {
+		return fail("barrier after put: %v", err)
+	}
+	got := binary.LittleEndian.Uint64(win.Bytes()[8*prev:])
+	if err := win.Free(ctx); err != nil {
+		return fail("free: %v", err)
+	}
+	fmt.Printf("rank %d is %d of %d after replace, its left neighbour is world rank %d\n", rank, nc.Rank(), nc.Size(), got)
+	return 0
+}
+
+// Through ftrun --respawn=1, over TCP and shared memory: rank 1 of 3
+// exits, the survivors' Replace starts the spare (world rank 3), which
+// takes number 1; a barrier and a window work on the new communicator.
+func TestProcessReplace(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			cmd := helperCmd(t, ctx, "replace", []string{"-n", "3", "--respawn=1", "--transport", tr})
+			out, _ := cmd.CombinedOutput() // rank 1's exit fails the job
+			wantLines(t, string(out),
+				`rank 3 replaces world rank 1 as rank 1 of 3`,
+				`rank 0 is 0 of 3 after replace, its left neighbour is world rank 2`,
+				`rank 3 is 1 of 3 after replace, its left neighbour is world rank 0`,
+				`rank 2 is 2 of 3 after replace, its left neighbour is world rank 3`,
+			)
+		})
+	}
+}

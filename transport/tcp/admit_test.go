@@ -1,0 +1,143 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/transport/transporttest"
+)
+
+// spareJob starts live connected ranks of a job of live+spares ranks, the
+// spares absent, and returns how to start a spare: Listen with Late and the
+// absent spares, PeerDown the failed ranks, Connect to the live ones.
+func spareJob(t testing.TB, live, spares int, spin time.Duration) *transporttest.Spares {
+	t.Helper()
+	size := live + spares
+	var absent []ftrma.Rank
+	for s := live; s < size; s++ {
+		absent = append(absent, ftrma.Rank(s))
+	}
+	w := &transporttest.Spares{Live: live, Ranks: make([]transport.Transport, size)}
+	addrs := make([]string, size)
+	ts := make([]*Transport, size)
+	for r := range live {
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: size, Secret: secret, Spin: spin, Absent: absent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r], addrs[r], w.Ranks[r] = tr, tr.Addr(), tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, live)
+	for r := range live {
+		go func() { errc <- ts[r].Connect(ctx, addrs) }()
+	}
+	for range live {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Start = func(s int, up, failed []int) (transport.Transport, string, func(context.Context) error) {
+		var absent []ftrma.Rank
+		mine := make([]string, size)
+		known := map[int]bool{s: true}
+		for _, r := range up {
+			mine[r], known[r] = addrs[r], true
+		}
+		for _, r := range failed {
+			known[r] = true
+		}
+		for r := range size {
+			if !known[r] {
+				absent = append(absent, ftrma.Rank(r))
+			}
+		}
+		tr, err := Listen(Config{Rank: ftrma.Rank(s), Size: size, Secret: secret, Spin: spin, Absent: absent, Late: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[s], addrs[s] = tr, tr.Addr()
+		for _, r := range failed {
+			tr.PeerDown(ftrma.Rank(r), errors.New("failed before this rank started"))
+		}
+		return tr, tr.Addr(), func(ctx context.Context) error { return tr.Connect(ctx, mine) }
+	}
+	return w
+}
+
+// TestAdmission runs the admission contract (transporttest.RunAdmission) on
+// tcp; a killed rank is closed.
+func TestAdmission(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spin time.Duration
+	}{{"park", -1}, {"spin", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.RunAdmission(t, func(t testing.TB, live, spares int) *transporttest.Spares {
+				return spareJob(t, live, spares, c.spin)
+			})
+		})
+	}
+}
+
+// A spare that dials before the rank admitted it is refused for now and
+// retries; what the rank posts toward it between Admit and the connection
+// waits and then lands, in order.
+func TestAdmitBeforeAndAfterTheSpareDials(t *testing.T) {
+	ctx := testCtx(t)
+	logs := &logSink{}
+	live, err := Listen(Config{Rank: 0, Size: 2, Secret: secret, Absent: []ftrma.Rank{1}, Logger: logs.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if err := live.Connect(ctx, []string{live.Addr(), ""}); err != nil {
+		t.Fatal(err)
+	}
+	rec := transporttest.NewRecorder()
+	live.SetReceiver(rec)
+	spare, err := Listen(Config{Rank: 1, Size: 2, Secret: secret, Late: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	srec := transporttest.NewRecorder()
+	spare.SetReceiver(srec)
+	mem := words(8)
+	key, err := spare.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- spare.Connect(ctx, []string{live.Addr(), spare.Addr()}) }()
+	// Refused as not admitted yet, at least once.
+	rec.Await(t, ctx, "the spare's refused dial", func() bool { return logs.Contains("for now") })
+	if err := live.Admit(1, spare.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	// Posted before the spare's connection is (probably) up.
+	seq, err := live.Write(1, key, 0, []byte{4})
+	if err != nil {
+		t.Fatalf("write toward an admitted spare not connected yet: %v", err)
+	}
+	if err := live.Send(1, []byte("hello")); err != nil {
+		t.Fatalf("send toward an admitted spare not connected yet: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("spare: connect: %v", err)
+	}
+	if err := live.Wait(ctx, 1, seq); err != nil || mem[0] != 4 {
+		t.Fatalf("the early write: %v, memory %d", err, mem[0])
+	}
+	srec.Await(t, ctx, "the early message", func() bool { return len(srec.From(0)) == 1 })
+	if logs.Contains("refused connection from") && !logs.Contains("for now") {
+		t.Fatalf("a refusal other than 'not admitted yet':\n%s", logs)
+	}
+}
