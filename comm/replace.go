@@ -295,7 +295,14 @@ func (c *Comm) Replace(ctx context.Context) (*Comm, error) {
 		members[f] = spares[i]
 	}
 	c.rt.forgetReplace(id)
-	return finishReplace(ctx, c.makeChild(id, members), nil)
+	nc, err := finishReplace(ctx, c.makeChild(id, members), nil)
+	if err == nil {
+		// Every member has admitted every spare of this Replace (each
+		// waited for their admissions before the last agreement): the
+		// broadcast may drop the graphs of its earlier present sets.
+		c.rt.settle()
+	}
+	return nc, err
 }
 
 // spawnFor asks the Spawner for a spare for each of c's failed ranks, one
@@ -398,6 +405,7 @@ func joinReplace(ctx context.Context, self *Comm, plan replacePlan) (*Comm, erro
 	}
 	nc.world = true
 	nc.session = self.session
+	rt.settle()
 	return nc, nil
 }
 
