@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -412,9 +414,8 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var t transport.Transport
 	var conn net.Conn
 	var err error
-	switch {
-	case env.spares > 0 && (env.transport == jobwire.TransportHybrid || env.transport == jobwire.TransportVerbs):
-		return nil, fmt.Errorf("launcher: rank %d: spare ranks (%s=%d) work over tcp and shm only, not %s yet", env.rank, jobwire.EnvSpares, env.spares, env.transport)
+	if env.spares > 0 && env.transport == jobwire.TransportVerbs {
+		return nil, fmt.Errorf("launcher: rank %d: spare ranks (%s=%d) work over tcp, shm and shm+tcp only, not %s yet", env.rank, jobwire.EnvSpares, env.spares, env.transport)
 	}
 	switch env.transport {
 	case jobwire.TransportSHM:
@@ -505,13 +506,20 @@ func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.L
 
 // joinHybrid builds shared memory toward the ranks on this host and TCP
 // toward the others, one transport per peer (transport/multi): the shm
-// segments exist before this rank publishes its TCP address.
-func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: env.localRanks, Logger: logger, Spin: env.transportSpin()})
+// segments exist before this rank publishes its TCP address. In a job with
+// spares both start with the spares absent as env.hybridPlan says, the
+// multi transport admits them by the host they start on (NewAdmitting),
+// and a spare publishes multi.AdmitAddr(host, its TCP address), the
+// address the live ranks admit it with.
+func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+	plan := env.hybridPlan()
+	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: plan.shmRanks, Absent: plan.shmAbsent,
+		Logger: logger, Spin: env.transportSpin()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin()}
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
+		Absent: env.absent(), Late: env.spawned}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
 	}
@@ -520,15 +528,100 @@ func joinHybrid(ctx context.Context, env jobEnv, recv transport.Receiver, logger
 		st.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	t, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}, multi.HostRoute(env.size, env.localRanks))
+	subs := []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}
+	var t *multi.Transport
+	if env.spares > 0 {
+		t, err = multi.NewAdmitting(subs, plan.route, multi.Admission{Host: plan.host, Local: 0, Remote: 1})
+	} else {
+		t, err = multi.New(subs, plan.route)
+	}
 	if err != nil {
 		st.Close()
 		tt.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
+	addr := t.Addr()
+	if env.spawned {
+		addr = multi.AdmitAddr(plan.host, addr)
+	}
+	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(addr), "connect to peers", func(conn net.Conn, addrs []string) error {
+		// Spares started before this one published their host too:
+		// TCP wants only the network address.
+		addrs = slices.Clone(addrs)
+		for r, a := range addrs {
+			if _, na, ok := strings.Cut(a, "/"); ok {
+				addrs[r] = na
+			}
+		}
+		env.downFailed(t, recv)
 		return t.Connect(ctx, addrs)
 	})
+}
+
+// hybridPlan is how a rank of a shm+tcp job builds its transports.
+type hybridPlan struct {
+	host      string       // this rank's host for admissions (multi.Admission.Host)
+	shmRanks  []ftrma.Rank // shm's Config.Ranks
+	shmAbsent []ftrma.Rank // shm's Config.Absent
+	route     []int        // the multi route: 0 shm, 1 tcp, or multi.Absent
+}
+
+// hybridPlan plans this rank's transports from FTRMA_LOCAL_RANKS (the
+// ranks on this host; for a spare, the first ranks there and the spares
+// started there so far, itself included) and the spares.
+//
+// Without spares, shm serves the host's ranks and tcp the others. With
+// spares, shm also serves every spare (any spare may start on this host),
+// and the ranks absent from the start (env.absent) are multi.Absent in the
+// route and absent in both transports; shm counts absent too the spares it
+// serves that started on another host. Admit later routes a spare by the
+// host it names. A spare routes the ranks before it by whether they run on
+// its host.
+//
+// The host's name must be the same at every rank of the host and differ
+// between hosts, while ranks on one machine may stand for several hosts
+// (ftrun's agents in tests): FTRMA_LOCAL_RANKS is what defines a host, so
+// the name is its lowest first rank (not a spare), which no other host
+// lists, or, on a host of spares only, its lowest spare.
+func (env jobEnv) hybridPlan() hybridPlan {
+	first := env.size - env.spares // ranks below it started at launch
+	var p hybridPlan
+	var hostRanks []ftrma.Rank
+	for _, r := range env.localRanks {
+		if int(r) < first {
+			hostRanks = append(hostRanks, r)
+		}
+	}
+	name := slices.Min(env.localRanks) // env.localRanks holds this rank at least
+	if len(hostRanks) > 0 {
+		name = slices.Min(hostRanks)
+	}
+	p.host = fmt.Sprintf("host-of-rank-%d", name)
+	absent := env.absent()
+	p.shmRanks = hostRanks
+	for r := ftrma.Rank(first); int(r) < env.size; r++ {
+		p.shmRanks = append(p.shmRanks, r)
+	}
+	for _, r := range p.shmRanks {
+		if r != env.rank && (slices.Contains(absent, r) || !slices.Contains(env.localRanks, r)) {
+			p.shmAbsent = append(p.shmAbsent, r)
+		}
+	}
+	p.route = make([]int, env.size)
+	for r := range p.route {
+		switch {
+		case ftrma.Rank(r) == env.rank || slices.Contains(env.localRanks, ftrma.Rank(r)):
+			p.route[r] = 0
+		case slices.Contains(absent, ftrma.Rank(r)):
+			p.route[r] = multi.Absent
+		default:
+			p.route[r] = 1
+		}
+	}
+	if env.spares == 0 {
+		p.shmRanks, p.shmAbsent = env.localRanks, nil
+	}
+	return p
 }
 
 // joinVerbs opens the verbs transport (its queue pairs exist before this

@@ -1,0 +1,134 @@
+package startup
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport/multi"
+)
+
+// hybridEnv is rank r of a shm+tcp job of size ranks with spares, local
+// being FTRMA_LOCAL_RANKS; a spare (r >= size-spares) is spawned.
+func hybridEnv(r ftrma.Rank, size, spares int, local ...ftrma.Rank) jobEnv {
+	return jobEnv{rank: r, size: size, spares: spares, spawned: int(r) >= size-spares,
+		transport: jobwire.TransportHybrid, localRanks: local}
+}
+
+// The plan of each rank of a job of 4 ranks and 2 spares, the ranks on two
+// hosts ({0, 1} and {2, 3}) and the spares on the first.
+func TestHybridPlan(t *testing.T) {
+	A := multi.Absent
+	for _, c := range []struct {
+		name string
+		env  jobEnv
+		want hybridPlan
+	}{
+		{"a first rank", hybridEnv(1, 6, 2, 0, 1),
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{4, 5}, []int{0, 0, 1, 1, A, A}}},
+		{"a first rank on the other host", hybridEnv(2, 6, 2, 2, 3),
+			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3, 4, 5}, []ftrma.Rank{4, 5}, []int{1, 1, 0, 0, A, A}}},
+		{"the first spare", hybridEnv(4, 6, 2, 0, 1, 4),
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{5}, []int{0, 0, 1, 1, 0, A}}},
+		{"the second spare", hybridEnv(5, 6, 2, 0, 1, 4, 5),
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, nil, []int{0, 0, 1, 1, 0, 0}}},
+		{"a spare on a host of spares only", hybridEnv(5, 6, 2, 5),
+			hybridPlan{"host-of-rank-5", []ftrma.Rank{4, 5}, []ftrma.Rank{4}, []int{1, 1, 1, 1, 1, 0}}},
+		{"no spares", hybridEnv(3, 4, 0, 2, 3),
+			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3}, nil, multi.HostRoute(4, []ftrma.Rank{2, 3})}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.env.hybridPlan(); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("plan %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// Over any placement, two started ranks agree on the path between them,
+// and it is the one multi.Admit picks by the admitted rank's host name:
+// shm exactly when their hosts' names are equal. Spares start in rank
+// order, each on one of the hosts, and FTRMA_LOCAL_RANKS of a spare lists
+// the first ranks of its host and the spares started there so far, as
+// ftrun gives it.
+func TestHybridPlanAgrees(t *testing.T) {
+	const n, spares = 5, 3
+	for _, c := range []struct {
+		name   string
+		hostOf []int // by rank, spares included; host 2 has spares only
+	}{
+		{"blocks", []int{0, 0, 0, 1, 1, 0, 1, 0}},
+		{"alternating", []int{0, 1, 0, 1, 0, 1, 0, 0}},
+		{"a host of spares", []int{0, 0, 1, 1, 1, 2, 2, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			size := n + spares
+			plans := make([]hybridPlan, size)
+			for r := range size {
+				var local []ftrma.Rank
+				for q := range size {
+					if c.hostOf[q] == c.hostOf[r] && (q < n || q <= r) {
+						local = append(local, ftrma.Rank(q))
+					}
+				}
+				plans[r] = hybridEnv(ftrma.Rank(r), size, spares, local...).hybridPlan()
+				if !slices.Contains(plans[r].shmRanks, ftrma.Rank(r)) {
+					t.Errorf("rank %d: shm ranks %v lack it", r, plans[r].shmRanks)
+				}
+			}
+			for a := range size {
+				for b := range size {
+					sameHost := c.hostOf[a] == c.hostOf[b]
+					if (plans[a].host == plans[b].host) != sameHost {
+						t.Errorf("ranks %d and %d: hosts %q and %q, same host %v", a, b, plans[a].host, plans[b].host, sameHost)
+					}
+					if a == b || b > a && b >= n {
+						continue // b is absent at a: Admit routes it by host name
+					}
+					// b started before a, or is a first rank: a's route for it.
+					if got, want := plans[a].route[b], map[bool]int{true: 0, false: 1}[sameHost]; got != want {
+						t.Errorf("rank %d routes rank %d to %d, want %d", a, b, got, want)
+					}
+					if plans[a].route[b] == 0 && (!slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) || slices.Contains(plans[a].shmAbsent, ftrma.Rank(b))) {
+						t.Errorf("rank %d routes rank %d to shm, which does not serve it as started: ranks %v, absent %v", a, b, plans[a].shmRanks, plans[a].shmAbsent)
+					}
+					if plans[a].route[b] == 1 && slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) && !slices.Contains(plans[a].shmAbsent, ftrma.Rank(b)) {
+						t.Errorf("rank %d routes rank %d to tcp, but shm waits for it: ranks %v, absent %v", a, b, plans[a].shmRanks, plans[a].shmAbsent)
+					}
+				}
+				for b := n; b < size; b++ {
+					if b > a && plans[a].route[b] != multi.Absent {
+						t.Errorf("rank %d routes spare %d, not started yet, to %d", a, b, plans[a].route[b])
+					}
+					if !slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) {
+						t.Errorf("rank %d: shm does not serve spare %d: %v", a, b, plans[a].shmRanks)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Spares are refused over verbs with a clear error, before anything is
+// opened; over shm+tcp they are not refused (this join fails later, at the
+// rendezvous nobody serves).
+func TestJoinSparesTransports(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	env := jobEnv{rank: 0, size: 3, spares: 1, rendezvous: "127.0.0.1:1", secret: testSecret(1), job: "5eed16", localSize: 2,
+		transport: jobwire.TransportVerbs, lease: jobwire.LeaseTerm}
+	_, err := join(ctx, env, nopReceiver{})
+	if err == nil || !strings.Contains(err.Error(), "spare ranks (FTRMA_SPARES=1) work over tcp, shm and shm+tcp only, not verbs yet") {
+		t.Errorf("join over verbs with spares: %v, want the refusal", err)
+	}
+	env.transport, env.localRanks = jobwire.TransportHybrid, []ftrma.Rank{0, 1}
+	env.got = nil
+	_, err = join(ctx, env, nopReceiver{})
+	if err == nil || strings.Contains(err.Error(), "spare ranks") || !strings.Contains(err.Error(), "rendezvous") {
+		t.Errorf("join over shm+tcp with spares: %v, want a rendezvous error", err)
+	}
+}
