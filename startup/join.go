@@ -409,6 +409,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	}
 	x := newExitReceiver(recv, env.size)
 	env.got = new(joinInfo)
+	sess := &Session{rank: env.rank, size: env.size, job: env.job, exit: x,
+		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time),
+		spares: env.spares, spawn: env.spawn, spawned: env.spawned, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
 	// The transports add the rank to their lines.
 	logger := ftrma.Logger().With(ftrma.LogJob, env.job)
 	var t transport.Transport
@@ -419,34 +422,56 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	}
 	switch env.transport {
 	case jobwire.TransportSHM:
-		t, conn, err = joinSHM(ctx, env, x, logger)
+		t, conn, err = joinSHM(ctx, env, x, sess, logger)
 	case jobwire.TransportVerbs:
 		t, conn, err = joinVerbs(ctx, env, x, logger)
 	case jobwire.TransportHybrid:
-		t, conn, err = joinHybrid(ctx, env, x, logger)
+		t, conn, err = joinHybrid(ctx, env, x, sess, logger)
 	default:
-		t, conn, err = joinTCP(ctx, env, x, logger)
+		t, conn, err = joinTCP(ctx, env, x, sess, logger)
 	}
 	if err != nil {
 		return nil, err
 	}
 	// The rendezvous just completed with ftrun: the lease starts now.
-	sess := &Session{rank: env.rank, size: env.size, job: env.job, t: t, conn: conn, exit: x,
-		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time), expiry: time.Now().Add(env.lease),
-		spares: env.spares, spawn: env.spawn, spawned: env.spawned, failed: env.got.failed, live: env.got.live, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
+	sess.lmu.Lock()
+	sess.expiry = time.Now().Add(env.lease)
+	sess.lmu.Unlock()
+	sess.failed, sess.live = env.got.failed, env.got.live
+	if sess.conn == nil { // not watching yet (see watchEarly)
+		sess.t, sess.conn = t, conn
+		sess.watching.Add(1)
+		go sess.watch()
+	}
 	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "spares", env.spares, "spawned", env.spawned, "transport", env.transport, "lease", env.lease)
 	for _, a := range env.got.admits { // arrived while waiting for the start
 		sess.admitted(a)
 	}
-	sess.watching.Add(2)
-	go sess.watch()
+	sess.watching.Add(1)
 	go sess.keepLease()
 	return sess, nil
 }
 
+// watchEarly starts sess watching the supervision channel conn before its
+// transport t connects, for a spare started later: a rank may exit while
+// the spare connects to it (after ftrun made the spare's address list),
+// and only ftrun's exit notice, passed to t (PeerDown), ends the spare's
+// attempts to reach it; an admission of a later spare may come too. It
+// does nothing for the ranks started at launch, whose watch starts after
+// Join connected. stop undoes it when the connection fails: conn closes.
+func watchEarly(env jobEnv, sess *Session, t transport.Transport, conn net.Conn) (stop func()) {
+	if !env.spawned || sess == nil {
+		return func() {}
+	}
+	sess.t, sess.conn = t, conn
+	sess.watching.Add(1)
+	go sess.watch()
+	return func() { sess.Close() }
+}
+
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
-func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
 		Absent: env.absent(), Late: env.spawned}
 	if env.hostAddr != "" {
@@ -456,7 +481,7 @@ func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.L
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
+	return rendezvousThen(ctx, env, t, recv, sess, jobwire.WholeAddr(t.Addr()), "connect to peers", func(conn net.Conn, addrs []string) error {
 		env.downFailed(t, recv)
 		return t.Connect(ctx, addrs)
 	})
@@ -493,12 +518,12 @@ func (env jobEnv) downFailed(t peerDowner, x *exitReceiver) {
 // joinSHM builds the shared-memory transport (its segments exist before
 // this rank publishes itself), joins the rendezvous, whose end means every
 // rank's segments exist, and maps the peers.
-func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	t, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Logger: logger, Spin: env.transportSpin(), Absent: env.absent()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr("shm"), "map peers", func(net.Conn, []string) error {
+	return rendezvousThen(ctx, env, t, recv, sess, jobwire.WholeAddr("shm"), "map peers", func(net.Conn, []string) error {
 		env.downFailed(t, recv)
 		return t.Connect(ctx)
 	})
@@ -511,7 +536,7 @@ func joinSHM(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.L
 // multi transport admits them by the host they start on (NewAdmitting),
 // and a spare publishes multi.AdmitAddr(host, its TCP address), the
 // address the live ranks admit it with.
-func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
+func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	plan := env.hybridPlan()
 	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: plan.shmRanks, Absent: plan.shmAbsent,
 		Logger: logger, Spin: env.transportSpin()})
@@ -544,7 +569,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slo
 	if env.spawned {
 		addr = multi.AdmitAddr(plan.host, addr)
 	}
-	return rendezvousThen(ctx, env, t, recv, jobwire.WholeAddr(addr), "connect to peers", func(conn net.Conn, addrs []string) error {
+	return rendezvousThen(ctx, env, t, recv, sess, jobwire.WholeAddr(addr), "connect to peers", func(conn net.Conn, addrs []string) error {
 		// Spares started before this one published their host too:
 		// TCP wants only the network address.
 		addrs = slices.Clone(addrs)
@@ -646,7 +671,7 @@ func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog
 		t.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	return rendezvousThen(ctx, env, t, recv, addr, "connect queue pairs", func(conn net.Conn, addrs []string) error {
+	return rendezvousThen(ctx, env, t, recv, nil, addr, "connect queue pairs", func(conn net.Conn, addrs []string) error {
 		if err := t.Connect(ctx, addrs); err != nil {
 			return err
 		}
@@ -672,9 +697,11 @@ func (env jobEnv) transportSpin() time.Duration {
 
 // rendezvousThen installs recv on the opened transport t, publishes addr
 // through the rendezvous and hands the connection and every rank's address
-// (as this rank gets it: jobwire.Addr.For) to connect. On any failure it
-// closes what it opened.
-func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv transport.Receiver, addr jobwire.Addr, what string,
+// (as this rank gets it: jobwire.Addr.For) to connect. A spare's sess
+// watches the connection meanwhile (watchEarly); sess may be nil when the
+// connection is read by connect itself (verbs: awaitStart). On any failure
+// it closes what it opened.
+func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv transport.Receiver, sess *Session, addr jobwire.Addr, what string,
 	connect func(conn net.Conn, addrs []string) error) (transport.Transport, net.Conn, error) {
 	t.SetReceiver(recv)
 	conn, addrs, err := rendezvous(ctx, env, addr)
@@ -682,7 +709,9 @@ func rendezvousThen(ctx context.Context, env jobEnv, t transport.Transport, recv
 		t.Close()
 		return nil, nil, err
 	}
+	stop := watchEarly(env, sess, t, conn)
 	if err := connect(conn, addrs); err != nil {
+		stop()
 		conn.Close()
 		t.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %s: %w", env.rank, what, err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -35,6 +36,14 @@ var errAuth = errors.New("tcp: authentication failed")
 // admitted yet (transport.Admitter); the dialer retries.
 var errNotAdmitted = errors.New("tcp: not admitted yet")
 
+// errHungUp is the dialer's error when the acceptor closed or reset the
+// connection during the handshake, before accepting or refusing it: it is
+// closing, or its process ended (an acceptor that refuses a hello closes
+// too). A dialer that starts late (Config.Late)
+// retries, as it does while the port refuses connections, until the peer
+// is reported down (PeerDown: ftrun's exit notice) or its context ends.
+var errHungUp = errors.New("tcp: peer hung up during the handshake")
+
 func mac(secret []byte, role string, from, to uint32, n1, n2 []byte) []byte {
 	h := hmac.New(sha256.New, secret)
 	h.Write([]byte(role))
@@ -45,6 +54,13 @@ func mac(secret []byte, role string, from, to uint32, n1, n2 []byte) []byte {
 	h.Write(n1)
 	h.Write(n2)
 	return h.Sum(nil)
+}
+
+// hungUp is the error of a handshake with rank to whose connection failed
+// with err (closed, reset) before a verdict: the acceptor is closing or its
+// process ended.
+func hungUp(err error, to uint32) error {
+	return fmt.Errorf("%w: rank %d (%w)", errHungUp, to, err)
 }
 
 // dialHandshake runs the dialer's side on conn: rank from connecting to rank to.
@@ -58,23 +74,29 @@ func dialHandshake(conn net.Conn, secret []byte, from, to uint32) error {
 	nonceD := hello[16:]
 	rand.Read(nonceD)
 	if _, err := conn.Write(hello); err != nil {
-		return err
+		return hungUp(err, to)
 	}
 	reply := make([]byte, nonceLen+macLen)
 	if _, err := io.ReadFull(conn, reply); err != nil {
-		return fmt.Errorf("%w: %v", errAuth, err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: %v", errAuth, err)
+		}
+		return hungUp(err, to)
 	}
 	nonceA := reply[:nonceLen]
 	if !hmac.Equal(reply[nonceLen:], mac(secret, "acceptor", from, to, nonceD, nonceA)) {
 		return fmt.Errorf("%w: peer does not know the job secret", errAuth)
 	}
 	if _, err := conn.Write(mac(secret, "dialer", from, to, nonceA, nonceD)); err != nil {
-		return err
+		return hungUp(err, to)
 	}
 	var ok [1]byte
-	if _, err := io.ReadFull(conn, ok[:]); err == nil && ok[0] == 2 {
+	switch _, err := io.ReadFull(conn, ok[:]); {
+	case err == nil && ok[0] == 2:
 		return fmt.Errorf("%w by rank %d", errNotAdmitted, to)
-	} else if err != nil || ok[0] != 1 {
+	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
+		return hungUp(err, to)
+	case err != nil || ok[0] != 1:
 		return fmt.Errorf("%w: refused by rank %d", errAuth, to)
 	}
 	return nil

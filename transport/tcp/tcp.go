@@ -227,10 +227,11 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 				return p.attach(conn.(*net.TCPConn))
 			}
 			conn.Close()
-			if !errors.Is(err, errNotAdmitted) {
+			if !errors.Is(err, errNotAdmitted) && !(t.cfg.Late && errors.Is(err, errHungUp)) {
 				return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
 			}
-			// The rank has not admitted this one yet: try again.
+			// The rank has not admitted this one yet, or (a late
+			// rank) it hung up, perhaps ending: try again.
 		} else if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
 			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
 		}
