@@ -42,7 +42,8 @@ type Config struct {
 	// Late is set for a rank that starts after the job did (a spare being
 	// admitted): its Connect dials every rank it is given an address for,
 	// lower ranks included, and retries while they have not admitted it
-	// yet. The ranks it does not dial are failed (PeerDown before Connect),
+	// yet or hang up during the handshake (a rank ending), until PeerDown
+	// or the end of its context. The ranks it does not dial are failed (PeerDown before Connect),
 	// absent, or not served.
 	Late bool
 }
