@@ -161,7 +161,14 @@ type replacer interface {
 // (this rank's table and chunks) keeps its addresses; nil old for a new
 // rank.
 func rebuild(ctx context.Context, nc window.Comm, old *window.Window) (*window.Window, error) {
-	return window.CreateDynamic(ctx, nc)
+	return window.Rebuild(ctx, nc, old, nil)
+}
+
+// retryable reports whether an operation that met err starts again: a
+// replica failed, or Grow rebuilt the window under it (the next attempt
+// takes the new one).
+func retryErr(err error) bool {
+	return errors.Is(err, ftrma.ErrProcFailed) || errors.Is(err, window.ErrRebuilt)
 }
 
 // Grow extends the store to nc, the communicator Replace returned for the
@@ -201,6 +208,19 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		world[r] = v.c.TransportRank(ftrma.Rank(r))
 	}
 	nw, werr := rebuild(ctx, nc, v.w)
+	if werr == nil {
+		// The old window is unusable now: the old view goes on with the
+		// new one (its ranks are the same processes, its memory the same
+		// addresses; the replaced ranks stay failed in it).
+		ov := &view{w: nw, c: v.c, tables: v.tables, hosts: v.hosts, place: v.place, fast: nw.WholeWords(),
+			arenas: v.arenas, keyArenas: v.keyArenas}
+		s.cur.Store(ov)
+		if err := drain(ctx, v); err != nil {
+			return fail(err)
+		}
+		v.w.Free(ctx) // local: its control words
+		v = ov
+	}
 	g, err := exchange(ctx, nc, werr, s.survivorInfo(v, world), func([][]byte) ([]byte, error) { return []byte{'S'}, nil })
 	if err != nil {
 		return fail(err)

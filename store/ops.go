@@ -59,7 +59,7 @@ func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica,
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
 		i, err := s.findSlot(ctx, r, id, claim)
-		if errors.Is(err, ftrma.ErrProcFailed) {
+		if retryErr(err) {
 			return nil, fmt.Errorf("%w: %v", errRetry, err)
 		}
 		if err != nil {
@@ -97,7 +97,7 @@ func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, 
 			continue
 		}
 		if e := s.v().w.Flush(ctx, p.r); e != nil {
-			if errors.Is(e, ftrma.ErrProcFailed) {
+			if retryErr(e) {
 				p.failed, anyFailed = true, true
 			} else if err == nil {
 				err = e
@@ -217,7 +217,7 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 }
 
 func (s *Store) retryable(err error) error {
-	if errors.Is(err, ftrma.ErrProcFailed) {
+	if retryErr(err) {
 		return fmt.Errorf("%w: %v", errRetry, err)
 	}
 	return err
