@@ -147,6 +147,9 @@ func newArenas(n int) []*arena {
 	return a
 }
 
+// testHookMove is called before a survivor's move checks its i-th key.
+var testHookMove testHook[func(s *Store, i int)]
+
 // growKey in a context marks the repairs of Grow's move, whose writes count
 // in Stats.GrowKeys and GrowBytes.
 type growKey struct{}
@@ -627,7 +630,10 @@ func (s *Store) moveKeys(ctx context.Context) error {
 	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
 	gctx := context.WithValue(ctx, growKey{}, true)
 	start := time.Now()
-	for _, j := range jobs {
+	for i, j := range jobs {
+		if hook := testHookMove.get(); hook != nil {
+			hook(s, i)
+		}
 		if d := time.Duration(j.pos)*staggerStep - time.Since(start); d > 0 {
 			t := time.NewTimer(d)
 			select {

@@ -373,3 +373,47 @@ func TestGrowLinearizable(t *testing.T) {
 	t.Logf("%d operations", len(ops))
 	checkLin(t, ops, 0)
 }
+
+// A survivor crashes in the middle of its move: Grow returns at every
+// other rank within the context (done or with an error), and every key
+// still reads back with its value from every live rank.
+func TestGrowSurvivorFailsMidMove(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 6, 1, smallOptions(3))
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	crashAndWait(ctx, t, w, st, 4)
+	var once sync.Once
+	testHookMove.set(t, func(s *Store, i int) {
+		if s.me == 1 && i == 10 {
+			once.Do(func() { w.Crash(1) })
+		}
+	})
+	// The crashed rank's own Grow may only end with its context.
+	short, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	nst, errs := replaceAndGrow(short, t, w, st, []ftrma.Rank{4})
+	for r, err := range errs {
+		if r != 1 && err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	nst[1] = nil
+	for k, val := range want {
+		for r, s := range nst {
+			if s == nil {
+				continue
+			}
+			got, err := s.Get(ctx, []byte(k))
+			if err != nil || string(got) != val {
+				t.Fatalf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
+			}
+		}
+	}
+}
