@@ -93,8 +93,8 @@ func (s *Store) relocate(ctx context.Context, i int) bool {
 	defer func() {
 		var w [8]byte
 		putWords(w[:], free)
-		s.w.Put(s.me, at+slotLock*8, w[:])
-		s.w.Flush(ctx, s.me)
+		s.v().w.Put(s.me, at+slotLock*8, w[:])
+		s.v().w.Flush(ctx, s.me)
 	}()
 	// Under the lock nobody else changes the slot.
 	if atomic.LoadUint64(&s.table[base+slotKey]) != ka || atomic.LoadUint64(&s.table[base+slotPAddr]) != 0 {
@@ -105,7 +105,7 @@ func (s *Store) relocate(ctx context.Context, i int) bool {
 		return false
 	}
 	rec := make([]byte, n)
-	if s.w.Get(s.me, old, rec) != nil || s.w.Flush(ctx, s.me) != nil {
+	if s.v().w.Get(s.me, old, rec) != nil || s.v().w.Flush(ctx, s.me) != nil {
 		return false
 	}
 	if r, ok := decodeRecord(rec); !ok || !r.is(id) || r.version != v {
@@ -115,13 +115,13 @@ func (s *Store) relocate(ctx context.Context, i int) bool {
 	if err != nil {
 		return false
 	}
-	if s.w.Put(s.me, addr, rec) != nil || s.w.Flush(ctx, s.me) != nil {
+	if s.v().w.Put(s.me, addr, rec) != nil || s.v().w.Flush(ctx, s.me) != nil {
 		s.free(ctx, s.me, addr, n)
 		return false
 	}
 	var d [8]byte
 	putWords(d[:], addr)
-	if s.w.Put(s.me, at+slotCurAddr*8, d[:]) != nil || s.w.Flush(ctx, s.me) != nil {
+	if s.v().w.Put(s.me, at+slotCurAddr*8, d[:]) != nil || s.v().w.Flush(ctx, s.me) != nil {
 		return false
 	}
 	s.free(ctx, s.me, old, n)

@@ -90,6 +90,8 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 	if err := s.check(op, key, value); err != nil {
 		return false, err
 	}
+	v := s.hold()
+	defer v.done()
 	id := s.ident(key)
 	if err := s.keys.lock(ctx, id); err != nil {
 		return false, &ftrma.OpError{Op: op, Rank: -1, Err: err}

@@ -17,6 +17,11 @@
 // later Get sees it. A transaction (Begin, Tx.Put/Delete, Commit) is all or
 // nothing, also when its writer dies in the middle of Commit.
 //
+// After comm.Replace the store grows back (Grow, Join; see grow.go): the
+// replaced rank numbers join placement again, the keys placed on them get
+// copies there, and with that every key has Copies copies again. All of the
+// above holds during the move too: reads and writes go on, linearizably.
+//
 // What users of Hazelcast's IMap or etcd look for:
 //
 //   - Conditional writes (cond.go): CompareAndSwap (replace(k, old, new);
@@ -44,7 +49,7 @@
 //
 // # Design (the "localized recovery variant" of Fohry and Fink)
 //
-// One dynamic window, one lock-all epoch, no collective after Open. Each rank
+// One dynamic window, one lock-all epoch, no collective after Open but Grow. Each rank
 // exposes a table — a header, Slots key slots and a chunk table — and a heap
 // of chunks it attaches as they are needed.
 //
@@ -98,13 +103,29 @@
 //     changed or whose lock a failed rank held, it makes the replicas whole
 //     again (a new replica gets the newest copy). Ranks that shared no key
 //     with the failed rank do nothing.
+//   - Growing back (grow.go): after comm.Replace, whose new communicator
+//     gives each failed rank's number to a new, empty process, Grow at the
+//     survivors and Join at the new ranks rebuild the window over it and
+//     count the replaced numbers live again. Only keys whose first Copies
+//     live ranks now include a new rank move. While they move, every
+//     operation uses the union of a key's old and new replicas (an empty
+//     new replica reads as a replica that differs, and is repaired); each
+//     survivor checks the keys it holds whose placement changed (local
+//     scan, as recovery does); then, after two agreements, the new
+//     placement alone, and each survivor deletes its copies of keys it no
+//     longer places. Stats.GrowKeys and GrowBytes count the moves.
 //
 // # A rank's duties
 //
 //  1. s, err := store.Open(ctx, c, store.Options{Copies: 3}) on every rank.
 //  2. Put, Get, Delete, the conditional writes, Scan, Begin/Commit from any
 //     goroutine, any rank.
-//  3. s.Close(ctx) on every live rank.
+//  3. After nc, err := c.Replace(ctx) on the store's communicator c: the
+//     survivors call s.Grow(ctx, nc), the new ranks (whose comm.Init
+//     returned nc, c.Replaces() true) s, err := store.Join(ctx, nc, opt).
+//     Both return once the store is grown; the other calls may go on
+//     meanwhile.
+//  4. s.Close(ctx) on every live rank.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
 // ErrConflict (a transaction's read changed before it committed),

@@ -122,13 +122,13 @@ func (s *Store) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 			continue
 		}
 		b := make([]byte, seenWords(s.n)*8)
-		if s.w.Get(r, s.tables[r]+s.seen0, b) == nil {
+		if s.v().w.Get(r, s.v().tables[r]+s.seen0, b) == nil {
 			bufs[r] = b
 		}
 	}
 	out := map[ftrma.Rank][]uint64{}
 	for r, b := range bufs {
-		if err := s.w.Flush(ctx, r); err != nil {
+		if err := s.v().w.Flush(ctx, r); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -152,17 +152,17 @@ func (s *Store) markDone(reps []*replica, v uint64) {
 	}
 	var w [8]byte
 	putWords(w[:], v)
-	s.w.Put(reps[0].r, reps[0].addr+slotDone*8, w[:])
-	s.w.Push(reps[0].r)
+	s.v().w.Put(reps[0].r, reps[0].addr+slotDone*8, w[:])
+	s.v().w.Push(reps[0].r)
 }
 
 // fastGet reads the key's primary alone; ok is false when the answer must
 // come from every replica (see above).
 func (s *Store) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
-	if !s.w.WholeWords() {
-		return nil, 0, false
+	if v := s.v(); !v.fast || v.old != nil {
+		return nil, 0, false // no fast reads in the transition view (grow.go)
 	}
-	ranks := s.place.replicas(id.h, s.failed)
+	ranks := s.v().replicas(id.h, s.failed)
 	if len(ranks) == 0 {
 		return nil, 0, false
 	}
@@ -176,16 +176,16 @@ func (s *Store) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, 
 	guess := s.cache.desc[p.ref]
 	s.cache.Unlock()
 	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
-	if s.w.Get(r, p.addr, p.buf[:]) != nil {
+	if s.v().w.Get(r, p.addr, p.buf[:]) != nil {
 		return nil, 0, false
 	}
 	if guess.addr != 0 && guess.len <= limit {
 		p.rec = make([]byte, guess.len)
-		if s.w.Get(r, guess.addr, p.rec) != nil {
+		if s.v().w.Get(r, guess.addr, p.rec) != nil {
 			p.rec = nil
 		}
 	}
-	if s.w.Flush(ctx, r) != nil {
+	if s.v().w.Flush(ctx, r) != nil {
 		return nil, 0, false
 	}
 	if s.checkSlots([]*replica{p}) != nil {
@@ -197,7 +197,7 @@ func (s *Store) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, 
 	}
 	if a != guess.addr || n != guess.len || p.rec == nil {
 		p.rec = make([]byte, n)
-		if s.w.Get(r, a, p.rec) != nil || s.w.Flush(ctx, r) != nil {
+		if s.v().w.Get(r, a, p.rec) != nil || s.v().w.Flush(ctx, r) != nil {
 			return nil, 0, false
 		}
 		s.cache.Lock()

@@ -134,7 +134,7 @@ func TestWriterCrashMidPut(t *testing.T) {
 			testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 				if s == writer && i == at {
 					for _, p := range reps[:i] {
-						s.w.Flush(ctx, p.r)
+						s.v().w.Flush(ctx, p.r)
 					}
 					world.Net.Crash(s.me)
 				}
@@ -238,8 +238,8 @@ func TestRecoveryIsLocal(t *testing.T) {
 	shared := make([]bool, 8)
 	for i := 0; len(keys) < 40; i++ {
 		k := fmt.Sprintf("k%d", i)
-		reps := st[0].place.replicas(st[0].hash([]byte(k)), noneFailed)
-		after := st[0].place.replicas(st[0].hash([]byte(k)), failedSet(victim))
+		reps := st[0].v().place.replicas(st[0].hash([]byte(k)), noneFailed)
+		after := st[0].v().place.replicas(st[0].hash([]byte(k)), failedSet(victim))
 		if slices.Contains(reps, victim) && (slices.Contains(reps, apart) || slices.Contains(after, apart)) {
 			continue
 		}
@@ -290,7 +290,7 @@ func TestDepartedRankLeavesPlacement(t *testing.T) {
 	var keys []string
 	for i := 0; len(keys) < 10; i++ {
 		k := fmt.Sprintf("k%d", i)
-		if slices.Contains(st[0].place.replicas(st[0].hash([]byte(k)), noneFailed), leaver) {
+		if slices.Contains(st[0].v().place.replicas(st[0].hash([]byte(k)), noneFailed), leaver) {
 			if err := st[0].Put(ctx, []byte(k), []byte("before")); err != nil {
 				t.Fatal(err)
 			}

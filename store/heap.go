@@ -42,7 +42,7 @@ type ownedChunk struct {
 }
 
 func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
-	return s.tables[r] + s.chunk0 + uint64(e*chunkBytes+w*8)
+	return s.v().tables[r] + s.chunk0 + uint64(e*chunkBytes+w*8)
 }
 
 // alloc returns the address of a block of n bytes (a multiple of 8) at rank
@@ -50,7 +50,7 @@ func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
 // completes with the next flush toward r, before any free of the block can
 // be posted.
 func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
-	return s.allocIn(ctx, s.arenas[r], r, n)
+	return s.allocIn(ctx, s.v().arenas[r], r, n)
 }
 
 // allocNow is alloc at this rank by its own housekeeping, which must not
@@ -73,7 +73,7 @@ type noWaitKey struct{}
 // slots, so they get chunks of their own (keyArenas) rather than pin the
 // chunks that values churn through (see compact).
 func (s *Store) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
-	return s.allocIn(ctx, s.keyArenas[r], r, n)
+	return s.allocIn(ctx, s.v().keyArenas[r], r, n)
 }
 
 func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64, error) {
@@ -83,7 +83,7 @@ func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uin
 	if c := a.cur; c != nil && c.next+size <= c.size {
 		addr := c.addr + c.next
 		c.next += size
-		return addr, s.w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum)
+		return addr, s.v().w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum)
 	}
 	if a.cur != nil {
 		s.seal(r, a.cur.entry)
@@ -100,7 +100,7 @@ func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uin
 		return 0, err
 	}
 	c.next = size
-	if err := s.w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum); err != nil {
+	if err := s.v().w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum); err != nil {
 		return 0, err
 	}
 	if big {
@@ -114,7 +114,7 @@ func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uin
 func (s *Store) seal(r ftrma.Rank, entry int) {
 	var w [8]byte
 	putWords(w[:], sealed|uint64(s.me+1))
-	s.w.Put(r, s.entryAddr(r, entry, chunkOwner), w[:])
+	s.v().w.Put(r, s.entryAddr(r, entry, chunkOwner), w[:])
 }
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;
@@ -127,7 +127,7 @@ func (s *Store) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 	if !ok {
 		return
 	}
-	s.w.Accumulate(r, s.entryAddr(r, e, chunkLive), []int64{-int64(n)}, window.Sum)
+	s.v().w.Accumulate(r, s.entryAddr(r, e, chunkLive), []int64{-int64(n)}, window.Sum)
 }
 
 // chunkOf finds the chunk entry of a block at rank r. Entries never change
@@ -151,10 +151,10 @@ func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bo
 
 func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
 	tbl := make([]byte, s.opt.Chunks*chunkBytes)
-	if err := s.w.Get(r, s.tables[r]+s.chunk0, tbl); err != nil {
+	if err := s.v().w.Get(r, s.v().tables[r]+s.chunk0, tbl); err != nil {
 		return nil, err
 	}
-	if err := s.w.Flush(ctx, r); err != nil {
+	if err := s.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	s.cache.Lock()
@@ -180,7 +180,7 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 	asked := false // a want of this call's is out
 	for i := 0; ; i++ {
 		var hdr [3 * 8]byte
-		if err := s.w.Get(r, s.tables[r], hdr[:]); err != nil {
+		if err := s.v().w.Get(r, s.v().tables[r], hdr[:]); err != nil {
 			return nil, err
 		}
 		tbl, err := s.readChunkTable(ctx, r) // flushes the header's read too
@@ -202,10 +202,10 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 		}
 		if best >= 0 {
 			var got int64
-			if err := s.w.CompareAndSwap(r, s.entryAddr(r, best, chunkOwner), 0, int64(s.me)+1, &got); err != nil {
+			if err := s.v().w.CompareAndSwap(r, s.entryAddr(r, best, chunkOwner), 0, int64(s.me)+1, &got); err != nil {
 				return nil, err
 			}
-			if err := s.w.Flush(ctx, r); err != nil {
+			if err := s.v().w.Flush(ctx, r); err != nil {
 				return nil, err
 			}
 			if got == 0 {
@@ -225,10 +225,10 @@ func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*o
 		}
 		var want [8]byte
 		binary.LittleEndian.PutUint64(want[:], lo)
-		if err := s.w.Put(r, s.tables[r]+hdrWant*8, want[:]); err != nil {
+		if err := s.v().w.Put(r, s.v().tables[r]+hdrWant*8, want[:]); err != nil {
 			return nil, err
 		}
-		if err := s.w.Flush(ctx, r); err != nil {
+		if err := s.v().w.Flush(ctx, r); err != nil {
 			return nil, err
 		}
 		asked = true
@@ -253,13 +253,13 @@ func (s *Store) attachChunk(size int) bool {
 		if s.entry(e, chunkOwner).Load() != chunkNotReady || s.entry(e, chunkAddr).Load() != 0 {
 			continue
 		}
-		mem, err := s.w.Alloc(size)
+		mem, err := s.v().w.Alloc(size)
 		if err != nil {
 			return false
 		}
-		addr, err := s.w.Attach(mem)
+		addr, err := s.v().w.Attach(mem)
 		if err != nil {
-			s.w.Release(mem)
+			s.v().w.Release(mem)
 			return false
 		}
 		s.heap.Lock()
@@ -292,16 +292,16 @@ func (w localWord) CompareAndSwap(o, n uint64) bool { return atomic.CompareAndSw
 // update with remote atomics: with the CPU when the transport's atomics are
 // atomic with it, else through the window (the device) like a peer does.
 func (s *Store) casOwn(w localWord, addr uint64, old, new uint64) bool {
-	if s.w.LocalAtomics() {
+	if s.v().w.LocalAtomics() {
 		return w.CompareAndSwap(old, new)
 	}
 	var got int64
-	if err := s.w.CompareAndSwap(s.me, addr, int64(old), int64(new), &got); err != nil {
+	if err := s.v().w.CompareAndSwap(s.me, addr, int64(old), int64(new), &got); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), retryBound)
 	defer cancel()
-	return s.w.Flush(ctx, s.me) == nil && uint64(got) == old
+	return s.v().w.Flush(ctx, s.me) == nil && uint64(got) == old
 }
 
 // grow reclaims empty chunks, keeps Reserve free chunks attached and
@@ -337,7 +337,7 @@ func (s *Store) grow() (busy bool) {
 			noRoom = 0
 		}
 		atomic.StoreUint64(&s.table[hdrNoRoom], noRoom)
-		s.casOwn(localWord{&s.table[hdrWant]}, s.tables[s.me]+hdrWant*8, want, 0)
+		s.casOwn(localWord{&s.table[hdrWant]}, s.v().tables[s.me]+hdrWant*8, want, 0)
 		busy = true
 	}
 	return busy

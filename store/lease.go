@@ -56,7 +56,7 @@ func (s *Store) leased(h ident) ([]*replica, bool) {
 	if l == nil {
 		return nil, false
 	}
-	now := s.place.replicas(h.h, s.failed)
+	now := s.v().replicas(h.h, s.failed)
 	same := len(now) == len(l.reps)
 	for i := 0; same && i < len(now); i++ {
 		same = now[i] == l.reps[i].r
@@ -118,9 +118,9 @@ func (s *Store) endLease(h ident) {
 	putWords(w[:], lockWord(l.version, -1))
 	for _, lr := range l.reps {
 		if !s.failed(lr.r) {
-			s.w.Put(lr.r, lr.addr+slotWant*8, zero[:])
-			s.w.Put(lr.r, lr.addr+slotLock*8, w[:])
-			s.w.Push(lr.r)
+			s.v().w.Put(lr.r, lr.addr+slotWant*8, zero[:])
+			s.v().w.Put(lr.r, lr.addr+slotLock*8, w[:])
+			s.v().w.Push(lr.r)
 		}
 	}
 }
@@ -151,7 +151,7 @@ func (s *Store) expireLeases() {
 
 // askLeases asks rank r to look at the want words of the leases it holds.
 func (s *Store) askLeases(r ftrma.Rank) {
-	s.w.Accumulate(r, s.tables[r]+hdrAsk*8, []int64{1}, window.Sum)
+	s.v().w.Accumulate(r, s.v().tables[r]+hdrAsk*8, []int64{1}, window.Sum)
 }
 
 // answerAsks ends the leases of this rank that another rank asked for, once
@@ -171,13 +171,13 @@ func (s *Store) answerAsks(ctx context.Context, seen uint64) uint64 {
 		rd := &read{id: id, want: make([][8]byte, len(l.reps))}
 		for i, lr := range l.reps {
 			if !s.failed(lr.r) {
-				s.w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
+				s.v().w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
 			}
 		}
 		reads = append(reads, rd)
 	}
 	s.leases.Unlock()
-	s.w.FlushAll(ctx) // a failed replica's read fails; the others are done
+	s.v().w.FlushAll(ctx) // a failed replica's read fails; the others are done
 	if ctx.Err() != nil {
 		return seen // the store is closing: the reads may still land
 	}

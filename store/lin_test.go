@@ -438,7 +438,7 @@ func dupSlots(ctx context.Context, s *Store) map[string][]int {
 			continue
 		}
 		var hdr [keyHeader]byte
-		if s.w.Get(s.me, ka, hdr[:]) != nil || s.w.Flush(ctx, s.me) != nil {
+		if s.v().w.Get(s.me, ka, hdr[:]) != nil || s.v().w.Flush(ctx, s.me) != nil {
 			continue
 		}
 		n := word(hdr[:], 1)
@@ -446,7 +446,7 @@ func dupSlots(ctx context.Context, s *Store) map[string][]int {
 			continue
 		}
 		b := make([]byte, keyBlockLen(int(n)))
-		if s.w.Get(s.me, ka, b) != nil || s.w.Flush(ctx, s.me) != nil {
+		if s.v().w.Get(s.me, ka, b) != nil || s.v().w.Flush(ctx, s.me) != nil {
 			continue
 		}
 		k := string(b[keyHeader : keyHeader+n])

@@ -42,7 +42,7 @@ type replica struct {
 func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
 
 func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
-	return s.tables[r] + uint64(hdrWords+i*slotWords)*8
+	return s.v().tables[r] + uint64(hdrWords+i*slotWords)*8
 }
 
 // replicas returns the key's live replicas with their slots found (claimed
@@ -55,11 +55,11 @@ func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica,
 			return nil, err
 		}
 	}
-	ranks := s.place.replicas(id.h, s.failed)
+	ranks := s.v().replicas(id.h, s.failed)
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
 		i, err := s.findSlot(ctx, r, id, claim)
-		if errors.Is(err, ftrma.ErrProcFailed) {
+		if retryErr(err) {
 			return nil, fmt.Errorf("%w: %v", errRetry, err)
 		}
 		if err != nil {
@@ -89,15 +89,15 @@ var errLastVersion = fmt.Errorf("%w: key reached its last version", ftrma.ErrInv
 func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
 	for _, p := range reps {
 		if !p.failed {
-			s.w.Push(p.r)
+			s.v().w.Push(p.r)
 		}
 	}
 	for _, p := range reps {
 		if p.failed {
 			continue
 		}
-		if e := s.w.Flush(ctx, p.r); e != nil {
-			if errors.Is(e, ftrma.ErrProcFailed) {
+		if e := s.v().w.Flush(ctx, p.r); e != nil {
+			if retryErr(e) {
 				p.failed, anyFailed = true, true
 			} else if err == nil {
 				err = e
@@ -119,15 +119,15 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			if p.held {
 				continue
 			}
-			if err := s.w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); err != nil {
+			if err := s.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); err != nil {
 				s.unlockAll(ctx, reps)
 				return s.retryable(err)
 			}
-			if err := s.w.Get(p.r, p.addr, p.buf[:]); err != nil {
+			if err := s.v().w.Get(p.r, p.addr, p.buf[:]); err != nil {
 				s.unlockAll(ctx, reps)
 				return s.retryable(err)
 			}
-			if err := s.w.Get(p.r, s.tables[p.r]+hdrFloor*8, p.floor[:]); err != nil {
+			if err := s.v().w.Get(p.r, s.v().tables[p.r]+hdrFloor*8, p.floor[:]); err != nil {
 				s.unlockAll(ctx, reps)
 				return s.retryable(err)
 			}
@@ -157,7 +157,7 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			asked := map[ftrma.Rank]bool{}
 			for _, p := range reps {
 				if p.wanted {
-					s.w.Put(p.r, p.addr+slotWant*8, want[:])
+					s.v().w.Put(p.r, p.addr+slotWant*8, want[:])
 					p.wanted = false
 					if !asked[p.holder] {
 						asked[p.holder] = true
@@ -208,7 +208,7 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 	for _, p := range reps {
 		if p.held && !p.failed {
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
-			s.w.Put(p.r, p.addr+slotLock*8, w[:])
+			s.v().w.Put(p.r, p.addr+slotLock*8, w[:])
 			p.expect = lockWord(lockVersion(p.lock), -1)
 		}
 		p.held, p.took = false, false
@@ -217,7 +217,7 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 }
 
 func (s *Store) retryable(err error) error {
-	if errors.Is(err, ftrma.ErrProcFailed) {
+	if retryErr(err) {
 		return fmt.Errorf("%w: %v", errRetry, err)
 	}
 	return err
@@ -284,6 +284,8 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 }
 
 func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) error {
+	v := s.hold()
+	defer v.done()
 	if err := s.keys.lock(ctx, id); err != nil {
 		return err
 	}
@@ -413,28 +415,31 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 			continue
 		}
 		if p.same {
-			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
 			continue
 		}
 		if rec != nil {
-			if err := s.w.Put(p.r, p.block, rec); err != nil {
+			if err := s.v().w.Put(p.r, p.block, rec); err != nil {
 				p.failed = true
 				continue
 			}
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
-		s.w.Put(p.r, p.addr+slotCurAddr*8, dw)
-		s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+		s.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
+		s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if keep {
-			s.w.Get(p.r, p.addr+slotWant*8, p.want[:])
+			s.v().w.Get(p.r, p.addr+slotWant*8, p.want[:])
 		}
 		p.written = true
 	}
 	failed, err := s.flushAll(ctx, reps)
 	if !failed && err == nil {
 		s.markDone(reps, v)
+	}
+	if ctx.Value(growKey{}) != nil && rec != nil {
+		s.countGrow(reps, len(rec))
 	}
 	keep = keep && !failed && err == nil
 	wanted := false
@@ -502,9 +507,9 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 			continue
 		}
 		putWords(tomb, 0, slotTomb, p.word(slotGen)+1) // want, key, generation
-		s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
-		s.w.Put(p.r, p.addr+slotWant*8, tomb)
-		s.w.Put(p.r, p.addr+slotHash*8, zero[:])
+		s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
+		s.v().w.Put(p.r, p.addr+slotWant*8, tomb)
+		s.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if k := p.word(slotKey); k != 0 && k != slotTomb {
@@ -515,7 +520,7 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 	_, err := s.flushAll(ctx, reps)
 	for _, p := range reps {
 		if p.held && !p.failed {
-			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
 			p.written = true
 		}
 		s.forget(p.r, id)
@@ -551,10 +556,10 @@ func (s *Store) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 				continue
 			}
 			got[r] = new(int64)
-			s.w.CompareAndSwap(r, s.tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
+			s.v().w.CompareAndSwap(r, s.v().tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
 		}
 		for r, g := range got {
-			if err := s.w.Flush(ctx, r); err != nil || uint64(*g) == todo[r] {
+			if err := s.v().w.Flush(ctx, r); err != nil || uint64(*g) == todo[r] {
 				delete(todo, r) // raised, or the rank failed
 			} else {
 				todo[r] = uint64(*g)
@@ -602,6 +607,8 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 func (s *Store) get(ctx context.Context, id ident) ([]byte, uint64, error) {
+	v := s.hold()
+	defer v.done()
 	if v, ver, ok := s.fastGet(ctx, id); ok {
 		s.st.fast.Add(1)
 		return v, ver, nil
@@ -677,7 +684,7 @@ func (s *Store) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*rep
 
 // missing is the error for a key no live replica has.
 func (s *Store) missing(h uint64) error {
-	if s.place.mayHaveHeld(h, s.failed) >= s.opt.Copies {
+	if s.v().mayHaveHeld(h) >= s.opt.Copies {
 		return ErrDataLost
 	}
 	return ErrNotFound
@@ -699,7 +706,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 		if p.slot < 0 {
 			continue
 		}
-		if err := s.w.Get(p.r, p.addr, p.buf[:]); err != nil {
+		if err := s.v().w.Get(p.r, p.addr, p.buf[:]); err != nil {
 			return s.retryable(err)
 		}
 	}
@@ -710,7 +717,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 			s.cache.Unlock()
 			if p.guess.addr != 0 && p.guess.len <= limit {
 				p.rec = make([]byte, p.guess.len)
-				if err := s.w.Get(p.r, p.guess.addr, p.rec); err != nil {
+				if err := s.v().w.Get(p.r, p.guess.addr, p.rec); err != nil {
 					p.rec = nil
 				}
 			}
@@ -733,14 +740,14 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 			p.rec = nil
 		} else if a != p.guess.addr || n != p.guess.len || p.rec == nil {
 			p.rec = make([]byte, n)
-			if err := s.w.Get(p.r, a, p.rec); err != nil {
+			if err := s.v().w.Get(p.r, a, p.rec); err != nil {
 				p.rec = nil
 			}
 			again = true
 		}
 		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
 			p.prec = make([]byte, n)
-			if err := s.w.Get(p.r, a, p.prec); err != nil {
+			if err := s.v().w.Get(p.r, a, p.prec); err != nil {
 				p.prec = nil
 			}
 			again = true
@@ -845,6 +852,8 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	if err := s.check("store locate", key, nil); err != nil {
 		return nil, err
 	}
+	v := s.hold()
+	defer v.done()
 	id := s.ident(key)
 	reps, err := s.readReplicas(ctx, id, s.retrier())
 	if err != nil {

@@ -42,7 +42,9 @@ func (s *Store) housekeeping() {
 	go func() {
 		defer close(recDone)
 		for old := range work {
+			v := s.hold()
 			s.recover(ctx, old)
+			v.done()
 		}
 	}()
 	defer func() {
@@ -53,10 +55,19 @@ func (s *Store) housekeeping() {
 	idle := 0
 	var asked uint64
 	compacted := time.Now()
-	fe, _ := s.c.(failureEvents)
-	var failCh <-chan struct{} // nil (never ready) without failure events
+	var last *view
 	for {
-		if fe != nil {
+		v := s.hold()
+		if v != last {
+			// Ranks a new view counts live again (replaced) are no longer
+			// known failed; their new processes hold nothing to recover.
+			for r := range s.n {
+				known[r] = known[r] && v.c.ProcFailed(ftrma.Rank(r))
+			}
+			last = v
+		}
+		var failCh <-chan struct{} // nil (never ready) without failure events
+		if fe, ok := v.c.(failureEvents); ok {
 			failCh = fe.FailuresChanged() // before reading the knowledge it announces
 		}
 		busy := s.grow()
@@ -81,6 +92,7 @@ func (s *Store) housekeeping() {
 			work <- old
 			busy = true
 		}
+		v.done()
 		if busy {
 			idle = 0
 		} else {
@@ -130,13 +142,13 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 			continue // free, or a claim under way: no value yet
 		}
 		lw := atomic.LoadUint64(&s.table[base+slotLock])
-		now := s.place.replicas(h, s.failed)
+		now := s.v().replicas(h, s.failed)
 		pos := slices.Index(now, s.me)
 		if pos < 0 {
 			continue
 		}
 		o := lockOwner(lw)
-		touched := !slices.Equal(now, s.place.replicas(h, wasFailed)) ||
+		touched := !slices.Equal(now, s.v().replicas(h, wasFailed)) ||
 			(o >= 0 && s.failed(ftrma.Rank(o)) && !oldFailed[o])
 		if touched {
 			jobs = append(jobs, job{h, ka, pos})
@@ -174,10 +186,10 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 // of this rank whose hash word is h.
 func (s *Store) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
 	var hdr [keyHeader]byte
-	if err := s.w.Get(s.me, addr, hdr[:]); err != nil {
+	if err := s.v().w.Get(s.me, addr, hdr[:]); err != nil {
 		return ident{}, err
 	}
-	if err := s.w.Flush(ctx, s.me); err != nil {
+	if err := s.v().w.Flush(ctx, s.me); err != nil {
 		return ident{}, err
 	}
 	n := word(hdr[:], 1)
@@ -185,10 +197,10 @@ func (s *Store) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
 		return ident{}, fmt.Errorf("store: slot's key block at %#x is not of hash %#x", addr, h)
 	}
 	b := make([]byte, keyBlockLen(int(n)))
-	if err := s.w.Get(s.me, addr, b); err != nil {
+	if err := s.v().w.Get(s.me, addr, b); err != nil {
 		return ident{}, err
 	}
-	if err := s.w.Flush(ctx, s.me); err != nil {
+	if err := s.v().w.Flush(ctx, s.me); err != nil {
 		return ident{}, err
 	}
 	return ident{h, string(b[keyHeader : keyHeader+n])}, nil

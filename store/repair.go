@@ -137,13 +137,13 @@ func (s *Store) readRecords(ctx context.Context, reps []*replica) error {
 		}
 		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a != 0 && n <= limit {
 			p.rec = make([]byte, n)
-			if err := s.w.Get(p.r, a, p.rec); err != nil {
+			if err := s.v().w.Get(p.r, a, p.rec); err != nil {
 				p.rec = nil
 			}
 		}
 		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
 			p.prec = make([]byte, n)
-			if err := s.w.Get(p.r, a, p.prec); err != nil {
+			if err := s.v().w.Get(p.r, a, p.prec); err != nil {
 				p.prec = nil
 			}
 		}

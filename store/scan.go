@@ -69,6 +69,8 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 // listKeys returns the distinct user keys with prefix that a live rank holds
 // a value of, unordered.
 func (s *Store) listKeys(ctx context.Context, prefix string) ([]string, error) {
+	v := s.hold()
+	defer v.done()
 	seen := map[string]bool{}
 	for r := range ftrma.Rank(s.n) {
 		if s.failed(r) {
@@ -97,10 +99,10 @@ func (s *Store) listKeys(ctx context.Context, prefix string) ([]string, error) {
 // freed block's bytes).
 func (s *Store) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 	tbl := make([]byte, s.opt.Slots*slotBytes)
-	if err := s.w.Get(r, s.slotAddr(r, 0), tbl); err != nil {
+	if err := s.v().w.Get(r, s.slotAddr(r, 0), tbl); err != nil {
 		return nil, err
 	}
-	if err := s.w.Flush(ctx, r); err != nil {
+	if err := s.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	type cand struct {
@@ -113,13 +115,13 @@ func (s *Store) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 		w := func(f int) uint64 { return word(tbl, i*slotWords+f) }
 		if k := w(slotKey); k != 0 && k != slotTomb && w(slotHash) != 0 && w(slotCurAddr) != 0 {
 			c := &cand{h: w(slotHash), addr: k}
-			if err := s.w.Get(r, c.addr, c.hdr[:]); err != nil {
+			if err := s.v().w.Get(r, c.addr, c.hdr[:]); err != nil {
 				return nil, err
 			}
 			cands = append(cands, c)
 		}
 	}
-	if err := s.w.Flush(ctx, r); err != nil {
+	if err := s.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	var reads []*cand
@@ -129,12 +131,12 @@ func (s *Store) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 			continue
 		}
 		c.block = make([]byte, keyBlockLen(int(n)))
-		if err := s.w.Get(r, c.addr, c.block); err != nil {
+		if err := s.v().w.Get(r, c.addr, c.block); err != nil {
 			continue
 		}
 		reads = append(reads, c)
 	}
-	if err := s.w.Flush(ctx, r); err != nil {
+	if err := s.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(reads))

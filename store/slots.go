@@ -74,15 +74,15 @@ func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool
 	}
 	at := s.slotAddr(r, free.idx)
 	var old int64
-	err = s.w.Put(r, block, encodeKeyBlock(id.h, id.key))
+	err = s.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
 	if err == nil {
-		err = s.w.Flush(ctx, r) // the block is whole before the slot names it
+		err = s.v().w.Flush(ctx, r) // the block is whole before the slot names it
 	}
 	if err == nil {
-		err = s.w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
+		err = s.v().w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
 	}
 	if err == nil {
-		err = s.w.Flush(ctx, r)
+		err = s.v().w.Flush(ctx, r)
 	}
 	if err == nil && uint64(old) != free.key {
 		// Only a claim could have changed it, and claims hold the lock:
@@ -96,7 +96,7 @@ func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool
 	}
 	var hw [8]byte
 	putWords(hw[:], id.h)
-	s.w.Put(r, at+slotHash*8, hw[:]) // completes with the next flush toward r
+	s.v().w.Put(r, at+slotHash*8, hw[:]) // completes with the next flush toward r
 	sl = slotID{free.idx, block, free.gen}
 	s.remember(r, id, sl)
 	return sl, nil
@@ -127,10 +127,10 @@ func (s *Store) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free 
 	for probed := 0; probed < s.opt.Slots; {
 		first := (start + probed) % s.opt.Slots
 		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
-		if err := s.w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
+		if err := s.v().w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
 			return noSlot, noSlot, err
 		}
-		if err := s.w.Flush(ctx, r); err != nil {
+		if err := s.v().w.Flush(ctx, r); err != nil {
 			return noSlot, noSlot, err
 		}
 		for j := range n {
@@ -166,9 +166,9 @@ func (s *Store) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free 
 // isKeyAt reports whether the key block at addr at rank r names id.
 func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
 	b := make([]byte, keyBlockLen(len(id.key)))
-	err := s.w.Get(r, addr, b)
+	err := s.v().w.Get(r, addr, b)
 	if err == nil {
-		err = s.w.Flush(ctx, r)
+		err = s.v().w.Flush(ctx, r)
 	}
 	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
 		return false, nil // the block ends before id's would: a shorter key's
@@ -183,14 +183,14 @@ func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident
 // or a failed holder → this rank; a live holder claims one slot and lets go,
 // so it is waited for with a backoff.
 func (s *Store) lockClaims(ctx context.Context, r ftrma.Rank) error {
-	at := s.tables[r] + hdrClaim*8
+	at := s.v().tables[r] + hdrClaim*8
 	var expect int64
 	for attempt := 0; ; attempt++ {
 		var got int64
-		if err := s.w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
+		if err := s.v().w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
 			return err
 		}
-		if err := s.w.Flush(ctx, r); err != nil {
+		if err := s.v().w.Flush(ctx, r); err != nil {
 			return err
 		}
 		switch holder := ftrma.Rank(got - 1); {
@@ -212,8 +212,8 @@ func (s *Store) lockClaims(ctx context.Context, r ftrma.Rank) error {
 
 func (s *Store) unlockClaims(r ftrma.Rank) {
 	var z [8]byte
-	s.w.Put(r, s.tables[r]+hdrClaim*8, z[:])
-	s.w.Push(r)
+	s.v().w.Put(r, s.v().tables[r]+hdrClaim*8, z[:])
+	s.v().w.Push(r)
 }
 
 // checkSlots reports errStale, and forgets the slots, when a replica's slot

@@ -132,6 +132,8 @@ type Stats struct {
 	Takeovers           uint64 // locks taken from failed holders
 	Repairs             uint64 // keys whose replicas this rank made consistent again
 	RecoveryChecks      uint64 // keys this rank's recovery looked at after failures
+	GrowKeys            uint64 // keys this rank copied to new replicas during Grow
+	GrowBytes           uint64 // bytes of records it wrote to them (one count per replica written)
 	KeysHeld            int    // key slots in use at this rank
 	HeapAttached        uint64 // bytes of heap this rank has attached
 	HeapLive            uint64 // bytes of live values in this rank's heap
@@ -140,15 +142,12 @@ type Stats struct {
 // Store is one rank's handle on a replicated key-value store. Its methods may
 // be called from any goroutine.
 type Store struct {
-	w      *window.Window
-	c      window.Comm
+	cur    atomic.Pointer[view] // the window, communicator and placement operations use (see grow.go)
 	me     ftrma.Rank
 	n      int
 	opt    Options
-	place  *placement
-	tables []uint64 // address of each rank's table region
-	chunk0 uint64   // offset of the chunk table in a table region
-	seen0  uint64   // offset of the failures-seen bitmap (see fastread.go)
+	chunk0 uint64 // offset of the chunk table in a table region
+	seen0  uint64 // offset of the failures-seen bitmap (see fastread.go)
 
 	settled struct {
 		sync.Mutex
@@ -165,11 +164,9 @@ type Store struct {
 		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
 
-	keys      keyLocks
-	arenas    []*arena     // this rank's allocations of records, by target rank
-	keyArenas []*arena     // and of key blocks
-	ownArena  arena        // the housekeeping's allocations at this rank (compaction)
-	claiming  []sync.Mutex // held while this process claims a key slot at a rank
+	keys     keyLocks
+	ownArena arena        // the housekeeping's allocations at this rank (compaction)
+	claiming []sync.Mutex // held while this process claims a key slot at a rank
 
 	sip sipKey // the keyed hash's key, agreed at Open
 
@@ -189,6 +186,8 @@ type Store struct {
 
 	txSeq atomic.Uint64
 
+	growing atomic.Bool // a Grow is under way
+
 	closed atomic.Bool
 	stop   chan struct{}
 	done   chan struct{}
@@ -196,6 +195,7 @@ type Store struct {
 
 	st struct {
 		puts, gets, fast, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
+		growKeys, growBytes                                                             atomic.Uint64
 	}
 }
 
@@ -258,37 +258,12 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		w.Free(ctx)
 		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
 	}
-	s := &Store{w: w, c: c, me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
-	s.keys.m = map[ident]*keyLock{}
-	s.cache.slot = map[keyAt]slotID{}
-	s.cache.lock = map[slotRef]uint64{}
-	s.cache.chunk = map[regionRef]int{}
-	s.cache.desc = map[slotRef]desc{}
-	s.leases.m = map[ident]*lease{}
-	s.leases.contended = map[ident]time.Time{}
-	s.claiming = make([]sync.Mutex, s.n)
-	s.settled.ranks = map[ftrma.Rank]bool{}
-	s.arenas, s.keyArenas = make([]*arena, s.n), make([]*arena, s.n)
-	for i := range s.arenas {
-		s.arenas[i], s.keyArenas[i] = &arena{}, &arena{}
-	}
-	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
-	s.seen0 = s.chunk0 + uint64(opt.Chunks*chunkBytes)
-	tbl, err := w.Alloc((hdrWords + opt.Slots*slotWords + opt.Chunks*chunkWords + seenWords(s.n)) * 8)
+	s := newStore(c, opt)
+	v := &view{w: w, c: c, fast: w.WholeWords()}
+	v.arenas, v.keyArenas = newArenas(s.n), newArenas(s.n)
+	addr, err := s.makeTable(w)
 	if err != nil {
 		w.Free(ctx)
-		return nil, err
-	}
-	s.tableMem = tbl
-	s.table = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tbl))), len(tbl)/8)
-	s.table[hdrMagic] = tableMagic
-	for i := range opt.Chunks {
-		s.table[int(s.chunk0/8)+i*chunkWords+chunkOwner] = chunkNotReady
-	}
-	addr, err := w.Attach(tbl)
-	if err != nil {
-		w.Free(ctx)
-		w.Release(tbl)
 		return nil, err
 	}
 	// Every rank contributes 128 random bits to the hash's key; the key is
@@ -305,18 +280,19 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		w.Free(ctx)
 		return nil, err
 	}
-	s.tables = make([]uint64, s.n)
-	hosts := make([]string, s.n)
+	v.tables = make([]uint64, s.n)
+	v.hosts = make([]string, s.n)
 	for r, b := range all {
 		if len(b) < 24 {
 			continue // a failed rank
 		}
-		s.tables[r] = binary.LittleEndian.Uint64(b)
+		v.tables[r] = binary.LittleEndian.Uint64(b)
 		s.sip.k0 ^= binary.LittleEndian.Uint64(b[8:])
 		s.sip.k1 ^= binary.LittleEndian.Uint64(b[16:])
-		hosts[r] = string(b[24:])
+		v.hosts[r] = string(b[24:])
 	}
-	s.place = newPlacement(opt.Copies, hosts)
+	v.place = newPlacement(opt.Copies, v.hosts)
+	s.cur.Store(v)
 	for range opt.Reserve {
 		s.attachChunk(opt.ChunkSize)
 	}
@@ -326,6 +302,44 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	}
 	go s.housekeeping()
 	return s, nil
+}
+
+// newStore returns a store handle of this rank of c, without memory or view.
+func newStore(c window.Comm, opt Options) *Store {
+	s := &Store{me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
+	s.keys.m = map[ident]*keyLock{}
+	s.cache.slot = map[keyAt]slotID{}
+	s.cache.lock = map[slotRef]uint64{}
+	s.cache.chunk = map[regionRef]int{}
+	s.cache.desc = map[slotRef]desc{}
+	s.leases.m = map[ident]*lease{}
+	s.leases.contended = map[ident]time.Time{}
+	s.claiming = make([]sync.Mutex, s.n)
+	s.settled.ranks = map[ftrma.Rank]bool{}
+	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
+	s.seen0 = s.chunk0 + uint64(opt.Chunks*chunkBytes)
+	return s
+}
+
+// makeTable allocates this rank's table in w and attaches it; it returns
+// the table's address.
+func (s *Store) makeTable(w *window.Window) (uint64, error) {
+	tbl, err := w.Alloc((hdrWords + s.opt.Slots*slotWords + s.opt.Chunks*chunkWords + seenWords(s.n)) * 8)
+	if err != nil {
+		return 0, err
+	}
+	table := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tbl))), len(tbl)/8)
+	table[hdrMagic] = tableMagic
+	for i := range s.opt.Chunks {
+		table[int(s.chunk0/8)+i*chunkWords+chunkOwner] = chunkNotReady
+	}
+	addr, err := w.Attach(tbl)
+	if err != nil {
+		w.Release(tbl)
+		return 0, err
+	}
+	s.tableMem, s.table = tbl, table
+	return addr, nil
 }
 
 // Close stops this rank's handle: its housekeeping ends and every later call
@@ -347,18 +361,18 @@ func (s *Store) Close(ctx context.Context) error {
 	for _, h := range held {
 		s.endLease(h)
 	}
-	s.w.FlushAll(ctx)
-	err := s.w.Free(ctx)
+	s.v().w.FlushAll(ctx)
+	err := s.v().w.Free(ctx)
 	// The memory may be a shared mapping (shm): once released, nothing may
 	// read it, so Stats waits for this and then stops reading the table.
 	s.memMu.Lock()
 	s.heap.Lock()
 	for _, m := range s.heap.mem {
-		s.w.Release(m)
+		s.v().w.Release(m)
 	}
 	s.heap.mem = nil
 	s.heap.Unlock()
-	s.w.Release(s.tableMem)
+	s.v().w.Release(s.tableMem)
 	s.table, s.tableMem = nil, nil
 	s.memMu.Unlock()
 	return err
@@ -370,6 +384,7 @@ func (s *Store) Stats() Stats {
 		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), FastGets: s.st.fast.Load(), Deletes: s.st.deletes.Load(),
 		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
 		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(), RecoveryChecks: s.st.checks.Load(),
+		GrowKeys: s.st.growKeys.Load(), GrowBytes: s.st.growBytes.Load(),
 	}
 	s.memMu.RLock()
 	defer s.memMu.RUnlock()
@@ -396,7 +411,7 @@ func (s *Store) Copies() int { return s.opt.Copies }
 
 // failed reports whether rank r is out of the store: failed, or departed
 // (the runtime counts a rank that closed its transport as gone too).
-func (s *Store) failed(r ftrma.Rank) bool { return s.c.ProcFailed(r) }
+func (s *Store) failed(r ftrma.Rank) bool { return s.v().c.ProcFailed(r) }
 
 func (s *Store) check(op string, key []byte, value []byte) error {
 	switch {

@@ -130,6 +130,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if len(t.ops) == 0 && len(t.reads) == 0 {
 		return nil
 	}
+	v := s.hold()
+	defer v.done()
 	keys := make([]*txKeyState, 0, len(t.ops)+len(t.reads))
 	for k, op := range t.ops {
 		ver, read := t.reads[k]
@@ -237,9 +239,9 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 				return abort(err)
 			}
 			p.pending = a
-			s.w.Put(p.r, a, k.rec)
+			s.v().w.Put(p.r, a, k.rec)
 			putWords(pdesc, a, k.ver, uint64(len(k.rec)))
-			s.w.Put(p.r, p.addr+slotPAddr*8, pdesc)
+			s.v().w.Put(p.r, p.addr+slotPAddr*8, pdesc)
 		}
 	}
 	if failed, err := s.flushAll(ctx, all); failed || err != nil {
@@ -288,8 +290,8 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			putWords(lw[:], lockWord(max(k.ver, lockVersion(p.lock)), -1))
 			desc := make([]byte, 6*8)
 			putWords(desc, p.pending, k.ver, uint64(len(k.rec)), 0, 0, 0)
-			s.w.Put(p.r, p.addr+slotCurAddr*8, desc)
-			s.w.Put(p.r, p.addr+slotLock*8, lw[:])
+			s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
+			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
 		}
 	}
 	if failed, err := s.flushAll(cctx, all); !failed && err == nil {
@@ -353,7 +355,7 @@ func (s *Store) dropPending(ctx context.Context, keys []*txKeyState) {
 	for _, k := range keys {
 		for _, p := range k.reps {
 			if p.pending != 0 && !p.failed {
-				s.w.Put(p.r, p.addr+slotPAddr*8, zero)
+				s.v().w.Put(p.r, p.addr+slotPAddr*8, zero)
 			}
 		}
 	}

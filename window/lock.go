@@ -626,6 +626,9 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 // is released (on shared memory it is unmapped: Bytes must not be used any
 // more). Memory from Alloc is the caller's to Release after Detach or Free.
 func (w *Window) Free(ctx context.Context) error {
+	if w.rebuilt.Load() {
+		return w.freeRebuilt()
+	}
 	if err := w.check("free"); err != nil {
 		return err
 	}

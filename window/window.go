@@ -92,6 +92,10 @@ type Window struct {
 	peers []peerInfo
 	freed atomic.Bool
 
+	rebuilt     atomic.Bool // Rebuild replaced the window: ops return ErrRebuilt
+	ctlReleased atomic.Bool // Free of a rebuilt window released its control words
+	shared      bool        // made by Shrink: shares its memory and control words
+
 	revokeID string      // the notice that revokes this window (and its shrunk successors)
 	revoked  atomic.Bool // a revocation was seen
 
@@ -248,7 +252,7 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		}
 	}()
 	w := &Window{c: c, t: t, rank: c.Rank(), kind: k, mem: mem,
-		ctl:   unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ctlMem))), ctlWords(c.Size())),
+		ctl:   wordSlice(ctlMem, ctlWords(c.Size())),
 		owned: [][]byte{ctlMem}, ordered: t.Caps().Has(transport.CapOrdered),
 		attached: make(map[transport.Key]struct{})}
 	var info peerInfo
@@ -288,16 +292,21 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 			ctl:  transport.Key(binary.BigEndian.Uint32(b[12:])),
 		}
 	}
-	// Every rank proposed its process's next window id; all take the largest,
-	// so the id (and the revocation notice) is the same everywhere.
-	for cur := windowIDs.Load(); cur <= id && !windowIDs.CompareAndSwap(cur, id+1); cur = windowIDs.Load() {
-	}
+	adoptWindowID(id)
 	w.revokeID = fmt.Sprintf("wrevoke/%d/%d", c.ContextID(), id)
 	return w, nil
 }
 
 // windowIDs is this process's next window id (see create).
 var windowIDs atomic.Uint64
+
+// adoptWindowID makes this process's next window id larger than id. Every
+// rank proposes its process's next id; all take the largest, so the id (and
+// the revocation notice) is the same everywhere.
+func adoptWindowID(id uint64) {
+	for cur := windowIDs.Load(); cur <= id && !windowIDs.CompareAndSwap(cur, id+1); cur = windowIDs.Load() {
+	}
+}
 
 func (w *Window) deregister(k transport.Key) {
 	if k != 0 {
@@ -353,9 +362,18 @@ func (w *Window) Detach(addr uint64) error {
 // check fails when the window was freed (revocation does not matter).
 func (w *Window) check(op string) error {
 	if w.freed.Load() {
-		return &ftrma.OpError{Op: op, Rank: -1, Err: ErrFreed}
+		return &ftrma.OpError{Op: op, Rank: -1, Err: w.freedErr()}
 	}
 	return nil
+}
+
+// freedErr is the error of a freed window: ErrRebuilt when Rebuild replaced
+// it, else ErrFreed.
+func (w *Window) freedErr() error {
+	if w.rebuilt.Load() {
+		return ErrRebuilt
+	}
+	return ErrFreed
 }
 
 // Revoke revokes the window at every rank (the ULFM RMA chapter's
@@ -431,7 +449,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 		return nil, wrap("shrink", -1, err)
 	}
 	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
-		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached}
+		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true}
 	var peers []peerInfo
 	for _, p := range w.peers {
 		if w.c.ProcFailed(p.cr) {
@@ -478,7 +496,7 @@ func (w *Window) target(op string, r ftrma.Rank, disp uint64, n int, atomic bool
 // usable fails when the window was freed or revoked.
 func (w *Window) usable(op string, r ftrma.Rank) error {
 	if w.freed.Load() {
-		return &ftrma.OpError{Op: op, Rank: r, Err: ErrFreed}
+		return &ftrma.OpError{Op: op, Rank: r, Err: w.freedErr()}
 	}
 	if w.revoked.Load() || w.c.Noticed(w.revokeID) {
 		w.revoked.Store(true)
@@ -704,6 +722,11 @@ func (w *Window) FlushAll(ctx context.Context) error {
 
 func alignedBytes(n int) []byte {
 	return wordBytes(make([]uint64, (n+7)/8))[:n:n]
+}
+
+// wordSlice views the first n words of b, which is 8-byte aligned.
+func wordSlice(b []byte, n int) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
 func wordBytes(w []uint64) []byte {

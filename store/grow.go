@@ -1,0 +1,734 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/window"
+)
+
+// Growing back after Replace. comm.Replace gives a communicator of the same
+// size in which each failed rank's number is held by a new, empty process.
+// Grow (at the survivors) and Join (at the new ranks) extend the store to it:
+// the replaced numbers count as live again in placement, so exactly the keys
+// whose first Copies live ranks now include a new rank move, nothing else.
+//
+// Views. Every operation works in one view of the store: the window, the
+// communicator, each rank's table address and the placement rule. An
+// operation takes the view current when it starts and counts itself in it
+// (hold); Grow installs a new view and waits until the operations of the
+// one before have ended (drain). Views only move forward, old → transition
+// → new, and each one's replica sets contain the ones before:
+//
+//   - old: the store's communicator; replaced ranks are failed.
+//   - transition: the new communicator and window; a key's replicas are the
+//     union of its old placement (replaced ranks still counted failed) and
+//     its new placement (replaced ranks live). Writes lock and write all of
+//     them; reads read all of them, so an empty new replica reads as
+//     "replicas differ" and is repaired, as after a failure. No fast reads.
+//   - new: the new placement alone.
+//
+// Grow at a survivor:
+//
+//  1. Rebuild the window over nc; exchange options, hash key, table
+//     addresses and hosts (two Allgathers, done by every rank whatever
+//     happened), and agree whether every rank got them all. If not, Grow
+//     fails at every rank alike and the store stays in the old view.
+//  2. Clear what the replaced processes left in this rank's own table
+//     (locks, a claim, chunks being filled): the numbers are about to name
+//     live processes that know nothing of it. A key locked by a dead writer
+//     is repaired first, in the old view.
+//  3. Install the transition view and drain the old one; agree (every rank
+//     is in transition, so no write misses a new replica any more).
+//  4. Move: scan this rank's own slots (local memory) and check every key
+//     whose new placement differs from its old one, as recovery does (the
+//     key's holders in placement order, the later ones after a delay, so
+//     that usually the first repairs and the others find the key whole).
+//     Agree (every key is whole at its new replicas).
+//  5. Install the new view and drain the transition; agree.
+//  6. Drop: delete, under the key's lock at this rank, the copies of keys
+//     this rank no longer places, so that a later failure cannot bring a
+//     stale copy back (a deleted key's stale copy would be read as its
+//     value).
+//
+// Join at a new rank does the same steps with nothing to clear, move or
+// drop. The agreements are the runtime's fault-tolerant agreement used as a
+// barrier: ranks failing meanwhile are left out, and the ordinary recovery
+// works in whatever view is current, so Grow completes despite them. Only
+// ctx ending can leave a rank in the transition view; its operations stay
+// correct there.
+
+// view is what an operation works with: see above.
+type view struct {
+	w      *window.Window
+	c      window.Comm
+	tables []uint64 // address of each rank's table region
+	hosts  []string // each rank's host
+	place  *placement
+	fast   bool // fast reads allowed (see fastread.go)
+
+	arenas    []*arena // this rank's allocations of records, by target rank
+	keyArenas []*arena // and of key blocks
+
+	// In the transition view: the placement before, and the ranks whose
+	// process was replaced (failed in the old placement).
+	old      *placement
+	replaced []bool
+
+	ops atomic.Int64 // operations working in this view
+}
+
+// v returns the current view.
+func (s *Store) v() *view { return s.cur.Load() }
+
+// hold returns the current view, counting the caller as working in it until
+// it calls v.done().
+func (s *Store) hold() *view {
+	for {
+		v := s.cur.Load()
+		v.ops.Add(1)
+		if s.cur.Load() == v {
+			return v
+		}
+		v.ops.Add(-1)
+	}
+}
+
+func (v *view) done() { v.ops.Add(-1) }
+
+// drain waits until no operation works in v (v is no longer current).
+func drain(ctx context.Context, v *view) error {
+	for i := 0; v.ops.Load() > 0; i++ {
+		if err := backoff(ctx, min(i, 5)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replicas returns the key's replicas in v, given the failed ranks: its
+// placement, and in the transition view the union of its old and new
+// placements (the old ones first).
+func (v *view) replicas(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
+	now := v.place.replicas(h, failed)
+	if v.old == nil {
+		return now
+	}
+	out := v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) })
+	for _, r := range now {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// mayHaveHeld is placement.mayHaveHeld in v (the old placement in
+// transition: the new ranks held nothing before it).
+func (v *view) mayHaveHeld(h uint64) int {
+	if v.old != nil {
+		return v.old.mayHaveHeld(h, func(r ftrma.Rank) bool { return v.replaced[r] || v.c.ProcFailed(r) })
+	}
+	return v.place.mayHaveHeld(h, v.c.ProcFailed)
+}
+
+func newArenas(n int) []*arena {
+	a := make([]*arena, n)
+	for i := range a {
+		a[i] = &arena{}
+	}
+	return a
+}
+
+// testHookMove is called before a survivor's move checks its i-th key.
+var testHookMove testHook[func(s *Store, i int)]
+
+// growKey in a context marks the repairs of Grow's move, whose writes count
+// in Stats.GrowKeys and GrowBytes.
+type growKey struct{}
+
+// replacer is what a communicator returned to a new rank by comm.Init after
+// a Replace offers (comm.Comm does).
+type replacer interface {
+	Replaces() (ftrma.Rank, bool)
+}
+
+// rebuild is the window over nc for the store: the old window's memory
+// (this rank's table and chunks) keeps its addresses; nil old for a new
+// rank.
+func rebuild(ctx context.Context, nc window.Comm, old *window.Window) (*window.Window, error) {
+	return window.Rebuild(ctx, nc, old, nil)
+}
+
+// retryable reports whether an operation that met err starts again: a
+// replica failed, or Grow rebuilt the window under it (the next attempt
+// takes the new one).
+func retryErr(err error) bool {
+	return errors.Is(err, ftrma.ErrProcFailed) || errors.Is(err, window.ErrRebuilt)
+}
+
+// Grow extends the store to nc, the communicator Replace returned for the
+// store's communicator (or for one Replace returned before: a rank whose
+// process differs from the store's is a replaced one). The replaced ranks
+// join placement again: keys whose placement now includes one of them get
+// a copy there, copies lost in earlier failures are re-created, and this
+// rank drops the copies it no longer places. Operations of this and other
+// goroutines go on during Grow, linearizably. Collective over nc with Join
+// at the new ranks. A failure during Grow is recovered from as any other;
+// Grow returns an error wrapping ftrma.ErrProcFailed when the ranks could
+// not start it together (the store then stays on its communicator), and
+// ctx's error if ctx ends (the store may then stay in its transition view,
+// slower but correct).
+func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
+	fail := func(err error) error { return &ftrma.OpError{Op: "store grow", Rank: -1, Err: err} }
+	if s.closed.Load() {
+		return fail(ErrClosed)
+	}
+	if !s.growing.CompareAndSwap(false, true) {
+		return fail(fmt.Errorf("%w: a Grow is under way", ftrma.ErrInvalid))
+	}
+	defer s.growing.Store(false)
+	v := s.v()
+	switch {
+	case v.old != nil:
+		return fail(fmt.Errorf("%w: an earlier Grow was cut short", ftrma.ErrInvalid))
+	case nc == nil || nc.Size() != s.n:
+		return fail(fmt.Errorf("%w: Grow needs a communicator of the store's %d ranks", ftrma.ErrInvalid, s.n))
+	case nc.Rank() != s.me:
+		return fail(fmt.Errorf("%w: this rank is %d in the new communicator, %d in the store", ftrma.ErrInvalid, nc.Rank(), s.me))
+	case nc == v.c || nc.ContextID() == v.c.ContextID():
+		return fail(fmt.Errorf("%w: the store is already over this communicator", ftrma.ErrInvalid))
+	}
+	world := make([]ftrma.Rank, s.n)
+	for r := range world {
+		world[r] = v.c.TransportRank(ftrma.Rank(r))
+	}
+	nw, werr := rebuild(ctx, nc, v.w)
+	if werr == nil {
+		// The old window is unusable now: the old view goes on with the
+		// new one (its ranks are the same processes, its memory the same
+		// addresses; the replaced ranks stay failed in it).
+		ov := &view{w: nw, c: v.c, tables: v.tables, hosts: v.hosts, place: v.place, fast: nw.WholeWords(),
+			arenas: v.arenas, keyArenas: v.keyArenas}
+		s.cur.Store(ov)
+		if err := drain(ctx, v); err != nil {
+			return fail(err)
+		}
+		v.w.Free(ctx) // local: its control words
+		v = ov
+	}
+	g, err := exchange(ctx, nc, werr, s.survivorInfo(v, world), func([][]byte) ([]byte, error) { return []byte{'S'}, nil })
+	if err != nil {
+		return fail(err)
+	}
+	for r := range s.n {
+		if !g.replaced[r] && g.tables[r] != v.tables[r] {
+			return fail(fmt.Errorf("%w: rank %d's table moved", ftrma.ErrInvalid, r))
+		}
+	}
+	// 2. What the replaced processes left here.
+	if err := s.clearReplaced(ctx, g.replaced); err != nil {
+		return fail(err)
+	}
+	// 3. The transition view.
+	tv := &view{w: nw, c: nc, tables: g.tables, hosts: g.hosts, place: newPlacement(s.opt.Copies, g.hosts),
+		fast: nw.WholeWords(), old: v.place, replaced: g.replaced,
+		arenas: slices.Clone(v.arenas), keyArenas: slices.Clone(v.keyArenas)}
+	for r, gone := range g.replaced {
+		if gone {
+			tv.arenas[r], tv.keyArenas[r] = &arena{}, &arena{}
+		}
+	}
+	s.install(tv)
+	return s.finishGrow(ctx, v, tv, true)
+}
+
+// Join is a new rank's side of Grow: the rank is a spare whose comm.Init
+// returned nc, with c.Replaces() true. Of opt only what is the rank's own
+// is used (Host); the options the ranks share, and the hash's key, come
+// from the survivors. It returns the rank's handle once the store is grown.
+// If ctx ends after the ranks started the Grow, the rank's memory stays in
+// the store (its housekeeping goes on) though Join returns an error.
+func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
+	fail := func(err error) error { return &ftrma.OpError{Op: "store join", Rank: -1, Err: err} }
+	rp, ok := nc.(replacer)
+	if nc == nil || !ok {
+		return nil, fail(fmt.Errorf("%w: Join needs the communicator comm.Init gave a replacement", ftrma.ErrInvalid))
+	}
+	if _, ok := rp.Replaces(); !ok {
+		return nil, fail(fmt.Errorf("%w: rank %d is not a replacement (Replaces is false): survivors call Grow", ftrma.ErrInvalid, nc.Rank()))
+	}
+	if opt.Host == "" {
+		opt.Host, _ = os.Hostname()
+	}
+	nw, werr := rebuild(ctx, nc, nil)
+	var s *Store
+	second := func(first [][]byte) ([]byte, error) {
+		shared, err := sharedOptions(first)
+		if err != nil {
+			return []byte{'J'}, err
+		}
+		shared.Host = opt.Host
+		s = newStore(nc, shared)
+		addr, err := s.makeTable(nw)
+		if err != nil {
+			s = nil
+			return []byte{'J'}, err
+		}
+		return binary.LittleEndian.AppendUint64([]byte{'J'}, addr), nil
+	}
+	first := append([]byte{'J'}, opt.Host...)
+	if werr != nil {
+		second = func([][]byte) ([]byte, error) { return []byte{'J'}, werr }
+	}
+	g, err := exchange(ctx, nc, werr, first, second)
+	if err != nil {
+		if s != nil {
+			nw.Release(s.tableMem)
+		}
+		return nil, fail(err)
+	}
+	s.sip = g.sip
+	tv := &view{w: nw, c: nc, tables: g.tables, hosts: g.hosts, place: newPlacement(s.opt.Copies, g.hosts),
+		fast: nw.WholeWords(), old: newPlacement(s.opt.Copies, g.oldHosts), replaced: g.replaced,
+		arenas: newArenas(s.n), keyArenas: newArenas(s.n)}
+	s.cur.Store(tv)
+	for range s.opt.Reserve {
+		s.attachChunk(s.opt.ChunkSize)
+	}
+	go s.housekeeping()
+	if err := s.finishGrow(ctx, nil, tv, false); err != nil {
+		return nil, err
+	}
+	// Transactions are numbered per rank under the rank's decision key,
+	// which the replaced process may have written: go on after its number.
+	if v, _, err := s.get(ctx, s.ident(txKey(int(s.me)))); err == nil && len(v) == 8 {
+		s.txSeq.Store(binary.LittleEndian.Uint64(v))
+	}
+	return s, nil
+}
+
+// install makes v the current view and forgets what this rank learned of
+// the replaced ranks under the view before.
+func (s *Store) install(v *view) {
+	s.cache.Lock()
+	for k := range s.cache.slot {
+		if v.replaced[k.rank] {
+			delete(s.cache.slot, k)
+		}
+	}
+	for k := range s.cache.lock {
+		if v.replaced[k.rank] {
+			delete(s.cache.lock, k)
+		}
+	}
+	for k := range s.cache.desc {
+		if v.replaced[k.rank] {
+			delete(s.cache.desc, k)
+		}
+	}
+	for k := range s.cache.chunk {
+		if v.replaced[k.rank] {
+			delete(s.cache.chunk, k)
+		}
+	}
+	s.cache.Unlock()
+	s.settled.Lock()
+	for r := range s.settled.ranks {
+		if v.replaced[r] {
+			delete(s.settled.ranks, r)
+		}
+	}
+	s.settled.Unlock()
+	s.cur.Store(v)
+}
+
+// finishGrow runs steps 3–6 (see above) from the installed transition view
+// tv; prev is the view before it at a survivor (nil at a new rank).
+func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) error {
+	fail := func(err error) error { return &ftrma.OpError{Op: "store grow", Rank: -1, Err: err} }
+	if prev != nil {
+		if err := drain(ctx, prev); err != nil {
+			return fail(err)
+		}
+	}
+	if err := barrier(ctx, tv.c); err != nil {
+		return fail(err)
+	}
+	if survivor {
+		if err := s.moveKeys(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	if err := barrier(ctx, tv.c); err != nil {
+		return fail(err)
+	}
+	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
+		arenas: tv.arenas, keyArenas: tv.keyArenas}
+	s.cur.Store(nv)
+	if err := drain(ctx, tv); err != nil {
+		return fail(err)
+	}
+	if err := barrier(ctx, tv.c); err != nil {
+		return fail(err)
+	}
+	if err := s.dropKeys(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// barrier is the fault-tolerant agreement used as a barrier: ranks failing
+// during it are left out.
+func barrier(ctx context.Context, c window.Comm) error {
+	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// grown is what the exchange of Grow and Join tells every rank.
+type grown struct {
+	opt      Options
+	sip      sipKey
+	oldHosts []string // the hosts of the old placement
+	replaced []bool
+	tables   []uint64
+	hosts    []string
+}
+
+const growMagic = "grw1"
+
+// survivorInfo is a survivor's part of the exchange: 'S', the shared
+// options, the hash's key, the store's world ranks and old hosts, this
+// rank's table address.
+func (s *Store) survivorInfo(v *view, world []ftrma.Rank) []byte {
+	b := []byte{'S'}
+	b = append(b, growMagic...)
+	for _, x := range []int{s.opt.Copies, s.opt.MaxValueSize, s.opt.MaxKeySize, s.opt.Slots, s.opt.ChunkSize, s.opt.Chunks, s.opt.Reserve} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(x))
+	}
+	b = binary.LittleEndian.AppendUint64(b, s.sip.k0)
+	b = binary.LittleEndian.AppendUint64(b, s.sip.k1)
+	b = binary.LittleEndian.AppendUint64(b, v.tables[s.me])
+	for r := range s.n {
+		b = binary.LittleEndian.AppendUint32(b, uint32(world[r]))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.hosts[r])))
+		b = append(b, v.hosts[r]...)
+	}
+	return b
+}
+
+// sharedOptions reads the options the ranks share from the first
+// survivor's part of the exchange's first round.
+func sharedOptions(first [][]byte) (Options, error) {
+	for _, b := range first {
+		if len(b) > 0 && b[0] == 'S' {
+			in, err := parseSurvivor(b, len(first))
+			return in.opt, err
+		}
+	}
+	return Options{}, fmt.Errorf("%w: no survivor of the store took part in the Grow", ftrma.ErrInvalid)
+}
+
+// survivorPart is what a survivor's part of the first round says.
+type survivorPart struct {
+	opt      Options
+	sip      sipKey
+	table    uint64
+	world    []ftrma.Rank
+	oldHosts []string
+}
+
+func parseSurvivor(b []byte, n int) (p survivorPart, err error) {
+	bad := fmt.Errorf("%w: bad Grow exchange (ranks of different versions?)", ftrma.ErrInvalid)
+	if len(b) < 1+len(growMagic)+10*8 || string(b[1:1+len(growMagic)]) != growMagic {
+		return p, bad
+	}
+	b = b[1+len(growMagic):]
+	u := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	p.opt = Options{Copies: int(u()), MaxValueSize: int(u()), MaxKeySize: int(u()), Slots: int(u()), ChunkSize: int(u()), Chunks: int(u()), Reserve: int(u())}
+	p.sip.k0, p.sip.k1, p.table = u(), u(), u()
+	for range n {
+		if len(b) < 8 {
+			return p, bad
+		}
+		w, l := binary.LittleEndian.Uint32(b), int(binary.LittleEndian.Uint32(b[4:]))
+		b = b[8:]
+		if len(b) < l {
+			return p, bad
+		}
+		p.world = append(p.world, ftrma.Rank(w))
+		p.oldHosts = append(p.oldHosts, string(b[:l]))
+		b = b[l:]
+	}
+	if len(b) != 0 {
+		return p, bad
+	}
+	return p, nil
+}
+
+// exchange runs the exchange of Grow and Join over nc: two Allgathers, the
+// first of first, the second of what second makes of the first's result
+// (nil if it failed), then an agreement on whether every rank has it all.
+// Every rank runs all three whatever fails, so that none waits for one that
+// gave up. werr is an error of this rank's before the exchange.
+func exchange(ctx context.Context, nc window.Comm, werr error, first []byte, second func([][]byte) ([]byte, error)) (*grown, error) {
+	r1, err := nc.Allgather(ctx, first)
+	if err != nil {
+		r1 = nil
+	}
+	mine2, err2 := second(r1)
+	r2, err3 := nc.Allgather(ctx, mine2)
+	var g *grown
+	var perr error
+	if err == nil && err3 == nil {
+		g, perr = parseGrow(nc, r1, r2)
+	}
+	ok := uint64(0)
+	if werr == nil && err == nil && err2 == nil && err3 == nil && perr == nil {
+		ok = 1
+	}
+	agreed, aerr := nc.Agree(ctx, ok)
+	if aerr != nil && !errors.Is(aerr, ftrma.ErrProcFailed) {
+		return nil, aerr
+	}
+	if agreed == 1 {
+		return g, nil
+	}
+	for _, e := range []error{werr, err, err2, err3, perr} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return nil, fmt.Errorf("%w: another rank could not start the Grow", ftrma.ErrProcFailed)
+}
+
+// parseGrow reads both rounds of the exchange.
+func parseGrow(nc window.Comm, r1, r2 [][]byte) (*grown, error) {
+	n := nc.Size()
+	var ref *survivorPart
+	g := &grown{replaced: make([]bool, n), tables: make([]uint64, n), hosts: make([]string, n)}
+	for r, b := range r1 {
+		if len(b) > 0 && b[0] == 'S' {
+			p, err := parseSurvivor(b, n)
+			if err != nil {
+				return nil, err
+			}
+			if ref == nil {
+				ref = &p
+			} else if p.opt != ref.opt || p.sip != ref.sip || !slices.Equal(p.world, ref.world) || !slices.Equal(p.oldHosts, ref.oldHosts) {
+				return nil, fmt.Errorf("%w: ranks %d and others differ on the store's options", ftrma.ErrInvalid, r)
+			}
+			g.tables[r] = p.table
+		}
+	}
+	if ref == nil {
+		return nil, fmt.Errorf("%w: no survivor of the store took part in the Grow", ftrma.ErrInvalid)
+	}
+	g.opt, g.sip, g.oldHosts = ref.opt, ref.sip, ref.oldHosts
+	for r := range n {
+		b1, b2 := r1[r], r2[r]
+		g.replaced[r] = ref.world[r] != nc.TransportRank(ftrma.Rank(r))
+		switch {
+		case len(b1) > 0 && b1[0] == 'S' && !g.replaced[r]:
+			g.hosts[r] = ref.oldHosts[r]
+		case len(b1) > 0 && b1[0] == 'J' && g.replaced[r] && len(b2) == 9:
+			g.hosts[r] = string(b1[1:])
+			g.tables[r] = binary.LittleEndian.Uint64(b2[1:])
+		case g.replaced[r]:
+			return nil, fmt.Errorf("%w: rank %d holds a new process but did not Join", ftrma.ErrInvalid, r)
+		default:
+			return nil, fmt.Errorf("%w: rank %d is the store's process but did not Grow", ftrma.ErrInvalid, r)
+		}
+	}
+	return g, nil
+}
+
+// clearReplaced clears what the replaced processes left in this rank's own
+// table, in the old view: keys they held locked are repaired (the repair
+// takes their locks, as after any failure), the locks they held on keys
+// this rank does not place are freed, their claim is let go and the chunks
+// they were filling are sealed (the housekeeping reclaims them once empty).
+func (s *Store) clearReplaced(ctx context.Context, replaced []bool) error {
+	v := s.hold()
+	defer v.done()
+	of := func(owner int) bool { return owner >= 0 && owner < s.n && replaced[owner] }
+	for i := range s.opt.Slots {
+		base := hdrWords + i*slotWords
+		lw := atomic.LoadUint64(&s.table[base+slotLock])
+		if !of(lockOwner(lw)) {
+			continue
+		}
+		ka := atomic.LoadUint64(&s.table[base+slotKey])
+		h := atomic.LoadUint64(&s.table[base+slotHash])
+		if ka != 0 && ka != slotTomb && h != 0 && slices.Contains(v.replicas(h, s.failed), s.me) {
+			id, err := s.ownKey(ctx, h, ka)
+			if err == nil {
+				_, err = s.repair(ctx, id)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		addr := v.tables[s.me] + uint64(base+slotLock)*8
+		for lw := atomic.LoadUint64(&s.table[base+slotLock]); of(lockOwner(lw)); lw = atomic.LoadUint64(&s.table[base+slotLock]) {
+			s.casOwn(localWord{&s.table[base+slotLock]}, addr, lw, lockWord(lockVersion(lw), -1))
+		}
+	}
+	claim := localWord{&s.table[hdrClaim]}
+	if c := claim.Load(); c != 0 && of(int(c)-1) {
+		s.casOwn(claim, v.tables[s.me]+hdrClaim*8, c, 0)
+	}
+	for e := range int(s.heap.entries.Load()) {
+		o := s.entry(e, chunkOwner)
+		if owner := o.Load(); owner != 0 && owner != chunkNotReady && owner&sealed == 0 && of(int(owner)-1) {
+			s.casOwn(o, s.entryAddr(s.me, e, chunkOwner), owner, owner|sealed)
+		}
+	}
+	return nil
+}
+
+// moveKeys is Grow's move (step 4): every key this rank holds whose new
+// placement differs from its old one is checked like recovery checks a key
+// (getAll: when the replicas differ, the repair writes the newest copy to
+// the new replicas), by its holders in placement order.
+func (s *Store) moveKeys(ctx context.Context) error {
+	v := s.hold()
+	defer v.done()
+	type job struct {
+		h, key uint64
+		pos    int
+	}
+	var jobs []job
+	oldFailed := func(r ftrma.Rank) bool { return v.replaced[r] || s.failed(r) }
+	for i := range s.opt.Slots {
+		base := hdrWords + i*slotWords
+		ka := atomic.LoadUint64(&s.table[base+slotKey])
+		h := atomic.LoadUint64(&s.table[base+slotHash])
+		if ka == 0 || ka == slotTomb || h == 0 {
+			continue
+		}
+		pos := slices.Index(v.replicas(h, s.failed), s.me)
+		if pos < 0 {
+			continue
+		}
+		was, now := v.old.replicas(h, oldFailed), v.place.replicas(h, s.failed)
+		slices.Sort(was)
+		slices.Sort(now)
+		if !slices.Equal(was, now) {
+			jobs = append(jobs, job{h, ka, pos})
+		}
+	}
+	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
+	gctx := context.WithValue(ctx, growKey{}, true)
+	start := time.Now()
+	for i, j := range jobs {
+		if hook := testHookMove.get(); hook != nil {
+			hook(s, i)
+		}
+		if d := time.Duration(j.pos)*staggerStep - time.Since(start); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		id, err := s.ownKey(gctx, j.h, j.key)
+		if err == nil {
+			_, _, err = s.getAll(gctx, id)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) {
+			s.st.retries.Add(1) // a failure: recovery in this view takes over
+		}
+	}
+	return nil
+}
+
+// dropKeys is Grow's drop (step 6): the copies of keys this rank no longer
+// places are deleted here.
+func (s *Store) dropKeys(ctx context.Context) error {
+	v := s.hold()
+	defer v.done()
+	for i := range s.opt.Slots {
+		base := hdrWords + i*slotWords
+		ka := atomic.LoadUint64(&s.table[base+slotKey])
+		h := atomic.LoadUint64(&s.table[base+slotHash])
+		if ka == 0 || ka == slotTomb || h == 0 || slices.Contains(v.replicas(h, s.failed), s.me) {
+			continue
+		}
+		id, err := s.ownKey(ctx, h, ka)
+		if err == nil {
+			err = s.dropKey(ctx, id)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// dropKey deletes this rank's copy of id, under the key's lock here, unless
+// this rank places the key again by then (a failure meanwhile). A writer
+// that knows of a failure writes only once every live rank knows of it
+// (awaitSettled), so the check under the lock sees every failure that made
+// a writer write here.
+func (s *Store) dropKey(ctx context.Context, id ident) error {
+	if err := s.keys.lock(ctx, id); err != nil {
+		return err
+	}
+	defer s.keys.unlock(id)
+	s.endLease(id) // a lease's other locks must not outlive it
+	for attempt := 0; ; attempt++ {
+		s.forget(s.me, id)
+		sl, err := s.findSlot(ctx, s.me, id, false)
+		if err != nil || sl.idx < 0 {
+			return err
+		}
+		p := &replica{r: s.me, id: id, slot: sl.idx, ref: slotRef{s.me, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: s.slotAddr(s.me, sl.idx)}
+		p.expect = lockWord(lockVersion(atomic.LoadUint64(&s.table[hdrWords+sl.idx*slotWords+slotLock])), -1)
+		reps := []*replica{p}
+		err = s.lockAll(ctx, id, reps)
+		if errors.Is(err, errRetry) {
+			if err := backoff(ctx, min(attempt, 5)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if slices.Contains(s.v().replicas(id.h, s.failed), s.me) {
+			s.unlockAll(ctx, reps)
+			return nil
+		}
+		return s.tombstone(ctx, id, reps, newest(reps))
+	}
+}
+
+// countGrow counts a move's writes (publish by Grow's repairs): the key
+// once, if any replica was written, and the record's bytes per replica.
+func (s *Store) countGrow(reps []*replica, n int) {
+	k := 0
+	for _, p := range reps {
+		if p.written && !p.failed && !p.same {
+			k++
+		}
+	}
+	if k > 0 {
+		s.st.growKeys.Add(1)
+		s.st.growBytes.Add(uint64(k * n))
+	}
+}

@@ -1,0 +1,419 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/internal/kvcheck"
+)
+
+// openSpares opens a store on the n ranks of a memnet world with spares.
+func openSpares(t *testing.T, n, spares int, opt Options) (*commtest.World, []*Store) {
+	t.Helper()
+	w := commtest.NewSpares(t, n, spares)
+	ctx := testCtx(t, time.Minute)
+	st := make([]*Store, n)
+	ranks := make([]ftrma.Rank, n)
+	for r := range ranks {
+		ranks[r] = ftrma.Rank(r)
+	}
+	for r, err := range w.RunRanks(ctx, ranks, func(ctx context.Context, c *comm.Comm) error {
+		s, err := Open(ctx, c, opt)
+		st[c.Rank()] = s
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: open: %v", r, err)
+		}
+	}
+	t.Cleanup(func() { stopAll(st) })
+	return w, st
+}
+
+// stopAll stops the housekeeping of every store (not a collective Close).
+func stopAll(st []*Store) {
+	for _, s := range st {
+		if s != nil && !s.closed.Swap(true) {
+			close(s.stop)
+			<-s.done
+		}
+	}
+}
+
+// crashAndWait crashes the victims and waits until every other store knows.
+func crashAndWait(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, victims ...ftrma.Rank) {
+	t.Helper()
+	for _, v := range victims {
+		w.Crash(v)
+	}
+	for r, s := range st {
+		if slices.Contains(victims, ftrma.Rank(r)) {
+			continue
+		}
+		for _, v := range victims {
+			for !s.failed(v) {
+				if ctx.Err() != nil {
+					t.Fatalf("rank %d never learned of %d's failure", r, v)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+}
+
+// replaceAndGrow has the survivors of st Replace their communicators and
+// Grow, and the spares Join; during with each rank's store as it runs (a
+// survivor's from the start, a new rank's never). It returns the stores by
+// rank and each rank's error.
+func replaceAndGrow(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, victims []ftrma.Rank) ([]*Store, map[ftrma.Rank]error) {
+	t.Helper()
+	out := slices.Clone(st)
+	errs := map[ftrma.Rank]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r, s := range st {
+		if slices.Contains(victims, ftrma.Rank(r)) {
+			out[r] = nil
+			continue
+		}
+		wg.Go(func() {
+			nc, err := w.Comms[r].Replace(ctx)
+			if err == nil {
+				err = s.Grow(ctx, nc)
+			}
+			mu.Lock()
+			errs[ftrma.Rank(r)] = err
+			mu.Unlock()
+		})
+	}
+	for range victims {
+		var j commtest.Joined
+		select {
+		case j = <-w.Joined():
+		case <-ctx.Done():
+			t.Fatal("no spare joined")
+		}
+		if j.Err != nil {
+			t.Fatalf("spare %d: %v", j.Rank, j.Err)
+		}
+		wg.Go(func() {
+			s, err := Join(ctx, j.Comm, Options{})
+			mu.Lock()
+			out[j.Comm.Rank()], errs[j.Comm.Rank()] = s, err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { stopAll(out) })
+	return out, errs
+}
+
+// checkPlaced checks that every rank has a slot for each key exactly when
+// the key's placement includes it, and that every rank reads its value.
+func checkPlaced(ctx context.Context, t *testing.T, st []*Store, want map[string]string) {
+	t.Helper()
+	for k, val := range want {
+		id := st[0].ident([]byte(k))
+		place := st[0].v().place.replicas(id.h, st[0].failed)
+		for r, s := range st {
+			if s == nil || st[0].failed(ftrma.Rank(r)) {
+				continue
+			}
+			sl, _, err := st[0].probe(ctx, ftrma.Rank(r), id)
+			if err != nil {
+				t.Fatalf("probe %s at %d: %v", k, r, err)
+			}
+			if has, placed := sl.idx >= 0, slices.Contains(place, ftrma.Rank(r)); has != placed {
+				t.Errorf("%s: rank %d has a copy %v, places it %v (placement %v)", k, r, has, placed, place)
+			}
+			got, err := s.Get(ctx, []byte(k))
+			if err != nil || string(got) != val {
+				t.Errorf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
+			}
+		}
+	}
+}
+
+// 6 ranks, Copies 3, 500 keys. Rank 4 fails, the survivors restore three
+// copies, Replace gives its number to a spare, and Grow/Join extend the
+// store: every key reads back from every rank; the new rank holds exactly
+// the keys whose placement includes it, and no survivor a key it does not
+// place; the moves counted are those keys, once each.
+func TestGrowAfterReplace(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 6, 1, smallOptions(3))
+	want := map[string]string{}
+	var keys []string
+	for i := range 500 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+		keys = append(keys, k)
+	}
+	crashAndWait(ctx, t, w, st, 4)
+	waitWhole(ctx, t, st[0], keys)
+	nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{4})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkPlaced(ctx, t, nst, want)
+	moved, onNew := uint64(0), 0
+	for _, k := range keys {
+		if slices.Contains(nst[0].v().place.replicas(nst[0].hash([]byte(k)), nst[0].failed), 4) {
+			onNew++
+		}
+	}
+	var bytes uint64
+	for _, s := range nst {
+		moved += s.Stats().GrowKeys
+		bytes += s.Stats().GrowBytes
+	}
+	if held := nst[4].Stats().KeysHeld; held != onNew {
+		t.Errorf("new rank holds %d keys, %d placed there", held, onNew)
+	}
+	if moved != uint64(onNew) || onNew == 0 {
+		t.Errorf("%d keys moved, %d placed on the new rank", moved, onNew)
+	}
+	t.Logf("%d of %d keys moved to the new rank, %d bytes", moved, len(keys), bytes)
+}
+
+// Copies 2: rank 1 fails and its keys get new copies, then rank 3 does the
+// same, then both are replaced at once. The keys placed on ranks 1 and 3
+// (now two new, empty ranks) live only on other ranks by then: they keep
+// their values, as does every other (the transition view reads the old
+// copies; a store that switched to the new placement at once would find
+// nothing).
+func TestGrowBothCopiesNew(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 6, 2, smallOptions(2))
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+	}
+	crashAndWait(ctx, t, w, st, 1)
+	waitWhole(ctx, t, st[0], keys)
+	crashAndWait(ctx, t, w, st, 3)
+	waitWhole(ctx, t, st[0], keys)
+	onlyNew := 0
+	for k := range want {
+		p := st[0].v().place.replicas(st[0].hash([]byte(k)), func(ftrma.Rank) bool { return false })
+		if slices.Equal(slices.Sorted(slices.Values(p)), []ftrma.Rank{1, 3}) {
+			onlyNew++
+		}
+	}
+	if onlyNew == 0 {
+		t.Fatal("no key is placed on the two replaced ranks alone: the test tests nothing")
+	}
+	// The survivors rewrite some keys: their new values must survive too.
+	for i := range 300 {
+		if i%5 == 0 {
+			k := fmt.Sprintf("k%d", i)
+			if err := st[[]int{0, 2, 4, 5}[i%4]].Put(ctx, []byte(k), []byte("again")); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = "again"
+		}
+	}
+	nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{1, 3})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkPlaced(ctx, t, nst, want)
+	t.Logf("%d keys placed on the two new ranks alone", onlyNew)
+}
+
+// Bad input: a communicator of another size, Grow twice with the same one,
+// Join on a rank that is not a replacement. Each is a clear error.
+func TestGrowBadInput(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openSpares(t, 4, 1, smallOptions(2))
+	if _, err := Join(ctx, w.Comms[0], Options{}); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("Join on an original rank: %v, want ErrInvalid", err)
+	}
+	if err := st[0].Grow(ctx, w.Comms[0]); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("Grow on the store's own communicator: %v, want ErrInvalid", err)
+	}
+	// A communicator of 3 ranks.
+	errs := w.RunRanks(ctx, []ftrma.Rank{0, 1, 2, 3}, func(ctx context.Context, c *comm.Comm) error {
+		sub, err := c.Split(ctx, int(c.Rank())/3, int(c.Rank()))
+		if err != nil {
+			return err
+		}
+		if sub.Size() != 3 {
+			return nil
+		}
+		if err := st[c.Rank()].Grow(ctx, sub); !errors.Is(err, ftrma.ErrInvalid) {
+			return fmt.Errorf("Grow with %d ranks: %v, want ErrInvalid", sub.Size(), err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Error(r, err)
+		}
+	}
+	crashAndWait(ctx, t, w, st, 2)
+	nst, gerrs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{2})
+	for r, err := range gerrs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := nst[0].Grow(ctx, nst[2].v().c); err == nil || !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("second Grow with the same communicator: %v, want ErrInvalid", err)
+	}
+}
+
+// Puts and Gets from every rank on a few keys go on while a rank is
+// replaced and the store grows; the history is linearizable.
+func TestGrowLinearizable(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 5, 1, smallOptions(2))
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	var mu sync.Mutex
+	var ops []porcupine.Operation
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	const keys = 4
+	// client runs operations on s until stop; s may be swapped for the
+	// rank's store after Join (cur).
+	client := func(id int, cur func() *Store, rank ftrma.Rank) {
+		rng := rand.New(rand.NewPCG(uint64(id), 7))
+		for seq := 0; !stop.Load(); seq++ {
+			s := cur()
+			if s == nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			k := rng.IntN(keys)
+			in := kvcheck.Input{Kind: "get", Key: k}
+			if rng.IntN(2) == 0 {
+				in = kvcheck.Input{Kind: "put", Key: k, Value: fmt.Sprintf("%d.%d", id, seq)}
+			}
+			op := porcupine.Operation{ClientId: id, Input: in, Call: now()}
+			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			var out kvcheck.Output
+			key := []byte(fmt.Sprint("lin", k))
+			if in.Kind == "put" {
+				if err := s.Put(octx, key, []byte(in.Value)); err != nil {
+					out.Unknown = true
+				}
+			} else {
+				v, err := s.Get(octx, key)
+				switch {
+				case errors.Is(err, ErrNotFound):
+				case err != nil:
+					cancel()
+					continue // a failed read says nothing
+				default:
+					out.Value = string(v)
+				}
+			}
+			cancel()
+			op.Output, op.Return = out, now()
+			if out.Unknown {
+				op.Return = math.MaxInt64
+			}
+			mu.Lock()
+			ops = append(ops, op)
+			mu.Unlock()
+			time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
+		}
+	}
+	var joined atomic.Pointer[Store]
+	for r := range 5 {
+		if r == 3 {
+			continue
+		}
+		for c := range 2 {
+			wg.Go(func() { client(2*r+c, func() *Store { return st[r] }, ftrma.Rank(r)) })
+		}
+	}
+	wg.Go(func() { client(2*3, func() *Store { return joined.Load() }, 3) })
+	time.Sleep(50 * time.Millisecond)
+	crashAndWait(ctx, t, w, st, 3)
+	time.Sleep(50 * time.Millisecond)
+	nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{3})
+	joined.Store(nst[3])
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d operations", len(ops))
+	checkLin(t, ops, 0)
+}
+
+// A survivor crashes in the middle of its move: Grow returns at every
+// other rank within the context (done or with an error), and every key
+// still reads back with its value from every live rank.
+func TestGrowSurvivorFailsMidMove(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 6, 1, smallOptions(3))
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	crashAndWait(ctx, t, w, st, 4)
+	var once sync.Once
+	testHookMove.set(t, func(s *Store, i int) {
+		if s.me == 1 && i == 10 {
+			once.Do(func() { w.Crash(1) })
+		}
+	})
+	// The crashed rank's own Grow may only end with its context.
+	short, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	nst, errs := replaceAndGrow(short, t, w, st, []ftrma.Rank{4})
+	for r, err := range errs {
+		if r != 1 && err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	nst[1] = nil
+	for k, val := range want {
+		for r, s := range nst {
+			if s == nil {
+				continue
+			}
+			got, err := s.Get(ctx, []byte(k))
+			if err != nil || string(got) != val {
+				t.Fatalf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
+			}
+		}
+	}
+}

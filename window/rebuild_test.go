@@ -1,0 +1,300 @@
+package window_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/window"
+)
+
+// regTransport counts one rank's registrations: a region deregistered twice,
+// or never registered, is an error, and live lists those not deregistered.
+type regTransport struct {
+	transport.Transport
+	mu   sync.Mutex
+	live map[transport.Key]bool
+	errs []error
+}
+
+func (t *regTransport) Register(mem []byte) (transport.Key, error) {
+	k, err := t.Transport.Register(mem)
+	if err == nil {
+		t.mu.Lock()
+		t.live[k] = true
+		t.mu.Unlock()
+	}
+	return k, err
+}
+
+func (t *regTransport) Deregister(k transport.Key) error {
+	t.mu.Lock()
+	if !t.live[k] {
+		t.errs = append(t.errs, fmt.Errorf("region %d deregistered while not registered", k))
+	}
+	delete(t.live, k)
+	t.mu.Unlock()
+	return t.Transport.Deregister(k)
+}
+
+// check reports a double or unknown deregistration, or a region still
+// registered.
+func (t *regTransport) check() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.live) > 0 {
+		t.errs = append(t.errs, fmt.Errorf("%d region(s) still registered", len(t.live)))
+	}
+	return errors.Join(t.errs...)
+}
+
+// regComm is a communicator whose windows register through a regTransport.
+type regComm struct {
+	*comm.Comm
+	t *regTransport
+}
+
+func (c regComm) Transport() transport.Transport { return c.t }
+
+// rebuildWorld runs setup on every rank of an n-rank memnet world with one
+// spare, crashes rank victim, has the survivors Replace the communicator
+// (the spare starts and takes victim's number), and runs after on every rank
+// of the new communicator: survivors with their window from setup, the spare
+// with nil. Windows register through a regTransport per rank, checked (no
+// double deregistration, nothing left registered) once after has returned
+// everywhere. It fails the test with every rank's error.
+func rebuildWorld(t *testing.T, n int, victim ftrma.Rank,
+	setup func(ctx context.Context, c window.Comm) (*window.Window, error),
+	after func(ctx context.Context, nc window.Comm, old *window.Window) error) {
+	t.Helper()
+	world := commtest.NewSpares(t, n, 1)
+	ctx := testCtx(t, time.Minute)
+	regs := make([]*regTransport, n+1)
+	wrap := func(c *comm.Comm, r ftrma.Rank) regComm {
+		return regComm{Comm: c, t: regs[r]}
+	}
+	for r := range n + 1 {
+		regs[r] = &regTransport{Transport: world.Net.Endpoint(ftrma.Rank(r)), live: make(map[transport.Key]bool)}
+	}
+	wins := make([]*window.Window, n)
+	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		w, err := setup(ctx, wrap(c, c.Rank()))
+		wins[c.Rank()] = w
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("setup, rank %d: %v", r, err)
+		}
+	}
+	world.Crash(victim)
+	comms := world.Comms[:n]
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		if ftrma.Rank(r) == victim {
+			continue
+		}
+		wg.Go(func() {
+			nc, err := c.Replace(ctx)
+			if err == nil {
+				err = after(ctx, wrap(nc, ftrma.Rank(r)), wins[r])
+			}
+			errs[r] = err
+		})
+	}
+	wg.Go(func() {
+		select {
+		case j := <-world.Joined():
+			errs[victim] = j.Err
+			if j.Err == nil {
+				errs[victim] = after(ctx, wrap(j.Comm, j.Rank), nil)
+			}
+		case <-ctx.Done():
+			errs[victim] = fmt.Errorf("no spare joined: %w", ctx.Err())
+		}
+	})
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	for r, reg := range regs {
+		if ftrma.Rank(r) == victim {
+			continue // crashed holding its window
+		}
+		if err := reg.check(); err != nil {
+			t.Errorf("rank %d's registrations: %v", r, err)
+		}
+	}
+}
+
+// pattern is rank r's memory content in the rebuild tests.
+func pattern(r ftrma.Rank, n int) []byte {
+	return bytes.Repeat([]byte{byte(0x10 + r)}, n)
+}
+
+// getAll reads n bytes at disp of every rank's window w and checks each
+// against want(rank).
+func getAll(ctx context.Context, w *window.Window, disp func(ftrma.Rank) uint64, n int, want func(ftrma.Rank) []byte) error {
+	for q := range ftrma.Rank(w.Size()) {
+		buf := make([]byte, n)
+		if err := w.Get(q, disp(q), buf); err != nil {
+			return fmt.Errorf("get from rank %d: %w", q, err)
+		}
+		if err := w.Flush(ctx, q); err != nil {
+			return fmt.Errorf("flush rank %d: %w", q, err)
+		}
+		if !bytes.Equal(buf, want(q)) {
+			return fmt.Errorf("rank %d holds %x, want %x", q, buf, want(q))
+		}
+	}
+	return nil
+}
+
+// A dynamic window rebuilt over the communicator of a Replace: survivors'
+// regions attached before stay attached at the same addresses, and every
+// rank, the spare included, reads them through the new window; the spare
+// attaches a region that every survivor reads; a
+// survivor detaches through the new window; the old window returns
+// ErrRebuilt; freeing the old window first and then the new one releases
+// every region once.
+func TestRebuildDynamic(t *testing.T) {
+	const n, size, victim = 4, 64, 2
+	addrs := make([]uint64, n)
+	bufs := make([][]byte, n+1)
+	rebuildWorld(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+		w, err := window.CreateDynamic(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		buf, err := w.Alloc(size)
+		if err != nil {
+			return nil, err
+		}
+		copy(buf, pattern(c.Rank(), size))
+		bufs[c.Rank()] = buf
+		addr, err := w.Attach(buf)
+		if err != nil {
+			return nil, err
+		}
+		all, err := c.Allgather(ctx, binary.BigEndian.AppendUint64(nil, addr))
+		if err != nil {
+			return nil, err
+		}
+		if c.Rank() == 0 {
+			for r, b := range all {
+				addrs[r] = binary.BigEndian.Uint64(b)
+			}
+		}
+		return w, c.Barrier(ctx)
+	}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+		w, err := window.Rebuild(ctx, nc, old, func([]byte) { panic("init called for a dynamic window") })
+		if err != nil {
+			return err
+		}
+		me := nc.Rank()
+		if old == nil && w.Bytes() != nil {
+			return errors.New("a dynamic window has Bytes")
+		}
+		// Every survivor's region, at the address it had.
+		for q := range ftrma.Rank(n) {
+			if q == victim {
+				continue
+			}
+			buf := make([]byte, size)
+			if err := w.Get(q, addrs[q], buf); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, q); err != nil {
+				return fmt.Errorf("read rank %d's old region: %w", q, err)
+			}
+			if !bytes.Equal(buf, pattern(q, size)) {
+				return fmt.Errorf("rank %d's region holds %x, want its pattern", q, buf)
+			}
+		}
+		// The spare attaches; everyone reads it.
+		var mine []byte
+		if old == nil {
+			buf, err := w.Alloc(size)
+			if err != nil {
+				return err
+			}
+			copy(buf, "attached by the replacement")
+			bufs[n] = buf
+			addr, err := w.Attach(buf)
+			if err != nil {
+				return err
+			}
+			mine = binary.BigEndian.AppendUint64(nil, addr)
+		}
+		all, err := nc.Allgather(ctx, mine)
+		if err != nil {
+			return err
+		}
+		got := make([]byte, len("attached by the replacement"))
+		if err := w.Get(victim, binary.BigEndian.Uint64(all[victim]), got); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, victim); err != nil {
+			return err
+		}
+		if string(got) != "attached by the replacement" {
+			return fmt.Errorf("the replacement's region holds %q", got)
+		}
+		if old != nil {
+			if err := old.Put(me, addrs[me], []byte{1}); !errors.Is(err, window.ErrRebuilt) || !errors.Is(err, window.ErrFreed) {
+				return fmt.Errorf("put on the old window: %v, want ErrRebuilt", err)
+			}
+			if _, err := old.Attach(make([]byte, 8)); !errors.Is(err, window.ErrRebuilt) {
+				return fmt.Errorf("attach on the old window: %v, want ErrRebuilt", err)
+			}
+			if err := old.Free(ctx); err != nil {
+				return fmt.Errorf("free of the old window: %w", err)
+			}
+			if err := old.Free(ctx); !errors.Is(err, window.ErrRebuilt) {
+				return fmt.Errorf("second free of the old window: %v, want ErrRebuilt", err)
+			}
+		}
+		// Freeing old released nothing the new window uses.
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		for q := range ftrma.Rank(n) {
+			if q == victim {
+				continue
+			}
+			buf := make([]byte, size)
+			if err := w.Get(q, addrs[q], buf); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, q); err != nil {
+				return fmt.Errorf("read rank %d's region after the old window's Free: %w", q, err)
+			}
+		}
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		if me == 0 {
+			if err := w.Detach(addrs[me]); err != nil {
+				return fmt.Errorf("detach through the new window: %w", err)
+			}
+		}
+		if err := w.Free(ctx); err != nil {
+			return err
+		}
+		if old == nil {
+			return w.Release(bufs[n])
+		}
+		return w.Release(bufs[me])
+	})
+}
