@@ -62,6 +62,7 @@ type config struct {
 	every     time.Duration // checkpoint interval of a list
 	poll      time.Duration // how often an idle rank reads the checkpoints
 	lostGrace time.Duration // how long a lost checkpoint may stay lost before a waiting rank recomputes its list
+	respawn   bool          // replace failed ranks (-respawn) rather than adopt their lists
 	// crash maps a rank to the fraction of its own list after which it
 	// SIGKILLs itself (-crash).
 	crash map[ftrma.Rank]float64
@@ -96,6 +97,7 @@ func main() {
 	flag.DurationVar(&cfg.lostGrace, "lost-wait", time.Second, "how long a lost checkpoint of a list another rank runs may stay lost before this rank recomputes the list")
 	cfg.crash = map[ftrma.Rank]float64{}
 	flag.Var(crashFlag(cfg.crash), "crash", "`RANK@FRACTION`: RANK SIGKILLs itself before the task at FRACTION (0 to 1) of its own list; may be repeated")
+	flag.BoolVar(&cfg.respawn, "respawn", false, "replace failed ranks by spares (the job must have them: ftrun --respawn) instead of adopting their lists; adopt when no spare is left")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
 	err := cfg.validate()
@@ -139,11 +141,20 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	s, err := store.Open(ctx, c, store.Options{Copies: min(cfg.copies, c.Size())})
+	opt := store.Options{Copies: min(cfg.copies, c.Size())}
+	var s *store.Store
+	replaces, isReplacement := c.Replaces()
+	if isReplacement {
+		s, err = store.Join(ctx, c, opt)
+	} else {
+		s, err = store.Open(ctx, c, opt)
+	}
 	if err != nil {
+		c.Close()
 		return fmt.Errorf("open store: %w", err)
 	}
+	rs := &respawner{c: c, s: s}
+	defer rs.close()
 	defer func() {
 		// Collective while everyone lives; after failures it may fail, and
 		// must not hold up the exit.
@@ -163,20 +174,44 @@ func run(ctx context.Context, cfg config) error {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL) // -crash: this process, at once
 		select {}
 	}
+	if cfg.respawn {
+		w.replace = rs.replace
+	}
+	if isReplacement {
+		if err := w.resume(ctx, replaces); err != nil {
+			return err
+		}
+	}
 	if err := w.run(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("rank %d ran %s in %.2f s\n", w.me, w.summary(), w.idle.Sub(start).Seconds())
 
-	// Everyone has seen every list done. Agree, fault-tolerantly, so that
-	// every failed rank is known at every survivor; then the lowest survivor
+	// Everyone has seen every list done. With -respawn, the failed ranks
+	// are replaced once more, until a Replace finds none (every survivor
+	// calls Replace at each failure, here or in the run, so the calls
+	// match); then, or without spares, agree fault-tolerantly, so that
+	// every failed rank is known at every survivor and the lowest survivor
 	// is the same at all of them.
+	for w.replace != nil {
+		more, err := rs.replaceAtEnd(ctx)
+		if errors.Is(err, comm.ErrReplace) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	c = rs.c
 	c.AckFailed(c.Size())
 	if _, err := c.Agree(ctx, 1); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
 		return fmt.Errorf("final agreement: %w", err)
 	}
 	failed := c.Failed()
-	if lowestLive(c.Size(), failed) != w.me {
+	if lowestLive(c.Size(), failed) != c.Rank() {
 		return nil
 	}
 	var total uint64
@@ -187,9 +222,75 @@ func run(ctx context.Context, cfg config) error {
 			adopted = append(adopted, ftrma.Rank(owner))
 		}
 	}
-	fmt.Printf("result: %d tree nodes (tasks %d, survivors %d of %d, adopted ranks %v)\n",
+	line := fmt.Sprintf("result: %d tree nodes (tasks %d, survivors %d of %d, adopted ranks %v",
 		total, cfg.tasks, c.Size()-len(failed), c.Size(), adopted)
+	if cfg.respawn {
+		line += fmt.Sprintf(", replaced ranks %v", rs.replaced)
+	}
+	fmt.Println(line + ")")
 	return nil
+}
+
+// respawner replaces failed ranks (-respawn): Replace on the current
+// communicator, then the store grows onto the new one. It keeps every
+// communicator it had: the store's old windows were made over them.
+type respawner struct {
+	c        *comm.Comm
+	s        *store.Store
+	old      []*comm.Comm
+	replaced []ftrma.Rank // communicator ranks replaced, in order, repeats included
+}
+
+// replace replaces the failed ranks of the current communicator. A failure
+// during the call makes it try again (the new failure is then replaced
+// too); an error wrapping comm.ErrReplace means no spare was left, at
+// every survivor alike.
+func (rs *respawner) replace(ctx context.Context) (group, error) {
+	for {
+		nc, err := rs.c.Replace(ctx)
+		if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var fresh []ftrma.Rank
+		for r := range ftrma.Rank(nc.Size()) {
+			if nc.TransportRank(r) != rs.c.TransportRank(r) {
+				fresh = append(fresh, r)
+			}
+		}
+		if len(fresh) == 0 { // nothing had failed: a copy of c
+			nc.Close()
+			return rs.c, nil
+		}
+		if err := rs.s.Grow(ctx, nc); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("grow the store onto the new communicator: %w", err)
+		}
+		rs.old = append(rs.old, rs.c)
+		rs.c = nc
+		rs.replaced = append(rs.replaced, fresh...)
+		return nc, nil
+	}
+}
+
+// replaceAtEnd is replace once every list is done: it reports whether it
+// replaced a rank (and the next communicator must be checked again).
+func (rs *respawner) replaceAtEnd(ctx context.Context) (bool, error) {
+	before := rs.c
+	if _, err := rs.replace(ctx); err != nil {
+		return false, err
+	}
+	return rs.c != before, nil
+}
+
+// close closes every communicator this rank had.
+func (rs *respawner) close() {
+	for _, c := range rs.old {
+		c.Close()
+	}
+	rs.c.Close()
 }
 
 // lowestLive returns the lowest of n ranks not in failed.

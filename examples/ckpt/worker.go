@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -86,6 +87,16 @@ type worker struct {
 	seen     int       // len(c.Failed()) when adoptions were last decided
 	idle     time.Time // when this rank ran its last task
 
+	// replace, when set (-respawn), is called on a new failure instead of
+	// adopting: it replaces the failed ranks of the communicator by spares
+	// and grows the store onto the new communicator (see respawner). It
+	// returns the group to go on with; an error wrapping comm.ErrReplace
+	// (no spare left) makes this rank adopt instead, from then on.
+	replace func(ctx context.Context) (group, error)
+	// start is where this rank's own list starts: a replacement resumes it
+	// from the failed rank's checkpoint.
+	start checkpoint
+
 	// crashAt is the position in this rank's own list before whose task
 	// crash is called (-crash); -1: never.
 	crashAt int
@@ -115,7 +126,7 @@ func newWorker(c group, s kv, cfg config, out, log io.Writer) *worker {
 // run runs this rank's list and the lists it adopts until every rank's list
 // is done.
 func (w *worker) run(ctx context.Context) error {
-	if err := w.take(ctx, w.me, checkpoint{}); err != nil {
+	if err := w.take(ctx, w.me, w.start); err != nil {
 		return err
 	}
 	for {
@@ -138,6 +149,26 @@ func (w *worker) run(ctx context.Context) error {
 		case <-time.After(w.cfg.poll):
 		}
 	}
+}
+
+// resume makes this rank, a replacement of the failed process of world
+// rank replaces, take over its own list where that process last
+// checkpointed it (from the start, with sum 0, if the checkpoint is lost).
+// A replacement does not crash again (-crash is for the first process).
+func (w *worker) resume(ctx context.Context, replaces ftrma.Rank) error {
+	w.crashAt = -1
+	ck, lost, err := w.load(ctx, w.me)
+	if err != nil {
+		return err
+	}
+	if lost {
+		fmt.Fprintf(w.log, "rank %d replaces world rank %d: its checkpoint is lost (every copy may be gone): recomputing its list from the start\n", w.me, replaces)
+	} else {
+		fmt.Fprintf(w.out, "rank %d replaces world rank %d: resuming its list at task %d of %d (%d of its %d tasks checkpointed)\n",
+			w.me, replaces, int(w.me)+ck.next*w.n, w.cfg.tasks, ck.next, w.length(w.me))
+	}
+	w.start = ck
+	return nil
 }
 
 // length is the number of tasks of owner's list.
@@ -228,6 +259,18 @@ func (w *worker) adopt(ctx context.Context) error {
 		if err := w.save(ctx, l); err != nil {
 			return err
 		}
+	}
+	if w.replace != nil {
+		c, err := w.replace(ctx)
+		switch {
+		case err == nil:
+			w.c, w.seen = c, 0 // failures of c itself, if any, next time
+			return nil
+		case !errors.Is(err, comm.ErrReplace):
+			return err
+		}
+		fmt.Fprintf(w.log, "rank %d: %v: adopting the failed ranks' lists instead\n", w.me, err)
+		w.replace = nil
 	}
 	for _, f := range failed {
 		if adopter(f, w.n, failed) != w.me || w.running(f) != nil {
