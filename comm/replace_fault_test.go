@@ -98,7 +98,8 @@ type spawnFault struct {
 // the context. After a failure the survivors' next Replace on the same
 // communicator replaces every failed rank. Either way the job ends with a
 // communicator of 4 that works, and every spare started learns its
-// outcome: none waits until its context ends.
+// outcome, none waiting until its context ends, except the one a dying
+// leader started (a known defect, see below).
 func TestReplaceFailureDuringSpawn(t *testing.T) {
 	faults := []spawnFault{
 		{name: "survivor", before: func(w *commtest.World) { w.Crash(2) }, crashed: []ftrma.Rank{2}},
