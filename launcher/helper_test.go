@@ -121,6 +121,10 @@ func helper(mode string, args []string) int {
 		return respawnHelper(rank, arg(0))
 	case "replace": // see replaceHelper
 		return replaceHelper(rank)
+	case "replacerounds": // see replaceRoundsHelper
+		return replaceRoundsHelper(rank)
+	case "replacefault": // see replaceFaultHelper
+		return replaceFaultHelper(rank, args)
 	case "spawnxfer": // see spawnXferHelper
 		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper

@@ -271,6 +271,13 @@ func (w *World) spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Rank,
 	return ranks, nil
 }
 
+// Spawn is the spawner the world sets at every rank (see spawn). A test
+// that injects a fault around a Replace's spawn wraps it and sets the
+// wrapper at the leader with the admission package's SetSpawner.
+func (w *World) Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Rank, error) {
+	return w.spawn(ctx, k, payload)
+}
+
 // Joined delivers the outcome of every spare a Replace started, once its
 // side of the Replace ended.
 func (w *World) Joined() <-chan Joined { return w.joined }
