@@ -76,6 +76,16 @@ func rebuildWorld(t *testing.T, n int, victim ftrma.Rank,
 	setup func(ctx context.Context, c window.Comm) (*window.Window, error),
 	after func(ctx context.Context, nc window.Comm, old *window.Window) error) {
 	t.Helper()
+	rebuildWorldCrash(t, n, victim, setup, nil, after)
+}
+
+// rebuildWorldCrash is rebuildWorld calling beforeCrash, when not nil, with
+// the world and the windows of setup just before the crash.
+func rebuildWorldCrash(t *testing.T, n int, victim ftrma.Rank,
+	setup func(ctx context.Context, c window.Comm) (*window.Window, error),
+	beforeCrash func(world *commtest.World, wins []*window.Window) error,
+	after func(ctx context.Context, nc window.Comm, old *window.Window) error) {
+	t.Helper()
 	world := commtest.NewSpares(t, n, 1)
 	ctx := testCtx(t, time.Minute)
 	regs := make([]*regTransport, n+1)
@@ -93,6 +103,11 @@ func rebuildWorld(t *testing.T, n int, victim ftrma.Rank,
 	}) {
 		if err != nil {
 			t.Fatalf("setup, rank %d: %v", r, err)
+		}
+	}
+	if beforeCrash != nil {
+		if err := beforeCrash(world, wins); err != nil {
+			t.Fatal(err)
 		}
 	}
 	world.Crash(victim)
@@ -143,12 +158,12 @@ func pattern(r ftrma.Rank, n int) []byte {
 	return bytes.Repeat([]byte{byte(0x10 + r)}, n)
 }
 
-// getAll reads n bytes at disp of every rank's window w and checks each
-// against want(rank).
-func getAll(ctx context.Context, w *window.Window, disp func(ftrma.Rank) uint64, n int, want func(ftrma.Rank) []byte) error {
+// getAll reads size(rank) bytes at disp of every rank's window w and checks
+// each against want(rank).
+func getAll(ctx context.Context, w *window.Window, disp uint64, size func(ftrma.Rank) int, want func(ftrma.Rank) []byte) error {
 	for q := range ftrma.Rank(w.Size()) {
-		buf := make([]byte, n)
-		if err := w.Get(q, disp(q), buf); err != nil {
+		buf := make([]byte, size(q))
+		if err := w.Get(q, disp, buf); err != nil {
 			return fmt.Errorf("get from rank %d: %w", q, err)
 		}
 		if err := w.Flush(ctx, q); err != nil {
@@ -296,5 +311,214 @@ func TestRebuildDynamic(t *testing.T) {
 			return w.Release(bufs[n])
 		}
 		return w.Release(bufs[me])
+	})
+}
+
+// An Allocate window rebuilt over the communicator of a Replace, with and
+// without init. Rank r's window has 64+8r bytes. Survivors keep their memory
+// (the same memory: Bytes is the old Bytes) and its content; the spare gets
+// the failed rank's size, zeroed or as init wrote it, and every rank reads
+// every rank's content through the new window. The old window's Bytes is
+// nil, its operations return ErrRebuilt, and freeing both windows releases
+// every region once.
+func TestRebuildAllocate(t *testing.T) {
+	const n, victim = 4, 2
+	size := func(r ftrma.Rank) int { return 64 + 8*int(r) }
+	for _, withInit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("init=%v", withInit), func(t *testing.T) {
+			var init func([]byte)
+			want := func(r ftrma.Rank) []byte {
+				if r != victim {
+					return pattern(r, size(r))
+				}
+				if withInit {
+					return bytes.Repeat([]byte("init"), size(r)/4)
+				}
+				return make([]byte, size(r))
+			}
+			if withInit {
+				init = func(mem []byte) {
+					for i := 0; i+4 <= len(mem); i += 4 {
+						copy(mem[i:], "init")
+					}
+				}
+			}
+			rebuildWorld(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+				w, err := window.Allocate(ctx, c, size(c.Rank()))
+				if err != nil {
+					return nil, err
+				}
+				copy(w.Bytes(), pattern(c.Rank(), size(c.Rank())))
+				return w, c.Barrier(ctx)
+			}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+				var before []byte
+				if old != nil {
+					before = old.Bytes()
+				}
+				w, err := window.Rebuild(ctx, nc, old, init)
+				if err != nil {
+					return err
+				}
+				me := nc.Rank()
+				if len(w.Bytes()) != size(me) {
+					return fmt.Errorf("window of %d bytes, want %d", len(w.Bytes()), size(me))
+				}
+				if old != nil && &w.Bytes()[0] != &before[0] {
+					return errors.New("a survivor's window memory moved")
+				}
+				if err := getAll(ctx, w, 0, size, want); err != nil {
+					return err
+				}
+				if err := w.Put(victim, uint64(size(victim)), []byte{1}); !errors.Is(err, ftrma.ErrOutOfBounds) {
+					return fmt.Errorf("put past the replacement's window: %v, want ErrOutOfBounds", err)
+				}
+				if old != nil {
+					if old.Bytes() != nil {
+						return errors.New("the old window still has Bytes")
+					}
+					var v int64
+					if err := old.FetchAndOp(0, 0, 1, &v, window.Sum); !errors.Is(err, window.ErrRebuilt) {
+						return fmt.Errorf("fetch-and-op on the old window: %v, want ErrRebuilt", err)
+					}
+					if err := old.Free(ctx); err != nil {
+						return err
+					}
+				}
+				if err := nc.Barrier(ctx); err != nil {
+					return err
+				}
+				return w.Free(ctx)
+			})
+		})
+	}
+}
+
+// Locks do not carry over: at the failure, rank 1 holds an exclusive lock
+// on rank 3, the failed rank 2 one on rank 0, and rank 3 a shared one on
+// rank 1, all on the old window. On the rebuilt window the replacement
+// takes an exclusive lock on rank 3 and rank 1 locks rank 3 again (its old
+// lock was dropped, not kept); then every rank increments a counter at the
+// replacement under an exclusive lock (get, flush, put) and the count is
+// exact. The old windows free without ErrLockHeld.
+func TestRebuildLocks(t *testing.T) {
+	const n, victim, iters = 4, 2, 20
+	rebuildWorldCrash(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+		w, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return nil, err
+		}
+		return w, c.Barrier(ctx)
+	}, func(_ *commtest.World, wins []*window.Window) error {
+		ctx := testCtx(t, 10*time.Second)
+		for _, l := range []struct {
+			by, on ftrma.Rank
+			lt     window.LockType
+		}{{1, 3, window.Exclusive}, {victim, 0, window.Exclusive}, {3, 1, window.Shared}} {
+			if err := wins[l.by].Lock(ctx, l.on, l.lt); err != nil {
+				return fmt.Errorf("rank %d locks %d: %w", l.by, l.on, err)
+			}
+		}
+		return nil
+	}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+		w, err := window.Rebuild(ctx, nc, old, nil)
+		if err != nil {
+			return err
+		}
+		me := nc.Rank()
+		// Bounded: a lock kept from the old window would never be free.
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if me == victim || me == 1 {
+			if err := w.Lock(lctx, 3, window.Exclusive); err != nil {
+				return fmt.Errorf("exclusive lock on rank 3: %w", err)
+			}
+			if err := w.Unlock(lctx, 3); err != nil {
+				return err
+			}
+		}
+		for range iters {
+			if err := w.Lock(lctx, victim, window.Exclusive); err != nil {
+				return err
+			}
+			var b [8]byte
+			if err := w.Get(victim, 0, b[:]); err != nil {
+				return err
+			}
+			if err := w.Flush(lctx, victim); err != nil {
+				return err
+			}
+			binary.LittleEndian.PutUint64(b[:], binary.LittleEndian.Uint64(b[:])+1)
+			if err := w.Put(victim, 0, b[:]); err != nil {
+				return err
+			}
+			if err := w.Unlock(lctx, victim); err != nil {
+				return err
+			}
+		}
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		if me == victim {
+			if got := binary.LittleEndian.Uint64(w.Bytes()); got != n*iters {
+				return fmt.Errorf("counter %d, want %d", got, n*iters)
+			}
+		}
+		if old != nil {
+			if err := old.Free(ctx); err != nil {
+				return fmt.Errorf("free of the old window: %w", err)
+			}
+		}
+		return w.Free(ctx)
+	})
+}
+
+// A failed rank's late writes never land: the failed rank's puts toward
+// ranks 0 and 3, held on the links (memnet Delay) when it is killed, are
+// still on their way while the survivors replace it and rebuild the window
+// over the same memory. After the delay has passed, ranks 0 and 3 still
+// hold their own content, read through the new window by every rank.
+func TestRebuildLateWrite(t *testing.T) {
+	const n, victim, size = 4, 2, 64
+	const delay = 300 * time.Millisecond
+	rebuildWorldCrash(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+		w, err := window.Allocate(ctx, c, size)
+		if err != nil {
+			return nil, err
+		}
+		copy(w.Bytes(), pattern(c.Rank(), size))
+		return w, c.Barrier(ctx)
+	}, func(world *commtest.World, wins []*window.Window) error {
+		for _, q := range []ftrma.Rank{0, 3} {
+			world.Net.Delay(victim, q, delay)
+			if err := wins[victim].Put(q, 0, bytes.Repeat([]byte{0xee}, size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+		w, err := window.Rebuild(ctx, nc, old, nil)
+		if err != nil {
+			return err
+		}
+		time.Sleep(2 * delay) // the late writes would have arrived
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		err = getAll(ctx, w, 0, func(ftrma.Rank) int { return size }, func(q ftrma.Rank) []byte {
+			if q == victim {
+				return make([]byte, size)
+			}
+			return pattern(q, size)
+		})
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			old.Free(ctx)
+		}
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
 	})
 }
