@@ -522,3 +522,133 @@ func TestRebuildLateWrite(t *testing.T) {
 		return w.Free(ctx)
 	})
 }
+
+// A Create window rebuilt over the communicator of a Replace on memnet,
+// where the window memory is the caller's buffer: a survivor's new window
+// memory is still its buffer, and puts through the new window land in it;
+// the replacement gets memory of the failed rank's buffer's size.
+func TestRebuildCreate(t *testing.T) {
+	const n, victim = 4, 2
+	size := func(r ftrma.Rank) int { return 32 + 8*int(r) }
+	bufs := make([][]byte, n)
+	rebuildWorld(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+		buf := pattern(c.Rank(), size(c.Rank()))
+		bufs[c.Rank()] = buf
+		w, err := window.Create(ctx, c, buf)
+		if err != nil {
+			return nil, err
+		}
+		return w, c.Barrier(ctx)
+	}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+		w, err := window.Rebuild(ctx, nc, old, nil)
+		if err != nil {
+			return err
+		}
+		me := nc.Rank()
+		if len(w.Bytes()) != size(me) {
+			return fmt.Errorf("window of %d bytes, want %d", len(w.Bytes()), size(me))
+		}
+		if old != nil && &w.Bytes()[0] != &bufs[me][0] {
+			return errors.New("a survivor's window memory is not its buffer any more")
+		}
+		err = getAll(ctx, w, 0, size, func(q ftrma.Rank) []byte {
+			if q == victim {
+				return make([]byte, size(q))
+			}
+			return pattern(q, size(q))
+		})
+		if err != nil {
+			return err
+		}
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		next := (me + 1) % n
+		if err := w.PutSync(ctx, next, 0, []byte{0xa0 + byte(me)}); err != nil {
+			return err
+		}
+		if old != nil {
+			old.Free(ctx)
+		}
+		if err := nc.Barrier(ctx); err != nil {
+			return err
+		}
+		if got, want := w.Bytes()[0], 0xa0+byte((me+n-1)%n); got != want {
+			return fmt.Errorf("first byte %#x, want %#x put by the rank before", got, want)
+		}
+		return w.Free(ctx)
+	})
+}
+
+// Rebuild where every rank survives (over a Dup of the communicator), on
+// every world, shared memory included: Allocate and Create windows keep
+// their memory in place; on shared memory, where a Create window's memory
+// is a copy, Free of the old window does not write it back into the buffer
+// and Free of the new window does, with what a neighbour put through the
+// new window.
+func TestRebuildAllSurvive(t *testing.T) {
+	for _, created := range []bool{false, true} {
+		t.Run(fmt.Sprintf("create=%v", created), func(t *testing.T) {
+			run(t, 3, func(ctx context.Context, c *comm.Comm) error {
+				me, n := c.Rank(), ftrma.Rank(c.Size())
+				buf := pattern(me, 16)
+				var old *window.Window
+				var err error
+				if created {
+					old, err = window.Create(ctx, c, buf)
+				} else {
+					old, err = window.Allocate(ctx, c, 16)
+					if err == nil {
+						copy(old.Bytes(), buf)
+					}
+				}
+				if err != nil {
+					return err
+				}
+				mem := old.Bytes()
+				nc, err := c.Dup(ctx)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				w, err := window.Rebuild(ctx, nc, old, nil)
+				if err != nil {
+					return err
+				}
+				if &w.Bytes()[0] != &mem[0] {
+					return errors.New("the window memory moved")
+				}
+				if err := getAll(ctx, w, 0, func(ftrma.Rank) int { return 16 }, func(q ftrma.Rank) []byte { return pattern(q, 16) }); err != nil {
+					return err
+				}
+				if err := nc.Barrier(ctx); err != nil {
+					return err
+				}
+				if err := w.PutSync(ctx, (me+1)%n, 0, []byte{0xa0 + byte(me)}); err != nil {
+					return err
+				}
+				if err := old.Free(ctx); err != nil {
+					return err
+				}
+				if err := nc.Barrier(ctx); err != nil {
+					return err
+				}
+				copied := &mem[0] != &buf[0]
+				if created && copied && buf[0] != byte(0x10+me) {
+					return errors.New("Free of the old window wrote the memory back into the buffer")
+				}
+				want := 0xa0 + byte((me+n-1)%n)
+				if got := w.Bytes()[0]; got != want {
+					return fmt.Errorf("first byte %#x, want %#x", got, want)
+				}
+				if err := w.Free(ctx); err != nil {
+					return err
+				}
+				if created && buf[0] != want {
+					return fmt.Errorf("buffer's first byte %#x after Free, want %#x", buf[0], want)
+				}
+				return nil
+			})
+		})
+	}
+}
