@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -651,4 +652,125 @@ func TestRebuildAllSurvive(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Rebuild refuses windows that do not fit, at every rank, with
+// ftrma.ErrInvalid (the rank with the bad window with its own reason), and
+// nobody hangs. After each refusal the old window still works, and
+// everything Rebuild made was released.
+func TestRebuildInvalid(t *testing.T) {
+	reverse := func(ctx context.Context, c window.Comm) (window.Comm, error) {
+		s, err := c.(regComm).Split(ctx, 0, -int(c.Rank()))
+		return regComm{s, c.(regComm).t}, err
+	}
+	halves := func(ctx context.Context, c window.Comm) (window.Comm, error) {
+		s, err := c.(regComm).Split(ctx, int(c.Rank())/2, 0)
+		return regComm{s, c.(regComm).t}, err
+	}
+	same := func(_ context.Context, c window.Comm) (window.Comm, error) { return c, nil }
+	for _, tc := range []struct {
+		name  string
+		nc    func(ctx context.Context, c window.Comm) (window.Comm, error)
+		pass  func(c window.Comm, w, other *window.Window) *window.Window
+		why   string // in every rank's error
+	}{
+		{"no window", same, func(window.Comm, *window.Window, *window.Window) *window.Window { return nil }, "no rank passed its old window"},
+		{"survivor passes nil", same, func(c window.Comm, w, _ *window.Window) *window.Window {
+			if c.Rank() == 1 {
+				return nil
+			}
+			return w
+		}, "rank 1: ftrma: invalid argument: it passed no old window, but its process held that number"},
+		{"ranks renumbered", reverse, func(_ window.Comm, w, _ *window.Window) *window.Window { return w }, " in the old window, "},
+		{"fewer ranks", halves, func(_ window.Comm, w, _ *window.Window) *window.Window { return w }, "its old window has 3 ranks"},
+		{"different windows", same, func(c window.Comm, w, other *window.Window) *window.Window {
+			if c.Rank() == 2 {
+				return other
+			}
+			return w
+		}, "rank 2: ftrma: invalid argument: it passed another old window than rank 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			world := commtest.New(t, 3)
+			ctx := testCtx(t, time.Minute)
+			regs := make([]*regTransport, 3)
+			for r := range regs {
+				regs[r] = &regTransport{Transport: world.Net.Endpoint(ftrma.Rank(r)), live: make(map[transport.Key]bool)}
+			}
+			for r, err := range world.Run(ctx, func(ctx context.Context, cc *comm.Comm) error {
+				c := regComm{cc, regs[cc.Rank()]}
+				w, err := window.Allocate(ctx, c, 8)
+				if err != nil {
+					return err
+				}
+				other, err := window.Allocate(ctx, c, 8)
+				if err != nil {
+					return err
+				}
+				nc, err := tc.nc(ctx, c)
+				if err != nil {
+					return err
+				}
+				nw, err := window.Rebuild(ctx, nc, tc.pass(c, w, other), nil)
+				if nw != nil || !errors.Is(err, ftrma.ErrInvalid) || !strings.Contains(err.Error(), tc.why) {
+					return fmt.Errorf("Rebuild gave %v, %v; want ErrInvalid saying %q", nw, err, tc.why)
+				}
+				// The old window still works.
+				var v int64
+				if err := w.FetchAndOp(0, 0, 1, &v, window.Sum); err != nil {
+					return err
+				}
+				if err := w.FlushAll(ctx); err != nil {
+					return err
+				}
+				if err := w.Free(ctx); err != nil {
+					return err
+				}
+				return other.Free(ctx)
+			}) {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			for r, reg := range regs {
+				if err := reg.check(); err != nil {
+					t.Errorf("rank %d's registrations: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// A freed old window, and a window made by Shrink, are refused: ErrFreed
+// at the rank that passes the freed one, ftrma.ErrInvalid elsewhere.
+func TestRebuildFreedOrShrunk(t *testing.T) {
+	run(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return err
+		}
+		freed, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return err
+		}
+		if err := freed.Free(ctx); err != nil {
+			return err
+		}
+		pass := w
+		if c.Rank() == 0 {
+			pass = freed
+		}
+		nw, err := window.Rebuild(ctx, c, pass, nil)
+		if c.Rank() == 0 && !errors.Is(err, window.ErrFreed) || c.Rank() != 0 && !errors.Is(err, ftrma.ErrInvalid) || nw != nil {
+			return fmt.Errorf("Rebuild with a freed window at rank 0: %v, %v", nw, err)
+		}
+		s, err := w.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		if nw, err := window.Rebuild(ctx, c, s, nil); nw != nil || !errors.Is(err, ftrma.ErrInvalid) {
+			return fmt.Errorf("Rebuild of a shrunk window: %v, %v; want ErrInvalid", nw, err)
+		}
+		return s.Free(ctx)
+	})
 }
