@@ -669,10 +669,10 @@ func TestRebuildInvalid(t *testing.T) {
 	}
 	same := func(_ context.Context, c window.Comm) (window.Comm, error) { return c, nil }
 	for _, tc := range []struct {
-		name  string
-		nc    func(ctx context.Context, c window.Comm) (window.Comm, error)
-		pass  func(c window.Comm, w, other *window.Window) *window.Window
-		why   string // in every rank's error
+		name string
+		nc   func(ctx context.Context, c window.Comm) (window.Comm, error)
+		pass func(c window.Comm, w, other *window.Window) *window.Window
+		why  string // in every rank's error
 	}{
 		{"no window", same, func(window.Comm, *window.Window, *window.Window) *window.Window { return nil }, "no rank passed its old window"},
 		{"survivor passes nil", same, func(c window.Comm, w, _ *window.Window) *window.Window {
