@@ -774,3 +774,82 @@ func TestRebuildFreedOrShrunk(t *testing.T) {
 		return s.Free(ctx)
 	})
 }
+
+// A rank that fails during Rebuild (the replacement, killed as it starts)
+// makes Rebuild fail at every survivor with an error wrapping
+// ftrma.ErrProcFailed, within the test's bound; the old window still works
+// toward live ranks, and Rebuild released what it made.
+func TestRebuildFailure(t *testing.T) {
+	const n, victim = 4, 2
+	var world *commtest.World
+	rebuildWorldCrash(t, n, victim, func(ctx context.Context, c window.Comm) (*window.Window, error) {
+		w, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return nil, err
+		}
+		return w, c.Barrier(ctx)
+	}, func(w *commtest.World, _ []*window.Window) error {
+		world = w
+		return nil
+	}, func(ctx context.Context, nc window.Comm, old *window.Window) error {
+		if old == nil {
+			world.Crash(nc.TransportRank(nc.Rank()))
+			return nil
+		}
+		w, err := window.Rebuild(ctx, nc, old, nil)
+		if w != nil || !errors.Is(err, ftrma.ErrProcFailed) {
+			return fmt.Errorf("Rebuild with the replacement killed: %v, %v; want ErrProcFailed", w, err)
+		}
+		var v int64
+		if err := old.FetchAndOp(0, 0, 1, &v, window.Sum); err != nil {
+			return err
+		}
+		if err := old.Flush(ctx, 0); err != nil {
+			return err
+		}
+		return old.Free(ctx)
+	})
+}
+
+// Rebuild works on a revoked window, and the new window is not revoked: it
+// has a revocation notice of its own.
+func TestRebuildRevoked(t *testing.T) {
+	run(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		old, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			old.Revoke()
+		}
+		for !old.IsRevoked() {
+			if ctx.Err() != nil {
+				return errors.New("the revocation never arrived")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		nc, err := c.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w, err := window.Rebuild(ctx, nc, old, nil)
+		if err != nil {
+			return err
+		}
+		if w.IsRevoked() {
+			return errors.New("the rebuilt window is revoked")
+		}
+		var v int64
+		if err := w.FetchAndOp(0, 0, 1, &v, window.Sum); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, 0); err != nil {
+			return err
+		}
+		if err := old.Free(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	})
+}

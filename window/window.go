@@ -438,7 +438,8 @@ func (w *Window) Size() int { return len(w.peers) }
 // set, and the survivors keep their exposed memory, now numbered in the old
 // order without the failed ranks. Collective over the survivors; it works on
 // a revoked window (the new window is not revoked). w stays usable toward
-// live ranks; free only one of the two windows (they share memory).
+// live ranks; free only one of the two windows (they share memory). Rebuild
+// takes w, not the window Shrink made.
 func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 	if err := w.check("shrink"); err != nil {
 		return nil, err
