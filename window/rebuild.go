@@ -73,7 +73,9 @@ const (
 // window (the other ranks get ftrma.ErrInvalid). An error wrapping
 // ftrma.ErrProcFailed when a rank fails during the exchanges: the ranks agree
 // at the end, so all fail together. Should ctx end first, Rebuild returns its
-// error, and the other ranks wait until their own contexts end.
+// error, and the other ranks wait until their own contexts end. Rebuild
+// ends with an agreement on nc: start no other agreement on nc while it
+// runs, and call it where no other goroutine uses old.
 func Rebuild(ctx context.Context, nc Comm, old *Window, init func(mem []byte)) (*Window, error) {
 	if nc == nil {
 		return nil, &ftrma.OpError{Op: "rebuild", Rank: -1, Err: fmt.Errorf("%w: nil communicator", ftrma.ErrInvalid)}

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -852,4 +854,108 @@ func TestRebuildRevoked(t *testing.T) {
 		}
 		return w.Free(ctx)
 	})
+}
+
+// Kill, replace, rebuild, kill the replacement, replace and rebuild again
+// (rank number 2 three times): the survivors' memory is kept through both
+// rebuilds, and each replacement starts with what its init wrote.
+func TestRebuildTwice(t *testing.T) {
+	const n, number, size = 4, 2, 32
+	world := commtest.NewSpares(t, n, 2)
+	ctx := testCtx(t, time.Minute)
+	comms := make(map[ftrma.Rank]*comm.Comm)
+	wins := make(map[ftrma.Rank]*window.Window)
+	var mu sync.Mutex
+	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Allocate(ctx, c, size)
+		if err != nil {
+			return err
+		}
+		copy(w.Bytes(), pattern(c.Rank(), size))
+		mu.Lock()
+		comms[c.Rank()], wins[c.Rank()] = c, w
+		mu.Unlock()
+		return c.Barrier(ctx)
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	initText := func(round int) []byte { return bytes.Repeat([]byte{byte(0xe0 + round)}, size) }
+	// use checks every rank's memory through w, then frees old.
+	use := func(ctx context.Context, w, old *window.Window, round int) error {
+		err := getAll(ctx, w, 0, func(ftrma.Rank) int { return size }, func(q ftrma.Rank) []byte {
+			if q == number {
+				return initText(round)
+			}
+			return pattern(q, size)
+		})
+		if err == nil && old != nil {
+			err = old.Free(ctx)
+		}
+		return err
+	}
+	victim := ftrma.Rank(number)
+	for round := range 2 {
+		delete(comms, victim)
+		delete(wins, victim)
+		world.Crash(victim)
+		var wg sync.WaitGroup
+		errs := make(map[ftrma.Rank]error)
+		for r, c := range comms {
+			old := wins[r]
+			wg.Go(func() {
+				nc, err := c.Replace(ctx)
+				var w *window.Window
+				if err == nil {
+					w, err = window.Rebuild(ctx, nc, old, nil)
+				}
+				if err == nil {
+					err = use(ctx, w, old, round)
+				}
+				mu.Lock()
+				comms[r], wins[r], errs[r] = nc, w, err
+				mu.Unlock()
+			})
+		}
+		wg.Go(func() {
+			var j commtest.Joined
+			select {
+			case j = <-world.Joined():
+			case <-ctx.Done():
+				mu.Lock()
+				errs[-1] = ctx.Err()
+				mu.Unlock()
+				return
+			}
+			err := j.Err
+			var w *window.Window
+			if err == nil {
+				w, err = window.Rebuild(ctx, j.Comm, nil, func(mem []byte) { copy(mem, initText(round)) })
+			}
+			if err == nil {
+				err = use(ctx, w, nil, round)
+			}
+			mu.Lock()
+			comms[j.Rank], wins[j.Rank], errs[j.Rank] = j.Comm, w, err
+			victim = j.Rank
+			mu.Unlock()
+		})
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, rank %d: %v", round, r, err)
+			}
+		}
+	}
+	for r, err := range world.RunRanks(ctx, slices.Collect(maps.Keys(wins)), func(ctx context.Context, c *comm.Comm) error {
+		mu.Lock()
+		w := wins[c.TransportRank(c.Rank())]
+		mu.Unlock()
+		return w.Free(ctx)
+	}) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
 }

@@ -87,7 +87,7 @@ type Window struct {
 	kind  kind
 	mem   []byte   // local window memory (nil for dynamic windows)
 	ctl   []uint64 // local control block, registered as ctlKey
-	owned [][]byte // memory this window allocated, released by Free
+	owned [][]byte // memory this window allocated, released by Free; owned[0] is ctl's
 	user  []byte   // Create's buffer when mem is a copy of it (see Create), written back by Free
 	peers []peerInfo
 	freed atomic.Bool
