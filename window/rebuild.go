@@ -120,33 +120,33 @@ type rebuild struct {
 	memKey transport.Key // its registration
 }
 
-// check reports why old cannot be passed to Rebuild over nc: the error it
-// wraps and the reason, said of the rank ("its old window ..."); nil when
-// it fits.
-func (r *rebuild) check() (error, string) {
+// check reports why old cannot be passed to Rebuild over nc: the reason,
+// said of the rank ("its old window ..."), and the error it wraps; a nil
+// error when it fits.
+func (r *rebuild) check() (why string, err error) {
 	o := r.old
 	switch {
 	case o.freed.Load() && o.rebuilt.Load():
-		return ErrRebuilt, "its old window was rebuilt already"
+		return "its old window was rebuilt already", ErrRebuilt
 	case o.freed.Load():
-		return ErrFreed, "its old window was freed"
+		return "its old window was freed", ErrFreed
 	case o.t != r.t:
-		return ftrma.ErrInvalid, "its old window is over another transport"
+		return "its old window is over another transport", ftrma.ErrInvalid
 	case o.shared:
-		return ftrma.ErrInvalid, "its old window was made by Shrink; rebuild the window it came from"
+		return "its old window was made by Shrink; rebuild the window it came from", ftrma.ErrInvalid
 	case len(o.peers) != r.n:
-		return ftrma.ErrInvalid, fmt.Sprintf("its old window has %d ranks, the communicator %d", len(o.peers), r.n)
+		return fmt.Sprintf("its old window has %d ranks, the communicator %d", len(o.peers), r.n), ftrma.ErrInvalid
 	case o.rank != r.me:
-		return ftrma.ErrInvalid, fmt.Sprintf("it is rank %d in the old window, %d in the communicator", o.rank, r.me)
+		return fmt.Sprintf("it is rank %d in the old window, %d in the communicator", o.rank, r.me), ftrma.ErrInvalid
 	}
-	return nil, ""
+	return "", nil
 }
 
 func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 	var local error
 	var why string
 	if r.old != nil {
-		local, why = r.check()
+		why, local = r.check()
 	}
 	ctlMem, err := allocMem(r.t, ctlWords(r.n)*8)
 	if err != nil {
