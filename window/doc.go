@@ -51,7 +51,8 @@
 // the communicator, ftrma.ErrOutOfBounds for an access beyond the target's
 // window, ftrma.ErrMisaligned for an atomic at a displacement that is not a
 // multiple of 8 (and for Create of a buffer not on an 8-byte boundary),
-// ErrFreed (which is also ftrma.ErrClosed) for any use of a freed window,
+// ErrFreed (which is also ftrma.ErrClosed) for any use of a freed window
+// (ErrRebuilt, which is also ErrFreed, for a window Rebuild replaced),
 // ftrma.ErrLockHeld for Free (unless the window is revoked), or a second
 // Lock, while this rank holds a lock, ftrma.ErrNotLocked for Unlock without
 // Lock, ftrma.ErrInvalid for an unsupported operation (an Op on a type it
@@ -70,7 +71,11 @@
 // bound, and returning ErrRevoked), Free drops locks still held, and Free
 // and Shrink work; Failed lists the failed ranks; Shrink gives a window over
 // the survivors, keeping their memory and sharing their locks, without
-// shrinking the communicator.
+// shrinking the communicator. Rebuild gives a window of the full size again
+// over the communicator comm.Replace returns: survivors keep their memory
+// (and attached regions) in place, the replacements get fresh memory,
+// zeroed or set by a callback, locks start free, and the old window then
+// returns ErrRebuilt (which is also ErrFreed).
 // Only ranks the runtime counts failed are taken over: they are fenced first,
 // and every lock word is changed only by compare-and-swap from a value seen,
 // so a late atomic of a dead holder cannot corrupt it.

@@ -625,6 +625,8 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 // Free every method returns ErrFreed, and the memory Allocate gave the window
 // is released (on shared memory it is unmapped: Bytes must not be used any
 // more). Memory from Alloc is the caller's to Release after Detach or Free.
+// Free of a window that Rebuild replaced is local: it releases the window's
+// control words only (see Rebuild).
 func (w *Window) Free(ctx context.Context) error {
 	if w.rebuilt.Load() {
 		return w.freeRebuilt()

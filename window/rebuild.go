@@ -73,7 +73,9 @@ const (
 // window (the other ranks get ftrma.ErrInvalid). An error wrapping
 // ftrma.ErrProcFailed when a rank fails during the exchanges: the ranks agree
 // at the end, so all fail together. Should ctx end first, Rebuild returns its
-// error, and the other ranks wait until their own contexts end.
+// error, and the other ranks wait until their own contexts end. Rebuild
+// ends with an agreement on nc: start no other agreement on nc while it
+// runs, and call it where no other goroutine uses old.
 func Rebuild(ctx context.Context, nc Comm, old *Window, init func(mem []byte)) (*Window, error) {
 	if nc == nil {
 		return nil, &ftrma.OpError{Op: "rebuild", Rank: -1, Err: fmt.Errorf("%w: nil communicator", ftrma.ErrInvalid)}
@@ -118,30 +120,33 @@ type rebuild struct {
 	memKey transport.Key // its registration
 }
 
-// check reports why old cannot be passed to Rebuild over nc, or nil.
-func (r *rebuild) check() error {
+// check reports why old cannot be passed to Rebuild over nc: the reason,
+// said of the rank ("its old window ..."), and the error it wraps; a nil
+// error when it fits.
+func (r *rebuild) check() (why string, err error) {
 	o := r.old
 	switch {
 	case o.freed.Load() && o.rebuilt.Load():
-		return ErrRebuilt
+		return "its old window was rebuilt already", ErrRebuilt
 	case o.freed.Load():
-		return ErrFreed
+		return "its old window was freed", ErrFreed
 	case o.t != r.t:
-		return fmt.Errorf("%w: the old window is over another transport", ftrma.ErrInvalid)
+		return "its old window is over another transport", ftrma.ErrInvalid
 	case o.shared:
-		return fmt.Errorf("%w: the old window was made by Shrink; rebuild the window it came from", ftrma.ErrInvalid)
+		return "its old window was made by Shrink; rebuild the window it came from", ftrma.ErrInvalid
 	case len(o.peers) != r.n:
-		return fmt.Errorf("%w: the old window has %d ranks, the communicator %d", ftrma.ErrInvalid, len(o.peers), r.n)
+		return fmt.Sprintf("its old window has %d ranks, the communicator %d", len(o.peers), r.n), ftrma.ErrInvalid
 	case o.rank != r.me:
-		return fmt.Errorf("%w: rank %d in the old window, %d in the communicator", ftrma.ErrInvalid, o.rank, r.me)
+		return fmt.Sprintf("it is rank %d in the old window, %d in the communicator", o.rank, r.me), ftrma.ErrInvalid
 	}
-	return nil
+	return "", nil
 }
 
 func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 	var local error
+	var why string
 	if r.old != nil {
-		local = r.check()
+		why, local = r.check()
 	}
 	ctlMem, err := allocMem(r.t, ctlWords(r.n)*8)
 	if err != nil {
@@ -160,7 +165,7 @@ func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 	switch {
 	case local != nil:
 		mine[0] = rebuildInvalid
-		mine = append(mine, local.Error()...)
+		mine = append(mine, why...)
 	case r.old != nil:
 		o := r.old
 		// Complete this rank's operations on old: none is on its way when
@@ -190,7 +195,7 @@ func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 		return nil, wrap("rebuild", -1, err)
 	}
 	if local != nil {
-		return nil, &ftrma.OpError{Op: "rebuild", Rank: -1, Err: local}
+		return nil, &ftrma.OpError{Op: "rebuild", Rank: r.me, Err: fmt.Errorf("%w: %s", local, why)}
 	}
 	plan, err := r.plan(all)
 	if err != nil {
@@ -239,7 +244,7 @@ func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 		for q, b := range all {
 			if plan.isNew[q] {
 				if len(b) != 4 {
-					return nil, &ftrma.OpError{Op: "rebuild", Rank: ftrma.Rank(q), Err: fmt.Errorf("%w: rank %d published no window memory", ftrma.ErrInvalid, q)}
+					return nil, &ftrma.OpError{Op: "rebuild", Rank: ftrma.Rank(q), Err: fmt.Errorf("%w: it published no window memory", ftrma.ErrInvalid)}
 				}
 				peers[q].key = transport.Key(binary.BigEndian.Uint32(b))
 			}
@@ -274,28 +279,28 @@ func (r *rebuild) plan(all [][]byte) (rebuildPlan, error) {
 	var ident uint64
 	for q, b := range all {
 		if len(b) < rebuildHead {
-			return bad(q, "rank %d sent a bad window description", q)
+			return bad(q, "it sent a bad window description")
 		}
 		switch b[0] {
 		case rebuildInvalid:
-			return bad(q, "rank %d cannot take part: %s", q, b[rebuildHead:])
+			return bad(q, "%s", b[rebuildHead:])
 		case rebuildNew:
 			p.isNew[q] = true
 			p.fresh++
 		case rebuildKept:
 			if (len(b)-rebuildHead)%rebuildEntry != 0 {
-				return bad(q, "rank %d sent a bad window description", q)
+				return bad(q, "it sent a bad window description")
 			}
 			k, id := kind(b[1]), binary.BigEndian.Uint64(b[26:])
 			if lowest < 0 {
 				lowest, p.kind, ident = q, k, id
 			} else if k != p.kind || id != ident {
-				return bad(q, "ranks %d and %d passed different old windows", lowest, q)
+				return bad(q, "it passed another old window than rank %d", lowest)
 			}
 			p.key[q] = transport.Key(binary.BigEndian.Uint32(b[2:]))
 			p.size[q] = binary.BigEndian.Uint64(b[6:])
 		default:
-			return bad(q, "rank %d sent a bad window description", q)
+			return bad(q, "it sent a bad window description")
 		}
 		p.ctl[q] = transport.Key(binary.BigEndian.Uint32(b[14:]))
 		p.id = max(p.id, binary.BigEndian.Uint64(b[18:]))
@@ -315,7 +320,7 @@ func (r *rebuild) plan(all [][]byte) (rebuildPlan, error) {
 		}
 		size, ok := listed[q]
 		if !ok {
-			return bad(q, "rank %d passed no old window, but its process held that number in the old window", q)
+			return bad(q, "it passed no old window, but its process held that number in the old window")
 		}
 		p.size[q] = size
 	}

@@ -87,7 +87,7 @@ type Window struct {
 	kind  kind
 	mem   []byte   // local window memory (nil for dynamic windows)
 	ctl   []uint64 // local control block, registered as ctlKey
-	owned [][]byte // memory this window allocated, released by Free
+	owned [][]byte // memory this window allocated, released by Free; owned[0] is ctl's
 	user  []byte   // Create's buffer when mem is a copy of it (see Create), written back by Free
 	peers []peerInfo
 	freed atomic.Bool
@@ -438,7 +438,8 @@ func (w *Window) Size() int { return len(w.peers) }
 // set, and the survivors keep their exposed memory, now numbered in the old
 // order without the failed ranks. Collective over the survivors; it works on
 // a revoked window (the new window is not revoked). w stays usable toward
-// live ranks; free only one of the two windows (they share memory).
+// live ranks; free only one of the two windows (they share memory). Rebuild
+// takes w, not the window Shrink made.
 func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 	if err := w.check("shrink"); err != nil {
 		return nil, err
