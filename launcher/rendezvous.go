@@ -190,8 +190,18 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	s.mu.Lock()
 	if clean && s.leaving[r] {
 		// A rank that announced its departure and exited with status 0
-		// finished; it did not fail, and nobody needs telling.
+		// finished; it did not fail, and the ranks connected to it saw it
+		// leave. A spare that joined may not have: its address list may
+		// name r live, and it would wait for r's connection for ever. It
+		// hears of the exit (and counts r failed: no loss, r is gone).
+		var tell []net.Conn
+		for q := s.cfg.Initial; q < s.cfg.Size; q++ {
+			if c := s.super[q]; c != nil && ftrma.Rank(q) != r && !s.gone[q] && s.roster[q] != nil {
+				tell = append(tell, c)
+			}
+		}
 		s.mu.Unlock()
+		s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 		return
 	}
 	s.gone[r] = true
@@ -755,7 +765,9 @@ func (s *rvServer) publishSpareLocked(rank ftrma.Rank, addr jobwire.Addr) {
 		switch {
 		case ftrma.Rank(q) == rank:
 			list[q], parts[q] = jobwire.WholeAddr(addr.Common), addr.Part(q)
-		case s.present[q] && s.gone[q]:
+		case s.present[q] && (s.gone[q] || s.leaving[q]):
+			// Failed, or left on purpose: either way nobody the spare can
+			// connect to.
 			failed = append(failed, ftrma.Rank(q))
 		case s.present[q]:
 			list[q], parts[q] = jobwire.WholeAddr(s.addrs[q].Common), s.partsFor[rank-ftrma.Rank(s.cfg.Initial)][q]

@@ -235,17 +235,13 @@ func runReplaceFault(t *testing.T, tr string, args ...string) string {
 }
 
 // The same job, but after a failed Replace the survivors Replace again:
-// it should end with a communicator of 4. It does not yet (issue 16): the
-// spare of the called-off Replace stays a live rank with its runtime
-// closed (or exits 0), and the spares of the next Replace, over tcp and
-// shm alike, are declared failed by rank 0's detector about 1.1 s after
-// they start, so the second Replace fails too and the third finds no
-// spare left. The memnet version (comm's TestReplaceFailureDuringSpawn)
-// passes because commtest crashes the called-off spare.
+// it ends with a communicator of 4. The spare of the called-off Replace
+// leaves (exit 0 after its Init failed); the spares of the next Replace
+// must not wait for its connection (ftrun lists a rank that left, or is
+// leaving, as gone in a spare's roster, and tells joined spares of its
+// exit): before that fix they waited in Init until rank 0's detector had
+// them killed, and the retry failed.
 func TestProcessReplaceAgainAfterFailure(t *testing.T) {
-	if os.Getenv("FTRMA_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect: the spares of a Replace after a called-off one are declared failed (set FTRMA_KNOWN_DEFECTS=1 to run)")
-	}
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) {
 			out := runReplaceFault(t, tr, "retry")
