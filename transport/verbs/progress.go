@@ -790,6 +790,12 @@ func (t *Transport) Close() error {
 		if t.connected.Load() {
 			for _, p := range t.peers {
 				if !p.self && !p.absent.Load() {
+					// A late rank's messages to a peer that has not said
+					// hello go now: if it has not admitted this rank, its
+					// queue pair drops them, and nobody hears of it.
+					p.mu.Lock()
+					p.held = false
+					p.mu.Unlock()
 					t.sendCtl(p, mBye, nil)
 				}
 			}

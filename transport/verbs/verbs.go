@@ -240,6 +240,7 @@ type peer struct {
 	self bool
 	comp transport.Completion
 
+	qpn      uint32     // the number of its queue pair (kept: Addr works after the pair is destroyed)
 	mu       sync.Mutex // orders posting; guards the fields below
 	qp       *C.struct_ibv_qp
 	fifo     []entry // ring of sendDepth entries: posted, not completed
@@ -428,6 +429,7 @@ func (t *Transport) open() error {
 		if p.qp == nil {
 			return fmt.Errorf("cannot create a queue pair for rank %d", r)
 		}
+		p.qpn = uint32(C.ftv_qp_num(p.qp))
 		t.inline = int(got)
 		if rc := C.ftv_qp_init(p.qp, C.int(t.dev.Port)); rc != 0 {
 			return fmt.Errorf("queue pair for rank %d to INIT: %w", r, syscall.Errno(rc))
@@ -461,7 +463,7 @@ func (t *Transport) Addr() string {
 	a := Address{GID: t.gid, LID: uint16(t.info.lid), PSN: t.psn, MTU: int(t.info.active_mtu),
 		Table: uint64(uintptr(t.table)), TableKey: uint32(C.ftv_mr_rkey(t.tableMR)), QPN: make([]uint32, t.cfg.Size)}
 	for r, p := range t.peers {
-		a.QPN[r] = uint32(C.ftv_qp_num(p.qp))
+		a.QPN[r] = p.qpn
 	}
 	return a.String()
 }
@@ -476,12 +478,13 @@ func (t *Transport) Device() Choice { return t.dev }
 // the device within the retry budget; the launcher's rendezvous ends only
 // when every rank connected.
 //
-// Ranks of Config.Absent, ranks already admitted, and ranks already down
-// (PeerDown before Connect: a late rank's view of the ranks that failed
-// before it started) are skipped, whatever their address. A late rank
-// (Config.Late) posts nothing toward a peer until the peer's hello (see
-// Admit), so Connect does not wait for the peers: operations toward one
-// that has not said hello yet wait for it, messages are queued.
+// addrs[Rank] may be empty: the loopback pair needs only this rank's own
+// address. Ranks of Config.Absent, ranks already admitted, and ranks
+// already down (PeerDown before Connect: a late rank's view of the ranks
+// that failed before it started) are skipped, whatever their address. A
+// late rank (Config.Late) posts nothing toward a peer until the peer's
+// hello (see Admit), so Connect does not wait for the peers: operations
+// toward one that has not said hello yet wait for it, messages are queued.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if len(addrs) != t.cfg.Size {
 		return fmt.Errorf("verbs: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
@@ -498,6 +501,9 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		if skip {
 			continue
 		}
+		if p.self && s == "" {
+			s = t.Addr() // the loopback pair needs only this rank's own
+		}
 		a, err := ParseAddress(s)
 		if err != nil {
 			return fmt.Errorf("verbs: rank %d's address: %w", r, err)
@@ -509,7 +515,7 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		mtu := min(int(t.info.active_mtu), a.MTU)
 		if p.self {
 			rqpn = uint32(C.ftv_qp_num(t.selfResp))
-			if err := t.connectQP(t.selfResp, mtu, uint32(C.ftv_qp_num(p.qp)), t.psn, a, timeout, retry); err != nil {
+			if err := t.connectQP(t.selfResp, mtu, p.qpn, t.psn, a, timeout, retry); err != nil {
 				return fmt.Errorf("verbs: loopback: %w", err)
 			}
 		}
