@@ -45,11 +45,12 @@
 // started later reads its request's payload with Spawned, and the ranks
 // that had failed when it joined with FailedAtJoin; its transport gets an
 // empty address for every rank not live then. Join builds the transport to
-// match: at launch the spares are absent (tcp and shm Config.Absent); a
-// spare started later is late (tcp Config.Late), counts the spares after
-// it absent (ftrun starts them in rank order), and reports the ranks of
-// FailedAtJoin down before it connects. Spares work over tcp and shm; Join
-// refuses them over the hybrid and verbs transports for now.
+// match: at launch the spares are absent (tcp, shm and verbs
+// Config.Absent); a spare started later is late (tcp and verbs
+// Config.Late), counts the spares after it absent (ftrun starts them in
+// rank order), and reports the ranks of FailedAtJoin down before it
+// connects. Spares work over tcp, shm and verbs; Join refuses them over
+// the hybrid transport for now.
 //
 // A process not started by ftrun (InJob is false) can still run as a job of
 // one rank: Singleton gives it a transport whose only peer is itself
