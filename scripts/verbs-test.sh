@@ -5,8 +5,9 @@
 # and shared into the guests over 9p:
 #
 #   one guest   the transport suite (transport/verbs), the window and store
-#               suites over a verbs world (FTRMA_TEST_WORLDS=verbs), and the
-#               process suites (e2e) through ftrun --transport verbs
+#               suites over a verbs world (FTRMA_TEST_WORLDS=verbs), the
+#               process suites (e2e) through ftrun --transport verbs, and
+#               ftrun --respawn over verbs (launcher: TestVerbsProcessReplace)
 #   two guests  the process suites with every job's ranks split over both
 #               guests (an ftrun agent in guest 2), joined by a virtual wire
 #   bench       ftrma verbs put/get/CAS latency beside perftest on rxe0
@@ -41,7 +42,7 @@ trap 'rm -rf "$share"' EXIT
 say "building verbs binaries into $share"
 export CGO_ENABLED=1
 go build -tags verbs -o "$share/bin/" ./cmd/ftrun ./cmd/ftkv ./e2e/testprog ./examples/rmademo ./examples/ftdemo ./examples/ckpt ./bench/rma/rank ./bench/verbslat
-for p in transport/verbs window store e2e; do
+for p in transport/verbs window store e2e launcher; do
 	go test -c -tags verbs -o "$share/$(basename $p).test" ./$p
 done
 if readelf -d "$share/bin/ftrun" | grep -q 'NEEDED.*libibverbs'; then
@@ -130,6 +131,7 @@ suite transport ./verbs.test -test.count=1 -test.timeout 300s -test.v
 suite window ./window.test -test.count=1 -test.timeout 600s -test.v -test.run '$WINDOW_RUN'
 suite store ./store.test -test.count=1 -test.timeout 600s -test.v -test.run '$STORE_RUN'
 suite process ./e2e.test -test.count=1 -test.timeout 900s -test.v -test.run '$E2E_RUN'
+suite respawn ./launcher.test -test.count=1 -test.timeout 300s -test.v -test.run 'TestVerbsProcessReplace'
 exit \$R" || { say "FAIL: one-guest suites"; exit 1; }
 fi
 

@@ -45,14 +45,15 @@
 // started later reads its request's payload with Spawned, and the ranks
 // that had failed when it joined with FailedAtJoin; its transport gets an
 // empty address for every rank not live then. Join builds the transport to
-// match: at launch the spares are absent (tcp and shm Config.Absent); a
-// spare started later is late (tcp Config.Late), counts the spares after
-// it absent (ftrun starts them in rank order), and reports the ranks of
-// FailedAtJoin down before it connects. Spares work over tcp, shm and
-// shm+tcp; Join refuses them over verbs for now. Over shm+tcp (see
-// joinHybrid) every host's shm serves the spares too, a spare publishes
-// its host with its TCP address (multi.AdmitAddr), and the live ranks
-// reach it through shm when it starts on their host, else through TCP.
+// match: at launch the spares are absent (tcp, shm and verbs
+// Config.Absent); a spare started later is late (tcp and verbs
+// Config.Late), counts the spares after it absent (ftrun starts them in
+// rank order), and reports the ranks of FailedAtJoin down before it
+// connects. Spares work over every transport: tcp, shm, verbs and
+// shm+tcp. Over shm+tcp (see joinHybrid) every host's shm serves the
+// spares too, a spare publishes its host with its TCP address
+// (multi.AdmitAddr), and the live ranks reach it through shm when it
+// starts on their host, else through TCP.
 //
 // A process not started by ftrun (InJob is false) can still run as a job of
 // one rank: Singleton gives it a transport whose only peer is itself

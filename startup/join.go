@@ -417,9 +417,6 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var t transport.Transport
 	var conn net.Conn
 	var err error
-	if env.spares > 0 && env.transport == jobwire.TransportVerbs {
-		return nil, fmt.Errorf("launcher: rank %d: spare ranks (%s=%d) work over tcp, shm and shm+tcp only, not %s yet", env.rank, jobwire.EnvSpares, env.spares, env.transport)
-	}
 	switch env.transport {
 	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, x, sess, logger)
@@ -654,11 +651,13 @@ func (env jobEnv) hybridPlan() hybridPlan {
 // and brings every queue pair to ready-to-send. The queue pairs' retry
 // timeout is chosen within the failure detector's bound. The address goes
 // out split (verbs.SplitAddress): each peer gets the number of the queue pair
-// for it only, which keeps the exchange O(size) bytes per rank.
+// for it only, which keeps the exchange O(size) bytes per rank. Spares are
+// absent (verbs.Config.Absent) until admitted; a spare started later
+// (verbs.Config.Late) reports the ranks that had failed before it connects.
 func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
 	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
-		Bound: bound, Logger: logger, Spin: env.transportSpin()})
+		Bound: bound, Logger: logger, Spin: env.transportSpin(), Absent: env.absent(), Late: env.spawned})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
@@ -672,6 +671,7 @@ func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	return rendezvousThen(ctx, env, t, recv, nil, addr, "connect queue pairs", func(conn net.Conn, addrs []string) error {
+		env.downFailed(t, recv)
 		if err := t.Connect(ctx, addrs); err != nil {
 			return err
 		}

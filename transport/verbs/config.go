@@ -35,6 +35,19 @@ type Config struct {
 	// Logger reports lost peers (warnings), with the field rank; nil means
 	// ftrma.Logger().
 	Logger *slog.Logger
+	// Absent lists the ranks that have not started (the spares of a job
+	// started with spares, not yet admitted). Their queue pairs are made
+	// at Open, with receive buffers posted, and stay in INIT (the device
+	// drops what arrives) until Admit (transport.Admitter); until then
+	// operations and messages toward them fail with transport.ErrAbsent.
+	// Connect skips them, whatever their address.
+	Absent []ftrma.Rank
+	// Late is set for a rank that starts after the job did (a spare being
+	// admitted). Its Connect brings its queue pairs toward the live ranks
+	// (those with an address) to ready-to-send but posts nothing toward a
+	// rank until that rank has admitted it and said hello: operations wait
+	// for it, messages are queued (see Admit).
+	Late bool
 }
 
 func (c *Config) check() error {
@@ -43,6 +56,11 @@ func (c *Config) check() error {
 	}
 	if c.Size > 1<<16 {
 		return fmt.Errorf("verbs: %d ranks, at most %d: %w", c.Size, 1<<16, ftrma.ErrInvalid)
+	}
+	for _, r := range c.Absent {
+		if r < 0 || int(r) >= c.Size || r == c.Rank {
+			return fmt.Errorf("verbs: absent rank %d (this is rank %d of %d): %w", r, c.Rank, c.Size, ftrma.ErrInvalid)
+		}
 	}
 	if c.Port == 0 {
 		c.Port = 1

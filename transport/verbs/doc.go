@@ -49,6 +49,25 @@
 // device refuses what it still sends), when the launcher reports it gone
 // (PeerDown), or when it said goodbye. Its pending and later operations
 // then fail with ftrma.ErrProcFailed, and the Receiver hears of it once.
+// Fence first sends the peer a fenced notice, if its queue pair still
+// works, and waits briefly for the device to deliver it: a fenced rank that
+// still runs then counts the fencer down without having to send anything.
+//
+// Spares (transport.Admitter). In a job started with spares, every rank
+// makes queue pairs for all ranks at Open, spares included, with receive
+// buffers posted; those toward the spares (Config.Absent) stay in INIT,
+// where the device drops what arrives, and operations toward them fail
+// with transport.ErrAbsent. A spare starts later with Config.Late, the
+// spares not started yet absent, and the ranks that failed before it
+// reported with PeerDown before Connect; it publishes its address like any
+// rank, and its Connect gets each live rank's address as the spare needs
+// it. A live rank's Admit brings its queue pair for the spare to
+// ready-to-send toward the spare's, keeps where the spare's key table is,
+// and sends the spare a hello. The spare posts nothing toward a rank
+// before that rank's hello (its operations wait, its messages are
+// queued), so nothing it sends meets a queue pair still in INIT and runs
+// out of retries. Fencing is unchanged: a spare is a fresh rank, so no
+// late packet of the rank it replaces can reach its queue pairs.
 //
 // Messages. A control message goes as fragments of one receive buffer each,
 // put back together by the receiver (reassembly, a pure type). A message

@@ -346,10 +346,10 @@ func (p *peer) sendLocked(typ byte, msg []byte) error {
 	return p.drainLocked()
 }
 
-// drainLocked posts backlogged fragments while there is room. The caller
-// holds p.mu.
+// drainLocked posts backlogged fragments while there is room (and, for a
+// late rank, once the peer said hello). The caller holds p.mu.
 func (p *peer) drainLocked() error {
-	for len(p.backlog) > 0 && !p.dead && p.n < len(p.fifo) {
+	for len(p.backlog) > 0 && !p.dead && !p.held && p.n < len(p.fifo) {
 		f := p.backlog[0]
 		addr, end, ok := p.ring.alloc(len(f))
 		if !ok {
@@ -615,6 +615,23 @@ func (p *peer) fragment(b []byte) {
 	case mBye:
 		p.left.Store(true)
 		t.down(p, transport.ErrPeerLeft)
+	case mHello:
+		// The peer admitted this late rank: its queue pair is ready, so
+		// what waited for it goes out now.
+		p.mu.Lock()
+		if p.held {
+			p.held = false
+			p.drainLocked() // a failure marks the peer down by itself
+		}
+		p.mu.Unlock()
+		select {
+		case p.space <- struct{}{}:
+		default:
+		}
+	case mFenced:
+		if !p.self {
+			t.down(p, fmt.Errorf("rank %d fenced this rank", p.rank))
+		}
 	}
 }
 
@@ -640,6 +657,8 @@ func (t *Transport) down(p *peer, cause error) {
 		err := transport.ErrPeerDown(p.rank, cause)
 		p.mu.Lock()
 		p.dead = true
+		p.held = false
+		p.absent.Store(false) // failed for good: never admitted
 		if p.qp != nil {
 			C.ftv_qp_error(p.qp)
 			C.ftv_destroy_qp(p.qp)
@@ -699,17 +718,60 @@ func (t *Transport) selfFailed(p *peer, cause error) {
 
 // Fence cuts peer off: its queue pair goes to the error state and is
 // destroyed, so the device refuses its late requests, and operations toward
-// it fail with ftrma.ErrProcFailed.
+// it fail with ftrma.ErrProcFailed. Before that, a peer whose queue pair
+// still works is told (a fenced notice, after what was posted toward it):
+// Fence waits up to fenceNotice for the device to deliver it, so that a
+// fenced rank that still runs learns of it without sending anything (it
+// then counts this rank down). Fencing an absent rank (Config.Absent)
+// makes it failed, never to be admitted.
 func (t *Transport) Fence(peer ftrma.Rank) error {
-	p, err := t.peerOf("fence", peer)
+	p, err := t.peerOrAbsent("fence", peer)
 	if err != nil {
 		return err
 	}
 	if p.self {
 		return &ftrma.OpError{Op: "fence", Rank: peer, Err: fmt.Errorf("%w: cannot fence self", ftrma.ErrInvalid)}
 	}
+	t.noticeFence(p)
 	t.down(p, errFenced)
 	return nil
+}
+
+// fenceNotice is the longest Fence waits for its notice to be delivered:
+// a tenth of the failure detector's bound, at most 50 ms. A peer that does
+// not take it by then (it is gone, or its queue is full) learns of the
+// fence at its next operation toward this rank, which fails.
+func (t *Transport) fenceNotice() time.Duration { return min(t.cfg.Bound/10, 50*time.Millisecond) }
+
+// noticeFence sends p the fenced notice and waits, up to fenceNotice, until
+// every work request toward p has completed (the notice is the last), or p
+// is down. Nothing is sent toward a peer that is down, absent, or has not
+// said hello to this late rank.
+func (t *Transport) noticeFence(p *peer) {
+	p.mu.Lock()
+	if p.dead || p.absent.Load() || p.held || p.self || !t.connected.Load() || t.closed.Load() {
+		p.mu.Unlock()
+		return
+	}
+	err := p.sendLocked(mFenced, nil)
+	p.mu.Unlock()
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(t.fenceNotice())
+	for {
+		p.mu.Lock()
+		done := p.dead || (p.n == 0 && len(p.backlog) == 0)
+		p.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return
+		}
+		if t.pollMu.TryLock() {
+			t.pollSend()
+			t.pollMu.Unlock()
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // PeerDown tells the transport that peer's process is gone (the launcher saw
@@ -727,13 +789,19 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		if t.connected.Load() {
 			for _, p := range t.peers {
-				if !p.self {
+				if !p.self && !p.absent.Load() {
+					// A late rank's messages to a peer that has not said
+					// hello go now: if it has not admitted this rank, its
+					// queue pair drops them, and nobody hears of it.
+					p.mu.Lock()
+					p.held = false
+					p.mu.Unlock()
 					t.sendCtl(p, mBye, nil)
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			for _, p := range t.peers {
-				if !p.self {
+				if !p.self && !p.absent.Load() {
 					t.Flush(ctx, p.rank)
 				}
 			}

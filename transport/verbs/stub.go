@@ -30,6 +30,9 @@ func (t *Transport) Addr() string { return "" }
 // Connect fails in this build.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error { return errNotBuilt }
 
+// Admit fails in this build.
+func (t *Transport) Admit(peer ftrma.Rank, addr string) error { return errNotBuilt }
+
 // PeerDown does nothing in this build.
 func (t *Transport) PeerDown(peer ftrma.Rank, cause error) {}
 

@@ -31,6 +31,8 @@ import (
 // Built reports whether this binary carries the verbs transport.
 const Built = true
 
+var _ transport.Admitter = (*Transport)(nil)
+
 // Sizes of the per-peer resources.
 const (
 	sendDepth  = 128       // send work requests in flight toward one peer
@@ -73,6 +75,8 @@ const (
 	mRevoke    = 2 // the sender deregisters a key: stop using it, then ack
 	mRevokeAck = 3 // every operation on the key posted before this has executed
 	mBye       = 4 // the sender closes its transport: nothing follows
+	mFenced    = 5 // the sender fenced the receiver: nothing of either lands at the other any more
+	mHello     = 6 // the sender admitted the receiver (a late rank): its queue pair is ready
 )
 
 var loadOnce struct {
@@ -117,7 +121,7 @@ type Transport struct {
 	table    unsafe.Pointer // the key table peers read
 	tableMR  *C.struct_ibv_mr
 	peers    []*peer
-	tables   []remoteTable    // every rank's key table, from its address
+	tables   []remoteTable    // every rank's key table, from its address; tables[r] is guarded by peers[r].mu
 	selfResp *C.struct_ibv_qp // the passive end of the loopback pair
 
 	regMu   sync.Mutex
@@ -236,6 +240,7 @@ type peer struct {
 	self bool
 	comp transport.Completion
 
+	qpn      uint32     // the number of its queue pair (kept: Addr works after the pair is destroyed)
 	mu       sync.Mutex // orders posting; guards the fields below
 	qp       *C.struct_ibv_qp
 	fifo     []entry // ring of sendDepth entries: posted, not completed
@@ -246,6 +251,16 @@ type peer struct {
 	backlog  [][]byte // message fragments (header included) waiting for room, in order
 	dead     bool     // fenced, failed or left: the queue pair is gone
 	space    chan struct{}
+
+	// Admission (transport.Admitter). absent: a rank not started
+	// (Config.Absent), its queue pair in INIT; cleared by Admit or down.
+	// admitted: Admit connected the queue pair. held: this is a late rank
+	// and the peer has not said hello yet (it may not have admitted this
+	// rank): nothing is posted toward it, operations wait, fragments stay
+	// in the backlog. admitted and held are guarded by mu.
+	absent   atomic.Bool
+	admitted bool
+	held     bool
 
 	downOnce sync.Once
 	left     atomic.Bool // said goodbye
@@ -397,6 +412,7 @@ func (t *Transport) open() error {
 	}
 
 	t.peers = make([]*peer, size)
+	t.tables = make([]remoteTable, size)
 	for r := range size {
 		p := &peer{t: t, rank: ftrma.Rank(r), self: r == int(t.cfg.Rank), fifo: make([]entry, sendDepth),
 			keys: map[transport.Key]region{}, fetching: map[transport.Key]*keyFetch{}, space: make(chan struct{}, 1),
@@ -406,10 +422,14 @@ func (t *Transport) open() error {
 		p.rbase = unsafe.Add(base, stageBytes)
 		t.peers[r] = p
 		var got C.int
+		for _, a := range t.cfg.Absent {
+			p.absent.Store(p.absent.Load() || a == p.rank)
+		}
 		p.qp = C.ftv_create_qp(t.pd, t.scq, t.rcq, sendDepth, recvDepth, maxInline, &got)
 		if p.qp == nil {
 			return fmt.Errorf("cannot create a queue pair for rank %d", r)
 		}
+		p.qpn = uint32(C.ftv_qp_num(p.qp))
 		t.inline = int(got)
 		if rc := C.ftv_qp_init(p.qp, C.int(t.dev.Port)); rc != 0 {
 			return fmt.Errorf("queue pair for rank %d to INIT: %w", r, syscall.Errno(rc))
@@ -443,7 +463,7 @@ func (t *Transport) Addr() string {
 	a := Address{GID: t.gid, LID: uint16(t.info.lid), PSN: t.psn, MTU: int(t.info.active_mtu),
 		Table: uint64(uintptr(t.table)), TableKey: uint32(C.ftv_mr_rkey(t.tableMR)), QPN: make([]uint32, t.cfg.Size)}
 	for r, p := range t.peers {
-		a.QPN[r] = uint32(C.ftv_qp_num(p.qp))
+		a.QPN[r] = p.qpn
 	}
 	return a.String()
 }
@@ -457,6 +477,14 @@ func (t *Transport) Device() Choice { return t.dev }
 // queue pair is not ready yet when this rank first sends to it is retried by
 // the device within the retry budget; the launcher's rendezvous ends only
 // when every rank connected.
+//
+// addrs[Rank] may be empty: the loopback pair needs only this rank's own
+// address. Ranks of Config.Absent, ranks already admitted, and ranks
+// already down (PeerDown before Connect: a late rank's view of the ranks
+// that failed before it started) are skipped, whatever their address. A
+// late rank (Config.Late) posts nothing toward a peer until the peer's
+// hello (see Admit), so Connect does not wait for the peers: operations
+// toward one that has not said hello yet wait for it, messages are queued.
 func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	if len(addrs) != t.cfg.Size {
 		return fmt.Errorf("verbs: connect: %d addresses for %d ranks: %w", len(addrs), t.cfg.Size, ftrma.ErrInvalid)
@@ -465,8 +493,17 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		return &ftrma.OpError{Op: "connect", Rank: t.cfg.Rank, Err: ftrma.ErrClosed}
 	}
 	timeout, retry := ackTimeout(t.cfg.Bound)
-	t.tables = make([]remoteTable, len(addrs))
 	for r, s := range addrs {
+		p := t.peers[r]
+		p.mu.Lock()
+		skip := !p.self && (p.dead || p.absent.Load() || p.admitted)
+		p.mu.Unlock()
+		if skip {
+			continue
+		}
+		if p.self && s == "" {
+			s = t.Addr() // the loopback pair needs only this rank's own
+		}
 		a, err := ParseAddress(s)
 		if err != nil {
 			return fmt.Errorf("verbs: rank %d's address: %w", r, err)
@@ -475,16 +512,23 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		if err != nil {
 			return fmt.Errorf("verbs: rank %d's address: %w", r, err)
 		}
-		t.tables[r] = remoteTable{a.Table, a.TableKey}
-		p := t.peers[r]
 		mtu := min(int(t.info.active_mtu), a.MTU)
 		if p.self {
 			rqpn = uint32(C.ftv_qp_num(t.selfResp))
-			if err := t.connectQP(t.selfResp, mtu, uint32(C.ftv_qp_num(p.qp)), t.psn, a, timeout, retry); err != nil {
+			if err := t.connectQP(t.selfResp, mtu, p.qpn, t.psn, a, timeout, retry); err != nil {
 				return fmt.Errorf("verbs: loopback: %w", err)
 			}
 		}
-		if err := t.connectQP(p.qp, mtu, rqpn, a.PSN, a, timeout, retry); err != nil {
+		p.mu.Lock()
+		if p.dead { // reported down meanwhile
+			p.mu.Unlock()
+			continue
+		}
+		t.tables[r] = remoteTable{a.Table, a.TableKey}
+		err = t.connectQP(p.qp, mtu, rqpn, a.PSN, a, timeout, retry)
+		p.held = t.cfg.Late && !p.self
+		p.mu.Unlock()
+		if err != nil {
 			return fmt.Errorf("verbs: queue pair to rank %d: %w", r, err)
 		}
 	}
@@ -492,6 +536,70 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 		return err
 	}
 	t.connected.Store(true)
+	return nil
+}
+
+// Admit makes the absent rank r (Config.Absent) a peer
+// (transport.Admitter): it brings the queue pair for r to ready-to-send
+// toward r's queue pair for this rank, keeps where r's key table is, and
+// sends r a hello. addr is r's address as Addr returned it, or its common
+// part and the part for this rank (SplitAddress). r is a late rank
+// (Config.Late): it posts nothing toward this rank before the hello, so
+// nothing it sends is dropped by a queue pair not ready yet. What this rank
+// posts toward r before r's queue pair is ready is retried by the device
+// within the retry budget (Config.Bound): r's Connect follows its address
+// list at once, well within it.
+//
+// Admit fails with ftrma.ErrInvalid for self, a rank that is not absent (a
+// peer already, or failed: a rank reported down or fenced while absent is
+// never admitted), and an address that does not parse (r stays absent);
+// with ftrma.ErrRankOutOfRange for a rank outside the job and with
+// ftrma.ErrClosed after Close. A queue pair the device refuses to connect
+// makes r failed. Admit does not block on the network.
+func (t *Transport) Admit(r ftrma.Rank, addr string) error {
+	if t.closed.Load() {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrClosed}
+	}
+	if r < 0 || int(r) >= len(t.peers) {
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: ftrma.ErrRankOutOfRange}
+	}
+	p := t.peers[r]
+	p.mu.Lock()
+	switch {
+	case p.self:
+		p.mu.Unlock()
+		return transport.ErrNotAdmittable(r, "it is this rank")
+	case p.dead:
+		p.mu.Unlock()
+		return transport.ErrNotAdmittable(r, "it failed")
+	case !p.absent.Load():
+		p.mu.Unlock()
+		return transport.ErrNotAdmittable(r, "it is a peer already")
+	}
+	a, err := ParseAddress(addr)
+	var rqpn uint32
+	if err == nil {
+		rqpn, err = a.qpnFor(t.cfg.Rank, t.cfg.Size)
+	}
+	if err != nil {
+		p.mu.Unlock()
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: err}
+	}
+	timeout, retry := ackTimeout(t.cfg.Bound)
+	if err := t.connectQP(p.qp, min(int(t.info.active_mtu), a.MTU), rqpn, a.PSN, a, timeout, retry); err != nil {
+		p.mu.Unlock()
+		err = fmt.Errorf("verbs: queue pair to admitted rank %d: %w", r, err)
+		t.down(p, err)
+		return &ftrma.OpError{Op: "admit", Rank: r, Err: err}
+	}
+	t.tables[r] = remoteTable{a.Table, a.TableKey}
+	p.admitted = true
+	p.absent.Store(false)
+	err = p.sendLocked(mHello, nil)
+	p.mu.Unlock()
+	if err == nil && t.connected.Load() && !t.closed.Load() {
+		t.armSend()
+	}
 	return nil
 }
 
@@ -597,7 +705,9 @@ func (t *Transport) Deregister(key transport.Key) error {
 	var msg [4]byte
 	binary.LittleEndian.PutUint32(msg[:], uint32(key))
 	for _, p := range t.peers {
-		if p.self || !t.connected.Load() {
+		// An absent rank never read the entry: it is cleared before it
+		// can be admitted and read it.
+		if p.self || !t.connected.Load() || p.absent.Load() {
 			continue
 		}
 		if err := t.sendCtl(p, mRevoke, msg[:]); err == nil {
@@ -656,7 +766,20 @@ func (t *Transport) peerOf(op string, r ftrma.Rank) (*peer, error) {
 	if !t.connected.Load() {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: fmt.Errorf("%w: verbs: not connected yet", ftrma.ErrInvalid)}
 	}
+	if t.peers[r].absent.Load() {
+		return nil, transport.ErrAbsent(op, r)
+	}
 	return t.peers[r], nil
+}
+
+// peerOrAbsent is peerOf, which also returns a rank that has not started:
+// Fence makes it failed.
+func (t *Transport) peerOrAbsent(op string, r ftrma.Rank) (*peer, error) {
+	p, err := t.peerOf(op, r)
+	if err != nil && errors.Is(err, ftrma.ErrRankOutOfRange) && r >= 0 && int(r) < len(t.peers) && t.connected.Load() && !t.closed.Load() {
+		return t.peers[r], nil
+	}
+	return p, err
 }
 
 // Write copies src into staging memory and posts an RDMA WRITE of it
@@ -864,14 +987,15 @@ func (p *peer) postOp(kind uint8, reg region, off uint64, buf []byte, a, b uint6
 }
 
 // reserve waits for a send queue slot and n bytes of staging, behind any
-// backlogged message fragments (they were posted first). The caller holds
-// p.mu; it fails when the peer goes down meanwhile.
+// backlogged message fragments (they were posted first), and for a late
+// rank until the peer said hello. The caller holds p.mu; it fails when the
+// peer goes down meanwhile.
 func (p *peer) reserve(n int) (unsafe.Pointer, uint64, error) {
 	for {
 		if p.dead {
 			return nil, 0, p.downErr()
 		}
-		if p.n < len(p.fifo) && len(p.backlog) == 0 {
+		if !p.held && p.n < len(p.fifo) && len(p.backlog) == 0 {
 			if addr, end, ok := p.ring.alloc(n); ok {
 				return addr, end, nil
 			}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,6 +253,36 @@ func TestFence(t *testing.T) {
 	recs[1].until(t, "rank 1 reports rank 0 down", func() bool { return recs[1].downs[0] != nil })
 	if !errors.Is(recs[1].downs[0], ftrma.ErrProcFailed) {
 		t.Fatalf("peer-down error %v", recs[1].downs[0])
+	}
+}
+
+// TestFenceNotice: a fenced rank that still runs learns of the fence
+// without sending anything (Fence's notice): it reports the fencer down,
+// saying why, and operations toward it fail.
+func TestFenceNotice(t *testing.T) {
+	ts, recs := world(t, 3)
+	if err := ts[1].Fence(0); err != nil {
+		t.Fatal(err)
+	}
+	recs[0].until(t, "rank 0 hears that rank 1 fenced it", func() bool { return recs[0].downs[1] != nil })
+	recs[0].mu.Lock()
+	err := recs[0].downs[1]
+	recs[0].mu.Unlock()
+	if !errors.Is(err, ftrma.ErrProcFailed) || !strings.Contains(err.Error(), "rank 1 fenced this rank") {
+		t.Fatalf("rank 0's peer-down event for rank 1: %v, want ErrProcFailed saying rank 1 fenced it", err)
+	}
+	if err := ts[0].Send(1, []byte("x")); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Fatalf("send toward the fencer: %v, want ErrProcFailed", err)
+	}
+	// Rank 2 heard of nothing.
+	if err := ts[2].Send(0, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	recs[0].until(t, "rank 2's message", func() bool { return len(recs[0].msgs[2]) == 1 })
+	recs[2].mu.Lock()
+	defer recs[2].mu.Unlock()
+	if len(recs[2].downs) != 0 {
+		t.Fatalf("rank 2: peer-down events %v", recs[2].downs)
 	}
 }
 
