@@ -541,7 +541,7 @@ func (s *rvServer) serve(raw net.Conn) {
 			}
 			s.maybeStart()
 		case jobwire.MsgSpawn:
-			q, err := jobwire.ParseSpawn(p)
+			q, err := jobwire.ParseSpawn(p, s.cfg.Size)
 			if err != nil {
 				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
 				return

@@ -13,7 +13,7 @@ import (
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
-// The rendezvous wire format, version 2.
+// The rendezvous wire format, version 3.
 //
 // A rank dials the launcher's rendezvous (FTRMA_RENDEZVOUS) and both run TLS
 // keyed by RendezvousKey of the job secret (internal/seclink). Inside it,
@@ -84,10 +84,11 @@ import (
 //
 // Version 1 published every address whole and sent every rank the list of
 // them whole: O(size²) bytes per rank with verbs, which broke the limits
-// beyond about 570 ranks.
+// beyond about 570 ranks. Version 2's spawn request had no near list
+// (spawn.go): a spare's host could not follow the rank it replaces.
 const (
 	RendezvousMagic   = "FTRV"
-	RendezvousVersion = 2
+	RendezvousVersion = 3
 
 	NonceSize = 32
 	ProofSize = sha256.Size
