@@ -18,7 +18,11 @@ import (
 func startSpareServer(t *testing.T, initial, size int, spawn func(ftrma.Rank, int, []byte) ([]ftrma.Rank, error)) *rvServer {
 	t.Helper()
 	logs := new(logRecorder)
-	s, err := listenRendezvous(rvConfig{Size: size, Initial: initial, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout, Spawn: spawn})
+	cfg := rvConfig{Size: size, Initial: initial, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout}
+	if spawn != nil {
+		cfg.Spawn = func(by ftrma.Rank, k int, payload []byte, _ []ftrma.Rank) ([]ftrma.Rank, error) { return spawn(by, k, payload) }
+	}
+	s, err := listenRendezvous(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

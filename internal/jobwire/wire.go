@@ -126,7 +126,8 @@ const (
 	MsgSpawned    byte = 26 // L→R: SpawnAnswer — the answer to MsgSpawn with the same id
 	MsgAdmit      byte = 27 // L→R: Admission — a spare rank started and joined
 	MsgRoster     byte = 28 // L→R, to a spare only, right after addrs: the ranks that had failed by then
-	// The next free type is 29.
+	// 29 and 30 are the agent protocol's (launcher/agentwire.go).
+	// The next free type is 31.
 )
 
 // The primary world. A rank belongs to the job's primary world while it
