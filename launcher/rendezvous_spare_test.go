@@ -20,7 +20,9 @@ func startSpareServer(t *testing.T, initial, size int, spawn func(ftrma.Rank, in
 	logs := new(logRecorder)
 	cfg := rvConfig{Size: size, Initial: initial, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout}
 	if spawn != nil {
-		cfg.Spawn = func(by ftrma.Rank, k int, payload []byte, _ []ftrma.Rank) ([]ftrma.Rank, error) { return spawn(by, k, payload) }
+		cfg.Spawn = func(by ftrma.Rank, k int, payload []byte, _ []ftrma.Rank) ([]ftrma.Rank, error) {
+			return spawn(by, k, payload)
+		}
 	}
 	s, err := listenRendezvous(cfg)
 	if err != nil {
