@@ -226,6 +226,10 @@ func (l *agentLink) spawnRank(r ftrma.Rank, env []string, d time.Duration) (int,
 		l.mu.Unlock()
 		return 0, fmt.Errorf("the agent of host %s is lost", l.addr)
 	}
+	if l.ranks[r] != nil {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("rank %d was started on host %s before", r, l.addr)
+	}
 	l.ranks[r] = &linkRank{}
 	l.spawns[r] = ch
 	l.queue = append(l.queue, jobwire.AppendFrame(nil, msgSpawnRank, spawnRankMsg{rank: r, env: env}.append(nil)))

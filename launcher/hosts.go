@@ -39,12 +39,9 @@ func inSlurm(getenv func(string) string) bool {
 // hosts of a hostfile or allocation that get no rank, as many as the
 // spares need).
 func planHosts(o *Options) ([]hostBlock, error) {
-	blocks, err := planRankHosts(o)
-	if err != nil {
-		return nil, err
-	}
+	var spares []hostBlock
 	if o.SpareHosts != "" {
-		var spares []hostBlock
+		var err error
 		if len(o.Hosts) > 0 {
 			spares, err = spareAgents(o.SpareHosts)
 		} else {
@@ -57,8 +54,16 @@ func planHosts(o *Options) ([]hostBlock, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--spare-hosts: %w", err)
 		}
-		blocks = append(blocks, spares...)
 	}
+	spareSlots := 0
+	for _, b := range spares {
+		spareSlots += b.capacity()
+	}
+	blocks, err := planRankHosts(o, spareSlots)
+	if err != nil {
+		return nil, err
+	}
+	blocks = append(blocks, spares...)
 	// One block per host: a host named twice (by name and address) is an
 	// error rather than two agents.
 	seen := map[string]bool{}
@@ -106,8 +111,8 @@ func spareHostList(s string, start string) ([]hostBlock, error) {
 }
 
 // planRankHosts resolves where o's ranks go (planHosts without
-// --spare-hosts).
-func planRankHosts(o *Options) ([]hostBlock, error) {
+// --spare-hosts, whose hosts have spareSlots slots).
+func planRankHosts(o *Options, spareSlots int) ([]hostBlock, error) {
 	if len(o.Hosts) > 0 {
 		return assignRanks(o.Hosts, o.N)
 	}
@@ -145,13 +150,17 @@ func planRankHosts(o *Options) ([]hostBlock, error) {
 		start = startSrun
 	}
 	// With spares, hosts that get no rank hold them: as many as the
-	// spares need beyond the free slots of the hosts with ranks.
+	// spares need beyond the free slots of the hosts with ranks and of
+	// --spare-hosts.
 	need := o.Spares
 	if need < 0 {
 		need = n // --respawn without a count: as many as ranks
 	}
+	need -= spareSlots
 	for i, h := range hosts {
-		need -= max(0, h.Slots-len(ranks[i]))
+		if len(ranks[i]) > 0 {
+			need -= max(0, h.Slots-len(ranks[i]))
+		}
 	}
 	var blocks []hostBlock
 	for i, h := range hosts {
