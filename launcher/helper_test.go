@@ -121,6 +121,8 @@ func helper(mode string, args []string) int {
 		return respawnHelper(rank, arg(0))
 	case "replace": // see replaceHelper
 		return replaceHelper(rank)
+	case "hostreplace": // args: HOW: see hostReplaceHelper
+		return hostReplaceHelper(rank, args[0])
 	case "spawnxfer": // see spawnXferHelper
 		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper

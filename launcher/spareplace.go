@@ -22,7 +22,8 @@ import (
 //     slot (or --oversubscribe);
 //
 // else the spawn fails and says why for each host. A host's free slots are
-// its slots minus its running ranks: a failed rank frees its slot.
+// its slots minus its running ranks: a failed rank frees its slot, and so
+// does the replaced rank before ftrun has reaped it.
 //
 // Hosts given only for spares (--spare-hosts, and the hosts of a hostfile
 // or allocation that get no rank while spares need slots) get their agent
@@ -122,7 +123,10 @@ func (j *Job) placeSpareLocked(near ftrma.Rank) (*jobHost, error) {
 			st.alive = h.link.alive()
 		}
 		for _, r := range ranks {
-			if j.ranks[r].running {
+			// The replaced rank failed (its replacement is asked for
+			// after the survivors agreed on it) but may not be reaped
+			// yet: its slot is as good as free.
+			if j.ranks[r].running && r != near {
 				st.running++
 			}
 			if r == near {

@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm"
 )
 
 // The host of a spare: the replaced rank's host when it is alive with a
@@ -85,8 +88,16 @@ func TestPlaceSpare(t *testing.T) {
 		}
 		return h.label, nil
 	}
-	// Rank 2 failed: h1 runs 1 rank on 2 slots.
-	j.ranks[2].running = false
+	// h1 runs 2 ranks on 2 slots: full for a spare without a hint.
+	if h, err := place(-1); h != "h4" || err != nil {
+		t.Errorf("no hint, h1 full: %q, %v; want h4", h, err)
+	}
+	// Rank 2 failed but is not reaped yet: its slot counts as free.
+	if h, err := place(2); h != "h1" || err != nil {
+		t.Errorf("near 2 on a live h1, rank 2 not yet reaped: %q, %v; want h1", h, err)
+	}
+	// Rank 1 failed: h1 runs 1 rank on 2 slots.
+	j.ranks[1].running = false
 	if h, err := place(2); h != "h1" || err != nil {
 		t.Errorf("near 2 on a live h1 with a free slot: %q, %v; want h1", h, err)
 	}
@@ -257,5 +268,131 @@ func TestAgentSpawnsSpare(t *testing.T) {
 	}
 	if _, err := l.spawnRank(0, nil, agentTimeout); err == nil || !strings.Contains(err.Error(), "is lost") {
 		t.Errorf("spawn on a closed link: %v", err)
+	}
+}
+
+// hostReplaceHelper is the rank program of TestProcessSpareOnHost: a job
+// of 3 ranks and 1 spare. Every rank joins with comm.Init, passes a
+// barrier and says it is ready; rank 2 then exits with status 3 (how
+// "exit") or waits to be lost with its host (how "lost"). The others
+// find the next barrier failed and call Replace; the spare's Init returns
+// the communicator Replace made, and all three pass a barrier on it.
+func hostReplaceHelper(rank int, how string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), helperLife)
+	defer cancel()
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "rank %d: %s\n", rank, fmt.Sprintf(format, args...))
+		return 1
+	}
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return fail("init: %v", err)
+	}
+	defer c.Close()
+	nc := c
+	if was, ok := c.Replaces(); ok {
+		fmt.Printf("rank %d replaces world rank %d as rank %d of %d\n", rank, was, c.Rank(), c.Size())
+	} else {
+		if err := c.Barrier(ctx); err != nil {
+			return fail("first barrier: %v", err)
+		}
+		fmt.Printf("rank %d ready\n", rank)
+		if rank == 2 {
+			if how == "exit" {
+				return 3
+			}
+			<-ctx.Done() // killed with its host first
+			return 0
+		}
+		if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
+			return fail("barrier after rank 2 was lost: %v, want ErrProcFailed", err)
+		}
+		if nc, err = c.Replace(ctx); err != nil {
+			return fail("replace: %v", err)
+		}
+		defer nc.Close()
+	}
+	if err := nc.Barrier(ctx); err != nil {
+		return fail("barrier on the new communicator: %v", err)
+	}
+	fmt.Printf("rank %d is %d of %d after replace\n", rank, nc.Rank(), nc.Size())
+	return 0
+}
+
+// Spares on agents' hosts, through ftrun's job side over TCP: ranks 0 and 1
+// here, rank 2 on the agent of host a, and host b (--spare-hosts) for a
+// spare. When rank 2 exits, host a is alive with a free slot, and the
+// spare replaces it there; when host a is lost (its agent closed, which
+// kills rank 2), the spare goes to host b. Either way the survivors'
+// Replace makes a communicator of 3 again with the spare as rank 2.
+func TestProcessSpareOnHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	for _, how := range []string{"exit", "lost"} {
+		t.Run(how, func(t *testing.T) {
+			t.Setenv(helperEnv, "hostreplace")
+			t.Setenv("GORACE", "atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+			a, alogs := startAgent(t, "hostreplace", false)
+			b, blogs := startAgent(t, "hostreplace", false)
+			out := make(lineChan, 100)
+			var errs logBuffer
+			j, err := Start(&Options{N: 3, Spares: 1, Transport: TransportTCP,
+				Hosts:      []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 1}},
+				SpareHosts: b.Addr().String(), AgentSecret: testAgentSecret,
+				Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{how}, Stdout: out, Stderr: &errs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for ready := 0; ready < 3; {
+				select {
+				case l := <-out:
+					lines = append(lines, l)
+					if strings.Contains(l, " ready") {
+						ready++
+					}
+				case <-j.Done():
+					t.Fatalf("job ended early; output %q; stderr:\n%s", lines, errs.String())
+				}
+			}
+			if how == "lost" {
+				a.Close() // host a lost: its agent ends and kills rank 2
+			}
+			res := j.Wait()
+			close(out)
+			for l := range out {
+				lines = append(lines, l)
+			}
+			all := strings.Join(lines, "")
+			for _, want := range []string{
+				"rank 3 replaces world rank 2 as rank 2 of 3\n",
+				"rank 0 is 0 of 3 after replace\n",
+				"rank 1 is 1 of 3 after replace\n",
+				"rank 3 is 2 of 3 after replace\n",
+			} {
+				if !strings.Contains(all, want) {
+					t.Errorf("no %q in the output:\n%s\nstderr:\n%s", want, all, errs.String())
+				}
+			}
+			host, logs, other := a.Addr().String(), alogs, blogs
+			if how == "lost" {
+				host, logs, other = b.Addr().String(), blogs, alogs
+			}
+			if want := "started spare rank 3 on " + host + " at rank 0's request"; !strings.Contains(errs.String(), want) {
+				t.Errorf("ftrun does not say %q:\n%s", want, errs.String())
+			}
+			if !strings.Contains(logs.String(), "started spare rank 3") || strings.Contains(other.String(), "started spare rank 3") {
+				t.Errorf("spare rank 3 did not start on %s alone; its agent's log:\n%s\nthe other agent's:\n%s", host, logs, other)
+			}
+			for _, r := range []int{0, 1, 3} {
+				if !res.Ranks[r].OK() {
+					t.Errorf("rank %d: %v", r, res.Ranks[r])
+				}
+			}
+			if how == "lost" && !res.Ranks[2].Failed {
+				t.Errorf("rank 2 of the lost host: %+v, want failed", res.Ranks[2])
+			}
+		})
 	}
 }
