@@ -46,6 +46,13 @@ type Spawner interface {
 	Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Rank, error)
 }
 
+// nearSpawner is a Spawner that takes a placement hint: spare i replaces
+// world rank near[i], and the launcher starts it on that rank's host if it
+// can (startup.Session.SpawnNear).
+type nearSpawner interface {
+	SpawnNear(ctx context.Context, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error)
+}
+
 // ErrReplace is wrapped by Replace's error when spares could not be
 // started for every failed rank: none are left, the launcher could not
 // start one, or the communicator's runtime has no Spawner.
@@ -305,7 +312,8 @@ func (c *Comm) Replace(ctx context.Context) (*Comm, error) {
 	return nc, err
 }
 
-// spawnFor asks the Spawner for a spare for each of c's failed ranks, one
+// spawnFor asks the Spawner for a spare for each of c's failed ranks, with
+// the failed rank's world rank as the placement hint if it takes one, one
 // at a time, and returns those started, in order.
 func (c *Comm) spawnFor(ctx context.Context, id uint32, failed []int) ([]ftrma.Rank, error) {
 	c.rt.mu.Lock()
@@ -317,7 +325,13 @@ func (c *Comm) spawnFor(ctx context.Context, id uint32, failed []int) ([]ftrma.R
 	var started []ftrma.Rank
 	for i := range failed {
 		plan := replacePlan{id: id, members: c.members, failed: failed, index: i, prev: started}
-		ranks, err := sp.Spawn(ctx, 1, plan.encode())
+		var ranks []ftrma.Rank
+		var err error
+		if ns, ok := sp.(nearSpawner); ok {
+			ranks, err = ns.SpawnNear(ctx, 1, plan.encode(), []ftrma.Rank{c.members[failed[i]]})
+		} else {
+			ranks, err = sp.Spawn(ctx, 1, plan.encode())
+		}
 		if err != nil {
 			return started, err
 		}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,9 +194,12 @@ type agentJob struct {
 	spec *launchSpec
 	wmu  sync.Mutex     // serializes writes on c
 	wg   sync.WaitGroup // the ranks' waiting and forwarding goroutines
+	path string         // the program, resolved on this host (start)
+	dir  string         // the ranks' working directory, or "" (start)
 
-	mu    sync.Mutex // guards every agentProc's running
+	mu    sync.Mutex // guards procs, ranks and every agentProc's running
 	procs []*agentProc
+	ranks []ftrma.Rank // every rank started here: the launch's, then the spares'
 }
 
 // agentProc is one rank process of an agentJob.
@@ -295,7 +299,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	// of one machine share /dev/shm): removing them would make their peers'
 	// accesses fail (ftrma.ErrUnknownRegion). ftrun removes what is left
 	// when the job ends.
-	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, spec.rankList()); err != nil {
+	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, j.rankList()); err != nil {
 		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
 	release()
@@ -321,7 +325,8 @@ func checkLaunch(typ byte, p []byte, err error) (*launchSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	if spec.size < 1 || len(spec.ranks) == 0 || len(spec.ranks) > spec.size {
+	// A launch of no rank is a host for spares (msgSpawnRank).
+	if spec.size < 1 || len(spec.ranks) > spec.size {
 		return nil, fmt.Errorf("launch of %d ranks of a job of %d", len(spec.ranks), spec.size)
 	}
 	seen := make(map[ftrma.Rank]bool)
@@ -361,6 +366,8 @@ func (j *agentJob) start() error {
 	if err != nil {
 		return fmt.Errorf("on %s: %w", j.c.LocalAddr(), err)
 	}
+	j.path, j.dir = path, dir
+	j.ranks = j.spec.rankList()
 	hostIP := addrIP(j.c.LocalAddr())
 	var pids []rankPID
 	for _, r := range j.spec.ranks {
@@ -383,12 +390,79 @@ func (j *agentJob) start() error {
 		j.killAll()
 	}
 	for _, p := range j.procs {
-		j.wg.Add(3)
-		go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStdout) }()
-		go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStderr) }()
-		go func() { defer j.wg.Done(); j.wait(p) }()
+		j.follow(p)
 	}
 	return nil
+}
+
+// follow starts the goroutines that forward p's output and wait for it.
+func (j *agentJob) follow(p *agentProc) {
+	j.wg.Add(3)
+	go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStdout) }()
+	go func() { defer j.wg.Done(); defer p.fwd.Done(); j.forward(p, streamStderr) }()
+	go func() { defer j.wg.Done(); j.wait(p) }()
+}
+
+// spawn starts spare rank m.rank at the launcher's request (msgSpawnRank)
+// and answers: the rank runs, or why it could not be started. It runs on
+// supervise's goroutine, so never after the ranks were killed.
+func (j *agentJob) spawn(m spawnRankMsg) {
+	answer := spawnedRankMsg{rank: m.rank}
+	if err := j.checkSpawn(m); err != nil {
+		answer.text = err.Error()
+		j.logf("job %s: spare rank %d: %v", jobwire.Printable([]byte(j.spec.job)), m.rank, err)
+		j.send(msgSpawnedRank, answer.append(nil))
+		return
+	}
+	j.mu.Lock()
+	j.ranks = append(j.ranks, m.rank)
+	here := len(j.ranks)
+	j.mu.Unlock()
+	vars := append(append([]string(nil), m.env...), jobwire.EnvHostAddr+"="+addrIP(j.c.LocalAddr()))
+	p, err := j.startRank(j.path, j.dir, m.rank, rankEnv(j.env, vars, here))
+	if err != nil {
+		answer.text = fmt.Sprintf("on %s: start spare rank %d: %v", j.c.LocalAddr(), m.rank, err)
+		j.logf("job %s: %s", jobwire.Printable([]byte(j.spec.job)), answer.text)
+		j.send(msgSpawnedRank, answer.append(nil))
+		return
+	}
+	j.mu.Lock()
+	j.procs = append(j.procs, p)
+	j.mu.Unlock()
+	answer.pid = p.cmd.Process.Pid
+	j.logf("job %s: started spare rank %d", jobwire.Printable([]byte(j.spec.job)), m.rank)
+	// spawned goes out before any output or exit of the rank.
+	if err := j.send(msgSpawnedRank, answer.append(nil)); err != nil {
+		j.killAll()
+	}
+	j.follow(p)
+}
+
+// checkSpawn checks a spawn request as checkLaunch checks a launch: a rank
+// of the job not started here before, FTRMA_ variables only.
+func (j *agentJob) checkSpawn(m spawnRankMsg) error {
+	if m.rank < 0 || int(m.rank) >= j.spec.size {
+		return fmt.Errorf("no rank %d in a job of %d", m.rank, j.spec.size)
+	}
+	j.mu.Lock()
+	started := slices.Contains(j.ranks, m.rank)
+	j.mu.Unlock()
+	if started {
+		return fmt.Errorf("rank %d was started here before", m.rank)
+	}
+	for _, kv := range m.env {
+		if !strings.HasPrefix(kv, "FTRMA_") || !strings.Contains(kv, "=") {
+			return fmt.Errorf("environment entry %q is not an FTRMA_ variable", jobwire.Printable([]byte(kv)))
+		}
+	}
+	return nil
+}
+
+// rankList is every rank started here, the spares included.
+func (j *agentJob) rankList() []ftrma.Rank {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.ranks)
 }
 
 // startRank starts one rank in a process group of its own, as ftrun does.
@@ -450,7 +524,7 @@ func (j *agentJob) wait(p *agentProc) {
 	j.mu.Unlock()
 	// The process is gone: the ranks of this host learn it from its shared
 	// memory at once, before the exit notice makes its way through ftrun.
-	if err := shm.MarkExited(shm.DefaultDir, j.spec.job, p.rank, j.spec.rankList()); err != nil {
+	if err := shm.MarkExited(shm.DefaultDir, j.spec.job, p.rank, j.rankList()); err != nil {
 		j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
 	}
 	m := exitedMsg{rank: p.rank, code: -1}
@@ -498,7 +572,7 @@ func (j *agentJob) supervise() {
 	defer close(stop)
 	for {
 		j.c.SetReadDeadline(time.Now().Add(j.spec.timeout()))
-		typ, p, err := jobwire.ReadFrame(j.c, jobwire.MaxSmallFrame)
+		typ, p, err := jobwire.ReadFrame(j.c, maxLaunch)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", jobwire.Printable([]byte(j.spec.job)), err)
@@ -514,6 +588,13 @@ func (j *agentJob) supervise() {
 				continue
 			}
 			j.signal(r, sig)
+		case msgSpawnRank:
+			m, err := parseSpawnRank(p)
+			if err != nil {
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.spawn(m)
 		case jobwire.MsgError:
 			j.logf("job %s: launcher says: %s", jobwire.Printable([]byte(j.spec.job)), jobwire.Printable(p))
 		default:

@@ -183,6 +183,9 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"leaving": jobwire.MsgLeaving, "connected": jobwire.MsgConnected, "start": jobwire.MsgStart,
 		"launch": msgLaunch, "started": msgStarted, "output": msgOutput, "exited": msgExited, "signal": msgSignal,
 		"ping": msgPing, "agent hello": msgAgentHello, "link label": msgLinkLabel, "members": msgMembers,
+		"spawn rank": msgSpawnRank, "spawned rank": msgSpawnedRank, "lease ask": jobwire.MsgLeaseAsk, "lease grant": jobwire.MsgLeaseGrant,
+		"probe": jobwire.MsgProbe, "probe reply": jobwire.MsgProbeReply, "spawn": jobwire.MsgSpawn, "spawned": jobwire.MsgSpawned,
+		"admit": jobwire.MsgAdmit, "roster": jobwire.MsgRoster,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {
@@ -196,7 +199,11 @@ func TestMessageTypesDistinct(t *testing.T) {
 func FuzzParseAgentFrames(f *testing.F) {
 	f.Add((&launchSpec{job: "j", prog: "p", args: []string{"a"}, size: 2, ranks: []launchRank{{rank: 1, env: []string{"FTRMA_X=1"}}}}).append(nil))
 	f.Add(appendStarted(nil, []rankPID{{0, 1}}))
+	f.Add(spawnRankMsg{rank: 3, env: []string{"FTRMA_RANK=3"}}.append(nil))
+	f.Add(spawnedRankMsg{rank: 3, pid: 9, text: "x"}.append(nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
+		parseSpawnRank(p)
+		parseSpawnedRank(p)
 		parseLaunch(p)
 		parseStarted(p)
 		parseOutput(p)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +82,19 @@ type agentLink struct {
 	wake   chan struct{}
 	closed bool   // close was called: a broken connection is no news
 	why    string // why fail cut the link, if it did
+	// ranks is every rank the agent runs or is starting for the job: the
+	// launch's (run), then spares (spawnRank). readLoop accepts their
+	// output and exits, and when the link ends reports those that had
+	// not exited as lost.
+	ranks  map[ftrma.Rank]*linkRank
+	spawns map[ftrma.Rank]chan spawnedRankMsg // spares waiting for the agent's answer
+	down   bool                               // readLoop ended: the agent is lost, no rank can join
+}
+
+// linkRank is what readLoop has seen of one rank of the link.
+type linkRank struct {
+	exited bool
+	ended  [2]bool // ended[stream-1]: the stream ended
 }
 
 // dialAgent connects to the running agent at addr and authenticates both
@@ -160,8 +172,18 @@ func (l *agentLink) launch(spec *launchSpec) ([]rankPID, error) {
 }
 
 // run starts the goroutines that carry the job's traffic with the agent: the
-// ranks' output, exits and signals.
+// ranks' output, exits and signals. The ranks of the link are those of its
+// block, and the spares spawnRank adds.
 func (l *agentLink) run(j *Job) {
+	l.mu.Lock()
+	if l.ranks == nil {
+		l.ranks = make(map[ftrma.Rank]*linkRank)
+		l.spawns = make(map[ftrma.Rank]chan spawnedRankMsg)
+	}
+	for _, r := range l.block.ranks {
+		l.ranks[r] = &linkRank{}
+	}
+	l.mu.Unlock()
 	l.wg.Add(2)
 	go l.writeLoop()
 	go l.readLoop(j)
@@ -180,6 +202,66 @@ func (l *agentLink) signal(r ftrma.Rank, sig syscall.Signal) {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// alive reports whether the link runs: the agent was not found lost (its
+// link broken or silent, or its host declared dead by the host group).
+func (l *agentLink) alive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.down && !l.closed && l.why == ""
+}
+
+// spawnRank has the agent start spare rank r with env (FTRMA_ variables)
+// and waits for its answer, at most d. The caller has made ready what
+// readLoop delivers for a rank of the link (Job.ranks[r]'s exit channel
+// and two output streams), before the call. When spawnRank fails the
+// rank is no longer the link's and nothing more is delivered for it,
+// unless the link was lost meanwhile: then readLoop reported it lost, as
+// every rank of the link. Either way the rank does not run.
+func (l *agentLink) spawnRank(r ftrma.Rank, env []string, d time.Duration) (int, error) {
+	ch := make(chan spawnedRankMsg, 1)
+	l.mu.Lock()
+	if l.down || l.closed || l.why != "" {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("the agent of host %s is lost", l.addr)
+	}
+	if l.ranks[r] != nil {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("rank %d was started on host %s before", r, l.addr)
+	}
+	l.ranks[r] = &linkRank{}
+	l.spawns[r] = ch
+	l.queue = append(l.queue, jobwire.AppendFrame(nil, msgSpawnRank, spawnRankMsg{rank: r, env: env}.append(nil)))
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	var err error
+	select {
+	case m, ok := <-ch:
+		switch {
+		case !ok:
+			return 0, fmt.Errorf("the agent of host %s was lost while it started spare rank %d", l.addr, r)
+		case m.text != "":
+			err = fmt.Errorf("agent %s: %s", l.addr, m.text)
+		default:
+			return m.pid, nil
+		}
+	case <-timer.C:
+		err = fmt.Errorf("the agent of host %s did not start spare rank %d within %v", l.addr, r, d)
+		l.signal(r, syscall.SIGKILL) // should it start after all
+	}
+	l.mu.Lock()
+	if !l.down {
+		delete(l.ranks, r)
+	}
+	delete(l.spawns, r)
+	l.mu.Unlock()
+	return 0, err
 }
 
 // close closes the connection, which makes the agent kill whatever of the
@@ -251,15 +333,16 @@ func (l *agentLink) writeLoop() {
 }
 
 // readLoop takes the agent's messages until the connection closes. Then
-// every rank of the block that has not exited counts as lost with it, and its
-// output as ended.
+// every rank of the link that has not exited counts as lost with it, and
+// its output as ended; spares being started fail.
 func (l *agentLink) readLoop(j *Job) {
 	defer l.wg.Done()
-	ranks := l.block.ranks
-	n := len(ranks)
-	exited := make([]bool, n)
-	ended := make([][2]bool, n) // ended[i][stream-1]: the stream of rank ranks[i] ended
-	in := func(r ftrma.Rank) (int, bool) { return slices.BinarySearch(ranks, r) }
+	// rank returns the state of r, a rank of the link; nil if it is not.
+	rank := func(r ftrma.Rank) *linkRank {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.ranks[r]
+	}
 	var err error
 	for {
 		var typ byte
@@ -273,8 +356,8 @@ func (l *agentLink) readLoop(j *Job) {
 		case msgPing:
 		case msgOutput:
 			m, perr := parseOutput(p)
-			i, ok := in(m.rank)
-			if perr != nil || !ok || ended[i][m.stream-1] {
+			st := rank(m.rank)
+			if perr != nil || st == nil || st.ended[m.stream-1] {
 				j.out.reportf("agent %s: bad output message; ignored", l.addr)
 				continue
 			}
@@ -285,18 +368,29 @@ func (l *agentLink) readLoop(j *Job) {
 			last := m.flags&outLast != 0
 			j.out.writePiece(w, j.prefix(m.rank), m.data, m.flags&outStart != 0, last)
 			if last {
-				ended[i][m.stream-1] = true
+				st.ended[m.stream-1] = true
 				j.ranks[m.rank].fwd.Done()
 			}
 		case msgExited:
 			m, perr := parseExited(p)
-			i, ok := in(m.rank)
-			if perr != nil || !ok || exited[i] {
+			st := rank(m.rank)
+			if perr != nil || st == nil || st.exited {
 				j.out.reportf("agent %s: bad exit message; ignored", l.addr)
 				continue
 			}
-			exited[i] = true
+			st.exited = true
 			j.ranks[m.rank].exit <- m
+		case msgSpawnedRank:
+			m, perr := parseSpawnedRank(p)
+			l.mu.Lock()
+			ch := l.spawns[m.rank]
+			delete(l.spawns, m.rank)
+			l.mu.Unlock()
+			if perr != nil || ch == nil {
+				j.out.reportf("agent %s: bad or late spawned message; ignored", l.addr)
+				continue
+			}
+			ch <- m // buffered
 		case jobwire.MsgError:
 			j.out.reportf("agent %s says: %s", l.addr, jobwire.Printable(p))
 		default:
@@ -304,7 +398,13 @@ func (l *agentLink) readLoop(j *Job) {
 		}
 	}
 	l.mu.Lock()
+	l.down = true
 	closed, why := l.closed, l.why
+	ranks := l.ranks
+	for r, ch := range l.spawns {
+		close(ch)
+		delete(l.spawns, r)
+	}
 	l.mu.Unlock()
 	if why == "" {
 		why = fmt.Sprintf("the connection to agent %s broke (%v)", l.addr, err)
@@ -313,14 +413,13 @@ func (l *agentLink) readLoop(j *Job) {
 		}
 	}
 	lost := 0
-	for i := range n {
-		r := ranks[i]
-		if !exited[i] {
+	for r, st := range ranks { // no rank joins once down is set
+		if !st.exited {
 			lost++
 			j.ranks[r].exit <- exitedMsg{rank: r, code: -1, lost: why}
 		}
-		for s := range ended[i] {
-			if !ended[i][s] {
+		for s := range st.ended {
+			if !st.ended[s] {
 				j.ranks[r].fwd.Done()
 			}
 		}

@@ -46,6 +46,11 @@ import (
 //	              normally): the agent reaped the rank
 //	L→A  signal   rank uint32, signal uint32: send it to the rank's process
 //	              group if the rank has not been reaped
+//	L→A  spawn    rank uint32, env strings: start one more rank of the job
+//	              (a spare of ftrun --respawn), like those of the launch
+//	A→L  spawned  rank uint32, pid uint32, text: the answer to spawn; text
+//	              is why the rank could not be started (pid 0), empty when
+//	              it runs. Its output and exit follow as for any rank
 //	both ping     empty, every linkPing; linkTimeout without any frame means
 //	              the other side is lost
 //	any  error    as in internal/jobwire; sent instead of started when a rank
@@ -53,8 +58,10 @@ import (
 //
 // where string is length uint32 then UTF-8 bytes, strings is count uint32
 // then count strings. env holds only FTRMA_ variables: the agent's own
-// environment is the base. When the link closes or goes silent, the agent
-// kills every rank of the job with SIGKILL.
+// environment is the base. A launch may hold no rank: the host is there for
+// spares (ftrun --spare-hosts, or slots beyond -n). When the link closes or
+// goes silent, the agent kills every rank of the job, spares included, with
+// SIGKILL.
 const maxLaunch = 4 << 20 // largest agent frame (the launch spec)
 
 // Agent message types (continuing internal/jobwire's numbering).
@@ -68,6 +75,9 @@ const (
 	msgPing       byte = 17 // both ways, every linkPing: the link and its peer live
 	msgAgentHello byte = 18 // A→L, first on a link an agent dialled: its host name
 	msgLinkLabel  byte = 19 // A→L, before TLS on a link an agent dialled: the name of its key (boot.go)
+	// 20 is membership.go's; 21..28 are the rendezvous's.
+	msgSpawnRank   byte = 29 // L→A: start one more rank (a spare)
+	msgSpawnedRank byte = 30 // A→L: the answer to msgSpawnRank
 )
 
 // Output streams and flags of msgOutput.
@@ -167,6 +177,47 @@ func parseStarted(p []byte) ([]rankPID, error) {
 		pids = append(pids, rankPID{rank: ftrma.Rank(d.uint32()), pid: int(d.uint32())})
 	}
 	return pids, d.end("started")
+}
+
+// spawnRankMsg is a msgSpawnRank.
+type spawnRankMsg struct {
+	rank ftrma.Rank
+	env  []string // FTRMA_ variables only
+}
+
+func (m spawnRankMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(m.rank))
+	return appendStrings(b, m.env)
+}
+
+func parseSpawnRank(p []byte) (spawnRankMsg, error) {
+	d := decoder{p: p}
+	m := spawnRankMsg{rank: ftrma.Rank(d.uint32()), env: d.strings()}
+	return m, d.end("spawn")
+}
+
+// spawnedRankMsg is a msgSpawnedRank.
+type spawnedRankMsg struct {
+	rank ftrma.Rank
+	pid  int
+	text string // why the rank could not be started; "" when it runs
+}
+
+func (m spawnedRankMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(m.rank))
+	b = binary.BigEndian.AppendUint32(b, uint32(m.pid))
+	return append(b, jobwire.ErrorText(m.text)...)
+}
+
+func parseSpawnedRank(p []byte) (spawnedRankMsg, error) {
+	if len(p) < 8 {
+		return spawnedRankMsg{}, fmt.Errorf("%w: spawned message of %d bytes", jobwire.ErrMalformed, len(p))
+	}
+	return spawnedRankMsg{
+		rank: ftrma.Rank(binary.BigEndian.Uint32(p)),
+		pid:  int(binary.BigEndian.Uint32(p[4:])),
+		text: jobwire.Printable(p[8:]),
+	}, nil
 }
 
 // outputMsg is a msgOutput.

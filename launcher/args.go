@@ -81,6 +81,12 @@ type Options struct {
 	// -1 (--respawn without a value): as many as N, so that every rank
 	// can be replaced once.
 	Spares int
+	// SpareHosts (ftrun --spare-hosts) names hosts for spares only, in
+	// -H's format (host1:2,host2), or in --hosts' format (running agents)
+	// when Hosts is given. Their agents start with the job, with no ranks;
+	// a spare goes there when the host of the rank it replaces cannot take
+	// it (see spareplace.go). Needs Spares.
+	SpareHosts string
 	// Oversubscribe allows more ranks than slots. Without Hostfile,
 	// HostList, Hosts or a Slurm allocation, this host has one slot per CPU
 	// (runtime.NumCPU), as mpirun counts them.
@@ -242,6 +248,10 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --respawn, --respawn=S  reserve S spare ranks (world ranks N..N+S-1) that
                           the ranks may start to replace failed ones
                           (default S: N); see "Spares" below
+  --spare-hosts LIST      hosts for spare ranks only, in -H's format
+                          (host1:2,host2), or with --hosts in its format
+                          (running agents); their agents start with the job
+                          (see "Spares" below). Needs --respawn
   --np N                  the same as -n (Open MPI's -np)
   --hostfile FILE         place the ranks on the hosts of FILE (Open MPI's
                           format: "HOST slots=N [max_slots=M]" lines, #
@@ -363,11 +373,17 @@ terms after it stopped renewing it, when it has surely stopped.
 
 Spares: with --respawn=S every rank sees FTRMA_SIZE=N+S and FTRMA_SPARES=S;
 ranks N..N+S-1 start absent. When a rank asks (comm's Replace), ftrun starts
-the next spare on this host (a failed rank's slot, or a free CPU slot on a
-job of this host alone, unless --oversubscribe), with FTRMA_SPAWN set, waits
-until it has joined, tells every live rank, then answers. A spare that
-dies before it joined is reported to the asking rank, not to the others.
-Spares on agents' hosts are not supported yet.
+the next spare, with FTRMA_SPAWN set, waits until it has joined, tells
+every live rank, then answers. The spare goes to the host of the rank it
+replaces if that host is alive and has a free slot (a failed rank frees
+its slot); else to a host of --spare-hosts with a free slot; else to
+another host with slots beyond -n (a hostfile or allocation host: with
+--respawn, hosts that get no rank start an agent too, as many as the spares
+need); else to this host if it runs ranks and has a free slot (one per CPU
+on a job of this host alone); --oversubscribe lifts the slot limit on the
+replaced rank's host and this one. A spare that dies before it joined, or
+whose host is lost while it starts, is reported to the asking rank, not to
+the others.
 
 Exit status:
   0                       every surviving rank exited with status 0 (ranks may
@@ -400,6 +416,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.Var(respawnFlag{&o.Spares}, "respawn", "S: reserve S spare ranks (default N)")
+	fs.StringVar(&o.SpareHosts, "spare-hosts", "", "hosts for spare ranks only: host1:2,host2")
 	fs.Func("spin", "busy-poll duration of the ranks' transport (negative: none)", func(v string) error {
 		if n, err := strconv.Atoi(v); err == nil && n <= 0 {
 			o.Spin = time.Duration(n) // -1 (no unit needed) disables, 0 is the default
@@ -474,6 +491,19 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, errors.New("--hosts (running agents) and --hostfile or -H exclude each other")
 	case o.Hostfile != "" && o.HostList != "":
 		return nil, errors.New("--hostfile and -H exclude each other")
+	case o.SpareHosts != "" && o.Spares == 0:
+		return nil, errors.New("--spare-hosts needs --respawn: the hosts are for spare ranks only")
+	}
+	if o.SpareHosts != "" {
+		var err error
+		if len(o.Hosts) > 0 {
+			_, err = spareAgents(o.SpareHosts)
+		} else {
+			_, err = ParseHostList(o.SpareHosts)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--spare-hosts: %w", err)
+		}
 	}
 	if len(o.Hosts) > 0 {
 		blocks, err := assignRanks(o.Hosts, o.N)
@@ -693,9 +723,15 @@ type hostBlock struct {
 	name  string       // the host's name in reports; "" for this host
 	addr  string       // a running agent's host:port (--hosts); ""
 	start string       // how ftrun starts the host's agent: "" (this host, or a running agent), startSSH or startSrun
-	ranks []ftrma.Rank // in increasing order
+	ranks []ftrma.Rank // in increasing order; none on a host for spares only
+	slots int          // ranks the host runs at once without --oversubscribe; 0: len(ranks)
+	spare bool         // a host of --spare-hosts
 	link  *agentLink   // the connection to the agent, once made
 }
+
+// capacity is how many ranks b's host runs at once without
+// --oversubscribe.
+func (b *hostBlock) capacity() int { return max(b.slots, len(b.ranks)) }
 
 // remote reports whether an agent runs b's ranks.
 func (b *hostBlock) remote() bool { return b.addr != "" || b.start != "" }

@@ -43,10 +43,14 @@
 //
 // Spares (--respawn=S, Options.Spares; spawn.go): the job has N+S world
 // ranks, of which the last S start absent. A rank asks for spares on its
-// supervision channel (startup.Session.Spawn); ftrun starts them on its own
-// host one at a time, waits until each has joined the rendezvous, tells
-// every live rank (an admission), and answers. The protocol is in
-// internal/jobwire/spawn.go.
+// supervision channel (startup.Session.Spawn, SpawnNear with the rank each
+// spare replaces); ftrun starts them one at a time, waits until each has
+// joined the rendezvous, tells every live rank (an admission), and answers.
+// A spare starts on the replaced rank's host if that host is alive with a
+// free slot, else on a host of --spare-hosts (Options.SpareHosts) or one
+// with slots beyond -n, else on ftrun's own host (spareplace.go); on a
+// remote host its agent starts it (agentwire.go: spawn) and supervises it
+// as its other ranks. The protocol is in internal/jobwire/spawn.go.
 //
 // Shared memory left by a killed ftrun or agent: each records itself in an
 // owner file in /dev/shm before its ranks start, and every ftrun sweeps the

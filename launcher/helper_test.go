@@ -125,6 +125,8 @@ func helper(mode string, args []string) int {
 		return replaceRoundsHelper(rank)
 	case "replacefault": // see replaceFaultHelper
 		return replaceFaultHelper(rank, args)
+	case "hostreplace": // args: HOW: see hostReplaceHelper
+		return hostReplaceHelper(rank, args[0])
 	case "spawnxfer": // see spawnXferHelper
 		return spawnXferHelper(rank)
 	case "lateseg": // args: GOFILE: see lateSegHelper

@@ -34,8 +34,85 @@ func inSlurm(getenv func(string) string) bool {
 	return getenv("SLURM_JOB_ID") != "" && (getenv("SLURM_JOB_NODELIST") != "" || getenv("SLURM_NODELIST") != "")
 }
 
-// planHosts resolves where o's ranks go, setting o.N when the hosts give it.
+// planHosts resolves where o's ranks go, setting o.N when the hosts give it,
+// and the hosts for spares only (Options.SpareHosts; with --respawn, the
+// hosts of a hostfile or allocation that get no rank, as many as the
+// spares need).
 func planHosts(o *Options) ([]hostBlock, error) {
+	var spares []hostBlock
+	if o.SpareHosts != "" {
+		var err error
+		if len(o.Hosts) > 0 {
+			spares, err = spareAgents(o.SpareHosts)
+		} else {
+			start := startSSH
+			if !o.NoSlurm && inSlurm(os.Getenv) {
+				start = startSrun
+			}
+			spares, err = spareHostList(o.SpareHosts, start)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--spare-hosts: %w", err)
+		}
+	}
+	spareSlots := 0
+	for _, b := range spares {
+		spareSlots += b.capacity()
+	}
+	blocks, err := planRankHosts(o, spareSlots)
+	if err != nil {
+		return nil, err
+	}
+	blocks = append(blocks, spares...)
+	// One block per host: a host named twice (by name and address) is an
+	// error rather than two agents.
+	seen := map[string]bool{}
+	for _, b := range blocks {
+		if seen[b.label()] {
+			return nil, fmt.Errorf("host %s is named twice: %w", b.label(), ftrma.ErrInvalid)
+		}
+		seen[b.label()] = true
+	}
+	return blocks, nil
+}
+
+// spareAgents parses --spare-hosts in --hosts' format: running agents,
+// HOST[:PORT[:N]], N their slots (default 1).
+func spareAgents(s string) ([]hostBlock, error) {
+	hosts, err := ParseHosts(s)
+	if err != nil {
+		return nil, err
+	}
+	var blocks []hostBlock
+	for _, h := range hosts {
+		if h.Addr == "" {
+			return nil, fmt.Errorf("%s: this host is no spare host (its slots come from -n and --oversubscribe): %w", LocalHost, ftrma.ErrInvalid)
+		}
+		blocks = append(blocks, hostBlock{addr: h.Addr, name: h.Addr, slots: max(h.N, 1), spare: true})
+	}
+	return blocks, nil
+}
+
+// spareHostList parses --spare-hosts in -H's format: hosts whose agents
+// ftrun starts (start: startSSH or startSrun), with their slots.
+func spareHostList(s string, start string) ([]hostBlock, error) {
+	hosts, err := ParseHostList(s)
+	if err != nil {
+		return nil, err
+	}
+	var blocks []hostBlock
+	for _, h := range hosts {
+		if isThisHost(h.Name) {
+			return nil, fmt.Errorf("%s is this host, no spare host (give it slots in the hostfile or -H instead): %w", h.Name, ftrma.ErrInvalid)
+		}
+		blocks = append(blocks, hostBlock{name: h.Name, start: start, slots: h.Slots, spare: true})
+	}
+	return blocks, nil
+}
+
+// planRankHosts resolves where o's ranks go (planHosts without
+// --spare-hosts, whose hosts have spareSlots slots).
+func planRankHosts(o *Options, spareSlots int) ([]hostBlock, error) {
 	if len(o.Hosts) > 0 {
 		return assignRanks(o.Hosts, o.N)
 	}
@@ -72,25 +149,32 @@ func planHosts(o *Options) ([]hostBlock, error) {
 	if slurm {
 		start = startSrun
 	}
+	// With spares, hosts that get no rank hold them: as many as the
+	// spares need beyond the free slots of the hosts with ranks and of
+	// --spare-hosts.
+	need := o.Spares
+	if need < 0 {
+		need = n // --respawn without a count: as many as ranks
+	}
+	need -= spareSlots
+	for i, h := range hosts {
+		if len(ranks[i]) > 0 {
+			need -= max(0, h.Slots-len(ranks[i]))
+		}
+	}
 	var blocks []hostBlock
 	for i, h := range hosts {
 		if len(ranks[i]) == 0 {
-			continue
+			if need <= 0 {
+				continue
+			}
+			need -= h.Slots
 		}
-		b := hostBlock{name: h.Name, ranks: ranks[i], start: start}
+		b := hostBlock{name: h.Name, ranks: ranks[i], start: start, slots: h.Slots}
 		if isThisHost(h.Name) {
 			b.name, b.start = "", ""
 		}
 		blocks = append(blocks, b)
-	}
-	// One block per host: a host named twice (by name and address) is an
-	// error rather than two agents.
-	seen := map[string]bool{}
-	for _, b := range blocks {
-		if seen[b.label()] {
-			return nil, fmt.Errorf("host %s is named twice: %w", b.label(), ftrma.ErrInvalid)
-		}
-		seen[b.label()] = true
 	}
 	return blocks, nil
 }

@@ -53,6 +53,7 @@ type Job struct {
 	path     string     // the program, resolved on this host; "" when this host runs no rank
 	base     []string   // the environment of this host's ranks (before rankEnv)
 	localCap int        // ranks this host may run at once without --oversubscribe
+	hosts    []*jobHost // every host of the job, where spares may go (spareplace.go)
 	spawnMu  sync.Mutex // serializes spawns
 
 	mu         sync.Mutex  // guards the fields below, and every rankProc's running and killed
@@ -210,6 +211,11 @@ func Start(opts *Options) (*Job, error) {
 	if opts.Hostfile == "" && opts.HostList == "" && len(opts.Hosts) == 0 && !multi {
 		j.localCap = max(len(local), localSlots()) // the job of this host alone: a slot per CPU
 	}
+	for _, b := range blocks {
+		if !b.remote() {
+			j.localCap = max(j.localCap, b.slots) // the hostfile's slots of this host
+		}
+	}
 	j.opts.Transport = tr
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
@@ -248,6 +254,9 @@ func Start(opts *Options) (*Job, error) {
 	}
 	j.start = time.Now()
 	j.blocks = blocks
+	for _, b := range blocks {
+		j.hosts = append(j.hosts, &jobHost{link: b.link, label: b.label(), slots: b.capacity(), spare: b.spare, ranks: b.ranks})
+	}
 	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
 	if j.spares > 0 {
 		rc.Spawn = j.spawn
@@ -351,7 +360,11 @@ func (j *Job) Placement() []string {
 		case b.addr != "":
 			how = "running agent"
 		}
-		out = append(out, fmt.Sprintf("%s: ranks %v (%s)", b.label(), b.ranks, how))
+		what := fmt.Sprintf("ranks %v", b.ranks)
+		if len(b.ranks) == 0 {
+			what = "spare ranks only, " + plural(b.capacity(), "slot")
+		}
+		out = append(out, fmt.Sprintf("%s: %s (%s)", b.label(), what, how))
 	}
 	return out
 }
@@ -476,6 +489,9 @@ func (j *Job) waitRank(p *rankProc) {
 	if p.link != nil {
 		m := <-p.exit
 		switch {
+		case m.lost != "" && j.rv.giveUpSpare(p.rank, m.lost):
+			// A spare lost before its admission: nobody heard of it.
+			st.lost = m.lost
 		case m.lost != "":
 			// Nobody saw the process end: it may still run, cut off.
 			// It stops by itself once its lease runs out; only then do

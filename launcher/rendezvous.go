@@ -45,7 +45,7 @@ type rvConfig struct {
 	// stopped short of k. It is called on a goroutine of its own and must
 	// return within a bounded time. nil: every request is refused (a job
 	// without spares).
-	Spawn func(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error)
+	Spawn func(by ftrma.Rank, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error)
 	// maxAddrsFrame bounds the addrs frame, for tests. Default
 	// jobwire.MaxAddrsFrame.
 	maxAddrsFrame int
@@ -551,7 +551,7 @@ func (s *rvServer) serve(raw net.Conn) {
 			}
 			s.maybeStart()
 		case jobwire.MsgSpawn:
-			q, err := jobwire.ParseSpawn(p)
+			q, err := jobwire.ParseSpawn(p, s.cfg.Size)
 			if err != nil {
 				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
 				return
@@ -787,6 +787,21 @@ func (s *rvServer) isPresent(r ftrma.Rank) bool {
 	return s.present[r]
 }
 
+// giveUpSpare gives spare r up for why if it has not been admitted: its
+// host was lost while it started. Nobody knew of it, so nobody waits for
+// its lease to run out; it can no longer be admitted, and its spawn
+// fails. It reports whether r was given up.
+func (s *rvServer) giveUpSpare(r ftrma.Rank, why string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(r) < s.cfg.Initial || int(r) >= s.cfg.Size || s.present[r] || !s.expecting[r] {
+		return false
+	}
+	s.gone[r] = true
+	s.failSpareLocked(r, fmt.Sprintf("spare rank %d was lost before it joined: %s", r, why))
+	return true
+}
+
 // failSpareLocked gives spare r up for why, unless it published or was
 // given up already. s.mu is held.
 func (s *rvServer) failSpareLocked(r ftrma.Rank, why string) {
@@ -889,7 +904,7 @@ func (s *rvServer) serveSpawn(c net.Conn, by ftrma.Rank, q jobwire.SpawnRequest)
 	var ranks []ftrma.Rank
 	err := errors.New("this job has no spare ranks (ftrun --respawn)")
 	if s.cfg.Spawn != nil {
-		ranks, err = s.cfg.Spawn(by, int(q.K), q.Payload)
+		ranks, err = s.cfg.Spawn(by, int(q.K), q.Payload, q.Near)
 	}
 	a := jobwire.SpawnAnswer{ID: q.ID, Ranks: ranks}
 	if err != nil {

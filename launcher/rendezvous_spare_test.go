@@ -18,7 +18,13 @@ import (
 func startSpareServer(t *testing.T, initial, size int, spawn func(ftrma.Rank, int, []byte) ([]ftrma.Rank, error)) *rvServer {
 	t.Helper()
 	logs := new(logRecorder)
-	s, err := listenRendezvous(rvConfig{Size: size, Initial: initial, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout, Spawn: spawn})
+	cfg := rvConfig{Size: size, Initial: initial, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout}
+	if spawn != nil {
+		cfg.Spawn = func(by ftrma.Rank, k int, payload []byte, _ []ftrma.Rank) ([]ftrma.Rank, error) {
+			return spawn(by, k, payload)
+		}
+	}
+	s, err := listenRendezvous(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +195,39 @@ func TestRendezvousSpareRefusals(t *testing.T) {
 	a, err := jobwire.ParseSpawned(nextFrame(t, c, jobwire.MsgSpawned), 3)
 	if err != nil || a.ID != 9 || len(a.Ranks) != 0 || !strings.Contains(a.Err, "no spare ranks") {
 		t.Errorf("answer to a spawn without spares: %+v, %v", a, err)
+	}
+}
+
+// A spare lost with its host before it joined is given up at once: its
+// spawn's wait ends with why, it cannot join or be admitted later, and a
+// rank that is no spare being started, or one admitted, is not given up.
+func TestRendezvousSpareLostWithHost(t *testing.T) {
+	s := startSpareServer(t, 1, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, _, err := fakeRank(s, 0, 3).join(ctx, "addr-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s.giveUpSpare(0, "host lost") || s.giveUpSpare(2, "host lost") {
+		t.Error("gave up a first rank, or a spare not being started")
+	}
+	if err := s.expect(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.awaitSpare(1, testTimeout) }()
+	if !s.giveUpSpare(1, "agent h4 was silent for 2s") {
+		t.Fatal("spare 1, started and not admitted, was not given up")
+	}
+	if err := <-waited; err == nil || !strings.Contains(err.Error(), "spare rank 1 was lost before it joined: agent h4 was silent for 2s") {
+		t.Errorf("awaitSpare of a spare lost with its host: %v", err)
+	}
+	if _, _, err := fakeRank(s, 1, 3).join(ctx, "addr-1"); err == nil {
+		t.Error("a spare given up joined")
+	}
+	if err := s.admit(1); err == nil {
+		t.Error("a spare given up was admitted")
 	}
 }

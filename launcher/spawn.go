@@ -1,8 +1,8 @@
 package launcher
 
 import (
+	"cmp"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"syscall"
@@ -18,12 +18,13 @@ var spareJoinTimeout = 30 * time.Second
 
 // spawn serves rank by's request for k spare ranks (--respawn; the
 // rendezvous calls it, rvConfig.Spawn): one request at a time, it starts
-// the next k spares one after the other, each on this host with
+// the next k spares one after the other, spare i on the host near[i] ran
+// on if it can (spareplace.go; near is empty or k ranks), with
 // FTRMA_SPAWN=payload, waits until it has joined the rendezvous, and
 // admits it (every live rank is told). It returns the spares admitted,
 // and why it stopped short of k, if it did. A request for more spares
 // than are left starts none.
-func (j *Job) spawn(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error) {
+func (j *Job) spawn(by ftrma.Rank, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error) {
 	j.spawnMu.Lock()
 	defer j.spawnMu.Unlock()
 	j.mu.Lock()
@@ -34,8 +35,8 @@ func (j *Job) spawn(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error) 
 		err = fmt.Errorf("rank %d asked for spare ranks, but it has ended", by)
 	case k < 1 || k > left:
 		err = fmt.Errorf("asked for %d spare ranks; %d of --respawn=%d left", k, left, j.spares)
-	case j.path == "":
-		err = errors.New("spare ranks start on ftrun's own host, which runs no rank of this job (spares on agents' hosts are not supported yet)")
+	case len(near) != 0 && len(near) != k:
+		err = fmt.Errorf("asked for %d spare ranks near %d ranks", k, len(near))
 	}
 	if err != nil {
 		j.mu.Unlock()
@@ -47,8 +48,12 @@ func (j *Job) spawn(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error) 
 	j.mu.Unlock()
 	defer j.wg.Done()
 	var ranks []ftrma.Rank
-	for range k {
-		s, err := j.startSpare(by, payload)
+	for i := range k {
+		hint := ftrma.Rank(-1)
+		if len(near) > 0 {
+			hint = near[i]
+		}
+		s, err := j.startSpare(by, hint, payload)
 		if err != nil {
 			return ranks, err
 		}
@@ -57,26 +62,29 @@ func (j *Job) spawn(by ftrma.Rank, k int, payload []byte) ([]ftrma.Rank, error) 
 	return ranks, nil
 }
 
-// startSpare starts the next spare on this host and admits it once it has
-// joined. A spare that cannot start, ends before it joined, or does not
-// join within spareJoinTimeout (it is killed) is used up: it counts as a
-// failed rank of the job's result, and no live rank hears of it.
-func (j *Job) startSpare(by ftrma.Rank, payload []byte) (ftrma.Rank, error) {
+// startSpare starts the next spare, on the host placeSpareLocked picks for
+// a replacement of rank near (-1: no hint), and admits it once it has
+// joined. A spare that cannot start, ends before it joined, is lost with
+// its host, or does not join within spareJoinTimeout (it is killed) is
+// used up: it counts as a failed rank of the job's result, and no live
+// rank hears of it.
+func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error) {
 	j.mu.Lock()
-	running := 0
-	for _, p := range j.ranks {
-		if p.running && p.link == nil {
-			running++
-		}
-	}
-	if !j.opts.Oversubscribe && running >= j.localCap {
+	h, err := j.placeSpareLocked(near)
+	if err != nil {
 		j.mu.Unlock()
-		return -1, fmt.Errorf("no free slot on this host for a spare rank: %d ranks run here, on %d slots (--oversubscribe allows more)", running, j.localCap)
+		return -1, err
 	}
 	s := ftrma.Rank(j.nextSpare)
 	j.nextSpare++
-	j.local = append(slices.Clone(j.local), s)
-	local := j.local
+	var here []ftrma.Rank // the ranks of the spare's host, itself included
+	if h.link == nil {
+		j.local = append(slices.Clone(j.local), s)
+		here = j.local
+	} else {
+		h.ranks = append(slices.Clone(h.ranks), s)
+		here = h.ranks
+	}
 	j.mu.Unlock()
 
 	size := j.opts.N + j.spares
@@ -84,10 +92,17 @@ func (j *Job) startSpare(by ftrma.Rank, payload []byte) (ftrma.Rank, error) {
 		j.spareFailed(s, err)
 		return -1, err
 	}
-	vars := append(rankVars(s, size, local, j.rv.addr(), j.secret, j.id, j.hostAddr, &j.opts),
-		jobwire.EnvSpawn+"="+base64.StdEncoding.EncodeToString(payload))
-	if err := j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(local))); err != nil {
-		err = fmt.Errorf("start spare rank %d: %w", s, err)
+	spawn := jobwire.EnvSpawn + "=" + base64.StdEncoding.EncodeToString(payload)
+	if h.link == nil {
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, j.hostAddr, &j.opts), spawn)
+		err = j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(here)))
+	} else {
+		// The agent adds FTRMA_HOST_ADDR, as for the launch's ranks.
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, "", &j.opts), spawn)
+		err = j.startRemoteSpare(h.link, j.ranks[s], vars)
+	}
+	if err != nil {
+		err = fmt.Errorf("start spare rank %d on %s: %w", s, cmp.Or(h.label, "this host"), err)
 		j.spareFailed(s, err)
 		return -1, err
 	}
@@ -100,8 +115,33 @@ func (j *Job) startSpare(by ftrma.Rank, payload []byte) (ftrma.Rank, error) {
 	if err := j.rv.admit(s); err != nil {
 		return -1, err
 	}
-	j.out.reportf("started spare rank %d at rank %d's request at %.3fs", s, by, time.Since(j.start).Seconds())
+	where := ""
+	if h.link != nil {
+		where = " on " + h.label
+	}
+	j.out.reportf("started spare rank %d%s at rank %d's request at %.3fs", s, where, by, time.Since(j.start).Seconds())
 	return s, nil
+}
+
+// startRemoteSpare has the agent of link l start spare p with vars, and
+// then follows it as the launch's ranks (launchRemote). It fails if the
+// agent cannot start it, is lost meanwhile, or does not answer within
+// agentTimeout: the spare then does not run.
+func (j *Job) startRemoteSpare(l *agentLink, p *rankProc, vars []string) error {
+	// What the link delivers for p, ready before the agent may send it.
+	j.mu.Lock()
+	p.link, p.exit = l, make(chan exitedMsg, 1)
+	j.mu.Unlock()
+	p.fwd.Add(2)
+	if _, err := l.spawnRank(p.rank, vars, agentTimeout); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	p.running = true
+	j.wg.Add(1)
+	j.mu.Unlock()
+	go j.waitRank(p)
+	return nil
 }
 
 // spareFailed records that spare s could not be started for err.

@@ -128,7 +128,21 @@ func (s *Session) answered(a jobwire.SpawnAnswer) {
 // starts none. In a job without spares the error is ErrNoSpares. If ctx
 // ends first Spawn returns ctx's error, and ftrun may still start and
 // admit the spares: OnAdmit hears of them.
+//
+// ftrun places the spares as SpawnNear says for spares without a hint.
 func (s *Session) Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Rank, error) {
+	return s.SpawnNear(ctx, k, payload, nil)
+}
+
+// SpawnNear is Spawn with a placement hint: near is empty, or k ranks of
+// the job, and spare i replaces rank near[i] (a failed rank). ftrun starts
+// spare i on near[i]'s host if that host is alive (its agent reachable)
+// and has a free slot; else on a host with a free slot (ftrun
+// --spare-hosts, or a host of the hostfile or allocation with slots beyond
+// -n); else on ftrun's own host if it runs ranks of the job; else the
+// spawn fails (ErrSpawn) and says why. Without a hint a spare goes to the
+// first host with a free slot, in the same order.
+func (s *Session) SpawnNear(ctx context.Context, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error) {
 	switch {
 	case s.spares == 0:
 		return nil, fmt.Errorf("startup: spawn: %w", ErrNoSpares)
@@ -136,6 +150,17 @@ func (s *Session) Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Ran
 		return nil, fmt.Errorf("startup: spawn of %d ranks in a job of %d spares: %w", k, s.spares, ftrma.ErrInvalid)
 	case len(payload) > jobwire.MaxSpawnPayload:
 		return nil, fmt.Errorf("startup: spawn payload of %d bytes, over %d: %w", len(payload), jobwire.MaxSpawnPayload, ftrma.ErrInvalid)
+	case len(near) != 0 && len(near) != k:
+		return nil, fmt.Errorf("startup: spawn of %d ranks near %d: %w", k, len(near), ftrma.ErrInvalid)
+	}
+	for _, r := range near {
+		if r < 0 || int(r) >= s.size {
+			return nil, fmt.Errorf("startup: spawn near rank %d of a job of %d: %w", r, s.size, ftrma.ErrInvalid)
+		}
+	}
+	req := jobwire.SpawnRequest{K: uint32(k), Payload: payload, Near: near}
+	if n := 1 + len(req.Append(nil)); n > jobwire.MaxSuperFrame {
+		return nil, fmt.Errorf("startup: spawn request of %d bytes, over %d: %w", n, jobwire.MaxSuperFrame, ftrma.ErrInvalid)
 	}
 	ch := make(chan jobwire.SpawnAnswer, 1)
 	s.amu.Lock()
@@ -150,7 +175,8 @@ func (s *Session) Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Ran
 	}
 	s.wmu.Lock()
 	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	err := jobwire.WriteFrame(s.conn, jobwire.MsgSpawn, jobwire.SpawnRequest{ID: id, K: uint32(k), Payload: payload}.Append(nil))
+	req.ID = id
+	err := jobwire.WriteFrame(s.conn, jobwire.MsgSpawn, req.Append(nil))
 	s.conn.SetWriteDeadline(time.Time{})
 	s.wmu.Unlock()
 	if err != nil {

@@ -109,8 +109,29 @@ func readSpawn(c net.Conn) (jobwire.SpawnRequest, error) {
 			return jobwire.SpawnRequest{}, err
 		}
 		if typ == jobwire.MsgSpawn {
-			return jobwire.ParseSpawn(p)
+			return jobwire.ParseSpawn(p, 64)
 		}
+	}
+}
+
+// SpawnNear's hint reaches ftrun with the request.
+func TestSpawnNearSendsHint(t *testing.T) {
+	got := make(chan jobwire.SpawnRequest, 1)
+	s, _ := spawnSession(t, 2, func(c net.Conn) {
+		q, err := readSpawn(c)
+		if err != nil {
+			return
+		}
+		got <- jobwire.SpawnRequest{K: q.K, Near: q.Near}
+		jobwire.WriteFrame(c, jobwire.MsgSpawned, jobwire.SpawnAnswer{ID: q.ID, Ranks: []ftrma.Rank{2}}.Append(nil))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if ranks, err := s.SpawnNear(ctx, 1, []byte("p"), []ftrma.Rank{1}); err != nil || !reflect.DeepEqual(ranks, []ftrma.Rank{2}) {
+		t.Fatalf("SpawnNear = %v, %v; want [2]", ranks, err)
+	}
+	if q := <-got; q.K != 1 || !reflect.DeepEqual(q.Near, []ftrma.Rank{1}) {
+		t.Errorf("ftrun got k %d near %v; want 1 near [1]", q.K, q.Near)
 	}
 }
 
@@ -170,6 +191,12 @@ func TestSpawnErrors(t *testing.T) {
 	}
 	if _, err := s.Spawn(ctx, 3, nil); !errors.Is(err, ftrma.ErrInvalid) {
 		t.Errorf("Spawn of 3 of 2 spares: %v, want ErrInvalid", err)
+	}
+	if _, err := s.SpawnNear(ctx, 2, nil, []ftrma.Rank{1}); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("SpawnNear of 2 near 1 rank: %v, want ErrInvalid", err)
+	}
+	if _, err := s.SpawnNear(ctx, 1, nil, []ftrma.Rank{4}); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("SpawnNear near rank 4 of 4: %v, want ErrInvalid", err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancelShort()

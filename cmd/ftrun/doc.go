@@ -4,6 +4,8 @@
 //	ftrun -n 4 [--oversubscribe] [--tag-output] [--kill RANK@DURATION]... [--timeout DURATION] prog [args...]
 //	ftrun -n 8 --hosts local:4,node2:7770:4 prog [args...]
 //	ftrun -n 4 --respawn=2 prog [args...]   (2 spare ranks to replace failed ones)
+//	ftrun --hostfile H -n 3 --respawn --spare-hosts h4 --transport tcp prog [args...]
+//	                                        (a spare starts on its failed rank's host, else on h4)
 //	ftrun agent --listen HOST[:PORT] [--once]
 //	ftrun --cleanup
 //

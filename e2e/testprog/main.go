@@ -32,6 +32,9 @@
 //	                       every other rank's window; the others watch their
 //	                       windows: once V is declared failed (the test stops
 //	                       V with SIGSTOP), nothing of V's may land
+//	testprog replacehost V  rank V waits to be lost with its host; the others
+//	                       Replace it (ftrun --respawn) and print the new
+//	                       communicator's world ranks and hosts (see replace.go)
 //	testprog bigmove SIZE ROUNDS  rank 0 puts SIZE bytes into rank 1's window
 //	                       and gets them back, ROUNDS times, checking them;
 //	                       every rank prints "bigmove failed N" (see bigmove.go)
@@ -132,6 +135,8 @@ func run(ctx context.Context, args []string) error {
 		return kvlin(ctx, c, args[1:])
 	case "kvpause":
 		return kvpause(ctx, c, args[1:])
+	case "replacehost":
+		return replacehost(ctx, c, args[1:])
 	case "bigmove":
 		if err := bigmove(ctx, c, args[1:]); err != nil {
 			return err

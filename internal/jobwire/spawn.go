@@ -17,7 +17,10 @@ import (
 // channel:
 //
 //	R→L  spawn    SpawnRequest: id uint32, k uint32, payload length uint32,
-//	              payload (at most MaxSpawnPayload bytes, opaque to ftrun)
+//	              payload (at most MaxSpawnPayload bytes, opaque to ftrun),
+//	              near count uint32 (0 or k), near count × rank uint32:
+//	              spare i replaces rank near[i], and ftrun starts it on
+//	              that rank's host if it can (a placement hint)
 //	L→R  spawned  SpawnAnswer: id uint32 (the request's), count uint32,
 //	              count × rank uint32 (the spares started and admitted),
 //	              error length uint16, error text ("" when all k started)
@@ -55,6 +58,10 @@ type SpawnRequest struct {
 	ID      uint32 // chosen by the rank; the answer carries it back
 	K       uint32 // how many spares, >= 1
 	Payload []byte // handed to every spare (EnvSpawn) and every live rank (Admission)
+	// Near is empty, or K ranks: spare i replaces rank Near[i] (failed),
+	// and ftrun starts it on that rank's host if it can. A hint only:
+	// ftrun places the spare elsewhere when it cannot.
+	Near []ftrma.Rank
 }
 
 // Append encodes q as a spawn payload.
@@ -62,11 +69,13 @@ func (q SpawnRequest) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, q.ID)
 	b = binary.BigEndian.AppendUint32(b, q.K)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(q.Payload)))
-	return append(b, q.Payload...)
+	b = append(b, q.Payload...)
+	return AppendRanks(b, q.Near)
 }
 
-// ParseSpawn decodes a spawn payload. Payload aliases p.
-func ParseSpawn(p []byte) (SpawnRequest, error) {
+// ParseSpawn decodes a spawn payload of a job of size ranks. Payload
+// aliases p.
+func ParseSpawn(p []byte, size int) (SpawnRequest, error) {
 	if len(p) < 12 {
 		return SpawnRequest{}, fmt.Errorf("%w: spawn request of %d bytes", ErrMalformed, len(p))
 	}
@@ -75,12 +84,22 @@ func ParseSpawn(p []byte) (SpawnRequest, error) {
 	switch {
 	case n > MaxSpawnPayload:
 		return SpawnRequest{}, &LimitError{Rank: -1, What: "spawn payload", Size: int(n), Limit: "MaxSpawnPayload", Max: MaxSpawnPayload}
-	case uint64(n) != uint64(len(p)-12):
+	case uint64(n) > uint64(len(p)-12):
 		return SpawnRequest{}, fmt.Errorf("%w: spawn payload of %d bytes in %d", ErrMalformed, n, len(p)-12)
 	case q.K < 1:
 		return SpawnRequest{}, fmt.Errorf("%w: spawn request for %d ranks", ErrMalformed, q.K)
 	}
-	q.Payload = p[12:]
+	q.Payload = p[12 : 12+n]
+	near, err := ParseRanks(p[12+n:], size)
+	switch {
+	case err != nil:
+		return SpawnRequest{}, err
+	case len(near) != 0 && uint64(len(near)) != uint64(q.K):
+		return SpawnRequest{}, fmt.Errorf("%w: spawn request for %d ranks near %d", ErrMalformed, q.K, len(near))
+	}
+	if len(near) > 0 {
+		q.Near = near
+	}
 	return q, nil
 }
 

@@ -11,9 +11,14 @@ import (
 
 func TestSpawnRoundTrip(t *testing.T) {
 	q := SpawnRequest{ID: 7, K: 2, Payload: []byte("replaces 3")}
-	got, err := ParseSpawn(q.Append(nil))
-	if err != nil || got.ID != 7 || got.K != 2 || !bytes.Equal(got.Payload, q.Payload) {
+	got, err := ParseSpawn(q.Append(nil), 6)
+	if err != nil || got.ID != 7 || got.K != 2 || !bytes.Equal(got.Payload, q.Payload) || got.Near != nil {
 		t.Fatalf("ParseSpawn = %+v, %v; want %+v", got, err, q)
+	}
+	q.Near = []ftrma.Rank{3, 1}
+	got, err = ParseSpawn(q.Append(nil), 6)
+	if err != nil || got.ID != 7 || got.K != 2 || !bytes.Equal(got.Payload, q.Payload) || !reflect.DeepEqual(got.Near, q.Near) {
+		t.Fatalf("ParseSpawn with near = %+v, %v; want %+v", got, err, q)
 	}
 	for _, a := range []SpawnAnswer{
 		{ID: 7, Ranks: []ftrma.Rank{4, 5}},
@@ -42,12 +47,14 @@ func TestSpawnRoundTrip(t *testing.T) {
 func TestSpawnParseRejects(t *testing.T) {
 	valid := map[string][]byte{
 		"spawn":   SpawnRequest{ID: 1, K: 1, Payload: []byte("ab")}.Append(nil),
+		"near":    SpawnRequest{ID: 1, K: 1, Payload: []byte("ab"), Near: []ftrma.Rank{2}}.Append(nil),
 		"spawned": SpawnAnswer{ID: 1, Ranks: []ftrma.Rank{2}, Err: "e"}.Append(nil),
 		"admit":   Admission{Rank: 2, Addr: "a", Payload: []byte("p")}.Append(nil),
 		"ranks":   AppendRanks(nil, []ftrma.Rank{2}),
 	}
 	parse := map[string]func([]byte) error{
-		"spawn":   func(p []byte) error { _, err := ParseSpawn(p); return err },
+		"spawn":   func(p []byte) error { _, err := ParseSpawn(p, 3); return err },
+		"near":    func(p []byte) error { _, err := ParseSpawn(p, 3); return err },
 		"spawned": func(p []byte) error { _, err := ParseSpawned(p, 3); return err },
 		"admit":   func(p []byte) error { _, err := ParseAdmit(p, 3); return err },
 		"ranks":   func(p []byte) error { _, err := ParseRanks(p, 3); return err },
@@ -62,10 +69,16 @@ func TestSpawnParseRejects(t *testing.T) {
 			t.Errorf("%s with a trailing byte: %v, want ErrMalformed", name, err)
 		}
 	}
-	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 0}.Append(nil)); !errors.Is(err, ErrMalformed) {
+	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 0}.Append(nil), 3); !errors.Is(err, ErrMalformed) {
 		t.Errorf("spawn of 0 ranks: %v, want ErrMalformed", err)
 	}
-	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 1, Payload: make([]byte, MaxSpawnPayload+1)}.Append(nil)); !errors.Is(err, ErrTooLarge) {
+	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 2, Near: []ftrma.Rank{1}}.Append(nil), 3); !errors.Is(err, ErrMalformed) {
+		t.Errorf("spawn of 2 ranks near 1: %v, want ErrMalformed", err)
+	}
+	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 1, Near: []ftrma.Rank{3}}.Append(nil), 3); !errors.Is(err, ErrMalformed) {
+		t.Errorf("spawn near rank 3 of 3: %v, want ErrMalformed", err)
+	}
+	if _, err := ParseSpawn(SpawnRequest{ID: 1, K: 1, Payload: make([]byte, MaxSpawnPayload+1)}.Append(nil), 3); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("spawn payload over the limit: %v, want ErrTooLarge", err)
 	}
 	if _, err := ParseAdmit(Admission{Rank: 3, Addr: "a"}.Append(nil), 3); !errors.Is(err, ErrMalformed) {

@@ -13,7 +13,7 @@ import (
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
-// The rendezvous wire format, version 2.
+// The rendezvous wire format, version 3.
 //
 // A rank dials the launcher's rendezvous (FTRMA_RENDEZVOUS) and both run TLS
 // keyed by RendezvousKey of the job secret (internal/seclink). Inside it,
@@ -84,10 +84,11 @@ import (
 //
 // Version 1 published every address whole and sent every rank the list of
 // them whole: O(size²) bytes per rank with verbs, which broke the limits
-// beyond about 570 ranks.
+// beyond about 570 ranks. Version 2's spawn request had no near list
+// (spawn.go): a spare's host could not follow the rank it replaces.
 const (
 	RendezvousMagic   = "FTRV"
-	RendezvousVersion = 2
+	RendezvousVersion = 3
 
 	NonceSize = 32
 	ProofSize = sha256.Size
@@ -125,7 +126,8 @@ const (
 	MsgSpawned    byte = 26 // L→R: SpawnAnswer — the answer to MsgSpawn with the same id
 	MsgAdmit      byte = 27 // L→R: Admission — a spare rank started and joined
 	MsgRoster     byte = 28 // L→R, to a spare only, right after addrs: the ranks that had failed by then
-	// The next free type is 29.
+	// 29 and 30 are the agent protocol's (launcher/agentwire.go).
+	// The next free type is 31.
 )
 
 // The primary world. A rank belongs to the job's primary world while it

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ftrma/ftrma"
 )
 
 // secretSize is the size of the job secrets ftrun makes.
@@ -133,10 +135,16 @@ func FuzzParse(f *testing.F) {
 	f.Add(AppendAddrs(nil, []Addr{WholeAddr("a:1"), {Common: "b/", Width: 1, Parts: "xy"}}, 1))
 	f.Add(Addr{Common: "b/", Width: 2, Parts: "xxyy"}.Append(nil))
 	f.Add(AppendFrame(nil, MsgError, []byte("x")))
+	f.Add(SpawnRequest{ID: 1, K: 2, Payload: []byte("p"), Near: []ftrma.Rank{1, 0}}.Append(nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		ParseHello(p)
 		ParseAuth(p)
 		Printable(p)
+		ParseSpawned(p, 4)
+		ParseAdmit(p, 4)
+		if q, err := ParseSpawn(p, 4); err == nil && !bytes.Equal(q.Append(nil), p) {
+			t.Fatalf("ParseSpawn(%v) = %+v, which re-encodes differently", p, q)
+		}
 		ReadFrame(bytes.NewReader(p), MaxSmallFrame)
 		if a, err := ParsePublish(p, 1, 2); err == nil && !bytes.Equal(a.Append(nil), p) {
 			t.Fatalf("ParsePublish(%v) = %+v, which re-encodes differently", p, a)
