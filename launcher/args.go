@@ -326,6 +326,8 @@ Each rank's environment:
   FTRMA_SPARES            S, with --respawn=S: ranks N.. start absent
   FTRMA_SPAWN             in a spare: what the rank that asked for it
                           passed (opaque, base64)
+  FTRMA_SPARES_LOST       in a spare: the earlier spares that ended before
+                          they joined (absent for good), comma-separated
   FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server (127.0.0.1,
                           or with remote --hosts this host's IP toward the
                           first agent)

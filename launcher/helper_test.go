@@ -119,8 +119,8 @@ func helper(mode string, args []string) int {
 		}
 	case "respawn": // args: DIE: see respawnHelper
 		return respawnHelper(rank, arg(0))
-	case "replace": // see replaceHelper
-		return replaceHelper(rank)
+	case "replace": // args: [first-spare-dies]: see replaceHelper
+		return replaceHelper(rank, args)
 	case "replacerounds": // see replaceRoundsHelper
 		return replaceRoundsHelper(rank)
 	case "replacefault": // see replaceFaultHelper

@@ -19,13 +19,19 @@ import (
 // barrier failed and call Replace; ftrun starts the spare, whose Init
 // returns the communicator Replace made. All three then pass a barrier
 // and a window round (each puts its world rank into its right
-// neighbour's slot) on it.
-func replaceHelper(rank int) int {
+// neighbour's slot) on it. With args "first-spare-dies" the first spare
+// exits at once, before it joins: the first Replace fails with
+// ErrReplace at both survivors, and they Replace again.
+func replaceHelper(rank int, args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), helperLife)
 	defer cancel()
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "rank %d: %s\n", rank, fmt.Sprintf(format, args...))
 		return 1
+	}
+	firstDies := len(args) > 0 && args[0] == "first-spare-dies"
+	if firstDies && rank == 3 {
+		return 3
 	}
 	c, err := comm.Init(ctx)
 	if err != nil {
@@ -46,7 +52,15 @@ func replaceHelper(rank int) int {
 		if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
 			return fail("barrier after rank 1 left: %v, want ErrProcFailed", err)
 		}
-		if nc, err = c.Replace(ctx); err != nil {
+		nc, err = c.Replace(ctx)
+		if firstDies {
+			if !errors.Is(err, comm.ErrReplace) {
+				return fail("replace with the first spare dying: %v, want ErrReplace", err)
+			}
+			fmt.Printf("rank %d: first replace: %v\n", rank, err)
+			nc, err = c.Replace(ctx)
+		}
+		if err != nil {
 			return fail("replace: %v", err)
 		}
 		defer c.Close()
@@ -92,6 +106,28 @@ func TestProcessReplace(t *testing.T) {
 				`rank 0 is 0 of 3 after replace, its left neighbour is world rank 2`,
 				`rank 3 is 1 of 3 after replace, its left neighbour is world rank 0`,
 				`rank 2 is 2 of 3 after replace, its left neighbour is world rank 3`,
+			)
+		})
+	}
+}
+
+// A spare that dies before it joins (world rank 3, exiting at once) fails
+// the survivors' Replace with ErrReplace; their next Replace starts spare
+// 4, which must not wait for rank 3 (never admitted anywhere: absent at
+// every rank) and takes number 1. Over every transport spares work on.
+func TestProcessReplaceAfterSpareDiedUnjoined(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm", "shm+tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			cmd := helperCmd(t, ctx, "replace", []string{"-n", "3", "--respawn=2", "--transport", tr}, "first-spare-dies")
+			out, _ := cmd.CombinedOutput() // rank 1's exit fails the job
+			wantLines(t, string(out),
+				`rank 0: first replace: .*spare rank 3 exited with status 3 before it joined.*`,
+				`rank 4 replaces world rank 1 as rank 1 of 3`,
+				`rank 0 is 0 of 3 after replace, its left neighbour is world rank 2`,
+				`rank 4 is 1 of 3 after replace, its left neighbour is world rank 0`,
+				`rank 2 is 2 of 3 after replace, its left neighbour is world rank 4`,
 			)
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -92,13 +94,24 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 		j.spareFailed(s, err)
 		return -1, err
 	}
-	spawn := jobwire.EnvSpawn + "=" + base64.StdEncoding.EncodeToString(payload)
+	spawn := []string{jobwire.EnvSpawn + "=" + base64.StdEncoding.EncodeToString(payload)}
+	// The spares before s that ended before they joined: nobody admitted
+	// them, and s must count them absent too (not wait for them).
+	var lost []string
+	for r := ftrma.Rank(j.opts.N); r < s; r++ {
+		if !j.rv.isPresent(r) {
+			lost = append(lost, strconv.Itoa(int(r)))
+		}
+	}
+	if len(lost) > 0 {
+		spawn = append(spawn, jobwire.EnvSparesLost+"="+strings.Join(lost, ","))
+	}
 	if h.link == nil {
-		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, j.hostAddr, &j.opts), spawn)
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, j.hostAddr, &j.opts), spawn...)
 		err = j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(here)))
 	} else {
 		// The agent adds FTRMA_HOST_ADDR, as for the launch's ranks.
-		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, "", &j.opts), spawn)
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, "", &j.opts), spawn...)
 		err = j.startRemoteSpare(h.link, j.ranks[s], vars)
 	}
 	if err != nil {

@@ -41,6 +41,7 @@ type jobEnv struct {
 	spares     int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
 	spawn      []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
 	spawned    bool          // this rank is a spare started later (FTRMA_SPAWN set)
+	sparesLost []ftrma.Rank   // FTRMA_SPARES_LOST: earlier spares that ended before they joined
 	got        *joinInfo     // what the rendezvous taught beyond the addresses; set by join
 }
 
@@ -128,6 +129,15 @@ func readEnv() (jobEnv, error) {
 			return e, fmt.Errorf("launcher: %s: want at most %d bytes in standard base64", jobwire.EnvSpawn, jobwire.MaxSpawnPayload)
 		}
 		e.spawned = true
+		if v := os.Getenv(jobwire.EnvSparesLost); v != "" {
+			for _, f := range strings.Split(v, ",") {
+				r, err := strconv.Atoi(f)
+				if err != nil || r < size-e.spares || r >= int(e.rank) || slices.Contains(e.sparesLost, ftrma.Rank(r)) {
+					return e, fmt.Errorf("launcher: %s=%q: want distinct spares before rank %d, comma-separated", jobwire.EnvSparesLost, v, e.rank)
+				}
+				e.sparesLost = append(e.sparesLost, ftrma.Rank(r))
+			}
+		}
 	}
 	e.localSize = size
 	if _, ok := os.LookupEnv(jobwire.EnvLocalSize); ok {

@@ -21,7 +21,7 @@ func setJobEnv(t *testing.T, vars map[string]string) {
 	t.Helper()
 	for _, name := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob, jobwire.EnvLocalSize,
 		jobwire.EnvSpin, jobwire.EnvHBPeriod, jobwire.EnvHBTimeout, jobwire.EnvTransport, jobwire.EnvVerbsDevice, jobwire.EnvVerbsGID, jobwire.EnvHostAddr, jobwire.EnvLocalRanks,
-		jobwire.EnvSpares, jobwire.EnvSpawn} {
+		jobwire.EnvSpares, jobwire.EnvSpawn, jobwire.EnvSparesLost} {
 		t.Setenv(name, "") // restored after the test
 		if v, ok := vars[name]; ok && v != "-" {
 			os.Setenv(name, v)

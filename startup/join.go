@@ -486,12 +486,14 @@ func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session,
 
 // absent is the ranks this rank's transport starts with as not started:
 // at launch every spare; for a spare started later, the spares after it
-// (ftrun starts them in rank order, so those before it are live, with an
-// address, or failed, in its roster).
+// and the earlier ones that ended before they joined (env.sparesLost:
+// nobody ever admitted them). ftrun starts spares in rank order, so the
+// other spares before it are live, with an address, or failed, in its
+// roster.
 func (env jobEnv) absent() []ftrma.Rank {
 	var out []ftrma.Rank
 	for r := ftrma.Rank(env.size - env.spares); int(r) < env.size; r++ {
-		if !env.spawned || r > env.rank {
+		if !env.spawned || r > env.rank || slices.Contains(env.sparesLost, r) {
 			out = append(out, r)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,22 @@ func TestReadEnvSpares(t *testing.T) {
 	}
 	if e.spares != 2 || !e.spawned || string(e.spawn) != "replaces 1" {
 		t.Errorf("readEnv: spares %d, spawned %v, payload %q; want 2, true, %q", e.spares, e.spawned, e.spawn, "replaces 1")
+	}
+	// Rank 3 of 4 with spares 2 and 3: spare 2 ended before it joined.
+	vars[jobwire.EnvRank], vars[jobwire.EnvSparesLost] = "3", "2"
+	setJobEnv(t, vars)
+	if e, err = readEnv(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e.sparesLost, []ftrma.Rank{2}) || !slices.Equal(e.absent(), []ftrma.Rank{2}) {
+		t.Errorf("readEnv with %s=2: lost %v, absent %v; want [2] and [2]", jobwire.EnvSparesLost, e.sparesLost, e.absent())
+	}
+	for _, bad := range []string{"3", "1", "2,2", "x", "2,"} {
+		vars[jobwire.EnvSparesLost] = bad
+		setJobEnv(t, vars)
+		if _, err := readEnv(); err == nil || !strings.Contains(err.Error(), jobwire.EnvSparesLost) {
+			t.Errorf("readEnv with %s=%q: %v, want an error naming it", jobwire.EnvSparesLost, bad, err)
+		}
 	}
 	for _, tt := range []struct {
 		name          string

@@ -25,6 +25,7 @@ const (
 	EnvLease       = "FTRMA_LEASE"           // the term of the rank's lease from ftrun (a duration; LeaseTerm when unset)
 	EnvSpares      = "FTRMA_SPARES"          // spare world ranks (ftrun --respawn): ranks >= size-spares start absent; 0 when unset
 	EnvSpawn       = "FTRMA_SPAWN"           // a spare started later: the spawn payload (standard base64), opaque to ftrun
+	EnvSparesLost  = "FTRMA_SPARES_LOST"     // a spare started later: the earlier spares that ended before they joined (absent at every rank for good), comma-separated; empty when unset
 )
 
 // MinSecret is the shortest job secret, in bytes, that a rank accepts and the
