@@ -41,7 +41,7 @@ type jobEnv struct {
 	spares     int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
 	spawn      []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
 	spawned    bool          // this rank is a spare started later (FTRMA_SPAWN set)
-	sparesLost []ftrma.Rank   // FTRMA_SPARES_LOST: earlier spares that ended before they joined
+	sparesLost []ftrma.Rank  // FTRMA_SPARES_LOST: earlier spares that ended before they joined
 	got        *joinInfo     // what the rendezvous taught beyond the addresses; set by join
 }
 
