@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -165,6 +166,7 @@ func (rt *runtime) admitWith(s ftrma.Rank, payload []byte, wait bool) error {
 				rt.replacing[plan.id] = make(map[int]ftrma.Rank)
 			}
 			rt.replacing[plan.id][plan.index] = s
+			rt.seeReplaceLocked(plan)
 			rt.signalLocked()
 			rt.mu.Unlock()
 		}
@@ -215,6 +217,130 @@ func (rt *runtime) awaitSpares(ctx context.Context, id uint32, from, k int, stop
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// replaceSeen is a Replace whose spare was admitted here: its new context
+// id and the members of the communicator it replaces ranks of.
+type replaceSeen struct {
+	id      uint32
+	members []ftrma.Rank
+	failed  []int
+}
+
+// maxReplaceSeen bounds runtime.replaced.
+const maxReplaceSeen = 64
+
+// seeReplaceLocked records that a spare of plan's Replace was admitted.
+// rt.mu is held.
+func (rt *runtime) seeReplaceLocked(plan replacePlan) {
+	if len(rt.replaced) >= maxReplaceSeen {
+		rt.replaced = slices.Delete(rt.replaced, 0, 1)
+	}
+	rt.replaced = append(rt.replaced, replaceSeen{plan.id, plan.members, plan.failed})
+}
+
+// supersededLocked reports whether a spare of another Replace of the same
+// communicator (same members; another new id, or the same id with other
+// failed ranks) was admitted here: the survivors have given plan's
+// Replace up, whether or not they revoked its id. (After plan's leader
+// failed, the others may have agreed on another id, or on the same one
+// with the leader among the failed ranks.) Spares are started only after
+// a Replace's first agreement, in which every survivor took part, so no
+// survivor is still in plan's Replace then. rt.mu is held.
+func (rt *runtime) supersededLocked(plan replacePlan) bool {
+	for _, r := range rt.replaced {
+		if slices.Equal(r.members, plan.members) && (r.id != plan.id || !slices.Equal(r.failed, plan.failed)) {
+			return true
+		}
+	}
+	return false
+}
+
+// abandoned watches, for a spare of plan, whether it should give its
+// Replace up although nobody revoked the new id: the returned channel
+// closes when the Replace was superseded (supersededLocked), or, until
+// joined is called, when the leader that started it is known failed. A
+// failed leader dooms the Replace (the survivors either call it off or
+// fail its last agreement, in which the leader is a member), but once
+// this spare takes part in the last agreement it must stay for its
+// decision, which the survivors share: the spare calls joined before it
+// does, and joined reports whether the channel had closed already (then
+// it must not take part). The watch ends with ctx.
+func (rt *runtime) abandoned(ctx context.Context, plan replacePlan) (gave <-chan struct{}, joined func() bool) {
+	leader := ftrma.Rank(-1)
+	for r, w := range plan.members {
+		if !slices.Contains(plan.failed, r) {
+			leader = w
+			break
+		}
+	}
+	out := make(chan struct{})
+	var mu sync.Mutex // orders the leader check against joined
+	waiting, closed := true, false
+	give := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !closed {
+			closed = true
+			close(out)
+		}
+	}
+	go func() {
+		for {
+			rt.mu.Lock()
+			superseded := rt.supersededLocked(plan)
+			leaderGone := leader >= 0 && rt.gone[leader]
+			wake, failures, done := rt.changed, rt.failedCh, rt.done
+			rt.mu.Unlock()
+			if superseded {
+				give()
+				return
+			}
+			if leaderGone {
+				mu.Lock()
+				gaveUp := waiting && !closed
+				if gaveUp {
+					closed = true
+					close(out)
+				}
+				mu.Unlock()
+				if gaveUp {
+					return
+				}
+				// Too late for the leader's failure: the spare takes part
+				// in the last agreement. Go on watching for a supersession.
+			}
+			select {
+			case <-wake:
+			case <-failures:
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		waiting = false
+		return closed
+	}
+}
+
+// anyClosed returns a channel closed when a or b is.
+func anyClosed(ctx context.Context, a, b <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		select {
+		case <-a:
+		case <-b:
+		case <-ctx.Done():
+			return
+		}
+		close(out)
+	}()
+	return out
 }
 
 // forgetReplace drops what the runtime keeps for the Replace of id.
@@ -394,8 +520,14 @@ func chanClosed(ch <-chan struct{}) bool {
 func joinReplace(ctx context.Context, self *Comm, plan replacePlan) (*Comm, error) {
 	rt := self.rt
 	k := len(plan.failed)
-	stop := rt.noticeChan(revokeNoticeID(plan.id))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gave, joined := rt.abandoned(ctx, plan)
+	stop := anyClosed(ctx, rt.noticeChan(revokeNoticeID(plan.id)), gave)
 	later, err := rt.awaitSpares(ctx, plan.id, plan.index+1, k, stop)
+	if joined() && err == nil {
+		err = fmt.Errorf("%w: the replace was given up (its leader failed, or the survivors started another)", ErrReplace)
+	}
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "replace", Rank: -1, Err: err}
 	}

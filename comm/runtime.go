@@ -114,6 +114,7 @@ type runtime struct {
 	signals   func(from ftrma.Rank, payload []byte) // Signal handler; nil drops
 	spawner   Spawner                               // starts spares for Replace; nil: none
 	replacing map[uint32]map[int]ftrma.Rank         // spares admitted for a Replace, by new context id and slot
+	replaced  []replaceSeen                         // the latest Replaces whose spares were admitted here (see superseded)
 }
 
 type event struct {
