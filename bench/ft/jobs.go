@@ -44,6 +44,7 @@ type measurement struct {
 	detect   map[int][]float64 // N -> everyone-knows of each good detect job, ms
 	replace  map[int][]float64 // N -> kill to full-size communicator of each good replace-first job, ms
 	shrinkK  map[int][]float64 // N -> kill to Shrink returned of each good shrink-first job, ms
+	grow     map[int][]growSample
 	failures map[string]int    // "detect N=8" -> failed attempts
 	firstErr map[string]string // "detect N=8" -> the first line of the first failure
 	notes    []string
@@ -56,8 +57,9 @@ type measurement struct {
 // one.
 func measure(ctx context.Context, o options, bins binaries) *measurement {
 	m := &measurement{detect: make(map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
+		grow:     make(map[int][]growSample),
 		failures: make(map[string]int), firstErr: make(map[string]string)}
-	rounds := max(o.collRuns, o.detectRuns, o.replaceRuns)
+	rounds := max(o.collRuns, o.detectRuns, o.replaceRuns, o.growRuns)
 	try := func(job func() bool) {
 		for m.attempt = 1; m.attempt <= o.attempts && ctx.Err() == nil; m.attempt++ {
 			if job() {
@@ -66,7 +68,7 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 		}
 	}
 	// Progress on stderr, one line per job: a full run takes minutes.
-	total := len(o.sizes) * (o.collRuns + o.detectRuns + o.replaceRuns)
+	total := len(o.sizes) * (o.collRuns + o.detectRuns + o.replaceRuns + o.growRuns)
 	done := 0
 	progress := func(what string, n, round int) {
 		done++
@@ -89,6 +91,10 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 				}
 				progress(first+" first", n, round)
 				try(func() bool { return m.replaceJob(ctx, o, bins, n, round, first) })
+			}
+			if round < o.growRuns && ctx.Err() == nil {
+				progress("grow", n, round)
+				try(func() bool { return m.growJob(ctx, o, bins, n, round) })
 			}
 		}
 	}
@@ -274,52 +280,9 @@ func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n
 func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, n, round int, first string) bool {
 	victim := n - 1
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "replace", "-first", first, "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
-	var (
-		ready = make(map[int]bool)
-		pid   int
-		kill  int64
-		knew  []event
-		ops   []event
-	)
 	what := first + " first"
 	t0 := time.Now()
-	err := runJob(ctx, argv, o.timeout, func(cmd *exec.Cmd, ev event) error {
-		switch ev.kind {
-		case kReady:
-			ready[ev.rank] = true
-		case kPid:
-			if ev.rank != victim {
-				return fmt.Errorf("rank %d, not the victim %d, gave its pid", ev.rank, victim)
-			}
-			pid = ev.pid
-		case kKnew:
-			if kill == 0 {
-				return fmt.Errorf("rank %d saw rank %d fail before the driver killed it (false detection)", ev.rank, victim)
-			}
-			knew = append(knew, ev)
-		case kOp:
-			ops = append(ops, ev)
-		case kAlsoFailed:
-			return fmt.Errorf("rank %d also believed ranks %v failed (false suspicion): the job would measure two failures", ev.rank, ev.others)
-		case kRankDown:
-			// ftrun numbers the spare n (world rank); the victim is n-1.
-			if kill == 0 || ev.rank != victim {
-				return fmt.Errorf("a rank other than the victim failed: %s", ev.text)
-			}
-		}
-		if kill == 0 && pid != 0 && len(ready) == n-1 {
-			time.Sleep(settle)
-			now, err := killChild(cmd.Process.Pid, pid)
-			if err != nil {
-				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
-			}
-			kill = now
-		}
-		return nil
-	})
-	if err == nil && kill == 0 {
-		err = fmt.Errorf("the job ended before the victim could be killed (%d of %d survivors ready, victim pid %d)", len(ready), n-1, pid)
-	}
+	kill, knew, ops, err := killJob(ctx, o, argv, n, victim, kOp)
 	survivors := make([]int, 0, n-1)
 	for r := range n - 1 {
 		survivors = append(survivors, r)
@@ -357,6 +320,97 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 		fmt.Printf("N=%-2d replace job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL; Shrink returned at %s ms; then full-size communicator at %s ms\n",
 			n, round+1, o.replaceRuns, time.Since(t0).Seconds(), result.FormatValue(detect), result.FormatValue(shr), result.FormatValue(full))
 	}
+	return true
+}
+
+// killJob runs a job of n ranks plus one spare (argv) in which the driver
+// kills rank victim once the others are ready, and returns the driver's
+// clock at the kill, the survivors' knew events and the events of kind
+// keep. A false suspicion (alsofailed) or the failure of a rank other than
+// the victim ends the job with an error: it would measure two failures.
+func killJob(ctx context.Context, o options, argv []string, n, victim int, keep kind) (kill int64, knew, kept []event, err error) {
+	var (
+		ready = make(map[int]bool)
+		pid   int
+	)
+	err = runJob(ctx, argv, o.timeout, func(cmd *exec.Cmd, ev event) error {
+		switch ev.kind {
+		case kReady:
+			ready[ev.rank] = true
+		case kPid:
+			if ev.rank != victim {
+				return fmt.Errorf("rank %d, not the victim %d, gave its pid", ev.rank, victim)
+			}
+			pid = ev.pid
+		case kKnew:
+			if kill == 0 {
+				return fmt.Errorf("rank %d saw rank %d fail before the driver killed it (false detection)", ev.rank, victim)
+			}
+			knew = append(knew, ev)
+		case keep:
+			kept = append(kept, ev)
+		case kAlsoFailed:
+			return fmt.Errorf("rank %d also believed ranks %v failed (false suspicion): the job would measure two failures", ev.rank, ev.others)
+		case kRankDown:
+			// ftrun numbers the spare n (world rank); the victim is n-1.
+			if kill == 0 || ev.rank != victim {
+				return fmt.Errorf("a rank other than the victim failed: %s", ev.text)
+			}
+		}
+		if kill == 0 && pid != 0 && len(ready) == n-1 {
+			time.Sleep(settle)
+			now, err := killChild(cmd.Process.Pid, pid)
+			if err != nil {
+				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
+			}
+			kill = now
+		}
+		return nil
+	})
+	if err == nil && kill == 0 {
+		err = fmt.Errorf("the job ended before the victim could be killed (%d of %d survivors ready, victim pid %d)", len(ready), n-1, pid)
+	}
+	return kill, knew, kept, err
+}
+
+// growSample is one grow job's values.
+type growSample struct {
+	ms          float64 // first Grow or Join call to the last return
+	keys, bytes int64   // copied to new replicas, summed over ranks
+	spareHeld   int64   // keys the new rank holds after Join
+}
+
+// growJob runs one job of n ranks and one spare over a store: the driver
+// kills the last rank, the survivors Replace and Grow the store, the spare
+// Joins it. It records how long the Grow took and how much it moved, and
+// reports whether it got the values.
+func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, round int) bool {
+	victim := n - 1
+	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "grow", "-keys", strconv.Itoa(o.growKeys), "-value", strconv.Itoa(o.growValue),
+		"-copies", strconv.Itoa(o.growCopies), "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
+	t0 := time.Now()
+	kill, knew, grows, err := killJob(ctx, o, argv, n, victim, kGrow)
+	var g growSample
+	if err == nil {
+		_, err = everyoneKnows(knew, n, victim, kill)
+	}
+	if err == nil {
+		g.ms, g.keys, g.bytes, err = growTotals(grows, n)
+	}
+	if err != nil {
+		m.fail("grow", n, round, err, o.verbose)
+		return false
+	}
+	perRank := make([]string, n)
+	for _, e := range grows {
+		perRank[e.rank] = fmt.Sprintf("%d/%d", e.counts[0], e.counts[1])
+		if e.rank == victim {
+			g.spareHeld = e.counts[2]
+		}
+	}
+	m.grow[n] = append(m.grow[n], g)
+	fmt.Printf("N=%-2d grow job %d/%d (%.1fs): Grow/Join took %s ms; keys/bytes copied by rank: %s; the new rank holds %d keys\n",
+		n, round+1, o.growRuns, time.Since(t0).Seconds(), result.FormatValue(g.ms), strings.Join(perRank, " "), g.spareHeld)
 	return true
 }
 
@@ -491,6 +545,24 @@ func (m *measurement) results(o options) []result.Result {
 			byKey[r.Key()] = r
 		}
 	}
+	for n, gs := range m.grow {
+		col := func(f func(growSample) float64) float64 {
+			xs := make([]float64, len(gs))
+			for i, g := range gs {
+				xs[i] = f(g)
+			}
+			return result.Median(xs)
+		}
+		for _, r := range []result.Result{
+			{Bench: "grow_lat", Value: col(func(g growSample) float64 { return g.ms }), Unit: "ms"},
+			{Bench: "grow_keys", Value: col(func(g growSample) float64 { return float64(g.keys) }), Unit: "keys"},
+			{Bench: "grow_bytes", Value: col(func(g growSample) float64 { return float64(g.bytes) }), Unit: "B"},
+			{Bench: "grow_new_keys", Value: col(func(g growSample) float64 { return float64(g.spareHeld) }), Unit: "keys"},
+		} {
+			r.Size, r.System = n, sysFtrma
+			byKey[r.Key()] = r
+		}
+	}
 	var out []result.Result
 	for _, b := range benches {
 		for _, n := range o.sizes {
@@ -525,7 +597,7 @@ func (m *measurement) missing(o options, rs []result.Result) []string {
 		}
 	}
 	for _, n := range o.sizes {
-		for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first"} {
+		for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
 			key := fmt.Sprintf("%s N=%d", what, n)
 			if f := m.failures[key]; f > 0 {
 				planned, got := o.collRuns, len(m.coll.Samples(result.Key{Bench: "agree_lat", Size: n}, sysFtrma))
@@ -536,6 +608,8 @@ func (m *measurement) missing(o options, rs []result.Result) []string {
 					planned, got = (o.replaceRuns+1)/2, len(m.replace[n])
 				case "shrink first":
 					planned, got = o.replaceRuns/2, len(m.shrinkK[n])
+				case "grow":
+					planned, got = o.growRuns, len(m.grow[n])
 				}
 				m.notes = append(m.notes, fmt.Sprintf("%s: %d failed attempt(s) (a job gets up to %d); %d of %d planned jobs gave values. First failure: %s",
 					key, f, o.attempts, got, planned, m.firstErr[key]))

@@ -1,5 +1,6 @@
 // Command ft measures ftrma's fault-tolerance operations: how fast the
-// survivors learn of a killed rank, and the latency of Agree, Shrink and
+// survivors learn of a killed rank, how long until a spare replaces it
+// (Replace, ftrun --respawn), and the latency of Agree, Shrink and
 // Revoke, for jobs of 4, 8, 16 and 32 processes on this machine. Run it from
 // the module root:
 //
@@ -47,6 +48,13 @@ this machine, each job started by ftrun:
   kill_shrink_lat         SIGKILL of one rank -> Shrink returned at every
                           survivor, same kind of job, median over jobs, ms
 
+With -only grow (not run by default): a store (package store) of -grow-keys
+keys, SIGKILL of one rank, Replace, then Grow at the survivors and Join at the
+spare; medians over jobs:
+  grow_lat                first Grow/Join call -> last return, ms
+  grow_keys, grow_bytes   keys and bytes copied to new replicas, all ranks
+  grow_new_keys           keys the new rank holds after Join
+
 There is no peer system: Debian's MPI packages offer no working ULFM here, so
 detection is shown against the configured failure detector timeout.
 
@@ -66,13 +74,15 @@ var sysFtrma = "ftrma-tcp"
 const colTimeout = "hb-timeout"
 
 // benches is the order of the table's rows (then by N).
-var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat", "replace_lat", "kill_shrink_lat"}
+var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat", "replace_lat", "kill_shrink_lat",
+	"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"}
 
 // jobKinds are the kinds of job, -only's words, and the benches each gives.
 var jobKinds = map[string][]string{
 	"detect":  {"detect_p50", "detect_p99"},
 	"coll":    {"agree_lat", "shrink_lat", "revoke_lat"},
 	"replace": {"replace_lat", "kill_shrink_lat"},
+	"grow":    {"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"},
 }
 
 const noPeerNote = `No MPI peer in this run: Debian's MPI packages offer no working ULFM here.
@@ -94,6 +104,10 @@ type options struct {
 	detectRuns   int // detect jobs per N
 	collRuns     int
 	replaceRuns  int // replace jobs per N: Replace first in even rounds, Shrink first in odd ones
+	growRuns     int // store grow jobs per N
+	growKeys     int
+	growValue    int
+	growCopies   int
 	iters        int
 	warmup       int
 	revokeRounds int
@@ -133,7 +147,11 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default 10 with -quick, 30 without)")
 	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 3 with -quick, 5 without)")
 	fs.IntVar(&o.replaceRuns, "replace-runs", 0, "replace jobs per N, half with Replace first, half with Shrink first (default 4 with -quick, 6 without)")
-	only := fs.String("only", "detect,coll,replace", "the kinds of job to run: `KIND,...` of detect, coll, replace")
+	fs.IntVar(&o.growRuns, "grow-runs", 3, "store grow jobs per N (with -only grow)")
+	fs.IntVar(&o.growKeys, "grow-keys", 10000, "grow: keys in the store")
+	fs.IntVar(&o.growValue, "grow-value", 64, "grow: bytes per value")
+	fs.IntVar(&o.growCopies, "grow-copies", 3, "grow: replicas per key")
+	only := fs.String("only", "detect,coll,replace", "the kinds of job to run: `KIND,...` of detect, coll, replace, grow")
 	fs.IntVar(&o.iters, "iters", 0, "timed Agree and Shrink calls per job (default 50 with -quick, 200 without)")
 	fs.IntVar(&o.warmup, "warmup", 5, "untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
@@ -153,6 +171,9 @@ func parseFlags(args []string) (options, error) {
 	var err error
 	if o.sizes, err = parseSizes(*sizes); err != nil {
 		return o, err
+	}
+	if o.growRuns < 0 || o.growKeys < 1 || o.growValue < 1 || o.growCopies < 1 {
+		return o, errors.New("-grow-runs must not be negative, -grow-keys, -grow-value and -grow-copies must be positive")
 	}
 	if o.detectRuns < 0 || o.collRuns < 0 || o.replaceRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
 		return o, errors.New("counts must not be negative, -attempts at least 1")
@@ -180,7 +201,7 @@ func parseFlags(args []string) (options, error) {
 	for _, k := range strings.Split(*only, ",") {
 		k = strings.TrimSpace(k)
 		if jobKinds[k] == nil {
-			return o, fmt.Errorf("-only %q: want a comma-separated list of detect, coll, replace", *only)
+			return o, fmt.Errorf("-only %q: want a comma-separated list of detect, coll, replace, grow", *only)
 		}
 		kinds[k] = true
 	}
@@ -192,6 +213,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if !kinds["replace"] {
 		o.replaceRuns = 0
+	}
+	if !kinds["grow"] {
+		o.growRuns = 0
 	}
 	return o, nil
 }
@@ -207,6 +231,8 @@ func (o options) runs(b string) bool {
 				return o.collRuns > 0
 			case "replace":
 				return o.replaceRuns > 0
+			case "grow":
+				return o.growRuns > 0
 			}
 		}
 	}
@@ -271,8 +297,9 @@ func run() int {
 	if o.quick {
 		mode = "quick"
 	}
-	fmt.Printf("plan (%s): N = %s; per N %d detect jobs, %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds) and %d replace jobs (ftrun --respawn=1); a failed job is tried up to %d times\n",
-		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.replaceRuns, o.attempts)
+	fmt.Printf("plan (%s): N = %s; per N %d detect jobs, %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds), %d replace jobs (ftrun --respawn=1) and %d store grow jobs (%d keys of %d B, %d copies); a failed job is tried up to %d times\n",
+		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.replaceRuns,
+		o.growRuns, o.growKeys, o.growValue, o.growCopies, o.attempts)
 	if o.poll > 0 {
 		fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
 	} else {

@@ -73,6 +73,13 @@ var sources = []source{
 		sizeCol: "N (ranks)",
 	},
 	{
+		file:    "results/grow.json",
+		title:   "Store rebalance after a respawn (Grow)",
+		about:   "Recorded for issue 16 (`go run ./bench/ft -only grow -n 8 -transport shm`, 3 jobs, 2 CPUs): a store of 10,000 keys of 64 B with 3 copies over 8 ranks; the driver SIGKILLs rank 7, the survivors Replace and then Grow the store, the spare Joins it (rank 0 then reads every key back). grow_lat: the first Grow or Join call to the last return; grow_keys and grow_bytes: keys and bytes of records copied to new replicas, summed over the ranks (Stats.GrowKeys, GrowBytes); grow_new_keys: the keys the new rank holds. Medians over the jobs. Only the new rank's keys move (about 3/8 of them), each written once, 120 B a record; each survivor copied 391 to 602 keys (47 to 72 KB), the new rank none.",
+		refresh: "go run ./bench/ft -only grow -n 8 -transport shm -json bench/results/grow.json",
+		sizeCol: "N (ranks)",
+	},
+	{
 		file:    "results/shm-scale.json",
 		title:   "Shared memory at node scale (rmademo)",
 		about:   "Recorded at the close of issue 14: peak /dev/shm use (sampled every 50 ms) and job time of `ftrun --oversubscribe -n N rmademo`, 2 CPUs.",

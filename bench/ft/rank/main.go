@@ -1,8 +1,9 @@
 // Command rank is the rank program of bench/ft, the fault-tolerance
-// benchmark. The driver starts it under ftrun in one of three modes:
+// benchmark. The driver starts it under ftrun in one of four modes:
 //
 //	ftrun -n N rank -mode detect [-victim R] [-poll 50us] [-wait 60s]
 //	ftrun -n N --respawn=1 rank -mode replace -first replace|shrink [-victim R] [-poll 50us] [-wait 60s]
+//	ftrun -n N --respawn=1 rank -mode grow [-keys 10000] [-value 64] [-copies 3] [-victim R] [-poll 50us] [-wait 60s]
 //	ftrun -n N rank -mode coll -iters K -warmup W -rounds R [-poll 50us]
 //
 // Ranks run on one host, so the wall clock (time.Now().UnixNano()) of one
@@ -29,6 +30,15 @@
 // -first between jobs, so that each operation is timed from the kill in
 // half of them.
 //
+// grow: every rank opens a store (package store, -copies replicas) and
+// puts its share of -keys keys of -value bytes; then as replace mode up to
+// "knew", after which the survivors call Replace and then s.Grow on its
+// communicator, and the spare calls store.Join. Each prints, when its Grow
+// or Join returned, "grow <rank> <start> <end> <keys> <bytes> <held>": the
+// times (unixnano), its Stats.GrowKeys and GrowBytes, the keys and bytes it
+// copied to new replicas, and its Stats.KeysHeld, the key slots in use. Rank 0 then reads back every key; then all leave
+// after a closing Agree.
+//
 // coll: no failures. Rank 0 prints
 //
 //	RESULT agree_lat N <ms> ms    median over K consecutive Agree calls
@@ -47,6 +57,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -60,6 +71,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/store"
 )
 
 type options struct {
@@ -70,13 +82,18 @@ type options struct {
 	wait           time.Duration
 	iters, warmup  int
 	rounds         int
+	keys, value    int // grow: keys in the store, bytes per value
+	copies         int // grow: store replicas
 	overallTimeout time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rank", flag.ContinueOnError)
-	fs.StringVar(&o.mode, "mode", "", "detect, replace or coll")
+	fs.StringVar(&o.mode, "mode", "", "detect, replace, grow or coll")
+	fs.IntVar(&o.keys, "keys", 10000, "grow: keys put in the store")
+	fs.IntVar(&o.value, "value", 64, "grow: bytes per value")
+	fs.IntVar(&o.copies, "copies", 3, "grow: store replicas per key")
 	fs.StringVar(&o.first, "first", "replace", "replace: the operation the survivors call first, replace or shrink")
 	fs.IntVar(&o.victim, "victim", -1, "detect, replace: the rank the driver kills (default: the last)")
 	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect, replace: sleep between two looks at ProcFailed")
@@ -91,8 +108,10 @@ func parseOptions(args []string) (options, error) {
 	switch {
 	case fs.NArg() != 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.mode != "detect" && o.mode != "replace" && o.mode != "coll":
-		return o, fmt.Errorf("-mode %q: want detect, replace or coll", o.mode)
+	case o.mode != "detect" && o.mode != "replace" && o.mode != "grow" && o.mode != "coll":
+		return o, fmt.Errorf("-mode %q: want detect, replace, grow or coll", o.mode)
+	case o.keys < 1 || o.value < 1 || o.copies < 1:
+		return o, errors.New("-keys, -value and -copies must be positive")
 	case o.first != "replace" && o.first != "shrink":
 		return o, fmt.Errorf("-first %q: want replace or shrink", o.first)
 	case o.iters < 1 || o.warmup < 0 || o.rounds < 0:
@@ -121,12 +140,16 @@ func main() {
 	switch {
 	case spare && o.mode == "replace":
 		err = spareJoined(ctx, c, start)
+	case spare && o.mode == "grow":
+		err = growJoin(ctx, c, o)
 	case spare:
 		err = fmt.Errorf("started as a spare in mode %s", o.mode)
 	case o.mode == "detect":
 		err = detect(ctx, c, o)
 	case o.mode == "replace":
 		err = replace(ctx, c, o)
+	case o.mode == "grow":
+		err = grow(ctx, c, o)
 	case o.mode == "coll":
 		err = coll(ctx, c, o)
 	}
@@ -277,6 +300,80 @@ func replace(ctx context.Context, c *comm.Comm, o options) error {
 func spareJoined(ctx context.Context, c *comm.Comm, start time.Time) error {
 	out("op spareinit %d %d %d", c.Rank(), start.UnixNano(), time.Now().UnixNano())
 	leave(ctx, c)
+	return c.Close()
+}
+
+func growKey(i int) []byte { return fmt.Appendf(nil, "key-%06d", i) }
+
+// growValue is key i's value: value bytes that name the key.
+func growValue(i, value int) []byte {
+	v := make([]byte, value)
+	copy(v, growKey(i))
+	for j := len(growKey(i)); j < value; j++ {
+		v[j] = byte(i + j)
+	}
+	return v
+}
+
+// grow is a survivor's side of grow mode; the victim never returns nil.
+func grow(ctx context.Context, c *comm.Comm, o options) error {
+	s, err := store.Open(ctx, c, store.Options{Copies: o.copies})
+	if err != nil {
+		return fmt.Errorf("store open: %w", err)
+	}
+	for i := int(c.Rank()); i < o.keys; i += c.Size() {
+		if err := s.Put(ctx, growKey(i), growValue(i, o.value)); err != nil {
+			return fmt.Errorf("put %d: %w", i, err)
+		}
+	}
+	if err := watch(ctx, c, o); err != nil {
+		return err
+	}
+	nc, err := c.Replace(ctx)
+	if err != nil {
+		return fmt.Errorf("replace: %w", err)
+	}
+	t0 := time.Now().UnixNano()
+	if err := s.Grow(ctx, nc); err != nil {
+		return fmt.Errorf("grow: %w", err)
+	}
+	t1 := time.Now().UnixNano()
+	st := s.Stats()
+	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
+	if c.Rank() == 0 {
+		for i := range o.keys {
+			v, err := s.Get(ctx, growKey(i))
+			if err != nil {
+				return fmt.Errorf("get %d after grow: %w", i, err)
+			}
+			if !bytes.Equal(v, growValue(i, o.value)) {
+				return fmt.Errorf("get %d after grow: wrong value", i)
+			}
+		}
+	}
+	leave(ctx, nc)
+	if err := s.Close(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
+	}
+	nc.Close()
+	return c.Close()
+}
+
+// growJoin is the spare's side of grow mode: Init has returned the
+// replaced communicator c.
+func growJoin(ctx context.Context, c *comm.Comm, o options) error {
+	t0 := time.Now().UnixNano()
+	s, err := store.Join(ctx, c, store.Options{})
+	if err != nil {
+		return fmt.Errorf("store join: %w", err)
+	}
+	t1 := time.Now().UnixNano()
+	st := s.Stats()
+	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
+	leave(ctx, c)
+	if err := s.Close(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
+	}
 	return c.Close()
 }
 
