@@ -36,8 +36,8 @@
 // communicator, and the spare calls store.Join. Each prints, when its Grow
 // or Join returned, "grow <rank> <start> <end> <keys> <bytes> <held>": the
 // times (unixnano), its Stats.GrowKeys and GrowBytes, the keys and bytes it
-// copied to new replicas, and its Stats.KeysHeld, the key slots in use. Rank 0 then reads back every key; then all leave
-// after a closing Agree.
+// copied to new replicas, and its Stats.KeysHeld, the key slots in use.
+// Rank 0 then reads back every key; then all leave after a closing Agree.
 //
 // coll: no failures. Rank 0 prints
 //
@@ -95,9 +95,9 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.value, "value", 64, "grow: bytes per value")
 	fs.IntVar(&o.copies, "copies", 3, "grow: store replicas per key")
 	fs.StringVar(&o.first, "first", "replace", "replace: the operation the survivors call first, replace or shrink")
-	fs.IntVar(&o.victim, "victim", -1, "detect, replace: the rank the driver kills (default: the last)")
-	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect, replace: sleep between two looks at ProcFailed")
-	fs.DurationVar(&o.wait, "wait", time.Minute, "detect, replace: how long the victim waits to be killed before giving up")
+	fs.IntVar(&o.victim, "victim", -1, "detect, replace, grow: the rank the driver kills (default: the last)")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect, replace, grow: sleep between two looks at ProcFailed")
+	fs.DurationVar(&o.wait, "wait", time.Minute, "detect, replace, grow: how long the victim waits to be killed before giving up")
 	fs.IntVar(&o.iters, "iters", 50, "coll: timed Agree and Shrink calls")
 	fs.IntVar(&o.warmup, "warmup", 5, "coll: untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.rounds, "rounds", 10, "coll: revoke rounds")
