@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +31,9 @@ func TestParseEvent(t *testing.T) {
 		{line: "alsofailed 1 4,6", ok: true, want: event{kind: kAlsoFailed, rank: 1, others: []int{4, 6}}},
 		{line: "revoke 3 t0 1700000000000000001", ok: true, want: event{kind: kRevokeT0, round: 3, nanos: 1700000000000000001}},
 		{line: "revoke 3 seen 5 1700000000000000002", ok: true, want: event{kind: kRevokeSeen, round: 3, rank: 5, nanos: 1700000000000000002}},
+		{line: "op replace 2 100 250", ok: true, want: event{kind: kOp, op: "replace", rank: 2, start: 100, nanos: 250}},
+		{line: "op spareinit 3 100 100", ok: true, want: event{kind: kOp, op: "spareinit", rank: 3, start: 100, nanos: 100}},
+		{line: "grow 7 100 300 0 0 3750", ok: true, want: event{kind: kGrow, rank: 7, start: 100, nanos: 300, counts: [3]int64{0, 0, 3750}}},
 
 		// not the rank program's: ignored
 		{line: "ftrun: rank 3 (pid 99) killed by signal 9", ok: false},
@@ -52,6 +57,13 @@ func TestParseEvent(t *testing.T) {
 		{line: "revoke x seen 1 100", err: true},
 		{line: "revoke 3 seen 1 0", err: true},
 		{line: "RESULT agree_lat 8 ms", err: true},
+		{line: "op replace 2 100", err: true},
+		{line: "op dup 2 100 200", err: true},
+		{line: "op shrink 2 200 100", err: true},
+		{line: "op shrink 2 0 100", err: true},
+		{line: "grow 7 100 300 0 0", err: true},
+		{line: "grow 7 300 100 0 0 1", err: true},
+		{line: "grow 7 100 300 -1 0 1", err: true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parseEvent(tt.line)
@@ -131,6 +143,59 @@ func TestEveryoneKnows(t *testing.T) {
 	}
 }
 
+func TestLastReturn(t *testing.T) {
+	const kill = 1_000_000_000
+	op := func(name string, rank int, start, end int64) event {
+		return event{kind: kOp, op: name, rank: rank, start: start, nanos: end}
+	}
+	evs := []event{
+		op("replace", 0, kill+1e6, kill+5e6),
+		op("shrink", 1, kill+1e6, kill+9e6), // another operation: not counted
+		op("replace", 1, kill+2e6, kill+7e6),
+		op("replace", 2, kill+2e6, kill+6e6),
+	}
+	got, err := lastReturn(evs, "replace", []int{0, 1, 2}, kill)
+	if err != nil || math.Abs(got-7) > 1e-9 {
+		t.Errorf("lastReturn = %v, %v; want 7 ms", got, err)
+	}
+	bad := []struct {
+		name string
+		evs  []event
+		want []int
+	}{
+		{"a rank missing", evs, []int{0, 1, 2, 3}},
+		{"a rank that should not call it", evs, []int{0, 1}},
+		{"a rank twice", append(slices.Clone(evs), op("replace", 2, kill+1, kill+2)), []int{0, 1, 2}},
+		{"begun before the kill", append(evs[:3:3], op("replace", 2, kill-1, kill+2)), []int{0, 1, 2}},
+		{"nobody", nil, []int{0}},
+	}
+	for _, b := range bad {
+		if v, err := lastReturn(b.evs, "replace", b.want, kill); err == nil {
+			t.Errorf("%s: lastReturn = %v, want an error", b.name, v)
+		}
+	}
+}
+
+func TestGrowTotals(t *testing.T) {
+	g := func(rank int, start, end, keys, bytes int64) event {
+		return event{kind: kGrow, rank: rank, start: start, nanos: end, counts: [3]int64{keys, bytes, 0}}
+	}
+	evs := []event{g(0, 2e6, 5e6, 10, 1200), g(1, 1e6, 9e6, 20, 2400), g(2, 3e6, 4e6, 0, 0)}
+	ms, keys, bytes, err := growTotals(evs, 3)
+	if err != nil || math.Abs(ms-8) > 1e-9 || keys != 30 || bytes != 3600 {
+		t.Errorf("growTotals = %v ms, %d keys, %d bytes, %v; want 8 ms, 30, 3600", ms, keys, bytes, err)
+	}
+	for name, bad := range map[string][]event{
+		"a rank missing":    evs[:2],
+		"a rank twice":      append(slices.Clone(evs), g(2, 3e6, 4e6, 0, 0)),
+		"rank out of range": append(evs[:2:2], g(5, 3e6, 4e6, 0, 0)),
+	} {
+		if _, _, _, err := growTotals(bad, 3); err == nil {
+			t.Errorf("%s: growTotals gave no error", name)
+		}
+	}
+}
+
 func TestRevokeLatencies(t *testing.T) {
 	evs := []event{
 		{kind: kRevokeT0, round: 1, nanos: 5_000_000},
@@ -203,11 +268,12 @@ func TestParentPID(t *testing.T) {
 }
 
 func TestResultsOrderAndPercentiles(t *testing.T) {
-	o := options{sizes: []int{4, 8}, quick: true}
+	o := options{sizes: []int{4, 8}, quick: true, detectRuns: 10, collRuns: 3, replaceRuns: 4, growRuns: 3}
 	m := &measurement{detect: map[int][]float64{
 		8: {1, 2, 3, 4, 10},
 		4: {2},
-	}, failures: map[string]int{}}
+	}, replace: map[int][]float64{4: {50, 10, 30}}, shrinkK: map[int][]float64{}, failures: map[string]int{},
+		grow: map[int][]growSample{8: {{ms: 200, keys: 3700, bytes: 444000, spareHeld: 3700}, {ms: 100, keys: 3600, bytes: 432000, spareHeld: 3600}, {ms: 300, keys: 3800, bytes: 456000, spareHeld: 3800}}}}
 	for _, r := range []result.Result{
 		{Bench: "revoke_lat", Size: 8, Value: 0.5},
 		{Bench: "agree_lat", Size: 8, Value: 0.2},
@@ -229,20 +295,33 @@ func TestResultsOrderAndPercentiles(t *testing.T) {
 		{Bench: "agree_lat", Size: 4, Value: 0.1},
 		{Bench: "agree_lat", Size: 8, Value: 0.3},
 		{Bench: "revoke_lat", Size: 8, Value: 0.5},
+		{Bench: "replace_lat", Size: 4, Value: 30},
+		{Bench: "grow_lat", Size: 8, Value: 200},
+		{Bench: "grow_keys", Size: 8, Value: 3700, Unit: "keys"},
+		{Bench: "grow_bytes", Size: 8, Value: 444000, Unit: "B"},
+		{Bench: "grow_new_keys", Size: 8, Value: 3700, Unit: "keys"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("results = %+v\nwant %+v", got, want)
 	}
 	for i, w := range want {
 		g := got[i]
-		if g.Bench != w.Bench || g.Size != w.Size || math.Abs(g.Value-w.Value) > 1e-9 || g.System != sysFtrma || g.Unit != "ms" {
+		if g.Bench != w.Bench || g.Size != w.Size || math.Abs(g.Value-w.Value) > 1e-9 || g.System != sysFtrma || g.Unit != cmp.Or(w.Unit, "ms") {
 			t.Errorf("row %d = %+v, want %s %d %v ms ftrma-tcp", i, g, w.Bench, w.Size, w.Value)
 		}
 	}
 	missing := m.missing(o, got)
-	wantMissing := []string{"shrink_lat for N = 4, 8 (every job failed)", "revoke_lat for N = 4 (every job failed)"}
+	wantMissing := []string{"shrink_lat for N = 4, 8 (every job failed)", "revoke_lat for N = 4 (every job failed)",
+		"replace_lat for N = 8 (every job failed)", "kill_shrink_lat for N = 4, 8 (every job failed)",
+		"grow_lat for N = 4 (every job failed)", "grow_keys for N = 4 (every job failed)",
+		"grow_bytes for N = 4 (every job failed)", "grow_new_keys for N = 4 (every job failed)"}
 	if !reflect.DeepEqual(missing, wantMissing) {
 		t.Errorf("missing = %q, want %q", missing, wantMissing)
+	}
+	// Kinds of job not run are not missing.
+	o.replaceRuns, o.growRuns = 0, 0
+	if missing := m.missing(o, got); !reflect.DeepEqual(missing, wantMissing[:2]) {
+		t.Errorf("without replace and grow jobs: missing = %q, want %q", missing, wantMissing[:2])
 	}
 
 	// The JSON holds only ftrma-tcp rows, in the required shape.
@@ -311,7 +390,18 @@ func TestParseFlags(t *testing.T) {
 	if !strings.HasPrefix(line, "F --oversubscribe -n 6 --timeout 1m30s --transport tcp --hb-timeout 200ms R -mode coll") || strings.Contains(line, "--hb-period") {
 		t.Errorf("ftrun command line %q", line)
 	}
-	for _, bad := range [][]string{{"-n", "1"}, {"-n", "4,x"}, {"-transport", "udp"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
+	if o.replaceRuns != 6 || !o.runs("replace_lat") {
+		t.Errorf("replace runs %d (runs: %v), want 6", o.replaceRuns, o.runs("replace_lat"))
+	}
+	o, err = parseFlags([]string{"-quick", "-only", "replace"})
+	if err != nil || o.replaceRuns != 4 || o.detectRuns != 0 || o.collRuns != 0 || o.runs("agree_lat") || !o.runs("kill_shrink_lat") {
+		t.Errorf("-only replace: %+v, %v", o, err)
+	}
+	args = ftrunArgsSpares(o, binaries{ftrun: "F", rank: "R"}, 4, 1, "-mode", "replace")
+	if line := strings.Join(args, " "); !strings.HasPrefix(line, "F --oversubscribe -n 4 --timeout 1m30s --transport tcp --respawn=1 R -mode replace") {
+		t.Errorf("ftrun command line %q", line)
+	}
+	for _, bad := range [][]string{{"-only", "detect,x"}, {"-replace-runs", "-1"}, {"-n", "1"}, {"-n", "4,x"}, {"-transport", "udp"}, {"-iters", "-1"}, {"-timeout", "0s"}, {"-attempts", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}

@@ -42,6 +42,9 @@ func build(ctx context.Context, dir string) (binaries, error) {
 type measurement struct {
 	coll     result.Set        // agree_lat, shrink_lat, revoke_lat: one sample per coll job
 	detect   map[int][]float64 // N -> everyone-knows of each good detect job, ms
+	replace  map[int][]float64 // N -> kill to full-size communicator of each good replace-first job, ms
+	shrinkK  map[int][]float64 // N -> kill to Shrink returned of each good shrink-first job, ms
+	grow     map[int][]growSample
 	failures map[string]int    // "detect N=8" -> failed attempts
 	firstErr map[string]string // "detect N=8" -> the first line of the first failure
 	notes    []string
@@ -53,8 +56,10 @@ type measurement struct {
 // machine's slow and fast phases are spread over all sizes instead of hitting
 // one.
 func measure(ctx context.Context, o options, bins binaries) *measurement {
-	m := &measurement{detect: make(map[int][]float64), failures: make(map[string]int), firstErr: make(map[string]string)}
-	rounds := max(o.collRuns, o.detectRuns)
+	m := &measurement{detect: make(map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
+		grow:     make(map[int][]growSample),
+		failures: make(map[string]int), firstErr: make(map[string]string)}
+	rounds := max(o.collRuns, o.detectRuns, o.replaceRuns, o.growRuns)
 	try := func(job func() bool) {
 		for m.attempt = 1; m.attempt <= o.attempts && ctx.Err() == nil; m.attempt++ {
 			if job() {
@@ -63,7 +68,7 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 		}
 	}
 	// Progress on stderr, one line per job: a full run takes minutes.
-	total := len(o.sizes) * (min(o.collRuns, rounds) + min(o.detectRuns, rounds))
+	total := len(o.sizes) * (o.collRuns + o.detectRuns + o.replaceRuns + o.growRuns)
 	done := 0
 	progress := func(what string, n, round int) {
 		done++
@@ -79,6 +84,18 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 				progress("detect", n, round)
 				try(func() bool { return m.detectJob(ctx, o, bins, n, round) })
 			}
+			if round < o.replaceRuns && ctx.Err() == nil {
+				first := "replace"
+				if round%2 == 1 {
+					first = "shrink"
+				}
+				progress(first+" first", n, round)
+				try(func() bool { return m.replaceJob(ctx, o, bins, n, round, first) })
+			}
+			if round < o.growRuns && ctx.Err() == nil {
+				progress("grow", n, round)
+				try(func() bool { return m.growJob(ctx, o, bins, n, round) })
+			}
 		}
 	}
 	return m
@@ -87,8 +104,16 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 // ftrunArgs is the ftrun command line of a job of n ranks running the rank
 // program with rankArgs.
 func ftrunArgs(o options, bins binaries, n int, rankArgs ...string) []string {
+	return ftrunArgsSpares(o, bins, n, 0, rankArgs...)
+}
+
+// ftrunArgsSpares is ftrunArgs for a job with spares (ftrun --respawn).
+func ftrunArgsSpares(o options, bins binaries, n, spares int, rankArgs ...string) []string {
 	// N goes beyond this host's CPUs on purpose (the timeout stretches).
 	argv := []string{bins.ftrun, "--oversubscribe", "-n", strconv.Itoa(n), "--timeout", o.timeout.String(), "--transport", o.transport}
+	if spares > 0 {
+		argv = append(argv, "--respawn="+strconv.Itoa(spares))
+	}
 	if o.hbPeriod > 0 {
 		argv = append(argv, "--hb-period", o.hbPeriod.String())
 	}
@@ -246,6 +271,149 @@ func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n
 	return true
 }
 
+// replaceJob runs one job of n ranks and one spare in which the driver
+// kills the last rank; the survivors then call Replace and Shrink, the one
+// first names first. It records the time from the kill until that first
+// operation returned everywhere: for Replace at the n-1 survivors and in the
+// spare's Init, for Shrink at the survivors. It reports whether it got the
+// value.
+func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, n, round int, first string) bool {
+	victim := n - 1
+	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "replace", "-first", first, "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
+	what := first + " first"
+	t0 := time.Now()
+	kill, knew, ops, err := killJob(ctx, o, argv, n, victim, kOp)
+	survivors := make([]int, 0, n-1)
+	for r := range n - 1 {
+		survivors = append(survivors, r)
+	}
+	var detect, rep, shr, spare float64
+	if err == nil {
+		detect, err = everyoneKnows(knew, n, victim, kill)
+	}
+	if err == nil {
+		rep, err = lastReturn(ops, "replace", survivors, kill)
+	}
+	if err == nil {
+		shr, err = lastReturn(ops, "shrink", survivors, kill)
+	}
+	if err == nil {
+		spare, err = lastReturn(ops, "spareinit", []int{victim}, kill)
+	}
+	if err != nil {
+		m.fail(what, n, round, err, o.verbose)
+		return false
+	}
+	full := max(rep, spare)
+	var began float64 // the spare's main began, ms after the kill
+	for _, e := range ops {
+		if e.op == "spareinit" {
+			began = float64(e.start-kill) / 1e6
+		}
+	}
+	if first == "replace" {
+		m.replace[n] = append(m.replace[n], full)
+		fmt.Printf("N=%-2d replace job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL; full-size communicator at %s ms (the spare's main began at %s ms, its Init returned at %s ms); then Shrink at %s ms\n",
+			n, round+1, o.replaceRuns, time.Since(t0).Seconds(), result.FormatValue(detect), result.FormatValue(full), result.FormatValue(began), result.FormatValue(spare), result.FormatValue(shr))
+	} else {
+		m.shrinkK[n] = append(m.shrinkK[n], shr)
+		fmt.Printf("N=%-2d replace job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL; Shrink returned at %s ms; then full-size communicator at %s ms\n",
+			n, round+1, o.replaceRuns, time.Since(t0).Seconds(), result.FormatValue(detect), result.FormatValue(shr), result.FormatValue(full))
+	}
+	return true
+}
+
+// killJob runs a job of n ranks plus one spare (argv) in which the driver
+// kills rank victim once the others are ready, and returns the driver's
+// clock at the kill, the survivors' knew events and the events of kind
+// keep. A false suspicion (alsofailed) or the failure of a rank other than
+// the victim ends the job with an error: it would measure two failures.
+func killJob(ctx context.Context, o options, argv []string, n, victim int, keep kind) (kill int64, knew, kept []event, err error) {
+	var (
+		ready = make(map[int]bool)
+		pid   int
+	)
+	err = runJob(ctx, argv, o.timeout, func(cmd *exec.Cmd, ev event) error {
+		switch ev.kind {
+		case kReady:
+			ready[ev.rank] = true
+		case kPid:
+			if ev.rank != victim {
+				return fmt.Errorf("rank %d, not the victim %d, gave its pid", ev.rank, victim)
+			}
+			pid = ev.pid
+		case kKnew:
+			if kill == 0 {
+				return fmt.Errorf("rank %d saw rank %d fail before the driver killed it (false detection)", ev.rank, victim)
+			}
+			knew = append(knew, ev)
+		case keep:
+			kept = append(kept, ev)
+		case kAlsoFailed:
+			return fmt.Errorf("rank %d also believed ranks %v failed (false suspicion): the job would measure two failures", ev.rank, ev.others)
+		case kRankDown:
+			// ftrun numbers the spare n (world rank); the victim is n-1.
+			if kill == 0 || ev.rank != victim {
+				return fmt.Errorf("a rank other than the victim failed: %s", ev.text)
+			}
+		}
+		if kill == 0 && pid != 0 && len(ready) == n-1 {
+			time.Sleep(settle)
+			now, err := killChild(cmd.Process.Pid, pid)
+			if err != nil {
+				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
+			}
+			kill = now
+		}
+		return nil
+	})
+	if err == nil && kill == 0 {
+		err = fmt.Errorf("the job ended before the victim could be killed (%d of %d survivors ready, victim pid %d)", len(ready), n-1, pid)
+	}
+	return kill, knew, kept, err
+}
+
+// growSample is one grow job's values.
+type growSample struct {
+	ms          float64 // first Grow or Join call to the last return
+	keys, bytes int64   // copied to new replicas, summed over ranks
+	spareHeld   int64   // keys the new rank holds after Join
+}
+
+// growJob runs one job of n ranks and one spare over a store: the driver
+// kills the last rank, the survivors Replace and Grow the store, the spare
+// Joins it. It records how long the Grow took and how much it moved, and
+// reports whether it got the values.
+func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, round int) bool {
+	victim := n - 1
+	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "grow", "-keys", strconv.Itoa(o.growKeys), "-value", strconv.Itoa(o.growValue),
+		"-copies", strconv.Itoa(o.growCopies), "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
+	t0 := time.Now()
+	kill, knew, grows, err := killJob(ctx, o, argv, n, victim, kGrow)
+	var g growSample
+	if err == nil {
+		_, err = everyoneKnows(knew, n, victim, kill)
+	}
+	if err == nil {
+		g.ms, g.keys, g.bytes, err = growTotals(grows, n)
+	}
+	if err != nil {
+		m.fail("grow", n, round, err, o.verbose)
+		return false
+	}
+	perRank := make([]string, n)
+	for _, e := range grows {
+		perRank[e.rank] = fmt.Sprintf("%d/%d", e.counts[0], e.counts[1])
+		if e.rank == victim {
+			g.spareHeld = e.counts[2]
+		}
+	}
+	m.grow[n] = append(m.grow[n], g)
+	fmt.Printf("N=%-2d grow job %d/%d (%.1fs): Grow/Join took %s ms; keys/bytes copied by rank: %s; the new rank holds %d keys\n",
+		n, round+1, o.growRuns, time.Since(t0).Seconds(), result.FormatValue(g.ms), strings.Join(perRank, " "), g.spareHeld)
+	return true
+}
+
 // runJob runs ftrun with argv, bounded by ftrun's --timeout and, 15 seconds
 // later, by the driver killing ftrun (its ranks die with it: ftrun starts
 // them with a parent-death signal). Every line of ftrun's stdout is parsed as
@@ -368,6 +536,33 @@ func (m *measurement) results(o options) []result.Result {
 			byKey[r.Key()] = r
 		}
 	}
+	for _, x := range []struct {
+		bench string
+		by    map[int][]float64
+	}{{"replace_lat", m.replace}, {"kill_shrink_lat", m.shrinkK}} {
+		for n, xs := range x.by {
+			r := result.Result{Bench: x.bench, Size: n, System: sysFtrma, Value: result.Median(xs), Unit: "ms"}
+			byKey[r.Key()] = r
+		}
+	}
+	for n, gs := range m.grow {
+		col := func(f func(growSample) float64) float64 {
+			xs := make([]float64, len(gs))
+			for i, g := range gs {
+				xs[i] = f(g)
+			}
+			return result.Median(xs)
+		}
+		for _, r := range []result.Result{
+			{Bench: "grow_lat", Value: col(func(g growSample) float64 { return g.ms }), Unit: "ms"},
+			{Bench: "grow_keys", Value: col(func(g growSample) float64 { return float64(g.keys) }), Unit: "keys"},
+			{Bench: "grow_bytes", Value: col(func(g growSample) float64 { return float64(g.bytes) }), Unit: "B"},
+			{Bench: "grow_new_keys", Value: col(func(g growSample) float64 { return float64(g.spareHeld) }), Unit: "keys"},
+		} {
+			r.Size, r.System = n, sysFtrma
+			byKey[r.Key()] = r
+		}
+	}
 	var out []result.Result
 	for _, b := range benches {
 		for _, n := range o.sizes {
@@ -388,6 +583,9 @@ func (m *measurement) missing(o options, rs []result.Result) []string {
 	}
 	var out []string
 	for _, b := range benches {
+		if !o.runs(b) {
+			continue
+		}
 		var ns []int
 		for _, n := range o.sizes {
 			if !have[result.Key{Bench: b, Size: n}] {
@@ -399,12 +597,19 @@ func (m *measurement) missing(o options, rs []result.Result) []string {
 		}
 	}
 	for _, n := range o.sizes {
-		for _, what := range []string{"detect", "agree/shrink/revoke"} {
+		for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
 			key := fmt.Sprintf("%s N=%d", what, n)
 			if f := m.failures[key]; f > 0 {
 				planned, got := o.collRuns, len(m.coll.Samples(result.Key{Bench: "agree_lat", Size: n}, sysFtrma))
-				if what == "detect" {
+				switch what {
+				case "detect":
 					planned, got = o.detectRuns, len(m.detect[n])
+				case "replace first":
+					planned, got = (o.replaceRuns+1)/2, len(m.replace[n])
+				case "shrink first":
+					planned, got = o.replaceRuns/2, len(m.shrinkK[n])
+				case "grow":
+					planned, got = o.growRuns, len(m.grow[n])
 				}
 				m.notes = append(m.notes, fmt.Sprintf("%s: %d failed attempt(s) (a job gets up to %d); %d of %d planned jobs gave values. First failure: %s",
 					key, f, o.attempts, got, planned, m.firstErr[key]))

@@ -1,5 +1,6 @@
 // Command ft measures ftrma's fault-tolerance operations: how fast the
-// survivors learn of a killed rank, and the latency of Agree, Shrink and
+// survivors learn of a killed rank, how long until a spare replaces it
+// (Replace, ftrun --respawn), and the latency of Agree, Shrink and
 // Revoke, for jobs of 4, 8, 16 and 32 processes on this machine. Run it from
 // the module root:
 //
@@ -41,6 +42,18 @@ this machine, each job started by ftrun:
   shrink_lat              one Shrink (each on the previous result), median of K, ms
   revoke_lat              Revoke at rank 0 -> the last rank sees IsRevoked,
                           median over rounds, ms
+  replace_lat             SIGKILL of one rank -> full-size communicator: Replace
+                          returned at every survivor and the spare's Init
+                          returned (ftrun --respawn=1), median over jobs, ms
+  kill_shrink_lat         SIGKILL of one rank -> Shrink returned at every
+                          survivor, same kind of job, median over jobs, ms
+
+With -only grow (not run by default): a store (package store) of -grow-keys
+keys, SIGKILL of one rank, Replace, then Grow at the survivors and Join at the
+spare; medians over jobs:
+  grow_lat                first Grow/Join call -> last return, ms
+  grow_keys, grow_bytes   keys and bytes copied to new replicas, all ranks
+  grow_new_keys           keys the new rank holds after Join
 
 There is no peer system: Debian's MPI packages offer no working ULFM here, so
 detection is shown against the configured failure detector timeout.
@@ -61,7 +74,16 @@ var sysFtrma = "ftrma-tcp"
 const colTimeout = "hb-timeout"
 
 // benches is the order of the table's rows (then by N).
-var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat"}
+var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat", "replace_lat", "kill_shrink_lat",
+	"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"}
+
+// jobKinds are the kinds of job, -only's words, and the benches each gives.
+var jobKinds = map[string][]string{
+	"detect":  {"detect_p50", "detect_p99"},
+	"coll":    {"agree_lat", "shrink_lat", "revoke_lat"},
+	"replace": {"replace_lat", "kill_shrink_lat"},
+	"grow":    {"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"},
+}
 
 const noPeerNote = `No MPI peer in this run: Debian's MPI packages offer no working ULFM here.
 MPICH 4.0.2's MPIX_Comm_* abort in its ch4 device, and its hydra launcher kills
@@ -81,6 +103,11 @@ type options struct {
 	sizes        []int
 	detectRuns   int // detect jobs per N
 	collRuns     int
+	replaceRuns  int // replace jobs per N: Replace first in even rounds, Shrink first in odd ones
+	growRuns     int // store grow jobs per N
+	growKeys     int
+	growValue    int
+	growCopies   int
 	iters        int
 	warmup       int
 	revokeRounds int
@@ -119,6 +146,12 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write the results to `FILE` as a JSON array of {bench,size,system,value,unit}")
 	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default 10 with -quick, 30 without)")
 	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 3 with -quick, 5 without)")
+	fs.IntVar(&o.replaceRuns, "replace-runs", 0, "replace jobs per N, half with Replace first, half with Shrink first (default 4 with -quick, 6 without)")
+	fs.IntVar(&o.growRuns, "grow-runs", 3, "store grow jobs per N (with -only grow)")
+	fs.IntVar(&o.growKeys, "grow-keys", 10000, "grow: keys in the store")
+	fs.IntVar(&o.growValue, "grow-value", 64, "grow: bytes per value")
+	fs.IntVar(&o.growCopies, "grow-copies", 3, "grow: replicas per key")
+	only := fs.String("only", "detect,coll,replace", "the kinds of job to run: `KIND,...` of detect, coll, replace, grow")
 	fs.IntVar(&o.iters, "iters", 0, "timed Agree and Shrink calls per job (default 50 with -quick, 200 without)")
 	fs.IntVar(&o.warmup, "warmup", 5, "untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
@@ -139,7 +172,10 @@ func parseFlags(args []string) (options, error) {
 	if o.sizes, err = parseSizes(*sizes); err != nil {
 		return o, err
 	}
-	if o.detectRuns < 0 || o.collRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
+	if o.growRuns < 0 || o.growKeys < 1 || o.growValue < 1 || o.growCopies < 1 {
+		return o, errors.New("-grow-runs must not be negative, -grow-keys, -grow-value and -grow-copies must be positive")
+	}
+	if o.detectRuns < 0 || o.collRuns < 0 || o.replaceRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
 		return o, errors.New("counts must not be negative, -attempts at least 1")
 	}
 	if o.hbPeriod < 0 || o.hbTimeout < 0 || o.poll < 0 || o.timeout <= 0 {
@@ -160,7 +196,47 @@ func parseFlags(args []string) (options, error) {
 	def(&o.collRuns, 3, 5)
 	def(&o.iters, 50, 200)
 	def(&o.revokeRounds, 10, 30)
+	def(&o.replaceRuns, 4, 6)
+	kinds := make(map[string]bool)
+	for _, k := range strings.Split(*only, ",") {
+		k = strings.TrimSpace(k)
+		if jobKinds[k] == nil {
+			return o, fmt.Errorf("-only %q: want a comma-separated list of detect, coll, replace, grow", *only)
+		}
+		kinds[k] = true
+	}
+	if !kinds["detect"] {
+		o.detectRuns = 0
+	}
+	if !kinds["coll"] {
+		o.collRuns = 0
+	}
+	if !kinds["replace"] {
+		o.replaceRuns = 0
+	}
+	if !kinds["grow"] {
+		o.growRuns = 0
+	}
 	return o, nil
+}
+
+// runs reports whether the jobs that give bench b are to run.
+func (o options) runs(b string) bool {
+	for k, bs := range jobKinds {
+		if slices.Contains(bs, b) {
+			switch k {
+			case "detect":
+				return o.detectRuns > 0
+			case "coll":
+				return o.collRuns > 0
+			case "replace":
+				return o.replaceRuns > 0
+			case "grow":
+				return o.growRuns > 0
+			}
+		}
+	}
+	return false
 }
 
 // detectorSettings returns the effective heartbeat period and timeout (the
@@ -221,8 +297,9 @@ func run() int {
 	if o.quick {
 		mode = "quick"
 	}
-	fmt.Printf("plan (%s): N = %s; per N %d detect jobs and %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds); a failed job is tried up to %d times\n",
-		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.attempts)
+	fmt.Printf("plan (%s): N = %s; per N %d detect jobs, %d agree/shrink/revoke jobs (%d Agree and %d Shrink calls after %d warm-up, %d revoke rounds), %d replace jobs (ftrun --respawn=1) and %d store grow jobs (%d keys of %d B, %d copies); a failed job is tried up to %d times\n",
+		mode, joinInts(o.sizes), o.detectRuns, o.collRuns, o.iters, o.iters, o.warmup, o.revokeRounds, o.replaceRuns,
+		o.growRuns, o.growKeys, o.growValue, o.growCopies, o.attempts)
 	if o.poll > 0 {
 		fmt.Printf("failure detector: heartbeat period %v, timeout %v (%s); ranks poll every %v\n", period, hbTimeout, src, o.poll)
 	} else {
@@ -239,7 +316,7 @@ func run() int {
 
 	rs := m.results(o)
 	fmt.Printf("ftrma over %s, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", o.transport, hbTimeout, period, src, runtime.NumCPU())
-	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; the others: median; ratio = detect / detector timeout\n")
+	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; replace_lat, kill_shrink_lat: SIGKILL -> full-size / shrunk communicator everywhere, median over jobs; the others: median of calls\n")
 	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), []string{sysFtrma, colTimeout}); err != nil {
 		fmt.Fprintln(os.Stderr, "ft:", err)
 		return 1

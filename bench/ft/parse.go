@@ -24,6 +24,8 @@ const (
 	kRevokeT0               // revoke <round> t0 <unixnano>: rank 0 revoked
 	kRevokeSeen             // revoke <round> seen <rank> <unixnano>: a rank saw it
 	kRankDown               // ftrun (stderr) reports that a rank died, was declared failed or exited non-zero
+	kOp                     // op <name> <rank> <start> <end>: a rank's Replace, Shrink or spare Init returned
+	kGrow                   // grow <rank> <start> <end> <keys> <bytes> <held>: a rank's store Grow or Join returned
 )
 
 // event is one parsed line of the rank program.
@@ -36,6 +38,9 @@ type event struct {
 	others []int         // kAlsoFailed
 	res    result.Result // kResult (System unset)
 	text   string        // kRankDown: ftrun's report
+	op     string        // kOp: replace, shrink or spareinit
+	start  int64         // kOp, kGrow: when the call began, ns since 1970 (nanos: when it returned)
+	counts [3]int64      // kGrow: keys and bytes the rank copied to new replicas, keys it holds
 }
 
 // ftrunReport matches ftrun's reports of a rank that is gone or going:
@@ -118,6 +123,36 @@ func parseEvent(line string) (ev event, ok bool, err error) {
 			ev.kind = kAlsoFailed
 		}
 		return ev, true, nil
+	case "op":
+		if len(f) != 5 {
+			return bad("want op NAME RANK START END")
+		}
+		if f[1] != "replace" && f[1] != "shrink" && f[1] != "spareinit" {
+			return bad("unknown operation")
+		}
+		r, ok1 := nat(f[2])
+		t0, ok2 := nat(f[3])
+		t1, ok3 := nat(f[4])
+		if !ok1 || !ok2 || !ok3 || t0 == 0 || t1 < t0 {
+			return bad("bad rank or times")
+		}
+		return event{kind: kOp, op: f[1], rank: int(r), start: t0, nanos: t1}, true, nil
+	case "grow":
+		if len(f) != 7 {
+			return bad("want grow RANK START END KEYS BYTES HELD")
+		}
+		var v [6]int64
+		for i := range v {
+			x, ok := nat(f[1+i])
+			if !ok {
+				return bad("bad number")
+			}
+			v[i] = x
+		}
+		if v[1] == 0 || v[2] < v[1] {
+			return bad("bad times")
+		}
+		return event{kind: kGrow, rank: int(v[0]), start: v[1], nanos: v[2], counts: [3]int64{v[3], v[4], v[5]}}, true, nil
 	case "revoke":
 		if len(f) < 4 {
 			return bad("want revoke ROUND t0 TIME or revoke ROUND seen RANK TIME")
@@ -237,4 +272,67 @@ func revokeLatencies(evs []event, n int) ([]float64, error) {
 		out = append(out, float64(last-t0[r])/1e6)
 	}
 	return out, nil
+}
+
+// lastReturn computes one replace job's value for operation op: the time
+// from the kill until the last rank's op returned, in milliseconds, from
+// the job's op events. want lists the ranks that must report op, once
+// each. An op that began before the kill is an error: the survivors call
+// it only once they know of the failure, and the spare starts after it.
+func lastReturn(evs []event, op string, want []int, kill int64) (float64, error) {
+	seen := make(map[int]bool)
+	var last int64
+	for _, e := range evs {
+		if e.kind != kOp || e.op != op {
+			continue
+		}
+		switch {
+		case !slices.Contains(want, e.rank):
+			return 0, fmt.Errorf("%s from rank %d, which should not call it", op, e.rank)
+		case seen[e.rank]:
+			return 0, fmt.Errorf("%s: rank %d reported twice", op, e.rank)
+		case e.start < kill:
+			return 0, fmt.Errorf("%s: rank %d began it %.3f ms before the kill", op, e.rank, float64(kill-e.start)/1e6)
+		}
+		seen[e.rank] = true
+		last = max(last, e.nanos)
+	}
+	if len(seen) != len(want) {
+		var missing []int
+		for _, r := range want {
+			if !seen[r] {
+				missing = append(missing, r)
+			}
+		}
+		return 0, fmt.Errorf("%s: %d of %d ranks reported; missing %v", op, len(seen), len(want), missing)
+	}
+	return float64(last-kill) / 1e6, nil
+}
+
+// growTotals is one grow job's values from its grow events, one from each
+// of the n ranks: the time from the first rank's Grow or Join call to the
+// last one's return (ms), and the sums of the keys and bytes the ranks
+// copied to new replicas.
+func growTotals(evs []event, n int) (ms float64, keys, bytes int64, err error) {
+	seen := make(map[int]bool)
+	var first, last int64
+	for _, e := range evs {
+		switch {
+		case e.rank < 0 || e.rank >= n:
+			return 0, 0, 0, fmt.Errorf("grow from rank %d of %d", e.rank, n)
+		case seen[e.rank]:
+			return 0, 0, 0, fmt.Errorf("grow: rank %d reported twice", e.rank)
+		}
+		seen[e.rank] = true
+		if first == 0 || e.start < first {
+			first = e.start
+		}
+		last = max(last, e.nanos)
+		keys += e.counts[0]
+		bytes += e.counts[1]
+	}
+	if len(seen) != n {
+		return 0, 0, 0, fmt.Errorf("grow: %d of %d ranks reported", len(seen), n)
+	}
+	return float64(last-first) / 1e6, keys, bytes, nil
 }

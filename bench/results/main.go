@@ -66,6 +66,20 @@ var sources = []source{
 		sizeCol: "N (ranks)",
 	},
 	{
+		file:    "results/replace.json",
+		title:   "Replace after a failure (ftrun --respawn=1), beside Shrink",
+		about:   "Recorded for issue 16 (two runs of `go run ./bench/ft -only replace -replace-runs 6`, `-transport shm` and `-transport tcp`, arrays joined; 2 CPUs, N ranks plus one spare, oversubscribed). The driver SIGKILLs the last rank. replace_lat: SIGKILL until every survivor's Replace and the spare's comm.Init have returned the full-size communicator (detect + agree + spawn + connect + agree), median of 3 jobs. kill_shrink_lat: SIGKILL until every survivor's Shrink returned, median of 3 other jobs of the same run (the jobs alternate which of the two the survivors call first). Where the time goes, in one later job over shm: at N = 4 every survivor knew at 1.6 ms, the spare's main began at 4.6 ms and its Init returned at 10.4 ms; at N = 32: 11.7, 26.1 and 45.7 ms. The spare's own start-up in comm.Init (join, connect, the last agreement) is the largest part.",
+		refresh: "go run ./bench/ft -only replace -replace-runs 6 -transport shm -json shm.json; the same with -transport tcp; join the two arrays into bench/results/replace.json",
+		sizeCol: "N (ranks)",
+	},
+	{
+		file:    "results/grow.json",
+		title:   "Store rebalance after a respawn (Grow)",
+		about:   "Recorded for issue 16 (`go run ./bench/ft -only grow -n 8 -transport shm`, 3 jobs, 2 CPUs): a store of 10,000 keys of 64 B with 3 copies over 8 ranks; the driver SIGKILLs rank 7, the survivors Replace and then Grow the store, the spare Joins it (rank 0 then reads every key back). grow_lat: the first Grow or Join call to the last return; grow_keys and grow_bytes: keys and bytes of records copied to new replicas, summed over the ranks (Stats.GrowKeys, GrowBytes); grow_new_keys: the keys the new rank holds. Medians over the jobs. Only the new rank's keys move (about 3/8 of them), each written once, 120 B a record; each survivor copied 391 to 602 keys (47 to 72 KB), the new rank none.",
+		refresh: "go run ./bench/ft -only grow -n 8 -transport shm -json bench/results/grow.json",
+		sizeCol: "N (ranks)",
+	},
+	{
 		file:    "results/shm-scale.json",
 		title:   "Shared memory at node scale (rmademo)",
 		about:   "Recorded at the close of issue 14: peak /dev/shm use (sampled every 50 ms) and job time of `ftrun --oversubscribe -n N rmademo`, 2 CPUs.",

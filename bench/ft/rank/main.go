@@ -1,7 +1,9 @@
 // Command rank is the rank program of bench/ft, the fault-tolerance
-// benchmark. The driver starts it under ftrun in one of two modes:
+// benchmark. The driver starts it under ftrun in one of four modes:
 //
 //	ftrun -n N rank -mode detect [-victim R] [-poll 50us] [-wait 60s]
+//	ftrun -n N --respawn=1 rank -mode replace -first replace|shrink [-victim R] [-poll 50us] [-wait 60s]
+//	ftrun -n N --respawn=1 rank -mode grow [-keys 10000] [-value 64] [-copies 3] [-victim R] [-poll 50us] [-wait 60s]
 //	ftrun -n N rank -mode coll -iters K -warmup W -rounds R [-poll 50us]
 //
 // Ranks run on one host, so the wall clock (time.Now().UnixNano()) of one
@@ -16,6 +18,26 @@
 // the communicator (no Finalize: a rank is gone) and exits 0, after a closing
 // Agree of the survivors. A rank that, when it saw the victim fail, also
 // believed other ranks failed prints "alsofailed <rank> <r1,r2,...>".
+//
+// replace: as detect, up to "knew"; then every survivor calls, on the
+// world communicator, first the operation -first names and then the other
+// one (Replace and Shrink), and prints "op <name> <rank> <start> <end>"
+// (unixnano) after each. The spare that Replace starts in the victim's
+// place prints "op spareinit <rank> <start> <end>" when its comm.Init
+// returns (start: when its main began), <rank> being the victim's rank that
+// it took over. Then the members of the replaced communicator (survivors
+// and spare) leave after a closing Agree on it. The driver alternates
+// -first between jobs, so that each operation is timed from the kill in
+// half of them.
+//
+// grow: every rank opens a store (package store, -copies replicas) and
+// puts its share of -keys keys of -value bytes; then as replace mode up to
+// "knew", after which the survivors call Replace and then s.Grow on its
+// communicator, and the spare calls store.Join. Each prints, when its Grow
+// or Join returned, "grow <rank> <start> <end> <keys> <bytes> <held>": the
+// times (unixnano), its Stats.GrowKeys and GrowBytes, the keys and bytes it
+// copied to new replicas, and its Stats.KeysHeld, the key slots in use.
+// Rank 0 then reads back every key; then all leave after a closing Agree.
 //
 // coll: no failures. Rank 0 prints
 //
@@ -35,6 +57,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -48,25 +71,33 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/store"
 )
 
 type options struct {
 	mode           string
+	first          string // replace mode: "replace" or "shrink"
 	victim         int
 	poll           time.Duration
 	wait           time.Duration
 	iters, warmup  int
 	rounds         int
+	keys, value    int // grow: keys in the store, bytes per value
+	copies         int // grow: store replicas
 	overallTimeout time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rank", flag.ContinueOnError)
-	fs.StringVar(&o.mode, "mode", "", "detect or coll")
-	fs.IntVar(&o.victim, "victim", -1, "detect: the rank the driver kills (default: the last)")
-	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect: sleep between two looks at ProcFailed")
-	fs.DurationVar(&o.wait, "wait", time.Minute, "detect: how long the victim waits to be killed before giving up")
+	fs.StringVar(&o.mode, "mode", "", "detect, replace, grow or coll")
+	fs.IntVar(&o.keys, "keys", 10000, "grow: keys put in the store")
+	fs.IntVar(&o.value, "value", 64, "grow: bytes per value")
+	fs.IntVar(&o.copies, "copies", 3, "grow: store replicas per key")
+	fs.StringVar(&o.first, "first", "replace", "replace: the operation the survivors call first, replace or shrink")
+	fs.IntVar(&o.victim, "victim", -1, "detect, replace, grow: the rank the driver kills (default: the last)")
+	fs.DurationVar(&o.poll, "poll", 50*time.Microsecond, "detect, replace, grow: sleep between two looks at ProcFailed")
+	fs.DurationVar(&o.wait, "wait", time.Minute, "detect, replace, grow: how long the victim waits to be killed before giving up")
 	fs.IntVar(&o.iters, "iters", 50, "coll: timed Agree and Shrink calls")
 	fs.IntVar(&o.warmup, "warmup", 5, "coll: untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.rounds, "rounds", 10, "coll: revoke rounds")
@@ -77,8 +108,12 @@ func parseOptions(args []string) (options, error) {
 	switch {
 	case fs.NArg() != 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.mode != "detect" && o.mode != "coll":
-		return o, fmt.Errorf("-mode %q: want detect or coll", o.mode)
+	case o.mode != "detect" && o.mode != "replace" && o.mode != "grow" && o.mode != "coll":
+		return o, fmt.Errorf("-mode %q: want detect, replace, grow or coll", o.mode)
+	case o.keys < 1 || o.value < 1 || o.copies < 1:
+		return o, errors.New("-keys, -value and -copies must be positive")
+	case o.first != "replace" && o.first != "shrink":
+		return o, fmt.Errorf("-first %q: want replace or shrink", o.first)
 	case o.iters < 1 || o.warmup < 0 || o.rounds < 0:
 		return o, errors.New("-iters must be positive, -warmup and -rounds not negative")
 	case o.poll < 0 || o.wait <= 0 || o.overallTimeout <= 0:
@@ -88,6 +123,7 @@ func parseOptions(args []string) (options, error) {
 }
 
 func main() {
+	start := time.Now()
 	o, err := parseOptions(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rank:", err)
@@ -100,10 +136,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rank: init:", err)
 		os.Exit(1)
 	}
-	switch o.mode {
-	case "detect":
+	_, spare := c.Replaces()
+	switch {
+	case spare && o.mode == "replace":
+		err = spareJoined(ctx, c, start)
+	case spare && o.mode == "grow":
+		err = growJoin(ctx, c, o)
+	case spare:
+		err = fmt.Errorf("started as a spare in mode %s", o.mode)
+	case o.mode == "detect":
 		err = detect(ctx, c, o)
-	case "coll":
+	case o.mode == "replace":
+		err = replace(ctx, c, o)
+	case o.mode == "grow":
+		err = grow(ctx, c, o)
+	case o.mode == "coll":
 		err = coll(ctx, c, o)
 	}
 	if err != nil {
@@ -130,12 +177,38 @@ func pause(d time.Duration) {
 }
 
 func detect(ctx context.Context, c *comm.Comm, o options) error {
+	if err := watch(ctx, c, o); err != nil {
+		return err
+	}
+	// Leave together: a survivor that exited while another still watched
+	// would look to that one like a second failure. The agreement completes
+	// only when every survivor takes part, that is, once every survivor knew.
+	c.AckFailed(c.Size())
+	leave(ctx, c)
+	return c.Close()
+}
+
+// leave runs the closing Agree on c, bounded by leaveTimeout; the
+// measurement is done by then, so a failed agreement only prints a warning.
+func leave(ctx context.Context, c *comm.Comm) {
+	actx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	if _, err := c.Agree(actx, 1); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: closing agreement: %v\n", c.Rank(), err)
+	}
+}
+
+// watch is the common start of detect and replace: after a barrier the
+// victim gives its pid and waits to be killed (it never returns nil); the
+// others watch it and return once they know it failed, having printed
+// "knew".
+func watch(ctx context.Context, c *comm.Comm, o options) error {
 	victim := ftrma.Rank(o.victim)
 	if o.victim < 0 {
 		victim = ftrma.Rank(c.Size() - 1)
 	}
 	if c.Size() < 2 || int(victim) >= c.Size() {
-		return fmt.Errorf("detect needs at least 2 ranks and a victim below %d (victim %d)", c.Size(), victim)
+		return fmt.Errorf("%s needs at least 2 ranks and a victim below %d (victim %d)", o.mode, c.Size(), victim)
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return fmt.Errorf("barrier: %w", err)
@@ -180,21 +253,129 @@ func detect(ctx context.Context, c *comm.Comm, o options) error {
 	if len(others) > 0 {
 		out("alsofailed %d %s", c.Rank(), strings.Join(others, ","))
 	}
-	// Leave together: a survivor that exited while another still watched
-	// would look to that one like a second failure. The agreement completes
-	// only when every survivor takes part, that is, once every survivor knew.
-	c.AckFailed(c.Size())
-	actx, cancel := context.WithTimeout(ctx, leaveTimeout)
-	defer cancel()
-	if _, err := c.Agree(actx, 1); err != nil {
-		fmt.Fprintf(os.Stderr, "rank %d: warning: closing agreement: %v\n", c.Rank(), err)
+	return nil
+}
+
+// leaveTimeout bounds the closing agreements of detect and replace.
+const leaveTimeout = 10 * time.Second
+
+// replace is a survivor's side of replace mode: once it knows of the
+// failure it calls Replace and Shrink on the world, in the order o.first
+// gives, and prints the times of each. The victim never returns nil.
+func replace(ctx context.Context, c *comm.Comm, o options) error {
+	if err := watch(ctx, c, o); err != nil {
+		return err
 	}
+	var replaced, shrunk *comm.Comm
+	ops := []string{"replace", "shrink"}
+	if o.first == "shrink" {
+		ops = []string{"shrink", "replace"}
+	}
+	for _, op := range ops {
+		t0 := time.Now().UnixNano()
+		var err error
+		if op == "replace" {
+			replaced, err = c.Replace(ctx)
+		} else {
+			shrunk, err = c.Shrink(ctx)
+		}
+		t1 := time.Now().UnixNano()
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		out("op %s %d %d %d", op, c.Rank(), t0, t1)
+	}
+	if replaced.Size() != c.Size() || replaced.Rank() != c.Rank() || shrunk.Size() != c.Size()-1 {
+		return fmt.Errorf("replace gave rank %d of %d, shrink a communicator of %d; want %d of %d and %d",
+			replaced.Rank(), replaced.Size(), shrunk.Size(), c.Rank(), c.Size(), c.Size()-1)
+	}
+	leave(ctx, replaced)
+	replaced.Close()
+	shrunk.Close()
 	return c.Close()
 }
 
-// leaveTimeout bounds the survivors' closing agreement in detect mode; the
-// measurement is done by then, so a failed agreement only prints a warning.
-const leaveTimeout = 10 * time.Second
+// spareJoined is the spare's side of replace mode: Init (begun at start)
+// has just returned the replaced communicator c.
+func spareJoined(ctx context.Context, c *comm.Comm, start time.Time) error {
+	out("op spareinit %d %d %d", c.Rank(), start.UnixNano(), time.Now().UnixNano())
+	leave(ctx, c)
+	return c.Close()
+}
+
+func growKey(i int) []byte { return fmt.Appendf(nil, "key-%06d", i) }
+
+// growValue is key i's value: value bytes that name the key.
+func growValue(i, value int) []byte {
+	v := make([]byte, value)
+	copy(v, growKey(i))
+	for j := len(growKey(i)); j < value; j++ {
+		v[j] = byte(i + j)
+	}
+	return v
+}
+
+// grow is a survivor's side of grow mode; the victim never returns nil.
+func grow(ctx context.Context, c *comm.Comm, o options) error {
+	s, err := store.Open(ctx, c, store.Options{Copies: o.copies})
+	if err != nil {
+		return fmt.Errorf("store open: %w", err)
+	}
+	for i := int(c.Rank()); i < o.keys; i += c.Size() {
+		if err := s.Put(ctx, growKey(i), growValue(i, o.value)); err != nil {
+			return fmt.Errorf("put %d: %w", i, err)
+		}
+	}
+	if err := watch(ctx, c, o); err != nil {
+		return err
+	}
+	nc, err := c.Replace(ctx)
+	if err != nil {
+		return fmt.Errorf("replace: %w", err)
+	}
+	t0 := time.Now().UnixNano()
+	if err := s.Grow(ctx, nc); err != nil {
+		return fmt.Errorf("grow: %w", err)
+	}
+	t1 := time.Now().UnixNano()
+	st := s.Stats()
+	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
+	if c.Rank() == 0 {
+		for i := range o.keys {
+			v, err := s.Get(ctx, growKey(i))
+			if err != nil {
+				return fmt.Errorf("get %d after grow: %w", i, err)
+			}
+			if !bytes.Equal(v, growValue(i, o.value)) {
+				return fmt.Errorf("get %d after grow: wrong value", i)
+			}
+		}
+	}
+	leave(ctx, nc)
+	if err := s.Close(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
+	}
+	nc.Close()
+	return c.Close()
+}
+
+// growJoin is the spare's side of grow mode: Init has returned the
+// replaced communicator c.
+func growJoin(ctx context.Context, c *comm.Comm, o options) error {
+	t0 := time.Now().UnixNano()
+	s, err := store.Join(ctx, c, store.Options{})
+	if err != nil {
+		return fmt.Errorf("store join: %w", err)
+	}
+	t1 := time.Now().UnixNano()
+	st := s.Stats()
+	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
+	leave(ctx, c)
+	if err := s.Close(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
+	}
+	return c.Close()
+}
 
 // agreeFlag is what rank r contributes to agreement number i: all ones but
 // bit (r+i) mod 64, so that the AND over n ranks must clear exactly bits

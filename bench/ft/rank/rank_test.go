@@ -53,7 +53,11 @@ func TestParseOptions(t *testing.T) {
 	if err != nil || o.iters != 7 || o.rounds != 0 || o.victim != -1 || o.poll != 50*time.Microsecond {
 		t.Errorf("parseOptions = %+v, %v", o, err)
 	}
-	for _, bad := range [][]string{{}, {"-mode", "x"}, {"-mode", "coll", "-iters", "0"}, {"-mode", "detect", "-wait", "0s"}, {"-mode", "detect", "x"}} {
+	o, err = parseOptions([]string{"-mode", "replace", "-first", "shrink"})
+	if err != nil || o.first != "shrink" {
+		t.Errorf("parseOptions replace = %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{}, {"-mode", "x"}, {"-mode", "coll", "-iters", "0"}, {"-mode", "detect", "-wait", "0s"}, {"-mode", "detect", "x"}, {"-mode", "replace", "-first", "both"}} {
 		if _, err := parseOptions(bad); err == nil {
 			t.Errorf("parseOptions(%q) accepted", bad)
 		}
