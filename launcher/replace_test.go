@@ -33,37 +33,12 @@ func replaceHelper(rank int, args []string) int {
 	if firstDies && rank == 3 {
 		return 3
 	}
-	c, err := comm.Init(ctx)
+	nc, old, err := replaceAfterExit(ctx, rank, 1, firstDies)
 	if err != nil {
-		return fail("init: %v", err)
+		return fail("%v", err)
 	}
-	nc := c
-	if was, ok := c.Replaces(); ok {
-		fmt.Printf("rank %d replaces world rank %d as rank %d of %d\n", rank, was, c.Rank(), c.Size())
-	} else {
-		// The rank that exits leaves once its own barrier returns, when
-		// the others may still be in theirs: they may see it fail there.
-		if err := c.Barrier(ctx); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			return fail("first barrier: %v", err)
-		}
-		if rank == 1 {
-			os.Exit(3)
-		}
-		if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
-			return fail("barrier after rank 1 left: %v, want ErrProcFailed", err)
-		}
-		nc, err = c.Replace(ctx)
-		if firstDies {
-			if !errors.Is(err, comm.ErrReplace) {
-				return fail("replace with the first spare dying: %v, want ErrReplace", err)
-			}
-			fmt.Printf("rank %d: first replace: %v\n", rank, err)
-			nc, err = c.Replace(ctx)
-		}
-		if err != nil {
-			return fail("replace: %v", err)
-		}
-		defer c.Close()
+	if old != nil {
+		defer old.Close()
 	}
 	defer nc.Close()
 	if err := nc.Barrier(ctx); err != nil {
@@ -89,6 +64,47 @@ func replaceHelper(rank int, args []string) int {
 	}
 	fmt.Printf("rank %d is %d of %d after replace, its left neighbour is world rank %d\n", rank, nc.Rank(), nc.Size(), got)
 	return 0
+}
+
+// replaceAfterExit is how the Replace helpers start: every rank joins
+// with comm.Init and passes a barrier; rank die then exits with status 3;
+// the others find the next barrier failed and call Replace (with
+// retryAfterErrReplace, a first Replace must fail with ErrReplace, and
+// they call it again). A spare's Init returns the communicator Replace
+// made. It returns the communicator to go on with and, at a survivor, the
+// old one (to close after it).
+func replaceAfterExit(ctx context.Context, rank, die int, retryAfterErrReplace bool) (nc, old *comm.Comm, err error) {
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("init: %w", err)
+	}
+	if was, ok := c.Replaces(); ok {
+		fmt.Printf("rank %d replaces world rank %d as rank %d of %d\n", rank, was, c.Rank(), c.Size())
+		return c, nil, nil
+	}
+	// The rank that exits leaves once its own barrier returns, when the
+	// others may still be in theirs: they may see it fail there.
+	if err := c.Barrier(ctx); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+		return nil, nil, fmt.Errorf("first barrier: %w", err)
+	}
+	if rank == die {
+		os.Exit(3)
+	}
+	if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
+		return nil, nil, fmt.Errorf("barrier after rank %d left: %v, want ErrProcFailed", die, err)
+	}
+	nc, err = c.Replace(ctx)
+	if retryAfterErrReplace {
+		if !errors.Is(err, comm.ErrReplace) {
+			return nil, nil, fmt.Errorf("replace with the first spare dying: %v, want ErrReplace", err)
+		}
+		fmt.Printf("rank %d: first replace: %v\n", rank, err)
+		nc, err = c.Replace(ctx)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("replace: %w", err)
+	}
+	return nc, c, nil
 }
 
 // Through ftrun --respawn=1, over TCP and shared memory: rank 1 of 3

@@ -3,7 +3,6 @@ package launcher
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
@@ -53,29 +51,12 @@ func hybridReplaceHelper(rank, die int) int {
 		fmt.Fprintf(os.Stderr, "rank %d: %s\n", rank, fmt.Sprintf(format, args...))
 		return 1
 	}
-	c, err := comm.Init(ctx)
+	nc, old, err := replaceAfterExit(ctx, rank, die, false)
 	if err != nil {
-		return fail("init: %v", err)
+		return fail("%v", err)
 	}
-	nc := c
-	if was, ok := c.Replaces(); ok {
-		fmt.Printf("rank %d replaces world rank %d as rank %d of %d\n", rank, was, c.Rank(), c.Size())
-	} else {
-		// The rank that exits leaves once its own barrier returns, when
-		// the others may still be in theirs: they may see it fail there.
-		if err := c.Barrier(ctx); err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			return fail("first barrier: %v", err)
-		}
-		if rank == die {
-			os.Exit(3)
-		}
-		if err := c.Barrier(ctx); !errors.Is(err, ftrma.ErrProcFailed) {
-			return fail("barrier after rank %d left: %v, want ErrProcFailed", die, err)
-		}
-		if nc, err = c.Replace(ctx); err != nil {
-			return fail("replace: %v", err)
-		}
-		defer c.Close()
+	if old != nil {
+		defer old.Close()
 	}
 	defer nc.Close()
 	if err := nc.Barrier(ctx); err != nil {
