@@ -49,7 +49,7 @@ var allowed = map[string][]string{
 	"bench/rma":               {"internal/result", "bench/internal/host"},
 	"bench/rma/rank":          {"", "comm", "window"},
 	"bench/ft":                {"internal/result", "bench/internal/host", "failure"},
-	"bench/ft/rank":           {"", "comm"},
+	"bench/ft/rank":           {"", "comm", "store"},
 	"bench/store":             {"internal/result", "bench/internal/host"},
 	"bench/results":           {"internal/result"},
 	"bench/verbslat":          {"internal/result"},
