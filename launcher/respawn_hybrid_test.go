@@ -14,7 +14,6 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/startup"
-	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -193,101 +192,22 @@ func hybridDieHelper(rank int) int {
 	}
 	peers := []ftrma.Rank{1, 2, 3, 4}
 	peers = slices.DeleteFunc(peers, func(p ftrma.Rank) bool { return int(p) == rank })
-	mem := make([]byte, 8*size)
-	if a, ok := t.(transport.Allocator); ok {
-		if mem, err = a.Alloc(8 * size); err != nil {
-			return fail("alloc: %v", err)
-		}
-	}
-	key, err := t.Register(mem)
-	if err != nil {
-		return fail("register: %v", err)
-	}
-	var kept []received
-	var down []ftrma.Rank
-	// got waits for a message starting with word from every peer; rank
-	// 0's down events are noted on the way.
-	got := func(word string) (map[ftrma.Rank]string, error) {
-		out := make(map[ftrma.Rank]string)
-		take := func(m received) {
-			if rest, ok := strings.CutPrefix(m.msg, word); ok {
-				out[m.from] = rest
-			} else {
-				kept = append(kept, m)
-			}
-		}
-		old := kept
-		kept = nil
-		for _, m := range old {
-			take(m)
-		}
-		for len(out) < len(peers) {
-			select {
-			case m := <-recv.msgs:
-				take(m)
-			case p := <-recv.down:
-				if p != 0 {
-					return nil, fmt.Errorf("rank %d went down", p)
-				}
-				down = append(down, p)
-			case <-ctx.Done():
-				return nil, fmt.Errorf("waiting for %q: %v", word, ctx.Err())
-			}
-		}
-		return out, nil
-	}
-	sendAll := func(msg string) error {
-		for _, p := range peers {
-			if err := t.Send(p, []byte(msg)); err != nil {
-				return fmt.Errorf("send %q to %d: %w", msg, p, err)
-			}
-		}
-		return nil
-	}
-	if err := sendAll(fmt.Sprintf("key %d", key)); err != nil {
+	x := &xfer{ctx: ctx, t: t, recv: recv, peers: peers, mayDie: []ftrma.Rank{0}}
+	if err := x.exchangeWrites(rank, size); err != nil {
 		return fail("%v", err)
-	}
-	keys, err := got("key ")
-	if err != nil {
-		return fail("%v", err)
-	}
-	for _, p := range peers {
-		k, err := strconv.ParseUint(keys[p], 10, 32)
-		if err != nil {
-			return fail("key of %d: %q", p, keys[p])
-		}
-		var v [8]byte
-		binary.LittleEndian.PutUint64(v[:], uint64(rank+1))
-		if _, err := t.Write(p, transport.Key(k), uint64(8*rank), v[:]); err != nil {
-			return fail("write to %d: %v", p, err)
-		}
-		if err := t.Flush(ctx, p); err != nil {
-			return fail("flush to %d: %v", p, err)
-		}
-	}
-	if err := sendAll("done"); err != nil {
-		return fail("%v", err)
-	}
-	if _, err := got("done"); err != nil {
-		return fail("%v", err)
-	}
-	for _, p := range peers {
-		if v := binary.LittleEndian.Uint64(mem[8*p:]); v != uint64(p+1) {
-			return fail("slot of %d holds %d, want %d", p, v, p+1)
-		}
 	}
 	// Rank 0's exit is reported to every live rank (ftrun's notice, at
 	// least): wait for it.
-	for len(down) == 0 {
+	for len(x.down) == 0 {
 		select {
 		case <-recv.down:
-			down = append(down, 0)
+			x.down = append(x.down, 0)
 		case <-ctx.Done():
 			return fail("rank 0 never reported down")
 		}
 	}
 	fmt.Printf("rank %d exchanged messages and writes with ranks %v; rank 0 down\n", rank, peers)
-	if err := sendAll("bye"); err != nil {
+	if err := x.sendAll("bye"); err != nil {
 		return fail("%v", err)
 	}
 	// The others may be gone by now: a best-effort wait.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,16 +46,6 @@ func spawnXferHelper(rank int) int {
 	if spawned != (rank == 2) {
 		return fail("Spawned %v", spawned)
 	}
-	mem := make([]byte, 8*size)
-	if a, ok := t.(transport.Allocator); ok {
-		if mem, err = a.Alloc(8 * size); err != nil {
-			return fail("alloc: %v", err)
-		}
-	}
-	key, err := t.Register(mem)
-	if err != nil {
-		return fail("register: %v", err)
-	}
 	if spawned {
 		fmt.Printf("rank %d spawned with %s, failed at join %v, live %v\n", rank, payload, s.FailedAtJoin(), s.LiveAtJoin())
 	} else {
@@ -79,86 +70,130 @@ func spawnXferHelper(rank int) int {
 			peers = append(peers, p)
 		}
 	}
-	sendAll := func(msg string) error {
-		for _, p := range peers {
-			if err := t.Send(p, []byte(msg)); err != nil {
-				return fmt.Errorf("send %q to %d: %w", msg, p, err)
-			}
-		}
-		return nil
-	}
-	// got waits for a message starting with word from every peer, and
-	// keeps the others for later.
-	var kept []received
-	got := func(word string, byeRound bool) (map[ftrma.Rank]string, error) {
-		out := make(map[ftrma.Rank]string)
-		take := func(m received) {
-			if rest, ok := strings.CutPrefix(m.msg, word); ok {
-				out[m.from] = rest
-			} else {
-				kept = append(kept, m)
-			}
-		}
-		old := kept
-		kept = nil
-		for _, m := range old {
-			take(m)
-		}
-		for len(out) < len(peers) {
-			select {
-			case m := <-recv.msgs:
-				take(m)
-			case p := <-recv.down:
-				if !byeRound {
-					return nil, fmt.Errorf("rank %d went down", p)
-				}
-				out[p] = ""
-			case <-ctx.Done():
-				return nil, fmt.Errorf("waiting for %q: %v", word, ctx.Err())
-			}
-		}
-		return out, nil
-	}
-	if err := sendAll(fmt.Sprintf("key %d", key)); err != nil {
+	x := &xfer{ctx: ctx, t: t, recv: recv, peers: peers}
+	if err := x.exchangeWrites(rank, size); err != nil {
 		return fail("%v", err)
-	}
-	keys, err := got("key ", false)
-	if err != nil {
-		return fail("%v", err)
-	}
-	for _, p := range peers {
-		k, err := strconv.ParseUint(keys[p], 10, 32)
-		if err != nil {
-			return fail("key of %d: %q", p, keys[p])
-		}
-		var v [8]byte
-		binary.LittleEndian.PutUint64(v[:], uint64(rank+1))
-		if _, err := t.Write(p, transport.Key(k), uint64(8*rank), v[:]); err != nil {
-			return fail("write to %d: %v", p, err)
-		}
-		if err := t.Flush(ctx, p); err != nil {
-			return fail("flush to %d: %v", p, err)
-		}
-	}
-	if err := sendAll("done"); err != nil {
-		return fail("%v", err)
-	}
-	if _, err := got("done", false); err != nil {
-		return fail("%v", err)
-	}
-	for _, p := range peers {
-		if v := binary.LittleEndian.Uint64(mem[8*p:]); v != uint64(p+1) {
-			return fail("slot of %d holds %d, want %d", p, v, p+1)
-		}
 	}
 	fmt.Printf("rank %d of %d exchanged messages and writes with ranks %v\n", rank, t.Size(), peers)
-	if err := sendAll("bye"); err != nil {
+	if err := x.sendAll("bye"); err != nil {
 		return fail("%v", err)
 	}
-	if _, err := got("bye", true); err != nil {
+	if _, err := x.got("bye", true); err != nil {
 		return fail("%v", err)
 	}
 	return 0
+}
+
+// xfer is one rank's side of the exchanges of the spare transport tests,
+// over a transport joined with startup.Join and its chanReceiver.
+type xfer struct {
+	ctx   context.Context
+	t     transport.Transport
+	recv  *chanReceiver
+	peers []ftrma.Rank
+	// mayDie are peers whose going down is noted in down rather than an
+	// error (outside the bye round).
+	mayDie []ftrma.Rank
+	down   []ftrma.Rank
+	kept   []received // messages for a later got
+}
+
+func (x *xfer) sendAll(msg string) error {
+	for _, p := range x.peers {
+		if err := x.t.Send(p, []byte(msg)); err != nil {
+			return fmt.Errorf("send %q to %d: %w", msg, p, err)
+		}
+	}
+	return nil
+}
+
+// got waits for a message starting with word from every peer (what
+// follows word, by peer), and keeps the others for later. In the bye
+// round a peer that goes down counts as having answered.
+func (x *xfer) got(word string, byeRound bool) (map[ftrma.Rank]string, error) {
+	out := make(map[ftrma.Rank]string)
+	take := func(m received) {
+		if rest, ok := strings.CutPrefix(m.msg, word); ok {
+			out[m.from] = rest
+		} else {
+			x.kept = append(x.kept, m)
+		}
+	}
+	old := x.kept
+	x.kept = nil
+	for _, m := range old {
+		take(m)
+	}
+	for len(out) < len(x.peers) {
+		select {
+		case m := <-x.recv.msgs:
+			take(m)
+		case p := <-x.recv.down:
+			switch {
+			case byeRound:
+				out[p] = ""
+			case slices.Contains(x.mayDie, p):
+				x.down = append(x.down, p)
+			default:
+				return nil, fmt.Errorf("rank %d went down", p)
+			}
+		case <-x.ctx.Done():
+			return nil, fmt.Errorf("waiting for %q: %v", word, x.ctx.Err())
+		}
+	}
+	return out, nil
+}
+
+// exchangeWrites registers 8 bytes a rank of a job of size, exchanges the
+// memory keys by message, Writes rank+1 into this rank's slot of every
+// peer's memory, flushes, and says "done"; a message comes after the
+// operations posted before it, so on every peer's "done" its Write has
+// landed, and it checks its memory.
+func (x *xfer) exchangeWrites(rank, size int) error {
+	mem := make([]byte, 8*size)
+	if a, ok := x.t.(transport.Allocator); ok {
+		var err error
+		if mem, err = a.Alloc(8 * size); err != nil {
+			return fmt.Errorf("alloc: %w", err)
+		}
+	}
+	key, err := x.t.Register(mem)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	if err := x.sendAll(fmt.Sprintf("key %d", key)); err != nil {
+		return err
+	}
+	keys, err := x.got("key ", false)
+	if err != nil {
+		return err
+	}
+	for _, p := range x.peers {
+		k, err := strconv.ParseUint(keys[p], 10, 32)
+		if err != nil {
+			return fmt.Errorf("key of %d: %q", p, keys[p])
+		}
+		var v [8]byte
+		binary.LittleEndian.PutUint64(v[:], uint64(rank+1))
+		if _, err := x.t.Write(p, transport.Key(k), uint64(8*rank), v[:]); err != nil {
+			return fmt.Errorf("write to %d: %w", p, err)
+		}
+		if err := x.t.Flush(x.ctx, p); err != nil {
+			return fmt.Errorf("flush to %d: %w", p, err)
+		}
+	}
+	if err := x.sendAll("done"); err != nil {
+		return err
+	}
+	if _, err := x.got("done", false); err != nil {
+		return err
+	}
+	for _, p := range x.peers {
+		if v := binary.LittleEndian.Uint64(mem[8*p:]); v != uint64(p+1) {
+			return fmt.Errorf("slot of %d holds %d, want %d", p, v, p+1)
+		}
+	}
+	return nil
 }
 
 // A spare started at a rank's request joins the transport of the ranks
