@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,8 +25,37 @@ func testCkptRespawn(t *testing.T) {
 	if !ok {
 		want = "590500503"
 	}
-	out, code := ftrun(t, 3*time.Minute, "--oversubscribe", "--respawn=2", "-n", "8", "--tag-output",
+	checkCkptRespawn(t, want, "--oversubscribe", "--respawn=2", "-n", "8", "--tag-output",
 		prog, "-respawn", "-crash", "2@0.25", "-crash", "5@0.5")
+}
+
+// The same with ftrun's --kill, from outside, at about a quarter and a
+// half of the failure-free run (as TestCkptSameResultUnderKills). On a
+// loaded machine a rank may have finished its list when it is killed: its
+// replacement then resumes it at its end.
+func TestCkptRespawnUnderKills(t *testing.T) { eachTransport(t, testCkptRespawnUnderKills) }
+
+func testCkptRespawnUnderKills(t *testing.T) {
+	prog := filepath.Join(bins(t), "ckpt")
+	start := time.Now()
+	out, code := ftrun(t, 2*time.Minute, "--oversubscribe", "-n", "8", "--tag-output", prog)
+	d := time.Since(start)
+	if code != 0 {
+		t.Fatalf("failure-free run: exit %d:\n%s", code, out)
+	}
+	want, _, _ := ckptResult(t, out)
+	k2, k5 := (d * 27 / 100).Round(time.Millisecond), (d * 54 / 100).Round(time.Millisecond)
+	checkCkptRespawn(t, want, "--oversubscribe", "--respawn=2", "-n", "8", "--tag-output",
+		"--kill", fmt.Sprintf("2@%v", k2), "--kill", fmt.Sprintf("5@%v", k5), prog, "-respawn")
+}
+
+// checkCkptRespawn runs ftrun with args, a ckpt -respawn job of 8 ranks
+// in which ranks 2 and 5 fail, and checks that it ends with want nodes, 8
+// ranks of 8, nobody adopting, ranks 2 and 5 replaced, and each
+// replacement resuming its list (or finding it done).
+func checkCkptRespawn(t *testing.T, want string, args ...string) {
+	t.Helper()
+	out, code := ftrun(t, 3*time.Minute, args...)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
