@@ -1,13 +1,10 @@
 package tcp
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/transporttest"
 )
 
@@ -16,60 +13,9 @@ import (
 // absent spares, PeerDown the failed ranks, Connect to the live ones.
 func spareJob(t testing.TB, live, spares int, spin time.Duration) *transporttest.Spares {
 	t.Helper()
-	size := live + spares
-	var absent []ftrma.Rank
-	for s := live; s < size; s++ {
-		absent = append(absent, ftrma.Rank(s))
-	}
-	w := &transporttest.Spares{Live: live, Ranks: make([]transport.Transport, size)}
-	addrs := make([]string, size)
-	ts := make([]*Transport, size)
-	for r := range live {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: size, Secret: secret, Spin: spin, Absent: absent})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		ts[r], addrs[r], w.Ranks[r] = tr, tr.Addr(), tr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errc := make(chan error, live)
-	for r := range live {
-		go func() { errc <- ts[r].Connect(ctx, addrs) }()
-	}
-	for range live {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.Start = func(s int, up, failed []int) (transport.Transport, string, func(context.Context) error) {
-		var absent []ftrma.Rank
-		mine := make([]string, size)
-		known := map[int]bool{s: true}
-		for _, r := range up {
-			mine[r], known[r] = addrs[r], true
-		}
-		for _, r := range failed {
-			known[r] = true
-		}
-		for r := range size {
-			if !known[r] {
-				absent = append(absent, ftrma.Rank(r))
-			}
-		}
-		tr, err := Listen(Config{Rank: ftrma.Rank(s), Size: size, Secret: secret, Spin: spin, Absent: absent, Late: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		ts[s], addrs[s] = tr, tr.Addr()
-		for _, r := range failed {
-			tr.PeerDown(ftrma.Rank(r), errors.New("failed before this rank started"))
-		}
-		return tr, tr.Addr(), func(ctx context.Context) error { return tr.Connect(ctx, mine) }
-	}
-	return w
+	return transporttest.AddressedSpares(t, live, spares, func(r ftrma.Rank, absent []ftrma.Rank, late bool) (*Transport, error) {
+		return Listen(Config{Rank: r, Size: live + spares, Secret: secret, Spin: spin, Absent: absent, Late: late})
+	})
 }
 
 // TestAdmission runs the admission contract (transporttest.RunAdmission) on

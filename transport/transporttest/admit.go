@@ -425,3 +425,75 @@ func testAdmitFence(t *testing.T, f SpareFactory) {
 		t.Fatalf("spare's write toward rank 1 after rank 0 fenced it: %v", err)
 	}
 }
+
+// AddressedTransport is a transport whose ranks connect with the list of
+// every rank's address ("" for a rank not started), as tcp and verbs do.
+type AddressedTransport interface {
+	transport.Transport
+	Addr() string
+	Connect(ctx context.Context, addrs []string) error
+}
+
+// AddressedSpares builds a SpareFactory's job for an AddressedTransport:
+// it opens live ranks of a job of live+spares ranks with the spares
+// absent and connects them, and its Start opens a spare late with the
+// ranks neither up nor failed absent, reports the failed ranks down, and
+// connects it with the live ranks' addresses. open opens rank r of the
+// job; the transports are closed at the test's clean-up.
+func AddressedSpares[T AddressedTransport](t testing.TB, live, spares int, open func(r ftrma.Rank, absent []ftrma.Rank, late bool) (T, error)) *Spares {
+	t.Helper()
+	size := live + spares
+	var absent []ftrma.Rank
+	for s := live; s < size; s++ {
+		absent = append(absent, ftrma.Rank(s))
+	}
+	w := &Spares{Live: live, Ranks: make([]transport.Transport, size)}
+	addrs := make([]string, size)
+	ts := make([]T, size)
+	for r := range live {
+		tr, err := open(ftrma.Rank(r), absent, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r], addrs[r], w.Ranks[r] = tr, tr.Addr(), tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, live)
+	for r := range live {
+		go func() { errc <- ts[r].Connect(ctx, addrs) }()
+	}
+	for range live {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Start = func(s int, up, failed []int) (transport.Transport, string, func(context.Context) error) {
+		mine := make([]string, size)
+		known := map[int]bool{s: true}
+		for _, r := range up {
+			mine[r], known[r] = addrs[r], true
+		}
+		for _, r := range failed {
+			known[r] = true
+		}
+		var absent []ftrma.Rank
+		for r := range size {
+			if !known[r] {
+				absent = append(absent, ftrma.Rank(r))
+			}
+		}
+		tr, err := open(ftrma.Rank(s), absent, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[s], addrs[s] = tr, tr.Addr()
+		for _, r := range failed {
+			tr.PeerDown(ftrma.Rank(r), errors.New("failed before this rank started"))
+		}
+		return tr, tr.Addr(), func(ctx context.Context) error { return tr.Connect(ctx, mine) }
+	}
+	return w
+}
