@@ -128,34 +128,92 @@ func testStoreLinearizableUnderKills(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
-			for k := range 4 {
-				if !regexp.MustCompile(fmt.Sprintf(`(?m)\] whole %d 3$`, k)).MatchString(out) {
-					t.Errorf("key %d did not get 3 whole replicas back:\n%s", k, out)
-				}
+			checkKVLin(t, dir, out, seed)
+		})
+	}
+}
+
+// checkKVLin checks a kvlin job of 4 keys with 3 copies whose output is
+// out and histories are in dir: every key got 3 whole replicas back,
+// enough operations completed, compare-and-swaps both swapped and did
+// not, and the history is linearizable (a visualization is kept under the
+// seed's name when it is not).
+func checkKVLin(t *testing.T, dir, out string, seed uint64) {
+	t.Helper()
+	for k := range 4 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)\] whole %d 3$`, k)).MatchString(out) {
+			t.Errorf("key %d did not get 3 whole replicas back:\n%s", k, out)
+		}
+	}
+	ops, done, open := readHistory(t, dir)
+	if least := map[bool]int{false: 500, true: 150}[emulated()]; done < least {
+		t.Fatalf("only %d operations completed:\n%s", done, out)
+	}
+	swaps := map[bool]int{}
+	for _, op := range ops {
+		if in, out := op.Input.(kvcheck.Input), op.Output.(kvcheck.Output); in.Kind == "cas" && !out.Unknown {
+			swaps[out.Swapped]++
+		}
+	}
+	if swaps[true] == 0 || swaps[false] == 0 {
+		t.Errorf("compare-and-swaps: %d swapped, %d did not: the history does not test both", swaps[true], swaps[false])
+	}
+	t.Logf("compare-and-swaps: %d swapped, %d did not", swaps[true], swaps[false])
+	res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
+	t.Logf("%d operations completed, %d left open by kills or errors: %v", done, open, res)
+	if res != porcupine.Ok {
+		viz := filepath.Join(os.TempDir(), fmt.Sprintf("ftrma-lin-%d.html", seed))
+		if err := porcupine.VisualizePath(kvcheck.Model, info, viz); err == nil {
+			t.Logf("visualization in %s", viz)
+		}
+		t.Fatalf("history not linearizable (%v)", res)
+	}
+}
+
+// The same under respawn (ftrun --respawn=2, kvlin ... respawn): ranks
+// killed during the run are replaced while the clients go on, the store
+// grows onto each new communicator (Grow at the survivors, Join at the
+// replacement, whose clients then run too), and the history of every key
+// stays linearizable, every key ending with 3 whole replicas.
+func TestStoreLinearizableUnderRespawn(t *testing.T) {
+	eachTransport(t, testStoreLinearizableUnderRespawn)
+}
+
+func testStoreLinearizableUnderRespawn(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for _, c := range []struct {
+		name  string
+		kills int
+	}{{"one", 1}, {"two", 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := sharedTempDir(t)
+			a := 1 + rng.IntN(7)
+			b := 1 + (a+rng.IntN(6))%7
+			at := 600*time.Millisecond + time.Duration(rng.IntN(400))*time.Millisecond
+			run := "2.5s"
+			if emulated() {
+				at, run = at+6*time.Second, "10s"
 			}
-			ops, done, open := readHistory(t, dir)
-			if least := map[bool]int{false: 500, true: 150}[emulated()]; done < least {
-				t.Fatalf("only %d operations completed:\n%s", done, out)
+			args := []string{"--respawn=2", "-n", "8", "--tag-output", "--kill", fmt.Sprintf("%d@%v", a, at)}
+			t.Logf("seed %d: killing rank %d at %v", seed, a, at)
+			if c.kills == 2 {
+				args = append(args, "--kill", fmt.Sprintf("%d@%v", b, at+500*time.Millisecond))
+				t.Logf("and rank %d at %v", b, at+500*time.Millisecond)
 			}
-			swaps := map[bool]int{}
-			for _, op := range ops {
-				if in, out := op.Input.(kvcheck.Input), op.Output.(kvcheck.Output); in.Kind == "cas" && !out.Unknown {
-					swaps[out.Swapped]++
-				}
+			args = append(args, filepath.Join(bins(t), "testprog"), "kvlin", dir, run, "3", "4", "6ms", "respawn")
+			out, code := ftrun(t, 4*time.Minute, args...)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
 			}
-			if swaps[true] == 0 || swaps[false] == 0 {
-				t.Errorf("compare-and-swaps: %d swapped, %d did not: the history does not test both", swaps[true], swaps[false])
+			if n := len(regexp.MustCompile(`(?m)\] replaced: 8 ranks now$`).FindAllString(out, -1)); n < 7 {
+				t.Errorf("%d ranks replaced the failed ones, want at least the 7 survivors:\n%s", n, out)
 			}
-			t.Logf("compare-and-swaps: %d swapped, %d did not", swaps[true], swaps[false])
-			res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
-			t.Logf("%d operations completed, %d left open by kills or errors: %v", done, open, res)
-			if res != porcupine.Ok {
-				viz := filepath.Join(os.TempDir(), fmt.Sprintf("ftrma-lin-%d.html", seed))
-				if err := porcupine.VisualizePath(kvcheck.Model, info, viz); err == nil {
-					t.Logf("visualization in %s", viz)
-				}
-				t.Fatalf("history not linearizable (%v)", res)
+			spares, _ := filepath.Glob(filepath.Join(dir, "hist.[89]"))
+			if len(spares) != c.kills {
+				t.Errorf("%d replacements ran clients, want %d", len(spares), c.kills)
 			}
+			checkKVLin(t, dir, out, seed)
 		})
 	}
 }

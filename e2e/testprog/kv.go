@@ -19,7 +19,7 @@ import (
 	"github.com/ftrma/ftrma/store"
 )
 
-// kvlin DIR DURATION COPIES KEYS [PACE]: every rank runs two clients that put,
+// kvlin DIR DURATION COPIES KEYS [PACE [respawn]]: every rank runs two clients that put,
 // get and delete random keys of a small shared set for DURATION, pausing up to
 // PACE (default 0) between operations so that the history stays small enough
 // to check on a fast transport, recording every
@@ -28,10 +28,17 @@ import (
 // calls without returns. Then each survivor reads every key once more, and
 // the lowest survivor waits until recovery has given every key COPIES whole
 // replicas and prints "whole KEY n" lines.
+//
+// With "respawn" (under ftrun --respawn) a failure makes every survivor
+// Replace the failed ranks and Grow the store onto the new communicator,
+// while the clients go on; a replacement Joins the store and runs its
+// clients until the others' end (rank 0 puts it in the store at the
+// start). Clients are numbered by world rank, histories named by it.
 func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	if len(args) < 4 {
-		return errors.New("kvlin DIR DURATION COPIES KEYS [PACE]")
+		return errors.New("kvlin DIR DURATION COPIES KEYS [PACE [respawn]]")
 	}
+	respawn := len(args) > 5 && args[5] == "respawn"
 	var pace time.Duration
 	if len(args) > 4 {
 		var err error
@@ -52,11 +59,44 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, c, store.Options{Copies: copies})
+	opt := store.Options{Copies: copies}
+	var s *store.Store
+	_, replacement := c.Replaces()
+	if replacement {
+		s, err = store.Join(ctx, c, opt)
+	} else {
+		s, err = store.Open(ctx, c, opt)
+	}
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("hist.%d", c.Rank())), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	world := c.TransportRank(c.Rank())
+	end := time.Now().Add(dur)
+	endKey := []byte("kvlin/end")
+	switch {
+	case replacement:
+		b, err := s.Get(ctx, endKey)
+		if err != nil {
+			return fmt.Errorf("the run's end: %w", err)
+		}
+		at, _ := strconv.ParseInt(string(b), 10, 64)
+		end = time.Unix(0, at)
+	case respawn && c.Rank() == 0:
+		if err := s.Put(ctx, endKey, strconv.AppendInt(nil, end.UnixNano(), 10)); err != nil {
+			return err
+		}
+	}
+	cur := c // the latest communicator (respawn), guarded by curMu
+	var curMu sync.Mutex
+	stopWatch := func() {}
+	if respawn {
+		stopWatch = watchReplace(ctx, c, s, func(nc *comm.Comm) {
+			curMu.Lock()
+			cur = nc
+			curMu.Unlock()
+		})
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("hist.%d", world)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -116,10 +156,9 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			mu.Unlock()
 		}
 	}
-	end := time.Now().Add(dur)
 	var wg sync.WaitGroup
 	for g := range 2 {
-		cl := int(c.Rank())*2 + g
+		cl := int(world)*2 + g
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -152,9 +191,13 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	}
 	wg.Wait()
 	for k := range nkeys {
-		one(int(c.Rank())*2, "get", k, "-")
+		one(int(world)*2, "get", k, "-")
 	}
 	fmt.Printf("clients done\n")
+	stopWatch()
+	curMu.Lock()
+	c = cur
+	curMu.Unlock()
 	// The lowest survivor checks that recovery made every key whole again;
 	// the others wait for it (their memory holds replicas).
 	defer survivorsMeet(ctx, c)
@@ -279,6 +322,52 @@ func kvpause(ctx context.Context, c *comm.Comm, args []string) error {
 
 // survivorsMeet returns once every surviving rank has called it: the
 // fault-tolerant agreement, which works across failures, as a barrier.
+// watchReplace is kvlin's respawn: on each failure of the current
+// communicator it Replaces the failed ranks (again when a failure cuts a
+// Replace short) and grows s onto the new communicator, then calls set.
+// The returned stop waits until no failure of the current communicator
+// is left unreplaced (every survivor takes part in each Replace, so each
+// waits for the same ones), then ends the watch. A Replace that fails
+// otherwise (no spare left) ends the watch too.
+func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*comm.Comm)) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			changed := c.FailuresChanged()
+			if len(c.Failed()) > 0 {
+				nc, err := c.Replace(ctx)
+				if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+					continue
+				}
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "replace: %v\n", err)
+					return
+				}
+				if err := s.Grow(ctx, nc); err != nil {
+					fmt.Fprintf(os.Stderr, "grow: %v\n", err)
+					return
+				}
+				fmt.Printf("replaced: %d ranks now\n", nc.Size())
+				c = nc
+				set(nc)
+				continue
+			}
+			select {
+			case <-changed:
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
 func survivorsMeet(ctx context.Context, c *comm.Comm) {
 	c.AckFailed(c.Size())
 	c.Agree(ctx, 1)
