@@ -374,102 +374,68 @@ func TestGrowLinearizable(t *testing.T) {
 	checkLin(t, ops, 0)
 }
 
-// A survivor crashes in the middle of its move: Grow returns at every
-// other rank within the context (done or with an error), and every key
-// still reads back with its value from every live rank.
-func TestGrowSurvivorFailsMidMove(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
-	w, st := openSpares(t, 6, 1, smallOptions(3))
-	want := map[string]string{}
-	for i := range 300 {
-		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-		want[k] = v
-	}
-	crashAndWait(ctx, t, w, st, 4)
-	var once sync.Once
-	var fired atomic.Bool
-	testHookMove.set(t, func(s *Store, i int) {
-		if s.me == 1 && i == 10 {
-			once.Do(func() { w.Crash(1); fired.Store(true) })
-		}
-	})
-	defer func() {
-		if !fired.Load() {
-			t.Error("rank 1 moved fewer than 11 keys: the crash never happened")
-		}
-	}()
-	// The crashed rank's own Grow may only end with its context.
-	short, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	nst, errs := replaceAndGrow(short, t, w, st, []ftrma.Rank{4})
-	for r, err := range errs {
-		if r != 1 && err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	nst[1] = nil
-	for k, val := range want {
-		for r, s := range nst {
-			if s == nil {
-				continue
-			}
-			got, err := s.Get(ctx, []byte(k))
-			if err != nil || string(got) != val {
-				t.Fatalf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
-			}
-		}
-	}
-}
-
-// The new rank crashes in the middle of the survivors' move (while rank 0
-// copies keys to it): every survivor's Grow returns (nil or an error
-// wrapping ftrma.ErrProcFailed) within the context, and every key is
-// still readable at every survivor with its value: the old replicas count
+// A rank crashes in the middle of Grow's move: a survivor (rank 1, while
+// it copies keys), or the new rank (while rank 0 copies keys to it). Every
+// other survivor's Grow returns (nil or an error wrapping
+// ftrma.ErrProcFailed) within the context, and every key is still
+// readable at every live survivor with its value: the old replicas count
 // until the move is done, and recovery works in whatever view is current.
-func TestGrowNewRankFailsMidMove(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
-	w, st := openSpares(t, 6, 1, smallOptions(3))
-	want := map[string]string{}
-	for i := range 300 {
-		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-		want[k] = v
-	}
-	crashAndWait(ctx, t, w, st, 4)
-	var once sync.Once
-	var fired atomic.Bool
+func TestGrowFailsMidMove(t *testing.T) {
 	const spare = 6 // the world rank of the one spare, which takes number 4
-	testHookMove.set(t, func(s *Store, i int) {
-		if s.me == 0 && i == 10 {
-			once.Do(func() { w.Crash(spare); fired.Store(true) })
-		}
-	})
-	short, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	nst, errs := replaceAndGrow(short, t, w, st, []ftrma.Rank{4})
-	if !fired.Load() {
-		t.Fatal("rank 0 moved fewer than 11 keys: the crash never happened")
-	}
-	for r, err := range errs {
-		if r != 4 && err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	nst[4] = nil
-	for k, val := range want {
-		for r, s := range nst {
-			if s == nil {
-				continue
+	for _, c := range []struct {
+		name   string
+		mover  int          // the survivor whose move sets the crash off
+		victim ftrma.Rank   // the world rank crashed
+		dead   []ftrma.Rank // the ranks of the new communicator then dead
+	}{
+		{"survivor", 1, 1, []ftrma.Rank{1}},
+		{"new rank", 0, spare, []ftrma.Rank{4}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testCtx(t, 2*time.Minute)
+			w, st := openSpares(t, 6, 1, smallOptions(3))
+			want := map[string]string{}
+			for i := range 300 {
+				k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+				if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+					t.Fatal(err)
+				}
+				want[k] = v
 			}
-			got, err := s.Get(ctx, []byte(k))
-			if err != nil || string(got) != val {
-				t.Fatalf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
+			crashAndWait(ctx, t, w, st, 4)
+			var once sync.Once
+			var fired atomic.Bool
+			testHookMove.set(t, func(s *Store, i int) {
+				if int(s.me) == c.mover && i == 10 {
+					once.Do(func() { w.Crash(c.victim); fired.Store(true) })
+				}
+			})
+			// The crashed rank's own Grow may only end with its context.
+			short, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			nst, errs := replaceAndGrow(short, t, w, st, []ftrma.Rank{4})
+			if !fired.Load() {
+				t.Fatalf("rank %d moved fewer than 11 keys: the crash never happened", c.mover)
 			}
-		}
+			for r, err := range errs {
+				if !slices.Contains(c.dead, r) && err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			for _, r := range c.dead {
+				nst[r] = nil
+			}
+			for k, val := range want {
+				for r, s := range nst {
+					if s == nil {
+						continue
+					}
+					got, err := s.Get(ctx, []byte(k))
+					if err != nil || string(got) != val {
+						t.Fatalf("%s at rank %d: %q, %v; want %q", k, r, got, err, val)
+					}
+				}
+			}
+		})
 	}
 }
