@@ -16,16 +16,19 @@ import (
 )
 
 // mpirunArgv is the command of one job: n ranks of bin under ULFM over
-// shared memory (btl self,sm) or TCP on loopback (btl self,tcp).
+// shared memory (btl self,sm,tcp) or TCP on loopback (btl self,tcp). The shm
+// job needs tcp too: Open MPI 5.0.11 does not see the spawned process as on
+// this host ("host: unknown"), so with btl self,sm it cannot reach the
+// survivors and its MPI_Intercomm_merge fails with MPI_ERR_INTERN; the ranks
+// of the first job still talk over sm.
 func mpirunArgv(mpirun, bin, transport string, n int, mapBy string) []string {
 	argv := []string{mpirun, "--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm",
 		"--mca", "pml", "ob1"}
-	switch transport {
-	case "tcp":
-		argv = append(argv, "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo")
-	default:
-		argv = append(argv, "--mca", "btl", "self,sm")
+	btl := "self,tcp"
+	if transport == "shm" {
+		btl = "self,sm,tcp"
 	}
+	argv = append(argv, "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo")
 	argv = append(argv, "-n", strconv.Itoa(n), bin)
 	if mapBy != "" {
 		argv = append(argv, "-map-by", mapBy)
@@ -35,9 +38,10 @@ func mpirunArgv(mpirun, bin, transport string, n int, mapBy string) []string {
 
 // outcome is one job's result: its times, or why it gave none.
 type outcome struct {
-	times  jobTimes
-	err    error
-	output string // the job's output, for -v and failures
+	times    jobTimes
+	err      error
+	lingered bool   // mpirun was still running 10 s after the last check line and was killed
+	output   string // the job's output, for -v and failures
 }
 
 // runJob runs one job of n ranks: it waits for the victim's pid and the
@@ -162,11 +166,13 @@ func runJob(ctx context.Context, argv []string, n int, settle, timeout time.Dura
 	times, err := summarize(evs, n, kill)
 	// The value is taken; mpirun is given a short while to finish (its exit
 	// status after a killed rank does not matter here).
+	lingered := make(chan bool, 1)
 	go func() {
 		t := time.NewTimer(10 * time.Second)
 		defer t.Stop()
 		select {
 		case <-t.C:
+			lingered <- true
 			cancel()
 		case <-ctx.Done():
 		}
@@ -174,7 +180,8 @@ func runJob(ctx context.Context, argv []string, n int, settle, timeout time.Dura
 	for range lines {
 	}
 	cmd.Wait()
-	return outcome{times: times, err: err, output: output()}
+	cancel()
+	return outcome{times: times, err: err, lingered: len(lingered) > 0, output: output()}
 }
 
 // timedOut is the error of a job that hit its time limit.

@@ -133,7 +133,7 @@ func TestMpirunArgv(t *testing.T) {
 		t.Errorf("tcp:\n got %s\nwant %s", got, want)
 	}
 	got = strings.Join(mpirunArgv("mpirun", "b", "shm", 4, ":OVERSUBSCRIBE"), " ")
-	want = "mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,sm -n 4 b -map-by :OVERSUBSCRIBE"
+	want = "mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,sm,tcp --mca btl_tcp_if_include lo -n 4 b -map-by :OVERSUBSCRIBE"
 	if got != want {
 		t.Errorf("shm:\n got %s\nwant %s", got, want)
 	}
