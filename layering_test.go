@@ -53,6 +53,7 @@ var allowed = map[string][]string{
 	"bench/store":             {"internal/result", "bench/internal/host"},
 	"bench/results":           {"internal/result"},
 	"bench/verbslat":          {"internal/result"},
+	"bench/ulfm":              {"internal/result", "bench/internal/host"},
 	"internal/result":         {},
 	"bench/internal/host":     {},
 	"e2e":                     {},

