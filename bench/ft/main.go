@@ -89,7 +89,8 @@ const noPeerNote = `No MPI peer in this run: Debian's MPI packages offer no work
 MPICH 4.0.2's MPIX_Comm_* abort in its ch4 device, and its hydra launcher kills
 the survivors of a SIGKILL; Open MPI 4.1.4 has no MPIX_Comm_* at all. So
 detection is reported against ftrma's configured failure detector timeout (the
-hb-timeout column; ftrun --hb-period/--hb-timeout), not against a peer.`
+hb-timeout column; ftrun --hb-period/--hb-timeout), not against a peer. (The
+replace jobs have a ULFM peer, Open MPI 5 from PyPI's wheel: go run ./bench/ulfm.)`
 
 const referenceNote = `For context, figures MEASURED ELSEWHERE, NOT IN THIS RUN (DESIGN.md, "Numbers to
 beat": ULFM Open MPI 5.0.10 built from source, on this machine kind):
