@@ -73,9 +73,10 @@ type Comm struct {
 //
 // In a spare started by a Replace (ftrun --respawn), Init returns the
 // communicator that Replace made, once every member has agreed on it
-// (Replaces says which rank this one took over), or an error if the
-// Replace was called off. A spare started otherwise gets a communicator
-// of itself alone.
+// (Replaces says which rank this one took over), or an error wrapping
+// ErrReplace if the Replace was called off or failed (the spare is then a
+// live rank in no communicator, with nothing to do). A spare started
+// otherwise gets a communicator of itself alone.
 func Init(ctx context.Context) (*Comm, error) {
 	return InitConfig(ctx, JobConfig())
 }
@@ -138,6 +139,11 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 		nc, err := joinReplace(ctx, c, plan)
 		if err != nil {
 			c.Close()
+			if !errors.Is(err, ErrReplace) {
+				// Its last agreement failed: so did the Replace, at
+				// every member.
+				err = fmt.Errorf("%w: %w", ErrReplace, err)
+			}
 			return nil, err
 		}
 		return nc, nil

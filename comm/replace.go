@@ -555,6 +555,13 @@ func joinReplace(ctx context.Context, self *Comm, plan replacePlan) (*Comm, erro
 	return nc, nil
 }
 
+// Spawned reports whether this process is a spare started after the job
+// began (by a Replace), whatever the communicator: it is new to what the
+// job built before it started, and joins it (store.Join) rather than
+// growing it, also on a later communicator than the one Init returned
+// (when a rank failed meanwhile and the members Replaced again).
+func (c *Comm) Spawned() bool { return c.rt.spawned }
+
 // Replaces reports, for a spare started by Replace, the world rank of the
 // failed process whose communicator rank it took over (its own Rank in
 // the communicator Init returned); false for every other communicator.

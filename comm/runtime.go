@@ -115,6 +115,7 @@ type runtime struct {
 	spawner   Spawner                               // starts spares for Replace; nil: none
 	replacing map[uint32]map[int]ftrma.Rank         // spares admitted for a Replace, by new context id and slot
 	replaced  []replaceSeen                         // the latest Replaces whose spares were admitted here (see superseded)
+	spawned   bool                                  // this process is a spare started after the job began (set before start)
 }
 
 type event struct {
@@ -227,6 +228,7 @@ func newSpareRuntime(t transport.Transport, cfg Config, live, failed []ftrma.Ran
 	if err != nil {
 		return nil, err
 	}
+	rt.spawned = true
 	now := time.Now()
 	for _, r := range failed {
 		rt.m.markGone(now, r, "failed before this rank started", false)

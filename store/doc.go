@@ -124,7 +124,10 @@
 //     survivors call s.Grow(ctx, nc), the new ranks (whose comm.Init
 //     returned nc, c.Replaces() true) s, err := store.Join(ctx, nc, opt).
 //     Both return once the store is grown; the other calls may go on
-//     meanwhile.
+//     meanwhile. When a rank of nc fails during them, both fail at every
+//     rank with ftrma.ErrProcFailed and the store stays as it was: every
+//     member of nc, the new ranks included, then calls nc.Replace, and
+//     the survivors Grow, the new ranks (old and new) Join, on the result.
 //  4. s.Close(ctx) on every live rank.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,

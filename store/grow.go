@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,19 +151,29 @@ func newArenas(n int) []*arena {
 // testHookMove is called before a survivor's move checks its i-th key.
 var testHookMove testHook[func(s *Store, i int)]
 
+// testHookExchange is called before a survivor's Grow starts its exchange
+// (its window rebuilt).
+var testHookExchange testHook[func(s *Store)]
+
 // growKey in a context marks the repairs of Grow's move, whose writes count
 // in Stats.GrowKeys and GrowBytes.
 type growKey struct{}
 
-// replacer is what a communicator returned to a new rank by comm.Init after
-// a Replace offers (comm.Comm does).
+// replacer is what Join needs to know of a communicator: whether this
+// process is new to the store (comm.Comm offers it).
 type replacer interface {
 	Replaces() (ftrma.Rank, bool)
+	Spawned() bool
 }
 
 // rebuild is the window over nc for the store: the old window's memory
 // (this rank's table and chunks) keeps its addresses; nil old for a new
 // rank.
+// failedJoins holds, by transport (one per process), the window of a Join
+// whose exchange failed after its window was rebuilt: the survivors' store
+// window counts this process a member from then on (see Join).
+var failedJoins sync.Map
+
 func rebuild(ctx context.Context, nc window.Comm, old *window.Window) (*window.Window, error) {
 	return window.Rebuild(ctx, nc, old, nil)
 }
@@ -224,6 +235,9 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		v.w.Free(ctx) // local: its control words
 		v = ov
 	}
+	if hook := testHookExchange.get(); hook != nil {
+		hook(s)
+	}
 	g, err := exchange(ctx, nc, werr, s.survivorInfo(v, world), func([][]byte) ([]byte, error) { return []byte{'S'}, nil })
 	if err != nil {
 		return fail(err)
@@ -251,7 +265,9 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 }
 
 // Join is a new rank's side of Grow: the rank is a spare whose comm.Init
-// returned nc, with c.Replaces() true. Of opt only what is the rank's own
+// returned nc (c.Replaces() true), or a later communicator of a Replace
+// over it (c.Spawned() true: a rank failed during an earlier Join, and the
+// members replaced it too). Of opt only what is the rank's own
 // is used (Host); the options the ranks share, and the hash's key, come
 // from the survivors. It returns the rank's handle once the store is grown.
 // If ctx ends after the ranks started the Grow, the rank's memory stays in
@@ -262,13 +278,23 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	if nc == nil || !ok {
 		return nil, fail(fmt.Errorf("%w: Join needs the communicator comm.Init gave a replacement", ftrma.ErrInvalid))
 	}
-	if _, ok := rp.Replaces(); !ok {
-		return nil, fail(fmt.Errorf("%w: rank %d is not a replacement (Replaces is false): survivors call Grow", ftrma.ErrInvalid, nc.Rank()))
+	if _, ok := rp.Replaces(); !ok && !rp.Spawned() {
+		return nil, fail(fmt.Errorf("%w: rank %d is not a replacement (a process started with the job): survivors call Grow", ftrma.ErrInvalid, nc.Rank()))
 	}
 	if opt.Host == "" {
 		opt.Host, _ = os.Hostname()
 	}
-	nw, werr := rebuild(ctx, nc, nil)
+	// A Join that failed after the window was rebuilt left this process a
+	// member of the survivors' window: it takes part in the next rebuild
+	// with that window, as they do.
+	var prev *window.Window
+	if w, ok := failedJoins.LoadAndDelete(nc.Transport()); ok {
+		prev = w.(*window.Window)
+	}
+	nw, werr := rebuild(ctx, nc, prev)
+	if werr != nil && prev != nil {
+		failedJoins.Store(nc.Transport(), prev) // Rebuild leaves it as it was
+	}
 	var s *Store
 	second := func(first [][]byte) ([]byte, error) {
 		shared, err := sharedOptions(first)
@@ -292,6 +318,9 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	if err != nil {
 		if s != nil {
 			nw.Release(s.tableMem)
+		}
+		if werr == nil {
+			failedJoins.Store(nc.Transport(), nw)
 		}
 		return nil, fail(err)
 	}

@@ -439,3 +439,111 @@ func TestGrowFailsMidMove(t *testing.T) {
 		})
 	}
 }
+
+// A survivor crashes once the window is rebuilt, before Grow's exchange:
+// Grow fails at every survivor and Join at the new rank, all with
+// ftrma.ErrProcFailed, and the store stays as it was. Every member of the
+// new communicator, the new rank included, then Replaces the crashed rank
+// too, and Grow and Join on the result succeed: the new rank takes part in
+// the window's second rebuild with the window of its failed Join (the
+// survivors' window counts it a member since the first). Every key then
+// reads back from every rank, placed where its placement says.
+func TestGrowRetriedAfterFailedExchange(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, 6, 2, smallOptions(3))
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	crashAndWait(ctx, t, w, st, 4)
+	var once sync.Once
+	var fired atomic.Bool
+	testHookExchange.set(t, func(*Store) {
+		once.Do(func() { w.Crash(1); fired.Store(true) })
+	})
+	survivors := []ftrma.Rank{0, 2, 3, 5} // and rank 1, until the hook
+	var mu sync.Mutex
+	ncs := map[ftrma.Rank]*comm.Comm{}
+	errs := map[ftrma.Rank]error{}
+	var wg sync.WaitGroup
+	for _, r := range append([]ftrma.Rank{1}, survivors...) {
+		wg.Go(func() {
+			nc, err := w.Comms[r].Replace(ctx)
+			if err == nil {
+				err = st[r].Grow(ctx, nc)
+			}
+			mu.Lock()
+			ncs[r], errs[r] = nc, err
+			mu.Unlock()
+		})
+	}
+	var first commtest.Joined
+	select {
+	case first = <-w.Joined():
+	case <-ctx.Done():
+		t.Fatal("no spare joined")
+	}
+	if first.Err != nil {
+		t.Fatalf("spare %d: %v", first.Rank, first.Err)
+	}
+	if _, err := Join(ctx, first.Comm, Options{}); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Errorf("first Join: %v, want ErrProcFailed", err)
+	}
+	wg.Wait()
+	if !fired.Load() {
+		t.Fatal("no survivor reached the exchange")
+	}
+	for _, r := range survivors {
+		if err := errs[r]; ncs[r] == nil || !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Fatalf("rank %d's first Grow: %v, want ErrProcFailed after a Replace", r, err)
+		}
+	}
+	delete(errs, 1)
+	// The second round, over the communicator of the first Replace.
+	nst := slices.Clone(st)
+	nst[1], nst[4] = nil, nil
+	for _, r := range survivors {
+		wg.Go(func() {
+			nc, err := ncs[r].Replace(ctx)
+			if err == nil {
+				err = st[r].Grow(ctx, nc)
+			}
+			mu.Lock()
+			errs[r] = err
+			mu.Unlock()
+		})
+	}
+	wg.Go(func() {
+		nc, err := first.Comm.Replace(ctx)
+		var s *Store
+		if err == nil {
+			s, err = Join(ctx, nc, Options{})
+		}
+		mu.Lock()
+		nst[4], errs[4] = s, err
+		mu.Unlock()
+	})
+	var second commtest.Joined
+	select {
+	case second = <-w.Joined():
+	case <-ctx.Done():
+		t.Fatal("no second spare joined")
+	}
+	if second.Err != nil {
+		t.Fatalf("spare %d: %v", second.Rank, second.Err)
+	}
+	s, err := Join(ctx, second.Comm, Options{})
+	wg.Wait()
+	nst[1], errs[1] = s, err
+	t.Cleanup(func() { stopAll(nst) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d, second round: %v", r, err)
+		}
+	}
+	checkPlaced(ctx, t, nst, want)
+}

@@ -63,7 +63,7 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	var s *store.Store
 	_, replacement := c.Replaces()
 	if replacement {
-		s, err = store.Join(ctx, c, opt)
+		s, c, err = joinStore(ctx, c, opt)
 	} else {
 		s, err = store.Open(ctx, c, opt)
 	}
@@ -344,13 +344,20 @@ func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*c
 					fmt.Fprintf(os.Stderr, "replace: %v\n", err)
 					return
 				}
-				if err := s.Grow(ctx, nc); err != nil {
+				err = s.Grow(ctx, nc)
+				c = nc
+				set(nc)
+				if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+					// A rank of nc failed during the Grow, which then
+					// failed at every rank and left the store as it was:
+					// replace that one too, and grow onto the result.
+					continue
+				}
+				if err != nil {
 					fmt.Fprintf(os.Stderr, "grow: %v\n", err)
 					return
 				}
 				fmt.Printf("replaced: %d ranks now\n", nc.Size())
-				c = nc
-				set(nc)
 				continue
 			}
 			select {
@@ -365,6 +372,28 @@ func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*c
 	return func() {
 		close(quit)
 		<-done
+	}
+}
+
+// joinStore is a replacement's side of Grow: store.Join on c, the
+// communicator its Init returned. When a rank of c fails during it, the
+// others Replace that one too and Grow again: so does this rank, as a
+// member of c, and it joins the result. It returns the store and the
+// communicator it joined.
+func joinStore(ctx context.Context, c *comm.Comm, opt store.Options) (*store.Store, *comm.Comm, error) {
+	for {
+		s, err := store.Join(ctx, c, opt)
+		if !errors.Is(err, ftrma.ErrProcFailed) || ctx.Err() != nil {
+			return s, c, err
+		}
+		nc, err := c.Replace(ctx)
+		for errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+			nc, err = c.Replace(ctx)
+		}
+		if err != nil {
+			return nil, c, err
+		}
+		c = nc
 	}
 }
 

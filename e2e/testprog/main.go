@@ -82,6 +82,12 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	c, err := comm.InitConfig(ctx, cfg)
+	if errors.Is(err, comm.ErrReplace) {
+		// A spare whose Replace was called off: a live rank in no
+		// communicator, with nothing to do.
+		fmt.Printf("its replace was called off: %v\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -138,22 +138,36 @@ func (cfg config) validate() error {
 
 func run(ctx context.Context, cfg config) error {
 	c, err := comm.Init(ctx)
+	if errors.Is(err, comm.ErrReplace) {
+		// A spare whose Replace was called off (a failure during it, or
+		// spares ran out): a live rank in no communicator. The others go
+		// on without it.
+		fmt.Fprintf(os.Stderr, "ckpt: a spare not needed after all: %v\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	opt := store.Options{Copies: min(cfg.copies, c.Size())}
 	var s *store.Store
 	replaces, isReplacement := c.Replaces()
+	world := c
 	if isReplacement {
-		s, err = store.Join(ctx, c, opt)
+		s, c, err = joinStore(ctx, c, opt)
 	} else {
 		s, err = store.Open(ctx, c, opt)
 	}
 	if err != nil {
-		c.Close()
+		if c != world {
+			c.Close()
+		}
+		world.Close()
 		return fmt.Errorf("open store: %w", err)
 	}
 	rs := &respawner{c: c, s: s}
+	if c != world {
+		rs.old = append(rs.old, world)
+	}
 	defer rs.close()
 	defer func() {
 		// Collective while everyone lives; after failures it may fail, and
@@ -264,14 +278,43 @@ func (rs *respawner) replace(ctx context.Context) (group, error) {
 			nc.Close()
 			return rs.c, nil
 		}
-		if err := rs.s.Grow(ctx, nc); err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("grow the store onto the new communicator: %w", err)
-		}
+		err = rs.s.Grow(ctx, nc)
 		rs.old = append(rs.old, rs.c)
 		rs.c = nc
 		rs.replaced = append(rs.replaced, fresh...)
+		if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+			// A rank of nc failed during the Grow, which then failed at
+			// every rank and left the store as it was: replace that one
+			// too (the replacements of nc take part), and grow onto the
+			// result.
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("grow the store onto the new communicator: %w", err)
+		}
 		return nc, nil
+	}
+}
+
+// joinStore is a replacement's side of Grow: store.Join on c, the
+// communicator its Init returned. When a rank of c fails during it, the
+// others Replace that one too and Grow again: so does this rank, as a
+// member of c, and it joins the result. It returns the store and the
+// communicator it joined.
+func joinStore(ctx context.Context, c *comm.Comm, opt store.Options) (*store.Store, *comm.Comm, error) {
+	for {
+		s, err := store.Join(ctx, c, opt)
+		if !errors.Is(err, ftrma.ErrProcFailed) || ctx.Err() != nil {
+			return s, c, err
+		}
+		nc, err := c.Replace(ctx)
+		for errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
+			nc, err = c.Replace(ctx)
+		}
+		if err != nil {
+			return nil, c, err
+		}
+		c = nc
 	}
 }
 
@@ -285,12 +328,13 @@ func (rs *respawner) replaceAtEnd(ctx context.Context) (bool, error) {
 	return rs.c != before, nil
 }
 
-// close closes every communicator this rank had.
+// close closes every communicator this rank had, the world communicator
+// (which stops the runtime) last.
 func (rs *respawner) close() {
-	for _, c := range rs.old {
+	rs.c.Close()
+	for _, c := range slices.Backward(rs.old) {
 		c.Close()
 	}
-	rs.c.Close()
 }
 
 // lowestLive returns the lowest of n ranks not in failed.
