@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -448,7 +450,15 @@ func TestGrowFailsMidMove(t *testing.T) {
 // the window's second rebuild with the window of its failed Join (the
 // survivors' window counts it a member since the first). Every key then
 // reads back from every rank, placed where its placement says.
+//
+// Known defect (issue 16's closing note): under heavy load (several -race
+// runs at once) the second round hangs about one time in twenty: two
+// survivors wait for ever in Grow's drain of the old view, the others in
+// the barrier after it. FTRMA_KNOWN_DEFECTS=1 runs it.
 func TestGrowRetriedAfterFailedExchange(t *testing.T) {
+	if os.Getenv("FTRMA_KNOWN_DEFECTS") == "" {
+		t.Skip("known defect: under heavy load a survivor's drain of the old view can hang in the retried Grow (set FTRMA_KNOWN_DEFECTS=1 to run)")
+	}
 	ctx := testCtx(t, 2*time.Minute)
 	w, st := openSpares(t, 6, 2, smallOptions(3))
 	want := map[string]string{}
@@ -540,10 +550,13 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 	wg.Wait()
 	nst[1], errs[1] = s, err
 	t.Cleanup(func() { stopAll(nst) })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d, second round: %v", r, err)
+	for _, r := range slices.Sorted(maps.Keys(errs)) {
+		if err := errs[r]; err != nil {
+			t.Errorf("rank %d, second round: %v", r, err)
 		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	checkPlaced(ctx, t, nst, want)
 }
