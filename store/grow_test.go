@@ -44,6 +44,21 @@ func openSpares(t *testing.T, n, spares int, opt Options) (*commtest.World, []*S
 	return w, st
 }
 
+// putKeys puts n keys k0.. with values "value 0".. from ranks 0 to 5 in
+// turn and returns them.
+func putKeys(ctx context.Context, t *testing.T, st []*Store, n int) map[string]string {
+	t.Helper()
+	want := map[string]string{}
+	for i := range n {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
+		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	return want
+}
+
 // stopAll stops the housekeeping of every store (not a collective Close).
 func stopAll(st []*Store) {
 	for _, s := range st {
@@ -204,14 +219,7 @@ func TestGrowAfterReplace(t *testing.T) {
 func TestGrowBothCopiesNew(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	w, st := openSpares(t, 6, 2, smallOptions(2))
-	want := map[string]string{}
-	for i := range 300 {
-		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-		want[k] = v
-	}
+	want := putKeys(ctx, t, st, 300)
 	var keys []string
 	for k := range want {
 		keys = append(keys, k)
@@ -396,14 +404,7 @@ func TestGrowFailsMidMove(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testCtx(t, 2*time.Minute)
 			w, st := openSpares(t, 6, 1, smallOptions(3))
-			want := map[string]string{}
-			for i := range 300 {
-				k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-				if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
-					t.Fatal(err)
-				}
-				want[k] = v
-			}
+			want := putKeys(ctx, t, st, 300)
 			crashAndWait(ctx, t, w, st, 4)
 			var once sync.Once
 			var fired atomic.Bool
@@ -461,14 +462,7 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 	}
 	ctx := testCtx(t, 2*time.Minute)
 	w, st := openSpares(t, 6, 2, smallOptions(3))
-	want := map[string]string{}
-	for i := range 300 {
-		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-		want[k] = v
-	}
+	want := putKeys(ctx, t, st, 300)
 	crashAndWait(ctx, t, w, st, 4)
 	var once sync.Once
 	var fired atomic.Bool
