@@ -203,53 +203,9 @@ const settle = 50 * time.Millisecond
 func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n, round int) bool {
 	victim := n - 1
 	argv := ftrunArgs(o, bins, n, "-mode", "detect", "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
-	var (
-		ready  = make(map[int]bool)
-		pid    int
-		kill   int64 // driver's clock just before SIGKILL; 0 before
-		knew   []event
-		others = make(map[int]bool)
-	)
+	others := make(map[int]bool)
 	t0 := time.Now()
-	err := runJob(ctx, argv, o.timeout, func(cmd *exec.Cmd, ev event) error {
-		switch ev.kind {
-		case kReady:
-			ready[ev.rank] = true
-		case kPid:
-			if ev.rank != victim {
-				return fmt.Errorf("rank %d, not the victim %d, gave its pid", ev.rank, victim)
-			}
-			pid = ev.pid
-		case kKnew:
-			if kill == 0 {
-				return fmt.Errorf("rank %d saw rank %d fail before the driver killed it (false detection)", ev.rank, victim)
-			}
-			knew = append(knew, ev)
-		case kAlsoFailed:
-			for _, r := range ev.others {
-				others[r] = true
-			}
-		case kRankDown:
-			if kill == 0 {
-				return fmt.Errorf("a rank failed before the driver killed the victim: %s", ev.text)
-			}
-			if ev.rank != victim {
-				return fmt.Errorf("a survivor failed: %s", ev.text)
-			}
-		}
-		if kill == 0 && pid != 0 && len(ready) == n-1 {
-			time.Sleep(settle)
-			now, err := killChild(cmd.Process.Pid, pid)
-			if err != nil {
-				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
-			}
-			kill = now
-		}
-		return nil
-	})
-	if err == nil && kill == 0 {
-		err = fmt.Errorf("the job ended before the victim could be killed (%d of %d survivors ready, victim pid %d)", len(ready), n-1, pid)
-	}
+	kill, knew, _, err := killJob(ctx, o, argv, n, victim, kNone, others)
 	var ms float64
 	if err == nil {
 		ms, err = everyoneKnows(knew, n, victim, kill)
@@ -282,7 +238,7 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "replace", "-first", first, "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	what := first + " first"
 	t0 := time.Now()
-	kill, knew, ops, err := killJob(ctx, o, argv, n, victim, kOp)
+	kill, knew, ops, err := killJob(ctx, o, argv, n, victim, kOp, nil)
 	survivors := make([]int, 0, n-1)
 	for r := range n - 1 {
 		survivors = append(survivors, r)
@@ -323,12 +279,14 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 	return true
 }
 
-// killJob runs a job of n ranks plus one spare (argv) in which the driver
-// kills rank victim once the others are ready, and returns the driver's
+// killJob runs a job of n ranks (argv; plus a spare for Replace) in which
+// the driver kills rank victim once the others are ready, and returns the driver's
 // clock at the kill, the survivors' knew events and the events of kind
-// keep. A false suspicion (alsofailed) or the failure of a rank other than
-// the victim ends the job with an error: it would measure two failures.
-func killJob(ctx context.Context, o options, argv []string, n, victim int, keep kind) (kill int64, knew, kept []event, err error) {
+// keep. The failure of a rank other than the victim ends the job with an
+// error: it would measure two failures. So does a false suspicion
+// (alsofailed), unless others is not nil: the ranks suspected are then
+// recorded there (detection still measures the victim's).
+func killJob(ctx context.Context, o options, argv []string, n, victim int, keep kind, others map[int]bool) (kill int64, knew, kept []event, err error) {
 	var (
 		ready = make(map[int]bool)
 		pid   int
@@ -350,7 +308,12 @@ func killJob(ctx context.Context, o options, argv []string, n, victim int, keep 
 		case keep:
 			kept = append(kept, ev)
 		case kAlsoFailed:
-			return fmt.Errorf("rank %d also believed ranks %v failed (false suspicion): the job would measure two failures", ev.rank, ev.others)
+			if others == nil {
+				return fmt.Errorf("rank %d also believed ranks %v failed (false suspicion): the job would measure two failures", ev.rank, ev.others)
+			}
+			for _, r := range ev.others {
+				others[r] = true
+			}
 		case kRankDown:
 			// ftrun numbers the spare n (world rank); the victim is n-1.
 			if kill == 0 || ev.rank != victim {
@@ -389,7 +352,7 @@ func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "grow", "-keys", strconv.Itoa(o.growKeys), "-value", strconv.Itoa(o.growValue),
 		"-copies", strconv.Itoa(o.growCopies), "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	t0 := time.Now()
-	kill, knew, grows, err := killJob(ctx, o, argv, n, victim, kGrow)
+	kill, knew, grows, err := killJob(ctx, o, argv, n, victim, kGrow, nil)
 	var g growSample
 	if err == nil {
 		_, err = everyoneKnows(knew, n, victim, kill)

@@ -335,23 +335,7 @@ func run() int {
 	for _, s := range m.notes {
 		fmt.Println("NOTE:", s)
 	}
-	if o.jsonPath != "" {
-		if err := result.WriteJSONFile(o.jsonPath, rs); err != nil {
-			fmt.Fprintln(os.Stderr, "ft:", err)
-			return 1
-		}
-		fmt.Printf("wrote %d results to %s\n", len(rs), o.jsonPath)
-	}
-	switch {
-	case ctx.Err() != nil:
-		fmt.Println("interrupted")
-		return 1
-	case len(rs) == 0:
-		return 1
-	case len(missing) > 0:
-		return 3
-	}
-	return 0
+	return result.Finish(ctx, "ft", o.jsonPath, rs, len(missing))
 }
 
 func joinInts(xs []int) string {

@@ -242,23 +242,7 @@ func run() int {
 	if lingered > 0 {
 		fmt.Printf("NOTE: in %d of %d good jobs mpirun had not ended 10 s after every process printed its check (MPI_Finalize or the runtime's shutdown after the failure); the values do not include that time\n", lingered, good)
 	}
-	if o.jsonPath != "" {
-		if err := result.WriteJSONFile(o.jsonPath, rs); err != nil {
-			fmt.Fprintln(os.Stderr, "ulfm:", err)
-			return 1
-		}
-		fmt.Printf("wrote %d results to %s\n", len(rs), o.jsonPath)
-	}
-	switch {
-	case ctx.Err() != nil:
-		fmt.Println("interrupted")
-		return 1
-	case len(rs) == 0:
-		return 1
-	case len(missing) > 0:
-		return 3
-	}
-	return 0
+	return result.Finish(ctx, "ulfm", o.jsonPath, rs, len(missing))
 }
 
 func f(v float64) string { return result.FormatValue(v) }

@@ -20,6 +20,7 @@ package result
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,6 +252,30 @@ func WriteJSON(w io.Writer, rs []Result) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// Finish is a benchmark driver's last step: it writes rs to jsonPath when
+// that is set, and returns the driver's exit status: 1 when ctx ended
+// (interrupted), no result came or the file could not be written; 3 when
+// missing results were reported; else 0. name prefixes its messages.
+func Finish(ctx context.Context, name, jsonPath string, rs []Result, missing int) int {
+	if jsonPath != "" {
+		if err := WriteJSONFile(jsonPath, rs); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			return 1
+		}
+		fmt.Printf("wrote %d results to %s\n", len(rs), jsonPath)
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Println("interrupted")
+		return 1
+	case len(rs) == 0:
+		return 1
+	case missing > 0:
+		return 3
+	}
+	return 0
 }
 
 // WriteJSONFile writes rs to the file at path, replacing it.

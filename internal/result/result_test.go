@@ -2,6 +2,7 @@ package result
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -359,5 +360,37 @@ func TestWriteTableRatios(t *testing.T) {
 	head := strings.Fields(strings.SplitN(buf.String(), "\n", 2)[0])
 	if !reflect.DeepEqual(head, []string{"bench", "size", "copies", "unit", "hazelcast", "redis"}) {
 		t.Errorf("header without base = %q", head)
+	}
+}
+
+// Finish writes the results and maps the outcome to the exit status.
+func TestFinish(t *testing.T) {
+	rs := []Result{{Bench: "replace_lat", Size: 4, System: "ftrma-shm", Value: 12.75, Unit: "ms"}}
+	path := filepath.Join(t.TempDir(), "out.json")
+	if got := Finish(context.Background(), "test", path, rs, 0); got != 0 {
+		t.Errorf("all results: status %d, want 0", got)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(f)
+	f.Close()
+	if err != nil || len(back) != 1 || back[0] != rs[0] {
+		t.Errorf("written %v, %v; want %v", back, err, rs)
+	}
+	if got := Finish(context.Background(), "test", "", rs, 2); got != 3 {
+		t.Errorf("missing results: status %d, want 3", got)
+	}
+	if got := Finish(context.Background(), "test", "", nil, 0); got != 1 {
+		t.Errorf("no result: status %d, want 1", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := Finish(ctx, "test", "", rs, 0); got != 1 {
+		t.Errorf("interrupted: status %d, want 1", got)
+	}
+	if got := Finish(context.Background(), "test", filepath.Join(t.TempDir(), "no", "such", "dir.json"), rs, 0); got != 1 {
+		t.Errorf("unwritable file: status %d, want 1", got)
 	}
 }
