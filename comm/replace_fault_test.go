@@ -47,19 +47,7 @@ func TestReplaceSameRankThreeTimes(t *testing.T) {
 // not in crashed got the same outcome: all a communicator or all an error.
 func replaceAll(t *testing.T, ctx context.Context, comms map[ftrma.Rank]*comm.Comm, crashed ...ftrma.Rank) (map[ftrma.Rank]*comm.Comm, map[ftrma.Rank]error) {
 	t.Helper()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	out := make(map[ftrma.Rank]*comm.Comm)
-	errs := make(map[ftrma.Rank]error)
-	for r, c := range comms {
-		wg.Go(func() {
-			nc, err := c.Replace(ctx)
-			mu.Lock()
-			out[r], errs[r] = nc, err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	out, errs := onEach(comms, func(_ ftrma.Rank, c *comm.Comm) (*comm.Comm, error) { return c.Replace(ctx) })
 	failed, survivors := 0, 0
 	for r, err := range errs {
 		if slices.Contains(crashed, r) {
@@ -205,20 +193,12 @@ func TestReplaceFailureDuringSpawn(t *testing.T) {
 			if len(final)+len(spares) != 4 {
 				t.Fatalf("%d survivors and %d spares joined, want 4 in all", len(final), len(spares))
 			}
-			var wg sync.WaitGroup
-			use := make(map[ftrma.Rank]error)
 			for r, nc := range final {
 				spares[r] = nc
 			}
-			for r, nc := range spares {
-				wg.Go(func() {
-					err := useReplaced(ctx, nc, 4)
-					mu.Lock()
-					use[r] = err
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
+			_, use := onEach(spares, func(_ ftrma.Rank, nc *comm.Comm) (struct{}, error) {
+				return struct{}{}, useReplaced(ctx, nc, 4)
+			})
 			for r, err := range use {
 				if err != nil {
 					t.Errorf("rank %d on the replaced communicator: %v", r, err)

@@ -51,6 +51,25 @@ func useReplaced(ctx context.Context, c *comm.Comm, want int) error {
 // world rank) call Replace, and returns the new communicators by world
 // rank, the spare's included, after each has passed useReplaced. The
 // spare must say it replaces victim and hold victim's number.
+// onEach runs f for every communicator of comms (by world rank) at once
+// and returns what each call returned, by rank.
+func onEach[T any](comms map[ftrma.Rank]*comm.Comm, f func(r ftrma.Rank, c *comm.Comm) (T, error)) (map[ftrma.Rank]T, map[ftrma.Rank]error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := make(map[ftrma.Rank]T)
+	errs := make(map[ftrma.Rank]error)
+	for r, c := range comms {
+		wg.Go(func() {
+			v, err := f(r, c)
+			mu.Lock()
+			out[r], errs[r] = v, err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out, errs
+}
+
 func replaceRound(t *testing.T, ctx context.Context, w *commtest.World, comms map[ftrma.Rank]*comm.Comm, victim ftrma.Rank) map[ftrma.Rank]*comm.Comm {
 	t.Helper()
 	number := comms[victim].Rank()
@@ -132,25 +151,16 @@ func TestReplace(t *testing.T) {
 	// The last spare fails; none is left.
 	delete(comms, 5)
 	w.Crash(5)
-	var wg sync.WaitGroup
-	errs := make(map[ftrma.Rank]error)
-	var mu sync.Mutex
-	for r, c := range comms {
-		wg.Go(func() {
-			nc, err := c.Replace(ctx)
-			if err == nil {
-				err = fmt.Errorf("replace without spares gave a communicator of %d", nc.Size())
-			} else if !errors.Is(err, comm.ErrReplace) {
-				err = fmt.Errorf("replace without spares: %w, want ErrReplace", err)
-			} else {
-				err = nil
-			}
-			mu.Lock()
-			errs[r] = err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	_, errs := onEach(comms, func(r ftrma.Rank, c *comm.Comm) (struct{}, error) {
+		nc, err := c.Replace(ctx)
+		switch {
+		case err == nil:
+			return struct{}{}, fmt.Errorf("replace without spares gave a communicator of %d", nc.Size())
+		case !errors.Is(err, comm.ErrReplace):
+			return struct{}{}, fmt.Errorf("replace without spares: %w, want ErrReplace", err)
+		}
+		return struct{}{}, nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
