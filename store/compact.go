@@ -40,7 +40,7 @@ func (s *Store) compactNow() int {
 
 // compact moves the live records of this rank's sparse chunks; it returns
 // how many it moved.
-func (s *Store) compact(ctx context.Context) (moved int) {
+func (s *op) compact(ctx context.Context) (moved int) {
 	sparse := map[uint64]bool{} // regions of sparse chunks
 	for e := range int(s.heap.entries.Load()) {
 		owner := s.entry(e, chunkOwner).Load()
@@ -73,7 +73,7 @@ func (s *Store) compact(ctx context.Context) (moved int) {
 }
 
 // relocate moves the record of this rank's slot i into a fresh block.
-func (s *Store) relocate(ctx context.Context, i int) bool {
+func (s *op) relocate(ctx context.Context, i int) bool {
 	base := hdrWords + i*slotWords
 	at := s.slotAddr(s.me, i)
 	ka, h := atomic.LoadUint64(&s.table[base+slotKey]), atomic.LoadUint64(&s.table[base+slotHash])
@@ -93,8 +93,9 @@ func (s *Store) relocate(ctx context.Context, i int) bool {
 	defer func() {
 		var w [8]byte
 		putWords(w[:], free)
-		s.v().w.Put(s.me, at+slotLock*8, w[:])
-		s.v().w.Flush(ctx, s.me)
+		lw := s.live() // see live
+		lw.Put(s.me, at+slotLock*8, w[:])
+		lw.Flush(ctx, s.me)
 	}()
 	// Under the lock nobody else changes the slot.
 	if atomic.LoadUint64(&s.table[base+slotKey]) != ka || atomic.LoadUint64(&s.table[base+slotPAddr]) != 0 {

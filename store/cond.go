@@ -90,20 +90,35 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 	if err := s.check(op, key, value); err != nil {
 		return false, err
 	}
-	v := s.hold()
-	defer v.done()
 	id := s.ident(key)
 	if err := s.keys.lock(ctx, id); err != nil {
 		return false, &ftrma.OpError{Op: op, Rank: -1, Err: err}
 	}
 	defer s.keys.unlock(id)
-	rt := s.retrier()
+	o := s.begin()
+	defer func() { o.end() }()
+	rt := o.retrier()
+	done := false
 	for {
-		done, err := s.writeIfOnce(ctx, id, value, del, cond)
+		var err error
+		if done {
+			// It took effect, but a replica failed meanwhile: the key
+			// needs its new replica, so the same is written again,
+			// unconditionally.
+			err = o.writeLocked(ctx, id, value, del)
+		} else {
+			done, err = o.writeIfOnce(ctx, id, value, del, cond)
+		}
 		if errors.Is(err, errRetry) {
-			if err = rt.again(ctx, err); err == nil {
+			err = rt.again(ctx, err)
+			if err == nil {
 				continue
 			}
+		}
+		if errors.Is(err, errNewView) {
+			o.renew()
+			rt = o.retrier()
+			continue
 		}
 		if err != nil {
 			return false, &ftrma.OpError{Op: op, Rank: -1, Err: err}
@@ -120,8 +135,10 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 }
 
 // writeIfOnce is one attempt of writeIf, under the key's process lock.
-// errRetry means nothing was written by it (a repair may have been).
-func (s *Store) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
+// errRetry with done false means nothing was written by it (a repair may
+// have been); with done true, that the write took effect but a replica
+// failed under it.
+func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	cond func([]byte, bool, uint64) bool) (bool, error) {
 	reps, leased, err := s.acquire(ctx, id, true)
 	if err != nil {
@@ -181,8 +198,8 @@ func (s *Store) writeIfOnce(ctx context.Context, id ident, value []byte, del boo
 	for _, p := range reps {
 		if p.failed {
 			// The write took effect at the live replicas; the key needs
-			// its new replica: write the same again, unconditionally.
-			return true, s.writeLocked(ctx, id, value, del)
+			// its new replica (writeIf writes it).
+			return true, errRetry
 		}
 	}
 	return true, nil

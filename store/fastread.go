@@ -47,7 +47,7 @@ import (
 func seenWords(n int) int { return (n + 63) / 64 }
 
 // markSeen sets this rank's bits for the failures its runtime knows of.
-func (s *Store) markSeen() {
+func (s *op) markSeen() {
 	base := int(s.seen0 / 8)
 	for w := range seenWords(s.n) {
 		var bits uint64
@@ -69,7 +69,7 @@ const settleBound = 10 * time.Second
 
 // awaitSettled returns once every failure this rank knows of is known to
 // every rank it thinks live, or fails after settleBound.
-func (s *Store) awaitSettled(ctx context.Context) error {
+func (s *op) awaitSettled(ctx context.Context) error {
 	start := time.Now()
 	for i := 0; ; i++ {
 		var todo []ftrma.Rank
@@ -104,6 +104,11 @@ func (s *Store) awaitSettled(ctx context.Context) error {
 		if left == 0 {
 			return nil
 		}
+		if s.stale() {
+			// The next view may count a rank live again that this one
+			// counts failed: the others stop marking it.
+			return errNewView
+		}
 		if time.Since(start) > settleBound {
 			return fmt.Errorf("%w: live ranks did not learn of %d failures in %v", ftrma.ErrProcFailed, left, settleBound)
 		}
@@ -115,7 +120,7 @@ func (s *Store) awaitSettled(ctx context.Context) error {
 
 // readSeen reads the failures-seen bitmaps of the ranks this rank thinks
 // live (a rank failing or closing meanwhile is left out).
-func (s *Store) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
+func (s *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 	bufs := map[ftrma.Rank][]byte{}
 	for r := range ftrma.Rank(s.n) {
 		if s.failed(r) {
@@ -146,7 +151,7 @@ func (s *Store) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 // markDone posts version v into the done word of the key's primary replica
 // (reps[0], reps in placement order), once the write of v is complete at
 // every live replica. The write completes with the next flush toward it.
-func (s *Store) markDone(reps []*replica, v uint64) {
+func (s *op) markDone(reps []*replica, v uint64) {
 	if len(reps) == 0 || reps[0].failed || reps[0].slot < 0 {
 		return
 	}
@@ -158,7 +163,7 @@ func (s *Store) markDone(reps []*replica, v uint64) {
 
 // fastGet reads the key's primary alone; ok is false when the answer must
 // come from every replica (see above).
-func (s *Store) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
+func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
 	if v := s.v(); !v.fast || v.old != nil {
 		return nil, 0, false // no fast reads in the transition view (grow.go)
 	}

@@ -27,7 +27,7 @@ func TestFastReads(t *testing.T) {
 			}
 		}
 		fast := st[1].Stats().FastGets - before.FastGets
-		if !st[1].v().w.WholeWords() {
+		if !st[1].current().w.WholeWords() {
 			if fast != 0 {
 				t.Fatalf("%d fast gets on a transport that may tear words", fast)
 			}
@@ -48,7 +48,7 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	var k []byte // a key the writer holds no copy of
 	for i := 0; k == nil; i++ {
 		c := fmt.Appendf(nil, "k%d", i)
-		if !slices.Contains(writer.v().place.replicas(writer.hash(c), noneFailed), writer.me) {
+		if !slices.Contains(writer.current().place.replicas(writer.hash(c), noneFailed), writer.me) {
 			k = c
 		}
 	}
@@ -68,14 +68,14 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	defer unblock()
 	testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 		if s == writer && i == 1 {
-			s.v().w.Flush(context.Background(), reps[0].r) // the primary has it
+			s.current().w.Flush(context.Background(), reps[0].r) // the primary has it
 			world.Net.Crash(s.me)                          // the others do not
 		}
 	})
 	writer.Put(ctx, k, []byte("new"))
 	testHookPublish.clear()
 	reader := st[0]
-	for !reader.failed(writer.me) {
+	for !reader.current().c.ProcFailed(writer.me) {
 		time.Sleep(time.Millisecond)
 	}
 	reps, err := reader.Locate(ctx, k)

@@ -22,7 +22,7 @@ func waitWhole(ctx context.Context, t *testing.T, s *Store, keys []string) {
 			}
 			whole := len(reps) == s.opt.Copies
 			for _, p := range reps {
-				whole = whole && p.Complete && p.Version == reps[0].Version && p.Version > 0 && !s.failed(p.Rank)
+				whole = whole && p.Complete && p.Version == reps[0].Version && p.Version > 0 && !s.current().c.ProcFailed(p.Rank)
 			}
 			if whole {
 				break
@@ -57,7 +57,7 @@ func TestCrashesLoseNothing(t *testing.T) {
 	world.Net.Crash(5)
 	alive := []*Store{st[0], st[1], st[3], st[4], st[6]}
 	for _, s := range alive {
-		for s.failed(2) == false || s.failed(5) == false {
+		for s.current().c.ProcFailed(2) == false || s.current().c.ProcFailed(5) == false {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -102,7 +102,7 @@ func TestDataLost(t *testing.T) {
 		world.Net.Crash(p.Rank)
 	}
 	for _, p := range reps {
-		for !reader.failed(p.Rank) {
+		for !reader.current().c.ProcFailed(p.Rank) {
 			if ctx.Err() != nil {
 				t.Fatalf("rank %d never learned of rank %d's crash", reader.me, p.Rank)
 			}
@@ -134,7 +134,7 @@ func TestWriterCrashMidPut(t *testing.T) {
 			testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 				if s == writer && i == at {
 					for _, p := range reps[:i] {
-						s.v().w.Flush(ctx, p.r)
+						s.current().w.Flush(ctx, p.r)
 					}
 					world.Net.Crash(s.me)
 				}
@@ -148,7 +148,7 @@ func TestWriterCrashMidPut(t *testing.T) {
 				if s == writer {
 					continue
 				}
-				for !s.failed(writer.me) {
+				for !s.current().c.ProcFailed(writer.me) {
 					time.Sleep(time.Millisecond)
 				}
 				v, err := s.Get(ctx, key)
@@ -202,7 +202,7 @@ func TestWriterCrashMidCommit(t *testing.T) {
 				if s == writer {
 					continue
 				}
-				for !s.failed(writer.me) {
+				for !s.current().c.ProcFailed(writer.me) {
 					time.Sleep(time.Millisecond)
 				}
 				for _, k := range keys {
@@ -238,8 +238,8 @@ func TestRecoveryIsLocal(t *testing.T) {
 	shared := make([]bool, 8)
 	for i := 0; len(keys) < 40; i++ {
 		k := fmt.Sprintf("k%d", i)
-		reps := st[0].v().place.replicas(st[0].hash([]byte(k)), noneFailed)
-		after := st[0].v().place.replicas(st[0].hash([]byte(k)), failedSet(victim))
+		reps := st[0].current().place.replicas(st[0].hash([]byte(k)), noneFailed)
+		after := st[0].current().place.replicas(st[0].hash([]byte(k)), failedSet(victim))
 		if slices.Contains(reps, victim) && (slices.Contains(reps, apart) || slices.Contains(after, apart)) {
 			continue
 		}
@@ -290,7 +290,7 @@ func TestDepartedRankLeavesPlacement(t *testing.T) {
 	var keys []string
 	for i := 0; len(keys) < 10; i++ {
 		k := fmt.Sprintf("k%d", i)
-		if slices.Contains(st[0].v().place.replicas(st[0].hash([]byte(k)), noneFailed), leaver) {
+		if slices.Contains(st[0].current().place.replicas(st[0].hash([]byte(k)), noneFailed), leaver) {
 			if err := st[0].Put(ctx, []byte(k), []byte("before")); err != nil {
 				t.Fatal(err)
 			}

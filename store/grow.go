@@ -86,8 +86,9 @@ type view struct {
 	ops atomic.Int64 // operations working in this view
 }
 
-// v returns the current view.
-func (s *Store) v() *view { return s.cur.Load() }
+// current returns the current view. Operations use the view they hold
+// (op.v), never this one.
+func (s *Store) current() *view { return s.cur.Load() }
 
 // hold returns the current view, counting the caller as working in it until
 // it calls v.done().
@@ -103,6 +104,66 @@ func (s *Store) hold() *view {
 }
 
 func (v *view) done() { v.ops.Add(-1) }
+
+// op is one operation's handle on the store: the store, and the view the
+// operation works in from its start to its end (or to errNewView). Every
+// step of an operation — replica sets, window, tables, failed ranks, arenas
+// — comes from that one view, so an operation never mixes two.
+type op struct {
+	*Store
+	view *view
+}
+
+// begin starts an operation in the current view; end it with o.end.
+func (s *Store) begin() *op { return &op{Store: s, view: s.hold()} }
+
+func (o *op) end() { o.view.done() }
+
+// v is the operation's view.
+func (o *op) v() *view { return o.view }
+
+// failed reports whether rank r is out of the store in the operation's
+// view: failed, or departed (the runtime counts a rank that closed its
+// transport as gone too).
+func (o *op) failed(r ftrma.Rank) bool { return o.view.c.ProcFailed(r) }
+
+// stale reports whether Grow has installed a view after the operation's.
+func (o *op) stale() bool { return o.Store.cur.Load() != o.view }
+
+// renew moves the operation to the current view, after errNewView.
+func (o *op) renew() {
+	o.view.done()
+	o.view = o.Store.hold()
+}
+
+// errNewView: the operation's view is no longer current and an attempt of
+// it met a failure (the window of the view was rebuilt, or a replica
+// failed) or a wait that the next view ends; it gives up what it holds and
+// starts again, from its outermost call, in the current view. Operations
+// retry after a failure anyway, so an attempt given up is one they know how
+// to leave.
+var errNewView = errors.New("store view changed: start again in the new one")
+
+// inView runs f as one operation, again in the next view each time f
+// returns errNewView.
+func (s *Store) inView(f func(o *op) error) error {
+	o := s.begin()
+	defer func() { o.end() }()
+	for {
+		err := f(o)
+		if !errors.Is(err, errNewView) {
+			return err
+		}
+		o.renew()
+	}
+}
+
+// live is the current view's window: release writes (of locks, claims and
+// leases this process holds) go through it, so that an operation whose
+// view's window was rebuilt still lets go of what it took. The window of an
+// operation's view is either the current one, or rebuilt (every operation
+// on it fails), so the releases stay ordered after the operation's writes.
+func (s *Store) live() *window.Window { return s.current().w }
 
 // drain waits until no operation works in v (v is no longer current).
 func drain(ctx context.Context, v *view) error {
@@ -206,7 +267,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		return fail(fmt.Errorf("%w: a Grow is under way", ftrma.ErrInvalid))
 	}
 	defer s.growing.Store(false)
-	v := s.v()
+	v := s.current()
 	switch {
 	case v.old != nil:
 		return fail(fmt.Errorf("%w: an earlier Grow was cut short", ftrma.ErrInvalid))
@@ -248,7 +309,10 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		}
 	}
 	// 2. What the replaced processes left here.
-	if err := s.clearReplaced(ctx, g.replaced); err != nil {
+	o := s.begin()
+	err = o.clearReplaced(ctx, g.replaced)
+	o.end()
+	if err != nil {
 		return fail(err)
 	}
 	// 3. The transition view.
@@ -329,9 +393,11 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 		fast: nw.WholeWords(), old: newPlacement(s.opt.Copies, g.oldHosts), replaced: g.replaced,
 		arenas: newArenas(s.n), keyArenas: newArenas(s.n)}
 	s.cur.Store(tv)
+	o := s.begin()
 	for range s.opt.Reserve {
-		s.attachChunk(s.opt.ChunkSize)
+		o.attachChunk(s.opt.ChunkSize)
 	}
+	o.end()
 	go s.housekeeping()
 	if err := s.finishGrow(ctx, nil, tv, false); err != nil {
 		return nil, err
@@ -392,7 +458,10 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 		return fail(err)
 	}
 	if survivor {
-		if err := s.moveKeys(ctx); err != nil {
+		o := s.begin()
+		err := o.moveKeys(ctx)
+		o.end()
+		if err != nil {
 			return fail(err)
 		}
 	}
@@ -408,7 +477,9 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	if err := barrier(ctx, tv.c); err != nil {
 		return fail(err)
 	}
-	if err := s.dropKeys(ctx); err != nil {
+	o := s.begin()
+	defer o.end()
+	if err := o.dropKeys(ctx); err != nil {
 		return fail(err)
 	}
 	return nil
@@ -586,9 +657,8 @@ func parseGrow(nc window.Comm, r1, r2 [][]byte) (*grown, error) {
 // takes their locks, as after any failure), the locks they held on keys
 // this rank does not place are freed, their claim is let go and the chunks
 // they were filling are sealed (the housekeeping reclaims them once empty).
-func (s *Store) clearReplaced(ctx context.Context, replaced []bool) error {
-	v := s.hold()
-	defer v.done()
+func (s *op) clearReplaced(ctx context.Context, replaced []bool) error {
+	v := s.v()
 	of := func(owner int) bool { return owner >= 0 && owner < s.n && replaced[owner] }
 	for i := range s.opt.Slots {
 		base := hdrWords + i*slotWords
@@ -629,9 +699,8 @@ func (s *Store) clearReplaced(ctx context.Context, replaced []bool) error {
 // placement differs from its old one is checked like recovery checks a key
 // (getAll: when the replicas differ, the repair writes the newest copy to
 // the new replicas), by its holders in placement order.
-func (s *Store) moveKeys(ctx context.Context) error {
-	v := s.hold()
-	defer v.done()
+func (s *op) moveKeys(ctx context.Context) error {
+	v := s.v()
 	type job struct {
 		h, key uint64
 		pos    int
@@ -661,7 +730,7 @@ func (s *Store) moveKeys(ctx context.Context) error {
 	start := time.Now()
 	for i, j := range jobs {
 		if hook := testHookMove.get(); hook != nil {
-			hook(s, i)
+			hook(s.Store, i)
 		}
 		if d := time.Duration(j.pos)*staggerStep - time.Since(start); d > 0 {
 			t := time.NewTimer(d)
@@ -688,9 +757,8 @@ func (s *Store) moveKeys(ctx context.Context) error {
 
 // dropKeys is Grow's drop (step 6): the copies of keys this rank no longer
 // places are deleted here.
-func (s *Store) dropKeys(ctx context.Context) error {
-	v := s.hold()
-	defer v.done()
+func (s *op) dropKeys(ctx context.Context) error {
+	v := s.v()
 	for i := range s.opt.Slots {
 		base := hdrWords + i*slotWords
 		ka := atomic.LoadUint64(&s.table[base+slotKey])
@@ -714,7 +782,7 @@ func (s *Store) dropKeys(ctx context.Context) error {
 // that knows of a failure writes only once every live rank knows of it
 // (awaitSettled), so the check under the lock sees every failure that made
 // a writer write here.
-func (s *Store) dropKey(ctx context.Context, id ident) error {
+func (s *op) dropKey(ctx context.Context, id ident) error {
 	if err := s.keys.lock(ctx, id); err != nil {
 		return err
 	}
@@ -749,7 +817,7 @@ func (s *Store) dropKey(ctx context.Context, id ident) error {
 
 // countGrow counts a move's writes (publish by Grow's repairs): the key
 // once, if any replica was written, and the record's bytes per replica.
-func (s *Store) countGrow(reps []*replica, n int) {
+func (s *op) countGrow(reps []*replica, n int) {
 	k := 0
 	for _, p := range reps {
 		if p.written && !p.failed && !p.same {

@@ -80,7 +80,7 @@ func crashAndWait(ctx context.Context, t *testing.T, w *commtest.World, st []*St
 			continue
 		}
 		for _, v := range victims {
-			for !s.failed(v) {
+			for !s.current().c.ProcFailed(v) {
 				if ctx.Err() != nil {
 					t.Fatalf("rank %d never learned of %d's failure", r, v)
 				}
@@ -143,12 +143,12 @@ func checkPlaced(ctx context.Context, t *testing.T, st []*Store, want map[string
 	t.Helper()
 	for k, val := range want {
 		id := st[0].ident([]byte(k))
-		place := st[0].v().place.replicas(id.h, st[0].failed)
+		place := st[0].current().place.replicas(id.h, st[0].current().c.ProcFailed)
 		for r, s := range st {
-			if s == nil || st[0].failed(ftrma.Rank(r)) {
+			if s == nil || st[0].current().c.ProcFailed(ftrma.Rank(r)) {
 				continue
 			}
-			sl, _, err := st[0].probe(ctx, ftrma.Rank(r), id)
+			sl, _, err := st[0].peek().probe(ctx, ftrma.Rank(r), id)
 			if err != nil {
 				t.Fatalf("probe %s at %d: %v", k, r, err)
 			}
@@ -192,7 +192,7 @@ func TestGrowAfterReplace(t *testing.T) {
 	checkPlaced(ctx, t, nst, want)
 	moved, onNew := uint64(0), 0
 	for _, k := range keys {
-		if slices.Contains(nst[0].v().place.replicas(nst[0].hash([]byte(k)), nst[0].failed), 4) {
+		if slices.Contains(nst[0].current().place.replicas(nst[0].hash([]byte(k)), nst[0].current().c.ProcFailed), 4) {
 			onNew++
 		}
 	}
@@ -230,7 +230,7 @@ func TestGrowBothCopiesNew(t *testing.T) {
 	waitWhole(ctx, t, st[0], keys)
 	onlyNew := 0
 	for k := range want {
-		p := st[0].v().place.replicas(st[0].hash([]byte(k)), func(ftrma.Rank) bool { return false })
+		p := st[0].current().place.replicas(st[0].hash([]byte(k)), func(ftrma.Rank) bool { return false })
 		if slices.Equal(slices.Sorted(slices.Values(p)), []ftrma.Rank{1, 3}) {
 			onlyNew++
 		}
@@ -295,7 +295,7 @@ func TestGrowBadInput(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if err := nst[0].Grow(ctx, nst[2].v().c); err == nil || !errors.Is(err, ftrma.ErrInvalid) {
+	if err := nst[0].Grow(ctx, nst[2].current().c); err == nil || !errors.Is(err, ftrma.ErrInvalid) {
 		t.Errorf("second Grow with the same communicator: %v, want ErrInvalid", err)
 	}
 }

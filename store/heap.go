@@ -41,7 +41,7 @@ type ownedChunk struct {
 	addr, size, next uint64
 }
 
-func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
+func (s *op) entryAddr(r ftrma.Rank, e, w int) uint64 {
 	return s.v().tables[r] + s.chunk0 + uint64(e*chunkBytes+w*8)
 }
 
@@ -49,7 +49,7 @@ func (s *Store) entryAddr(r ftrma.Rank, e, w int) uint64 {
 // r and counts it live at its chunk. The count's update is posted; it
 // completes with the next flush toward r, before any free of the block can
 // be posted.
-func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
+func (s *op) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
 	return s.allocIn(ctx, s.v().arenas[r], r, n)
 }
 
@@ -57,7 +57,7 @@ func (s *Store) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) 
 // wait for a chunk (it is the one that attaches them) nor for a writer that
 // waits for one (so it has an arena of its own). It fails with ErrFull when
 // no free chunk is at hand.
-func (s *Store) allocNow(ctx context.Context, n int) (uint64, error) {
+func (s *op) allocNow(ctx context.Context, n int) (uint64, error) {
 	ctx = context.WithValue(ctx, noWaitKey{}, true)
 	a, err := s.allocIn(ctx, &s.ownArena, s.me, n)
 	if errors.Is(err, ErrFull) && s.attachChunk(s.opt.ChunkSize) {
@@ -72,11 +72,11 @@ type noWaitKey struct{}
 // allocKey is alloc for a key block: key blocks live as long as their keys'
 // slots, so they get chunks of their own (keyArenas) rather than pin the
 // chunks that values churn through (see compact).
-func (s *Store) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
+func (s *op) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
 	return s.allocIn(ctx, s.v().keyArenas[r], r, n)
 }
 
-func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64, error) {
+func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	size := uint64(n)
@@ -111,7 +111,7 @@ func (s *Store) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uin
 	return c.addr, nil
 }
 
-func (s *Store) seal(r ftrma.Rank, entry int) {
+func (s *op) seal(r ftrma.Rank, entry int) {
 	var w [8]byte
 	putWords(w[:], sealed|uint64(s.me+1))
 	s.v().w.Put(r, s.entryAddr(r, entry, chunkOwner), w[:])
@@ -119,7 +119,7 @@ func (s *Store) seal(r ftrma.Rank, entry int) {
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;
 // the update completes with the next flush toward r.
-func (s *Store) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
+func (s *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 	if addr == 0 || n == 0 || s.failed(r) {
 		return
 	}
@@ -132,7 +132,7 @@ func (s *Store) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 
 // chunkOf finds the chunk entry of a block at rank r. Entries never change
 // their memory, so what is learned is kept.
-func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool) {
+func (s *op) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool) {
 	region := addr >> 40
 	s.cache.Lock()
 	e, ok := s.cache.chunk[regionRef{r, region}]
@@ -149,7 +149,7 @@ func (s *Store) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bo
 	return e, ok
 }
 
-func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
+func (s *op) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
 	tbl := make([]byte, s.opt.Chunks*chunkBytes)
 	if err := s.v().w.Get(r, s.v().tables[r]+s.chunk0, tbl); err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (s *Store) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error
 // when r has no chunk to give: its chunk table is full, it answered a want
 // of this call's without attaching anything (no memory, no room in its
 // transport's region table), or it attached nothing for attachBound.
-func (s *Store) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*ownedChunk, error) {
+func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*ownedChunk, error) {
 	full := func(why string, args ...any) error {
 		return &ftrma.OpError{Op: "store alloc", Rank: r, Err: fmt.Errorf("%w: rank %d: %s", ErrFull, r, fmt.Sprintf(why, args...))}
 	}
@@ -248,7 +248,7 @@ const attachBound = 5 * time.Second
 
 // attachChunk attaches a chunk of size bytes to this rank's heap and lists
 // it as free; false when the chunk table is full.
-func (s *Store) attachChunk(size int) bool {
+func (s *op) attachChunk(size int) bool {
 	for e := range s.opt.Chunks {
 		if s.entry(e, chunkOwner).Load() != chunkNotReady || s.entry(e, chunkAddr).Load() != 0 {
 			continue
@@ -291,7 +291,7 @@ func (w localWord) CompareAndSwap(o, n uint64) bool { return atomic.CompareAndSw
 // casOwn compare-and-swaps a word of this rank's own memory that peers
 // update with remote atomics: with the CPU when the transport's atomics are
 // atomic with it, else through the window (the device) like a peer does.
-func (s *Store) casOwn(w localWord, addr uint64, old, new uint64) bool {
+func (s *op) casOwn(w localWord, addr uint64, old, new uint64) bool {
 	if s.v().w.LocalAtomics() {
 		return w.CompareAndSwap(old, new)
 	}
@@ -306,7 +306,7 @@ func (s *Store) casOwn(w localWord, addr uint64, old, new uint64) bool {
 
 // grow reclaims empty chunks, keeps Reserve free chunks attached and
 // answers a writer's want.
-func (s *Store) grow() (busy bool) {
+func (s *op) grow() (busy bool) {
 	free := 0
 	for e := range int(s.heap.entries.Load()) {
 		owner := s.entry(e, chunkOwner).Load()
@@ -346,7 +346,7 @@ func (s *Store) grow() (busy bool) {
 // reclaimable reports whether a chunk whose owner word is owner and whose
 // live count is live goes back to the table: empty, and sealed or its
 // writer failed.
-func (s *Store) reclaimable(owner, live uint64) bool {
+func (s *op) reclaimable(owner, live uint64) bool {
 	return owner != 0 && owner != chunkNotReady && live == 0 &&
 		(owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1))
 }

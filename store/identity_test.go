@@ -158,7 +158,7 @@ func TestCollidingKeysSurviveACrash(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
-	victim := st[0].v().place.replicas(0x5eed, noneFailed)[0]
+	victim := st[0].current().place.replicas(0x5eed, noneFailed)[0]
 	world.Net.Crash(victim)
 	reader := st[(int(victim)+1)%5]
 	waitWhole(ctx, t, reader, keys)

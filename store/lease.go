@@ -37,6 +37,7 @@ type lease struct {
 	reps        []leased
 	version     uint64
 	since, used time.Time
+	c           window.Comm // the communicator of the view it was taken in
 }
 
 type leased struct {
@@ -49,7 +50,7 @@ type leased struct {
 
 // leased returns the key's replicas as held under this rank's lease, when it
 // has one and the key's placement has not changed since.
-func (s *Store) leased(h ident) ([]*replica, bool) {
+func (s *op) leased(h ident) ([]*replica, bool) {
 	s.leases.Lock()
 	l := s.leases.m[h]
 	s.leases.Unlock()
@@ -105,7 +106,10 @@ func (s *Store) dropLease(h ident) {
 // endLease releases the key's lease: free lock words, posted, at its live
 // replicas (they complete with the next flush, or the transport's own
 // sending, and precede any later operation of this rank there). The caller
-// holds the key's process lock.
+// holds the key's process lock. A lease outlives views: it is released
+// through the current one's window (see live), and not at a rank that
+// failed since it was taken (in the current view the rank's number may name
+// a new process, whose memory is not the lease's).
 func (s *Store) endLease(h ident) {
 	s.leases.Lock()
 	l := s.leases.m[h]
@@ -114,13 +118,14 @@ func (s *Store) endLease(h ident) {
 	if l == nil {
 		return
 	}
+	cv := s.current()
 	var w, zero [8]byte
 	putWords(w[:], lockWord(l.version, -1))
 	for _, lr := range l.reps {
-		if !s.failed(lr.r) {
-			s.v().w.Put(lr.r, lr.addr+slotWant*8, zero[:])
-			s.v().w.Put(lr.r, lr.addr+slotLock*8, w[:])
-			s.v().w.Push(lr.r)
+		if !l.c.ProcFailed(lr.r) && !cv.c.ProcFailed(lr.r) {
+			cv.w.Put(lr.r, lr.addr+slotWant*8, zero[:])
+			cv.w.Put(lr.r, lr.addr+slotLock*8, w[:])
+			cv.w.Push(lr.r)
 		}
 	}
 }
@@ -150,13 +155,13 @@ func (s *Store) expireLeases() {
 }
 
 // askLeases asks rank r to look at the want words of the leases it holds.
-func (s *Store) askLeases(r ftrma.Rank) {
+func (s *op) askLeases(r ftrma.Rank) {
 	s.v().w.Accumulate(r, s.v().tables[r]+hdrAsk*8, []int64{1}, window.Sum)
 }
 
 // answerAsks ends the leases of this rank that another rank asked for, once
 // the ask word has moved since seen; it returns the ask word now.
-func (s *Store) answerAsks(ctx context.Context, seen uint64) uint64 {
+func (s *op) answerAsks(ctx context.Context, seen uint64) uint64 {
 	ask := atomic.LoadUint64(&s.table[hdrAsk])
 	if ask == seen {
 		return ask

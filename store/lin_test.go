@@ -316,7 +316,7 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 		}
 		for r, s := range st {
 			for v := range ranks {
-				for !victim(r) && victim(v) && !s.failed(ftrma.Rank(v)) {
+				for !victim(r) && victim(v) && !s.current().c.ProcFailed(ftrma.Rank(v)) {
 					if ctx.Err() != nil {
 						t.Fatalf("rank %d never learned of rank %d's failure", r, v)
 					}
@@ -438,7 +438,7 @@ func dupSlots(ctx context.Context, s *Store) map[string][]int {
 			continue
 		}
 		var hdr [keyHeader]byte
-		if s.v().w.Get(s.me, ka, hdr[:]) != nil || s.v().w.Flush(ctx, s.me) != nil {
+		if s.current().w.Get(s.me, ka, hdr[:]) != nil || s.current().w.Flush(ctx, s.me) != nil {
 			continue
 		}
 		n := word(hdr[:], 1)
@@ -446,7 +446,7 @@ func dupSlots(ctx context.Context, s *Store) map[string][]int {
 			continue
 		}
 		b := make([]byte, keyBlockLen(int(n)))
-		if s.v().w.Get(s.me, ka, b) != nil || s.v().w.Flush(ctx, s.me) != nil {
+		if s.current().w.Get(s.me, ka, b) != nil || s.current().w.Flush(ctx, s.me) != nil {
 			continue
 		}
 		k := string(b[keyHeader : keyHeader+n])

@@ -41,13 +41,13 @@ type replica struct {
 
 func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
 
-func (s *Store) slotAddr(r ftrma.Rank, i int) uint64 {
+func (s *op) slotAddr(r ftrma.Rank, i int) uint64 {
 	return s.v().tables[r] + uint64(hdrWords+i*slotWords)*8
 }
 
 // replicas returns the key's live replicas with their slots found (claimed
 // when claim is set).
-func (s *Store) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
+func (s *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
 	if claim {
 		// A write: not before every live rank knows the failures this one
 		// does (see fastread.go).
@@ -86,7 +86,7 @@ var errLastVersion = fmt.Errorf("%w: key reached its last version", ftrma.ErrInv
 
 // flushAll flushes toward every replica, marking the ones that failed; the
 // first other error is returned.
-func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
+func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
 	for _, p := range reps {
 		if !p.failed {
 			s.v().w.Push(p.r)
@@ -113,7 +113,7 @@ func (s *Store) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, 
 // executed after it at the target, so the slot is read under the lock. When
 // a live rank holds one of the locks, the ones taken are given back and the
 // attempt starts again after a backoff. A replica failing returns errRetry.
-func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
+func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 	for attempt := 0; ; attempt++ {
 		for _, p := range reps {
 			if p.held {
@@ -167,6 +167,9 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			}
 			s.unlockAll(ctx, reps)
 			s.st.retries.Add(1)
+			if s.stale() {
+				return errNewView // the holder may be waiting for the next view
+			}
 			if err := backoff(ctx, attempt); err != nil {
 				return err
 			}
@@ -177,7 +180,7 @@ func (s *Store) lockAll(ctx context.Context, id ident, reps []*replica) error {
 // checkHeld looks at the compare-and-swap results: which locks are now held,
 // and whether a live rank holds one (conflict) or a retry with the value seen
 // may succeed at once (again).
-func (s *Store) checkHeld(reps []*replica) (conflict, again bool) {
+func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 	for _, p := range reps {
 		if p.held || p.failed {
 			continue
@@ -202,13 +205,19 @@ func (s *Store) checkHeld(reps []*replica) (conflict, again bool) {
 }
 
 // unlockAll gives back the locks held, unchanged; the writes complete with
-// the next flush toward each rank.
-func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
+// the next flush toward each rank. They go through the live window (see
+// live): a replica marked failed because the view's window was rebuilt is
+// let go too.
+func (s *op) unlockAll(ctx context.Context, reps []*replica) {
 	var w [8]byte
+	lw := s.live()
 	for _, p := range reps {
-		if p.held && !p.failed {
+		if p.held && (!p.failed || lw != s.v().w && !s.failed(p.r)) {
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
-			s.v().w.Put(p.r, p.addr+slotLock*8, w[:])
+			lw.Put(p.r, p.addr+slotLock*8, w[:])
+			if lw != s.v().w {
+				lw.Push(p.r)
+			}
 			p.expect = lockWord(lockVersion(p.lock), -1)
 		}
 		p.held, p.took = false, false
@@ -216,7 +225,7 @@ func (s *Store) unlockAll(ctx context.Context, reps []*replica) {
 	s.flushAll(ctx, reps)
 }
 
-func (s *Store) retryable(err error) error {
+func (s *op) retryable(err error) error {
 	if retryErr(err) {
 		return fmt.Errorf("%w: %v", errRetry, err)
 	}
@@ -284,17 +293,15 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 }
 
 func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) error {
-	v := s.hold()
-	defer v.done()
 	if err := s.keys.lock(ctx, id); err != nil {
 		return err
 	}
 	defer s.keys.unlock(id)
-	return s.writeLocked(ctx, id, value, del)
+	return s.inView(func(o *op) error { return o.writeLocked(ctx, id, value, del) })
 }
 
 // writeLocked is write, by a caller that holds the key's process lock.
-func (s *Store) writeLocked(ctx context.Context, id ident, value []byte, del bool) error {
+func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool) error {
 	rt := s.retrier()
 	for {
 		err := s.writeOnce(ctx, id, value, del)
@@ -311,7 +318,7 @@ func (s *Store) writeLocked(ctx context.Context, id ident, value []byte, del boo
 // rank: under its lease on the key when it has one and may use it, else
 // found (their slots claimed) and locked. No live replica at all is an
 // error wrapping ftrma.ErrProcFailed.
-func (s *Store) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
+func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
 	if useLease {
 		if reps, leased = s.leased(id); leased {
 			return reps, true, nil
@@ -335,7 +342,7 @@ func (s *Store) acquire(ctx context.Context, id ident, useLease bool) (reps []*r
 	return reps, false, nil
 }
 
-func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
+func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
 	reps, _, err := s.acquire(ctx, id, true)
 	if err != nil {
 		return err
@@ -369,7 +376,7 @@ func (s *Store) writeOnce(ctx context.Context, id ident, value []byte, del bool)
 // version, and the release of the old blocks. With keep the lock words go on
 // naming this rank and the locks become a lease (see lease); without, they
 // are released and any lease on the key ends.
-func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
+func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
 	if rec == nil {
 		return s.tombstone(ctx, id, reps, v)
 	}
@@ -409,7 +416,7 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 	}
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
-			hook(s, reps, i)
+			hook(s.Store, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
@@ -448,7 +455,7 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 	}
 	var l *lease
 	if keep {
-		l = &lease{version: lv, since: time.Now(), used: time.Now()}
+		l = &lease{version: lv, since: time.Now(), used: time.Now(), c: s.v().c}
 	}
 	for _, p := range reps {
 		if p.held && !p.failed {
@@ -493,7 +500,7 @@ func (s *Store) publish(ctx context.Context, id ident, reps []*replica, rec []by
 // of the key is freed at once, so a tombstone never stands beside an older
 // copy of the key that a repair could bring back — but when this rank dies
 // in the middle, a reader's repair may (the deletion then did not happen).
-func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint64) error {
+func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64) error {
 	lv := max(v, newest(reps))
 	desc, tomb := make([]byte, 6*8), make([]byte, 3*8)
 	var zero, lw [8]byte
@@ -501,7 +508,7 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 	putWords(lw[:], lockWord(lv, -1))
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
-			hook(s, reps, i)
+			hook(s.Store, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
@@ -541,7 +548,7 @@ func (s *Store) tombstone(ctx context.Context, id ident, reps []*replica, v uint
 // v, by compare-and-swap from the floor read with the lock (again from what
 // it finds, while others raise it too). Called with the locks held, before
 // they are released.
-func (s *Store) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
+func (s *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 	todo := make(map[ftrma.Rank]uint64)
 	for _, p := range reps {
 		if p.held && !p.failed {
@@ -571,7 +578,7 @@ func (s *Store) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 // release gives back the key's locks this rank holds, and frees its slots
 // when no replica holds a value or a pending one (slots claimed for a key
 // that then got no value).
-func (s *Store) release(ctx context.Context, id ident, reps []*replica) {
+func (s *op) release(ctx context.Context, id ident, reps []*replica) {
 	for _, p := range reps {
 		if !p.failed && p.slot >= 0 && (p.word(slotCurAddr) != 0 || p.word(slotPAddr) != 0) {
 			s.unlockAll(ctx, reps)
@@ -581,7 +588,7 @@ func (s *Store) release(ctx context.Context, id ident, reps []*replica) {
 	s.tombstone(ctx, id, reps, newest(reps))
 }
 
-func (s *Store) countTakeovers(reps []*replica) {
+func (s *op) countTakeovers(reps []*replica) {
 	for _, p := range reps {
 		if p.took {
 			s.st.takeovers.Add(1)
@@ -606,19 +613,22 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *Store) get(ctx context.Context, id ident) ([]byte, uint64, error) {
-	v := s.hold()
-	defer v.done()
-	if v, ver, ok := s.fastGet(ctx, id); ok {
-		s.st.fast.Add(1)
-		return v, ver, nil
-	}
-	return s.getAll(ctx, id)
+func (s *Store) get(ctx context.Context, id ident) (val []byte, ver uint64, err error) {
+	err = s.inView(func(o *op) error {
+		var ok bool
+		if val, ver, ok = o.fastGet(ctx, id); ok {
+			s.st.fast.Add(1)
+			return nil
+		}
+		val, ver, err = o.getAll(ctx, id)
+		return err
+	})
+	return val, ver, err
 }
 
 // getAll is get from every live replica, making them agree when a writer
 // died in the middle (recovery's check of a key).
-func (s *Store) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
+func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 	rt := s.retrier()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -640,6 +650,9 @@ func (s *Store) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 		}
 		s.st.retries.Add(1)
 		if busy {
+			if s.stale() {
+				return nil, 0, errNewView
+			}
 			if err := backoff(ctx, attempt); err != nil {
 				return nil, 0, err
 			}
@@ -667,7 +680,7 @@ func (s *Store) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 
 // readReplicas finds the key's live replicas and reads them (readAll),
 // starting again, paced by rt, while replicas fail under it.
-func (s *Store) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
+func (s *op) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
 	for {
 		reps, err := s.replicas(ctx, id, false)
 		if err == nil {
@@ -683,7 +696,7 @@ func (s *Store) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*rep
 }
 
 // missing is the error for a key no live replica has.
-func (s *Store) missing(h uint64) error {
+func (s *op) missing(h uint64) error {
 	if s.v().mayHaveHeld(h) >= s.opt.Copies {
 		return ErrDataLost
 	}
@@ -692,7 +705,7 @@ func (s *Store) missing(h uint64) error {
 
 // readAll reads the slot of every replica that has one, then the records the
 // slots point to.
-func (s *Store) readAll(ctx context.Context, reps []*replica) error {
+func (s *op) readAll(ctx context.Context, reps []*replica) error {
 	// The record a replica's slot pointed to when this rank last saw it is
 	// read in the same round trip as the slot, speculatively: when the slot
 	// still points there (a stable key, or this rank's own last write) the
@@ -774,7 +787,7 @@ func (s *Store) readAll(ctx context.Context, reps []*replica) error {
 // of them have the same version, complete, with no transaction pending (then
 // val and found are the answer); busy when they do not and a live rank holds
 // a lock, so waiting will do.
-func (s *Store) judge(id ident, reps []*replica) (val []byte, ver uint64, found, agree, busy bool) {
+func (s *op) judge(id ident, reps []*replica) (val []byte, ver uint64, found, agree, busy bool) {
 	agree = true
 	for i, p := range reps {
 		var v uint64
@@ -852,10 +865,12 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	if err := s.check("store locate", key, nil); err != nil {
 		return nil, err
 	}
-	v := s.hold()
-	defer v.done()
 	id := s.ident(key)
-	reps, err := s.readReplicas(ctx, id, s.retrier())
+	var reps []*replica
+	err := s.inView(func(o *op) (err error) {
+		reps, err = o.readReplicas(ctx, id, o.retrier())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

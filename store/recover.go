@@ -42,9 +42,12 @@ func (s *Store) housekeeping() {
 	go func() {
 		defer close(recDone)
 		for old := range work {
-			v := s.hold()
-			s.recover(ctx, old)
-			v.done()
+			// A recovery that a new view cut short starts again in it.
+			for done := false; !done && ctx.Err() == nil; {
+				o := s.begin()
+				done = o.recover(ctx, old)
+				o.end()
+			}
 		}
 	}()
 	defer func() {
@@ -57,7 +60,8 @@ func (s *Store) housekeeping() {
 	compacted := time.Now()
 	var last *view
 	for {
-		v := s.hold()
+		o := s.begin()
+		v := o.v()
 		if v != last {
 			// Ranks a new view counts live again (replaced) are no longer
 			// known failed; their new processes hold nothing to recover.
@@ -70,29 +74,29 @@ func (s *Store) housekeeping() {
 		if fe, ok := v.c.(failureEvents); ok {
 			failCh = fe.FailuresChanged() // before reading the knowledge it announces
 		}
-		busy := s.grow()
-		s.markSeen()
+		busy := o.grow()
+		o.markSeen()
 		s.expireLeases()
-		asked = s.answerAsks(ctx, asked)
+		asked = o.answerAsks(ctx, asked)
 		if time.Since(compacted) >= compactEvery {
-			busy = s.compact(ctx) > 0 || busy
+			busy = o.compact(ctx) > 0 || busy
 			compacted = time.Now()
 		}
 		var fresh bool
 		for r := range s.n {
-			if !known[r] && s.failed(ftrma.Rank(r)) {
+			if !known[r] && o.failed(ftrma.Rank(r)) {
 				fresh = true
 			}
 		}
 		if fresh {
 			old := slices.Clone(known)
 			for r := range s.n {
-				known[r] = known[r] || s.failed(ftrma.Rank(r))
+				known[r] = known[r] || o.failed(ftrma.Rank(r))
 			}
 			work <- old
 			busy = true
 		}
-		v.done()
+		o.end()
 		if busy {
 			idle = 0
 		} else {
@@ -105,7 +109,9 @@ func (s *Store) housekeeping() {
 			return
 		case reply := <-s.kick:
 			t.Stop()
-			reply <- s.compact(ctx)
+			o := s.begin()
+			reply <- o.compact(ctx)
+			o.end()
 			compacted = time.Now()
 		case <-failCh:
 			t.Stop() // a failure: recovery starts now, not at the next tick
@@ -122,10 +128,11 @@ type failureEvents interface {
 }
 
 // recover restores the keys this rank holds that the failures since oldFailed
-// touched.
-func (s *Store) recover(ctx context.Context, oldFailed []bool) {
+// touched. It reports false when it stopped because its view is no longer
+// current: it is to run again in the new one.
+func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 	if hook := testHookRecover.get(); hook != nil {
-		hook(ctx, s)
+		hook(ctx, s.Store)
 	}
 	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
 	type job struct {
@@ -163,11 +170,14 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return
+				return true
 			}
 		}
 		if ctx.Err() != nil {
-			return
+			return true
+		}
+		if s.stale() {
+			return false
 		}
 		s.st.checks.Add(1)
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -176,15 +186,19 @@ func (s *Store) recover(ctx context.Context, oldFailed []bool) {
 			_, _, err = s.getAll(jctx, id)
 		}
 		cancel()
+		if errors.Is(err, errNewView) {
+			return false
+		}
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {
 			s.st.retries.Add(1)
 		}
 	}
+	return true
 }
 
 // ownKey reads the key block at addr of this rank's heap: the key of a slot
 // of this rank whose hash word is h.
-func (s *Store) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
+func (s *op) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
 	var hdr [keyHeader]byte
 	if err := s.v().w.Get(s.me, addr, hdr[:]); err != nil {
 		return ident{}, err

@@ -16,7 +16,7 @@ import (
 // (nil when the key has no value), a whole record of id. Readers call it when the copies differ and
 // no live writer holds a lock; recovery calls it for the keys a failed rank
 // shared.
-func (s *Store) repair(ctx context.Context, id ident) (rec []byte, err error) {
+func (s *op) repair(ctx context.Context, id ident) (rec []byte, err error) {
 	if err := s.keys.lock(ctx, id); err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (s *Store) repair(ctx context.Context, id ident) (rec []byte, err error) {
 	}
 }
 
-func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
+func (s *op) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 	reps, _, err := s.acquire(ctx, id, false)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (s *Store) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 // and the pending records of transactions that committed — best (nil for a
 // deletion, or no value at all) of version ver — and whether every live
 // replica already holds exactly that with nothing pending (whole).
-func (s *Store) settle(ctx context.Context, id ident, reps []*replica) (best []byte, ver uint64, whole bool, err error) {
+func (s *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte, ver uint64, whole bool, err error) {
 	have := false
 	consider := func(rec []byte, v uint64) {
 		if !have || v > ver {
@@ -114,7 +114,7 @@ func (s *Store) settle(ctx context.Context, id ident, reps []*replica) (best []b
 
 // publishSettled makes the locked replicas hold what settle chose and
 // releases their locks; a key with no value at all gets its slots freed.
-func (s *Store) publishSettled(ctx context.Context, id ident, reps []*replica, best []byte, ver uint64) error {
+func (s *op) publishSettled(ctx context.Context, id ident, reps []*replica, best []byte, ver uint64) error {
 	if err := s.publish(ctx, id, reps, best, ver, false); err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (s *Store) publishSettled(ctx context.Context, id ident, reps []*replica, b
 }
 
 // readRecords reads the records the (already read) slots point to.
-func (s *Store) readRecords(ctx context.Context, reps []*replica) error {
+func (s *op) readRecords(ctx context.Context, reps []*replica) error {
 	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
 	for _, p := range reps {
 		p.rec, p.prec = nil, nil

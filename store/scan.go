@@ -69,35 +69,40 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 // listKeys returns the distinct user keys with prefix that a live rank holds
 // a value of, unordered.
 func (s *Store) listKeys(ctx context.Context, prefix string) ([]string, error) {
-	v := s.hold()
-	defer v.done()
-	seen := map[string]bool{}
-	for r := range ftrma.Rank(s.n) {
-		if s.failed(r) {
-			continue // its keys have replicas on live ranks
-		}
-		keys, err := s.keysAt(ctx, r)
-		if err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			return nil, err // a rank failing meanwhile has its keys elsewhere
-		}
-		for _, k := range keys {
-			if strings.HasPrefix(k, prefix) && !strings.HasPrefix(k, reservedPrefix) {
-				seen[k] = true
+	var out []string
+	err := s.inView(func(o *op) error {
+		seen := map[string]bool{}
+		for r := range ftrma.Rank(s.n) {
+			if o.failed(r) {
+				continue // its keys have replicas on live ranks
+			}
+			keys, err := o.keysAt(ctx, r)
+			if err != nil && retryErr(err) && o.stale() {
+				return errNewView
+			}
+			if err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
+				return err // a rank failing meanwhile has its keys elsewhere
+			}
+			for _, k := range keys {
+				if strings.HasPrefix(k, prefix) && !strings.HasPrefix(k, reservedPrefix) {
+					seen[k] = true
+				}
 			}
 		}
-	}
-	out := make([]string, 0, len(seen))
-	for k := range seen {
-		out = append(out, k)
-	}
-	return out, nil
+		out = make([]string, 0, len(seen))
+		for k := range seen {
+			out = append(out, k)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // keysAt reads rank r's slot table and the keys of its slots that hold a
 // value. A key block is believed only when the key hashes to the slot's hash
 // word (a slot freed and reused under the read shows another key's, or a
 // freed block's bytes).
-func (s *Store) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
+func (s *op) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 	tbl := make([]byte, s.opt.Slots*slotBytes)
 	if err := s.v().w.Get(r, s.slotAddr(r, 0), tbl); err != nil {
 		return nil, err

@@ -83,7 +83,7 @@ func TestScanAfterACrash(t *testing.T) {
 		}
 	}
 	world.Net.Crash(2)
-	for !st[0].failed(2) {
+	for !st[0].current().c.ProcFailed(2) {
 		time.Sleep(time.Millisecond)
 	}
 	if n, err := st[0].Len(ctx); err != nil || n != 30 {

@@ -37,7 +37,7 @@ var errStale = fmt.Errorf("%w: key slot reused", errRetry)
 
 // findSlot finds id's slot at rank r, claiming one when claim is set; noSlot
 // when r has none.
-func (s *Store) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
+func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
 	ck := keyAt{r, id.key}
 	s.cache.Lock()
 	sl, ok := s.cache.slot[ck]
@@ -119,7 +119,7 @@ func (s *Store) forget(r ftrma.Rank, id ident) {
 // the chain a claim could take (a tombstone, or the never-used slot that
 // ends the chain), with its key word and generation; free.idx is -1 when
 // the chain covers every slot and none is free.
-func (s *Store) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slotID, err error) {
+func (s *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slotID, err error) {
 	const group = 8
 	free = noSlot
 	buf := make([]byte, group*slotBytes)
@@ -164,7 +164,7 @@ func (s *Store) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free 
 }
 
 // isKeyAt reports whether the key block at addr at rank r names id.
-func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
+func (s *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
 	b := make([]byte, keyBlockLen(len(id.key)))
 	err := s.v().w.Get(r, addr, b)
 	if err == nil {
@@ -182,7 +182,7 @@ func (s *Store) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident
 // lockClaims takes rank r's claim lock: compare-and-swap free → this rank,
 // or a failed holder → this rank; a live holder claims one slot and lets go,
 // so it is waited for with a backoff.
-func (s *Store) lockClaims(ctx context.Context, r ftrma.Rank) error {
+func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 	at := s.v().tables[r] + hdrClaim*8
 	var expect int64
 	for attempt := 0; ; attempt++ {
@@ -204,21 +204,25 @@ func (s *Store) lockClaims(ctx context.Context, r ftrma.Rank) error {
 			continue
 		}
 		expect = 0
+		if s.stale() {
+			return errNewView // the holder may be waiting for the next view
+		}
 		if err := backoff(ctx, attempt); err != nil {
 			return err
 		}
 	}
 }
 
-func (s *Store) unlockClaims(r ftrma.Rank) {
+func (s *op) unlockClaims(r ftrma.Rank) {
 	var z [8]byte
-	s.v().w.Put(r, s.v().tables[r]+hdrClaim*8, z[:])
-	s.v().w.Push(r)
+	lw := s.live() // see live
+	lw.Put(r, s.v().tables[r]+hdrClaim*8, z[:])
+	lw.Push(r)
 }
 
 // checkSlots reports errStale, and forgets the slots, when a replica's slot
 // as just read is no longer the one this rank found for its key.
-func (s *Store) checkSlots(reps []*replica) error {
+func (s *op) checkSlots(reps []*replica) error {
 	var err error
 	for _, p := range reps {
 		if p.slot >= 0 && !p.failed && (p.word(slotKey) != p.keyAddr || p.word(slotGen) != p.gen) {

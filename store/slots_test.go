@@ -127,7 +127,7 @@ func TestIdleLeaseEndsWhenAsked(t *testing.T) {
 		if err := st[0].Put(ctx, k, []byte("0")); err != nil {
 			t.Fatal(err)
 		}
-		if _, leased := st[0].leased(st[0].ident(k)); !leased {
+		if _, leased := st[0].peek().leased(st[0].ident(k)); !leased {
 			t.Fatal("rank 0 holds no lease on k: the test does not test leases")
 		}
 		for r := 1; r < 3; r++ {

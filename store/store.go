@@ -293,9 +293,11 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 	}
 	v.place = newPlacement(opt.Copies, v.hosts)
 	s.cur.Store(v)
+	o := s.begin()
 	for range opt.Reserve {
-		s.attachChunk(opt.ChunkSize)
+		o.attachChunk(opt.ChunkSize)
 	}
+	o.end()
 	if err := c.Barrier(ctx); err != nil {
 		w.Free(ctx)
 		return nil, err
@@ -361,18 +363,18 @@ func (s *Store) Close(ctx context.Context) error {
 	for _, h := range held {
 		s.endLease(h)
 	}
-	s.v().w.FlushAll(ctx)
-	err := s.v().w.Free(ctx)
+	s.current().w.FlushAll(ctx)
+	err := s.current().w.Free(ctx)
 	// The memory may be a shared mapping (shm): once released, nothing may
 	// read it, so Stats waits for this and then stops reading the table.
 	s.memMu.Lock()
 	s.heap.Lock()
 	for _, m := range s.heap.mem {
-		s.v().w.Release(m)
+		s.current().w.Release(m)
 	}
 	s.heap.mem = nil
 	s.heap.Unlock()
-	s.v().w.Release(s.tableMem)
+	s.current().w.Release(s.tableMem)
 	s.table, s.tableMem = nil, nil
 	s.memMu.Unlock()
 	return err
@@ -408,10 +410,6 @@ func (s *Store) Rank() ftrma.Rank { return s.me }
 
 // Copies is the number of replicas each key has.
 func (s *Store) Copies() int { return s.opt.Copies }
-
-// failed reports whether rank r is out of the store: failed, or departed
-// (the runtime counts a rank that closed its transport as gone too).
-func (s *Store) failed(r ftrma.Rank) bool { return s.v().c.ProcFailed(r) }
 
 func (s *Store) check(op string, key []byte, value []byte) error {
 	switch {
@@ -506,17 +504,17 @@ const retryBound = 10 * time.Second
 // after the transport reported the broken connection: each retry waits until
 // the known failures change, or a pause growing from 1 to 64 ms has passed.
 type retrier struct {
-	s     *Store
+	s     *op
 	start time.Time
 	i     int
 	known int
 }
 
-func (s *Store) retrier() *retrier {
+func (s *op) retrier() *retrier {
 	return &retrier{s: s, start: time.Now(), known: s.knownFailed()}
 }
 
-func (s *Store) knownFailed() int {
+func (s *op) knownFailed() int {
 	n := 0
 	for r := range s.n {
 		if s.failed(ftrma.Rank(r)) {
@@ -527,9 +525,14 @@ func (s *Store) knownFailed() int {
 }
 
 // again waits before the next attempt after err (an errRetry); it returns an
-// error wrapping ftrma.ErrProcFailed after retryBound, or ctx's error.
+// error wrapping ftrma.ErrProcFailed after retryBound, ctx's error, or
+// errNewView when the operation's view is no longer current (the next
+// attempt is to be made in the new one).
 func (r *retrier) again(ctx context.Context, err error) error {
 	r.s.st.retries.Add(1)
+	if r.s.stale() {
+		return errNewView
+	}
 	if time.Since(r.start) > retryBound {
 		return fmt.Errorf("%w: replicas kept failing for %v (%v)", ftrma.ErrProcFailed, retryBound, err)
 	}

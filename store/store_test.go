@@ -325,3 +325,8 @@ func TestCloseThenUse(t *testing.T) {
 		}
 	})
 }
+
+// peek is an operation's handle on the current view for a test that looks
+// at the store from outside: it does not count in the view (a Grow does not
+// wait for it).
+func (s *Store) peek() *op { return &op{Store: s, view: s.current()} }

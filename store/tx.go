@@ -130,8 +130,6 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if len(t.ops) == 0 && len(t.reads) == 0 {
 		return nil
 	}
-	v := s.hold()
-	defer v.done()
 	keys := make([]*txKeyState, 0, len(t.ops)+len(t.reads))
 	for k, op := range t.ops {
 		ver, read := t.reads[k]
@@ -158,14 +156,21 @@ func (t *Tx) Commit(ctx context.Context) error {
 			s.keys.unlock(k.id)
 		}
 	}()
-	rt := s.retrier()
+	o := s.begin()
+	defer func() { o.end() }()
+	rt := o.retrier()
 	for {
-		err := s.commitOnce(ctx, keys)
+		err := o.commitOnce(ctx, keys)
 		if errors.Is(err, errRetry) {
 			err = rt.again(ctx, err)
 			if err == nil {
 				continue
 			}
+		}
+		if errors.Is(err, errNewView) {
+			o.renew() // before the commit point: nothing is visible
+			rt = o.retrier()
+			continue
 		}
 		if err != nil {
 			s.st.aborts.Add(1)
@@ -176,9 +181,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 }
 
-// commitOnce runs one attempt; errRetry (before the commit point) means
-// nothing is visible and the locks are given back.
-func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
+// commitOnce runs one attempt; errRetry and errNewView (before the commit
+// point only) mean nothing is visible and the locks are given back.
+func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	var all []*replica
 	for _, k := range keys {
 		s.endLease(k.id) // as in acquire: the commit's locks are its own
@@ -252,7 +257,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	}
 	commitHook := testHookCommit.get()
 	if commitHook != nil {
-		commitHook(s, "pending")
+		commitHook(s.Store, "pending")
 	}
 	// The commit point.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -270,14 +275,14 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		}
 	}
 	if commitHook != nil {
-		commitHook(s, "decided")
+		commitHook(s.Store, "decided")
 	}
 	// Publish: pending → current, unlock with the version.
 	var repairs []ident
 	for ki, k := range keys {
 		if ki == 1 && commitHook != nil {
 			s.flushAll(cctx, keys[0].reps)
-			commitHook(s, "published-one")
+			commitHook(s.Store, "published-one")
 		}
 		if !k.write || k.op.del {
 			continue // below
@@ -339,7 +344,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	// Keys that lost a replica meanwhile get their new one now.
 	for _, id := range repairs {
 		s.keys.unlock(id)
-		_, err := s.repair(cctx, id)
+		err := s.inView(func(o *op) error { _, err := o.repair(cctx, id); return err })
 		s.keys.lock(cctx, id)
 		if err != nil {
 			return err
@@ -350,7 +355,7 @@ func (s *Store) commitOnce(ctx context.Context, keys []*txKeyState) error {
 
 // dropPending clears the pending descriptors this attempt wrote and frees
 // their blocks.
-func (s *Store) dropPending(ctx context.Context, keys []*txKeyState) {
+func (s *op) dropPending(ctx context.Context, keys []*txKeyState) {
 	zero := make([]byte, 3*8)
 	for _, k := range keys {
 		for _, p := range k.reps {

@@ -197,11 +197,11 @@ func TestTxEndsTheLeaseItTakesOver(t *testing.T) {
 				st[0].endLease(id)
 				st[0].keys.unlock(id)
 			}
-			st[0].v().w.FlushAll(ctx)
+			st[0].current().w.FlushAll(ctx)
 			for r, idx := range st[1].slotsOf(k) {
 				var w [8]byte
-				st[2].v().w.Get(ftrma.Rank(r), st[2].slotAddr(ftrma.Rank(r), idx)+slotLock*8, w[:])
-				if err := st[2].v().w.Flush(ctx, ftrma.Rank(r)); err != nil {
+				st[2].current().w.Get(ftrma.Rank(r), st[2].peek().slotAddr(ftrma.Rank(r), idx)+slotLock*8, w[:])
+				if err := st[2].current().w.Flush(ctx, ftrma.Rank(r)); err != nil {
 					t.Error(err)
 				}
 				if owner := lockOwner(word(w[:], 0)); owner != 1 {
