@@ -115,7 +115,7 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 				continue
 			}
 		}
-		if errors.Is(err, errNewView) {
+		if o.restart(err) {
 			o.renew()
 			rt = o.retrier()
 			continue

@@ -144,14 +144,31 @@ func (o *op) renew() {
 // to leave.
 var errNewView = errors.New("store view changed: start again in the new one")
 
+// restart reports whether the operation is to start again in the current
+// view after err: errNewView, or a use of its view's window that a Grow
+// rebuilt meanwhile.
+func (o *op) restart(err error) bool {
+	return errors.Is(err, errNewView) || errors.Is(err, window.ErrRebuilt) && o.stale()
+}
+
+// completed reports whether the operations this rank posted toward r
+// through its view's window, whose flush failed with err, completed all
+// the same: err says the window was rebuilt (the operations posted before
+// went to the transport) and a flush toward r through the current window
+// succeeded. The results of compare-and-swaps posted so are then known, so
+// that what they took is let go.
+func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
+	lw := o.live()
+	return errors.Is(err, window.ErrRebuilt) && lw != o.v().w && lw.Flush(ctx, r) == nil
+}
+
 // inView runs f as one operation, again in the next view each time f
 // returns errNewView.
 func (s *Store) inView(f func(o *op) error) error {
 	o := s.begin()
 	defer func() { o.end() }()
 	for {
-		err := f(o)
-		if !errors.Is(err, errNewView) {
+		if err := f(o); !o.restart(err) {
 			return err
 		}
 		o.renew()

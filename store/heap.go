@@ -206,6 +206,14 @@ func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 				return nil, err
 			}
 			if err := s.v().w.Flush(ctx, r); err != nil {
+				if s.completed(ctx, r, err) && got == 0 {
+					// Taken through a window rebuilt meanwhile: sealed
+					// empty, its rank reclaims it.
+					var w [8]byte
+					putWords(w[:], sealed|uint64(s.me+1))
+					s.live().Put(r, s.entryAddr(r, best, chunkOwner), w[:])
+					s.live().Push(r)
+				}
 				return nil, err
 			}
 			if got == 0 {

@@ -37,6 +37,7 @@ type replica struct {
 	want    [8]byte
 	same    bool   // already holds what publish would write: only unlock
 	pending uint64 // block of a transaction's pending record
+	done    bool   // failed as the view's window was rebuilt, yet its operations completed (op.completed)
 }
 
 func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
@@ -99,6 +100,7 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 		if e := s.v().w.Flush(ctx, p.r); e != nil {
 			if retryErr(e) {
 				p.failed, anyFailed = true, true
+				p.done = s.completed(ctx, p.r, e)
 			} else if err == nil {
 				err = e
 			}
@@ -115,26 +117,31 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 // attempt starts again after a backoff. A replica failing returns errRetry.
 func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 	for attempt := 0; ; attempt++ {
+		var perr error // posting failed: the replicas from there on are not tried
 		for _, p := range reps {
 			if p.held {
 				continue
 			}
-			if err := s.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); err != nil {
-				s.unlockAll(ctx, reps)
-				return s.retryable(err)
+			if perr != nil {
+				p.failed = true
+				continue
 			}
-			if err := s.v().w.Get(p.r, p.addr, p.buf[:]); err != nil {
-				s.unlockAll(ctx, reps)
-				return s.retryable(err)
+			if perr = s.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); perr != nil {
+				p.failed = true
+				continue
 			}
-			if err := s.v().w.Get(p.r, s.v().tables[p.r]+hdrFloor*8, p.floor[:]); err != nil {
-				s.unlockAll(ctx, reps)
-				return s.retryable(err)
+			if perr = s.v().w.Get(p.r, p.addr, p.buf[:]); perr == nil {
+				perr = s.v().w.Get(p.r, s.v().tables[p.r]+hdrFloor*8, p.floor[:])
 			}
 		}
-		if failed, err := s.flushAll(ctx, reps); failed || err != nil {
+		// The compare-and-swaps posted are flushed and looked at even when
+		// the attempt fails, so that the locks they took are given back.
+		if failed, err := s.flushAll(ctx, reps); perr != nil || failed || err != nil {
 			s.checkHeld(reps)
 			s.unlockAll(ctx, reps)
+			if perr != nil {
+				return s.retryable(perr)
+			}
 			if err == nil {
 				err = errRetry
 			}
@@ -182,7 +189,7 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 // may succeed at once (again).
 func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 	for _, p := range reps {
-		if p.held || p.failed {
+		if p.held || p.failed && !p.done {
 			continue
 		}
 		got := uint64(p.res)

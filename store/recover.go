@@ -186,7 +186,7 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 			_, _, err = s.getAll(jctx, id)
 		}
 		cancel()
-		if errors.Is(err, errNewView) {
+		if s.restart(err) {
 			return false
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {

@@ -191,6 +191,9 @@ func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 			return err
 		}
 		if err := s.v().w.Flush(ctx, r); err != nil {
+			if s.completed(ctx, r, err) && got == expect {
+				s.unlockClaims(r) // taken through a window rebuilt meanwhile
+			}
 			return err
 		}
 		switch holder := ftrma.Rank(got - 1); {

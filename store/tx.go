@@ -167,7 +167,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 				continue
 			}
 		}
-		if errors.Is(err, errNewView) {
+		if o.restart(err) {
 			o.renew() // before the commit point: nothing is visible
 			rt = o.retrier()
 			continue
