@@ -1,6 +1,7 @@
 package store
 
 import (
+	"runtime"
 	"context"
 	"errors"
 	"fmt"
@@ -94,6 +95,28 @@ func crashAndWait(ctx context.Context, t *testing.T, w *commtest.World, st []*St
 // Grow, and the spares Join; during with each rank's store as it runs (a
 // survivor's from the start, a new rank's never). It returns the stores by
 // rank and each rank's error.
+// stacksIfSlow logs every goroutine's stack if the returned func is not
+// called within d: a Grow that hangs shows where.
+func stacksIfSlow(t *testing.T, d time.Duration) (stop func()) {
+	var mu sync.Mutex
+	ended := false
+	tm := time.AfterFunc(d, func() {
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			t.Logf("still running after %v; goroutines:\n%s", d, buf)
+		}
+	})
+	return func() {
+		tm.Stop()
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+	}
+}
+
 func replaceAndGrow(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, victims []ftrma.Rank) ([]*Store, map[ftrma.Rank]error) {
 	t.Helper()
 	out := slices.Clone(st)
@@ -132,7 +155,9 @@ func replaceAndGrow(ctx context.Context, t *testing.T, w *commtest.World, st []*
 			mu.Unlock()
 		})
 	}
+	stop := stacksIfSlow(t, 30*time.Second)
 	wg.Wait()
+	stop()
 	t.Cleanup(func() { stopAll(out) })
 	return out, errs
 }
@@ -153,7 +178,13 @@ func checkPlaced(ctx context.Context, t *testing.T, st []*Store, want map[string
 				t.Fatalf("probe %s at %d: %v", k, r, err)
 			}
 			if has, placed := sl.idx >= 0, slices.Contains(place, ftrma.Rank(r)); has != placed {
-				t.Errorf("%s: rank %d has a copy %v, places it %v (placement %v)", k, r, has, placed, place)
+				var slot string
+				if has {
+					sw := s.table[hdrWords+sl.idx*slotWords:][:slotWords]
+					slot = fmt.Sprintf(": slot %d, hash word %#x, lock owner %d version %d, current version %d at %#x, pending %#x",
+						sl.idx, sw[slotHash], lockOwner(sw[slotLock]), lockVersion(sw[slotLock]), sw[slotCurVer], sw[slotCurAddr], sw[slotPAddr])
+				}
+				t.Errorf("%s: rank %d has a copy %v, places it %v (placement %v)%s", k, r, has, placed, place, slot)
 			}
 			got, err := s.Get(ctx, []byte(k))
 			if err != nil || string(got) != val {
@@ -461,6 +492,7 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 		t.Skip("known defect: under heavy load a survivor's drain of the old view can hang in the retried Grow (set FTRMA_KNOWN_DEFECTS=1 to run)")
 	}
 	ctx := testCtx(t, 2*time.Minute)
+	defer stacksIfSlow(t, 50*time.Second)()
 	w, st := openSpares(t, 6, 2, smallOptions(3))
 	want := putKeys(ctx, t, st, 300)
 	crashAndWait(ctx, t, w, st, 4)

@@ -521,9 +521,13 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 			continue
 		}
 		putWords(tomb, 0, slotTomb, p.word(slotGen)+1) // want, key, generation
+		// The hash word is cleared before the key word turns the slot into
+		// a tombstone: a claim (which takes no slot lock) may take the slot
+		// as soon as it sees the tombstone, and its own hash word must not
+		// be overwritten by this one.
+		s.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
 		s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
 		s.v().w.Put(p.r, p.addr+slotWant*8, tomb)
-		s.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if k := p.word(slotKey); k != 0 && k != slotTomb {
@@ -533,9 +537,16 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 	s.raiseFloors(ctx, reps, lv)
 	_, err := s.flushAll(ctx, reps)
 	for _, p := range reps {
-		if p.held && !p.failed {
+		switch {
+		case p.held && !p.failed:
 			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
 			p.written = true
+		case p.held && p.done:
+			// Its batch landed through a window rebuilt meanwhile: the
+			// tombstone's lock is released through the current one (a
+			// claim reuses the slot).
+			s.live().Put(p.r, p.addr+slotLock*8, lw[:])
+			s.live().Push(p.r)
 		}
 		s.forget(p.r, id)
 		s.cache.Lock()

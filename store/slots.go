@@ -91,12 +91,27 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
 	}
 	if err != nil {
+		if s.completed(ctx, r, err) && uint64(old) == free.key {
+			// The claim landed through a window rebuilt meanwhile: undo
+			// it (this rank still holds the claim lock), so that no slot
+			// names a key block freed below.
+			var back int64
+			lw := s.live()
+			lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
+			lw.Flush(ctx, r)
+		}
 		s.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err
 	}
 	var hw [8]byte
 	putWords(hw[:], id.h)
-	s.v().w.Put(r, at+slotHash*8, hw[:]) // completes with the next flush toward r
+	if s.v().w.Put(r, at+slotHash*8, hw[:]) != nil { // completes with the next flush toward r
+		// The window was rebuilt since the claim: the claim stands, and
+		// its hash word (which the scans of recovery and Grow go by)
+		// goes through the current one.
+		s.live().Put(r, at+slotHash*8, hw[:])
+		s.live().Push(r)
+	}
 	sl = slotID{free.idx, block, free.gen}
 	s.remember(r, id, sl)
 	return sl, nil
