@@ -69,7 +69,7 @@ func TestNoFastReadOfAWriteCutShort(t *testing.T) {
 	testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
 		if s == writer && i == 1 {
 			s.current().w.Flush(context.Background(), reps[0].r) // the primary has it
-			world.Net.Crash(s.me)                          // the others do not
+			world.Net.Crash(s.me)                                // the others do not
 		}
 	})
 	writer.Put(ctx, k, []byte("new"))

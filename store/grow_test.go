@@ -1,14 +1,13 @@
 package store
 
 import (
-	"runtime"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -482,15 +481,7 @@ func TestGrowFailsMidMove(t *testing.T) {
 // the window's second rebuild with the window of its failed Join (the
 // survivors' window counts it a member since the first). Every key then
 // reads back from every rank, placed where its placement says.
-//
-// Known defect (issue 16's closing note): under heavy load (several -race
-// runs at once) the second round hangs about one time in twenty: two
-// survivors wait for ever in Grow's drain of the old view, the others in
-// the barrier after it. FTRMA_KNOWN_DEFECTS=1 runs it.
 func TestGrowRetriedAfterFailedExchange(t *testing.T) {
-	if os.Getenv("FTRMA_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect: under heavy load a survivor's drain of the old view can hang in the retried Grow (set FTRMA_KNOWN_DEFECTS=1 to run)")
-	}
 	ctx := testCtx(t, 2*time.Minute)
 	defer stacksIfSlow(t, 50*time.Second)()
 	w, st := openSpares(t, 6, 2, smallOptions(3))
