@@ -20,13 +20,10 @@
 // After comm.Replace the store grows back (Grow, Join; see grow.go): the
 // replaced rank numbers join placement again, the keys placed on them get
 // copies there, and with that every key has Copies copies again. All of the
-// above is meant to hold during the move too: reads and writes go on,
-// linearizably. Known defect: an operation reads the store's current view
-// at each step rather than the view it started in, so one that spans a
-// view switch can mix the two; under heavy load (several -race runs at
-// once) a history checked during Grow was not linearizable about one run
-// in twenty (TestGrowLinearizable). Each operation should run entirely in
-// the view it holds, starting again in the next one.
+// above holds during the move too: reads and writes go on, linearizably.
+// Each operation works wholly in the view of the store (window, placement,
+// failed ranks) it started in; one that meets Grow's switch to the next
+// view gives up its attempt and starts again in that one.
 //
 // What users of Hazelcast's IMap or etcd look for:
 //
