@@ -24,8 +24,12 @@ import (
 // Views. Every operation works in one view of the store: the window, the
 // communicator, each rank's table address and the placement rule. An
 // operation takes the view current when it starts and counts itself in it
-// (hold); Grow installs a new view and waits until the operations of the
-// one before have ended (drain). Views only move forward, old → transition
+// (hold) and uses that view alone at every step (op); Grow installs a new
+// view and waits until the operations of the one before have ended
+// (drain). An attempt that meets a failure or a wait in a view no longer
+// current gives up (errNewView) and its operation starts again, from its
+// outermost call, in the current view; what it took through a window
+// rebuilt under it is let go through the current one (live, completed). Views only move forward, old → transition
 // → new, and each one's replica sets contain the ones before:
 //
 //   - old: the store's communicator; replaced ranks are failed.
