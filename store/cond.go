@@ -96,7 +96,7 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 	}
 	defer s.keys.unlock(id)
 	o := s.begin()
-	defer func() { o.end() }()
+	defer o.end()
 	rt := o.retrier()
 	done := false
 	for {

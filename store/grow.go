@@ -155,22 +155,40 @@ func (o *op) restart(err error) bool {
 	return errors.Is(err, errNewView) || errors.Is(err, window.ErrRebuilt) && o.stale()
 }
 
-// completed reports whether the operations this rank posted toward r
-// through its view's window, whose flush failed with err, completed all
-// the same: err says the window was rebuilt (the operations posted before
-// went to the transport) and a flush toward r through the current window
-// succeeded. The results of compare-and-swaps posted so are then known, so
-// that what they took is let go.
+// completed reports whether the operations this rank posted toward r,
+// whose flush failed with err, completed all the same, so that the results
+// of its compare-and-swaps are known and what they took can be let go.
+// Two failures leave posted operations under way: the view's window was
+// rebuilt (they went to the transport; a flush through the current window
+// completes them), or ctx ended. The flush here is bounded by retryBound,
+// not by ctx: a live rank answers within a round trip, and one that does
+// not is declared failed within the detector's timeout.
 func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
-	lw := o.live()
-	return errors.Is(err, window.ErrRebuilt) && lw != o.v().w && lw.Flush(ctx, r) == nil
+	w := o.v().w
+	switch {
+	case errors.Is(err, window.ErrRebuilt):
+		if w = o.live(); w == o.v().w {
+			return false
+		}
+	case ctx.Err() == nil:
+		return false
+	}
+	return flushAnyway(ctx, w, r) == nil
+}
+
+// flushAnyway flushes toward r through w whether or not ctx has ended,
+// bounded by retryBound (see completed).
+func flushAnyway(ctx context.Context, w *window.Window, r ftrma.Rank) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryBound)
+	defer cancel()
+	return w.Flush(fctx, r)
 }
 
 // inView runs f as one operation, again in the next view each time f
 // returns errNewView.
 func (s *Store) inView(f func(o *op) error) error {
 	o := s.begin()
-	defer func() { o.end() }()
+	defer o.end()
 	for {
 		if err := f(o); !o.restart(err) {
 			return err

@@ -90,10 +90,6 @@ func crashAndWait(ctx context.Context, t *testing.T, w *commtest.World, st []*St
 	}
 }
 
-// replaceAndGrow has the survivors of st Replace their communicators and
-// Grow, and the spares Join; during with each rank's store as it runs (a
-// survivor's from the start, a new rank's never). It returns the stores by
-// rank and each rank's error.
 // stacksIfSlow logs every goroutine's stack if the returned func is not
 // called within d: a Grow that hangs shows where.
 func stacksIfSlow(t *testing.T, d time.Duration) (stop func()) {
@@ -116,6 +112,9 @@ func stacksIfSlow(t *testing.T, d time.Duration) (stop func()) {
 	}
 }
 
+// replaceAndGrow has the survivors of st Replace their communicators and
+// Grow, and the spares Join. It returns the stores by rank and each rank's
+// error.
 func replaceAndGrow(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, victims []ftrma.Rank) ([]*Store, map[ftrma.Rank]error) {
 	t.Helper()
 	out := slices.Clone(st)

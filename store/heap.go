@@ -86,7 +86,7 @@ func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 		return addr, s.v().w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum)
 	}
 	if a.cur != nil {
-		s.seal(r, a.cur.entry)
+		s.seal(s.v().w, r, a.cur.entry)
 		a.cur = nil
 	}
 	lo, hi := uint64(s.opt.ChunkSize), uint64(s.opt.ChunkSize)
@@ -104,17 +104,18 @@ func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 		return 0, err
 	}
 	if big {
-		s.seal(r, c.entry)
+		s.seal(s.v().w, r, c.entry)
 	} else {
 		a.cur = c
 	}
 	return c.addr, nil
 }
 
-func (s *op) seal(r ftrma.Rank, entry int) {
-	var w [8]byte
-	putWords(w[:], sealed|uint64(s.me+1))
-	s.v().w.Put(r, s.entryAddr(r, entry, chunkOwner), w[:])
+// seal marks chunk entry of rank r filled, through w.
+func (s *op) seal(w *window.Window, r ftrma.Rank, entry int) {
+	var b [8]byte
+	putWords(b[:], sealed|uint64(s.me+1))
+	w.Put(r, s.entryAddr(r, entry, chunkOwner), b[:])
 }
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;
@@ -205,13 +206,15 @@ func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 			if err := s.v().w.CompareAndSwap(r, s.entryAddr(r, best, chunkOwner), 0, int64(s.me)+1, &got); err != nil {
 				return nil, err
 			}
+			if hook := testHookPosted.get(); hook != nil {
+				hook(ctx, s.Store, "chunk", "")
+			}
 			if err := s.v().w.Flush(ctx, r); err != nil {
 				if s.completed(ctx, r, err) && got == 0 {
-					// Taken through a window rebuilt meanwhile: sealed
-					// empty, its rank reclaims it.
-					var w [8]byte
-					putWords(w[:], sealed|uint64(s.me+1))
-					s.live().Put(r, s.entryAddr(r, best, chunkOwner), w[:])
+					// Taken all the same (through a window rebuilt
+					// meanwhile, or as ctx ended): sealed empty, its rank
+					// reclaims it.
+					s.seal(s.live(), r, best)
 					s.live().Push(r)
 				}
 				return nil, err

@@ -37,7 +37,7 @@ type replica struct {
 	want    [8]byte
 	same    bool   // already holds what publish would write: only unlock
 	pending uint64 // block of a transaction's pending record
-	done    bool   // failed as the view's window was rebuilt, yet its operations completed (op.completed)
+	done    bool   // the operations posted toward it are complete (flushed, or op.completed)
 }
 
 func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
@@ -97,13 +97,13 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 		if p.failed {
 			continue
 		}
-		if e := s.v().w.Flush(ctx, p.r); e != nil {
-			if retryErr(e) {
-				p.failed, anyFailed = true, true
-				p.done = s.completed(ctx, p.r, e)
-			} else if err == nil {
-				err = e
-			}
+		e := s.v().w.Flush(ctx, p.r)
+		p.done = e == nil
+		if retryErr(e) {
+			p.failed, anyFailed = true, true
+			p.done = s.completed(ctx, p.r, e)
+		} else if e != nil && err == nil {
+			err = e
 		}
 	}
 	return anyFailed, err
@@ -126,6 +126,7 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 				p.failed = true
 				continue
 			}
+			p.done = false
 			if perr = s.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); perr != nil {
 				p.failed = true
 				continue
@@ -134,9 +135,17 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 				perr = s.v().w.Get(p.r, s.v().tables[p.r]+hdrFloor*8, p.floor[:])
 			}
 		}
+		if hook := testHookPosted.get(); hook != nil && len(reps) > 0 {
+			hook(ctx, s.Store, "lock", reps[0].id.key)
+		}
 		// The compare-and-swaps posted are flushed and looked at even when
 		// the attempt fails, so that the locks they took are given back.
 		if failed, err := s.flushAll(ctx, reps); perr != nil || failed || err != nil {
+			for _, p := range reps {
+				if !p.done && !p.failed && ctx.Err() != nil {
+					p.done = s.completed(ctx, p.r, ctx.Err())
+				}
+			}
 			s.checkHeld(reps)
 			s.unlockAll(ctx, reps)
 			if perr != nil {
@@ -189,8 +198,8 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 // may succeed at once (again).
 func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 	for _, p := range reps {
-		if p.held || p.failed && !p.done {
-			continue
+		if p.held || !p.done {
+			continue // held already, or its compare-and-swap's result is unknown
 		}
 		got := uint64(p.res)
 		switch owner := lockOwner(got); {
@@ -219,7 +228,7 @@ func (s *op) unlockAll(ctx context.Context, reps []*replica) {
 	var w [8]byte
 	lw := s.live()
 	for _, p := range reps {
-		if p.held && (!p.failed || lw != s.v().w && !s.failed(p.r)) {
+		if p.held && (!p.failed || p.done) {
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
 			lw.Put(p.r, p.addr+slotLock*8, w[:])
 			if lw != s.v().w {
@@ -534,6 +543,9 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 			s.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
 		}
 	}
+	if hook := testHookPosted.get(); hook != nil {
+		hook(ctx, s.Store, "tombstone", id.key)
+	}
 	s.raiseFloors(ctx, reps, lv)
 	_, err := s.flushAll(ctx, reps)
 	for _, p := range reps {
@@ -847,6 +859,10 @@ var (
 	testHookCommit  testHook[func(s *Store, stage string)]           // "pending", "decided", "published-one"
 	testHookHash    testHook[func(key []byte) uint64]                // replaces the keyed hash
 	testHookRecover testHook[func(ctx context.Context, s *Store)]    // before a recovery scans the slots
+	// between posting compare-and-swaps (or a claim's words) and flushing
+	// them: "lock", "claim lock", "claim", "claimed" (before the hash
+	// word), "tombstone", "chunk"; ctx is the operation's
+	testHookPosted testHook[func(ctx context.Context, s *Store, at, key string)]
 )
 
 // testHook holds one test hook; its zero value is unset.

@@ -74,12 +74,17 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	}
 	at := s.slotAddr(r, free.idx)
 	var old int64
+	posted := false // the claim's compare-and-swap
 	err = s.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
 	if err == nil {
 		err = s.v().w.Flush(ctx, r) // the block is whole before the slot names it
 	}
 	if err == nil {
 		err = s.v().w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
+		posted = err == nil
+	}
+	if hook := testHookPosted.get(); hook != nil && posted {
+		hook(ctx, s.Store, "claim", id.key)
 	}
 	if err == nil {
 		err = s.v().w.Flush(ctx, r)
@@ -91,20 +96,23 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
 	}
 	if err != nil {
-		if s.completed(ctx, r, err) && uint64(old) == free.key {
+		if posted && s.completed(ctx, r, err) && uint64(old) == free.key {
 			// The claim landed through a window rebuilt meanwhile: undo
 			// it (this rank still holds the claim lock), so that no slot
 			// names a key block freed below.
 			var back int64
 			lw := s.live()
 			lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-			lw.Flush(ctx, r)
+			flushAnyway(ctx, lw, r)
 		}
 		s.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err
 	}
 	var hw [8]byte
 	putWords(hw[:], id.h)
+	if hook := testHookPosted.get(); hook != nil {
+		hook(ctx, s.Store, "claimed", id.key)
+	}
 	if s.v().w.Put(r, at+slotHash*8, hw[:]) != nil { // completes with the next flush toward r
 		// The window was rebuilt since the claim: the claim stands, and
 		// its hash word (which the scans of recovery and Grow go by)
@@ -204,6 +212,9 @@ func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 		var got int64
 		if err := s.v().w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
 			return err
+		}
+		if hook := testHookPosted.get(); hook != nil {
+			hook(ctx, s.Store, "claim lock", "")
 		}
 		if err := s.v().w.Flush(ctx, r); err != nil {
 			if s.completed(ctx, r, err) && got == expect {

@@ -157,7 +157,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 	}()
 	o := s.begin()
-	defer func() { o.end() }()
+	defer o.end()
 	rt := o.retrier()
 	for {
 		err := o.commitOnce(ctx, keys)
