@@ -202,7 +202,19 @@ func (s *Store) inView(f func(o *op) error) error {
 // view's window was rebuilt still lets go of what it took. The window of an
 // operation's view is either the current one, or rebuilt (every operation
 // on it fails), so the releases stay ordered after the operation's writes.
-func (s *Store) live() *window.Window { return s.current().w }
+// Between Rebuild replacing the current view's window and Grow installing
+// the view with the new one (a moment: no communication in between) live
+// waits, up to retryBound.
+func (s *Store) live() *window.Window {
+	start := time.Now()
+	for {
+		w := s.current().w
+		if !w.IsRebuilt() || time.Since(start) > retryBound {
+			return w
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
 
 // drain waits until no operation works in v (v is no longer current).
 func drain(ctx context.Context, v *view) error {

@@ -86,7 +86,7 @@ func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 		return addr, s.v().w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum)
 	}
 	if a.cur != nil {
-		s.seal(s.v().w, r, a.cur.entry)
+		s.seal(r, a.cur.entry)
 		a.cur = nil
 	}
 	lo, hi := uint64(s.opt.ChunkSize), uint64(s.opt.ChunkSize)
@@ -104,18 +104,20 @@ func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 		return 0, err
 	}
 	if big {
-		s.seal(s.v().w, r, c.entry)
+		s.seal(r, c.entry)
 	} else {
 		a.cur = c
 	}
 	return c.addr, nil
 }
 
-// seal marks chunk entry of rank r filled, through w.
-func (s *op) seal(w *window.Window, r ftrma.Rank, entry int) {
+// seal marks chunk entry of rank r filled: a release, through the current
+// window (see live).
+func (s *op) seal(r ftrma.Rank, entry int) {
 	var b [8]byte
 	putWords(b[:], sealed|uint64(s.me+1))
-	w.Put(r, s.entryAddr(r, entry, chunkOwner), b[:])
+	s.live().Put(r, s.entryAddr(r, entry, chunkOwner), b[:])
+	s.live().Push(r)
 }
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;
@@ -214,8 +216,7 @@ func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 					// Taken all the same (through a window rebuilt
 					// meanwhile, or as ctx ended): sealed empty, its rank
 					// reclaims it.
-					s.seal(s.live(), r, best)
-					s.live().Push(r)
+					s.seal(r, best)
 				}
 				return nil, err
 			}

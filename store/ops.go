@@ -228,17 +228,34 @@ func (s *op) unlockAll(ctx context.Context, reps []*replica) {
 	var w [8]byte
 	lw := s.live()
 	for _, p := range reps {
-		if p.held && (!p.failed || p.done) {
+		switch {
+		case p.held && (!p.failed || p.done):
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
 			lw.Put(p.r, p.addr+slotLock*8, w[:])
 			if lw != s.v().w {
 				lw.Push(p.r)
 			}
 			p.expect = lockWord(lockVersion(p.lock), -1)
+		case p.held:
+			s.letGo(p, lockVersion(p.lock))
 		}
 		p.held, p.took = false, false
 	}
 	s.flushAll(ctx, reps)
+}
+
+// letGo releases the lock of p, which this rank holds with version ver,
+// when the operation's view's window was rebuilt under it (p counts as
+// failed, yet its rank may well be alive): through the current window, by
+// compare-and-swap from the word this rank holds, so that a lock another
+// rank took since is left alone.
+func (s *op) letGo(p *replica, ver uint64) {
+	lw := s.live()
+	if lw == s.v().w {
+		return // p's rank failed: its locks die with it
+	}
+	lw.CompareAndSwap(p.r, p.addr+slotLock*8, int64(lockWord(ver, int(s.me))), int64(lockWord(ver, -1)), new(int64))
+	lw.Push(p.r)
 }
 
 func (s *op) retryable(err error) error {
@@ -438,7 +455,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			continue
 		}
 		if p.same {
-			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
+			s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 			continue
 		}
 		if rec != nil {
@@ -449,7 +466,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
 		s.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
-		s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
+		s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if keep {
@@ -460,6 +477,13 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	failed, err := s.flushAll(ctx, reps)
 	if !failed && err == nil {
 		s.markDone(reps, v)
+	}
+	for _, p := range reps {
+		if p.held && p.failed {
+			// Its lock word was the one held, or lw: let go of either.
+			s.letGo(p, lockVersion(p.lock))
+			s.letGo(p, lv)
+		}
 	}
 	if ctx.Value(growKey{}) != nil && rec != nil {
 		s.countGrow(reps, len(rec))
@@ -550,15 +574,15 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 	_, err := s.flushAll(ctx, reps)
 	for _, p := range reps {
 		switch {
-		case p.held && !p.failed:
-			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
-			p.written = true
-		case p.held && p.done:
-			// Its batch landed through a window rebuilt meanwhile: the
-			// tombstone's lock is released through the current one (a
-			// claim reuses the slot).
+		case p.held && (!p.failed || p.done):
+			// Released through the current window (see live), also when
+			// this one was rebuilt after the batch went out: a claim
+			// reuses the slot.
 			s.live().Put(p.r, p.addr+slotLock*8, lw[:])
 			s.live().Push(p.r)
+			p.written = !p.failed
+		case p.held:
+			s.letGo(p, lockVersion(p.lock))
 		}
 		s.forget(p.r, id)
 		s.cache.Lock()

@@ -296,7 +296,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			desc := make([]byte, 6*8)
 			putWords(desc, p.pending, k.ver, uint64(len(k.rec)), 0, 0, 0)
 			s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
-			s.v().w.Put(p.r, p.addr+slotLock*8, lw[:])
+			s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		}
 	}
 	if failed, err := s.flushAll(cctx, all); !failed && err == nil {

@@ -389,6 +389,10 @@ func (w *Window) Revoke() error {
 	return nil
 }
 
+// IsRebuilt reports whether Rebuild replaced the window (local): its
+// operations return ErrRebuilt.
+func (w *Window) IsRebuilt() bool { return w.rebuilt.Load() }
+
 // IsRevoked reports whether a revocation of the window has arrived (local).
 func (w *Window) IsRevoked() bool {
 	if !w.revoked.Load() && w.c.Noticed(w.revokeID) {
