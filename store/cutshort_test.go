@@ -134,7 +134,7 @@ func TestCutShortLetsGo(t *testing.T) {
 					v = "after"
 				}
 				if got, err := nst[3].Get(ctx, []byte(k)); err != nil || string(got) != v {
-					t.Fatalf("rank 3: get %s: %q, %v; want %q", k, got, err, v)
+					t.Fatalf("rank 3: get %s: %q, %v; want %q; copies:\n%s", k, got, err, v, describeKey(ctx, nst, k))
 				}
 			}
 		})

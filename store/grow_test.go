@@ -90,6 +90,49 @@ func crashAndWait(ctx context.Context, t *testing.T, w *commtest.World, st []*St
 	}
 }
 
+// describeKey tells, for a failure message, where key k is placed and what
+// each live rank's slot of it holds.
+func describeKey(ctx context.Context, st []*Store, k string) string {
+	var s0 *Store
+	for _, s := range st {
+		if s != nil {
+			s0 = s
+			break
+		}
+	}
+	cv := s0.current()
+	id := s0.ident([]byte(k))
+	out := fmt.Sprintf("  placement %v", cv.place.replicas(id.h, cv.c.ProcFailed))
+	if cv.old != nil {
+		out += fmt.Sprintf(" (a transition view: also %v)", cv.replicas(id.h, cv.c.ProcFailed))
+	}
+	for r, s := range st {
+		if s == nil || cv.c.ProcFailed(ftrma.Rank(r)) {
+			continue
+		}
+		sl, _, err := s0.peek().probe(ctx, ftrma.Rank(r), id)
+		switch {
+		case err != nil:
+			out += fmt.Sprintf("\n  rank %d: %v", r, err)
+		case sl.idx < 0:
+			out += fmt.Sprintf("\n  rank %d: no slot", r)
+			for i := range s.opt.Slots {
+				sw := s.table[hdrWords+i*slotWords:][:slotWords]
+				if atomic.LoadUint64(&sw[slotHash]) == id.h {
+					out += fmt.Sprintf("; slot %d has its hash, key word %#x, generation %d, current version %d at %#x",
+						i, atomic.LoadUint64(&sw[slotKey]), atomic.LoadUint64(&sw[slotGen]), atomic.LoadUint64(&sw[slotCurVer]), atomic.LoadUint64(&sw[slotCurAddr]))
+				}
+			}
+		default:
+			sw := s.table[hdrWords+sl.idx*slotWords:][:slotWords]
+			out += fmt.Sprintf("\n  rank %d: slot %d, hash word %#x, lock owner %d version %d, current version %d at %#x, pending %#x",
+				r, sl.idx, atomic.LoadUint64(&sw[slotHash]), lockOwner(atomic.LoadUint64(&sw[slotLock])), lockVersion(atomic.LoadUint64(&sw[slotLock])),
+				atomic.LoadUint64(&sw[slotCurVer]), atomic.LoadUint64(&sw[slotCurAddr]), atomic.LoadUint64(&sw[slotPAddr]))
+		}
+	}
+	return out
+}
+
 // stacksIfSlow logs every goroutine's stack if the returned func is not
 // called within d: a Grow that hangs shows where.
 func stacksIfSlow(t *testing.T, d time.Duration) (stop func()) {
@@ -176,13 +219,7 @@ func checkPlaced(ctx context.Context, t *testing.T, st []*Store, want map[string
 				t.Fatalf("probe %s at %d: %v", k, r, err)
 			}
 			if has, placed := sl.idx >= 0, slices.Contains(place, ftrma.Rank(r)); has != placed {
-				var slot string
-				if has {
-					sw := s.table[hdrWords+sl.idx*slotWords:][:slotWords]
-					slot = fmt.Sprintf(": slot %d, hash word %#x, lock owner %d version %d, current version %d at %#x, pending %#x",
-						sl.idx, sw[slotHash], lockOwner(sw[slotLock]), lockVersion(sw[slotLock]), sw[slotCurVer], sw[slotCurAddr], sw[slotPAddr])
-				}
-				t.Errorf("%s: rank %d has a copy %v, places it %v (placement %v)%s", k, r, has, placed, place, slot)
+				t.Errorf("%s: rank %d has a copy %v, places it %v; copies:\n%s", k, r, has, placed, describeKey(ctx, st, k))
 			}
 			got, err := s.Get(ctx, []byte(k))
 			if err != nil || string(got) != val {

@@ -69,13 +69,17 @@ func (s *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte
 		if p.failed || p.slot < 0 {
 			continue
 		}
+		// A slot without a value is no copy, whatever its version says: a
+		// slot claimed for the key may be a reused tombstone, whose
+		// version is the version of another key's deletion, and a plain
+		// deletion frees the key's slots (one cut short by its writer's
+		// death may be undone; a transaction's shows in its pending
+		// records, below).
 		v := p.word(slotCurVer)
-		if p.word(slotCurAddr) == 0 {
-			if v > 0 {
-				consider(nil, v) // a deletion
+		if p.word(slotCurAddr) != 0 {
+			if r, ok := decodeRecord(p.rec); ok && r.is(id) && r.version == v {
+				consider(p.rec, v)
 			}
-		} else if r, ok := decodeRecord(p.rec); ok && r.is(id) && r.version == v {
-			consider(p.rec, v)
 		}
 		if p.word(slotPAddr) != 0 {
 			r, ok := decodeRecord(p.prec)

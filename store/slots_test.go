@@ -3,8 +3,12 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm/commtest"
 )
 
 // A deleted key frees its slots: Slots bounds the live keys, not the keys
@@ -139,4 +143,85 @@ func TestIdleLeaseEndsWhenAsked(t *testing.T) {
 			t.Fatalf("get: %q %v", v, err)
 		}
 	})
+}
+
+// A key slot freed by a deletion (a tombstone) keeps the deleted key's
+// version; when recovery claims it to copy another key there, that version
+// must not count as a newer deletion of the copied key. Keys a and b share
+// a probe chain but no replica: a, written to version 5 and deleted, leaves
+// tombstones at its three ranks; b (version 1) loses a replica, and its
+// new replica is one of a's ranks, whose claim takes a's tombstone. b
+// keeps its value, in three whole copies.
+func TestReusedTombstoneKeepsKey(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	opt := smallOptions(3)
+	w, st := openAllOn(t, commtest.New, 6, opt)
+	p := st[0].current().place
+	hA := uint64(0x5eed00) // a multiple of Slots: both chains start at slot 0
+	hB := uint64(0)
+	for k := uint64(1); k < 4096 && hB == 0; k++ {
+		h := hA + k*uint64(opt.Slots)
+		if !slices.ContainsFunc(p.replicas(h, noneFailed), func(r ftrma.Rank) bool {
+			return slices.Contains(p.replicas(hA, noneFailed), r)
+		}) {
+			hB = h
+		}
+	}
+	if hB == 0 {
+		t.Fatal("no hash whose replicas are apart from a's")
+	}
+	testHookHash.set(t, func(key []byte) uint64 {
+		if string(key) == "a" {
+			return hA
+		}
+		return hB
+	})
+	for i := range 5 {
+		if err := st[0].Put(ctx, []byte("a"), fmt.Appendf(nil, "a%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st[0].Delete(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st[0].Put(ctx, []byte("b"), []byte("bee")); err != nil {
+		t.Fatal(err)
+	}
+	repsB := p.replicas(hB, noneFailed)
+	victim := repsB[0]
+	if victim == 0 {
+		victim = repsB[1]
+	}
+	crashAndWait(ctx, t, w, st, victim)
+	reader := st[slices.IndexFunc(st, func(s *Store) bool {
+		return s.me != victim && slices.Contains(repsB, s.me)
+	})]
+	var reps []Replica
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		reps, err = reader.Locate(ctx, []byte("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := len(reps) == 3
+		for _, r := range reps {
+			whole = whole && r.HasValue && r.Complete && r.Version == 1
+		}
+		if whole || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, s := range st {
+		if s.me == victim {
+			continue
+		}
+		if got, err := s.Get(ctx, []byte("b")); err != nil || string(got) != "bee" {
+			t.Fatalf("rank %d: get b: %q, %v; want \"bee\" (copies %+v)", s.me, got, err, reps)
+		}
+	}
+	for _, r := range reps {
+		if !r.HasValue || !r.Complete || r.Version != 1 {
+			t.Fatalf("b's copies after recovery: %+v; want three whole copies of version 1", reps)
+		}
+	}
 }
