@@ -99,15 +99,17 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 	defer o.end()
 	rt := o.retrier()
 	done := false
+	var wrote uint64 // the version writeIfOnce published
 	for {
 		var err error
 		if done {
 			// It took effect, but a replica failed meanwhile: the key
 			// needs its new replica, so the same is written again,
-			// unconditionally.
-			err = o.writeLocked(ctx, id, value, del)
+			// unconditionally (as writeOnce does it after a published
+			// attempt).
+			err = o.writeLocked(ctx, id, value, del, &wrote)
 		} else {
-			done, err = o.writeIfOnce(ctx, id, value, del, cond)
+			done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
 		}
 		if errors.Is(err, errRetry) {
 			err = rt.again(ctx, err)
@@ -139,7 +141,7 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 // have been); with done true, that the write took effect but a replica
 // failed under it.
 func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
-	cond func([]byte, bool, uint64) bool) (bool, error) {
+	cond func([]byte, bool, uint64) bool, wrote *uint64) (bool, error) {
 	reps, leased, err := s.acquire(ctx, id, true)
 	if err != nil {
 		return false, err
@@ -192,7 +194,13 @@ func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 		rec = make([]byte, recordLen(len(id.key), len(value)))
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
-	if err := s.publish(ctx, id, reps, rec, v, s.keepLease(id)); err != nil {
+	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
+	for _, p := range reps {
+		if p.written {
+			*wrote = v
+		}
+	}
+	if err != nil {
 		return false, err
 	}
 	for _, p := range reps {

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma/comm/commtest"
 )
 
 // waitWhole waits until every key has Copies complete replicas agreeing on
@@ -310,4 +313,58 @@ func TestDepartedRankLeavesPlacement(t *testing.T) {
 		}
 	}
 	waitWhole(ctx, t, st[0], keys)
+}
+
+// A put whose replica fails in the middle of it writes again, but must not
+// bring its value back over a later write. Rank A's put of x reaches two of
+// the key's three replicas; the third fails; rank C reads x's new value;
+// rank B then puts another value and returns; A's put goes on and returns.
+// The key holds B's value: x's was seen before B's was written.
+func TestRetryKeepsLaterWrite(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openAllOn(t, commtest.New, 6, smallOptions(3))
+	key := []byte("x")
+	place := st[0].current().place.replicas(st[0].hash(key), noneFailed)
+	var others []*Store // the ranks that are not replicas of the key
+	for _, s := range st {
+		if !slices.Contains(place, s.me) {
+			others = append(others, s)
+		}
+	}
+	a, b, c := others[0], others[1], others[2]
+	if err := b.Put(ctx, key, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	a.contended(a.ident(key)) // no lease: A's put releases the locks it publishes
+	var once sync.Once
+	var seen, bErr error
+	var seenVal []byte
+	testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
+		if s != a || i != 2 {
+			return
+		}
+		once.Do(func() {
+			for _, p := range reps[:2] {
+				s.current().w.Flush(ctx, p.r) // x is at two replicas
+			}
+			crashAndWait(ctx, t, w, st, reps[2].r)
+			seenVal, seen = c.Get(ctx, key)
+			bErr = b.Put(ctx, key, []byte("later"))
+		})
+	})
+	if err := a.Put(ctx, key, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if seenVal == nil && seen == nil {
+		t.Fatal("A's put never reached its third replica: the test tests nothing")
+	}
+	if seen != nil || string(seenVal) != "new" {
+		t.Fatalf("C's get during A's put: %q, %v; want \"new\"", seenVal, seen)
+	}
+	if bErr != nil {
+		t.Fatalf("B's put: %v", bErr)
+	}
+	if got, err := c.Get(ctx, key); err != nil || string(got) != "later" {
+		t.Fatalf("after both puts: %q, %v; want \"later\" (C saw \"new\" before B put \"later\")", got, err)
+	}
 }

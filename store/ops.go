@@ -330,14 +330,17 @@ func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) err
 		return err
 	}
 	defer s.keys.unlock(id)
-	return s.inView(func(o *op) error { return o.writeLocked(ctx, id, value, del) })
+	var wrote uint64
+	return s.inView(func(o *op) error { return o.writeLocked(ctx, id, value, del, &wrote) })
 }
 
-// writeLocked is write, by a caller that holds the key's process lock.
-func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool) error {
+// writeLocked is write, by a caller that holds the key's process lock;
+// *wrote is the version an earlier attempt of the same operation published
+// (0: none), and is kept up to date (see writeOnce).
+func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *uint64) error {
 	rt := s.retrier()
 	for {
-		err := s.writeOnce(ctx, id, value, del)
+		err := s.writeOnce(ctx, id, value, del, wrote)
 		if !errors.Is(err, errRetry) {
 			return err
 		}
@@ -375,10 +378,38 @@ func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 	return reps, false, nil
 }
 
-func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool) error {
-	reps, _, err := s.acquire(ctx, id, true)
+// writeOnce is one attempt of a write. When an earlier attempt published
+// version *wrote at some replicas (a replica failed, or the view changed,
+// under it), readers may have seen it there; writing the value again under
+// a new version would bring it back after any write that came since. So the
+// replicas are settled first, as a repair does: a newer version means a
+// later write took over (this one came before it, and is done); the
+// version itself is copied to the replicas that lack it; only a version
+// that landed nowhere whole is written afresh.
+func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *uint64) error {
+	reps, leased, err := s.acquire(ctx, id, true)
 	if err != nil {
 		return err
+	}
+	if *wrote != 0 && !leased {
+		if err := s.readRecords(ctx, reps); err != nil {
+			s.unlockAll(ctx, reps)
+			return err
+		}
+		best, ver, whole, err := s.settle(ctx, id, reps)
+		switch {
+		case err != nil:
+			s.unlockAll(ctx, reps)
+			return err
+		case ver > *wrote || ver == *wrote && whole:
+			s.release(ctx, id, reps)
+			return nil
+		case ver == *wrote:
+			return s.publishSettled(ctx, id, reps, best, ver)
+		}
+		for _, p := range reps {
+			p.same = false // settle's verdict: publish writes the new value everywhere
+		}
 	}
 	v := nextVersion(reps)
 	if v > maxVersion {
@@ -391,7 +422,13 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool) er
 		rec = make([]byte, recordLen(len(id.key), len(value)))
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
-	if err := s.publish(ctx, id, reps, rec, v, s.keepLease(id)); err != nil {
+	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
+	for _, p := range reps {
+		if p.written {
+			*wrote = v
+		}
+	}
+	if err != nil {
 		return err
 	}
 	for _, p := range reps {
