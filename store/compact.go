@@ -76,7 +76,7 @@ func (s *op) compact(ctx context.Context) (moved int) {
 func (s *op) relocate(ctx context.Context, i int) bool {
 	base := hdrWords + i*slotWords
 	at := s.slotAddr(s.me, i)
-	ka, h := atomic.LoadUint64(&s.table[base+slotKey]), atomic.LoadUint64(&s.table[base+slotHash])
+	ka, h := s.ownSlot(ctx, i)
 	if ka == 0 || ka == slotTomb || h == 0 {
 		return false
 	}

@@ -717,8 +717,7 @@ func (s *op) clearReplaced(ctx context.Context, replaced []bool) error {
 		if !of(lockOwner(lw)) {
 			continue
 		}
-		ka := atomic.LoadUint64(&s.table[base+slotKey])
-		h := atomic.LoadUint64(&s.table[base+slotHash])
+		ka, h := s.ownSlot(ctx, i)
 		if ka != 0 && ka != slotTomb && h != 0 && slices.Contains(v.replicas(h, s.failed), s.me) {
 			id, err := s.ownKey(ctx, h, ka)
 			if err == nil {
@@ -759,9 +758,7 @@ func (s *op) moveKeys(ctx context.Context) error {
 	var jobs []job
 	oldFailed := func(r ftrma.Rank) bool { return v.replaced[r] || s.failed(r) }
 	for i := range s.opt.Slots {
-		base := hdrWords + i*slotWords
-		ka := atomic.LoadUint64(&s.table[base+slotKey])
-		h := atomic.LoadUint64(&s.table[base+slotHash])
+		ka, h := s.ownSlot(ctx, i)
 		if ka == 0 || ka == slotTomb || h == 0 {
 			continue
 		}
@@ -811,9 +808,7 @@ func (s *op) moveKeys(ctx context.Context) error {
 func (s *op) dropKeys(ctx context.Context) error {
 	v := s.v()
 	for i := range s.opt.Slots {
-		base := hdrWords + i*slotWords
-		ka := atomic.LoadUint64(&s.table[base+slotKey])
-		h := atomic.LoadUint64(&s.table[base+slotHash])
+		ka, h := s.ownSlot(ctx, i)
 		if ka == 0 || ka == slotTomb || h == 0 || slices.Contains(v.replicas(h, s.failed), s.me) {
 			continue
 		}

@@ -101,6 +101,7 @@ func (s *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 	}
 	c.next = size
 	if err := s.v().w.Accumulate(r, s.entryAddr(r, c.entry, chunkLive), []int64{int64(size)}, window.Sum); err != nil {
+		s.seal(r, c.entry) // claimed, and given up: its rank reclaims it
 		return 0, err
 	}
 	if big {

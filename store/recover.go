@@ -143,8 +143,7 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 	var jobs []job
 	for i := range s.opt.Slots {
 		base := hdrWords + i*slotWords
-		ka := atomic.LoadUint64(&s.table[base+slotKey])
-		h := atomic.LoadUint64(&s.table[base+slotHash])
+		ka, h := s.ownSlot(ctx, i)
 		if ka == 0 || h == 0 {
 			continue // free, or a claim under way: no value yet
 		}
@@ -194,6 +193,27 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 		}
 	}
 	return true
+}
+
+// ownSlot returns the key word and hash word of this rank's slot i, for the
+// scans of this rank's own slots (recovery, Grow, compaction), which go by
+// the hash word. A slot that holds a value of a key but no hash word (its
+// claim's hash word or a tombstone's clearing of it was lost as the window
+// was rebuilt, or as its writer died) gets it back from its key block, so
+// that no copy is hidden from the scans.
+func (s *op) ownSlot(ctx context.Context, i int) (ka, h uint64) {
+	base := hdrWords + i*slotWords
+	ka, h = atomic.LoadUint64(&s.table[base+slotKey]), atomic.LoadUint64(&s.table[base+slotHash])
+	if h != 0 || ka == 0 || ka == slotTomb || atomic.LoadUint64(&s.table[base+slotCurAddr]) == 0 {
+		return ka, h
+	}
+	var hdr [keyHeader]byte
+	if s.v().w.Get(s.me, ka, hdr[:]) != nil || s.v().w.Flush(ctx, s.me) != nil || word(hdr[:], 0) == 0 {
+		return ka, 0
+	}
+	h = word(hdr[:], 0)
+	s.casOwn(localWord{&s.table[base+slotHash]}, s.slotAddr(s.me, i)+slotHash*8, 0, h)
+	return ka, h
 }
 
 // ownKey reads the key block at addr of this rank's heap: the key of a slot

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,6 +223,41 @@ func TestReusedTombstoneKeepsKey(t *testing.T) {
 	for _, r := range reps {
 		if !r.HasValue || !r.Complete || r.Version != 1 {
 			t.Fatalf("b's copies after recovery: %+v; want three whole copies of version 1", reps)
+		}
+	}
+}
+
+// A slot holding a value whose hash word was lost (cleared by a tombstone
+// cut short, or a claim's hash word that never landed) is seen by the
+// scans of the rank's own slots all the same: ownSlot takes the hash from
+// the slot's key block and writes it back.
+func TestOwnSlotRestoresHash(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	_, st := openAllOn(t, commtest.New, 3, smallOptions(3))
+	for i := range 20 {
+		if err := st[0].Put(ctx, fmt.Appendf(nil, "k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := st[1]
+	want := map[int]uint64{}
+	for i := range s.opt.Slots {
+		sw := s.table[hdrWords+i*slotWords:][:slotWords]
+		if k := atomic.LoadUint64(&sw[slotKey]); k != 0 && k != slotTomb {
+			want[i] = atomic.SwapUint64(&sw[slotHash], 0)
+		}
+	}
+	if len(want) != 20 {
+		t.Fatalf("rank 1 holds %d keys, want 20", len(want))
+	}
+	o := s.begin()
+	defer o.end()
+	for i, h := range want {
+		if _, got := o.ownSlot(ctx, i); got != h {
+			t.Errorf("slot %d: ownSlot's hash %#x, want %#x", i, got, h)
+		}
+		if got := atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotHash]); got != h {
+			t.Errorf("slot %d: hash word %#x after ownSlot, want %#x", i, got, h)
 		}
 	}
 }
