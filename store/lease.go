@@ -118,14 +118,14 @@ func (s *Store) endLease(h ident) {
 	if l == nil {
 		return
 	}
-	cv := s.current()
+	lw, c := s.live(), s.current().c
 	var w, zero [8]byte
 	putWords(w[:], lockWord(l.version, -1))
 	for _, lr := range l.reps {
-		if !l.c.ProcFailed(lr.r) && !cv.c.ProcFailed(lr.r) {
-			cv.w.Put(lr.r, lr.addr+slotWant*8, zero[:])
-			cv.w.Put(lr.r, lr.addr+slotLock*8, w[:])
-			cv.w.Push(lr.r)
+		if !l.c.ProcFailed(lr.r) && !c.ProcFailed(lr.r) {
+			lw.Put(lr.r, lr.addr+slotWant*8, zero[:])
+			lw.Put(lr.r, lr.addr+slotLock*8, w[:])
+			lw.Push(lr.r)
 		}
 	}
 }

@@ -525,6 +525,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	if ctx.Value(growKey{}) != nil && rec != nil {
 		s.countGrow(reps, len(rec))
 	}
+	named := keep // the lock words written name this rank
 	keep = keep && !failed && err == nil
 	wanted := false
 	for _, p := range reps {
@@ -542,8 +543,16 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 				s.cache.desc[p.ref] = desc{p.block, uint64(len(rec))}
 			}
 			s.cache.Unlock()
-			if l != nil {
+			switch {
+			case l != nil:
 				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec)), key: p.keyAddr, gen: p.gen})
+			case named:
+				// A lease was meant, but a replica failed: no lease is
+				// kept, so its lock words are released here.
+				var free [8]byte
+				putWords(free[:], lockWord(lv, -1))
+				s.live().Put(p.r, p.addr+slotLock*8, free[:])
+				s.live().Push(p.r)
 			}
 			p.held = false
 		}
