@@ -12,6 +12,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
@@ -425,6 +426,23 @@ func (c *Comm) Noticed(id string) bool {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
 	return c.rt.notices[id]
+}
+
+// VerdictBound is the longest the runtime may take from a peer falling
+// silent (its host cut off, its process hung) to this rank knowing the
+// peer's fate: declared failed, or heard from again. It is the job's chain
+// of failure bounds (failure.Chain: the detector, ftrun's probe, the host
+// layer, the lease ftrun waits out) with this rank's detector timeout and
+// lease term; a rank outside ftrun (no lease: its detector decides alone)
+// gets a few detector timeouts. An operation that waits for an unreachable
+// peer should not give up on it before this has passed: the store keeps
+// retrying toward a replica for as long.
+func (c *Comm) VerdictBound() time.Duration {
+	ch := failure.Chain{Detector: c.rt.cfg.Detector.WithDefaults().Timeout}
+	if c.rt.lease != nil {
+		ch.Lease = c.rt.lease.LeaseTerm()
+	}
+	return ch.Verdict()
 }
 
 // awaitLease holds a new collective or agreement back while this rank's

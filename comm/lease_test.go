@@ -7,11 +7,17 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/transport/memnet"
 )
 
 // fakeLease is a lease being rescued until release.
-type fakeLease struct{ held chan struct{} }
+type fakeLease struct {
+	held chan struct{}
+	term time.Duration
+}
+
+func (f *fakeLease) LeaseTerm() time.Duration { return f.term }
 
 func (f *fakeLease) Rescuing() <-chan struct{} {
 	select {
@@ -61,5 +67,24 @@ func TestCollectivesWaitForLeaseRescue(t *testing.T) {
 	}
 	if got, err := cs[1].Bcast(ctx, 0, nil); err != nil || string(got) != "x" {
 		t.Fatalf("bcast at rank 1: %q, %v", got, err)
+	}
+}
+
+// VerdictBound is the job's chain of failure bounds with this rank's
+// detector timeout and lease term; without a lease, the detector's alone.
+func TestVerdictBound(t *testing.T) {
+	net := memnet.New(1)
+	defer net.Close()
+	c, err := New(net.Endpoint(0), Config{Detector: failure.Config{Timeout: 240 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := c.VerdictBound(), (failure.Chain{Detector: 240 * time.Millisecond}).Verdict(); got != want {
+		t.Errorf("without a lease: %v, want %v", got, want)
+	}
+	c.rt.lease = &fakeLease{held: make(chan struct{}), term: 4 * time.Second}
+	if got, want := c.VerdictBound(), (failure.Chain{Detector: 240 * time.Millisecond, Lease: 4 * time.Second}).Verdict(); got != want {
+		t.Errorf("with a 4 s lease: %v, want %v", got, want)
 	}
 }

@@ -71,6 +71,7 @@ type suspecter interface {
 // being rescued, Rescuing returns a channel closed when the rescue ends.
 type leaseKeeper interface {
 	Rescuing() <-chan struct{}
+	LeaseTerm() time.Duration
 }
 
 // runtime is the per-process part shared by every communicator of the process:

@@ -26,10 +26,11 @@ const agentTimeout = 10 * time.Second
 // counts the link lost after linkTimeout without a frame from the other; the
 // launcher then counts the host's ranks as failed, and the agent kills them.
 // A cut link, a vanished host or a hung peer is so known within linkTimeout.
-// These are the defaults; hostTiming scales them.
+// These are the defaults; hostTiming scales them. linkTimeout is the
+// chain's HostSilent at the default lease (failure.Chain).
 const (
-	linkPing    = 250 * time.Millisecond
-	linkTimeout = 2 * time.Second
+	linkPing    = jobwire.LeaseTerm / 4
+	linkTimeout = 2 * jobwire.LeaseTerm
 )
 
 // hostTiming is the timing of a job's host layer: the agent links' pings,
@@ -59,12 +60,17 @@ func timingFor(o *Options) hostTiming {
 
 func scaledTiming(scale float64) hostTiming {
 	d := func(x time.Duration) time.Duration { return time.Duration(float64(x) * scale) }
-	return hostTiming{scale: scale, ping: d(linkPing), timeout: d(linkTimeout), lease: d(jobwire.LeaseTerm)}
+	ch := failure.Chain{Lease: d(jobwire.LeaseTerm)}
+	return hostTiming{scale: scale, ping: d(linkPing), timeout: ch.HostSilent(), lease: ch.Lease}
 }
 
+// chain is the job's chain of failure bounds as the host layer sees it
+// (the ranks' detector timeout is theirs: failure.Chain.Verdict).
+func (h hostTiming) chain() failure.Chain { return failure.Chain{Lease: h.lease} }
+
 // leaseWait is how long after revoking a rank's lease ftrun waits before it
-// counts the rank as failed (1.5 lease terms: see jobwire.LeaseTerm).
-func (h hostTiming) leaseWait() time.Duration { return h.lease * 3 / 2 }
+// counts the rank as failed (failure.Chain.LeaseWait: 1.5 lease terms).
+func (h hostTiming) leaseWait() time.Duration { return h.chain().LeaseWait() }
 
 // agentLink is the launcher's connection to the agent that runs one block of
 // a job's ranks on a remote host.

@@ -621,7 +621,7 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 	}
 	ep.probing = true
 	go func() {
-		alive := now.Sub(ep.first) < 3*j.tm.lease && j.rv.probe(r, j.tm.lease/2)
+		alive := now.Sub(ep.first) < j.tm.chain().Persist() && j.rv.probe(r, j.tm.chain().Probe())
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		ep.probing = false

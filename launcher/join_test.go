@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/startup"
@@ -397,6 +398,10 @@ func TestHostTimingScales(t *testing.T) {
 	tm := timingFor(&Options{HBTimeout: 600 * time.Millisecond})
 	if tm.scale != 10 || tm.timeout != 10*linkTimeout || tm.ping != 10*linkPing || tm.lease != 10*jobwire.LeaseTerm || tm.leaseWait() != 15*jobwire.LeaseTerm {
 		t.Errorf("timing for --hb-timeout 600ms: %+v", tm)
+	}
+	// The host layer is the chain of failure bounds the ranks wait by.
+	if ch := (failure.Chain{Lease: tm.lease}); tm.timeout != ch.HostSilent() || tm.leaseWait() != ch.LeaseWait() {
+		t.Errorf("timing %+v is not the chain's for a lease of %v (host silent %v, lease wait %v)", tm, tm.lease, ch.HostSilent(), ch.LeaseWait())
 	}
 	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
 	if !slices.Contains(vars, jobwire.EnvLease+"=10s") {

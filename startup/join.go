@@ -238,6 +238,10 @@ func (s *Session) Rescuing() <-chan struct{} {
 	return nil
 }
 
+// LeaseTerm is the term of this rank's lease from ftrun (jobwire.EnvLease,
+// as ftrun stretched it for the job's hosts).
+func (s *Session) LeaseTerm() time.Duration { return s.term }
+
 // askLease sends one lease ask.
 func (s *Session) askLease() {
 	s.lmu.Lock()

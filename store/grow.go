@@ -160,9 +160,9 @@ func (o *op) restart(err error) bool {
 // of its compare-and-swaps are known and what they took can be let go.
 // Two failures leave posted operations under way: the view's window was
 // rebuilt (they went to the transport; a flush through the current window
-// completes them), or ctx ended. The flush here is bounded by retryBound,
-// not by ctx: a live rank answers within a round trip, and one that does
-// not is declared failed within the detector's timeout.
+// completes them), or ctx ended. The flush here is bounded by the verdict
+// bound, not by ctx: a live rank answers within a round trip, and one that
+// does not is declared failed within it.
 func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
 	w := o.v().w
 	switch {
@@ -173,13 +173,13 @@ func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
 	case ctx.Err() == nil:
 		return false
 	}
-	return flushAnyway(ctx, w, r) == nil
+	return o.flushAnyway(ctx, w, r) == nil
 }
 
 // flushAnyway flushes toward r through w whether or not ctx has ended,
-// bounded by retryBound (see completed).
-func flushAnyway(ctx context.Context, w *window.Window, r ftrma.Rank) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryBound)
+// bounded by the verdict bound (see completed).
+func (s *Store) flushAnyway(ctx context.Context, w *window.Window, r ftrma.Rank) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.verdict)
 	defer cancel()
 	return w.Flush(fctx, r)
 }
@@ -204,12 +204,12 @@ func (s *Store) inView(f func(o *op) error) error {
 // on it fails), so the releases stay ordered after the operation's writes.
 // Between Rebuild replacing the current view's window and Grow installing
 // the view with the new one (a moment: no communication in between) live
-// waits, up to retryBound.
+// waits, up to localBound.
 func (s *Store) live() *window.Window {
 	start := time.Now()
 	for {
 		w := s.current().w
-		if !w.IsRebuilt() || time.Since(start) > retryBound {
+		if !w.IsRebuilt() || time.Since(start) > localBound {
 			return w
 		}
 		time.Sleep(20 * time.Microsecond)

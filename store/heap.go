@@ -312,7 +312,7 @@ func (s *op) casOwn(w localWord, addr uint64, old, new uint64) bool {
 	if err := s.v().w.CompareAndSwap(s.me, addr, int64(old), int64(new), &got); err != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), retryBound)
+	ctx, cancel := context.WithTimeout(context.Background(), localBound)
 	defer cancel()
 	return s.v().w.Flush(ctx, s.me) == nil && uint64(got) == old
 }

@@ -103,7 +103,7 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 			var back int64
 			lw := s.live()
 			lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-			flushAnyway(ctx, lw, r)
+			s.flushAnyway(ctx, lw, r)
 		}
 		s.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err

@@ -148,6 +148,10 @@ type Store struct {
 	opt    Options
 	chunk0 uint64 // offset of the chunk table in a table region
 	seen0  uint64 // offset of the failures-seen bitmap (see fastread.go)
+	// verdict is how long an operation keeps waiting for a replica that
+	// fails without a verdict (unreachable, not declared failed): the
+	// runtime's verdict bound (see verdictBound).
+	verdict time.Duration
 
 	settled struct {
 		sync.Mutex
@@ -308,7 +312,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 
 // newStore returns a store handle of this rank of c, without memory or view.
 func newStore(c window.Comm, opt Options) *Store {
-	s := &Store{me: c.Rank(), n: c.Size(), opt: opt, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
+	s := &Store{me: c.Rank(), n: c.Size(), opt: opt, verdict: verdictBound(c), stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
 	s.keys.m = map[ident]*keyLock{}
 	s.cache.slot = map[keyAt]slotID{}
 	s.cache.lock = map[slotRef]uint64{}
@@ -495,23 +499,47 @@ func (k *keyLocks) release(h ident, l *keyLock) {
 	k.mu.Unlock()
 }
 
-// retryBound bounds how long an operation keeps starting again because
-// replicas failed under it.
-const retryBound = 10 * time.Second
+// verdictBound is how long the store waits for the fate of a replica that
+// fails without being declared failed (a connection broken or cut, the
+// peer not yet judged): the communicator's VerdictBound (comm.Comm: the
+// job's chain of failure bounds, failure.Chain), so that no operation gives
+// up on a replica before the runtime could have decided that replica's
+// fate. A communicator that does not say gets defaultVerdictBound.
+func verdictBound(c window.Comm) time.Duration {
+	if v, ok := c.(interface{ VerdictBound() time.Duration }); ok {
+		if d := v.VerdictBound(); d > 0 {
+			return d
+		}
+	}
+	return defaultVerdictBound
+}
+
+// defaultVerdictBound is verdictBound for a communicator that does not say
+// how long its verdicts take.
+const defaultVerdictBound = 10 * time.Second
+
+// localBound bounds waits that involve no peer: a flush toward this rank's
+// own memory, the moment between a window's rebuild and the install of the
+// view that holds the new one. Only a broken process exceeds it.
+const localBound = 10 * time.Second
 
 // retrier paces an operation that starts again because a replica failed.
 // Progress needs this rank to learn of the failure, which can come a little
-// after the transport reported the broken connection: each retry waits until
-// the known failures change, or a pause growing from 1 to 64 ms has passed.
+// after the transport reported the broken connection, or, for a replica cut
+// off but not yet judged, only once the runtime's verdict comes: each retry
+// waits until the known failures change, or a pause growing from 1 to 64 ms
+// has passed. The operation gives up only when no verdict came for the
+// store's verdict bound since its first failed attempt or the last verdict
+// it saw: once the verdict comes, it completes on the new replica set.
 type retrier struct {
 	s     *op
-	start time.Time
+	since time.Time // the first failed attempt, or the last change of the known failures
 	i     int
 	known int
 }
 
 func (s *op) retrier() *retrier {
-	return &retrier{s: s, start: time.Now(), known: s.knownFailed()}
+	return &retrier{s: s, known: s.knownFailed()}
 }
 
 func (s *op) knownFailed() int {
@@ -525,16 +553,19 @@ func (s *op) knownFailed() int {
 }
 
 // again waits before the next attempt after err (an errRetry); it returns an
-// error wrapping ftrma.ErrProcFailed after retryBound, ctx's error, or
-// errNewView when the operation's view is no longer current (the next
-// attempt is to be made in the new one).
+// error wrapping ftrma.ErrProcFailed when replicas kept failing for the
+// verdict bound with no new verdict, ctx's error, or errNewView when the
+// operation's view is no longer current (the next attempt is to be made in
+// the new one).
 func (r *retrier) again(ctx context.Context, err error) error {
 	r.s.st.retries.Add(1)
 	if r.s.stale() {
 		return errNewView
 	}
-	if time.Since(r.start) > retryBound {
-		return fmt.Errorf("%w: replicas kept failing for %v (%v)", ftrma.ErrProcFailed, retryBound, err)
+	if k := r.s.knownFailed(); r.since.IsZero() || k != r.known {
+		r.since, r.known = time.Now(), k
+	} else if bound := r.s.verdict; time.Since(r.since) > bound {
+		return fmt.Errorf("%w: replicas kept failing for %v, the runtime's verdict bound, with no verdict (%v)", ftrma.ErrProcFailed, bound, err)
 	}
 	deadline := time.Now().Add(time.Millisecond << min(r.i, 6))
 	r.i++
