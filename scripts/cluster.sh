@@ -542,6 +542,15 @@ EOF
 	done
 }
 
+# closefds closes every file descriptor above 2 of the current (sub)shell.
+closefds() {
+	local f n
+	for f in /proc/$BASHPID/fd/*; do
+		n=${f##*/}
+		if [ "$n" -gt 2 ] 2>/dev/null; then eval "exec $n>&-"; fi
+	done
+}
+
 start_munge() {
 	local i
 	if [ ! -s /etc/munge/munge.key ]; then
@@ -550,8 +559,13 @@ start_munge() {
 	fi
 	if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
 	install -d -o munge -g munge -m 755 /run/munge
-	runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1 9>&- ||
-		runuser -u munge -- /usr/sbin/munged --force </dev/null >/dev/null 2>&1 9>&- || true
+	# The root's munged outlives the cluster: it must not hold any file
+	# the caller had open (a lock such as flock's would stay taken).
+	(
+		closefds
+		runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1 ||
+			runuser -u munge -- /usr/sbin/munged --force </dev/null >/dev/null 2>&1 || true
+	)
 	for ((i = 0; i < 100; i++)); do
 		if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
 		sleep 0.05
