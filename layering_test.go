@@ -58,6 +58,7 @@ var allowed = map[string][]string{
 	"bench/internal/host":     {},
 	"e2e":                     {},
 	"e2e/testprog":            {"", "comm", "internal/rmacheck", "store", "window"},
+	"scripts/testsum":         {},
 }
 
 const module = "github.com/ftrma/ftrma"

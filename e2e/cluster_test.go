@@ -26,7 +26,10 @@ import (
 //
 // FTRMA_CLUSTER=0 skips it; where the machine cannot build the cluster (not
 // root, no namespaces, packages not installable) every test says NOT RUN
-// and is skipped, never passed.
+// and is skipped, never passed. Each test of the suite says "multi-host
+// suite" in its output, run or skipped: scripts/test.sh counts the suite's
+// tests by it, and fails when the suite did not run on a machine that can
+// run it.
 
 var cluster struct {
 	once sync.Once
@@ -46,10 +49,10 @@ func clusterScript() string {
 func needCluster(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("NOT RUN: multi-host suite skipped in -short mode")
+		t.Skip("NOT RUN: multi-host suite: -short mode")
 	}
 	if os.Getenv("FTRMA_CLUSTER") == "0" {
-		t.Skip("NOT RUN: FTRMA_CLUSTER=0")
+		t.Skip("NOT RUN: multi-host suite: FTRMA_CLUSTER=0")
 	}
 	cluster.once.Do(func() {
 		if os.Geteuid() != 0 {
@@ -78,11 +81,12 @@ func needCluster(t *testing.T) string {
 		}
 	})
 	if cluster.skip {
-		t.Skipf("NOT RUN: %v", cluster.err)
+		t.Skipf("NOT RUN: multi-host suite: %v", cluster.err)
 	}
 	if cluster.err != nil {
-		t.Fatal(cluster.err)
+		t.Fatalf("multi-host suite: %v", cluster.err)
 	}
+	t.Logf("multi-host suite: on the cluster of %s", cluster.dir)
 	return cluster.dir
 }
 

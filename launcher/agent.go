@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -196,6 +197,10 @@ type agentJob struct {
 	wg   sync.WaitGroup // the ranks' waiting and forwarding goroutines
 	path string         // the program, resolved on this host (start)
 	dir  string         // the ranks' working directory, or "" (start)
+	// files is where the ranks' output goes too (--output-filename), or
+	// nil; host is this host's name, for its errors.
+	files *outputFiles
+	host  string
 
 	mu    sync.Mutex // guards procs, ranks and every agentProc's running
 	procs []*agentProc
@@ -207,6 +212,7 @@ type agentProc struct {
 	rank    ftrma.Rank
 	cmd     *exec.Cmd
 	pipes   [2]*os.File    // read ends of stdout and stderr
+	files   [2]*rankFile   // --output-filename: its stdout and stderr files, or nil
 	fwd     sync.WaitGroup // the two forwarding goroutines
 	running bool           // guarded by agentJob.mu: started and not reaped
 }
@@ -252,17 +258,40 @@ func (a *Agent) serve(c net.Conn) bool {
 // linkTimeout, when it kills them.
 func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
-	if err == nil && typ == msgMembers {
-		// Join the job's host group first; without it the link's pings
-		// still watch ftrun.
-		g, jerr := agentJoin(p, c.LocalAddr(), logf)
-		if jerr != nil {
-			logf("host membership: %v", jerr)
-		} else {
-			defer func() {
-				g.Leave(leaveTimeout)
-				g.Shutdown()
-			}()
+	joined := false
+	var files *outputFiles
+	for err == nil && (typ == msgMembers && !joined || typ == msgOutputFiles && files == nil) {
+		switch typ {
+		case msgMembers:
+			// Join the job's host group first; without it the link's
+			// pings still watch ftrun.
+			joined = true
+			g, jerr := agentJoin(p, c.LocalAddr(), logf)
+			if jerr != nil {
+				logf("host membership: %v", jerr)
+			} else {
+				defer func() {
+					g.Leave(leaveTimeout)
+					g.Shutdown()
+				}()
+			}
+		case msgOutputFiles:
+			// --output-filename: this host's files, ready before any
+			// rank of the job starts anywhere.
+			m, ferr := parseOutputFiles(p)
+			if ferr == nil {
+				files = &outputFiles{dir: m.dir, tag: m.tag}
+				ferr = files.prepare(hostName())
+			}
+			var text string
+			if ferr != nil {
+				text = ferr.Error()
+			}
+			werr := jobwire.WriteFrame(c, msgOutputReady, jobwire.ErrorText(text))
+			if ferr != nil || werr != nil {
+				logf("launcher %s: %v", c.RemoteAddr(), cmp.Or(ferr, werr))
+				return
+			}
 		}
 		typ, p, err = jobwire.ReadFrame(c, maxLaunch)
 	}
@@ -273,8 +302,14 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	j := &agentJob{env: env, logf: logf, c: c, spec: spec}
+	if files != nil {
+		files.size = spec.size
+	}
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName()}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
+	if files != nil {
+		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
+	}
 	// An agent killed by SIGKILL leaves its ranks' shared memory (shm+tcp):
 	// its owner file lets the next ftrun on this host sweep it.
 	release := func() {}
@@ -379,6 +414,7 @@ func (j *agentJob) start() error {
 				p.cmd.Wait()
 				p.pipes[0].Close()
 				p.pipes[1].Close()
+				closeFiles(p.files)
 			}
 			return fmt.Errorf("on %s: start rank %d: %w", j.c.LocalAddr(), r.rank, err)
 		}
@@ -465,16 +501,31 @@ func (j *agentJob) rankList() []ftrma.Rank {
 	return slices.Clone(j.ranks)
 }
 
-// startRank starts one rank in a process group of its own, as ftrun does.
+// startRank starts one rank in a process group of its own, as ftrun does,
+// with its output files (--output-filename) open.
 func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*agentProc, error) {
+	var files [2]*rankFile
+	if j.files != nil {
+		var err error
+		if files, err = j.files.open(r, j.host); err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			f.report = func(err error) {
+				j.logf("job %s: rank %d: writing its output: %v", jobwire.Printable([]byte(j.spec.job)), r, err)
+			}
+		}
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		closeFiles(files)
 		return nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		closeFiles(files)
 		return nil, err
 	}
 	cmd := &exec.Cmd{
@@ -492,17 +543,28 @@ func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*age
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		closeFiles(files)
 		return nil, err
 	}
-	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, running: true}
+	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, files: files, running: true}
 	p.fwd.Add(2)
 	return p, nil
 }
 
-// forward sends one output stream of p to the launcher, line by line.
+// forward sends one output stream of p to the launcher, line by line,
+// and with --output-filename writes each line to p's file first: the file
+// does not depend on the link.
 func (j *agentJob) forward(p *agentProc, stream byte) {
 	buf := make([]byte, 0, 256)
+	var prefix string
+	if j.files != nil {
+		prefix = j.files.prefix(p.rank)
+	}
 	scanLines(p.pipes[stream-1], func(piece []byte, start, last bool) {
+		if f := p.files[stream-1]; f != nil {
+			buf = appendPiece(buf[:0], prefix, piece, start, last)
+			f.write(buf)
+		}
 		m := outputMsg{rank: p.rank, stream: stream, data: piece}
 		if start {
 			m.flags |= outStart
@@ -547,6 +609,7 @@ func (j *agentJob) wait(p *agentProc) {
 	}
 	p.pipes[0].Close()
 	p.pipes[1].Close()
+	closeFiles(p.files)
 }
 
 // supervise carries out the launcher's signals until the connection closes,

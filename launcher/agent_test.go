@@ -186,6 +186,7 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"spawn rank": msgSpawnRank, "spawned rank": msgSpawnedRank, "lease ask": jobwire.MsgLeaseAsk, "lease grant": jobwire.MsgLeaseGrant,
 		"probe": jobwire.MsgProbe, "probe reply": jobwire.MsgProbeReply, "spawn": jobwire.MsgSpawn, "spawned": jobwire.MsgSpawned,
 		"admit": jobwire.MsgAdmit, "roster": jobwire.MsgRoster,
+		"output files": msgOutputFiles, "output ready": msgOutputReady,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {
@@ -201,6 +202,7 @@ func FuzzParseAgentFrames(f *testing.F) {
 	f.Add(appendStarted(nil, []rankPID{{0, 1}}))
 	f.Add(spawnRankMsg{rank: 3, env: []string{"FTRMA_RANK=3"}}.append(nil))
 	f.Add(spawnedRankMsg{rank: 3, pid: 9, text: "x"}.append(nil))
+	f.Add(outputFilesMsg{dir: "/out", tag: true}.append(nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		parseSpawnRank(p)
 		parseSpawnedRank(p)
@@ -209,6 +211,7 @@ func FuzzParseAgentFrames(f *testing.F) {
 		parseOutput(p)
 		parseExited(p)
 		parseSignal(p)
+		parseOutputFiles(p)
 	})
 }
 

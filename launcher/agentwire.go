@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -30,6 +31,13 @@ import (
 //
 //	L→A  members  (optional) the host group's key and address and the
 //	              agent's member name (membership.go)
+//	L→A  outfiles (optional: ftrun --output-filename) dir string, flags
+//	              uint8 (1: --tag-output): the agent writes its ranks'
+//	              output to files under dir (outfiles.go)
+//	A→L  outready text: the answer to outfiles, sent once the agent has
+//	              made dir/1 and can write there; text is why it cannot
+//	              (naming its host and the path: the job then fails before
+//	              any rank starts), empty when it can
 //	L→A  launch   job string, program string, dir string, args strings,
 //	              size uint32, count uint32, count × (rank uint32, env strings),
 //	              link timeout uint32 (ms; 0: the default)
@@ -78,6 +86,9 @@ const (
 	// 20 is membership.go's; 21..28 are the rendezvous's.
 	msgSpawnRank   byte = 29 // L→A: start one more rank (a spare)
 	msgSpawnedRank byte = 30 // A→L: the answer to msgSpawnRank
+	// 31..33 are reserved.
+	msgOutputFiles byte = 34 // L→A: --output-filename
+	msgOutputReady byte = 35 // A→L: the answer to msgOutputFiles
 )
 
 // Output streams and flags of msgOutput.
@@ -218,6 +229,42 @@ func parseSpawnedRank(p []byte) (spawnedRankMsg, error) {
 		pid:  int(binary.BigEndian.Uint32(p[4:])),
 		text: jobwire.Printable(p[8:]),
 	}, nil
+}
+
+// outputFilesMsg is a msgOutputFiles.
+type outputFilesMsg struct {
+	dir string // absolute
+	tag bool   // --tag-output
+}
+
+// outTag is outputFilesMsg's flag of --tag-output.
+const outTag byte = 1
+
+func (m outputFilesMsg) append(b []byte) []byte {
+	b = appendString(b, m.dir)
+	var flags byte
+	if m.tag {
+		flags |= outTag
+	}
+	return append(b, flags)
+}
+
+func parseOutputFiles(p []byte) (outputFilesMsg, error) {
+	d := decoder{p: p}
+	m := outputFilesMsg{dir: d.string()}
+	if d.err == nil && len(d.p) == 1 {
+		m.tag = d.p[0]&outTag != 0
+		d.p = d.p[1:]
+	} else {
+		d.fail("output files flags")
+	}
+	if err := d.end("output files"); err != nil {
+		return outputFilesMsg{}, err
+	}
+	if !filepath.IsAbs(m.dir) {
+		return outputFilesMsg{}, fmt.Errorf("%w: output files directory %q is not absolute", jobwire.ErrMalformed, jobwire.Printable([]byte(m.dir)))
+	}
+	return m, nil
 }
 
 // outputMsg is a msgOutput.

@@ -41,6 +41,12 @@ type Options struct {
 	N int
 	// TagOutput prefixes every line a rank writes with "[rank] ".
 	TagOutput bool
+	// OutputFilename (ftrun --output-filename DIR), when not empty, also
+	// writes each rank's output to DIR/1/rank.N/stdout and stderr on the
+	// rank's host, as Open MPI's mpirun does, and the job's report to
+	// DIR/report on ftrun's host at the end (see outfiles.go, report.go).
+	// A relative DIR is relative to ftrun's working directory.
+	OutputFilename string
 	// Kills are failures to inject.
 	Kills []KillSpec
 	// Timeout kills the whole job after this long; 0 means never.
@@ -237,6 +243,13 @@ Flags (-flag and --flag are the same; flags stop at prog):
   -n N                    number of ranks (required, >= 1; at most one per
                           CPU of this host without --oversubscribe)
   --tag-output            prefix every output line with "[rank] "
+  --output-filename DIR   also write each rank's output to
+                          DIR/1/rank.N/stdout and stderr, on the rank's own
+                          host (by ftrun, or by the host's agent; N padded
+                          with zeros to the digits of the job's size; a
+                          relative DIR is relative to ftrun's working
+                          directory), and the job's report to DIR/report
+                          on ftrun's host at the end (see README)
   --no-ft                 abort the job when a rank fails (default: carry on)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
   --hb-timeout DURATION   silence after which a rank is declared failed
@@ -415,6 +428,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.SSH, "ssh", "", "command that starts agents on other hosts")
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
+	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.Var(respawnFlag{&o.Spares}, "respawn", "S: reserve S spare ranks (default N)")
@@ -495,6 +509,13 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, errors.New("--hostfile and -H exclude each other")
 	case o.SpareHosts != "" && o.Spares == 0:
 		return nil, errors.New("--spare-hosts needs --respawn: the hosts are for spare ranks only")
+	}
+	outFiles := false
+	fs.Visit(func(f *flag.Flag) { outFiles = outFiles || f.Name == "output-filename" })
+	if outFiles {
+		if err := checkOutputFilename(o.OutputFilename); err != nil {
+			return nil, err
+		}
 	}
 	if o.SpareHosts != "" {
 		var err error

@@ -52,6 +52,14 @@
 // remote host its agent starts it (agentwire.go: spawn) and supervises it
 // as its other ranks. The protocol is in internal/jobwire/spawn.go.
 //
+// Output files (--output-filename DIR, Options.OutputFilename;
+// outfiles.go): each rank's output also goes to DIR/1/rank.N/stdout and
+// stderr, Open MPI's layout, written on the rank's host (by ftrun for its
+// own ranks, by the agent for the others, each line before it is
+// forwarded); every host makes DIR/1 before any rank starts (agentwire.go:
+// outfiles), and at the end ftrun writes the job's report to DIR/report
+// (report.go: WriteReport, from a plain JobReport).
+//
 // Shared memory left by a killed ftrun or agent: each records itself in an
 // owner file in /dev/shm before its ranks start, and every ftrun sweeps the
 // stale jobs of its user when it starts (--cleanup: on demand, printing what

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -47,14 +48,16 @@ type Job struct {
 	done         chan struct{}  // closed when every rank exited; result is then set
 
 	// Spares (--respawn): world ranks opts.N..opts.N+spares-1.
-	spares   int        // Options.Spares resolved
-	secret   []byte     // the ranks' job secret
-	hostAddr string     // FTRMA_HOST_ADDR of this host's ranks, "" on one host
-	path     string     // the program, resolved on this host; "" when this host runs no rank
-	base     []string   // the environment of this host's ranks (before rankEnv)
-	localCap int        // ranks this host may run at once without --oversubscribe
-	hosts    []*jobHost // every host of the job, where spares may go (spareplace.go)
-	spawnMu  sync.Mutex // serializes spawns
+	spares   int          // Options.Spares resolved
+	secret   []byte       // the ranks' job secret
+	hostAddr string       // FTRMA_HOST_ADDR of this host's ranks, "" on one host
+	path     string       // the program, resolved on this host; "" when this host runs no rank
+	base     []string     // the environment of this host's ranks (before rankEnv)
+	localCap int          // ranks this host may run at once without --oversubscribe
+	hosts    []*jobHost   // every host of the job, where spares may go (spareplace.go)
+	hostName string       // this host's name, in the report
+	files    *outputFiles // --output-filename, or nil
+	spawnMu  sync.Mutex   // serializes spawns
 
 	mu         sync.Mutex  // guards the fields below, and every rankProc's running and killed
 	ranks      []*rankProc // by rank; set up before any rank starts
@@ -82,6 +85,9 @@ type rankProc struct {
 
 	link *agentLink     // the agent that runs the rank, or nil
 	exit chan exitedMsg // a remote rank's exit, from link (buffer 1)
+	host string         // where it runs, for the report; set before it starts
+
+	files [2]*rankFile // --output-filename, a rank of this host: its stdout and stderr files
 
 	running bool // guarded by Job.mu: started and not yet reaped, so its pid is its own
 	killed  bool // guarded by Job.mu: --kill signalled it
@@ -207,7 +213,22 @@ func Start(opts *Options) (*Job, error) {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
 	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local,
-		spares: opts.Spares, nextSpare: opts.N, path: path, localCap: len(local)}
+		spares: opts.Spares, nextSpare: opts.N, path: path, localCap: len(local), hostName: hostName()}
+	if opts.OutputFilename != "" {
+		// DIR on this host first (ftrun writes the report here, whether
+		// or not it runs ranks), then on the agents' hosts below.
+		if err := checkOutputFilename(opts.OutputFilename); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
+		dir, err := filepath.Abs(opts.OutputFilename)
+		if err != nil {
+			return nil, fmt.Errorf("launcher: --output-filename: %w", err)
+		}
+		j.files = &outputFiles{dir: dir, size: size, tag: opts.TagOutput}
+		if err := j.files.prepare(j.hostName); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
+	}
 	if opts.Hostfile == "" && opts.HostList == "" && len(opts.Hosts) == 0 && !multi {
 		j.localCap = max(len(local), localSlots()) // the job of this host alone: a slot per CPU
 	}
@@ -243,6 +264,12 @@ func Start(opts *Options) (*Job, error) {
 		}
 		hostAddr = j.links[0].localIP()
 		listen = net.JoinHostPort(hostAddr, "0")
+		if j.files != nil {
+			if err := j.prepareAgentFiles(); err != nil {
+				j.abandon()
+				return nil, fmt.Errorf("launcher: %w", err)
+			}
+		}
 	}
 	j.hostAddr = hostAddr
 
@@ -251,6 +278,15 @@ func Start(opts *Options) (*Job, error) {
 	j.ranks = make([]*rankProc, size)
 	for r := range j.ranks {
 		j.ranks[r] = &rankProc{rank: ftrma.Rank(r)}
+	}
+	for _, b := range blocks {
+		host := j.hostName
+		if b.remote() {
+			host = b.label()
+		}
+		for _, r := range b.ranks {
+			j.ranks[r].host = host
+		}
 	}
 	j.start = time.Now()
 	j.blocks = blocks
@@ -443,14 +479,26 @@ func (j *Job) Interrupt(sig syscall.Signal) {
 // startRank starts rank p on this host and the goroutines that forward its
 // output and wait for it.
 func (j *Job) startRank(path string, p *rankProc, env []string) error {
+	var files [2]*rankFile
+	if j.files != nil {
+		var err error
+		if files, err = j.files.open(p.rank, j.hostName); err != nil {
+			return err
+		}
+		for _, f := range files {
+			f.report = func(err error) { j.out.reportf("rank %d: writing its output: %v", p.rank, err) }
+		}
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		closeFiles(files)
 		return err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		closeFiles(files)
 		return err
 	}
 	cmd := &exec.Cmd{
@@ -467,15 +515,16 @@ func (j *Job) startRank(path string, p *rankProc, env []string) error {
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		closeFiles(files)
 		return err
 	}
 	prefix := j.prefix(p.rank)
 	j.mu.Lock()
-	p.cmd, p.pipes, p.running = cmd, [2]*os.File{outR, errR}, true
+	p.cmd, p.pipes, p.files, p.running = cmd, [2]*os.File{outR, errR}, files, true
 	j.mu.Unlock()
 	p.fwd.Add(2)
-	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stdout, outR, prefix) }()
-	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stderr, errR, prefix) }()
+	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stdout, outR, prefix, files[0]) }()
+	go func() { defer p.fwd.Done(); forwardLines(j.out, j.out.stderr, errR, prefix, files[1]) }()
 	j.wg.Add(1)
 	go j.waitRank(p)
 	return nil
@@ -561,6 +610,7 @@ func (j *Job) waitRank(p *rankProc) {
 		}
 		p.pipes[0].Close()
 		p.pipes[1].Close()
+		closeFiles(p.files)
 	}
 	j.mu.Lock()
 	p.status = st
@@ -706,12 +756,35 @@ func (j *Job) finish() {
 	}
 	j.result = res
 	quiet := j.quiet
+	var report JobReport
+	if j.files != nil {
+		report = j.reportLocked(res)
+	}
 	j.mu.Unlock()
 	if len(failed) > 0 && !quiet && !res.Aborted {
 		j.out.reportf("%d rank(s) failed: %s; %d survived", len(failed), strings.Join(failed, ", "), survivors)
 	}
+	if j.files != nil {
+		if err := WriteReportFile(j.files.dir, report); err != nil {
+			j.out.reportf("--output-filename: cannot write the job's report on host %s: %v", j.hostName, err)
+		}
+	}
 	j.rv.close()
 	close(j.done)
+}
+
+// reportLocked is the job's report (DIR/report) for its result res. j.mu
+// is held.
+func (j *Job) reportLocked(res *Result) JobReport {
+	r := JobReport{Job: j.id, Ranks: j.opts.N, Spares: j.spares, Exit: res.ExitCode(), End: endWord(res), Took: time.Since(j.start)}
+	for _, p := range j.ranks {
+		if int(p.rank) >= j.nextSpare {
+			r.Rank = append(r.Rank, RankReport{Rank: int(p.rank), State: RankNotStarted})
+			continue
+		}
+		r.Rank = append(r.Rank, rankReport(p.status, p.host, res, j.opts.Kills, j.opts.Timeout))
+	}
+	return r
 }
 
 // kill carries out one --kill.

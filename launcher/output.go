@@ -31,8 +31,17 @@ const lineBuffer = 64 << 10
 // forwardLines copies r to w through s one line at a time, each line prefixed
 // with prefix, until r ends. A last line without a newline gets one when
 // prefix is not empty, so that the next tagged line starts on its own line.
-func forwardLines(s *sink, w io.Writer, r io.Reader, prefix string) {
-	scanLines(r, func(piece []byte, start, last bool) { s.writePiece(w, prefix, piece, start, last) })
+// With f (--output-filename), each line goes to f first, as it is: written
+// before it is forwarded, so that a stuck w does not hold up the file.
+func forwardLines(s *sink, w io.Writer, r io.Reader, prefix string, f *rankFile) {
+	var buf []byte
+	scanLines(r, func(piece []byte, start, last bool) {
+		if f != nil {
+			buf = appendPiece(buf[:0], prefix, piece, start, last)
+			f.write(buf)
+		}
+		s.writePiece(w, prefix, piece, start, last)
+	})
 }
 
 // scanLines reads r until it ends and hands emit each line, or each piece of
@@ -64,13 +73,21 @@ func (s *sink) writePiece(w io.Writer, prefix string, piece []byte, start, last 
 	if len(piece) == 0 {
 		return
 	}
-	buf := make([]byte, 0, len(prefix)+len(piece)+1)
+	s.write(w, appendPiece(make([]byte, 0, len(prefix)+len(piece)+1), prefix, piece, start, last))
+}
+
+// appendPiece appends to b one piece of a rank's output as writePiece
+// writes it: nothing for an empty piece.
+func appendPiece(b []byte, prefix string, piece []byte, start, last bool) []byte {
+	if len(piece) == 0 {
+		return b
+	}
 	if start {
-		buf = append(buf, prefix...)
+		b = append(b, prefix...)
 	}
-	buf = append(buf, piece...)
+	b = append(b, piece...)
 	if last && piece[len(piece)-1] != '\n' && prefix != "" {
-		buf = append(buf, '\n')
+		b = append(b, '\n')
 	}
-	s.write(w, buf)
+	return b
 }

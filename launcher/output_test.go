@@ -32,7 +32,7 @@ func TestForwardLines(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := new(writes)
 			s := &sink{stdout: w, stderr: w}
-			forwardLines(s, w, strings.NewReader(tt.in), tt.prefix)
+			forwardLines(s, w, strings.NewReader(tt.in), tt.prefix, nil)
 			if len(w.calls) != len(tt.want) {
 				t.Fatalf("got %d writes %q, want %d %q", len(w.calls), abbrev(w.calls), len(tt.want), abbrev(tt.want))
 			}

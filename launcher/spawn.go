@@ -83,9 +83,11 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	if h.link == nil {
 		j.local = append(slices.Clone(j.local), s)
 		here = j.local
+		j.ranks[s].host = j.hostName
 	} else {
 		h.ranks = append(slices.Clone(h.ranks), s)
 		here = h.ranks
+		j.ranks[s].host = h.label
 	}
 	j.mu.Unlock()
 

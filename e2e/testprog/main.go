@@ -38,6 +38,8 @@
 //	testprog bigmove SIZE ROUNDS  rank 0 puts SIZE bytes into rank 1's window
 //	                       and gets them back, ROUNDS times, checking them;
 //	                       every rank prints "bigmove failed N" (see bigmove.go)
+//	testprog outwait FILE  every rank prints "ready PID", waits until FILE
+//	                       exists, prints "saw FILE" and ends
 package main
 
 import (
@@ -145,6 +147,10 @@ func run(ctx context.Context, args []string) error {
 		return replacehost(ctx, c, args[1:])
 	case "bigmove":
 		if err := bigmove(ctx, c, args[1:]); err != nil {
+			return err
+		}
+	case "outwait":
+		if err := outwait(ctx, args[1:]); err != nil {
 			return err
 		}
 	case "fail-rank":
@@ -464,4 +470,23 @@ func putlat(ctx context.Context, c *comm.Comm, args []string) error {
 		return err
 	}
 	return w.Free(ctx)
+}
+
+func outwait(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("outwait needs a file")
+	}
+	fmt.Printf("ready %d\n", os.Getpid())
+	for {
+		if _, err := os.Stat(args[0]); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	fmt.Printf("saw %s\n", filepath.Base(args[0]))
+	return nil
 }
