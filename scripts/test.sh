@@ -51,6 +51,10 @@ finish() {
 		multihost # the go test step failed: what it says of the suite still holds
 	fi
 	echo
+	# The closing line: every top-level Go test of both go test steps.
+	local total
+	total=$(cat "$logs/race.sum" "$logs/tests.sum" 2>/dev/null | awk -F'\t' '$1 == "package" && $3 != "none" { p += $4; f += $5; s += $6 }
+		END { printf "%d passed, %d failed, %d skipped", p, f, s }')
 	if [ "$code" = 0 ] && [ -z "$failed_rule" ] && [ -z "${FTRMA_TEST_LOGS:-}" ]; then
 		rm -rf "$logs"
 		echo "== summary (the raw go test logs are removed when all passed; FTRMA_TEST_LOGS=DIR keeps them)"
@@ -64,6 +68,7 @@ finish() {
 		echo "   FAILED: $failed_rule"
 		[ "$code" = 0 ] && code=1
 	fi
+	echo "tests: $total"
 	exit "$code"
 }
 trap finish EXIT
