@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The chain of failure bounds composes: no store operation gives up on a
+// replica before the runtime could have decided its fate. Two hosts of one
+// CPU each (ftrun on h1, pinned to CPU 0 with its 4 ranks; h2's agent and
+// its 4 ranks pinned to CPU 1: 4 ranks per CPU, so ftrun stretches the
+// lease to 4 s), the checkpointing example with 32,768 tasks, and the
+// h1-h2 link cut 3 s in. h2's ranks lose their lease and stop; ftrun
+// declares them about 10 s after the cut (memberlist's verdict on h2, then
+// 1.5 stretched lease terms), and the survivors' checkpoint puts, which
+// waited for their replicas on h2 all that time, complete on the new
+// replica set: the job ends with the failure-free result and exit 0. With
+// the store's old fixed 10 s retry bound every survivor's put gave up
+// first ("replicas kept failing for 10s") and the job printed no result.
+//
+// FTRMA_LONG=1 runs it 10 times (the bar: 10 of 10), else twice.
+func TestClusterBoundChain(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	runs := 2
+	if os.Getenv("FTRMA_LONG") == "1" {
+		runs = 10
+	}
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(hf, []byte("h1 slots=4\nh2 slots=4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// h2's agent (and so its ranks) runs on CPU 1 alone.
+	agent := filepath.Join(t.TempDir(), "ftrun-cpu1")
+	script := fmt.Sprintf("#!/bin/sh\nexec taskset -c 1 %s \"$@\"\n", filepath.Join(bin, "ftrun"))
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(agent), 0o755)
+	const want = "4943272368" // the failure-free result of 32,768 tasks
+	failedRE := regexp.MustCompile(`rank (\d+) failed at ([0-9.]+)s`)
+	for i := range runs {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", "taskset", "-c", "0",
+				filepath.Join(bin, "ftrun"), "--hostfile", hf, "--launch-agent", agent, "--tag-output",
+				filepath.Join(bin, "ckpt"), "-tasks", "32768")
+			job := startLive(t, cmd)
+			time.Sleep(3 * time.Second)
+			if o, err := exec.Command(clusterScript(), "split", dir, "h1", "h2").CombinedOutput(); err != nil {
+				t.Fatalf("split: %v\n%s", err, o)
+			}
+			cut := time.Now()
+			defer exec.Command(clusterScript(), "join", dir).Run()
+			outText, errText := job.finish()
+			ended := time.Since(cut)
+			if ctx.Err() != nil {
+				t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
+			}
+			report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("exit %d, want 0:\n%s", code, report)
+			}
+			nodes, survivors, _ := ckptResult(t, outText)
+			if nodes != want || survivors != "4" {
+				t.Errorf("result %s nodes with %s survivors, want %s with 4:\n%s", nodes, survivors, want, report)
+			}
+			if strings.Contains(outText+errText, "kept failing") {
+				t.Errorf("a store operation gave up on a replica:\n%s", report)
+			}
+			declared := ""
+			for _, m := range failedRE.FindAllStringSubmatch(errText, -1) {
+				if r, _ := strconv.Atoi(m[1]); r < 4 {
+					t.Errorf("rank %d, on h1 with ftrun, was declared failed:\n%s", r, report)
+				}
+				declared = m[2]
+			}
+			t.Logf("the job ended %v after the cut; h2's ranks declared at %ss of the job", ended.Round(time.Millisecond), declared)
+		})
+	}
+}
