@@ -1,0 +1,2 @@
+// Package arbiter is the job's replicated authority (doc to come).
+package arbiter
