@@ -32,7 +32,8 @@ func (n *Node) maybeAsk(t time.Duration, tick bool) {
 	h.seq++
 	h.asks = append(h.asks, ask{seq: h.seq, sent: t})
 	h.askedTo = n.lead
-	h.nextAsk = t + time.Duration(n.cfg.RenewTicks)*n.cfg.Tick
+	// Due at the tick RenewTicks from now, whatever the jitter of ticks.
+	h.nextAsk = t + time.Duration(n.cfg.RenewTicks)*n.cfg.Tick - n.cfg.Tick/2
 	n.out = append(n.out, Message{From: n.id, To: n.lead, Kind: KindLeaseAsk, Seq: h.seq})
 }
 

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -69,6 +70,11 @@ type Node struct {
 	// dropped counts entries of the log that did not parse as a Command
 	// (none ever should: only Nodes propose).
 	dropped int
+
+	// broken is set when raft panicked on an input (a peer's message that
+	// breaks raft's invariants: corrupt, or from a node with another log).
+	// The node fails stop: it never acts again and ignores every input.
+	broken error
 
 	dev deviations
 }
@@ -236,17 +242,52 @@ func (n *Node) local(now time.Time) time.Duration { return now.Sub(n.epoch) }
 // it every Config.Tick by its clock; a call that comes much later than that
 // (a stall) is noticed and handled safely (see observe).
 func (n *Node) Tick(now time.Time) {
-	t := n.local(now)
-	n.observe(t)
-	n.rn.Tick()
-	n.process(t)
-	n.afterInput(t, true)
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		n.rn.Tick()
+		n.process(t)
+		n.afterInput(t, true)
+		return nil
+	})
 }
+
+// guard runs one input unless the node is broken, and breaks it if raft
+// panics: raft panics on messages that break its invariants (a commit index
+// past the log's end, say), which no node of the job sends, but a pure
+// machine must not let bytes from the network crash its process. A broken
+// node stops: it does not act, sends nothing more, and every input returns
+// ErrBroken.
+func (n *Node) guard(f func() error) (err error) {
+	if n.broken != nil {
+		return n.broken
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			n.broken = fmt.Errorf("%w: node %d: %v", ErrBroken, n.id, p)
+			n.out, n.probes = nil, nil
+			err = n.broken
+		}
+	}()
+	return f()
+}
+
+// ErrBroken is returned by every input of a node that raft gave up on (see
+// Node.Broken).
+var ErrBroken = errors.New("arbiter: node broken")
+
+// Broken returns the error that stopped this node for good, or nil.
+func (n *Node) Broken() error { return n.broken }
 
 // Step hands the node a message received at now. It returns an error for a
 // message not meant for this node or from outside the job, or one raft
-// refuses; the message is dropped then and the node is unharmed.
+// refuses; the message is dropped then and the node is unharmed. A raft
+// message that breaks raft's invariants breaks the node (ErrBroken).
 func (n *Node) Step(m Message, now time.Time) error {
+	return n.guard(func() error { return n.step(m, now) })
+}
+
+func (n *Node) step(m Message, now time.Time) error {
 	if m.To != n.id || m.From == 0 || m.From > uint64(n.cfg.Hosts) || m.From == n.id {
 		return fmt.Errorf("arbiter: node %d got message %v: %w", n.id, m, ErrMalformed)
 	}
@@ -403,7 +444,7 @@ func (n *Node) afterInput(t time.Duration, tick bool) {
 // the caller must not grant or renew rank leases on this host, and every
 // rank lease it granted ends by LeaseExpiry.
 func (n *Node) Acting(now time.Time) bool {
-	return n.holder.held && n.local(now) < n.holder.expiry && !n.state.Host(n.self).Failed
+	return n.broken == nil && n.holder.held && n.local(now) < n.holder.expiry && !n.state.Host(n.self).Failed
 }
 
 // LeaseExpiry returns when this node's host lease ends by its clock (the
@@ -420,16 +461,19 @@ func (n *Node) LeaseExpiry() time.Time {
 // to the leader by raft, and proposes it again every election timeout until
 // the log shows the rank ended.
 func (n *Node) ReportExit(rank ftrma.Rank, code int, now time.Time) {
-	t := n.local(now)
-	n.observe(t)
-	c := Command{Kind: CmdRankExited, Rank: rank, Code: code}
-	if rank >= 0 && rank < maxRank && code >= -1<<31 && code < 1<<31 && n.state.Rank(rank).Status == RankRunning &&
-		!slices.ContainsFunc(n.exits, func(e Command) bool { return e.Rank == rank }) {
-		n.exits = append(n.exits, c)
-		_ = n.rn.Propose(c.encode())
-		n.process(t)
-	}
-	n.afterInput(t, false)
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		c := Command{Kind: CmdRankExited, Rank: rank, Code: code}
+		if rank >= 0 && rank < maxRank && code >= -1<<31 && code < 1<<31 && n.state.Rank(rank).Status == RankRunning &&
+			!slices.ContainsFunc(n.exits, func(e Command) bool { return e.Rank == rank }) {
+			n.exits = append(n.exits, c)
+			_ = n.rn.Propose(c.encode())
+			n.process(t)
+		}
+		n.afterInput(t, false)
+		return nil
+	})
 }
 
 // AdmitSpare tells the authority that spare rank runs on host (0-based)
@@ -437,16 +481,19 @@ func (n *Node) ReportExit(rank ftrma.Rank, code int, now time.Time) {
 // the log shows the rank. The log admits a spare only on a live host under a
 // new rank number.
 func (n *Node) AdmitSpare(rank ftrma.Rank, host int, now time.Time) {
-	t := n.local(now)
-	n.observe(t)
-	c := Command{Kind: CmdSpareAdmitted, Rank: rank, Host: host}
-	if rank >= 0 && rank < maxRank && host >= 0 && host < n.cfg.Hosts && n.state.Rank(rank).Status == RankAbsent &&
-		!slices.ContainsFunc(n.spares, func(e Command) bool { return e.Rank == rank }) {
-		n.spares = append(n.spares, c)
-		_ = n.rn.Propose(c.encode())
-		n.process(t)
-	}
-	n.afterInput(t, false)
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		c := Command{Kind: CmdSpareAdmitted, Rank: rank, Host: host}
+		if rank >= 0 && rank < maxRank && host >= 0 && host < n.cfg.Hosts && n.state.Rank(rank).Status == RankAbsent &&
+			!slices.ContainsFunc(n.spares, func(e Command) bool { return e.Rank == rank }) {
+			n.spares = append(n.spares, c)
+			_ = n.rn.Propose(c.encode())
+			n.process(t)
+		}
+		n.afterInput(t, false)
+		return nil
+	})
 }
 
 // retryReports proposes again the exits and admissions the log does not
@@ -469,15 +516,18 @@ func (n *Node) retryReports() {
 // (or drops it if it knows none: the detector reports again); the leader
 // probes the rank (Ready.Probes).
 func (n *Node) ReportSuspect(rank, by ftrma.Rank, now time.Time) {
-	t := n.local(now)
-	n.observe(t)
-	switch {
-	case n.leader:
-		n.onSuspect(rank, t)
-	case n.lead != 0 && rank >= 0 && rank < maxRank && by >= 0 && by < maxRank:
-		n.out = append(n.out, Message{From: n.id, To: n.lead, Kind: KindSuspect, Rank: rank, By: by})
-	}
-	n.afterInput(t, false)
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		switch {
+		case n.leader:
+			n.onSuspect(rank, t)
+		case n.lead != 0 && rank >= 0 && rank < maxRank && by >= 0 && by < maxRank:
+			n.out = append(n.out, Message{From: n.id, To: n.lead, Kind: KindSuspect, Rank: rank, By: by})
+		}
+		n.afterInput(t, false)
+		return nil
+	})
 }
 
 // ProbeAnswer gives the leader the answer to a Probe of rank. alive means
@@ -487,20 +537,23 @@ func (n *Node) ReportSuspect(rank, by ftrma.Rank, now time.Time) {
 // leader proposes RankFailed. An answer on a node that is no longer the
 // leader, or for a rank not probed, is ignored.
 func (n *Node) ProbeAnswer(rank ftrma.Rank, alive bool, now time.Time) {
-	t := n.local(now)
-	n.observe(t)
-	if l := n.ld; l != nil {
-		i := slices.IndexFunc(l.probing, func(p probeRec) bool { return p.rank == rank })
-		if i >= 0 {
-			l.probing = slices.Delete(l.probing, i, i+1)
-			if !alive && n.state.Rank(rank).Status == RankRunning && !l.rankProposed[rank] {
-				if n.rn.Propose(Command{Kind: CmdRankFailed, Rank: rank, Reason: ReasonUnresponsive}.encode()) == nil {
-					l.rankProposed[rank] = true
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		if l := n.ld; l != nil {
+			i := slices.IndexFunc(l.probing, func(p probeRec) bool { return p.rank == rank })
+			if i >= 0 {
+				l.probing = slices.Delete(l.probing, i, i+1)
+				if !alive && n.state.Rank(rank).Status == RankRunning && !l.rankProposed[rank] {
+					if n.rn.Propose(Command{Kind: CmdRankFailed, Rank: rank, Reason: ReasonUnresponsive}.encode()) == nil {
+						l.rankProposed[rank] = true
+					}
 				}
 			}
 		}
-	}
-	n.afterInput(t, false)
+		n.afterInput(t, false)
+		return nil
+	})
 }
 
 // HasReady reports whether Ready holds anything.

@@ -210,12 +210,15 @@ type sim struct {
 	hung      map[ftrma.Rank]bool // ever hung
 	applied   map[uint64]entryID
 	seenIdx   []uint64
-	leaderOf  map[uint64]uint64 // term → leader id
-	messages  int               // arbiter messages delivered
+	leaderOf  map[uint64]uint64        // term → leader id
+	leaderAt  map[uint64]time.Duration // term → when its leader took office
+	declAt    map[int]time.Duration    // host → when its HostFailed was first applied
+	messages  int                      // arbiter messages delivered
 	sentKinds map[string]int
 	errs      []string
 	trace     []string
 	traceAll  bool
+	onSend    func(from int, m Message) // a test's hook on every message sent
 }
 
 func newSim(o simOpts) *sim {
@@ -234,6 +237,7 @@ func newSim(o simOpts) *sim {
 		s.seenIdx[i] = 2 // the bootstrap snapshot
 	}
 	s.declRank, s.hung, s.applied, s.leaderOf, s.sentKinds = map[ftrma.Rank]bool{}, map[ftrma.Rank]bool{}, map[uint64]entryID{}, map[uint64]uint64{}, map[string]int{}
+	s.leaderAt, s.declAt = map[uint64]time.Duration{}, map[int]time.Duration{}
 	s.rankHost = slices.Clone(s.cfg.RankHost)
 	s.life = make([]rankLife, len(s.rankHost))
 	for i := range n {
@@ -378,6 +382,10 @@ func (s *sim) drain(i int) {
 		if l, ok := s.leaderOf[term]; ok && l != nd.id {
 			s.errorf("raft: term %d has two leaders, %d and %d", term, l, nd.id)
 		}
+		if _, ok := s.leaderOf[term]; !ok {
+			s.leaderAt[term] = s.now
+			s.tracef("node %d leads term %d", nd.id, term)
+		}
 		s.leaderOf[term] = nd.id
 	}
 	if !nd.HasReady() {
@@ -392,6 +400,9 @@ func (s *sim) drain(i int) {
 			continue
 		}
 		s.sentKinds[kindName(m)]++
+		if s.onSend != nil {
+			s.onSend(i, m)
+		}
 		if s.o.codec {
 			b, err := m.AppendBinary(nil)
 			if err == nil {
@@ -432,6 +443,9 @@ func (s *sim) onEvent(i int, e Event) {
 		}
 		if !s.troubled[e.Host] {
 			s.errorf("healthy host declared: node %d applies HostFailed(%d) (%v), a host never in trouble", i+1, e.Host, e.Reason)
+		}
+		if !s.declHost[e.Host] {
+			s.declAt[e.Host] = s.now
 		}
 		s.declHost[e.Host] = true
 	case EventRankFailed:
