@@ -205,6 +205,12 @@ func (n *Node) leadStep(t time.Duration, tick bool) {
 		}
 		return true
 	})
+	for i := range l.probing {
+		if p := &l.probing[i]; t >= p.again {
+			p.again = t + n.probeAgain()
+			n.probes = append(n.probes, Probe{Rank: p.rank, Host: p.host})
+		}
+	}
 	wait := n.cfg.LeaseTerm + n.cfg.Margin
 	for h := range l.hosts {
 		r := &l.hosts[h]
@@ -243,6 +249,12 @@ func (n *Node) onSuspect(rank ftrma.Rank, t time.Duration) {
 	if slices.ContainsFunc(l.probing, func(p probeRec) bool { return p.rank == rank }) {
 		return
 	}
-	l.probing = append(l.probing, probeRec{rank: rank, host: ri.Host, deadline: t + n.cfg.LeaseTerm/2})
+	l.probing = append(l.probing, probeRec{rank: rank, host: ri.Host, deadline: t + n.cfg.LeaseTerm/2, again: t + n.probeAgain()})
 	n.probes = append(n.probes, Probe{Rank: rank, Host: ri.Host})
+}
+
+// probeAgain is the interval at which the leader repeats an unanswered
+// probe: two heartbeat intervals.
+func (n *Node) probeAgain() time.Duration {
+	return time.Duration(2*n.cfg.HeartbeatTicks) * n.cfg.Tick
 }

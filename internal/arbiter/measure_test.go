@@ -55,12 +55,17 @@ func TestMeasureMessages(t *testing.T) {
 // TestMeasureElection measures the take-over when the leader (node 1)
 // dies, in ticks, over seeds, for 3 and 5 voters: from the crash until a
 // new leader takes office. raft draws each follower's timeout in [ET, 2·ET)
-// ticks.
+// ticks; TakeoverBound allows one failed attempt.
 func TestMeasureElection(t *testing.T) {
+	seeds := 300
+	if raceEnabled || testing.Short() {
+		seeds = 60
+	}
 	for _, voters := range []int{3, 5} {
 		var ticks []float64
+		retried := 0
 		cfg := scenarioOpts(voters+2, voters).jobConfig().WithDefaults()
-		for seed := int64(1); seed <= 20; seed++ {
+		for seed := int64(1); seed <= int64(seeds); seed++ {
 			o := scenarioOpts(voters+2, voters)
 			o.seed = seed
 			sc := runScenario(t, o, faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
@@ -70,10 +75,13 @@ func TestMeasureElection(t *testing.T) {
 			if took < 0 || took > TakeoverBound(cfg) {
 				t.Errorf("seed %d: take-over %v, bound %v", seed, took, TakeoverBound(cfg))
 			}
+			if took > cfg.MaxDelay+electionRound(cfg) {
+				retried++
+			}
 			ticks = append(ticks, float64(took)/float64(cfg.Tick))
 		}
 		slices.Sort(ticks)
-		t.Logf("%d voters: take-over after the leader's crash in ticks of %v over %d seeds: min %.1f median %.1f max %.1f (ElectionTicks %d, bound %.1f)",
-			voters, cfg.Tick, len(ticks), ticks[0], ticks[len(ticks)/2], ticks[len(ticks)-1], cfg.ElectionTicks, float64(TakeoverBound(cfg))/float64(cfg.Tick))
+		t.Logf("%d voters: take-over after the leader's crash in ticks of %v over %d seeds: min %.1f median %.1f max %.1f (ElectionTicks %d); %d needed a second attempt (bound %.1f ticks)",
+			voters, cfg.Tick, len(ticks), ticks[0], ticks[len(ticks)/2], ticks[len(ticks)-1], cfg.ElectionTicks, retried, float64(TakeoverBound(cfg))/float64(cfg.Tick))
 	}
 }

@@ -145,11 +145,15 @@ type probeRec struct {
 	rank     ftrma.Rank
 	host     int
 	deadline time.Duration
+	again    time.Duration // when to ask again (probes may be lost)
 }
 
 // Probe asks the caller to find out whether Rank, on Host, still answers:
 // the leader suspects it. The caller asks the rank's host (its agent) and
-// answers with Node.ProbeAnswer on this node.
+// answers with Node.ProbeAnswer on this node. The leader repeats a Probe
+// every two heartbeat intervals until it is answered or half a term has
+// passed, so a lost probe or answer costs nothing; duplicate answers are
+// harmless.
 type Probe struct {
 	Rank ftrma.Rank
 	Host int
