@@ -907,20 +907,25 @@ func TestSim(t *testing.T) {
 	if raceEnabled {
 		def = 60
 	}
-	failed := 0
+	failed, hostsDeclared, ranksDeclared, terms := 0, 0, 0, 0
 	start := time.Now()
 	shapes := map[string]int{}
 	for _, seed := range simSeeds(t, def) {
 		o := defaultSimOpts(seed)
 		shapes[fmt.Sprintf("%dh/%dv", o.hosts, o.voters)]++
-		if rep, _ := simulate(t, o); rep != "" {
+		rep, sm := simulate(t, o)
+		if rep != "" {
 			t.Error(rep)
 			if failed++; failed >= 3 {
 				break
 			}
 		}
+		hostsDeclared += len(sm.declAt)
+		ranksDeclared += len(sm.declRank)
+		terms += len(sm.leaderOf)
 	}
-	t.Logf("%d seeds in %v; shapes (hosts/voters): %v", len(simSeeds(t, def)), time.Since(start).Round(time.Millisecond), shapes)
+	t.Logf("%d seeds in %v; shapes (hosts/voters): %v; %d hosts and %d ranks declared failed, %d leader terms",
+		len(simSeeds(t, def)), time.Since(start).Round(time.Millisecond), shapes, hostsDeclared, ranksDeclared, terms)
 }
 
 // TestSimCatchesBrokenRules breaks a rule on purpose and checks that the
@@ -966,4 +971,20 @@ func TestSimCatchesBrokenRules(t *testing.T) {
 func firstLines(s string, n int) string {
 	l := strings.SplitN(s, "\n", n+1)
 	return strings.Join(l[:min(n, len(l))], "\n")
+}
+
+// TestSimReplays: a seed replays event for event (raft's randomness is
+// seeded too), so a failing seed's trace can be had again.
+func TestSimReplays(t *testing.T) {
+	t.Setenv("FTRMA_TRACE", "1")
+	for _, seed := range []int64{3, 7} {
+		var traces [2][]string
+		for i := range traces {
+			_, s := simulate(t, defaultSimOpts(seed))
+			traces[i] = s.trace
+		}
+		if !slices.Equal(traces[0], traces[1]) {
+			t.Errorf("seed %d ran twice: %d and %d events, not the same", seed, len(traces[0]), len(traces[1]))
+		}
+	}
 }
