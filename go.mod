@@ -7,7 +7,9 @@ require (
 	github.com/anishathalye/porcupine v1.0.3
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/vishvananda/netlink v1.3.0
+	go.etcd.io/raft/v3 v3.7.0
 	golang.org/x/sys v0.49.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (

@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/kvcheck":        {},
 	"internal/scaletest":      {},
 	"internal/members":        {""},
+	"internal/arbiter":        {""},
 	"internal/script":         {},
 	"failure":                 {"", "internal/overlay"},
 	"revoke":                  {"", "internal/overlay", "failure"},

@@ -1,0 +1,5 @@
+//go:build !race
+
+package arbiter
+
+const raceEnabled = false

@@ -1,0 +1,272 @@
+package arbiter
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"testing/cryptotest"
+	"time"
+
+	"github.com/ftrma/ftrma"
+)
+
+// The rule of the primary world (see the package documentation), scenario
+// by scenario, on the simulator of sim_test.go with its checks on: hosts
+// are nodes 1..n (node 1 is ftrun's), the split is permanent, and each test
+// states which side goes on, who is declared failed and by when.
+
+func scenarioOpts(hosts, voters int) simOpts {
+	o := simOpts{
+		seed: 1, hosts: hosts, voters: voters, perHost: 2,
+		drift:    0.01,
+		delayMin: 500 * time.Microsecond, delayMax: 5 * time.Millisecond,
+		warmup: 2 * time.Second,
+	}
+	o.cfg = Config{MaxDelay: o.delayMax, MaxDrift: o.drift}
+	return o
+}
+
+// scenario runs a simulator with script's faults until end, with the
+// simulator's checks, and samples every tick which nodes act.
+type scenario struct {
+	*sim
+	t *testing.T
+	// gap[i] is the longest stretch after since during which node i did
+	// not act (sampled every 10 ms).
+	since time.Duration
+	gap   []time.Duration
+	off   []time.Duration // when node i last stopped acting (-1: acting)
+}
+
+func runScenario(t *testing.T, o simOpts, since, end time.Duration, script func(s *sim)) *scenario {
+	t.Helper()
+	cryptotest.SetGlobalRandom(t, uint64(o.seed))
+	sc := &scenario{sim: newSim(o), t: t, since: since, gap: make([]time.Duration, o.hosts), off: make([]time.Duration, o.hosts)}
+	for i := range sc.off {
+		sc.off[i] = -1
+	}
+	script(sc.sim)
+	var sample func()
+	sample = func() {
+		for i := range o.hosts {
+			switch act := sc.acting(i); {
+			case act && sc.off[i] >= 0:
+				sc.gap[i] = max(sc.gap[i], sc.now-max(sc.off[i], since))
+				sc.off[i] = -1
+			case !act && sc.off[i] < 0:
+				sc.off[i] = sc.now
+			}
+		}
+		sc.later(10*time.Millisecond, "", sample)
+	}
+	sc.later(since, "", sample)
+	sc.run(end)
+	for i := range sc.off {
+		if sc.off[i] >= 0 {
+			sc.gap[i] = max(sc.gap[i], sc.now-max(sc.off[i], since))
+		}
+	}
+	if len(sc.errs) > 0 {
+		t.Fatal(sc.report())
+	}
+	return sc
+}
+
+// split cuts the nodes of a (0-based) from those of b both ways at at, for
+// good.
+func split(s *sim, at time.Duration, a, b []int) {
+	s.later(at, fmt.Sprintf("split %v | %v", plus1(a), plus1(b)), func() {
+		s.cutLinks(a, b, 1, false)
+		s.cutLinks(b, a, 1, false)
+		s.troubleSide(a, b)
+	})
+}
+
+// expect checks the end of a scenario: the nodes of goOn act, each with
+// no stretch without a lease longer than maxGap since the fault; the
+// others do not; exactly the hosts of declared are declared failed, each
+// within bound of at; the leader is among goOn.
+func (sc *scenario) expect(at time.Duration, goOn, declared []int, maxGap, bound time.Duration) {
+	t := sc.t
+	t.Helper()
+	for i := range sc.nodes {
+		switch acts := sc.acting(i); {
+		case slices.Contains(goOn, i) && !acts:
+			t.Errorf("node %d should go on, and does not act", i+1)
+		case !slices.Contains(goOn, i) && acts:
+			t.Errorf("node %d should have stopped, and acts", i+1)
+		}
+		if slices.Contains(goOn, i) && sc.gap[i] > maxGap {
+			t.Errorf("node %d went %v without a lease, more than %v", i+1, sc.gap[i], maxGap)
+		}
+		d, ok := sc.declAt[i]
+		switch {
+		case slices.Contains(declared, i) && !ok:
+			t.Errorf("host %d was not declared failed", i)
+		case !slices.Contains(declared, i) && ok:
+			t.Errorf("host %d was declared failed", i)
+		case ok && d-at > bound:
+			t.Errorf("host %d declared %v after the fault, more than the bound %v", i, d-at, bound)
+		case ok:
+			t.Logf("host %d declared %v after the fault (bound %v)", i, (d - at).Round(time.Millisecond), bound.Round(time.Millisecond))
+		}
+	}
+	var leader []int
+	for _, i := range goOn {
+		if sc.nodes[i].IsLeader() {
+			leader = append(leader, i+1)
+		}
+	}
+	if len(leader) != 1 {
+		t.Errorf("leaders among the nodes that go on: %v", leader)
+	}
+	for _, i := range goOn {
+		t.Logf("node %d: longest time without a lease since the fault %v", i+1, sc.gap[i].Round(time.Millisecond))
+	}
+}
+
+// takeover returns how long after at the first leader of a later term took
+// office (-1: none did).
+func (sc *scenario) takeover(at time.Duration) time.Duration {
+	first := time.Duration(-1)
+	for _, when := range sc.leaderAt {
+		if when > at && (first < 0 || when < first) {
+			first = when
+		}
+	}
+	if first < 0 {
+		return -1
+	}
+	return first - at
+}
+
+const faultAt = 3 * time.Second
+
+// TestRuleFtrunCrashes: ftrun's node (the first leader) dies with 4 compute
+// hosts. The others elect a leader among themselves, keep acting (a lapse
+// at most as long as the take-over beyond the last lease), and declare
+// host 0 within VerdictBound.
+func TestRuleFtrunCrashes(t *testing.T) {
+	o := scenarioOpts(5, 5)
+	cfg := o.jobConfig()
+	sc := runScenario(t, o, faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+		s.later(faultAt, "", func() { s.crash(0) })
+	})
+	sc.expect(faultAt, []int{1, 2, 3, 4}, []int{0}, TakeoverBound(cfg), VerdictBound(cfg))
+	t.Logf("take-over %v after the crash (bound %v)", sc.takeover(faultAt).Round(time.Millisecond), TakeoverBound(cfg).Round(time.Millisecond))
+}
+
+// TestRuleFtrunCutOffAlone: ftrun's host is cut off from the 4 others. Its
+// lease runs out (it stops acting), the others go on as above, and declare
+// it.
+func TestRuleFtrunCutOffAlone(t *testing.T) {
+	o := scenarioOpts(5, 5)
+	cfg := o.jobConfig()
+	sc := runScenario(t, o, faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+		split(s, faultAt, []int{0}, []int{1, 2, 3, 4})
+	})
+	sc.expect(faultAt, []int{1, 2, 3, 4}, []int{0}, TakeoverBound(cfg), VerdictBound(cfg))
+}
+
+// TestRuleTwoAndTwo: the 4 compute hosts split 2+2, ftrun with one pair:
+// ftrun and its 2 hosts are 3 of 5 voters and go on; the other pair stops
+// and is declared (the leader stays, so within the bound of a cut host).
+func TestRuleTwoAndTwo(t *testing.T) {
+	o := scenarioOpts(5, 5)
+	cfg := o.jobConfig()
+	sc := runScenario(t, o, faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+		split(s, faultAt, []int{0, 1, 2}, []int{3, 4})
+	})
+	sc.expect(faultAt, []int{0, 1, 2}, []int{3, 4}, 0, quiet(cfg.WithDefaults()))
+}
+
+// TestRuleOneAndThree: the compute hosts split 1+3, ftrun on either side:
+// the side with 3 voters of 5 goes on.
+func TestRuleOneAndThree(t *testing.T) {
+	cfg := scenarioOpts(5, 5).jobConfig()
+	t.Run("ftrun with one", func(t *testing.T) {
+		sc := runScenario(t, scenarioOpts(5, 5), faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+			split(s, faultAt, []int{0, 1}, []int{2, 3, 4})
+		})
+		sc.expect(faultAt, []int{2, 3, 4}, []int{0, 1}, TakeoverBound(cfg), VerdictBound(cfg))
+	})
+	t.Run("ftrun with three", func(t *testing.T) {
+		sc := runScenario(t, scenarioOpts(5, 5), faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+			split(s, faultAt, []int{0, 1, 2, 3}, []int{4})
+		})
+		sc.expect(faultAt, []int{0, 1, 2, 3}, []int{4}, 0, quiet(cfg.WithDefaults()))
+	})
+}
+
+// TestRuleAnySplitOneSide: every two-way split of 5 hosts with 5 voters
+// leaves at most one side acting (the side with 3 voters or more), and the
+// other side is declared.
+func TestRuleAnySplitOneSide(t *testing.T) {
+	cfg := scenarioOpts(5, 5).jobConfig()
+	for mask := 1; mask < 1<<5-1; mask++ {
+		if mask&1 == 0 {
+			continue // each split once: the side of node 1 is a
+		}
+		var a, b []int
+		for i := range 5 {
+			if mask&(1<<i) != 0 {
+				a = append(a, i)
+			} else {
+				b = append(b, i)
+			}
+		}
+		goOn, out := a, b
+		if len(a) < 3 {
+			goOn, out = b, a
+		}
+		t.Run(fmt.Sprint(plus1(a), plus1(b)), func(t *testing.T) {
+			sc := runScenario(t, scenarioOpts(5, 5), faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+				split(s, faultAt, a, b)
+			})
+			gap := time.Duration(0)
+			if !slices.Contains(goOn, 0) {
+				gap = TakeoverBound(cfg)
+			}
+			sc.expect(faultAt, goOn, out, gap, VerdictBound(cfg))
+		})
+	}
+}
+
+// TestRuleSingleNode: one host, one voter: ftrun alone, as today. It leads
+// at once, acts all along, never declares itself, and the job finishes
+// when its ranks exit.
+func TestRuleSingleNode(t *testing.T) {
+	o := scenarioOpts(1, 1)
+	sc := runScenario(t, o, 100*time.Millisecond, 10*time.Second, func(s *sim) {
+		for r := range 2 {
+			s.later(5*time.Second, "", func() { s.exitRank(ftrma.Rank(r)) })
+		}
+	})
+	sc.expect(0, []int{0}, nil, 0, 0)
+	if !sc.nodes[0].State().Finished() {
+		t.Errorf("both ranks exited and the job is not finished: %v", sc.nodes[0].State())
+	}
+	if took := sc.leaderAt[sc.nodes[0].term]; took > 0 {
+		t.Errorf("the single node took office at %v, not at once", took)
+	}
+}
+
+// TestRuleSingleVoter: ftrun is the only voter, the other hosts learners:
+// today's behaviour. A host cut from ftrun stops and is declared within the
+// bound of a cut host; ftrun cut from everyone goes on alone and declares
+// all the others.
+func TestRuleSingleVoter(t *testing.T) {
+	cfg := scenarioOpts(3, 1).jobConfig()
+	t.Run("host cut", func(t *testing.T) {
+		sc := runScenario(t, scenarioOpts(3, 1), faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+			split(s, faultAt, []int{0, 1}, []int{2})
+		})
+		sc.expect(faultAt, []int{0, 1}, []int{2}, 0, VerdictBound(cfg))
+	})
+	t.Run("ftrun cut", func(t *testing.T) {
+		sc := runScenario(t, scenarioOpts(3, 1), faultAt, faultAt+2*VerdictBound(cfg), func(s *sim) {
+			split(s, faultAt, []int{0}, []int{1, 2})
+		})
+		sc.expect(faultAt, []int{0}, []int{1, 2}, 0, VerdictBound(cfg))
+	})
+}
