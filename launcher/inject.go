@@ -371,6 +371,10 @@ func (j *Job) pause(p PauseSpec) {
 		return
 	}
 	if rp.link != nil {
+		if !rp.link.alive() {
+			j.out.reportf("--pause %v: rank %d's host %s was lost", p, p.Rank, rp.link.block.label())
+			return
+		}
 		rp.link.send(msgPause, pauseMsg{rank: p.Rank, d: p.For}.append(nil))
 		j.out.reportf("paused rank %d for %v (--pause %v): SIGSTOP now, SIGCONT by its agent on %s", p.Rank, p.For, p, rp.link.block.label())
 		return
