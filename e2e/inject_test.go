@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -402,5 +403,61 @@ func TestClusterInjectPause(t *testing.T) {
 			}
 			t.Logf("--pause %s: %v", c.spec, took.Round(time.Millisecond))
 		})
+	}
+}
+
+// The routes of --cut go with whoever added them, on SIGTERM too: h1's
+// agent, terminated while h3 is cut off, removes its route to h3 at once;
+// ftrun, terminated, removes its own and exits 143, and the agents left
+// remove theirs as the job ends. No route is left anywhere.
+func TestClusterInjectCutTerminated(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	t.Cleanup(func() { noBlackholesLeft(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hostfile(t, 4, 2), "--tag-output",
+		"--cut", "h3@500ms", filepath.Join(bin, "ckpt"), "-tasks", "65536")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not within 20 s:\n%s", what, out.String())
+			}
+		}
+	}
+	until("routes to h3 at ftrun's and on h1", func() bool {
+		return slices.Contains(blackholes(t, ""), "198.18.60.13") && slices.Contains(blackholes(t, "ftc-h1"), "198.18.60.13")
+	})
+	var agent []string
+	for _, pid := range procsOn(t, dir, "h1", "agent --boot") {
+		if comm, _ := os.ReadFile("/proc/" + pid + "/comm"); strings.TrimSpace(string(comm)) == "ftrun" {
+			agent = append(agent, pid)
+		}
+	}
+	if len(agent) != 1 {
+		t.Fatalf("agents on h1: %v, want one", agent)
+	}
+	if err := exec.Command("kill", "-TERM", agent[0]).Run(); err != nil {
+		t.Fatal(err)
+	}
+	until("h1's agent removes its route", func() bool { return len(blackholes(t, "ftc-h1")) == 0 })
+	if !slices.Contains(blackholes(t, ""), "198.18.60.13") {
+		t.Error("ftrun's route to h3 went with h1's agent")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 143 {
+		t.Errorf("ftrun exited %d on SIGTERM, want 143:\n%s", code, out.String())
+	}
+	noBlackholesLeft(t)
+	if t.Failed() {
+		t.Logf("output:\n%s", out.String())
 	}
 }
