@@ -202,9 +202,14 @@ type agentJob struct {
 	files *outputFiles
 	host  string
 
-	mu    sync.Mutex // guards procs, ranks and every agentProc's running
-	procs []*agentProc
-	ranks []ftrma.Rank // every rank started here: the launch's, then the spares'
+	cuts  bool   // the launcher checked that this agent can cut (--cut)
+	holes *holes // the blackhole routes of --cut held here
+
+	mu     sync.Mutex // guards procs, ranks, timers and every agentProc's running
+	procs  []*agentProc
+	ranks  []ftrma.Rank  // every rank started here: the launch's, then the spares'
+	timers []*time.Timer // of --pause and --cut; stopped when the job ends
+	ended  bool          // the job ended here: no more timers
 }
 
 // agentProc is one rank process of an agentJob.
@@ -295,6 +300,20 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		}
 		typ, p, err = jobwire.ReadFrame(c, maxLaunch)
 	}
+	cuts := false
+	if err == nil && typ == msgCut && len(p) == 0 {
+		// The job has --cut: can this agent add blackhole routes?
+		if nerr := checkNetAdmin(); nerr != nil {
+			why := fmt.Sprintf("host %s cannot add the blackhole routes of --cut: %v", agentHostName(), nerr)
+			jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(why))
+			logf("launcher %s: %s", c.RemoteAddr(), why)
+			return
+		}
+		if err = jobwire.WriteFrame(c, msgCut, nil); err == nil {
+			cuts = true
+			typ, p, err = jobwire.ReadFrame(c, maxLaunch)
+		}
+	}
 	spec, err := checkLaunch(typ, p, err)
 	if err != nil {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
@@ -305,7 +324,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if files != nil {
 		files.size = spec.size
 	}
-	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName()}
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles()}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if files != nil {
 		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
@@ -328,6 +347,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		return
 	}
 	j.supervise()
+	j.endInjections()
 	// A killed rank cannot remove its shared memory (shm+tcp): do it here,
 	// for this host's ranks only. The job's other ranks go on, and their
 	// files may be in the same directory (hosts that are network namespaces
@@ -658,6 +678,29 @@ func (j *agentJob) supervise() {
 				continue
 			}
 			j.spawn(m)
+		case msgPause:
+			m, err := parsePauseMsg(p)
+			if err != nil {
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.pause(m)
+		case msgKillHost:
+			if err := parseKillHostMsg(p); err != nil {
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.dieHost()
+		case msgCut:
+			m, err := parseCutMsg(p)
+			if err == nil && !j.cuts {
+				err = errors.New("a cut's schedule without the check before the launch; ignored")
+			}
+			if err != nil {
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.scheduleCut(m)
 		case jobwire.MsgError:
 			j.logf("job %s: launcher says: %s", jobwire.Printable([]byte(j.spec.job)), jobwire.Printable(p))
 		default:
@@ -679,6 +722,100 @@ func (j *agentJob) signal(r ftrma.Rank, sig syscall.Signal) {
 			syscall.Kill(-p.cmd.Process.Pid, sig)
 		}
 	}
+}
+
+// pause carries out a --pause: SIGSTOP to rank m.rank's process group if it
+// runs here, and SIGCONT m.d later by this agent's own timer.
+func (j *agentJob) pause(m pauseMsg) {
+	job := jobwire.Printable([]byte(j.spec.job))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.procs {
+		if p.rank == m.rank && p.running && !j.ended {
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP)
+			j.logf("job %s: paused rank %d for %v (--pause)", job, m.rank, m.d)
+			j.timers = append(j.timers, time.AfterFunc(m.d, func() {
+				j.mu.Lock()
+				defer j.mu.Unlock()
+				if p.running { // not reaped meanwhile: its pid is its own
+					syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+					j.logf("job %s: resumed rank %d", job, m.rank)
+				}
+			}))
+			return
+		}
+	}
+	j.logf("job %s: --pause: rank %d does not run here; ignored", job, m.rank)
+}
+
+// scheduleCut arms this side's timers of a --cut: blackhole routes to
+// m.addrs after m.after, removed m.heal later (0: when the job ends here).
+func (j *agentJob) scheduleCut(m cutMsg) {
+	job := jobwire.Printable([]byte(j.spec.job))
+	report := func(what string, err error) {
+		if err == nil || errors.Is(err, errHolesClosed) {
+			return
+		}
+		j.logf("job %s: --cut: %s: %v", job, what, err)
+		j.send(jobwire.MsgError, jobwire.ErrorText(fmt.Sprintf("host %s: --cut: %s: %v", agentHostName(), what, err)))
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return
+	}
+	j.timers = append(j.timers, time.AfterFunc(m.after, func() {
+		j.logf("job %s: --cut: blackhole routes to %v", job, m.addrs)
+		report("cut", j.holes.cut(m.addrs))
+	}))
+	if m.heal > 0 {
+		j.timers = append(j.timers, time.AfterFunc(m.after+m.heal, func() {
+			j.logf("job %s: --cut: healed: routes to %v removed", job, m.addrs)
+			report("heal", j.holes.heal(m.addrs))
+		}))
+	}
+}
+
+// endInjections stops the timers of --pause and --cut and removes every
+// route this agent still holds: the job ended here.
+func (j *agentJob) endInjections() {
+	j.mu.Lock()
+	j.ended = true
+	for _, t := range j.timers {
+		t.Stop()
+	}
+	j.mu.Unlock()
+	if err := j.holes.close(); err != nil {
+		j.logf("job %s: %v (remove it by hand: ip route del blackhole ADDRESS)", jobwire.Printable([]byte(j.spec.job)), err)
+	}
+}
+
+// agentDie ends this agent's process at once, as if its host died
+// (--kill-host).
+var agentDie = func() {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	time.Sleep(time.Minute) // SIGKILL is on its way
+}
+
+// dieHost carries out a --kill-host: SIGKILL every rank of the job here and
+// then this agent, with nothing more sent to the launcher (a dead host says
+// nothing); the routes of --cut go first, so that the host is not left
+// cut off for good.
+func (j *agentJob) dieHost() {
+	j.logf("job %s: --kill-host: killing the ranks and this agent", jobwire.Printable([]byte(j.spec.job)))
+	j.wmu.Lock() // never unlocked: no exit or output goes out any more
+	j.killAll()
+	j.endInjections()
+	agentDie()
+}
+
+// agentHostName is this agent's host name, as Slurm or the system says.
+func agentHostName() string {
+	if h := os.Getenv("SLURMD_NODENAME"); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 // killAll sends SIGKILL to every rank still running.

@@ -3,10 +3,12 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"reflect"
@@ -174,6 +176,72 @@ func TestAgentWire(t *testing.T) {
 	}
 }
 
+// The messages of --pause, --kill-host and --cut round-trip, and their
+// parsers refuse anything else: short, long, zero or negative durations,
+// addresses that are not canonical IPs.
+func TestAgentWireInjections(t *testing.T) {
+	pm := pauseMsg{rank: 7, d: 1500 * time.Millisecond}
+	good := pm.append(nil)
+	if got, err := parsePauseMsg(good); err != nil || got != pm {
+		t.Errorf("pause round trip: %+v, %v; want %+v", got, err, pm)
+	}
+	for i := range good {
+		if _, err := parsePauseMsg(good[:i]); err == nil {
+			t.Errorf("parsePauseMsg accepted %d of %d bytes", i, len(good))
+		}
+	}
+	for _, bad := range [][]byte{append(good, 0), pauseMsg{rank: 1, d: 0}.append(nil), pauseMsg{rank: 1, d: -time.Second}.append(nil)} {
+		if m, err := parsePauseMsg(bad); err == nil {
+			t.Errorf("parsePauseMsg(%x) = %+v", bad, m)
+		}
+	}
+
+	if err := parseKillHostMsg(nil); err != nil {
+		t.Errorf("kill-host: %v", err)
+	}
+	if err := parseKillHostMsg([]byte{0}); err == nil {
+		t.Error("kill-host with a payload accepted")
+	}
+
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	for _, cm := range []cutMsg{
+		{after: time.Second, heal: 2 * time.Second, addrs: []netip.Addr{a("198.18.60.254"), a("198.18.60.11")}},
+		{after: 0, heal: 0, addrs: []netip.Addr{a("fd00::13")}},
+	} {
+		good := cm.append(nil)
+		if got, err := parseCutMsg(good); err != nil || !reflect.DeepEqual(got, cm) {
+			t.Errorf("cut round trip: %+v, %v; want %+v", got, err, cm)
+		}
+		for i := range good {
+			if _, err := parseCutMsg(good[:i]); err == nil {
+				t.Errorf("parseCutMsg accepted %d of %d bytes", i, len(good))
+			}
+		}
+		if _, err := parseCutMsg(append(good, 0)); err == nil {
+			t.Error("parseCutMsg accepted a trailing byte")
+		}
+	}
+	raw := func(after, heal int64, addrs ...string) []byte {
+		b := binary.BigEndian.AppendUint64(nil, uint64(after))
+		b = binary.BigEndian.AppendUint64(b, uint64(heal))
+		return appendStrings(b, addrs)
+	}
+	for _, bad := range [][]byte{
+		raw(1, 0),                          // no address
+		raw(-1, 0, "10.0.0.1"),             // negative
+		raw(1, -1, "10.0.0.1"),             // negative heal
+		raw(1, 0, "h3"),                    // a name
+		raw(1, 0, "010.0.0.1"),             // not canonical
+		raw(1, 0, "::ffff:10.0.0.1"),       // not canonical
+		raw(1, 0, "fe80::1%eth0"),          // zoned
+		raw(1, 0, "10.0.0.1", "10.0.0.1 "), // a space
+	} {
+		if m, err := parseCutMsg(bad); err == nil {
+			t.Errorf("parseCutMsg(%q) = %+v", bad, m)
+		}
+	}
+}
+
 // The rendezvous (internal/jobwire) and the agent protocol share one
 // numbering of message types: no number may mean two things.
 func TestMessageTypesDistinct(t *testing.T) {
@@ -187,6 +255,7 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"probe": jobwire.MsgProbe, "probe reply": jobwire.MsgProbeReply, "spawn": jobwire.MsgSpawn, "spawned": jobwire.MsgSpawned,
 		"admit": jobwire.MsgAdmit, "roster": jobwire.MsgRoster,
 		"output files": msgOutputFiles, "output ready": msgOutputReady,
+		"pause": msgPause, "kill host": msgKillHost, "cut": msgCut,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {
@@ -203,7 +272,20 @@ func FuzzParseAgentFrames(f *testing.F) {
 	f.Add(spawnRankMsg{rank: 3, env: []string{"FTRMA_RANK=3"}}.append(nil))
 	f.Add(spawnedRankMsg{rank: 3, pid: 9, text: "x"}.append(nil))
 	f.Add(outputFilesMsg{dir: "/out", tag: true}.append(nil))
+	f.Add(pauseMsg{rank: 2, d: time.Second}.append(nil))
+	f.Add(cutMsg{after: time.Second, heal: 2 * time.Second, addrs: []netip.Addr{netip.MustParseAddr("198.18.60.13"), netip.MustParseAddr("fd00::1")}}.append(nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
+		// The injection messages parse strictly: what they accept is
+		// exactly what their encoders write.
+		if m, err := parsePauseMsg(p); err == nil && !bytes.Equal(m.append(nil), p) {
+			t.Fatalf("pause %x parsed as %+v, which encodes as %x", p, m, m.append(nil))
+		}
+		if m, err := parseCutMsg(p); err == nil && !bytes.Equal(m.append(nil), p) {
+			t.Fatalf("cut %x parsed as %+v, which encodes as %x", p, m, m.append(nil))
+		}
+		if parseKillHostMsg(p) == nil && len(p) != 0 {
+			t.Fatalf("kill-host accepted %x", p)
+		}
 		parseSpawnRank(p)
 		parseSpawnedRank(p)
 		parseLaunch(p)

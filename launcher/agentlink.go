@@ -198,16 +198,42 @@ func (l *agentLink) run(j *Job) {
 // signal asks the agent to send sig to rank r's process group. It does not
 // block.
 func (l *agentLink) signal(r ftrma.Rank, sig syscall.Signal) {
+	l.send(msgSignal, signalPayload(r, sig))
+}
+
+// send queues a frame for the agent. It does not block.
+func (l *agentLink) send(typ byte, payload []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
-	l.queue = append(l.queue, jobwire.AppendFrame(nil, msgSignal, signalPayload(r, sig)))
+	l.queue = append(l.queue, jobwire.AppendFrame(nil, typ, payload))
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// checkCut asks the agent, before the launch, whether it can add the
+// blackhole routes of --cut, and waits for its answer.
+func (l *agentLink) checkCut() error {
+	l.conn.SetDeadline(time.Now().Add(agentTimeout))
+	defer l.conn.SetDeadline(time.Time{})
+	if err := jobwire.WriteFrame(l.conn, msgCut, nil); err != nil {
+		return fmt.Errorf("agent %s: %w", l.addr, err)
+	}
+	typ, p, err := jobwire.ReadFrame(l.conn, jobwire.MaxSmallFrame)
+	if err == nil {
+		err = jobwire.ExpectFrom(typ, p, msgCut, "cut", "agent")
+	}
+	if err == nil && len(p) != 0 {
+		err = fmt.Errorf("%w: cut answer of %d bytes", jobwire.ErrMalformed, len(p))
+	}
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", l.addr, err)
+	}
+	return nil
 }
 
 // alive reports whether the link runs: the agent was not found lost (its

@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -59,10 +60,29 @@ import (
 //	A→L  spawned  rank uint32, pid uint32, text: the answer to spawn; text
 //	              is why the rank could not be started (pid 0), empty when
 //	              it runs. Its output and exit follow as for any rank
+//	L→A  pause    rank uint32, duration uint64 (ns, > 0): stop the rank's
+//	              process group (SIGSTOP) if it runs here, and let it go on
+//	              (SIGCONT) after the duration: the agent keeps that timer,
+//	              so that a lost link cannot leave the rank stopped (--pause)
+//	L→A  kill-host  empty: SIGKILL every rank of the job here, remove the
+//	              agent's blackhole routes, then SIGKILL the agent itself,
+//	              with nothing more sent: the host died (--kill-host)
+//	L→A  cut      after uint64 (ns), heal uint64 (ns, 0: until the job
+//	              ends), addrs strings (at least one IP address, canonical
+//	              text): after that long, blackhole routes to addrs on the
+//	              agent's host, removed heal later, and in any case when the
+//	              job ends here (--cut). The agent keeps both timers: the
+//	              cut link cannot carry the heal
 //	both ping     empty, every linkPing; linkTimeout without any frame means
 //	              the other side is lost
 //	any  error    as in internal/jobwire; sent instead of started when a rank
 //	              cannot be started
+//
+// A job with --cut checks every agent first, after members and before the
+// launch:
+//
+//	L→A  cut      empty: can the agent add blackhole routes?
+//	A→L  cut      empty: it can (CAP_NET_ADMIN); else an error, why not
 //
 // where string is length uint32 then UTF-8 bytes, strings is count uint32
 // then count strings. env holds only FTRMA_ variables: the agent's own
@@ -86,7 +106,9 @@ const (
 	// 20 is membership.go's; 21..28 are the rendezvous's.
 	msgSpawnRank   byte = 29 // L→A: start one more rank (a spare)
 	msgSpawnedRank byte = 30 // A→L: the answer to msgSpawnRank
-	// 31..33 are reserved.
+	msgPause       byte = 31 // L→A: stop a rank for a while (--pause)
+	msgKillHost    byte = 32 // L→A: kill the host's ranks and the agent (--kill-host)
+	msgCut         byte = 33 // L→A: a cut's schedule (--cut), or, before the launch, can the agent cut; A→L: it can
 	msgOutputFiles byte = 34 // L→A: --output-filename
 	msgOutputReady byte = 35 // A→L: the answer to msgOutputFiles
 )
@@ -328,6 +350,70 @@ func parseSignal(p []byte) (ftrma.Rank, syscall.Signal, error) {
 	return ftrma.Rank(binary.BigEndian.Uint32(p)), syscall.Signal(binary.BigEndian.Uint32(p[4:])), nil
 }
 
+// pauseMsg is a msgPause.
+type pauseMsg struct {
+	rank ftrma.Rank
+	d    time.Duration // > 0
+}
+
+func (m pauseMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(m.rank))
+	return binary.BigEndian.AppendUint64(b, uint64(m.d))
+}
+
+func parsePauseMsg(p []byte) (pauseMsg, error) {
+	if len(p) != 12 {
+		return pauseMsg{}, fmt.Errorf("%w: pause message of %d bytes", jobwire.ErrMalformed, len(p))
+	}
+	m := pauseMsg{rank: ftrma.Rank(binary.BigEndian.Uint32(p)), d: time.Duration(binary.BigEndian.Uint64(p[4:]))}
+	if m.d <= 0 {
+		return pauseMsg{}, fmt.Errorf("%w: pause of %v", jobwire.ErrMalformed, m.d)
+	}
+	return m, nil
+}
+
+func parseKillHostMsg(p []byte) error {
+	if len(p) != 0 {
+		return fmt.Errorf("%w: kill-host message of %d bytes", jobwire.ErrMalformed, len(p))
+	}
+	return nil
+}
+
+// cutMsg is a msgCut schedule (the check before the launch is empty).
+type cutMsg struct {
+	after, heal time.Duration // heal 0: until the job ends
+	addrs       []netip.Addr  // at least one
+}
+
+func (m cutMsg) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(m.after))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.heal))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(m.addrs)))
+	for _, a := range m.addrs {
+		b = appendString(b, a.String())
+	}
+	return b
+}
+
+func parseCutMsg(p []byte) (cutMsg, error) {
+	d := decoder{p: p}
+	m := cutMsg{after: time.Duration(d.uint64()), heal: time.Duration(d.uint64())}
+	for _, s := range d.strings() {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" || a.Is4In6() || a.String() != s {
+			return cutMsg{}, fmt.Errorf("%w: cut message: %q is not an IP address in canonical form", jobwire.ErrMalformed, jobwire.Printable([]byte(s)))
+		}
+		m.addrs = append(m.addrs, a)
+	}
+	if err := d.end("cut"); err != nil {
+		return cutMsg{}, err
+	}
+	if m.after < 0 || m.heal < 0 || len(m.addrs) == 0 {
+		return cutMsg{}, fmt.Errorf("%w: cut after %v, heal %v, of %d addresses", jobwire.ErrMalformed, m.after, m.heal, len(m.addrs))
+	}
+	return m, nil
+}
+
 func appendString(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
@@ -362,6 +448,16 @@ func (d *decoder) uint32() uint32 {
 	}
 	v := binary.BigEndian.Uint32(d.p)
 	d.p = d.p[4:]
+	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	if len(d.p) < 8 {
+		d.fail("integer")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.p)
+	d.p = d.p[8:]
 	return v
 }
 

@@ -47,8 +47,12 @@ type Options struct {
 	// DIR/report on ftrun's host at the end (see outfiles.go, report.go).
 	// A relative DIR is relative to ftrun's working directory.
 	OutputFilename string
-	// Kills are failures to inject.
-	Kills []KillSpec
+	// Kills, Pauses, KillHosts and Cuts are failures to inject (--kill,
+	// --pause, --kill-host, --cut; see inject.go).
+	Kills     []KillSpec
+	Pauses    []PauseSpec
+	KillHosts []KillHostSpec
+	Cuts      []CutSpec
 	// Timeout kills the whole job after this long; 0 means never.
 	Timeout time.Duration
 	// HBPeriod and HBTimeout set the ranks' failure detector: the heartbeat
@@ -178,6 +182,180 @@ func parseKill(s string) (KillSpec, error) {
 	return KillSpec{Rank: ftrma.Rank(r), After: d}, nil
 }
 
+// PauseSpec asks the launcher to stop Rank's process group with SIGSTOP At
+// after the job started, and to let it go on with SIGCONT For later (a hung
+// rank). The SIGCONT is scheduled on the rank's own host.
+type PauseSpec struct {
+	Rank    ftrma.Rank
+	At, For time.Duration
+}
+
+// String formats p as on the command line, e.g. "2@500ms:3s".
+func (p PauseSpec) String() string { return fmt.Sprintf("%d@%v:%v", p.Rank, p.At, p.For) }
+
+// ParsePauseSpec parses RANK@T:D, e.g. "2@500ms:3s": T >= 0, D > 0; the
+// rank's range is not checked.
+func ParsePauseSpec(s string) (PauseSpec, error) {
+	p, err := parsePause(s)
+	if err != nil {
+		return PauseSpec{}, fmt.Errorf("--pause %q: %w", s, err)
+	}
+	return p, nil
+}
+
+func parsePause(s string) (PauseSpec, error) {
+	rs, rest, ok := strings.Cut(s, "@")
+	ts, ds, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 {
+		return PauseSpec{}, errors.New("want RANK@T:D, e.g. 2@1s:3s (stop rank 2 1s after the start, for 3s)")
+	}
+	r, err := strconv.Atoi(rs)
+	if err != nil || r < 0 {
+		return PauseSpec{}, fmt.Errorf("rank %q is not a non-negative integer", rs)
+	}
+	at, err := parseInjectDuration(ts)
+	if err != nil {
+		return PauseSpec{}, err
+	}
+	d, err := parseInjectDuration(ds)
+	if err != nil {
+		return PauseSpec{}, err
+	}
+	if d == 0 {
+		return PauseSpec{}, errors.New("a pause of 0 stops nothing: want D > 0")
+	}
+	return PauseSpec{Rank: ftrma.Rank(r), At: at, For: d}, nil
+}
+
+// parseInjectDuration parses a non-negative duration of an injection.
+func parseInjectDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a non-negative duration such as 500ms or 2s", s)
+	}
+	return d, nil
+}
+
+// KillHostSpec asks the launcher to kill host Host At after the job
+// started: its agent SIGKILLs every rank of the job there, then itself, as
+// if the machine died. Host is named as in the hostfile, -H, the Slurm node
+// list or --hosts.
+type KillHostSpec struct {
+	Host string
+	At   time.Duration
+}
+
+// String formats k as on the command line, e.g. "h2@1s".
+func (k KillHostSpec) String() string { return fmt.Sprintf("%s@%v", k.Host, k.At) }
+
+// ParseKillHostSpec parses HOST@T, e.g. "h2@1s"; whether the job has the
+// host is not checked.
+func ParseKillHostSpec(s string) (KillHostSpec, error) {
+	k, err := parseKillHost(s)
+	if err != nil {
+		return KillHostSpec{}, fmt.Errorf("--kill-host %q: %w", s, err)
+	}
+	return k, nil
+}
+
+func parseKillHost(s string) (KillHostSpec, error) {
+	h, at, err := parseHostAt(s, "HOST@T, e.g. h2@1s")
+	if err != nil {
+		return KillHostSpec{}, err
+	}
+	d, err := parseInjectDuration(at)
+	if err != nil {
+		return KillHostSpec{}, err
+	}
+	return KillHostSpec{Host: h, At: d}, nil
+}
+
+// CutSpec asks the launcher to cut host Host's links to every other host of
+// the job, ftrun's included, both ways, At after the job started, and to
+// restore them Heal later (0: when the job ends).
+type CutSpec struct {
+	Host     string
+	At, Heal time.Duration
+}
+
+// String formats c as on the command line, e.g. "h3@1s:2s" or "h3@1s".
+func (c CutSpec) String() string {
+	if c.Heal == 0 {
+		return fmt.Sprintf("%s@%v", c.Host, c.At)
+	}
+	return fmt.Sprintf("%s@%v:%v", c.Host, c.At, c.Heal)
+}
+
+// ParseCutSpec parses HOST@T[:HEAL], e.g. "h3@1s" or "h3@1s:2s": T >= 0,
+// HEAL > 0 when given; whether the job has the host is not checked.
+func ParseCutSpec(s string) (CutSpec, error) {
+	c, err := parseCut(s)
+	if err != nil {
+		return CutSpec{}, fmt.Errorf("--cut %q: %w", s, err)
+	}
+	return c, nil
+}
+
+func parseCut(s string) (CutSpec, error) {
+	h, rest, err := parseHostAt(s, "HOST@T[:HEAL], e.g. h3@1s or h3@1s:2s")
+	if err != nil {
+		return CutSpec{}, err
+	}
+	ts, hs, healed := strings.Cut(rest, ":")
+	c := CutSpec{Host: h}
+	if c.At, err = parseInjectDuration(ts); err != nil {
+		return CutSpec{}, err
+	}
+	if healed {
+		if c.Heal, err = parseInjectDuration(hs); err != nil {
+			return CutSpec{}, err
+		}
+		if c.Heal == 0 {
+			return CutSpec{}, errors.New("a heal after 0 cuts nothing: want HEAL > 0, or leave it out to cut until the job ends")
+		}
+	}
+	return c, nil
+}
+
+// parseHostAt splits HOST@REST at the last @; HOST must be a plain word.
+func parseHostAt(s, want string) (host, rest string, err error) {
+	i := strings.LastIndexByte(s, '@')
+	if i < 0 {
+		return "", "", errors.New("want " + want)
+	}
+	host, rest = s[:i], s[i+1:]
+	if host == "" || strings.IndexFunc(host, func(c rune) bool { return c <= ' ' || c == '@' || c >= 0x7f }) >= 0 {
+		return "", "", fmt.Errorf("%q is not a host name (want %s)", host, want)
+	}
+	return host, rest, nil
+}
+
+// listFlag is a repeatable flag whose values parse into a list.
+type listFlag[T fmt.Stringer] struct {
+	list  *[]T
+	parse func(string) (T, error)
+}
+
+func (f listFlag[T]) String() string {
+	if f.list == nil {
+		return ""
+	}
+	s := make([]string, len(*f.list))
+	for i, v := range *f.list {
+		s[i] = v.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (f listFlag[T]) Set(s string) error {
+	v, err := f.parse(s)
+	if err != nil {
+		return err
+	}
+	*f.list = append(*f.list, v)
+	return nil
+}
+
 // respawnFlag is --respawn[=S]: alone it means as many spares as ranks
 // (-1 until N is known).
 type respawnFlag struct{ spares *int }
@@ -257,6 +435,23 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           host: see "CPUs" below); must exceed the period
   --kill RANK@DURATION    send SIGKILL to RANK DURATION after the job starts,
                           e.g. --kill 3@1s; may be repeated
+  --pause RANK@T:D        stop RANK (SIGSTOP to its process group) T after
+                          the job starts and let it go on (SIGCONT) D later,
+                          e.g. --pause 2@1s:3s: a hung rank, which the
+                          detector and ftrun declare failed if D is long
+                          enough; the rank's host keeps the SIGCONT's timer;
+                          may be repeated
+  --kill-host HOST@T      T after the job starts, SIGKILL every rank on HOST
+                          and HOST's agent, as if the machine died; HOST as
+                          in the hostfile, -H, the Slurm node list or
+                          --hosts (not ftrun's own host); may be repeated
+  --cut HOST@T[:HEAL]     T after the job starts, cut HOST's links to every
+                          other host of the job (ftrun's too), both ways, by
+                          blackhole routes on every side; restore them HEAL
+                          later (default: when the job ends). Needs a job on
+                          several hosts, and CAP_NET_ADMIN for ftrun and the
+                          agents; may be repeated. With --no-ft a failure
+                          these cause aborts the job, as --kill's does
   --timeout DURATION      kill the whole job after DURATION (default: never)
   --respawn, --respawn=S  reserve S spare ranks (world ranks N..N+S-1) that
                           the ranks may start to replace failed ones
@@ -430,6 +625,9 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
+	fs.Var(listFlag[PauseSpec]{&o.Pauses, parsePause}, "pause", "RANK@T:D: SIGSTOP RANK at T, SIGCONT D later")
+	fs.Var(listFlag[KillHostSpec]{&o.KillHosts, parseKillHost}, "kill-host", "HOST@T: kill HOST's ranks and agent at T")
+	fs.Var(listFlag[CutSpec]{&o.Cuts, parseCut}, "cut", "HOST@T[:HEAL]: cut HOST's links at T, heal HEAL later")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the job after this long")
 	fs.Var(respawnFlag{&o.Spares}, "respawn", "S: reserve S spare ranks (default N)")
 	fs.StringVar(&o.SpareHosts, "spare-hosts", "", "hosts for spare ranks only: host1:2,host2")
@@ -540,6 +738,11 @@ func ParseArgs(args []string) (*Options, error) {
 	for _, k := range o.Kills {
 		if o.N > 0 && int(k.Rank) >= o.N { // else checked once the hosts give N
 			return nil, fmt.Errorf("--kill %v: no rank %d in a job of %d", k, k.Rank, o.N)
+		}
+	}
+	for _, p := range o.Pauses {
+		if o.N > 0 && int(p.Rank) >= o.N { // else checked once the hosts give N
+			return nil, fmt.Errorf("--pause %v: no rank %d in a job of %d", p, p.Rank, o.N)
 		}
 	}
 	o.Prog, o.Args = fs.Arg(0), fs.Args()[1:]

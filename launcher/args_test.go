@@ -37,6 +37,13 @@ func TestParseArgs(t *testing.T) {
 			want: &Options{N: 2, HBPeriod: 100 * time.Millisecond, HBTimeout: 300 * time.Millisecond, NoFT: true, Prog: "prog", Args: []string{}}},
 		{name: "no spin", args: []string{"-n", "2", "--spin=-1ns", "prog"},
 			want: &Options{N: 2, Spin: -1, Prog: "prog", Args: []string{}}},
+		{name: "injections", args: []string{"-n", "4", "--pause", "2@500ms:3s", "--pause=0@0s:20ms", "--kill-host", "h2@1s",
+			"--cut", "h3@1s", "--cut", "node4:7770@0s:2s", "prog"},
+			want: &Options{N: 4, Pauses: []PauseSpec{{2, 500 * time.Millisecond, 3 * time.Second}, {0, 0, 20 * time.Millisecond}},
+				KillHosts: []KillHostSpec{{"h2", time.Second}}, Cuts: []CutSpec{{"h3", time.Second, 0}, {"node4:7770", 0, 2 * time.Second}},
+				Prog: "prog", Args: []string{}}},
+		{name: "injections with --no-ft", args: []string{"--no-ft", "-H", "a:1,b:1", "--kill-host", "b@0s", "prog"},
+			want: &Options{NoFT: true, HostList: "a:1,b:1", KillHosts: []KillHostSpec{{"b", 0}}, Prog: "prog", Args: []string{}}},
 		{name: "help", args: []string{"--help"}, want: &Options{Help: true}},
 		{name: "short help", args: []string{"-h"}, want: &Options{Help: true}},
 		{name: "version", args: []string{"--version"}, want: &Options{Version: true}},
@@ -55,6 +62,22 @@ func TestParseArgs(t *testing.T) {
 		{name: "kill bad duration", args: []string{"-n", "2", "--kill", "1@soon", "prog"}, err: "duration"},
 		{name: "kill negative duration", args: []string{"-n", "2", "--kill", "1@-1s", "prog"}, err: "duration"},
 		{name: "kill rank out of range", args: []string{"-n", "2", "--kill", "2@1s", "prog"}, err: "no rank 2"},
+		{name: "pause without duration", args: []string{"-n", "4", "--pause", "2@1s", "prog"}, err: "RANK@T:D"},
+		{name: "pause without @", args: []string{"-n", "4", "--pause", "2", "prog"}, err: "RANK@T:D"},
+		{name: "pause of 0", args: []string{"-n", "4", "--pause", "2@1s:0s", "prog"}, err: "pause of 0"},
+		{name: "pause negative", args: []string{"-n", "4", "--pause", "2@1s:-1s", "prog"}, err: "non-negative duration"},
+		{name: "pause negative start", args: []string{"-n", "4", "--pause", "2@-1s:1s", "prog"}, err: "non-negative duration"},
+		{name: "pause bad rank", args: []string{"-n", "4", "--pause", "two@1s:1s", "prog"}, err: "rank"},
+		{name: "pause rank out of range", args: []string{"-n", "4", "--pause", "4@1s:1s", "prog"}, err: "no rank 4 in a job of 4"},
+		{name: "kill-host without @", args: []string{"-n", "4", "--kill-host", "h2", "prog"}, err: "HOST@T"},
+		{name: "kill-host without host", args: []string{"-n", "4", "--kill-host", "@1s", "prog"}, err: "not a host name"},
+		{name: "kill-host negative", args: []string{"-n", "4", "--kill-host", "h2@-1s", "prog"}, err: "non-negative duration"},
+		{name: "kill-host with heal", args: []string{"-n", "4", "--kill-host", "h2@1s:2s", "prog"}, err: "non-negative duration"},
+		{name: "cut without @", args: []string{"-n", "4", "--cut", "h3", "prog"}, err: "HOST@T[:HEAL]"},
+		{name: "cut bad time", args: []string{"-n", "4", "--cut", "h3@soon", "prog"}, err: "non-negative duration"},
+		{name: "cut heal of 0", args: []string{"-n", "4", "--cut", "h3@1s:0s", "prog"}, err: "HEAL > 0"},
+		{name: "cut negative heal", args: []string{"-n", "4", "--cut", "h3@1s:-2s", "prog"}, err: "non-negative duration"},
+		{name: "cut host with a space", args: []string{"-n", "4", "--cut", "h 3@1s", "prog"}, err: "not a host name"},
 		{name: "negative timeout", args: []string{"-n", "2", "--timeout", "-1s", "prog"}, err: "negative"},
 		{name: "bad timeout", args: []string{"-n", "2", "--timeout", "5", "prog"}, err: "invalid value"},
 		{name: "bad spin", args: []string{"-n", "2", "--spin", "fast", "prog"}, err: "invalid value"},
@@ -92,6 +115,27 @@ func TestKillSpecString(t *testing.T) {
 		if k.String() != s {
 			t.Errorf("ParseKillSpec(%q).String() = %q", s, k.String())
 		}
+	}
+}
+
+func TestInjectSpecString(t *testing.T) {
+	for _, s := range []string{"2@500ms:3s", "0@0s:20ms"} {
+		if p, err := ParsePauseSpec(s); err != nil || p.String() != s {
+			t.Errorf("ParsePauseSpec(%q) = %v, %v", s, p, err)
+		}
+	}
+	for _, s := range []string{"h2@1s", "node4:7770@0s"} {
+		if k, err := ParseKillHostSpec(s); err != nil || k.String() != s {
+			t.Errorf("ParseKillHostSpec(%q) = %v, %v", s, k, err)
+		}
+	}
+	for _, s := range []string{"h3@1s", "h3@1s:2s", "[::1]:7770@1m0s:500ms"} {
+		if c, err := ParseCutSpec(s); err != nil || c.String() != s {
+			t.Errorf("ParseCutSpec(%q) = %v, %v", s, c, err)
+		}
+	}
+	if _, err := ParseCutSpec("h3"); err == nil || !strings.HasPrefix(err.Error(), `--cut "h3": `) {
+		t.Errorf("ParseCutSpec(h3): %v", err)
 	}
 }
 

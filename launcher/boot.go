@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
@@ -463,11 +464,7 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 		return ExitLaunch
 	}
 	tc.SetDeadline(deadline)
-	host := os.Getenv("SLURMD_NODENAME")
-	if host == "" {
-		host, _ = os.Hostname()
-	}
-	if err := jobwire.WriteFrame(tc, msgAgentHello, []byte(host)); err != nil {
+	if err := jobwire.WriteFrame(tc, msgAgentHello, []byte(agentHostName())); err != nil {
 		logf("ftrun at %s: %v", c.RemoteAddr(), err)
 		return ExitLaunch
 	}
@@ -475,6 +472,22 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 	go func() {
 		io.Copy(io.Discard, rd)
 		tc.Close()
+	}()
+	// SIGINT, SIGTERM or SIGHUP end the job here as a lost link does: the
+	// ranks are killed and the routes of --cut removed before the agent
+	// exits.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+	served := make(chan struct{})
+	defer close(served)
+	go func() {
+		select {
+		case sig := <-sigc:
+			logf("got %v: killing the ranks and exiting", sig)
+			tc.Close()
+		case <-served:
+		}
 	}()
 	runAgentJob(tc, os.Environ(), logf)
 	return ExitOK

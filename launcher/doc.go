@@ -8,8 +8,9 @@
 // The job side (Start, Job, Main; used by cmd/ftrun) starts N ranks of a
 // program as child processes, runs the rendezvous server, hands every job a
 // fresh random secret, forwards the ranks' output line by line, injects
-// failures (--kill), forwards SIGINT/SIGTERM, and turns the ranks' exits into
-// one exit status. It does not kill the job when a rank dies (ULFM's rule).
+// failures (--kill; --pause, --kill-host and --cut, inject.go), forwards
+// SIGINT/SIGTERM, and turns the ranks' exits into one exit status. It does
+// not kill the job when a rank dies (ULFM's rule).
 //
 // A job can span hosts. On every other host an agent starts that host's
 // ranks: "ftrun agent --boot", which ftrun starts itself by ssh or srun
@@ -21,14 +22,15 @@
 // program, its arguments and each rank's FTRMA_ variables (the agent's own
 // environment is the base), and the agent starts the ranks in process
 // groups of their own, forwards their output and exits, and carries out the
-// launcher's signals (--kill, suspicions, SIGINT/SIGTERM). Both sides ping;
-// a link that breaks or goes silent for linkTimeout makes the agent kill
-// the job's ranks and the launcher count them as failed, and so does a host
-// that the job's memberlist group declares dead (membership.go). The
-// rendezvous then listens on this host's IP toward the first agent, every
-// rank's transport listens on its host's IP (FTRMA_HOST_ADDR), and shared
-// memory reaches only the ranks on the same host (shm+tcp). The agent
-// protocol is in agentwire.go.
+// launcher's signals (--kill, suspicions, SIGINT/SIGTERM) and injected
+// failures (--pause's SIGCONT timer, --kill-host, --cut's routes). Both
+// sides ping; a link that breaks or goes silent for linkTimeout makes the
+// agent kill the job's ranks and the launcher count them as failed, and so
+// does a host that the job's memberlist group declares dead
+// (membership.go). The rendezvous then listens on this host's IP toward
+// the first agent, every rank's transport listens on its host's IP
+// (FTRMA_HOST_ADDR), and shared memory reaches only the ranks on the same
+// host (shm+tcp). The agent protocol is in agentwire.go.
 //
 // Placement decides where the ranks go: a hostfile or host list with slots
 // (Options.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm

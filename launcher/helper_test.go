@@ -129,6 +129,8 @@ func helper(mode string, args []string) int {
 		return hostReplaceHelper(rank, args[0])
 	case "spawnxfer": // see spawnXferHelper
 		return spawnXferHelper(rank)
+	case "ticks": // args: N: see ticksHelper
+		return ticksHelper(rank, arg(0))
 	case "lateseg": // args: GOFILE: see lateSegHelper
 		return lateSegHelper(args)
 	case "join": // Join and exchange a message with every peer; args: [RANK]: that rank exits 7 instead

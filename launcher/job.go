@@ -59,6 +59,10 @@ type Job struct {
 	files    *outputFiles // --output-filename, or nil
 	spawnMu  sync.Mutex   // serializes spawns
 
+	// Injected failures beyond --kill (inject.go).
+	cuts  []*cutPlan // --cut, planned once the agents are connected
+	holes *holes     // ftrun's blackhole routes of --cut; nil without cuts
+
 	mu         sync.Mutex  // guards the fields below, and every rankProc's running and killed
 	ranks      []*rankProc // by rank; set up before any rank starts
 	timers     []*time.Timer
@@ -191,6 +195,10 @@ func Start(opts *Options) (*Job, error) {
 			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
 		}
 	}
+	kills, cuts, err := planInjections(opts, blocks)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	multi := multiHost(blocks)
 	var local []ftrma.Rank // the ranks ftrun runs itself, on this host
 	for _, b := range blocks {
@@ -270,6 +278,10 @@ func Start(opts *Options) (*Job, error) {
 				return nil, fmt.Errorf("launcher: %w", err)
 			}
 		}
+		if err := j.prepareCuts(cuts, blocks); err != nil {
+			j.abandon()
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
 	}
 	j.hostAddr = hostAddr
 
@@ -345,6 +357,7 @@ func Start(opts *Options) (*Job, error) {
 	for _, k := range opts.Kills {
 		j.timers = append(j.timers, time.AfterFunc(k.After, func() { j.kill(k) }))
 	}
+	j.armInjectionsLocked(kills)
 	if opts.Timeout > 0 {
 		j.timers = append(j.timers, time.AfterFunc(opts.Timeout, j.timeout))
 	}
@@ -730,6 +743,7 @@ func (j *Job) abort(r ftrma.Rank) {
 // the rendezvous server, and records the result.
 func (j *Job) finish() {
 	j.wg.Wait()
+	j.removeHoles()
 	for _, l := range j.links {
 		l.close()
 	}

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,6 +54,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigc)
 	job, err := Start(opts)
+	if ue, ok := errors.AsType[usageError](err); ok {
+		fmt.Fprintf(stderr, "ftrun: %v\nRun 'ftrun --help' for usage.\n", ue)
+		return ExitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "ftrun: %s\n", strings.TrimPrefix(err.Error(), "launcher: "))
 		return ExitLaunch
