@@ -159,8 +159,8 @@ func newMachine(cfg failure.Config, self, n int, confirm bool, now time.Time, ab
 		lostAt:   make([]time.Time, n),
 		// As the detector reports a silent rank again (Config.AwaitConfirmation):
 		// well within a lease term, so that the confirmer's episode of
-		// suspicion goes on.
-		reportAgain: 4 * timeout,
+		// suspicion goes on (failure.Chain.Report).
+		reportAgain: failure.Chain{Detector: timeout}.Report(),
 		notices:     make(map[string]bool),
 		comms:       make(map[uint32]*commAgree),
 		early:       make(map[uint32][]earlyAgree),

@@ -20,7 +20,8 @@ import "time"
 //	lease      ftrun stops renewing the lost rank's lease and   LeaseWait   (1.5·Lease)
 //	           tells the others only once it has surely run out
 //	persist    a rank that answers ftrun but stays suspected    Persist     (3·Lease)
-//	           (a partial partition) is removed all the same
+//	           (a partial partition) is removed all the same,
+//	           at the next report of the suspicion             Report      (4·Detector)
 //	notice     the verdict reaches every survivor               Notice      (Lease/4)
 //
 // Verdict is the longest of the paths through them. Without a launcher
@@ -58,6 +59,13 @@ func (c Chain) LeaseWait() time.Duration { return c.Lease * 3 / 2 }
 // stay).
 func (c Chain) Persist() time.Duration { return 3 * c.Lease }
 
+// Report is how often a rank reports a suspicion again while its suspect
+// stays silent and the launcher has not decided (four detector timeouts,
+// well within a lease term), so that the launcher's episode of suspicion
+// goes on; a suspect that answers is removed at the first report after
+// Persist.
+func (c Chain) Report() time.Duration { return 4 * c.Detector }
+
 // Notice bounds the delivery of a verdict to every survivor and the reaping
 // of a killed process: a quarter term (measured: about 55 ms on four
 // namespace hosts at one rank per CPU).
@@ -67,7 +75,7 @@ func (c Chain) Notice() time.Duration { return c.Lease / 4 }
 // every survivor knowing its fate: declared failed, or heard from again.
 // Under a launcher it is the longest of the paths of the chain: a lost host
 // (HostSilent, then LeaseWait), and a suspect that answers (Detector, then
-// Persist and one more Probe); plus Notice. Without one (Lease 0) a block
+// Persist, the next Report and its Probe); plus Notice. Without one (Lease 0) a block
 // of silent ranks is found in about two detector timeouts and spread by the
 // reliable broadcast: three timeouts.
 func (c Chain) Verdict() time.Duration {
@@ -75,6 +83,6 @@ func (c Chain) Verdict() time.Duration {
 		return 3 * c.Detector
 	}
 	lost := c.HostSilent() + c.LeaseWait()
-	answers := c.Detector + c.Persist() + c.Probe()
+	answers := c.Detector + c.Persist() + c.Report() + c.Probe()
 	return max(lost, answers) + c.Notice()
 }

@@ -15,8 +15,8 @@ func TestChainVerdict(t *testing.T) {
 		verdict time.Duration
 	}{
 		{"alone", Chain{Detector: 60 * time.Millisecond}, 180 * time.Millisecond},
-		{"1 rank per CPU", Chain{Detector: 60 * time.Millisecond, Lease: time.Second}, 3810 * time.Millisecond},
-		{"4 ranks per CPU", Chain{Detector: 240 * time.Millisecond, Lease: 4 * time.Second}, 15240 * time.Millisecond},
+		{"1 rank per CPU", Chain{Detector: 60 * time.Millisecond, Lease: time.Second}, 4050 * time.Millisecond},
+		{"4 ranks per CPU", Chain{Detector: 240 * time.Millisecond, Lease: 4 * time.Second}, 16200 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := c.ch.Verdict()
@@ -29,7 +29,7 @@ func TestChainVerdict(t *testing.T) {
 			paths := map[string]time.Duration{
 				"lost host":          c.ch.HostSilent() + c.ch.LeaseWait() + c.ch.Notice(),
 				"suspect, no answer": max(c.ch.Detector+c.ch.Probe(), c.ch.HostSilent()) + c.ch.LeaseWait() + c.ch.Notice(),
-				"suspect, answers":   c.ch.Detector + c.ch.Persist() + c.ch.Probe() + c.ch.Notice(),
+				"suspect, answers":   c.ch.Detector + c.ch.Persist() + c.ch.Report() + c.ch.Probe() + c.ch.Notice(),
 			}
 			for name, d := range paths {
 				if d > v {
