@@ -107,10 +107,23 @@ const (
 // settleWait bounds how long lock code still waits for its own atomics once
 // the caller's context has ended (or the window was revoked): a lock word
 // must not change unseen, since nobody would release it. A live target answers
-// in microseconds and a failed one is reported within the failure detector's
-// timeout, so the bound is reached only by a target that hangs without being
-// declared failed.
-const settleWait = 10 * time.Second
+// in microseconds and a failed one is declared within the runtime's verdict
+// bound (the communicator's VerdictBound: comm.Comm says it, from the job's
+// chain of failure bounds, failure.Chain), so the bound is reached only by a
+// target that hangs without ever being declared failed. A communicator that
+// does not say gets defaultSettleWait.
+func (w *Window) settleWait() time.Duration {
+	if v, ok := w.c.(interface{ VerdictBound() time.Duration }); ok {
+		if d := v.VerdictBound(); d > 0 {
+			return d
+		}
+	}
+	return defaultSettleWait
+}
+
+// defaultSettleWait is settleWait for a communicator that does not say how
+// long its verdicts take.
+const defaultSettleWait = 10 * time.Second
 
 // ctlWords is the size in words of the control block of a window over n
 // ranks.
@@ -273,7 +286,7 @@ func (w *Window) await(ctx context.Context, tr ftrma.Rank, seq transport.Seq) (s
 	if errors.Is(err, ftrma.ErrProcFailed) {
 		return false, err
 	}
-	bctx, cancel := bounded(ctx)
+	bctx, cancel := w.bounded(ctx)
 	defer cancel()
 	for {
 		e := w.t.Wait(bctx, tr, seq)
@@ -288,8 +301,8 @@ func (w *Window) await(ctx context.Context, tr ftrma.Rank, seq transport.Seq) (s
 
 // bounded is ctx without its cancellation, ending after settleWait: for the
 // clean-up lock code does after ctx ended.
-func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), settleWait)
+func (w *Window) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), w.settleWait())
 }
 
 // acquireShared takes this rank's slot at target: CAS(free → sharedMark),
@@ -581,7 +594,7 @@ func (w *Window) Unlock(ctx context.Context, target ftrma.Rank) error {
 // more, but the next holder (through a window made by Shrink, which shares the
 // lock words) must find them complete.
 func (w *Window) dropRevoked(ctx context.Context, target ftrma.Rank, lt LockType) {
-	bctx, cancel := bounded(ctx)
+	bctx, cancel := w.bounded(ctx)
 	defer cancel()
 	if !w.ordered {
 		w.t.Flush(bctx, w.peers[target].tr)

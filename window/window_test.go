@@ -524,3 +524,26 @@ func TestCrashedTargetFails(t *testing.T) {
 		t.Fatalf("put toward a live rank after another crashed: %v", err)
 	}
 }
+
+// Lock code waits for its own atomics after its context ended as long as the
+// runtime may take to declare an unresponsive target (the communicator's
+// VerdictBound), not a number of its own.
+func TestSettleWaitIsTheVerdictBound(t *testing.T) {
+	world := commtest.New(t, 2)
+	ctx := testCtx(t, 10*time.Second)
+	for _, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Allocate(ctx, c, 8)
+		if err != nil {
+			return err
+		}
+		defer w.Free(ctx)
+		if got, want := w.SettleWait(), c.VerdictBound(); got != want {
+			return fmt.Errorf("settle wait %v, want the verdict bound %v", got, want)
+		}
+		return nil
+	}) {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
