@@ -187,6 +187,8 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"probe": jobwire.MsgProbe, "probe reply": jobwire.MsgProbeReply, "spawn": jobwire.MsgSpawn, "spawned": jobwire.MsgSpawned,
 		"admit": jobwire.MsgAdmit, "roster": jobwire.MsgRoster,
 		"output files": msgOutputFiles, "output ready": msgOutputReady,
+		"arbiter listen": msgArbiterListen, "arbiter addr": msgArbiterAddr, "arbiter config": msgArbiterConfig,
+		"arbiter label": msgArbiterLabel, "arbiter msg": msgArbiterMsg,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {

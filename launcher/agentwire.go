@@ -89,6 +89,7 @@ const (
 	// 31..33 are reserved.
 	msgOutputFiles byte = 34 // L→A: --output-filename
 	msgOutputReady byte = 35 // A→L: the answer to msgOutputFiles
+	// 36..40 are the arbiter's (arbiterwire.go).
 )
 
 // Output streams and flags of msgOutput.
@@ -353,6 +354,35 @@ func (d *decoder) fail(what string) {
 		d.err = fmt.Errorf("%w: truncated %s", jobwire.ErrMalformed, what)
 	}
 	d.p = nil
+}
+
+// failf sets the error to one of its own unless there is one.
+func (d *decoder) failf(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{jobwire.ErrMalformed}, args...)...)
+	}
+	d.p = nil
+}
+
+func (d *decoder) uint64() uint64 {
+	if len(d.p) < 8 {
+		d.fail("integer")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.p)
+	d.p = d.p[8:]
+	return v
+}
+
+// bytes reads n bytes (a copy).
+func (d *decoder) bytes(n int) []byte {
+	if len(d.p) < n {
+		d.fail("bytes")
+		return nil
+	}
+	b := append([]byte(nil), d.p[:n]...)
+	d.p = d.p[n:]
+	return b
 }
 
 func (d *decoder) uint32() uint32 {
