@@ -43,8 +43,10 @@ import (
 // links, and each agent stops its node when its link closes. An agent
 // whose link to ftrun is lost (broken or silent, not closed) keeps its
 // node up to arbiter.VerdictBound longer, or until the log declares
-// ftrun's host or its own failed, so that the arbiter's verdict on a lost
-// ftrun is reached and logged; its ranks are killed at once as before.
+// ftrun's host or its own failed and then two election timeouts more (for
+// the others to apply it too: a leader that stopped at once would take
+// its commit with it), so that the arbiter's verdict on a lost ftrun is
+// reached and logged; its ranks are killed at once as before.
 // Each node's log lines go to its log (ftrun's standard error; an agent's,
 // which ssh or srun hold and ftrun shows only when the agent fails to
 // start) and, with --output-filename DIR, to DIR/1/arbiter.N on its own
@@ -236,8 +238,18 @@ func (a *agentArbiter) finish(lost bool) {
 		self := int(a.d.cfg.ID - 1)
 		a.d.log.Info(fmt.Sprintf("arbiter: the link to ftrun is lost: node %d stays up to %v for the arbiter's verdict", a.d.cfg.ID, bound.Round(time.Millisecond)))
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		a.d.waitFor(ctx, func(s *arbStats) bool { return s.hostFailed(0) || s.hostFailed(self) })
+		decided := a.d.waitFor(ctx, func(s *arbStats) bool { return s.hostFailed(0) || s.hostFailed(self) })
 		cancel()
+		if decided {
+			// The others may not have applied it yet: a leader that left
+			// at once would take the commit with it. Two election
+			// timeouts carry it (the leader's heartbeats come every two
+			// ticks).
+			select {
+			case <-time.After(2 * a.d.cfg.ElectionTimeout()):
+			case <-a.d.quit:
+			}
+		}
 	}
 	a.d.close()
 	a.d.log.Info(a.d.summary(a.d.started, nil))

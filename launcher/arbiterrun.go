@@ -71,7 +71,8 @@ const maxArbInputs = 1 << 16
 
 // arbStats is what a driver has seen, for its summary and for tests.
 type arbStats struct {
-	leader, term uint64
+	leader, term uint64    // the node's view now (leader 0: none known)
+	seen, seenIn uint64    // the last leader it knew, and its term
 	elections    int       // leaders seen taking office: new (leader, term) pairs
 	firstLeader  time.Time // when this node first learned of a leader
 	leaderAt     time.Time // when it learned of the current one
@@ -251,9 +252,13 @@ func (d *arbDriver) after(now time.Time) {
 		d.st.leaseEnd = e
 		changed = true
 	}
-	if lead != 0 && (lead != d.st.leader || term != d.st.term) {
-		prev := d.st.leader
-		d.st.leader, d.st.term, d.st.leaderAt = lead, term, now
+	if lead != d.st.leader || term != d.st.term {
+		d.st.leader, d.st.term = lead, term
+		changed = true
+	}
+	if lead != 0 && (lead != d.st.seen || term != d.st.seenIn) {
+		prev := d.st.seen
+		d.st.seen, d.st.seenIn, d.st.leaderAt = lead, term, now
 		d.st.elections++
 		if d.st.firstLeader.IsZero() {
 			d.st.firstLeader = now
@@ -425,7 +430,11 @@ type rankAt struct {
 func (d *arbDriver) summary(base time.Time, others []rankAt) string {
 	s := d.stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "arbiter: summary of node %d: leader %d (term %d), %d leader(s) seen", d.cfg.ID, s.leader, s.term, s.elections)
+	leader := "none"
+	if s.leader != 0 {
+		leader = fmt.Sprint(s.leader)
+	}
+	fmt.Fprintf(&b, "arbiter: summary of node %d: leader %s (term %d), %d leader(s) seen", d.cfg.ID, leader, s.term, s.elections)
 	if !s.firstLeader.IsZero() {
 		fmt.Fprintf(&b, ", the first %.3fs after the start", s.firstLeader.Sub(d.started).Seconds())
 	}
