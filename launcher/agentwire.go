@@ -38,6 +38,9 @@ import (
 //	              made dir/1 and can write there; text is why it cannot
 //	              (naming its host and the path: the job then fails before
 //	              any rank starts), empty when it can
+//	L→A  arbiter listen, A→L arbiter addr, L→A arbiter config
+//	              (optional: ftrun --arbiter) the job's arbiter node of the
+//	              agent's host (arbiterwire.go)
 //	L→A  launch   job string, program string, dir string, args strings,
 //	              size uint32, count uint32, count × (rank uint32, env strings),
 //	              link timeout uint32 (ms; 0: the default)
