@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"transport/shm":           {"", "transport"},
 	"transport/verbs":         {"", "transport"},
 	"startup":                 {"", "transport", "transport/shm", "transport/tcp", "transport/verbs", "transport/multi", "internal/seclink", "internal/jobwire", "failure"},
-	"launcher":                {"", "transport/shm", "transport/verbs", "internal/seclink", "internal/members", "internal/jobwire", "failure"},
+	"launcher":                {"", "transport/shm", "transport/verbs", "internal/seclink", "internal/members", "internal/jobwire", "internal/arbiter", "failure"},
 	"comm":                    {"", "transport", "startup", "failure", "revoke", "agree", "comm/internal/admission"},
 	"comm/commtest":           {"", "transport", "transport/memnet", "transport/shm", "transport/verbs", "comm", "comm/internal/admission"},
 	"comm/internal/admission": {"", "transport"},

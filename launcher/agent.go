@@ -201,6 +201,7 @@ type agentJob struct {
 	// nil; host is this host's name, for its errors.
 	files *outputFiles
 	host  string
+	arb   *agentArbiter // --arbiter: this host's node, or nil
 
 	cuts  bool   // the launcher checked that this agent can cut (--cut)
 	holes *holes // the blackhole routes of --cut held here
@@ -265,8 +266,30 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
 	joined := false
 	var files *outputFiles
-	for err == nil && (typ == msgMembers && !joined || typ == msgOutputFiles && files == nil) {
+	// --arbiter: the job's arbiter node of this host (arbiterjob.go), and
+	// whether the link to ftrun was lost (its node then waits for the
+	// arbiter's verdict before it stops).
+	var arbLn net.Listener
+	var arb *agentArbiter
+	arbAsked, lost, cuts := false, false, false
+	defer func() { arb.finish(lost) }()
+	for err == nil && (typ == msgMembers && !joined || typ == msgOutputFiles && files == nil ||
+		typ == msgCut && len(p) == 0 && !cuts ||
+		typ == msgArbiterListen && !arbAsked || typ == msgArbiterConfig && arbAsked && arb == nil) {
 		switch typ {
+		case msgCut:
+			// The job has --cut: can this agent add blackhole routes?
+			if nerr := checkNetAdmin(); nerr != nil {
+				why := fmt.Sprintf("host %s cannot add the blackhole routes of --cut: %v", agentHostName(), nerr)
+				jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(why))
+				logf("launcher %s: %s", c.RemoteAddr(), why)
+				return
+			}
+			if err := jobwire.WriteFrame(c, msgCut, nil); err != nil {
+				logf("launcher %s: %v", c.RemoteAddr(), err)
+				return
+			}
+			cuts = true
 		case msgMembers:
 			// Join the job's host group first; without it the link's
 			// pings still watch ftrun.
@@ -297,22 +320,33 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 				logf("launcher %s: %v", c.RemoteAddr(), cmp.Or(ferr, werr))
 				return
 			}
+		case msgArbiterListen:
+			arbAsked = true
+			var m arbiterAddrMsg
+			arbLn, m = agentArbiterListen(c.LocalAddr())
+			if err := jobwire.WriteFrame(c, msgArbiterAddr, m.append(nil)); err != nil {
+				if arbLn != nil {
+					arbLn.Close()
+				}
+				logf("launcher %s: %v", c.RemoteAddr(), err)
+				return
+			}
+		case msgArbiterConfig:
+			var aerr error
+			if arbLn == nil {
+				aerr = errors.New("a config, but no listener")
+			} else {
+				arb, aerr = startAgentArbiter(p, arbLn, logf)
+				arbLn = nil // the node's, or closed
+			}
+			if aerr != nil {
+				logf("arbiter: %v; the job goes on without this host's node", aerr)
+			}
 		}
 		typ, p, err = jobwire.ReadFrame(c, maxLaunch)
 	}
-	cuts := false
-	if err == nil && typ == msgCut && len(p) == 0 {
-		// The job has --cut: can this agent add blackhole routes?
-		if nerr := checkNetAdmin(); nerr != nil {
-			why := fmt.Sprintf("host %s cannot add the blackhole routes of --cut: %v", agentHostName(), nerr)
-			jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(why))
-			logf("launcher %s: %s", c.RemoteAddr(), why)
-			return
-		}
-		if err = jobwire.WriteFrame(c, msgCut, nil); err == nil {
-			cuts = true
-			typ, p, err = jobwire.ReadFrame(c, maxLaunch)
-		}
+	if arbLn != nil {
+		arbLn.Close() // no config came
 	}
 	spec, err := checkLaunch(typ, p, err)
 	if err != nil {
@@ -324,7 +358,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if files != nil {
 		files.size = spec.size
 	}
-	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles()}
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles(), arb: arb}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if files != nil {
 		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
@@ -346,7 +380,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 		logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
 		return
 	}
-	j.supervise()
+	lost = j.supervise()
 	j.endInjections()
 	// A killed rank cannot remove its shared memory (shm+tcp): do it here,
 	// for this host's ranks only. The job's other ranks go on, and their
@@ -617,6 +651,7 @@ func (j *agentJob) wait(p *agentProc) {
 	} else {
 		m.code = ps.ExitCode()
 	}
+	j.arb.reportExit(p.rank, m.code)
 	j.send(msgExited, m.append(nil))
 	drained := make(chan struct{})
 	go func() { p.fwd.Wait(); close(drained) }()
@@ -633,8 +668,9 @@ func (j *agentJob) wait(p *agentProc) {
 }
 
 // supervise carries out the launcher's signals until the connection closes,
-// then kills every rank still running and waits for them.
-func (j *agentJob) supervise() {
+// then kills every rank still running and waits for them. It reports
+// whether the link was lost (it broke or went silent) rather than closed.
+func (j *agentJob) supervise() (lost bool) {
 	stop := make(chan struct{})
 	j.wg.Add(1)
 	go func() {
@@ -659,6 +695,7 @@ func (j *agentJob) supervise() {
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", jobwire.Printable([]byte(j.spec.job)), err)
+				lost = true
 			}
 			break
 		}
@@ -710,6 +747,7 @@ func (j *agentJob) supervise() {
 	j.killAll()
 	j.c.Close() // unblocks forwarding to a launcher that is gone
 	j.wg.Wait()
+	return lost
 }
 
 // signal sends sig to rank r's process group if r runs here and has not been

@@ -256,6 +256,8 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"admit": jobwire.MsgAdmit, "roster": jobwire.MsgRoster,
 		"output files": msgOutputFiles, "output ready": msgOutputReady,
 		"pause": msgPause, "kill host": msgKillHost, "cut": msgCut,
+		"arbiter listen": msgArbiterListen, "arbiter addr": msgArbiterAddr, "arbiter config": msgArbiterConfig,
+		"arbiter label": msgArbiterLabel, "arbiter msg": msgArbiterMsg,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {

@@ -39,6 +39,9 @@ import (
 //	              made dir/1 and can write there; text is why it cannot
 //	              (naming its host and the path: the job then fails before
 //	              any rank starts), empty when it can
+//	L→A  arbiter listen, A→L arbiter addr, L→A arbiter config
+//	              (optional: ftrun --arbiter) the job's arbiter node of the
+//	              agent's host (arbiterwire.go)
 //	L→A  launch   job string, program string, dir string, args strings,
 //	              size uint32, count uint32, count × (rank uint32, env strings),
 //	              link timeout uint32 (ms; 0: the default)
@@ -111,6 +114,7 @@ const (
 	msgCut         byte = 33 // L→A: a cut's schedule (--cut), or, before the launch, can the agent cut; A→L: it can
 	msgOutputFiles byte = 34 // L→A: --output-filename
 	msgOutputReady byte = 35 // A→L: the answer to msgOutputFiles
+	// 36..40 are the arbiter's (arbiterwire.go).
 )
 
 // Output streams and flags of msgOutput.
@@ -441,14 +445,12 @@ func (d *decoder) fail(what string) {
 	d.p = nil
 }
 
-func (d *decoder) uint32() uint32 {
-	if len(d.p) < 4 {
-		d.fail("integer")
-		return 0
+// failf sets the error to one of its own unless there is one.
+func (d *decoder) failf(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{jobwire.ErrMalformed}, args...)...)
 	}
-	v := binary.BigEndian.Uint32(d.p)
-	d.p = d.p[4:]
-	return v
+	d.p = nil
 }
 
 func (d *decoder) uint64() uint64 {
@@ -458,6 +460,27 @@ func (d *decoder) uint64() uint64 {
 	}
 	v := binary.BigEndian.Uint64(d.p)
 	d.p = d.p[8:]
+	return v
+}
+
+// bytes reads n bytes (a copy).
+func (d *decoder) bytes(n int) []byte {
+	if len(d.p) < n {
+		d.fail("bytes")
+		return nil
+	}
+	b := append([]byte(nil), d.p[:n]...)
+	d.p = d.p[n:]
+	return b
+}
+
+func (d *decoder) uint32() uint32 {
+	if len(d.p) < 4 {
+		d.fail("integer")
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.p)
+	d.p = d.p[4:]
 	return v
 }
 

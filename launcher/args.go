@@ -110,6 +110,11 @@ type Options struct {
 	SSH string
 	// NoSlurm ignores a Slurm allocation ftrun runs in.
 	NoSlurm bool
+	// Arbiter (ftrun --arbiter, experimental) runs the job's replicated
+	// arbiter (internal/arbiter) among ftrun and the agents of a job over
+	// several hosts, beside ftrun's own authority, and logs its decisions;
+	// it is not yet authoritative (arbiterjob.go).
+	Arbiter bool
 	// AgentSecret is the secret shared with the agents of Hosts; empty
 	// means the value of FTRMA_AGENT_SECRET. Only a job with remote hosts
 	// needs it.
@@ -478,6 +483,12 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           (default $FTRMA_SSH, else ssh); ftrun adds
                           -o BatchMode=yes -T HOST "PATH agent --boot"
   --no-slurm              ignore the Slurm allocation ftrun runs in
+  --arbiter               experimental: over several hosts, runs the
+                          replicated arbiter among ftrun and its agents
+                          beside ftrun's own authority and logs its
+                          decisions (with --output-filename DIR also to
+                          DIR/1/arbiter.N on each host); not yet
+                          authoritative. A no-op on one host
   --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
                           order: H is "local" (this host; ftrun starts these
                           ranks itself) or HOST[:PORT], the ftrun agent there
@@ -622,6 +633,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.LaunchAgent, "launch-agent", "", "the ftrun binary on the other hosts")
 	fs.StringVar(&o.SSH, "ssh", "", "command that starts agents on other hosts")
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
+	fs.BoolVar(&o.Arbiter, "arbiter", false, "run the replicated arbiter beside ftrun (experimental)")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")

@@ -40,6 +40,8 @@ type Job struct {
 	links        []*agentLink   // the agents of the job's remote hosts
 	dial         *dialBack      // the agents ftrun started, or nil
 	members      *members.Group // ftrun's member of the job's host group, or nil
+	arb          *arbDriver     // ftrun's node of the job's arbiter (--arbiter), or nil; set before any rank starts
+	arbFile      *os.File       // its log file (--output-filename), or nil
 	blocks       []hostBlock    // where the ranks run
 	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; guarded by mu, grows (copied) as spares start
 	tm           hostTiming     // the host layer's timing
@@ -314,6 +316,12 @@ func Start(opts *Options) (*Job, error) {
 		j.abandon()
 		return nil, err
 	}
+	switch {
+	case opts.Arbiter && multi:
+		j.startArbiter(root, blocks)
+	case opts.Arbiter:
+		j.out.reportf("--arbiter: the job runs on this host alone, where ftrun alone decides: no arbiter runs")
+	}
 	if (tr == TransportSHM || tr == TransportHybrid) && len(local) > 0 {
 		// Before any rank makes a segment: an ftrun killed by SIGKILL
 		// leaves them, and the next ftrun sweeps them (shmsweep.go).
@@ -369,6 +377,7 @@ func Start(opts *Options) (*Job, error) {
 // abandon closes the agents' links, ends the agents ftrun started and
 // leaves the host group: a start-up that failed.
 func (j *Job) abandon() {
+	j.stopArbiter(false)
 	for _, l := range j.links {
 		l.close()
 	}
@@ -594,6 +603,9 @@ func (j *Job) waitRank(p *rankProc) {
 		} else {
 			st.Code = ps.ExitCode()
 		}
+		if j.arb != nil {
+			j.arb.reportExit(p.rank, st.Code) // this host's rank: ftrun saw it end
+		}
 	}
 	j.mu.Lock()
 	p.running = false
@@ -653,6 +665,9 @@ func (j *Job) suspect(r, by ftrma.Rank) {
 	defer j.mu.Unlock()
 	if j.finished || j.declared[r] {
 		return
+	}
+	if j.arb != nil {
+		j.arb.reportSuspect(r, by) // the arbiter has its own rules (it probes)
 	}
 	if j.rv != nil && !j.rv.isPresent(r) {
 		j.out.reportf("ignored rank %d's suspicion of rank %d: rank %d is a spare not admitted", by, r, r)
@@ -744,6 +759,7 @@ func (j *Job) abort(r ftrma.Rank) {
 func (j *Job) finish() {
 	j.wg.Wait()
 	j.removeHoles()
+	j.stopArbiter(true)
 	for _, l := range j.links {
 		l.close()
 	}

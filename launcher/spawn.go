@@ -130,6 +130,13 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	if err := j.rv.admit(s); err != nil {
 		return -1, err
 	}
+	if j.arb != nil {
+		host := 0
+		if h.link != nil {
+			host = 1 + slices.Index(j.links, h.link)
+		}
+		j.arb.admitSpare(s, host)
+	}
 	where := ""
 	if h.link != nil {
 		where = " on " + h.label

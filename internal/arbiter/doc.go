@@ -197,4 +197,8 @@
 // nodes converge; TestSimCatchesBrokenRules shows each check failing when a
 // rule is broken on purpose. scenario_test.go plays the rule above, case by
 // case.
+//
+// It runs for real, not yet as the job's authority, behind ftrun --arbiter
+// (package launcher: arbiterjob.go), which logs its decisions beside
+// ftrun's own.
 package arbiter

@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ftrun --arbiter (experimental, shadow mode) over the cluster: ftrun in
+// the root namespace (node 1 of the arbiter, no rank), the checkpointing
+// example on h1..h4 with 2 slots each (nodes 2..5: all five vote), and 1 s
+// after the ranks started, ftrun's host is cut from every compute host
+// (cluster.sh split DIR root h1,h2,h3,h4).
+//
+// What is true today: ftrun alone is the job's authority, so the job
+// dies. The ranks lose their lease from ftrun and stop, the agents lose
+// their links and kill what is left, and ftrun, cut from everyone,
+// declares every rank lost and exits 1 (no survivor). ftrun's arbiter node
+// stops acting too (it leads nobody).
+//
+// What the arbiter decides meanwhile, read from the agents' logs, which
+// they write on their own hosts (--output-filename DIR: DIR/1/arbiter.N,
+// each line after its time): the four agents elect a leader among
+// themselves and declare host 0, ftrun's, failed (host silent): the
+// verdict that will let the job survive ftrun's loss once the arbiter is
+// the authority. The times from the cut are logged.
+func TestArbiterClusterFtrunCut(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := hostfile(t, 4, 2)
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	out := filepath.Join(work, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
+		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+	job := startLive(t, cmd)
+	// Every rank runs once the last one's directory exists (its agent
+	// makes it as it starts the rank).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(out, "1", "rank.7")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			o, e := job.finish()
+			t.Fatalf("rank 7 did not start within a minute:\n%s\n%s", o, e)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if o, err := exec.Command(clusterScript(), "split", dir, "root", "h1,h2,h3,h4").CombinedOutput(); err != nil {
+		t.Fatalf("split: %v\n%s", err, o)
+	}
+	cut := time.Now()
+	joined := false
+	join := func() {
+		if !joined {
+			joined = true
+			if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
+				t.Errorf("join: %v\n%s", err, o)
+			}
+		}
+	}
+	defer join()
+	outText, errText := job.finish()
+	ended := time.Since(cut)
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
+	}
+	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+
+	// Today: the job dies, every rank declared by ftrun.
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit %d, want 1 (no survivor):\n%s", code, report)
+	}
+	for r := range 8 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^ftrun: rank %d failed at [0-9.]+s: was lost`, r)).MatchString(errText) {
+			t.Errorf("ftrun does not report rank %d lost:\n%s", r, report)
+		}
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^ftrun: arbiter: node 1 leads \(term \d+\)`),
+		regexp.MustCompile(`(?m)^ftrun: arbiter: node 1 stopped acting`),
+		regexp.MustCompile(`(?m)^ftrun: arbiter: summary of node 1: .*; ftrun's verdicts: rank \d`),
+	} {
+		if !want.MatchString(errText) {
+			t.Errorf("ftrun's stderr does not match %v:\n%s", want, report)
+		}
+	}
+	t.Logf("the job ended %v after the cut; %s", ended.Round(time.Millisecond), regexp.MustCompile(`(?m)^ftrun: arbiter: summary.*$`).FindString(errText))
+
+	// The agents' arbiter: each logs its summary as its node stops, once
+	// the verdict came or VerdictBound passed after its link was lost.
+	files := map[int]string{}
+	deadline = time.Now().Add(time.Minute)
+	for node := 2; node <= 5; node++ {
+		for {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			if strings.Contains(string(b), "arbiter: summary of node") || time.Now().After(deadline) {
+				files[node] = string(b)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	leadRE := regexp.MustCompile(`(?m)^(\S+) arbiter: node (\d) leads \(term (\d+)\)`)
+	failRE := regexp.MustCompile(`(?m)^(\S+) arbiter: host 0 failed: host silent.*$`)
+	for node := 2; node <= 5; node++ {
+		f := files[node]
+		if !strings.Contains(f, "arbiter: summary of node") {
+			t.Errorf("node %d's log has no summary a minute after the job's end:\n%s", node, f)
+		}
+		if !strings.Contains(f, "arbiter: the link to ftrun is lost") {
+			t.Errorf("node %d's log does not say the link to ftrun was lost:\n%s", node, f)
+		}
+		// A leader among the agents, after the cut.
+		var led string
+		for _, m := range leadRE.FindAllStringSubmatch(f, -1) {
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err == nil && at.After(cut) && m[2] != "1" {
+				led = fmt.Sprintf("node %s leads (term %s) %v after the cut", m[2], m[3], at.Sub(cut).Round(time.Millisecond))
+				break
+			}
+		}
+		if led == "" {
+			t.Errorf("node %d saw no agent take over after the cut:\n%s", node, f)
+		}
+		// The verdict on ftrun's host.
+		m := failRE.FindStringSubmatch(f)
+		if m == nil {
+			t.Errorf("node %d did not apply host 0's (ftrun's) failure:\n%s", node, f)
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil || !at.After(cut) {
+			t.Errorf("node %d: host 0 declared at %q, not after the cut (%v)", node, m[1], err)
+		}
+		t.Logf("node %d: %s; host 0 declared %v after the cut (%s)", node, led, at.Sub(cut).Round(time.Millisecond), strings.TrimSpace(m[0][len(m[1]):]))
+	}
+	if t.Failed() {
+		for node := 2; node <= 5; node++ {
+			t.Logf("node %d's log:\n%s", node, files[node])
+		}
+	}
+
+	// The agents end once their nodes stopped: none is left on any host.
+	join()
+	deadline = time.Now().Add(30 * time.Second)
+	for h := 1; h <= 4; h++ {
+		for {
+			o, _ := exec.Command(clusterScript(), "on", dir, fmt.Sprintf("h%d", h), "sh", "-c", "pgrep -f '[a]gent --boot' || true").CombinedOutput()
+			if strings.TrimSpace(string(o)) == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("an agent still runs on h%d: pids %s", h, strings.TrimSpace(string(o)))
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
