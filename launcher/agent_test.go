@@ -330,8 +330,15 @@ func (l *logBuffer) String() string {
 // binary in helper mode; the test's cleanup closes it (killing its ranks).
 func startAgent(t *testing.T, mode string, once bool) (*Agent, *logBuffer) {
 	t.Helper()
+	return startAgentEnv(t, mode, once)
+}
+
+// startAgentEnv is startAgent with extra variables for the ranks it starts.
+func startAgentEnv(t *testing.T, mode string, once bool, extra ...string) (*Agent, *logBuffer) {
+	t.Helper()
 	logs := new(logBuffer)
 	env := append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	env = append(env, extra...)
 	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Secret: testAgentKey(), Once: once, Env: env, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)

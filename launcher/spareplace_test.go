@@ -13,6 +13,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
 // The host of a spare: the replaced rank's host when it is alive with a
@@ -277,12 +278,20 @@ func TestAgentSpawnsSpare(t *testing.T) {
 // "exit") or waits to be lost with its host (how "lost"). The others
 // find the next barrier failed and call Replace; the spare's Init returns
 // the communicator Replace made, and all three pass a barrier on it.
+//
+// A spare started where holdSpareEnv is set says so and waits, without
+// joining, until it is killed with its host.
 func hostReplaceHelper(rank int, how string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), helperLife)
 	defer cancel()
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "rank %d: %s\n", rank, fmt.Sprintf(format, args...))
 		return 1
+	}
+	if _, spare := os.LookupEnv(jobwire.EnvSpawn); spare && os.Getenv(holdSpareEnv) == "1" {
+		fmt.Printf("spare %d holds\n", rank)
+		<-ctx.Done()
+		return 0
 	}
 	c, err := comm.Init(ctx)
 	if err != nil {
@@ -298,7 +307,7 @@ func hostReplaceHelper(rank int, how string) int {
 		}
 		fmt.Printf("rank %d ready\n", rank)
 		if rank == 2 {
-			if how == "exit" {
+			if how == "exit" || how == "exit, then host lost" {
 				return 3
 			}
 			<-ctx.Done() // killed with its host first
@@ -394,5 +403,74 @@ func TestProcessSpareOnHost(t *testing.T) {
 				t.Errorf("rank 2 of the lost host: %+v, want failed", res.Ranks[2])
 			}
 		})
+	}
+}
+
+// holdSpareEnv makes a spare of hostReplaceHelper wait without joining.
+const holdSpareEnv = "LAUNCHER_TEST_HOLD_SPARE"
+
+// A spare's host lost before the spare joined: rank 2 exits, the spare
+// replacing it starts on rank 2's host a (alive, a free slot), and host a
+// is lost before the spare joins (its agent closes: a host dying takes a
+// moment, in which its agent may still report a rank's death and take a
+// spare, as TestClusterRespawn met under load). ftrun starts the next
+// spare on host b, and the survivors' Replace succeeds with it; without
+// the retry their Replace failed ("0 of 1 spares started").
+func TestProcessSpareHostLostBeforeJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	t.Setenv(helperEnv, "hostreplace")
+	t.Setenv("GORACE", "atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	a, _ := startAgentEnv(t, "hostreplace", false, holdSpareEnv+"=1")
+	b, blogs := startAgent(t, "hostreplace", false)
+	out := make(lineChan, 100)
+	var errs logBuffer
+	j, err := Start(&Options{N: 3, Spares: 2, Transport: TransportTCP,
+		Hosts:      []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 1}},
+		SpareHosts: b.Addr().String(), AgentSecret: testAgentSecret,
+		Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{"exit, then host lost"}, Stdout: out, Stderr: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for held := false; !held; {
+		select {
+		case l := <-out:
+			lines = append(lines, l)
+			held = l == "spare 3 holds\n"
+		case <-j.Done():
+			t.Fatalf("job ended before spare 3 started on host a; output %q; stderr:\n%s", lines, errs.String())
+		}
+	}
+	a.Close() // host a lost, spare 3 with it, before it joined
+	res := j.Wait()
+	close(out)
+	for l := range out {
+		lines = append(lines, l)
+	}
+	all := strings.Join(lines, "")
+	for _, want := range []string{
+		"rank 4 replaces world rank 2 as rank 2 of 3\n",
+		"rank 0 is 0 of 3 after replace\n",
+		"rank 1 is 1 of 3 after replace\n",
+		"rank 4 is 2 of 3 after replace\n",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no %q in the output:\n%s\nstderr:\n%s", want, all, errs.String())
+		}
+	}
+	for _, want := range []string{"trying another host", "started spare rank 4 on " + b.Addr().String() + " at rank 0's request"} {
+		if !strings.Contains(errs.String(), want) {
+			t.Errorf("ftrun does not say %q:\n%s", want, errs.String())
+		}
+	}
+	if !strings.Contains(blogs.String(), "started spare rank 4") {
+		t.Errorf("spare rank 4 did not start on host b; its agent's log:\n%s", blogs)
+	}
+	for _, r := range []int{0, 1, 4} {
+		if !res.Ranks[r].OK() {
+			t.Errorf("rank %d: %v", r, res.Ranks[r])
+		}
 	}
 }

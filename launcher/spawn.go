@@ -3,6 +3,7 @@ package launcher
 import (
 	"cmp"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -56,6 +57,13 @@ func (j *Job) spawn(by ftrma.Rank, k int, payload []byte, near []ftrma.Rank) ([]
 			hint = near[i]
 		}
 		s, err := j.startSpare(by, hint, payload)
+		for errors.Is(err, errSpareHostLost) && j.sparesLeft() > 0 {
+			// Its host was lost under it (a host dying takes a moment:
+			// its agent may report a rank's death and take a spare
+			// before it goes): the next placement leaves that host out.
+			j.out.reportf("%v; trying another host", err)
+			s, err = j.startSpare(by, hint, payload)
+		}
 		if err != nil {
 			return ranks, err
 		}
@@ -119,12 +127,18 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	if err != nil {
 		err = fmt.Errorf("start spare rank %d on %s: %w", s, cmp.Or(h.label, "this host"), err)
 		j.spareFailed(s, err)
+		if h.link != nil && !h.link.alive() {
+			err = fmt.Errorf("%w: %w", errSpareHostLost, err)
+		}
 		return -1, err
 	}
 	if err := j.rv.awaitSpare(s, spareJoinTimeout); err != nil {
 		j.mu.Lock()
 		j.signalLocked(j.ranks[s], syscall.SIGKILL) // nothing if it ended
 		j.mu.Unlock()
+		if h.link != nil && !h.link.alive() {
+			err = fmt.Errorf("%w: %w", errSpareHostLost, err)
+		}
 		return -1, err
 	}
 	if err := j.rv.admit(s); err != nil {
@@ -143,6 +157,17 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	}
 	j.out.reportf("started spare rank %d%s at rank %d's request at %.3fs", s, where, by, time.Since(j.start).Seconds())
 	return s, nil
+}
+
+// errSpareHostLost: a spare was lost before it joined because its host was
+// lost; spawn tries another host.
+var errSpareHostLost = errors.New("the spare's host was lost")
+
+// sparesLeft is how many spare world ranks are still unused.
+func (j *Job) sparesLeft() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.opts.N + j.spares - j.nextSpare
 }
 
 // startRemoteSpare has the agent of link l start spare p with vars, and
