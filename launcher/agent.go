@@ -980,7 +980,9 @@ ssh or srun, as "ftrun agent --boot", which reads what it needs on its
 standard input); start one by hand with --listen only for ftrun --hosts.
 The agent starts its host's ranks, forwards their output and exits, and
 carries out ftrun's kills and signals. When ftrun's link closes or is
-silent for 2 s, the agent kills the job's ranks.
+silent for 2 s, the agent kills the job's ranks; under ftrun --arbiter it
+grants its ranks their lease and keeps them while its host's arbiter node
+acts, then exits once they have.
 
 A running agent and ftrun --hosts share the agent secret in
 FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names), made by
