@@ -76,11 +76,17 @@ func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any
 	if len(secret) < jobwire.MinSecret {
 		return nil, fmt.Errorf("the launch carries no job secret")
 	}
+	return listenSupervisor(secret, a.d.cfg.LeaseTerm, a.d.hostLease, logf)
+}
+
+// listenSupervisor serves lease asks on the loopback for the job of
+// secret, with term and the node's host lease now (lease).
+func listenSupervisor(secret []byte, term time.Duration, lease func() (bool, time.Time), logf func(string, ...any)) (*hostSupervisor, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &hostSupervisor{ln: ln, key: jobwire.SupervisorKey(secret), term: a.d.cfg.LeaseTerm, lease: a.d.hostLease,
+	s := &hostSupervisor{ln: ln, key: jobwire.SupervisorKey(secret), term: term, lease: lease,
 		logf: logf, gate: seclink.NewGate(maxSupervisorHandshakes), quit: make(chan struct{}), conns: make(map[net.Conn]bool)}
 	s.wg.Add(1)
 	go s.accept()
