@@ -18,11 +18,11 @@ import (
 // after the ranks started, ftrun's host is cut from every compute host
 // (cluster.sh split DIR root h1,h2,h3,h4).
 //
-// What is true today: ftrun alone is the job's authority, so the job
-// dies. The ranks lose their lease from ftrun and stop, the agents lose
-// their links and kill what is left, and ftrun, cut from everyone,
-// declares every rank lost and exits 1 (no survivor). ftrun's arbiter node
-// stops acting too (it leads nobody).
+// What is true today: ftrun's verdicts are still its own, so ftrun, cut
+// from everyone, declares every rank lost and exits 1 (no survivor), and
+// its arbiter node stops acting (it leads nobody). On the compute hosts
+// the ranks take their lease from their agents (survive_test.go), so they
+// go on while their hosts' nodes act; this test does not look at them.
 //
 // What the arbiter decides meanwhile, read from the agents' logs, which
 // they write on their own hosts (--output-filename DIR: DIR/1/arbiter.N,

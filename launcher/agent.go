@@ -202,6 +202,13 @@ type agentJob struct {
 	files *outputFiles
 	host  string
 	arb   *agentArbiter // --arbiter: this host's node, or nil
+	// sup is the ranks' lease endpoint under --arbiter (supervisor.go),
+	// or nil: their lease comes from ftrun. With it, the ranks outlive
+	// the link to ftrun while the node acts (outlive).
+	sup *hostSupervisor
+	// kill is closed when the agent was told to stop (a signal, Close):
+	// the ranks are killed whatever the lease.
+	kill <-chan struct{}
 
 	cuts  bool   // the launcher checked that this agent can cut (--cut)
 	holes *holes // the blackhole routes of --cut held here
@@ -254,15 +261,16 @@ func (a *Agent) serve(c net.Conn) bool {
 		return false
 	}
 	tc.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
-	runAgentJob(tc, a.cfg.Env, logfOf(a.cfg.Logger))
+	runAgentJob(tc, a.cfg.Env, logfOf(a.cfg.Logger), a.quit)
 	return true
 }
 
 // runAgentJob serves one authenticated launcher connection: it reads the
 // launch (within the connection's deadline), starts the ranks, and
 // supervises them until the connection closes or goes silent for
-// linkTimeout, when it kills them.
-func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
+// linkTimeout, when it kills them (under --arbiter, when their host lease
+// ends: agentJob.outlive), or kill is closed.
+func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-chan struct{}) {
 	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
 	joined := false
 	var files *outputFiles
@@ -358,7 +366,16 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any)) {
 	if files != nil {
 		files.size = spec.size
 	}
-	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles(), arb: arb}
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles(), arb: arb, kill: kill}
+	if arb != nil {
+		sup, err := startSupervisor(spec, arb, logf)
+		if err != nil {
+			logf("job %s: the ranks' lease endpoint: %v; their lease comes from ftrun", jobwire.Printable([]byte(spec.job)), err)
+		} else {
+			j.sup = sup
+			defer sup.close()
+		}
+	}
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if files != nil {
 		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
@@ -461,6 +478,9 @@ func (j *agentJob) start() error {
 	var pids []rankPID
 	for _, r := range j.spec.ranks {
 		vars := append(append([]string(nil), r.env...), jobwire.EnvHostAddr+"="+hostIP)
+		if j.sup != nil {
+			vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
+		}
 		p, err := j.startRank(path, dir, r.rank, rankEnv(j.env, vars, len(j.spec.ranks)))
 		if err != nil {
 			for _, p := range j.procs {
@@ -509,6 +529,9 @@ func (j *agentJob) spawn(m spawnRankMsg) {
 	here := len(j.ranks)
 	j.mu.Unlock()
 	vars := append(append([]string(nil), m.env...), jobwire.EnvHostAddr+"="+addrIP(j.c.LocalAddr()))
+	if j.sup != nil {
+		vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
+	}
 	p, err := j.startRank(j.path, j.dir, m.rank, rankEnv(j.env, vars, here))
 	if err != nil {
 		answer.text = fmt.Sprintf("on %s: start spare rank %d: %v", j.c.LocalAddr(), m.rank, err)
@@ -693,6 +716,15 @@ func (j *agentJob) supervise() (lost bool) {
 		j.c.SetReadDeadline(time.Now().Add(j.spec.timeout()))
 		typ, p, err := jobwire.ReadFrame(j.c, maxLaunch)
 		if err != nil {
+			if j.sup != nil && j.running() > 0 && !j.told() {
+				// --arbiter: the ranks' lease is their host's, not
+				// ftrun's: they go on while this host's node acts.
+				j.logf("job %s: the link to the launcher ended (%v): the ranks go on under this host's lease", jobwire.Printable([]byte(j.spec.job)), err)
+				lost = true
+				j.c.Close() // unblocks forwarding to a launcher that is gone
+				j.outlive()
+				break
+			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				j.logf("job %s: the link to the launcher is lost (%v): killing the ranks", jobwire.Printable([]byte(j.spec.job)), err)
 				lost = true
@@ -748,6 +780,60 @@ func (j *agentJob) supervise() (lost bool) {
 	j.c.Close() // unblocks forwarding to a launcher that is gone
 	j.wg.Wait()
 	return lost
+}
+
+// running is how many ranks run here (started and not reaped).
+func (j *agentJob) running() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for _, p := range j.procs {
+		if p.running {
+			n++
+		}
+	}
+	return n
+}
+
+// told reports whether the agent was told to stop (kill closed).
+func (j *agentJob) told() bool {
+	select {
+	case <-j.kill:
+		return true
+	default:
+		return false
+	}
+}
+
+// outlive waits, once the link to ftrun ended under --arbiter, until every
+// rank here has exited (reported to the node as they go: wait), or the
+// agent is told to stop. Once the node stops acting (the host lease is
+// lost) the ranks stop by themselves as their leases run out, within a
+// term and its quarter-term rescue: when it has not acted again for that
+// long, outlive returns, and supervise kills what is left, as a backstop.
+func (j *agentJob) outlive() {
+	term := j.arb.d.cfg.LeaseTerm
+	tick := time.NewTicker(term / 20)
+	defer tick.Stop()
+	var stopped time.Time
+	for j.running() > 0 {
+		select {
+		case <-j.kill:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		acting, end := j.arb.d.hostLease()
+		switch acts := acting && now.Before(end); {
+		case acts:
+			stopped = time.Time{} // a take-over may leave a gap: the rescue covers it
+		case stopped.IsZero():
+			stopped = now
+			j.logf("job %s: this host's arbiter node does not act: its ranks stop as their leases run out; what is left is killed in %v unless it acts again", jobwire.Printable([]byte(j.spec.job)), term+term/4)
+		case now.Sub(stopped) >= term+term/4:
+			return
+		}
+	}
 }
 
 // signal sends sig to rank r's process group if r runs here and has not been
@@ -894,7 +980,9 @@ ssh or srun, as "ftrun agent --boot", which reads what it needs on its
 standard input); start one by hand with --listen only for ftrun --hosts.
 The agent starts its host's ranks, forwards their output and exits, and
 carries out ftrun's kills and signals. When ftrun's link closes or is
-silent for 2 s, the agent kills the job's ranks.
+silent for 2 s, the agent kills the job's ranks; under ftrun --arbiter it
+grants its ranks their lease and keeps them while its host's arbiter node
+acts, then exits once they have.
 
 A running agent and ftrun --hosts share the agent secret in
 FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names), made by

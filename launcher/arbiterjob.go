@@ -46,7 +46,10 @@ import (
 // ftrun's host or its own failed and then two election timeouts more (for
 // the others to apply it too: a leader that stopped at once would take
 // its commit with it), so that the arbiter's verdict on a lost ftrun is
-// reached and logged; its ranks are killed at once as before.
+// reached and logged. An agent's ranks take their lease from it and
+// outlive its link to ftrun while its node acts (supervisor.go,
+// agentJob.outlive): a link that ends while ranks run counts as lost, and
+// the node stays up, after them, as above.
 // Each node's log lines go to its log (ftrun's standard error; an agent's,
 // which ssh or srun hold and ftrun shows only when the agent fails to
 // start) and, with --output-filename DIR, to DIR/1/arbiter.N on its own

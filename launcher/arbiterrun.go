@@ -407,6 +407,16 @@ func (d *arbDriver) waitFor(ctx context.Context, cond func(*arbStats) bool) bool
 	}
 }
 
+// hostLease is whether this node acted at its last input and when its host
+// lease ends (the zero Time before its first): what the host supervisor
+// grants by (supervisorGrant). A lease that ran out since then is seen by
+// the end, which only moves forward.
+func (d *arbDriver) hostLease() (acting bool, end time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.acting, d.st.leaseEnd
+}
+
 // hostFailed reports whether the log declared host h failed.
 func (s *arbStats) hostFailed(h int) bool {
 	for _, v := range s.hosts {

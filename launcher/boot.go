@@ -468,28 +468,45 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 		logf("ftrun at %s: %v", c.RemoteAddr(), err)
 		return ExitLaunch
 	}
-	// Standard input closing means ssh or srun ended: ftrun is gone.
+	// Standard input closing means ssh or srun ended: ftrun is gone. The
+	// link ends then, as when it breaks (under --arbiter the ranks go on
+	// while this host's node acts: agentJob.outlive).
 	go func() {
 		io.Copy(io.Discard, rd)
 		tc.Close()
 	}()
-	// SIGINT, SIGTERM or SIGHUP end the job here as a lost link does: the
-	// ranks are killed and the routes of --cut removed before the agent
-	// exits.
+	// SIGINT or SIGTERM kill the ranks and remove the routes of --cut
+	// before the agent exits. SIGHUP (the end of the ssh session that
+	// started it) ends the link as a lost link does. A write to standard
+	// error once ssh is gone fails (EPIPE) instead of killing the agent.
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigc)
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	served := make(chan struct{})
 	defer close(served)
+	kill := make(chan struct{})
 	go func() {
-		select {
-		case sig := <-sigc:
-			logf("got %v: killing the ranks and exiting", sig)
-			tc.Close()
-		case <-served:
+		for {
+			select {
+			case sig := <-sigc:
+				if sig == syscall.SIGHUP {
+					logf("got %v: the link to ftrun ends", sig)
+					tc.Close()
+					continue
+				}
+				logf("got %v: killing the ranks and exiting", sig)
+				close(kill)
+				tc.Close()
+				return
+			case <-served:
+				return
+			}
 		}
 	}()
-	runAgentJob(tc, os.Environ(), logf)
+	runAgentJob(tc, os.Environ(), logf, kill)
 	return ExitOK
 }
 

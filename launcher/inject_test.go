@@ -187,7 +187,7 @@ func TestAgentCutCheck(t *testing.T) {
 		l, a := net.Pipe()
 		done := make(chan struct{})
 		var logs logBuffer
-		go func() { defer close(done); runAgentJob(a, nil, logs.logf) }()
+		go func() { defer close(done); runAgentJob(a, nil, logs.logf, nil) }()
 		l.SetDeadline(time.Now().Add(10 * time.Second))
 		if err := jobwire.WriteFrame(l, msgCut, nil); err != nil {
 			t.Fatal(err)

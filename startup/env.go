@@ -42,6 +42,7 @@ type jobEnv struct {
 	spawn      []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
 	spawned    bool          // this rank is a spare started later (FTRMA_SPAWN set)
 	sparesLost []ftrma.Rank  // FTRMA_SPARES_LOST: earlier spares that ended before they joined
+	supervisor string        // FTRMA_SUPERVISOR: the host agent's lease endpoint (ftrun --arbiter), or ""
 	got        *joinInfo     // what the rendezvous taught beyond the addresses; set by join
 }
 
@@ -137,6 +138,11 @@ func readEnv() (jobEnv, error) {
 				}
 				e.sparesLost = append(e.sparesLost, ftrma.Rank(r))
 			}
+		}
+	}
+	if e.supervisor = os.Getenv(jobwire.EnvSupervisor); e.supervisor != "" {
+		if _, _, err := net.SplitHostPort(e.supervisor); err != nil {
+			return e, fmt.Errorf("launcher: %s=%q: want host:port", jobwire.EnvSupervisor, e.supervisor)
 		}
 	}
 	e.localSize = size

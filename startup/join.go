@@ -33,7 +33,12 @@ type Session struct {
 	conn net.Conn      // the rendezvous connection, now the supervision channel
 	exit *exitReceiver // the receiver Join installed; nil in tests without a transport
 
-	wmu       sync.Mutex // serializes writes on conn
+	wmu sync.Mutex // serializes writes on conn
+	// local is the lease channel to this host's agent (ftrun --arbiter on
+	// an agent's host: jobwire.EnvSupervisor), or nil: the lease comes
+	// from ftrun over conn. With it, a broken conn does not stop the rank.
+	local     net.Conn
+	smu       sync.Mutex // serializes writes on local
 	closeOnce sync.Once
 	closeErr  error
 	watching  sync.WaitGroup // the goroutines reading conn and keeping the lease
@@ -242,7 +247,8 @@ func (s *Session) Rescuing() <-chan struct{} {
 // as ftrun stretched it for the job's hosts).
 func (s *Session) LeaseTerm() time.Duration { return s.term }
 
-// askLease sends one lease ask.
+// askLease sends one lease ask, to the host's agent when the lease comes
+// from it, else to ftrun.
 func (s *Session) askLease() {
 	s.lmu.Lock()
 	s.seq++
@@ -254,20 +260,25 @@ func (s *Session) askLease() {
 		}
 	}
 	s.lmu.Unlock()
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.conn.SetWriteDeadline(time.Now().Add(s.term / 5))
-	defer s.conn.SetWriteDeadline(time.Time{})
-	jobwire.WriteFrame(s.conn, jobwire.MsgLeaseAsk, jobwire.LeasePayload(seq))
+	c, mu := s.conn, &s.wmu
+	if s.local != nil {
+		c, mu = s.local, &s.smu
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	c.SetWriteDeadline(time.Now().Add(s.term / 5))
+	defer c.SetWriteDeadline(time.Time{})
+	jobwire.WriteFrame(c, jobwire.MsgLeaseAsk, jobwire.LeasePayload(seq))
 }
 
-// granted extends the lease by the grant of ask seq.
-func (s *Session) granted(seq uint64) {
+// granted extends the lease by the grant of ask seq, for term from the
+// ask (at most the lease's own term).
+func (s *Session) granted(seq uint64, term time.Duration) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
 	if at, ok := s.asked[seq]; ok {
 		delete(s.asked, seq)
-		if e := at.Add(s.term); e.After(s.expiry) {
+		if e := at.Add(min(term, s.term)); e.After(s.expiry) {
 			s.expiry = e
 		}
 	}
@@ -292,6 +303,9 @@ func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		s.closeErr = s.conn.Close()
+		if s.local != nil {
+			s.local.Close()
+		}
 	})
 	s.watching.Wait()
 	return s.closeErr
@@ -333,6 +347,14 @@ func (s *Session) watch() {
 			select {
 			case <-s.stop: // Close
 			default:
+				if s.local != nil {
+					// The lease comes from this host's agent,
+					// whose arbiter node outlives ftrun: the
+					// rank goes on while it is granted.
+					ftrma.Logger().Warn(fmt.Sprintf("ftrma rank %d: its connection to ftrun broke (%v): it goes on under its host's lease", s.rank, err),
+						ftrma.LogRank, s.rank, ftrma.LogJob, s.job)
+					return
+				}
 				// ftrun is gone, or the connection broke: no lease
 				// can be renewed, and ftrun, seeing the connection
 				// close, counts this rank gone at once
@@ -352,8 +374,8 @@ func (s *Session) watch() {
 			continue
 		}
 		if typ == jobwire.MsgLeaseGrant {
-			if seq, err := jobwire.ParseLease(p); err == nil {
-				s.granted(seq)
+			if seq, err := jobwire.ParseLease(p); err == nil && s.local == nil {
+				s.granted(seq, s.term)
 			}
 			continue
 		}
@@ -380,6 +402,50 @@ func (s *Session) watch() {
 			s.exit.exited(s.t, r)
 		}
 	}
+}
+
+// watchLocal reads the lease channel to this host's agent until it
+// closes: grants extend the lease; a channel that breaks stops the rank,
+// as a broken channel to ftrun does without the agent (its supervisor is
+// gone: no lease can be renewed).
+func (s *Session) watchLocal() {
+	defer s.watching.Done()
+	for {
+		typ, p, err := jobwire.ReadFrame(s.local, jobwire.MaxSuperFrame)
+		if err != nil {
+			select {
+			case <-s.stop:
+			default:
+				s.lose(fmt.Sprintf("its connection to its host's agent broke (%v)", err))
+			}
+			return
+		}
+		if typ == jobwire.MsgLeaseGrant {
+			if seq, term, err := jobwire.ParseGrant(p); err == nil {
+				s.granted(seq, term)
+			}
+		}
+	}
+}
+
+// dialSupervisor opens the lease channel to this host's agent at addr,
+// proving the job secret (jobwire.SupervisorKey).
+func dialSupervisor(ctx context.Context, env jobEnv) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", env.supervisor)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: rank %d: its host's agent: %w", env.rank, err)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	tc, err := seclink.Client(c, jobwire.SupervisorKey(env.secret), deadline)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("launcher: rank %d: its host's agent at %s: %w", env.rank, env.supervisor, err)
+	}
+	return tc, nil
 }
 
 // Join makes this process a rank of the ftrun job that started it: it reads
@@ -421,6 +487,12 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	var t transport.Transport
 	var conn net.Conn
 	var err error
+	if env.supervisor != "" {
+		// Before the rendezvous: a spare's early watch sees it set.
+		if sess.local, err = dialSupervisor(ctx, env); err != nil {
+			return nil, err
+		}
+	}
 	switch env.transport {
 	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, x, sess, logger)
@@ -432,6 +504,9 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 		t, conn, err = joinTCP(ctx, env, x, sess, logger)
 	}
 	if err != nil {
+		if sess.local != nil {
+			sess.local.Close()
+		}
 		return nil, err
 	}
 	// The rendezvous just completed with ftrun: the lease starts now.
@@ -447,6 +522,10 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	logger.Debug("ftrma: joined the job", ftrma.LogRank, env.rank, "size", env.size, "spares", env.spares, "spawned", env.spawned, "transport", env.transport, "lease", env.lease)
 	for _, a := range env.got.admits { // arrived while waiting for the start
 		sess.admitted(a)
+	}
+	if sess.local != nil {
+		sess.watching.Add(1)
+		go sess.watchLocal()
 	}
 	sess.watching.Add(1)
 	go sess.keepLease()

@@ -230,3 +230,53 @@ func TestLeaseLostWhenLinkBreaks(t *testing.T) {
 		t.Fatal("the connection to ftrun broke and the rank did not stop")
 	}
 }
+
+// Under ftrun --arbiter on an agent's host (a lease channel to the agent:
+// Session.local) a broken connection to ftrun does not stop the rank; the
+// agent's grants keep its lease, capped by the term each grant carries,
+// and the rank stops once they stop.
+func TestLeaseFromAgentOutlivesFtrun(t *testing.T) {
+	const term = 100 * time.Millisecond
+	rank, launcher := net.Pipe()
+	local, agent := net.Pipe()
+	s := &Session{rank: 1, size: 2, conn: rank, local: local, term: term, stop: make(chan struct{}),
+		asked: make(map[uint64]time.Time), expiry: time.Now().Add(term)}
+	lost := new(atomic.Int32)
+	s.OnLeaseLost(func() { lost.Add(1) })
+	var grant atomic.Bool
+	grant.Store(true)
+	go func() {
+		for {
+			typ, p, err := jobwire.ReadFrame(agent, jobwire.MaxSmallFrame)
+			if err != nil {
+				return
+			}
+			if typ == jobwire.MsgLeaseAsk && grant.Load() {
+				seq, _ := jobwire.ParseLease(p)
+				jobwire.WriteFrame(agent, jobwire.MsgLeaseGrant, jobwire.GrantPayload(seq, time.Hour)) // capped by term
+			}
+		}
+	}()
+	s.watching.Add(3)
+	go s.watch()
+	go s.watchLocal()
+	go s.keepLease()
+	t.Cleanup(func() { s.Close(); agent.Close() })
+	launcher.Close()
+	time.Sleep(6 * term)
+	if n := lost.Load(); n != 0 {
+		t.Fatalf("the rank stopped %d times with ftrun's channel broken while its agent granted", n)
+	}
+	s.lmu.Lock()
+	left := time.Until(s.expiry)
+	s.lmu.Unlock()
+	if e := left; e > term {
+		t.Errorf("the lease runs %v more, want at most the term %v", e, term)
+	}
+	grant.Store(false)
+	for end := time.Now().Add(20 * term); lost.Load() == 0 && time.Now().Before(end); time.Sleep(term / 10) {
+	}
+	if n := lost.Load(); n != 1 {
+		t.Fatalf("lease lost %d times after the agent's grants stopped, want 1", n)
+	}
+}

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ftrun --arbiter over the cluster, ftrun SIGKILLed mid-run: ftrun in the
+// root namespace (node 1 of the arbiter, no rank), the checkpointing
+// example on h1..h4 with 2 slots each. The ranks take their lease from
+// their agents, whose arbiter nodes elect a leader among themselves once
+// ftrun is gone; the agents outlive their ssh sessions, and end by
+// themselves once their ranks have. The survivors' output files (written
+// by the agents on their hosts, --output-filename) hold the failure-free
+// result, with every rank surviving. Without --arbiter the same kill ends
+// the job with no result (the agents kill their ranks as their links
+// break): the difference the arbiter makes.
+func TestSurviveFtrunKill(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := hostfile(t, 4, 2)
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	const tasks = "32768"
+	resultRE := regexp.MustCompile(`(?m)result: .*$`)
+
+	// results is every result line of the ranks' stdout files under out.
+	results := func(out string) []string {
+		var lines []string
+		for r := range 8 {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
+			lines = append(lines, resultRE.FindAllString(string(b), -1)...)
+		}
+		return lines
+	}
+	// agentsGone waits until no agent runs on h1..h4, or fails the test.
+	agentsGone := func(within time.Duration) {
+		start := time.Now()
+		for h := 1; h <= 4; h++ {
+			for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
+				if time.Since(start) > within {
+					t.Fatalf("an agent still runs on h%d %v after ftrun's kill", h, within)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	// run runs the job, SIGKILLs ftrun a second after every rank started
+	// when kill, and returns its output directory once the agents are gone.
+	run := func(name string, arbiter, kill bool) (string, string) {
+		out := filepath.Join(work, name)
+		args := []string{"--hostfile", hf, "--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", tasks}
+		if arbiter {
+			args = append([]string{"--arbiter"}, args...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		start := time.Now()
+		cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), args...)
+		job := startLive(t, cmd)
+		if !kill {
+			o, e := job.finish()
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("%s: exit %d:\n%s\n%s", name, code, o, e)
+			}
+			t.Logf("%s: ftrun alive: the job took %v", name, time.Since(start).Round(time.Millisecond))
+			agentsGone(time.Minute)
+			return out, o + e
+		}
+		// Every rank runs once the last one's directory exists (its
+		// agent makes it as it starts the rank).
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(out, "1", "rank.7")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				o, e := job.finish()
+				t.Fatalf("%s: rank 7 did not start within a minute:\n%s\n%s", name, o, e)
+			}
+		}
+		time.Sleep(time.Second)
+		cmd.Process.Kill()
+		killed := time.Now()
+		o, e := job.finish()
+		agentsGone(2 * time.Minute)
+		t.Logf("%s: ftrun SIGKILLed %v after the start; the agents were all gone %v after the kill",
+			name, killed.Sub(start).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+		return out, o + e
+	}
+
+	ref, refOut := run("alive", true, false)
+	want := results(ref)
+	if len(want) != 1 || !strings.Contains(want[0], "survivors 8 of 8") {
+		t.Fatalf("failure-free run under --arbiter: result lines %q, want one with every rank surviving:\n%s", want, refOut)
+	}
+
+	out, ftrunOut := run("killed-arbiter", true, true)
+	if got := results(out); len(got) != 1 || got[0] != want[0] {
+		for r := range 8 {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
+			t.Logf("rank %d's stderr:\n%s", r, b)
+		}
+		for node := 2; node <= 5; node++ {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			t.Logf("node %d's log:\n%s", node, b)
+		}
+		t.Fatalf("under --arbiter with ftrun SIGKILLed: result lines %q, want exactly %q; ftrun said:\n%s", got, want[0], ftrunOut)
+	}
+	t.Logf("under --arbiter the job survived ftrun's SIGKILL: %s", want[0])
+
+	out, ftrunOut = run("killed-plain", false, true)
+	if got := results(out); len(got) != 0 {
+		t.Errorf("without --arbiter, ftrun SIGKILLed: result lines %q, want none (the job dies with ftrun); ftrun said:\n%s", got, ftrunOut)
+	}
+}

@@ -1,0 +1,42 @@
+package jobwire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/ftrma/ftrma/internal/seclink"
+)
+
+// The host supervisor's channel (ftrun --arbiter). On an agent's host the
+// ranks take their lease from their agent, not from ftrun: the agent
+// listens on the host's loopback (EnvSupervisor), each rank dials it once
+// it has joined and proves the job secret with SupervisorKey (TLS,
+// internal/seclink), then sends MsgLeaseAsk (LeasePayload) every fifth of
+// its term as it does to ftrun. The agent answers with MsgLeaseGrant
+// carrying GrantPayload: the ask's seq and the term the rank may count
+// from when it sent the ask, never more than its usual term, nor than what
+// remains of the host's lease from the job's arbiter. The agent answers
+// only while its host's arbiter node acts. So a rank's lease ends no later
+// than its host's, and the rank's arithmetic is the same as with ftrun.
+
+// SupervisorKey is the TLS key of the channel between a rank and its
+// host's agent, from the job secret; distinct from RendezvousKey.
+func SupervisorKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma host supervisor") }
+
+// GrantPayload encodes a supervisor's grant: the ask's seq and the term.
+func GrantPayload(seq uint64, term time.Duration) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, seq), uint64(term))
+}
+
+// ParseGrant decodes GrantPayload; the term is positive.
+func ParseGrant(p []byte) (seq uint64, term time.Duration, err error) {
+	if len(p) != 16 {
+		return 0, 0, fmt.Errorf("%w: grant of %d bytes", ErrMalformed, len(p))
+	}
+	t := binary.BigEndian.Uint64(p[8:])
+	if t == 0 || t > 1<<62 {
+		return 0, 0, fmt.Errorf("%w: grant of term %d ns", ErrMalformed, t)
+	}
+	return binary.BigEndian.Uint64(p), time.Duration(t), nil
+}

@@ -1,0 +1,205 @@
+package launcher
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/internal/seclink"
+)
+
+// The host supervisor (ftrun --arbiter, on an agent's host): the agent,
+// once its arbiter node runs, grants its ranks their lease instead of
+// ftrun (internal/jobwire/supervisor.go for the channel). It listens on
+// the host's loopback before it starts the ranks and gives them the
+// address in jobwire.EnvSupervisor. It answers a rank's ask only while its
+// node acts, with a term of at most the lease term and at most what
+// remains of the node's host lease (supervisorGrant): every rank lease
+// ends no later than its host's. An ask that comes while the node does
+// not act is held, and granted once it acts again (a leader's take-over
+// may leave a host without a lease for a moment: the rank's rescue, a
+// quarter term, covers it); a late grant only gives a shorter lease.
+//
+// Ranks on ftrun's own host keep their lease from ftrun's rendezvous.
+
+// supervisorGrant is the grant rule: at now, with the node acting or not
+// and its host lease ending at leaseEnd, an ask may be granted for the
+// returned term (counted by the rank from when it sent the ask), or not
+// at all.
+func supervisorGrant(acting bool, leaseEnd, now time.Time, term time.Duration) (time.Duration, bool) {
+	if !acting || term <= 0 {
+		return 0, false
+	}
+	left := leaseEnd.Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(term, left), true
+}
+
+// hostSupervisor is an agent's lease endpoint for its host's ranks.
+type hostSupervisor struct {
+	ln    net.Listener
+	key   []byte
+	term  time.Duration
+	lease func() (acting bool, end time.Time) // the node's host lease now
+	logf  func(string, ...any)
+	gate  *seclink.Gate
+
+	quit chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	// conns are the ranks' channels, closed by close.
+	conns map[net.Conn]bool
+}
+
+// maxSupervisorHandshakes bounds the handshakes under way at once.
+const maxSupervisorHandshakes = 64
+
+// startSupervisor listens on the loopback for the ranks of a launch under
+// the arbiter's node a, and serves them until close. The job secret comes
+// from the ranks' environment (FTRMA_SECRET).
+func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any)) (*hostSupervisor, error) {
+	var secret []byte
+	for _, r := range spec.ranks {
+		for _, kv := range r.env {
+			if v, ok := strings.CutPrefix(kv, jobwire.EnvSecret+"="); ok {
+				secret, _ = hex.DecodeString(v)
+			}
+		}
+		break
+	}
+	if len(secret) < jobwire.MinSecret {
+		return nil, fmt.Errorf("the launch carries no job secret")
+	}
+	return listenSupervisor(secret, a.d.cfg.LeaseTerm, a.d.hostLease, logf)
+}
+
+// listenSupervisor serves lease asks on the loopback for the job of
+// secret, with term and the node's host lease now (lease).
+func listenSupervisor(secret []byte, term time.Duration, lease func() (bool, time.Time), logf func(string, ...any)) (*hostSupervisor, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &hostSupervisor{ln: ln, key: jobwire.SupervisorKey(secret), term: term, lease: lease,
+		logf: logf, gate: seclink.NewGate(maxSupervisorHandshakes), quit: make(chan struct{}), conns: make(map[net.Conn]bool)}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// addr is the endpoint the ranks get (jobwire.EnvSupervisor).
+func (s *hostSupervisor) addr() string { return s.ln.Addr().String() }
+
+// close stops serving and closes the ranks' channels.
+func (s *hostSupervisor) close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
+	}
+	s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *hostSupervisor) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		select {
+		case <-s.quit:
+			s.mu.Unlock()
+			c.Close()
+			return
+		default:
+		}
+		s.conns[c] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.serve(c)
+	}
+}
+
+// serve answers one rank's asks: a reader keeps the latest ask, and the
+// granter answers it as soon as the rule allows.
+func (s *hostSupervisor) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	tc, err := s.gate.Serve(c, s.key, agentTimeout)
+	if err != nil {
+		s.logf("lease endpoint: refused %s: %v", c.RemoteAddr(), err)
+		return
+	}
+	asks := make(chan uint64, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			typ, p, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
+			if err != nil {
+				return
+			}
+			seq, err := jobwire.ParseLease(p)
+			if typ != jobwire.MsgLeaseAsk || err != nil {
+				continue
+			}
+			select { // only the latest ask matters
+			case <-asks:
+			default:
+			}
+			asks <- seq
+		}
+	}()
+	tick := time.NewTicker(s.term / 20)
+	defer tick.Stop()
+	for {
+		var seq uint64
+		select {
+		case <-done:
+			return
+		case <-s.quit:
+			return
+		case seq = <-asks:
+		}
+		for {
+			acting, end := s.lease()
+			if g, ok := supervisorGrant(acting, end, time.Now(), s.term); ok {
+				tc.SetWriteDeadline(time.Now().Add(s.term / 5))
+				if jobwire.WriteFrame(tc, jobwire.MsgLeaseGrant, jobwire.GrantPayload(seq, g)) != nil {
+					return
+				}
+				break
+			}
+			select {
+			case <-done:
+				return
+			case <-s.quit:
+				return
+			case seq = <-asks: // a newer ask replaces the held one
+			case <-tick.C:
+			}
+		}
+	}
+}
