@@ -369,21 +369,7 @@ func TestProcessSpareOnHost(t *testing.T) {
 				a.Close() // host a lost: its agent ends and kills rank 2
 			}
 			res := j.Wait()
-			close(out)
-			for l := range out {
-				lines = append(lines, l)
-			}
-			all := strings.Join(lines, "")
-			for _, want := range []string{
-				"rank 3 replaces world rank 2 as rank 2 of 3\n",
-				"rank 0 is 0 of 3 after replace\n",
-				"rank 1 is 1 of 3 after replace\n",
-				"rank 3 is 2 of 3 after replace\n",
-			} {
-				if !strings.Contains(all, want) {
-					t.Errorf("no %q in the output:\n%s\nstderr:\n%s", want, all, errs.String())
-				}
-			}
+			wantReplaced(t, lines, out, 3, errs.String())
 			host, logs, other := a.Addr().String(), alogs, blogs
 			if how == "lost" {
 				host, logs, other = b.Addr().String(), blogs, alogs
@@ -445,21 +431,7 @@ func TestProcessSpareHostLostBeforeJoin(t *testing.T) {
 	}
 	a.Close() // host a lost, spare 3 with it, before it joined
 	res := j.Wait()
-	close(out)
-	for l := range out {
-		lines = append(lines, l)
-	}
-	all := strings.Join(lines, "")
-	for _, want := range []string{
-		"rank 4 replaces world rank 2 as rank 2 of 3\n",
-		"rank 0 is 0 of 3 after replace\n",
-		"rank 1 is 1 of 3 after replace\n",
-		"rank 4 is 2 of 3 after replace\n",
-	} {
-		if !strings.Contains(all, want) {
-			t.Errorf("no %q in the output:\n%s\nstderr:\n%s", want, all, errs.String())
-		}
-	}
+	wantReplaced(t, lines, out, 4, errs.String())
 	for _, want := range []string{"trying another host", "started spare rank 4 on " + b.Addr().String() + " at rank 0's request"} {
 		if !strings.Contains(errs.String(), want) {
 			t.Errorf("ftrun does not say %q:\n%s", want, errs.String())
@@ -471,6 +443,28 @@ func TestProcessSpareHostLostBeforeJoin(t *testing.T) {
 	for _, r := range []int{0, 1, 4} {
 		if !res.Ranks[r].OK() {
 			t.Errorf("rank %d: %v", r, res.Ranks[r])
+		}
+	}
+}
+
+// wantReplaced reads the rest of a hostReplaceHelper job's output (out,
+// after lines) and checks that spare took world rank 2's place and that
+// all three members passed the barrier on the new communicator.
+func wantReplaced(t *testing.T, lines []string, out lineChan, spare int, stderr string) {
+	t.Helper()
+	close(out)
+	for l := range out {
+		lines = append(lines, l)
+	}
+	all := strings.Join(lines, "")
+	for _, want := range []string{
+		fmt.Sprintf("rank %d replaces world rank 2 as rank 2 of 3\n", spare),
+		"rank 0 is 0 of 3 after replace\n",
+		"rank 1 is 1 of 3 after replace\n",
+		fmt.Sprintf("rank %d is 2 of 3 after replace\n", spare),
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no %q in the output:\n%s\nstderr:\n%s", want, all, stderr)
 		}
 	}
 }
