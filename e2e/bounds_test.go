@@ -27,6 +27,10 @@ import (
 // first ("replicas kept failing for 10s") and the job printed no result.
 //
 // FTRMA_LONG=1 runs it 10 times (the bar: 10 of 10), else twice.
+// ckpt32k is the failure-free result of the checkpointing example with
+// 32,768 tasks (-tasks 32768): its tree's node count.
+const ckpt32k = "4943272368"
+
 func TestClusterBoundChain(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -45,7 +49,7 @@ func TestClusterBoundChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Dir(agent), 0o755)
-	const want = "4943272368" // the failure-free result of 32,768 tasks
+	const want = ckpt32k
 	failedRE := regexp.MustCompile(`rank (\d+) failed at ([0-9.]+)s`)
 	for i := range runs {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {

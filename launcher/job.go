@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -392,8 +393,20 @@ func (j *Job) abandon() {
 // segments when they close; a killed rank cannot, so the launcher removes
 // whatever of the job is left.
 func (j *Job) removeShm() {
-	if j.opts.Transport == TransportSHM || j.opts.Transport == TransportHybrid {
+	switch j.opts.Transport {
+	case TransportSHM:
 		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {
+			j.out.reportf("removing the job's shared memory: %v", err)
+		}
+	case TransportHybrid:
+		// Only this host's ranks: the agents remove their own, and the
+		// others' files may be in use still where hosts share /dev/shm
+		// (namespaces of one machine, containers), their ranks alive
+		// without ftrun (--arbiter).
+		j.mu.Lock()
+		local := slices.Clone(j.local)
+		j.mu.Unlock()
+		if err := shm.RemoveRanks(shm.DefaultDir, j.id, local); err != nil {
 			j.out.reportf("removing the job's shared memory: %v", err)
 		}
 	}
