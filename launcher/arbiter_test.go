@@ -417,6 +417,18 @@ func TestArbiterTakeover(t *testing.T) {
 				}
 			}
 			j.checkVerdicts(rest, gone)
+			// The closed links told every other node that the leader's
+			// process ended (arbMesh.gone, Node.LeaderGone): each logs it.
+			lapsed := 0
+			for _, i := range rest {
+				if !strings.Contains(j.logs[i].String(), fmt.Sprintf("arbiter: the link to leader node %d closed", lead)) {
+					t.Errorf("node %d does not say its link to the leader closed", i+1)
+				}
+				if !j.drivers[i].stats().stopped.IsZero() {
+					lapsed++
+				}
+			}
+			t.Logf("%d of %d nodes went without a lease during the take-over", lapsed, len(rest))
 			bound := arbiter.VerdictBound(j.cfg)
 			t.Logf("%d nodes: node %d led %v after the start; after its driver closed, node %d took over within %v and every other node applied host %d's failure after %v (VerdictBound %v, ET %v, T %v)",
 				n, lead, elected.Round(time.Millisecond), next, took.Round(time.Millisecond), gone, verdict.Round(time.Millisecond), bound, j.cfg.ElectionTimeout(), j.cfg.LeaseTerm)

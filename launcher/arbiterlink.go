@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma/internal/arbiter"
@@ -81,11 +83,15 @@ type arbMesh struct {
 	log   *slog.Logger
 	peers map[uint64]*meshPeer
 	recv  chan arbiter.Message // messages for this node, for the driver
-	gate  *seclink.Gate
-	quit  chan struct{}   // closed by Close
-	ctx   context.Context // cancelled by Close: ends dials under way
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	// gone carries the id of a peer whose current connection ended with an
+	// end of stream or a reset: the kernel closes a dead process's sockets
+	// so (peerEnded). A hint for the driver (arbiter.Node.LeaderGone).
+	gone chan uint64
+	gate *seclink.Gate
+	quit chan struct{}   // closed by Close
+	ctx  context.Context // cancelled by Close: ends dials under way
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // every raw connection open: Close closes them
@@ -126,7 +132,7 @@ func listenArbiter(ip string) (net.Listener, error) {
 func startMesh(ln net.Listener, self uint64, peers []arbiterPeer, tm meshTiming, log *slog.Logger) *arbMesh {
 	m := &arbMesh{
 		self: self, tm: tm, ln: ln, log: log, peers: make(map[uint64]*meshPeer),
-		recv: make(chan arbiter.Message, meshRecvQueue), gate: seclink.NewGate(maxHandshakes),
+		recv: make(chan arbiter.Message, meshRecvQueue), gone: make(chan uint64, 16), gate: seclink.NewGate(maxHandshakes),
 		quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
@@ -404,11 +410,27 @@ func (m *arbMesh) serve(p *meshPeer, c net.Conn) {
 	close(mc.done)
 	wg.Wait()
 	p.mu.Lock()
-	if p.cur == mc {
+	current := p.cur == mc
+	if current {
 		p.cur = nil
 	}
 	p.mu.Unlock()
 	m.log.Debug(fmt.Sprintf("arbiter: link to node %d down: %v", p.id, err))
+	if current && peerEnded(err) {
+		select {
+		case m.gone <- p.id:
+		default:
+		}
+	}
+}
+
+// peerEnded reports whether a connection's read ended because the peer's
+// end closed or reset it, as when its process ends (the kernel closes its
+// sockets), rather than by a silence, a deadline or this side's own close.
+// A peer that closes its end for other reasons (its own idle timeout) gives
+// a wrong hint, which the arbiter tolerates (arbiter.Node.LeaderGone).
+func peerEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func (m *arbMesh) writeLoop(mc *meshConn) {

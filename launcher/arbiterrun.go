@@ -213,6 +213,11 @@ func (d *arbDriver) run() {
 				d.mu.Unlock()
 				d.log.Debug(fmt.Sprintf("arbiter: %v", err))
 			}
+		case id := <-d.mesh.gone:
+			if lead, _ := d.node.Leader(); lead == id && id != d.cfg.ID {
+				d.log.Info(fmt.Sprintf("arbiter: the link to leader node %d closed: its process may have ended; electing another now", id))
+			}
+			d.node.LeaderGone(id, time.Now())
 		case <-d.inWake:
 			d.inMu.Lock()
 			in := d.inputs

@@ -82,7 +82,21 @@
 // means the host itself does not answer: the leader stops granting it
 // (condemns it) and proposes HostFailed(h, probe unanswered) once
 // lastGrant(h) + T + M has passed; declaring only the rank at once would
-// fail a rank whose host may still hold a lease. ReportExit(rank, code) on
+// fail a rank whose host may still hold a lease. The half term counts only
+// while the leader is in contact with a quorum (a quorum echoed a stamp of
+// its last three heartbeat intervals): a leader cut off itself learns
+// nothing from a silence, and restarts the half term.
+//
+// A hint that the leader's process ended. A node whose link to its leader
+// closes (an end of stream or a reset: the kernel closes a dead process's
+// sockets) calls LeaderGone: it forgets the leader (raft's ForgetLeader,
+// so it grants a pre-vote at once instead of refusing for an election
+// timeout under CheckQuorum), and the voters campaign in the order of
+// their ids, two ticks apart, until a leader is known. A take-over after
+// ftrun's process dies then takes a round trip or two instead of raft's
+// randomized timeout (ET to 2·ET), well inside the quarter term the host
+// leases have left. A wrong hint costs a refused pre-vote; nothing in the
+// safety argument below depends on hints. ReportExit(rank, code) on
 // any node proposes RankExited through raft (a follower's proposal is
 // forwarded to the leader), and AdmitSpare(rank, host) proposes
 // SpareAdmitted; both are proposed again every ET until the log shows them.

@@ -169,6 +169,17 @@ func (n *Node) grant(h int, seq uint64, t time.Duration) {
 // fresh quorum), so a leader cut off from the others proposes nothing.
 func (n *Node) leadStep(t time.Duration, tick bool) {
 	l := n.ld
+	if tick && !n.inContact(t) {
+		// A probe unanswered while this leader hears from no quorum says
+		// nothing of the probed host: this leader may be the one cut off.
+		// Its half term starts again (seed 17609 of TestSim: a leader cut
+		// off alone for half a second condemned a host on the majority
+		// side; seed 17597: the answer came at the heal, after the
+		// deadline).
+		for i := range l.probing {
+			l.probing[i].deadline = max(l.probing[i].deadline, t+n.cfg.LeaseTerm/2)
+		}
+	}
 	if !n.canGrant(t) {
 		return
 	}
@@ -251,6 +262,14 @@ func (n *Node) onSuspect(rank ftrma.Rank, t time.Duration) {
 	}
 	l.probing = append(l.probing, probeRec{rank: rank, host: ri.Host, deadline: t + n.cfg.LeaseTerm/2, again: t + n.probeAgain()})
 	n.probes = append(n.probes, Probe{Rank: rank, Host: ri.Host})
+}
+
+// inContact reports whether this leader heard from a quorum of voters
+// lately: a quorum echoed a stamp of the last three heartbeat intervals
+// (raft's heartbeats come every interval, their echoes a round trip later).
+func (n *Node) inContact(t time.Duration) bool {
+	q, ok := n.quorumAt(t)
+	return ok && t-q < min(n.et, time.Duration(3*n.cfg.HeartbeatTicks)*n.cfg.Tick)
 }
 
 // probeAgain is the interval at which the leader repeats an unanswered
