@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,13 @@ type arbDriver struct {
 	dropped int // inputs dropped: the queue was full
 
 	probing map[ftrma.Rank]bool // the run goroutine's: probes under way
+
+	// goneMu guards gone and goneTo: the ranks the applied log says are
+	// gone (failed, or exited with a status other than 0), in log order,
+	// and who is told of each (onGone).
+	goneMu sync.Mutex
+	gone   []ftrma.Rank
+	goneTo []func(ftrma.Rank)
 
 	mu      sync.Mutex // guards st and changed
 	st      arbStats
@@ -167,6 +175,18 @@ func (d *arbDriver) admitSpare(r ftrma.Rank, h int) {
 	d.input(func(now time.Time) { d.node.AdmitSpare(r, h, now) })
 }
 
+// onGone has f called with every rank the applied log says is gone from
+// now on (a RankFailed verdict, its host's included, or a RankExited with a
+// status other than 0: a rank that exits 0 has finished), on the driver's
+// goroutine, which f must not block; it returns the ranks gone so far. A
+// rank may be both returned and passed to f.
+func (d *arbDriver) onGone(f func(ftrma.Rank)) []ftrma.Rank {
+	d.goneMu.Lock()
+	defer d.goneMu.Unlock()
+	d.goneTo = append(d.goneTo, f)
+	return slices.Clone(d.gone)
+}
+
 // input queues f for the run goroutine; it never blocks (a full queue
 // drops f: the reports are retried by their senders or are not needed
 // for safety, and the count says so in the summary).
@@ -241,6 +261,15 @@ func (d *arbDriver) after(now time.Time) {
 		}
 		for _, e := range rd.Events {
 			d.event(e, now)
+			if e.Kind == arbiter.EventRankFailed || e.Kind == arbiter.EventRankExited && e.Code != 0 {
+				d.goneMu.Lock()
+				d.gone = append(d.gone, e.Rank)
+				to := slices.Clone(d.goneTo)
+				d.goneMu.Unlock()
+				for _, f := range to {
+					f(e.Rank)
+				}
+			}
 		}
 		probes := append([]arbiter.Probe(nil), rd.Probes...)
 		d.node.Advance()

@@ -4,10 +4,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
@@ -23,6 +25,10 @@ import (
 // not act is held, and granted once it acts again (a leader's take-over
 // may leave a host without a lease for a moment: the rank's rescue, a
 // quarter term, covers it); a late grant only gives a shorter lease.
+//
+// It also passes on the arbiter's exit notices (jobwire/supervisor.go):
+// every rank the applied log says is gone goes to every channel, and a
+// channel that opens gets those gone before.
 //
 // Ranks on ftrun's own host keep their lease from ftrun's rendezvous.
 
@@ -55,6 +61,41 @@ type hostSupervisor struct {
 	mu   sync.Mutex
 	// conns are the ranks' channels, closed by close.
 	conns map[net.Conn]bool
+	// chans are the channels past their handshake, and gone the ranks
+	// whose exit notice went (or goes) to each.
+	chans map[*supChan]bool
+	gone  []ftrma.Rank
+}
+
+// supChan is one rank's channel past its handshake; wmu orders the
+// grants and the notices written to it.
+type supChan struct {
+	c   net.Conn
+	wmu sync.Mutex
+}
+
+// write sends one frame, bounded by a fifth of a term.
+func (ch *supChan) write(typ byte, p []byte, d time.Duration) error {
+	ch.wmu.Lock()
+	defer ch.wmu.Unlock()
+	ch.c.SetWriteDeadline(time.Now().Add(d))
+	return jobwire.WriteFrame(ch.c, typ, p)
+}
+
+// exited sends rank r's exit notice to every channel, and to those that
+// open later. Writes to a stuck rank take their deadline: call it off the
+// arbiter's goroutine.
+func (s *hostSupervisor) exited(r ftrma.Rank) {
+	s.mu.Lock()
+	s.gone = append(s.gone, r)
+	chans := make([]*supChan, 0, len(s.chans))
+	for ch := range s.chans {
+		chans = append(chans, ch)
+	}
+	s.mu.Unlock()
+	for _, ch := range chans {
+		ch.write(jobwire.MsgExit, jobwire.RankPayload(r), s.term/5)
+	}
 }
 
 // maxSupervisorHandshakes bounds the handshakes under way at once.
@@ -76,7 +117,15 @@ func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any
 	if len(secret) < jobwire.MinSecret {
 		return nil, fmt.Errorf("the launch carries no job secret")
 	}
-	return listenSupervisor(secret, a.d.cfg.LeaseTerm, a.d.hostLease, logf)
+	sup, err := listenSupervisor(secret, a.d.cfg.LeaseTerm, a.d.hostLease, logf)
+	if err != nil {
+		return nil, err
+	}
+	gone := a.d.onGone(func(r ftrma.Rank) { go sup.exited(r) })
+	sup.mu.Lock()
+	sup.gone = append(sup.gone, gone...)
+	sup.mu.Unlock()
+	return sup, nil
 }
 
 // listenSupervisor serves lease asks on the loopback for the job of
@@ -87,7 +136,7 @@ func listenSupervisor(secret []byte, term time.Duration, lease func() (bool, tim
 		return nil, err
 	}
 	s := &hostSupervisor{ln: ln, key: jobwire.SupervisorKey(secret), term: term, lease: lease,
-		logf: logf, gate: seclink.NewGate(maxSupervisorHandshakes), quit: make(chan struct{}), conns: make(map[net.Conn]bool)}
+		logf: logf, gate: seclink.NewGate(maxSupervisorHandshakes), quit: make(chan struct{}), conns: make(map[net.Conn]bool), chans: make(map[*supChan]bool)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -152,6 +201,21 @@ func (s *hostSupervisor) serve(c net.Conn) {
 		s.logf("lease endpoint: refused %s: %v", c.RemoteAddr(), err)
 		return
 	}
+	ch := &supChan{c: tc}
+	s.mu.Lock()
+	s.chans[ch] = true
+	before := slices.Clone(s.gone)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.chans, ch)
+		s.mu.Unlock()
+	}()
+	for _, r := range before {
+		if ch.write(jobwire.MsgExit, jobwire.RankPayload(r), s.term/5) != nil {
+			return
+		}
+	}
 	asks := make(chan uint64, 1)
 	done := make(chan struct{})
 	go func() {
@@ -186,8 +250,7 @@ func (s *hostSupervisor) serve(c net.Conn) {
 		for {
 			acting, end := s.lease()
 			if g, ok := supervisorGrant(acting, end, time.Now(), s.term); ok {
-				tc.SetWriteDeadline(time.Now().Add(s.term / 5))
-				if jobwire.WriteFrame(tc, jobwire.MsgLeaseGrant, jobwire.GrantPayload(seq, g)) != nil {
+				if ch.write(jobwire.MsgLeaseGrant, jobwire.GrantPayload(seq, g), s.term/5) != nil {
 					return
 				}
 				break

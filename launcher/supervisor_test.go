@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
@@ -111,5 +112,51 @@ func TestSupervisorEndpoint(t *testing.T) {
 	defer bad.Close()
 	if _, err := seclink.Client(bad, jobwire.SupervisorKey(bytes.Repeat([]byte{8}, jobwire.MinSecret)), time.Now().Add(10*time.Second)); err == nil {
 		t.Error("a client with another job's secret was let in")
+	}
+}
+
+// The arbiter's exit notices reach the ranks through their supervisor: a
+// channel that opens gets every rank gone before, and then each one gone
+// while it is open (jobwire/supervisor.go).
+func TestSupervisorExitNotices(t *testing.T) {
+	const term = time.Second
+	secret := bytes.Repeat([]byte{7}, jobwire.MinSecret)
+	lease := func() (bool, time.Time) { return true, time.Now().Add(term) }
+	s, err := listenSupervisor(secret, term, lease, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.exited(3)
+	c, err := net.Dial("tcp", s.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc, err := seclink.Client(c, jobwire.SupervisorKey(secret), time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	next := func() ftrma.Rank {
+		t.Helper()
+		typ, p, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
+		if err != nil || typ != jobwire.MsgExit {
+			t.Fatalf("got message %d (%v), want an exit notice", typ, err)
+		}
+		r, err := jobwire.ParseRank(p, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := next(); r != 3 {
+		t.Errorf("the notice of a rank gone before names rank %d, want 3", r)
+	}
+	// Once the channel is registered (its first notice came), later ones
+	// follow as they are applied.
+	s.exited(5)
+	if r := next(); r != 5 {
+		t.Errorf("the notice of a rank gone now names rank %d, want 5", r)
 	}
 }

@@ -391,21 +391,26 @@ func (s *Session) watch() {
 			}
 			continue
 		}
-		if typ != jobwire.MsgExit {
-			continue
-		}
-		r, err := jobwire.ParseRank(p, s.size)
-		if err != nil || r == s.rank {
-			continue
-		}
-		if s.exit != nil {
-			s.exit.exited(s.t, r)
+		if typ == jobwire.MsgExit {
+			s.exitNotice(p)
 		}
 	}
 }
 
+// exitNotice hands the exit notice p (MsgExit, from ftrun or from this
+// host's agent) to the transport and the receiver.
+func (s *Session) exitNotice(p []byte) {
+	r, err := jobwire.ParseRank(p, s.size)
+	if err != nil || r == s.rank {
+		return
+	}
+	if s.exit != nil {
+		s.exit.exited(s.t, r)
+	}
+}
+
 // watchLocal reads the lease channel to this host's agent until it
-// closes: grants extend the lease; a channel that breaks stops the rank,
+// closes: grants extend the lease, exit notices go where ftrun's do; a channel that breaks stops the rank,
 // as a broken channel to ftrun does without the agent (its supervisor is
 // gone: no lease can be renewed).
 func (s *Session) watchLocal() {
@@ -420,10 +425,13 @@ func (s *Session) watchLocal() {
 			}
 			return
 		}
-		if typ == jobwire.MsgLeaseGrant {
+		switch typ {
+		case jobwire.MsgLeaseGrant:
 			if seq, term, err := jobwire.ParseGrant(p); err == nil {
 				s.granted(seq, term)
 			}
+		case jobwire.MsgExit:
+			s.exitNotice(p)
 		}
 	}
 }

@@ -19,6 +19,13 @@ import (
 // remains of the host's lease from the job's arbiter. The agent answers
 // only while its host's arbiter node acts. So a rank's lease ends no later
 // than its host's, and the rank's arithmetic is the same as with ftrun.
+//
+// The agent also sends MsgExit (RankPayload) on the channel for every rank
+// the job's arbiter says is gone: a RankFailed verdict (its host's
+// included) or a RankExited with a status other than 0, as soon as its
+// node applies it, and on a new channel for every rank gone before. The
+// rank treats it as ftrun's exit notice (the two may both come: a notice
+// is idempotent). So a rank learns of failures once ftrun is gone.
 
 // SupervisorKey is the TLS key of the channel between a rank and its
 // host's agent, from the job secret; distinct from RendezvousKey.
