@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,14 @@ import (
 // by the agents on their hosts, --output-filename) hold the failure-free
 // result, with every rank surviving. Without --arbiter the same kill ends
 // the job with no result (the agents kill their ranks as their links
-// break): the difference the arbiter makes.
+// break): the difference the arbiter makes. And with ftrun gone, ranks
+// SIGKILLed a second later (both of h3's, 4 and 5, so that no rank on
+// their host sees their shared memory marked) are still declared to the
+// others: their agent reports the exits to the arbiter, and every agent
+// passes the applied exits on to its ranks. The survivors adopt their
+// lists and print the failure-free sum with 6 of 8 surviving (without the
+// agents' notices the others' checkpoints give up on them after the
+// verdict bound, and no result comes).
 func TestSurviveFtrunKill(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -51,9 +60,23 @@ func TestSurviveFtrunKill(t *testing.T) {
 			}
 		}
 	}
+	// killRank SIGKILLs rank r's process on host.
+	killRank := func(host string, r int) {
+		for _, pid := range procsOn(t, dir, host, "[c]kpt -tasks") {
+			env, _ := os.ReadFile("/proc/" + pid + "/environ")
+			if slices.Contains(strings.Split(string(env), "\x00"), fmt.Sprintf("FTRMA_RANK=%d", r)) {
+				if err := exec.Command("kill", "-KILL", pid).Run(); err != nil {
+					t.Fatalf("kill rank %d (pid %s): %v", r, pid, err)
+				}
+				return
+			}
+		}
+		t.Fatalf("rank %d does not run on %s", r, host)
+	}
 	// run runs the job, SIGKILLs ftrun a second after every rank started
-	// when kill, and returns its output directory once the agents are gone.
-	run := func(name string, arbiter, kill bool) (string, string) {
+	// when kill (and ranks 4 and 5 a second after that when thenRank), and returns
+	// its output directory once the agents are gone.
+	run := func(name string, arbiter, kill bool, thenRank ...bool) (string, string) {
 		out := filepath.Join(work, name)
 		args := []string{"--hostfile", hf, "--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", tasks}
 		if arbiter {
@@ -88,6 +111,11 @@ func TestSurviveFtrunKill(t *testing.T) {
 		time.Sleep(time.Second)
 		cmd.Process.Kill()
 		killed := time.Now()
+		if len(thenRank) > 0 {
+			time.Sleep(time.Second)
+			killRank("h3", 4)
+			killRank("h3", 5)
+		}
 		o, e := job.finish()
 		agentsGone(2 * time.Minute)
 		t.Logf("%s: ftrun SIGKILLed %v after the start; the agents were all gone %v after the kill",
@@ -114,6 +142,21 @@ func TestSurviveFtrunKill(t *testing.T) {
 		t.Fatalf("under --arbiter with ftrun SIGKILLed: result lines %q, want exactly %q; ftrun said:\n%s", got, want[0], ftrunOut)
 	}
 	t.Logf("under --arbiter the job survived ftrun's SIGKILL: %s", want[0])
+
+	out, ftrunOut = run("killed-then-rank", true, true, true)
+	wantLost := strings.Replace(want[0], "survivors 8 of 8, adopted ranks []", "survivors 6 of 8, adopted ranks [4 5]", 1)
+	if got := results(out); len(got) != 1 || got[0] != wantLost {
+		for r := range 8 {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
+			t.Logf("rank %d's stderr:\n%s", r, b)
+		}
+		for node := 2; node <= 5; node++ {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			t.Logf("node %d's log:\n%s", node, b)
+		}
+		t.Fatalf("under --arbiter, ftrun SIGKILLed and then ranks 4 and 5: result lines %q, want exactly %q; ftrun said:\n%s", got, wantLost, ftrunOut)
+	}
+	t.Logf("under --arbiter the SIGKILL of ranks 4 and 5 after ftrun's reached the survivors: %s", wantLost)
 
 	out, ftrunOut = run("killed-plain", false, true)
 	if got := results(out); len(got) != 0 {
