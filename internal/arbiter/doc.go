@@ -82,7 +82,10 @@
 // means the host itself does not answer: the leader stops granting it
 // (condemns it) and proposes HostFailed(h, probe unanswered) once
 // lastGrant(h) + T + M has passed; declaring only the rank at once would
-// fail a rank whose host may still hold a lease. The half term counts only
+// fail a rank whose host may still hold a lease. A host that says it has
+// the probe (ProbeHeard: its answer may take its own wait for the rank, a
+// kill and a reap) gets a full term from then instead, once per probe. The
+// half term counts only
 // while the leader is in contact with a quorum (a quorum echoed a stamp of
 // its last three heartbeat intervals): a leader cut off itself learns
 // nothing from a silence, and restarts the half term.

@@ -91,6 +91,7 @@ type deviations struct {
 	noTakeoverWait   bool // a new leader counts no predecessor's grants (lastGrant = tookOffice)
 	noCheckQuorum    bool // raft without CheckQuorum (voters vote while they hear a leader)
 	noQuorumCheck    bool // the leader grants without a quorum heard from within ET
+	ignoreHeard      bool // ProbeHeard does nothing: a slow answer condemns the host
 }
 
 // holder is the host lease this node holds (every node, the leader too).
@@ -150,6 +151,7 @@ type probeRec struct {
 	host     int
 	deadline time.Duration
 	again    time.Duration // when to ask again (probes may be lost)
+	heard    bool          // the host said it has the probe (ProbeHeard)
 }
 
 // Probe asks the caller to find out whether Rank, on Host, still answers:
@@ -568,6 +570,29 @@ func (n *Node) ReportSuspect(rank, by ftrma.Rank, now time.Time) {
 			n.onSuspect(rank, t)
 		case n.lead != 0 && rank >= 0 && rank < maxRank && by >= 0 && by < maxRank:
 			n.out = append(n.out, Message{From: n.id, To: n.lead, Kind: KindSuspect, Rank: rank, By: by})
+		}
+		n.afterInput(t, false)
+		return nil
+	})
+}
+
+// ProbeHeard tells the leader that the host of a probed rank has the probe
+// and is finding out: its answer may take the host's own wait for the rank
+// and, for a rank that does not answer, a kill and a reap. The host
+// answers, so it is not the one silent: the probe's deadline moves to a
+// full term from now, once per probe. A host cut off after this is
+// condemned at that later deadline.
+func (n *Node) ProbeHeard(rank ftrma.Rank, now time.Time) {
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		if l := n.ld; l != nil && !n.dev.ignoreHeard {
+			for i := range l.probing {
+				if p := &l.probing[i]; p.rank == rank && !p.heard {
+					p.heard = true
+					p.deadline = max(p.deadline, t+n.cfg.LeaseTerm)
+				}
+			}
 		}
 		n.afterInput(t, false)
 		return nil

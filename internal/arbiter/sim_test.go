@@ -134,6 +134,7 @@ const (
 	envArb = iota
 	envProbe
 	envProbeAns
+	envProbeHeard
 )
 
 type envelope struct {
@@ -370,10 +371,27 @@ func (s *sim) deliver(env envelope) {
 	case envProbe:
 		// The host's agent asks the rank: a hung rank does not answer, and
 		// the agent fences it before it says so.
+		// It says at once that it has the probe (ProbeHeard); a third of
+		// its answers then take up to three quarters of a term (its own
+		// wait, a kill, a reap), past the leader's first half term.
 		alive := int(env.rank) < len(s.life) && s.life[env.rank] == rankAlive
 		s.tracef("probe of rank %d at host %d: alive=%v", env.rank, to, alive)
-		s.send(envelope{kind: envProbeAns, from: to, to: from, rank: env.rank, alive: alive})
+		heard := envelope{kind: envProbeHeard, from: to, to: from, rank: env.rank}
+		s.at(s.now+s.o.delayMin+time.Duration(s.hints.Int63n(int64(s.o.delayMax-s.o.delayMin)+1)), event{kind: evDeliver, env: heard})
+		ans := envelope{kind: envProbeAns, from: to, to: from, rank: env.rank, alive: alive}
+		if s.hints.Intn(3) == 0 {
+			slow := time.Duration(s.hints.Int63n(int64(s.cfg.WithDefaults().LeaseTerm) * 3 / 4))
+			s.later(slow, "", func() {
+				if !s.crashed[to] && s.cut[to][from] == 0 {
+					s.send(ans)
+				}
+			})
+			return
+		}
+		s.send(ans)
 		return
+	case envProbeHeard:
+		nd.ProbeHeard(env.rank, s.clock(to))
 	case envProbeAns:
 		s.tracef("probe answer rank %d alive=%v at node %d", env.rank, env.alive, to+1)
 		nd.ProbeAnswer(env.rank, env.alive, s.clock(to))
@@ -992,6 +1010,10 @@ func TestSimCatchesBrokenRules(t *testing.T) {
 		// The leader fails a rank whose host did not answer a probe at once:
 		// a rank behind a cut is declared while its host's lease runs.
 		{"unanswered probe fails the rank", deviations{probeFailsRank: true}, nil, "late verdict"},
+		// The leader ignores that a probed host has the probe: an answer
+		// that takes longer than half a term (the host's wait, a kill and
+		// a reap) condemns a healthy host.
+		{"slow probe answer condemns the host", deviations{ignoreHeard: true}, nil, "healthy host declared"},
 		// The leader grants whenever raft says it leads, without its own
 		// check of a quorum heard from within ET: an old leader cut off
 		// with some hosts keeps renewing them until CheckQuorum makes it
