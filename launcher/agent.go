@@ -228,6 +228,7 @@ type agentProc struct {
 	files   [2]*rankFile   // --output-filename: its stdout and stderr files, or nil
 	fwd     sync.WaitGroup // the two forwarding goroutines
 	running bool           // guarded by agentJob.mu: started and not reaped
+	reaped  chan struct{}  // closed once it is reaped
 }
 
 // serve runs one connection: authentication, the launch, then supervision
@@ -374,8 +375,11 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 		} else {
 			j.sup = sup
 			defer sup.close()
+			arb.d.setProbe(j.probeRank)
+			defer arb.d.setProbe(nil)
 		}
 	}
+	arb.launched(spec.job, spec.size)
 	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
 	if files != nil {
 		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
@@ -623,7 +627,7 @@ func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*age
 		closeFiles(files)
 		return nil, err
 	}
-	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, files: files, running: true}
+	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, files: files, running: true, reaped: make(chan struct{})}
 	p.fwd.Add(2)
 	return p, nil
 }
@@ -661,6 +665,7 @@ func (j *agentJob) wait(p *agentProc) {
 	j.mu.Lock()
 	p.running = false
 	j.mu.Unlock()
+	close(p.reaped)
 	// The process is gone: the ranks of this host learn it from its shared
 	// memory at once, before the exit notice makes its way through ftrun.
 	if err := shm.MarkExited(shm.DefaultDir, j.spec.job, p.rank, j.rankList()); err != nil {
@@ -835,6 +840,45 @@ func (j *agentJob) outlive() {
 		}
 	}
 }
+
+// probeRank is the agent's prober for the job's arbiter (arbDriver's
+// Probes): it asks rank r on its lease channel whether it runs, waiting
+// at most d. A rank that does not answer is SIGKILLed, and reported not
+// alive only once it is reaped (within rankReapWait; else no answer: the
+// arbiter then condemns this host by its own rule). A rank reaped already
+// is not alive; one that never ran here gets no answer.
+func (j *agentJob) probeRank(r ftrma.Rank, d time.Duration) (alive, ok bool) {
+	var p *agentProc
+	j.mu.Lock()
+	for _, q := range j.procs {
+		if q.rank == r {
+			p = q
+		}
+	}
+	j.mu.Unlock()
+	if p == nil {
+		return false, false
+	}
+	select {
+	case <-p.reaped:
+		return false, true
+	default:
+	}
+	if j.sup.probe(r, d) {
+		return true, true
+	}
+	j.logf("job %s: rank %d does not answer the arbiter's probe within %v: killing it", jobwire.Printable([]byte(j.spec.job)), r, d)
+	j.signal(r, syscall.SIGKILL)
+	select {
+	case <-p.reaped:
+		return false, true
+	case <-time.After(rankReapWait):
+		return false, false
+	}
+}
+
+// rankReapWait bounds the wait for a killed rank's reaping in probeRank.
+const rankReapWait = 5 * time.Second
 
 // signal sends sig to rank r's process group if r runs here and has not been
 // reaped (after that its pid may be another process's).

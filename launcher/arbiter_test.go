@@ -12,9 +12,11 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
@@ -502,6 +504,84 @@ func TestArbiterLogLines(t *testing.T) {
 	for _, w := range []string{fmt.Sprintf("leader %d (term ", lead), "hosts failed: none", "ranks failed: none", "ftrun's verdicts: rank 3 at 1.000s"} {
 		if !strings.Contains(s, w) {
 			t.Errorf("summary %q lacks %q", s, w)
+		}
+	}
+}
+
+// A suspicion reported on any node reaches the leader, whose probe goes to
+// the node of the suspect's host over the mesh (msgArbiterProbe); that
+// node's prober answers, and the answer comes back (msgArbiterProbeAnswer):
+// "alive" drops the suspicion, "not alive" (the prober has killed and
+// reaped the rank) makes the rank failed, unresponsive, at every node, and
+// no host is declared. Nodes other than the rank's host are never asked.
+func TestArbiterProbeGoesToTheRanksHost(t *testing.T) {
+	j := startArbTestJob(t, 3)
+	all := j.live()
+	lead := int(j.agreedLeader(all, 0) - 1)
+	host := (lead + 1) % 3 // not the leader's: its node is asked over the mesh
+	alive, dead := ftrma.Rank(2*host), ftrma.Rank(2*host+1)
+	var mu sync.Mutex
+	asked := map[int][]ftrma.Rank{} // node index → ranks it was asked about
+	for i, d := range j.drivers {
+		d.setProbe(func(r ftrma.Rank, _ time.Duration) (bool, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[i] = append(asked[i], r)
+			return r == alive, true
+		})
+	}
+	// The suspicions come in at a node that does not lead.
+	from := (lead + 2) % 3
+	j.drivers[from].reportSuspect(alive, 0)
+	j.drivers[from].reportSuspect(dead, 0)
+	j.wait(fmt.Sprintf("rank %d failed", dead), all, func(s *arbStats) bool {
+		return slices.ContainsFunc(s.ranks, func(v arbVerdict) bool { return v.rank == dead })
+	})
+	for _, i := range all {
+		st := j.drivers[i].stats()
+		for _, v := range st.ranks {
+			if v.rank != dead || v.reason != arbiter.ReasonUnresponsive {
+				t.Errorf("node %d: rank %d failed (%v), want only rank %d, unresponsive", i+1, v.rank, v.reason, dead)
+			}
+		}
+		if len(st.hosts) > 0 {
+			t.Errorf("node %d: hosts declared: %+v", i+1, st.hosts)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, rs := range asked {
+		if i != host {
+			t.Errorf("node %d (not the ranks' host) was asked about ranks %v", i+1, rs)
+		}
+	}
+	if !slices.Contains(asked[host], alive) || !slices.Contains(asked[host], dead) {
+		t.Errorf("node %d was asked about ranks %v, want %d and %d", host+1, asked[host], alive, dead)
+	}
+}
+
+// A probe answer from a node that is not the rank's host is ignored: with
+// no prober on the host, the leader condemns the host after half a term
+// and declares it once its lease has run out, so the rank fails with its
+// host, never as unresponsive on another node's word.
+func TestArbiterProbeAnswerOnlyFromTheHost(t *testing.T) {
+	j := startArbTestJob(t, 3)
+	all := j.live()
+	lead := int(j.agreedLeader(all, 0) - 1)
+	host := (lead + 1) % 3
+	other := (lead + 2) % 3
+	r := ftrma.Rank(2*host + 1)
+	d := j.drivers[lead]
+	d.reportSuspect(r, 0)
+	d.input(func(time.Time) {
+		for _, from := range []int{lead, other} {
+			d.probeFrame(meshProbe{from: uint64(from + 1), typ: msgArbiterProbeAnswer, rank: r, state: probeNotAlive})
+		}
+	})
+	j.wait(fmt.Sprintf("host %d failed", host), []int{lead, other}, func(s *arbStats) bool { return s.hostFailed(host) })
+	for _, v := range d.stats().ranks {
+		if v.reason == arbiter.ReasonUnresponsive {
+			t.Errorf("rank %d failed as unresponsive on another node's word", v.rank)
 		}
 	}
 }

@@ -1,13 +1,14 @@
 package launcher
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -114,7 +115,15 @@ func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
 	}
 	logger := arbiterLogger(j.out.reportf, level, file)
 	mesh := startMesh(ln, 1, own.peers, meshTimingFor(cfg), logger)
-	d, err := startArbDriver(cfg, mesh, names, logger, j.rv.probe)
+	// ftrun's prober, for its own host's ranks: it asks, and answers
+	// alive whatever comes back, since ftrun's own suspicion handling
+	// (Job.suspect) kills a rank of its host that does not answer, and its
+	// exit then goes to the arbiter (arbDriver's Probes).
+	probe := func(r ftrma.Rank, d time.Duration) (bool, bool) {
+		j.rv.probe(r, d)
+		return true, true
+	}
+	d, err := startArbDriver(cfg, mesh, names, logger, probe)
 	if err != nil {
 		mesh.Close()
 		if file != nil {
@@ -124,8 +133,109 @@ func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
 		return
 	}
 	j.arb, j.arbFile = d, file
+	j.word = newArbWord()
+	for _, e := range d.onRankEnd(j.word.record) {
+		j.word.record(e)
+	}
+	go j.watchQuorum(d, arbiter.VerdictBound(cfg))
+	// The leases of ftrun's own host's ranks end no later than node 1's
+	// host lease, as an agent's do with its node's (leaseBound), once the
+	// node has acted: before that, while the arbiter comes up, ftrun's
+	// grants are as without it.
+	term := j.tm.lease
+	j.rv.boundLeases(term, func() (bool, time.Time) {
+		acting, end, acted := d.hostLeaseOnActing()
+		if !acted {
+			return true, time.Now().Add(term)
+		}
+		return acting, end
+	})
 	logger.Debug(fmt.Sprintf("arbiter: %d nodes, voters %v, lease term %v, tick %v, election timeout %v; verdict bound %v",
 		hosts, cfg.Voters, cfg.LeaseTerm, cfg.Tick, cfg.ElectionTimeout(), arbiter.VerdictBound(cfg)))
+}
+
+// arbWord is what ftrun's node of the arbiter has applied about ranks'
+// ends, and whether ftrun has left the job (watchQuorum). Under --arbiter
+// ftrun does not declare a rank of an agent's host that it lost touch
+// with by its own clock: the arbiter's word does (Job.waitRank).
+type arbWord struct {
+	mu   sync.Mutex
+	ends map[ftrma.Rank]*rankEnd
+	left chan struct{} // closed when ftrun leaves the job
+}
+
+// rankEnd is a rank's end as the arbiter applied it: done is closed once e
+// holds it.
+type rankEnd struct {
+	done chan struct{}
+	e    arbiter.Event
+}
+
+func newArbWord() *arbWord {
+	return &arbWord{ends: make(map[ftrma.Rank]*rankEnd), left: make(chan struct{})}
+}
+
+// end returns rank r's end, done or to come.
+func (w *arbWord) end(r ftrma.Rank) *rankEnd {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	re := w.ends[r]
+	if re == nil {
+		re = &rankEnd{done: make(chan struct{})}
+		w.ends[r] = re
+	}
+	return re
+}
+
+// record takes an applied end (arbDriver.onRankEnd); the first one counts.
+func (w *arbWord) record(e arbiter.Event) {
+	re := w.end(e.Rank)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-re.done:
+	default:
+		re.e = e
+		close(re.done)
+	}
+}
+
+// watchQuorum says at once when ftrun's node stops acting (its host lease
+// from the arbiter ran out: no quorum reaches it) and when it acts again;
+// once it has not acted for bound (the arbiter's verdict bound: by then a
+// side that holds a quorum has declared ftrun's host failed, for good, or
+// no side acts at all), ftrun leaves the job (arbWord.left): it declares
+// nothing more, and its lost ranks are reported as such. It ends with the
+// node.
+func (j *Job) watchQuorum(d *arbDriver, bound time.Duration) {
+	where := "their output is lost with ftrun (--output-filename DIR keeps it on their hosts)"
+	if j.files != nil {
+		where = fmt.Sprintf("the ranks' output is in %s/rank.N on their hosts", j.files.jobDir())
+	}
+	tick := time.NewTicker(d.cfg.Tick)
+	defer tick.Stop()
+	var since time.Time // when the node stopped acting; zero while it acts
+	for {
+		select {
+		case <-d.quit:
+			return
+		case <-tick.C:
+		}
+		acting, _, acted := d.hostLeaseOnActing()
+		switch {
+		case !acted:
+		case acting && !since.IsZero():
+			j.out.reportf("back in the job's quorum after %v: ftrun's arbiter node acts again", time.Since(since).Round(time.Millisecond))
+			since = time.Time{}
+		case !acting && since.IsZero():
+			since = time.Now()
+			j.out.reportf("lost the job's quorum (ftrun's arbiter node has no host lease): the job goes on without ftrun where the other hosts hold a quorum; %s", where)
+		case !acting && time.Since(since) >= bound:
+			j.out.reportf("leaving the job: cut off from the arbiter's quorum for %v, past its verdict bound %v; ftrun declares nothing more", time.Since(since).Round(time.Millisecond), bound.Round(time.Millisecond))
+			close(j.word.left)
+			return
+		}
+	}
 }
 
 // arbiterAddrs has every agent listen for the mesh, all at once, and
@@ -189,8 +299,9 @@ func (j *Job) stopArbiter(final bool) {
 
 // agentArbiter is an agent's node of the job's arbiter.
 type agentArbiter struct {
-	d    *arbDriver
-	file *os.File
+	d      *arbDriver
+	file   *os.File
+	logDir string // --output-filename's DIR/1, or ""
 }
 
 // agentArbiterListen is the agent's side of msgArbiterListen: it listens
@@ -227,11 +338,19 @@ func startAgentArbiter(p []byte, ln net.Listener, logf func(string, ...any)) (*a
 		}
 		return nil, err
 	}
-	return &agentArbiter{d: d, file: file}, nil
+	return &agentArbiter{d: d, file: file, logDir: m.logDir}, nil
 }
 
 // finish stops the agent's node at the end of its job, lost: its link to
-// ftrun was lost (see above), and logs its summary.
+// ftrun was lost (see above), and logs its summary. With the link lost the
+// node stays, whether or not its own ranks have ended, until the arbiter
+// has applied every rank's end (then two election timeouts more, so that
+// the others apply the last commit too: a leader that left at once would
+// take it with it), or until this host is out of the job: declared failed,
+// or its node has not acted for the verdict bound (by then the others
+// have declared it). A node that left early would take a vote with it: two
+// such, of five voters, and the hosts still running would lose their
+// quorum, and their ranks.
 func (a *agentArbiter) finish(lost bool) {
 	if a == nil {
 		return
@@ -239,26 +358,55 @@ func (a *agentArbiter) finish(lost bool) {
 	if lost {
 		bound := arbiter.VerdictBound(a.d.cfg)
 		self := int(a.d.cfg.ID - 1)
-		a.d.log.Info(fmt.Sprintf("arbiter: the link to ftrun is lost: node %d stays up to %v for the arbiter's verdict", a.d.cfg.ID, bound.Round(time.Millisecond)))
-		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		decided := a.d.waitFor(ctx, func(s *arbStats) bool { return s.hostFailed(0) || s.hostFailed(self) })
-		cancel()
-		if decided {
-			// The others may not have applied it yet: a leader that left
-			// at once would take the commit with it. Two election
-			// timeouts carry it (the leader's heartbeats come every two
-			// ticks).
+		a.d.log.Info(fmt.Sprintf("arbiter: the link to ftrun is lost: node %d stays until the job's end, or until its host is out of the job (not acting for %v)", a.d.cfg.ID, bound.Round(time.Millisecond)))
+		tick := time.NewTicker(a.d.cfg.Tick)
+		var stopped time.Time
+	wait:
+		for {
 			select {
-			case <-time.After(2 * a.d.cfg.ElectionTimeout()):
+			case <-tick.C:
 			case <-a.d.quit:
+				break wait
+			}
+			s := a.d.stats()
+			switch {
+			case s.finished:
+				a.d.log.Info("arbiter: every rank of the job has ended")
+				select {
+				case <-time.After(2 * a.d.cfg.ElectionTimeout()):
+				case <-a.d.quit:
+				}
+				break wait
+			case s.hostFailed(self):
+				break wait
+			case s.acting:
+				stopped = time.Time{}
+			case stopped.IsZero():
+				stopped = time.Now()
+			case time.Since(stopped) >= bound:
+				a.d.log.Info(fmt.Sprintf("arbiter: node %d has not acted for %v: its host is out of the job", a.d.cfg.ID, bound.Round(time.Millisecond)))
+				break wait
 			}
 		}
+		tick.Stop()
 	}
 	a.d.close()
 	a.d.log.Info(a.d.summary(a.d.started, nil))
 	if a.file != nil {
 		a.file.Close()
 	}
+}
+
+// launched tells the node of the job it runs (its id and the world's
+// size, spares included): with --output-filename it writes the job's
+// report to DIR/report should it lead at the end with ftrun's host gone.
+func (a *agentArbiter) launched(job string, size int) {
+	if a == nil || a.logDir == "" {
+		return
+	}
+	ranks := len(a.d.cfg.RankHost)
+	a.d.setReport(arbReport{path: filepath.Join(filepath.Dir(a.logDir), "report"), job: job,
+		ranks: ranks, spares: max(0, size-ranks), start: time.Now()})
 }
 
 // reportExit is agentJob's report of a rank's exit; nothing without a node.

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
@@ -87,11 +88,14 @@ type arbMesh struct {
 	// end of stream or a reset: the kernel closes a dead process's sockets
 	// so (peerEnded). A hint for the driver (arbiter.Node.LeaderGone).
 	gone chan uint64
-	gate *seclink.Gate
-	quit chan struct{}   // closed by Close
-	ctx  context.Context // cancelled by Close: ends dials under way
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	// probes carries the probe frames received (msgArbiterProbe and
+	// msgArbiterProbeAnswer), for the driver; dropped when it is full.
+	probes chan meshProbe
+	gate   *seclink.Gate
+	quit   chan struct{}   // closed by Close
+	ctx    context.Context // cancelled by Close: ends dials under way
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // every raw connection open: Close closes them
@@ -132,7 +136,7 @@ func listenArbiter(ip string) (net.Listener, error) {
 func startMesh(ln net.Listener, self uint64, peers []arbiterPeer, tm meshTiming, log *slog.Logger) *arbMesh {
 	m := &arbMesh{
 		self: self, tm: tm, ln: ln, log: log, peers: make(map[uint64]*meshPeer),
-		recv: make(chan arbiter.Message, meshRecvQueue), gone: make(chan uint64, 16), gate: seclink.NewGate(maxHandshakes),
+		recv: make(chan arbiter.Message, meshRecvQueue), gone: make(chan uint64, 16), probes: make(chan meshProbe, meshRecvQueue), gate: seclink.NewGate(maxHandshakes),
 		quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
@@ -225,10 +229,18 @@ func (m *arbMesh) linked(id uint64) bool {
 	return p.cur != nil
 }
 
-// send sends msg to its node if the pair is connected and the
-// connection's queue has room; else it drops it.
-func (m *arbMesh) send(msg arbiter.Message) {
-	p := m.peers[msg.To]
+// meshProbe is a probe frame from node from.
+type meshProbe struct {
+	from  uint64
+	typ   byte // msgArbiterProbe or msgArbiterProbeAnswer
+	rank  ftrma.Rank
+	state byte // an answer's: probeAlive, probeNotAlive or probeHeard
+}
+
+// sendFrame sends a frame of type typ to node id if the pair is connected
+// and the connection's queue has room; else it drops it.
+func (m *arbMesh) sendFrame(id uint64, typ byte, payload []byte) {
+	p := m.peers[id]
 	if p == nil {
 		m.dropped.Add(1)
 		return
@@ -240,16 +252,22 @@ func (m *arbMesh) send(msg arbiter.Message) {
 		m.dropped.Add(1)
 		return
 	}
+	select {
+	case mc.out <- jobwire.AppendFrame(nil, typ, payload):
+	default:
+		m.dropped.Add(1)
+	}
+}
+
+// send sends msg to its node if the pair is connected and the
+// connection's queue has room; else it drops it.
+func (m *arbMesh) send(msg arbiter.Message) {
 	payload, err := msg.AppendBinary(nil)
 	if err != nil {
 		m.log.Debug(fmt.Sprintf("arbiter: cannot encode %v: %v", msg, err))
 		return
 	}
-	select {
-	case mc.out <- jobwire.AppendFrame(nil, msgArbiterMsg, payload):
-	default:
-		m.dropped.Add(1)
-	}
+	m.sendFrame(msg.To, msgArbiterMsg, payload)
 }
 
 func (m *arbMesh) acceptLoop() {
@@ -462,7 +480,27 @@ func (m *arbMesh) readLoop(p *meshPeer, mc *meshConn) error {
 			return err
 		}
 		p.heard.Store(time.Now().UnixNano())
-		if typ != msgArbiterMsg {
+		switch typ {
+		case msgArbiterMsg:
+		case msgArbiterProbe, msgArbiterProbeAnswer:
+			q := meshProbe{from: p.id, typ: typ}
+			var err error
+			if typ == msgArbiterProbe {
+				q.rank, err = jobwire.ParseRank(b, supMaxRank)
+			} else {
+				q.rank, q.state, err = parseProbeAnswer(b)
+			}
+			if err != nil {
+				m.log.Debug(fmt.Sprintf("arbiter: dropped a probe frame from node %d: %v", p.id, err))
+				continue
+			}
+			select {
+			case m.probes <- q:
+			default:
+				m.dropped.Add(1)
+			}
+			continue
+		default:
 			continue // pings, and what a later version may add
 		}
 		msg, err := arbiter.ParseMessage(b)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/arbiter"
+	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
 // The arbiter's driver: the one goroutine that owns a node of the job's
@@ -24,14 +25,25 @@ import (
 // Ready: it sends the messages on the mesh, logs the events, answers the
 // probes, and calls Advance. The clock is time.Now (monotonic).
 //
-// Shadow mode (ftrun --arbiter): the node's decisions are logged and
-// counted, and nothing acts on them: ftrun's own verdicts stay the job's.
-// Probes are answered by asking the existing supervision path where that
-// is cheap: on ftrun's node, the rendezvous's probe of the rank's
-// supervision channel (rvServer.probe, the one ftrun's own suspicions
-// use), waited for a quarter term (the arbiter gives up on a probe after
-// half a term). An agent's node, which leads only once ftrun's is lost, has
-// no such channel: it answers alive at once, and logs that it did.
+// Shadow mode (ftrun --arbiter): while ftrun runs, its own verdicts stay
+// the job's, and the node's decisions are logged beside them; the agents
+// pass the applied exits and verdicts on to their ranks (onRankEnd,
+// hostSupervisor.exited), which matters once ftrun is gone.
+//
+// Probes. The leader's node emits Probe{rank, host}. The driver asks the
+// rank's own host: its local prober (setProbe) when the host is its own,
+// else the host's node over the mesh (msgArbiterProbe; the answer comes
+// back as msgArbiterProbeAnswer and goes to ProbeAnswer; the host says at
+// once that it has the probe, which gives it a term to answer:
+// ProbeHeard). An agent's
+// prober asks the rank on its lease channel for a quarter term, and when
+// it gets no answer kills the rank and waits until it has reaped it before
+// it answers "not alive": the arbiter never declares a rank that may act.
+// ftrun's prober, for the ranks of its own host, asks on the supervision
+// channel and always answers alive: ftrun's own suspicion handling kills a
+// rank of its host that does not answer, and the exit is then reported. A
+// host that does not answer (no prober, no link) is left to the arbiter's
+// rule: the leader condemns it after half a term.
 //
 // Log lines (info): "arbiter: node N leads (term T)", "arbiter: host H
 // failed: REASON", "arbiter: rank R failed: REASON", "arbiter: rank R
@@ -45,9 +57,11 @@ type arbDriver struct {
 	mesh  *arbMesh
 	log   *slog.Logger
 	names []string // host names by index, for logs; may be short
-	// probe asks rank r's supervision channel whether it runs, waiting at
-	// most d; nil: the node answers alive without asking.
-	probe     func(r ftrma.Rank, d time.Duration) bool
+	// probeMu guards probe: the local prober, set once this host's ranks
+	// have a supervisor (setProbe); nil: probes of this host's ranks go
+	// unanswered.
+	probeMu   sync.Mutex
+	probe     localProber
 	probeWait time.Duration
 	started   time.Time
 
@@ -61,13 +75,23 @@ type arbDriver struct {
 	dropped int // inputs dropped: the queue was full
 
 	probing map[ftrma.Rank]bool // the run goroutine's: probes under way
+	// remote is the run goroutine's: probes asked by other nodes, under
+	// way here, with who asked.
+	remote map[ftrma.Rank][]uint64
 
-	// goneMu guards gone and goneTo: the ranks the applied log says are
-	// gone (failed, or exited with a status other than 0), in log order,
-	// and who is told of each (onGone).
-	goneMu sync.Mutex
-	gone   []ftrma.Rank
-	goneTo []func(ftrma.Rank)
+	// reportMu guards rep: where and for which job the leader at the end
+	// writes the job's report when ftrun's host is gone (setReport).
+	reportMu sync.Mutex
+	rep      *arbReport
+	// endAt is the run goroutine's: when this node applied each rank's end.
+	endAt map[ftrma.Rank]time.Time
+
+	// endMu guards ends and endTo: the applied ends of ranks (RankFailed,
+	// its host's included, and RankExited events), in log order, and who
+	// is told of each (onRankEnd).
+	endMu sync.Mutex
+	ends  []arbiter.Event
+	endTo []func(arbiter.Event)
 
 	mu      sync.Mutex // guards st and changed
 	st      arbStats
@@ -110,7 +134,7 @@ type arbVerdict struct {
 // election timeout has passed: node 1 campaigns as it is made, and a
 // campaign before its links are up is lost (the others would then elect
 // one of themselves first). Reports made meanwhile wait for it.
-func startArbDriver(cfg arbiter.Config, mesh *arbMesh, names []string, log *slog.Logger, probe func(ftrma.Rank, time.Duration) bool) (*arbDriver, error) {
+func startArbDriver(cfg arbiter.Config, mesh *arbMesh, names []string, log *slog.Logger, probe localProber) (*arbDriver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,7 +145,7 @@ func startArbDriver(cfg arbiter.Config, mesh *arbMesh, names []string, log *slog
 	d := &arbDriver{
 		cfg: c, mesh: mesh, log: log, names: names, probe: probe, probeWait: c.LeaseTerm / 4,
 		started: time.Now(), quit: make(chan struct{}), inWake: make(chan struct{}, 1),
-		probing: make(map[ftrma.Rank]bool), changed: make(chan struct{}),
+		probing: make(map[ftrma.Rank]bool), remote: make(map[ftrma.Rank][]uint64), endAt: make(map[ftrma.Rank]time.Time), changed: make(chan struct{}),
 	}
 	d.wg.Add(1)
 	go d.run()
@@ -175,16 +199,91 @@ func (d *arbDriver) admitSpare(r ftrma.Rank, h int) {
 	d.input(func(now time.Time) { d.node.AdmitSpare(r, h, now) })
 }
 
-// onGone has f called with every rank the applied log says is gone from
-// now on (a RankFailed verdict, its host's included, or a RankExited with a
-// status other than 0: a rank that exits 0 has finished), on the driver's
-// goroutine, which f must not block; it returns the ranks gone so far. A
-// rank may be both returned and passed to f.
-func (d *arbDriver) onGone(f func(ftrma.Rank)) []ftrma.Rank {
-	d.goneMu.Lock()
-	defer d.goneMu.Unlock()
-	d.goneTo = append(d.goneTo, f)
-	return slices.Clone(d.gone)
+// onRankEnd has f called with every end of a rank the log applies from
+// now on (an EventRankFailed, its host's included, or an EventRankExited),
+// on the driver's goroutine, which f must not block; it returns those
+// applied so far. An event may be both returned and passed to f.
+func (d *arbDriver) onRankEnd(f func(arbiter.Event)) []arbiter.Event {
+	d.endMu.Lock()
+	defer d.endMu.Unlock()
+	d.endTo = append(d.endTo, f)
+	return slices.Clone(d.ends)
+}
+
+// arbReport is what a node needs to write the job's report (DIR/report).
+type arbReport struct {
+	path   string // DIR/report
+	job    string
+	ranks  int // the world's ranks; the others, up to the state's, are spares
+	spares int
+	start  time.Time // when the ranks started, by this node's clock
+}
+
+// setReport has this node write the job's report to r.path at the job's
+// end, should it lead then with ftrun's host declared failed (ftrun
+// writes it otherwise).
+func (d *arbDriver) setReport(r arbReport) {
+	d.reportMu.Lock()
+	d.rep = &r
+	d.reportMu.Unlock()
+}
+
+// writeReport writes the job's report when the log says every rank has
+// ended, if this node leads and ftrun's host (0) is declared failed: the
+// state says each rank's end (a RankExited's status, a verdict's reason),
+// this node's clock when it applied it.
+func (d *arbDriver) writeReport(now time.Time) {
+	d.reportMu.Lock()
+	rep := d.rep
+	d.reportMu.Unlock()
+	st := d.node.State()
+	if rep == nil || !d.node.IsLeader() || !st.Host(0).Failed {
+		return
+	}
+	r := JobReport{Job: rep.job, Ranks: rep.ranks, Spares: rep.spares, Took: now.Sub(rep.start)}
+	survivors, bad := 0, false
+	for k := range max(st.NumRanks(), rep.ranks+rep.spares) {
+		ri := st.Rank(ftrma.Rank(k))
+		rr := RankReport{Rank: k, Host: d.name(ri.Host), At: d.endAt[ftrma.Rank(k)].Sub(rep.start)}
+		switch ri.Status {
+		case arbiter.RankAbsent:
+			rr = RankReport{Rank: k, State: RankNotStarted}
+		case arbiter.RankExited:
+			if ri.Code < 0 {
+				rr.State, rr.Reason = RankFailed, "its process was killed by a signal (its agent reported it to the arbiter)"
+			} else {
+				rr.State, rr.Code = RankFinished, ri.Code
+				survivors++
+				bad = bad || ri.Code != 0
+			}
+		case arbiter.RankFailed:
+			rr.State, rr.Reason = RankFailed, fmt.Sprintf("declared failed by the job's arbiter: %v", ri.Reason)
+		}
+		r.Rank = append(r.Rank, rr)
+	}
+	r.Exit, r.End = ExitOK, "ok"
+	if bad || survivors == 0 {
+		r.Exit, r.End = ExitFailed, "failed"
+	}
+	f, err := os.OpenFile(rep.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err == nil {
+		err = WriteReport(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		d.log.Error(fmt.Sprintf("arbiter: the job's report: %v", err))
+		return
+	}
+	d.log.Info(fmt.Sprintf("arbiter: node %d, leading at the job's end with ftrun's host gone, wrote the job's report to %s", d.cfg.ID, rep.path))
+}
+
+// gone reports whether the end e of a rank means it is gone for the
+// others (a verdict, or an exit with a status other than 0: a rank that
+// exits 0 has finished).
+func gone(e arbiter.Event) bool {
+	return e.Kind == arbiter.EventRankFailed || e.Kind == arbiter.EventRankExited && e.Code != 0
 }
 
 // input queues f for the run goroutine; it never blocks (a full queue
@@ -233,6 +332,8 @@ func (d *arbDriver) run() {
 				d.mu.Unlock()
 				d.log.Debug(fmt.Sprintf("arbiter: %v", err))
 			}
+		case q := <-d.mesh.probes:
+			d.probeFrame(q)
 		case id := <-d.mesh.gone:
 			if lead, _ := d.node.Leader(); lead == id && id != d.cfg.ID {
 				d.log.Info(fmt.Sprintf("arbiter: the link to leader node %d closed: its process may have ended; electing another now", id))
@@ -261,13 +362,19 @@ func (d *arbDriver) after(now time.Time) {
 		}
 		for _, e := range rd.Events {
 			d.event(e, now)
-			if e.Kind == arbiter.EventRankFailed || e.Kind == arbiter.EventRankExited && e.Code != 0 {
-				d.goneMu.Lock()
-				d.gone = append(d.gone, e.Rank)
-				to := slices.Clone(d.goneTo)
-				d.goneMu.Unlock()
+			if e.Kind == arbiter.EventFinished {
+				d.writeReport(now)
+			}
+			if e.Kind == arbiter.EventRankFailed || e.Kind == arbiter.EventRankExited {
+				if _, ok := d.endAt[e.Rank]; !ok {
+					d.endAt[e.Rank] = now
+				}
+				d.endMu.Lock()
+				d.ends = append(d.ends, e)
+				to := slices.Clone(d.endTo)
+				d.endMu.Unlock()
 				for _, f := range to {
-					f(e.Rank)
+					f(e)
 				}
 			}
 		}
@@ -384,28 +491,96 @@ func (d *arbDriver) name(h int) string {
 	return ""
 }
 
-// answer carries out one probe (see the shadow mode above). The node
-// repeats a probe until it is answered: one under way is not asked again.
+// localProber asks rank r, on this node's host, whether it still acts,
+// within about d: alive; or not alive once it surely no longer acts (killed
+// and reaped); ok false when it cannot tell (no answer is then given).
+type localProber func(r ftrma.Rank, d time.Duration) (alive, ok bool)
+
+// setProbe installs the prober of this host's ranks.
+func (d *arbDriver) setProbe(f localProber) {
+	d.probeMu.Lock()
+	d.probe = f
+	d.probeMu.Unlock()
+}
+
+// answer carries out one probe of the leader's node (see Probes above).
+// The node repeats a probe until it is answered: one under way is not
+// asked again.
 func (d *arbDriver) answer(p arbiter.Probe, now time.Time) {
 	if d.probing[p.Rank] {
 		return
 	}
-	if d.probe == nil {
-		d.log.Info(fmt.Sprintf("arbiter: probe of rank %d on host %d: answered alive without asking (shadow mode: this node has no supervision channel)", p.Rank, p.Host))
-		d.node.ProbeAnswer(p.Rank, true, now)
+	if id := uint64(p.Host + 1); id != d.cfg.ID {
+		d.mesh.sendFrame(id, msgArbiterProbe, jobwire.RankPayload(p.Rank))
 		return
 	}
 	d.probing[p.Rank] = true
+	d.node.ProbeHeard(p.Rank, now) // this host has it
+	d.probeHere(p.Rank, func(alive, ok bool, now time.Time) {
+		delete(d.probing, p.Rank)
+		d.log.Debug(fmt.Sprintf("arbiter: probe of rank %d on this host: alive %v (answered %v)", p.Rank, alive, ok))
+		if ok {
+			d.node.ProbeAnswer(p.Rank, alive, now)
+		}
+	})
+}
+
+// probeHere runs the local prober on rank r off the run goroutine, and
+// then done on it; without a prober, done gets no answer at once.
+func (d *arbDriver) probeHere(r ftrma.Rank, done func(alive, ok bool, now time.Time)) {
+	d.probeMu.Lock()
+	f := d.probe
+	d.probeMu.Unlock()
+	if f == nil {
+		done(false, false, time.Now())
+		return
+	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		alive := d.probe(p.Rank, d.probeWait)
-		d.input(func(now time.Time) {
-			delete(d.probing, p.Rank)
-			d.log.Debug(fmt.Sprintf("arbiter: probe of rank %d on host %d: alive %v", p.Rank, p.Host, alive))
-			d.node.ProbeAnswer(p.Rank, alive, now)
-		})
+		alive, ok := f(r, d.probeWait)
+		d.input(func(now time.Time) { done(alive, ok, now) })
 	}()
+}
+
+// probeFrame handles a probe frame from another node: a probe of one of
+// this host's ranks (asked by that node's leader), or the answer to one
+// this node forwarded.
+func (d *arbDriver) probeFrame(q meshProbe) {
+	switch q.typ {
+	case msgArbiterProbe:
+		d.mesh.sendFrame(q.from, msgArbiterProbeAnswer, probeAnswerPayload(q.rank, probeHeard))
+		askers := d.remote[q.rank]
+		if !slices.Contains(askers, q.from) {
+			d.remote[q.rank] = append(askers, q.from)
+		}
+		if len(askers) > 0 {
+			return // under way
+		}
+		d.probeHere(q.rank, func(alive, ok bool, _ time.Time) {
+			for _, id := range d.remote[q.rank] {
+				if ok {
+					state := probeNotAlive
+					if alive {
+						state = probeAlive
+					}
+					d.mesh.sendFrame(id, msgArbiterProbeAnswer, probeAnswerPayload(q.rank, state))
+				}
+			}
+			delete(d.remote, q.rank)
+		})
+	case msgArbiterProbeAnswer:
+		// Only the rank's own host answers for it.
+		ri := d.node.State().Rank(q.rank)
+		switch {
+		case ri.Status == arbiter.RankAbsent || uint64(ri.Host+1) != q.from:
+		case q.state == probeHeard:
+			d.node.ProbeHeard(q.rank, time.Now())
+		default:
+			d.log.Debug(fmt.Sprintf("arbiter: probe of rank %d on node %d: alive %v", q.rank, q.from, q.state == probeAlive))
+			d.node.ProbeAnswer(q.rank, q.state == probeAlive, time.Now())
+		}
+	}
 }
 
 func (d *arbDriver) notifyLocked() {
@@ -449,6 +624,14 @@ func (d *arbDriver) hostLease() (acting bool, end time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.st.acting, d.st.leaseEnd
+}
+
+// hostLeaseOnActing is hostLease once this node has acted; before that
+// (the arbiter is still coming up) acted is false.
+func (d *arbDriver) hostLeaseOnActing() (acting bool, end time.Time, acted bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.acting, d.st.leaseEnd, d.st.actedOnce
 }
 
 // hostFailed reports whether the log declared host h failed.

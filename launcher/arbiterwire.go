@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
@@ -53,7 +54,35 @@ const (
 	msgArbiterConfig byte = 38 // L→A: the agent's arbiter node
 	msgArbiterLabel  byte = 39 // node→node, before TLS: the dialler's node id
 	msgArbiterMsg    byte = 40 // node→node: one arbiter message
+	// node→node: the leader's node asks the node of a rank's host whether
+	// the rank still acts (payload: rank uint32). That node answers with
+	// msgArbiterProbeAnswer (rank uint32, state byte): at once probeHeard
+	// (it has the probe and is finding out), then, once it knows,
+	// probeAlive or probeNotAlive (see arbDriver's Probes).
+	msgArbiterProbe       byte = 41
+	msgArbiterProbeAnswer byte = 42
 )
+
+// The states of a msgArbiterProbeAnswer.
+const (
+	probeNotAlive byte = 0
+	probeAlive    byte = 1
+	probeHeard    byte = 2
+)
+
+// probeAnswerPayload encodes a msgArbiterProbeAnswer.
+func probeAnswerPayload(r ftrma.Rank, state byte) []byte {
+	return append(jobwire.RankPayload(r), state)
+}
+
+// parseProbeAnswer decodes a msgArbiterProbeAnswer.
+func parseProbeAnswer(p []byte) (ftrma.Rank, byte, error) {
+	if len(p) != 5 || p[4] > probeHeard {
+		return 0, 0, fmt.Errorf("%w: probe answer of %d bytes", jobwire.ErrMalformed, len(p))
+	}
+	r, err := jobwire.ParseRank(p[:4], supMaxRank)
+	return r, p[4], err
+}
 
 // maxArbiterHosts bounds the hosts of an arbiter config.
 const maxArbiterHosts = 1 << 16

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -43,6 +44,9 @@ type Job struct {
 	members      *members.Group // ftrun's member of the job's host group, or nil
 	arb          *arbDriver     // ftrun's node of the job's arbiter (--arbiter), or nil; set before any rank starts
 	arbFile      *os.File       // its log file (--output-filename), or nil
+	word         *arbWord       // what ftrun's node applied of ranks' ends (--arbiter over several hosts), or nil
+	ending       chan struct{}  // closed when ftrun is told to end the job (a signal, --timeout): endOnce
+	endOnce      sync.Once
 	blocks       []hostBlock    // where the ranks run
 	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; guarded by mu, grows (copied) as spares start
 	tm           hostTiming     // the host layer's timing
@@ -223,7 +227,7 @@ func Start(opts *Options) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	j := &Job{opts: *opts, done: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local,
+	j := &Job{opts: *opts, done: make(chan struct{}), ending: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local,
 		spares: opts.Spares, nextSpare: opts.N, path: path, localCap: len(local), hostName: hostName()}
 	if opts.OutputFilename != "" {
 		// DIR on this host first (ftrun writes the report here, whether
@@ -497,6 +501,7 @@ func (j *Job) Interrupt(sig syscall.Signal) {
 		return
 	}
 	j.interrupts++
+	j.endOnce.Do(func() { close(j.ending) })
 	if j.interrupts == 1 {
 		j.signal = sig
 		j.out.reportf("got %v: forwarding it to the ranks (again to kill them)", sig)
@@ -570,12 +575,43 @@ func (j *Job) startRank(path string, p *rankProc, env []string) error {
 func (j *Job) waitRank(p *rankProc) {
 	defer j.wg.Done()
 	st := RankStatus{Rank: p.rank, Code: -1}
+	unheard := false // ftrun left the job without a word on the rank: tell nobody
 	if p.link != nil {
 		m := <-p.exit
 		switch {
 		case m.lost != "" && j.rv.giveUpSpare(p.rank, m.lost):
 			// A spare lost before its admission: nobody heard of it.
 			st.lost = m.lost
+		case m.lost != "" && j.word != nil:
+			// Under the arbiter the rank's lease comes from its agent,
+			// not from ftrun: ftrun's clock proves nothing, and the
+			// arbiter's word decides (it applies the rank's exit, its
+			// failure, or its host's), or the process's own hang-up.
+			// If ftrun leaves the job first (watchQuorum), or is told to
+			// end it, the rank is reported lost, and nobody is told
+			// anything.
+			end := j.word.end(p.rank)
+			select {
+			case <-end.done:
+				switch e := end.e; {
+				case e.Kind == arbiter.EventRankExited && e.Code == 0:
+					st.Code = 0
+				case e.Kind == arbiter.EventRankExited:
+					st.lost = fmt.Sprintf("%s; its agent reported to the arbiter that it exited with status %d", m.lost, e.Code)
+				default:
+					st.lost = fmt.Sprintf("%s; the arbiter declared it failed: %v", m.lost, e.Reason)
+				}
+			case <-j.rv.hungUpChan(p.rank):
+				st.lost = m.lost + "; its process closed its connection to ftrun"
+			case <-j.word.left:
+				st.lost = m.lost + "; no verdict came before ftrun left the job"
+				unheard = true
+			case <-j.ending:
+				// A signal or --timeout: ftrun cannot reach the rank to
+				// stop it, and does not wait for the arbiter's word.
+				st.lost = m.lost + "; ftrun was ending the job before a verdict came"
+				unheard = true
+			}
 		case m.lost != "":
 			// Nobody saw the process end: it may still run, cut off.
 			// It stops by itself once its lease runs out; only then do
@@ -628,7 +664,9 @@ func (j *Job) waitRank(p *rankProc) {
 	// A spare that ended before it was admitted failed to start: its
 	// spawn reported it; it is no survivor either way.
 	st.Failed = st.Signal != 0 || declared || st.lost != "" || !st.OK() && !j.rv.isPresent(p.rank)
-	j.rv.rankExited(p.rank, st.String(), st.OK())
+	if !unheard {
+		j.rv.rankExited(p.rank, st.String(), st.OK())
+	}
 	if j.opts.NoFT && !st.OK() {
 		j.abort(p.rank)
 	}
@@ -856,6 +894,7 @@ func (j *Job) timeout() {
 		return
 	}
 	j.timedOut = true
+	j.endOnce.Do(func() { close(j.ending) })
 	j.out.reportf("timeout (%v) expired: killing the job", j.opts.Timeout)
 	for _, p := range j.ranks {
 		j.signalLocked(p, syscall.SIGKILL)

@@ -86,9 +86,12 @@ type rvServer struct {
 	listLen   int                   // once complete: the length of every rank's addrs payload
 	failure   string                // why the rendezvous cannot complete; "" unless failed
 	closed    bool
-	super     []net.Conn      // super[r]: rank r's supervision channel once it has the list
-	gone      []bool          // gone[r]: rank r's process exited
-	revoked   []bool          // revoked[r]: rank r's lease is no longer renewed (revoke)
+	super     []net.Conn // super[r]: rank r's supervision channel once it has the list
+	gone      []bool     // gone[r]: rank r's process exited
+	revoked   []bool     // revoked[r]: rank r's lease is no longer renewed (revoke)
+	// bound, once set (boundLeases, ftrun --arbiter), bounds every lease
+	// grant by ftrun's host lease from the job's arbiter.
+	bound     atomic.Pointer[leaseBound]
 	revokedAt []time.Time     // when
 	probes    []chan struct{} // probes[r]: closed when rank r answers the probe under way
 	leaving   []bool          // leaving[r]: rank r said it leaves on purpose
@@ -225,6 +228,21 @@ func (s *rvServer) rankExited(r ftrma.Rank, why string, clean bool) {
 	s.mu.Unlock()
 	s.notify(tell, jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 	s.maybeStart()
+}
+
+// leaseBound is ftrun's host lease from the job's arbiter, which bounds
+// the ranks' leases of ftrun's own host as an agent's supervisor bounds
+// its host's (supervisorGrant): no grant while ftrun's node does not act,
+// none past its host lease. The grant then carries its term
+// (jobwire.GrantPayload).
+type leaseBound struct {
+	term  time.Duration
+	lease func() (acting bool, end time.Time)
+}
+
+// boundLeases bounds every grant from now on by lease (leaseBound).
+func (s *rvServer) boundLeases(term time.Duration, lease func() (bool, time.Time)) {
+	s.bound.Store(&leaseBound{term: term, lease: lease})
 }
 
 // probe asks rank r whether it runs and reports whether it answered
@@ -575,8 +593,15 @@ func (s *rvServer) serve(raw net.Conn) {
 			s.mu.Lock()
 			grant := !s.revoked[rank] && !s.gone[rank]
 			s.mu.Unlock()
+			payload := jobwire.LeasePayload(seq)
+			if b := s.bound.Load(); grant && b != nil {
+				acting, end := b.lease()
+				var g time.Duration
+				g, grant = supervisorGrant(acting, end, time.Now(), b.term)
+				payload = jobwire.GrantPayload(seq, g)
+			}
 			if grant {
-				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgLeaseGrant, jobwire.LeasePayload(seq)))
+				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgLeaseGrant, payload))
 			}
 		case jobwire.MsgSuspect:
 			r, err := jobwire.ParseRank(p, s.cfg.Size)

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
@@ -65,13 +67,23 @@ type hostSupervisor struct {
 	// whose exit notice went (or goes) to each.
 	chans map[*supChan]bool
 	gone  []ftrma.Rank
+	// suspect hands a rank's suspicion to the arbiter: r suspected by by.
+	suspect func(r, by ftrma.Rank)
 }
+
+// supMaxRank bounds the rank numbers a channel accepts in its frames (the
+// arbiter ignores ranks its job does not have).
+const supMaxRank = 1 << 24
 
 // supChan is one rank's channel past its handshake; wmu orders the
 // grants and the notices written to it.
 type supChan struct {
 	c   net.Conn
 	wmu sync.Mutex
+	// rank is the rank that named the channel (its MsgHello), -1 before.
+	rank atomic.Int64
+	// replied gets a token for each MsgProbeReply.
+	replied chan struct{}
 }
 
 // write sends one frame, bounded by a fifth of a term.
@@ -80,6 +92,39 @@ func (ch *supChan) write(typ byte, p []byte, d time.Duration) error {
 	defer ch.wmu.Unlock()
 	ch.c.SetWriteDeadline(time.Now().Add(d))
 	return jobwire.WriteFrame(ch.c, typ, p)
+}
+
+// probe asks rank r, on its channel, whether it runs, and waits at most d
+// for the answer; false if it did not answer (or has no channel).
+func (s *hostSupervisor) probe(r ftrma.Rank, d time.Duration) bool {
+	s.mu.Lock()
+	var ch *supChan
+	for c := range s.chans {
+		if c.rank.Load() == int64(r) {
+			ch = c
+		}
+	}
+	s.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select { // an old reply does not answer this probe
+	case <-ch.replied:
+	default:
+	}
+	if ch.write(jobwire.MsgProbe, nil, d) != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch.replied:
+		return true
+	case <-t.C:
+		return false
+	case <-s.quit:
+		return false
+	}
 }
 
 // exited sends rank r's exit notice to every channel, and to those that
@@ -121,9 +166,18 @@ func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any
 	if err != nil {
 		return nil, err
 	}
-	gone := a.d.onGone(func(r ftrma.Rank) { go sup.exited(r) })
+	sup.suspect = a.d.reportSuspect
+	ended := a.d.onRankEnd(func(e arbiter.Event) {
+		if gone(e) {
+			go sup.exited(e.Rank)
+		}
+	})
 	sup.mu.Lock()
-	sup.gone = append(sup.gone, gone...)
+	for _, e := range ended {
+		if gone(e) {
+			sup.gone = append(sup.gone, e.Rank)
+		}
+	}
 	sup.mu.Unlock()
 	return sup, nil
 }
@@ -201,7 +255,8 @@ func (s *hostSupervisor) serve(c net.Conn) {
 		s.logf("lease endpoint: refused %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	ch := &supChan{c: tc}
+	ch := &supChan{c: tc, replied: make(chan struct{}, 1)}
+	ch.rank.Store(-1)
 	s.mu.Lock()
 	s.chans[ch] = true
 	before := slices.Clone(s.gone)
@@ -224,6 +279,25 @@ func (s *hostSupervisor) serve(c net.Conn) {
 			typ, p, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
 			if err != nil {
 				return
+			}
+			switch typ {
+			case jobwire.MsgHello:
+				if r, err := jobwire.ParseRank(p, supMaxRank); err == nil {
+					ch.rank.CompareAndSwap(-1, int64(r))
+				}
+				continue
+			case jobwire.MsgSuspect:
+				r, err := jobwire.ParseRank(p, supMaxRank)
+				if by := ch.rank.Load(); err == nil && by >= 0 && s.suspect != nil {
+					s.suspect(r, ftrma.Rank(by))
+				}
+				continue
+			case jobwire.MsgProbeReply:
+				select {
+				case ch.replied <- struct{}{}:
+				default:
+				}
+				continue
 			}
 			seq, err := jobwire.ParseLease(p)
 			if typ != jobwire.MsgLeaseAsk || err != nil {

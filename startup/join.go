@@ -37,8 +37,11 @@ type Session struct {
 	// local is the lease channel to this host's agent (ftrun --arbiter on
 	// an agent's host: jobwire.EnvSupervisor), or nil: the lease comes
 	// from ftrun over conn. With it, a broken conn does not stop the rank.
-	local     net.Conn
-	smu       sync.Mutex // serializes writes on local
+	local net.Conn
+	smu   sync.Mutex // serializes writes on local
+	// ftrunGone is set when the channel to ftrun broke while the lease
+	// comes from the host's agent: suspicions go to the agent from then on.
+	ftrunGone atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 	watching  sync.WaitGroup // the goroutines reading conn and keeping the lease
@@ -314,12 +317,20 @@ func (s *Session) Close() error {
 // Suspect tells the launcher that this rank's failure detector declared rank r
 // failed, so that the launcher kills r should it still run (a false
 // suspicion). It does not block for long: the write is bounded in time.
+//
+// Once the channel to ftrun has broken under an agent's lease (ftrun is
+// gone, the job goes on under the arbiter), the suspicion goes to this
+// host's agent instead, which hands it to the job's arbiter.
 func (s *Session) Suspect(r ftrma.Rank) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	defer s.conn.SetWriteDeadline(time.Time{})
-	return jobwire.WriteFrame(s.conn, jobwire.MsgSuspect, jobwire.RankPayload(r))
+	c, mu := s.conn, &s.wmu
+	if s.local != nil && s.ftrunGone.Load() {
+		c, mu = s.local, &s.smu
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	defer c.SetWriteDeadline(time.Time{})
+	return jobwire.WriteFrame(c, jobwire.MsgSuspect, jobwire.RankPayload(r))
 }
 
 // Leave tells the launcher that this rank is leaving the job on purpose (it
@@ -353,6 +364,7 @@ func (s *Session) watch() {
 					// rank goes on while it is granted.
 					ftrma.Logger().Warn(fmt.Sprintf("ftrma rank %d: its connection to ftrun broke (%v): it goes on under its host's lease", s.rank, err),
 						ftrma.LogRank, s.rank, ftrma.LogJob, s.job)
+					s.ftrunGone.Store(true)
 					return
 				}
 				// ftrun is gone, or the connection broke: no lease
@@ -374,8 +386,15 @@ func (s *Session) watch() {
 			continue
 		}
 		if typ == jobwire.MsgLeaseGrant {
-			if seq, err := jobwire.ParseLease(p); err == nil && s.local == nil {
+			// ftrun's grant: the ask's seq, and under --arbiter the term
+			// too (bounded by ftrun's host lease: jobwire.GrantPayload).
+			if s.local != nil {
+				continue
+			}
+			if seq, err := jobwire.ParseLease(p); err == nil {
 				s.granted(seq, s.term)
+			} else if seq, term, err := jobwire.ParseGrant(p); err == nil {
+				s.granted(seq, term)
 			}
 			continue
 		}
@@ -410,7 +429,8 @@ func (s *Session) exitNotice(p []byte) {
 }
 
 // watchLocal reads the lease channel to this host's agent until it
-// closes: grants extend the lease, exit notices go where ftrun's do; a channel that breaks stops the rank,
+// closes: grants extend the lease, exit notices go where ftrun's do,
+// probes are answered; a channel that breaks stops the rank,
 // as a broken channel to ftrun does without the agent (its supervisor is
 // gone: no lease can be renewed).
 func (s *Session) watchLocal() {
@@ -432,6 +452,14 @@ func (s *Session) watchLocal() {
 			}
 		case jobwire.MsgExit:
 			s.exitNotice(p)
+		case jobwire.MsgProbe:
+			// The arbiter asks whether this rank still runs (another
+			// rank suspects it): it does.
+			s.smu.Lock()
+			s.local.SetWriteDeadline(time.Now().Add(time.Second))
+			jobwire.WriteFrame(s.local, jobwire.MsgProbeReply, nil)
+			s.local.SetWriteDeadline(time.Time{})
+			s.smu.Unlock()
 		}
 	}
 }
@@ -449,6 +477,11 @@ func dialSupervisor(ctx context.Context, env jobEnv) (net.Conn, error) {
 		deadline = time.Now().Add(time.Minute)
 	}
 	tc, err := seclink.Client(c, jobwire.SupervisorKey(env.secret), deadline)
+	if err == nil {
+		tc.SetWriteDeadline(deadline)
+		err = jobwire.WriteFrame(tc, jobwire.MsgHello, jobwire.RankPayload(env.rank))
+		tc.SetWriteDeadline(time.Time{})
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("launcher: rank %d: its host's agent at %s: %w", env.rank, env.supervisor, err)

@@ -280,3 +280,46 @@ func TestLeaseFromAgentOutlivesFtrun(t *testing.T) {
 		t.Fatalf("lease lost %d times after the agent's grants stopped, want 1", n)
 	}
 }
+
+// Under ftrun --arbiter, ftrun's grants to the ranks of its own host carry
+// a term, bounded by its host lease from the arbiter (jobwire.GrantPayload):
+// the rank's lease runs that term from its ask, not its usual one.
+func TestLeaseGrantFromFtrunCarriesTerm(t *testing.T) {
+	const term = time.Second
+	rank, launcher := net.Pipe()
+	s := &Session{rank: 1, size: 2, conn: rank, term: term, stop: make(chan struct{}),
+		asked: make(map[uint64]time.Time), expiry: time.Now()}
+	granted := make(chan struct{}, 16)
+	go func() {
+		for {
+			typ, p, err := jobwire.ReadFrame(launcher, jobwire.MaxSmallFrame)
+			if err != nil {
+				return
+			}
+			if typ == jobwire.MsgLeaseAsk {
+				seq, _ := jobwire.ParseLease(p)
+				jobwire.WriteFrame(launcher, jobwire.MsgLeaseGrant, jobwire.GrantPayload(seq, term/10))
+				granted <- struct{}{}
+			}
+		}
+	}()
+	s.watching.Add(1)
+	go s.watch()
+	t.Cleanup(func() { s.Close(); launcher.Close() })
+	s.askLease()
+	<-granted
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.lmu.Lock()
+		left := time.Until(s.expiry)
+		s.lmu.Unlock()
+		if left > 0 {
+			if left > term/10 {
+				t.Errorf("the lease runs %v more after a grant of %v", left, term/10)
+			}
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatal("the grant carrying a term did not extend the lease")
+		}
+	}
+}

@@ -26,6 +26,17 @@ import (
 // node applies it, and on a new channel for every rank gone before. The
 // rank treats it as ftrun's exit notice (the two may both come: a notice
 // is idempotent). So a rank learns of failures once ftrun is gone.
+//
+// Suspicions and probes, for when ftrun is gone. The rank's first frame
+// after the handshake is MsgHello with RankPayload(its rank), which names
+// the channel. A rank whose channel to ftrun broke sends its detector's
+// suspicions here (MsgSuspect, RankPayload of the suspect) instead of to
+// ftrun; the agent hands them to the arbiter. The agent asks a rank
+// whether it runs with MsgProbe (empty); the rank answers MsgProbeReply
+// (empty) at once. An agent that gets no answer within a quarter term
+// kills the rank and waits until it has reaped it before it tells the
+// arbiter the rank does not answer: a rank is never declared while it
+// may act.
 
 // SupervisorKey is the TLS key of the channel between a rank and its
 // host's agent, from the job secret; distinct from RendezvousKey.
