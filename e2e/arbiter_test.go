@@ -189,3 +189,102 @@ func TestArbiterClusterFtrunCut(t *testing.T) {
 	}
 	t.Logf("the compute hosts finished without ftrun %v after the cut (healed %v after it): %s", finished.Round(time.Millisecond), ended.Round(time.Millisecond), results[0])
 }
+
+// As TestArbiterClusterFtrunCut, with 2 of the job's 10 ranks on ftrun's
+// own host (localhost in the hostfile): once ftrun's host is cut off, its
+// arbiter node stops acting, and so do ranks 0 and 1, whose leases from
+// ftrun are bounded by that node's host lease (they exit with status 76,
+// ExitLostPrimary); the compute hosts' leader declares host 0 failed, the
+// agents pass the verdict on to their ranks, and ranks 2..9 adopt the lists
+// of 0 and 1 and end with the failure-free sum, 8 of 10 surviving. (With 10
+// ranks the output directories are rank.00 .. rank.09, as Open MPI pads
+// them.)
+func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(hf, []byte("localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	out := filepath.Join(work, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
+		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+	job := startLive(t, cmd)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(out, "1", "rank.09")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			o, e := job.finish()
+			t.Fatalf("rank 9 did not start within a minute:\n%s\n%s", o, e)
+		}
+	}
+	time.Sleep(time.Second)
+	if o, err := exec.Command(clusterScript(), "split", dir, "root", "h1,h2,h3,h4").CombinedOutput(); err != nil {
+		t.Fatalf("split: %v\n%s", err, o)
+	}
+	cut := time.Now()
+	joined := false
+	join := func() {
+		if !joined {
+			joined = true
+			if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
+				t.Errorf("join: %v\n%s", err, o)
+			}
+		}
+	}
+	defer join()
+	outText, errText := job.finish()
+	ended := time.Since(cut)
+	join()
+	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end:\n%s", report)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit %d, want 1 (ftrun left the job):\n%s", code, report)
+	}
+	for r := range 2 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^ftrun: rank %d exited with status 76$`, r)).MatchString(errText) {
+			t.Errorf("rank %d, on ftrun's host, did not stop with its lost lease (status 76):\n%s", r, report)
+		}
+	}
+	for _, want := range []string{"ftrun: lost the job's quorum", "ftrun: leaving the job: cut off from the arbiter's quorum"} {
+		if !strings.Contains(errText, want) {
+			t.Errorf("ftrun does not say %q:\n%s", want, report)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for h := 1; h <= 4; h++ {
+		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("an agent still runs on h%d two minutes after ftrun ended", h)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	resultRE := regexp.MustCompile(`(?m)result: .*$`)
+	var results []string
+	for r := range 10 {
+		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stdout"))
+		results = append(results, resultRE.FindAllString(string(b), -1)...)
+	}
+	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 10, adopted ranks [0 1])"
+	if len(results) != 1 || results[0] != want {
+		for r := range 10 {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stderr"))
+			t.Logf("rank %d's stderr:\n%s", r, b)
+		}
+		for node := 2; node <= 5; node++ {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			t.Logf("node %d's log:\n%s", node, b)
+		}
+		t.Fatalf("with ftrun's host (ranks 0 and 1) cut off: result lines %q, want exactly %q; ftrun said:\n%s", results, want, report)
+	}
+	t.Logf("ftrun ended %v after the cut; the compute hosts finished without ftrun's host: %s", ended.Round(time.Millisecond), results[0])
+}
