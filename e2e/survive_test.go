@@ -206,3 +206,81 @@ func TestSurviveFtrunKill(t *testing.T) {
 		t.Errorf("without --arbiter, ftrun SIGKILLed: result lines %q, want none (the job dies with ftrun); ftrun said:\n%s", got, ftrunOut)
 	}
 }
+
+// ftrun's whole host killed (cluster.sh killhost: every process of its
+// namespace SIGKILLed, its sockets closed by the kernel): ftrun runs on h1,
+// the checkpointing example's 6 ranks on h2..h4 (nodes 2..4 of the
+// arbiter; nodes 1..3 vote). The two voters left elect a leader between
+// themselves, the compute hosts finish the job with the failure-free
+// result and every rank surviving, written by their agents to
+// --output-filename, and the leader at the end writes DIR/report.
+func TestSurviveFtrunHostKilled(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(hf, []byte("h2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	out := filepath.Join(work, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf,
+		"--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+	job := startLive(t, cmd)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(out, "1", "rank.5")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			o, e := job.finish()
+			t.Fatalf("rank 5 did not start within a minute:\n%s\n%s", o, e)
+		}
+	}
+	time.Sleep(time.Second)
+	if o, err := exec.Command(clusterScript(), "killhost", dir, "h1").CombinedOutput(); err != nil {
+		t.Fatalf("killhost h1: %v\n%s", err, o)
+	}
+	defer func() { // the suite's other tests need h1's sshd
+		if o, err := exec.Command(clusterScript(), "revive", dir, "h1").CombinedOutput(); err != nil {
+			t.Errorf("revive h1: %v\n%s", err, o)
+		}
+	}()
+	killed := time.Now()
+	o, e := job.finish()
+	deadline := time.Now().Add(2 * time.Minute)
+	for h := 2; h <= 4; h++ {
+		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("an agent still runs on h%d two minutes after h1 was killed", h)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	gone := time.Since(killed)
+	resultRE := regexp.MustCompile(`(?m)result: .*$`)
+	var results []string
+	for r := range 6 {
+		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
+		results = append(results, resultRE.FindAllString(string(b), -1)...)
+	}
+	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 6 of 6, adopted ranks [])"
+	if len(results) != 1 || results[0] != want {
+		for r := range 6 {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
+			t.Logf("rank %d's stderr:\n%s", r, b)
+		}
+		for node := 2; node <= 4; node++ {
+			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			t.Logf("node %d's log:\n%s", node, b)
+		}
+		t.Fatalf("with ftrun's host killed: result lines %q, want exactly %q; ftrun said:\n%s\n%s", results, want, o, e)
+	}
+	rep, _ := os.ReadFile(filepath.Join(out, "report"))
+	if !strings.Contains(string(rep), "\nexit 0 ok\n") || strings.Count(string(rep), " finished status 0 at ") != 6 {
+		t.Errorf("%s/report does not say all 6 ranks finished and the job ended ok:\n%s", out, rep)
+	}
+	t.Logf("h1 (ftrun's host) killed 1 s after every rank started: the compute hosts finished by themselves %v later: %s", gone.Round(time.Millisecond), want)
+}
