@@ -201,6 +201,7 @@ func TestArbiterClusterFtrunCut(t *testing.T) {
 // them.)
 func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 	dir := needCluster(t)
+	sum16k, _ := ckptFailureFree(t, "-tasks", "16384") // cached: the suite's other tests run it too
 	bin := bins(t)
 	hf := filepath.Join(t.TempDir(), "hostfile")
 	if err := os.WriteFile(hf, []byte("localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
@@ -212,7 +213,7 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	job := startLive(t, cmd)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(out, "1", "rank.09")); err == nil {
@@ -274,7 +275,7 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stdout"))
 		results = append(results, resultRE.FindAllString(string(b), -1)...)
 	}
-	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 10, adopted ranks [0 1])"
+	want := "result: " + sum16k + " tree nodes (tasks 16384, survivors 8 of 10, adopted ranks [0 1])"
 	if len(results) != 1 || results[0] != want {
 		for r := range 10 {
 			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stderr"))

@@ -216,6 +216,7 @@ func TestSurviveFtrunKill(t *testing.T) {
 // --output-filename, and the leader at the end writes DIR/report.
 func TestSurviveFtrunHostKilled(t *testing.T) {
 	dir := needCluster(t)
+	sum16k, _ := ckptFailureFree(t, "-tasks", "16384") // cached: the suite's other tests run it too
 	bin := bins(t)
 	hf := filepath.Join(t.TempDir(), "hostfile")
 	if err := os.WriteFile(hf, []byte("h2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
@@ -227,7 +228,7 @@ func TestSurviveFtrunHostKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf,
-		"--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+		"--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	job := startLive(t, cmd)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(out, "1", "rank.5")); err == nil {
@@ -266,7 +267,7 @@ func TestSurviveFtrunHostKilled(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
 		results = append(results, resultRE.FindAllString(string(b), -1)...)
 	}
-	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 6 of 6, adopted ranks [])"
+	want := "result: " + sum16k + " tree nodes (tasks 16384, survivors 6 of 6, adopted ranks [])"
 	if len(results) != 1 || results[0] != want {
 		for r := range 6 {
 			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
