@@ -16,27 +16,46 @@ import (
 	"github.com/ftrma/ftrma/internal/kvcheck"
 )
 
-// The store under ftrun --arbiter with ftrun's host cut off. Ten ranks:
-// 0 and 1 on ftrun's own host (localhost in the hostfile), 2..9 on h1..h4,
-// run kvlin (two clients per rank put, delete, compare-and-swap and get
-// four shared keys, Copies 3) while ftrun's host is cut from the four
-// compute hosts (cluster.sh split DIR root h1,h2,h3,h4) a second in. The
-// compute hosts hold the arbiter's quorum (4 of 5 voters) and go on; ranks
-// 0 and 1 stop with node 1's host lease (status 76), and only once the
-// compute hosts' leader has declared ftrun's host failed do their ranks
-// take over the keys. The link is healed once ftrun has left the job.
-// Checked over the histories of both sides together: they are
-// linearizable (porcupine: no acknowledged write lost, no stale read,
-// nothing the cut side did after the takeover counts); ranks 0 and 1
-// stopped, every operation of theirs returned within stopBound of the
-// cut; ranks 2..9 finish their clients (their output files, which the
-// agents write, say "clients done"), and every key has 3 whole replicas
-// again on the compute hosts.
+// The store under ftrun --arbiter with ftrun on the minority side of a
+// split. kvlin (two clients per rank put, delete, compare-and-swap and get
+// four shared keys, Copies 3) runs on 10 ranks, two per host, a second
+// before the split (cluster.sh split), in two cases:
+//
+//   - "ftrun's host alone": ranks 0 and 1 on ftrun's own host (localhost
+//     in the hostfile), 2..9 on h1..h4; ftrun's host is cut from the four.
+//   - "1+3, ftrun with the 1": ranks 0..1 on ftrun's host, 2..3 on h1,
+//     4..9 on h2..h4; ftrun's host and h1 are cut from h2..h4.
+//
+// The side without ftrun holds the arbiter's quorum (3 or 4 of 5 voters)
+// and goes on; the ranks of ftrun's side stop with their hosts' leases
+// (status 76 for ftrun's own), and only once the other side's leader has
+// declared their hosts failed do its ranks take over the keys. The split
+// is healed once ftrun has left the job. Checked over the histories of
+// both sides together: they are linearizable (porcupine: no acknowledged
+// write lost, no stale read, nothing the cut side did after the takeover
+// counts); the ranks of ftrun's side stopped, every operation of theirs
+// returned within stopBound of the split; the others finish their clients
+// (their output files, which the agents write, say "clients done"), and
+// every key has 3 whole replicas again.
 func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
+	for _, c := range []struct {
+		name     string
+		hostfile string
+		sides    []string // cluster.sh split's two sides
+		cut      int      // ranks 0..cut-1 are on ftrun's side
+	}{
+		{"ftrun's host alone", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n", []string{"root", "h1,h2,h3,h4"}, 2},
+		{"1+3, ftrun with the 1", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n", []string{"root,h1", "h2,h3,h4"}, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) { testArbiterStoreSplit(t, dir, bin, c.hostfile, c.sides, c.cut) })
+	}
+}
+
+func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []string, cutRanks int) {
 	hf := filepath.Join(t.TempDir(), "hostfile")
-	if err := os.WriteFile(hf, []byte("localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
+	if err := os.WriteFile(hf, []byte(hostfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	hist := sharedTempDir(t)
@@ -55,7 +74,7 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 	defer dump.Stop()
 	waitHistories(t, hist, 10, 20*time.Second)
 	time.Sleep(time.Second)
-	if o, err := exec.Command(clusterScript(), "split", dir, "root", "h1,h2,h3,h4").CombinedOutput(); err != nil {
+	if o, err := exec.Command(clusterScript(), "split", dir, sides[0], sides[1]).CombinedOutput(); err != nil {
 		t.Fatalf("split: %v\n%s", err, o)
 	}
 	cut := time.Now()
@@ -99,8 +118,8 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 	for r := range 10 {
 		o := stdout(r)
 		all.WriteString(o)
-		if done := strings.Contains(o, "clients done\n"); done != (r >= 2) {
-			t.Errorf("rank %d: clients done %v, want %v", r, done, r >= 2)
+		if done := strings.Contains(o, "clients done\n"); done != (r >= cutRanks) {
+			t.Errorf("rank %d: clients done %v, want %v", r, done, r >= cutRanks)
 		}
 	}
 	for k := range 4 {
@@ -111,7 +130,7 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 	ops, completed, open := readHistory(t, hist)
 	var cutOps, lateCut int
 	for _, op := range ops {
-		if op.ClientId/2 < 2 && op.Return != math.MaxInt64 {
+		if op.ClientId/2 < cutRanks && op.Return != math.MaxInt64 {
 			cutOps++
 			if time.Unix(0, op.Return).After(cut.Add(stopBound)) {
 				lateCut++
@@ -119,10 +138,10 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 		}
 	}
 	if cutOps == 0 {
-		t.Errorf("ranks 0 and 1 completed no operation: the test did not test them")
+		t.Errorf("the ranks of ftrun's side completed no operation: the test did not test them")
 	}
 	if lateCut > 0 {
-		t.Errorf("%d operations of ranks 0 and 1 returned more than %v after the cut", lateCut, stopBound)
+		t.Errorf("%d operations of the ranks of ftrun's side returned more than %v after the split", lateCut, stopBound)
 	}
 	res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
 	if res != porcupine.Ok {
@@ -144,5 +163,5 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 		t.Logf("the ranks' stdout:\n%s", all.String())
 		t.Log(report)
 	}
-	t.Logf("%d ops completed (%d by ranks 0 and 1, on ftrun's host), %d open; ftrun ended %v after the cut", completed, cutOps, open, ended.Round(time.Millisecond))
+	t.Logf("%d ops completed (%d by the %d ranks of ftrun's side), %d open; ftrun ended %v after the split", completed, cutOps, cutRanks, open, ended.Round(time.Millisecond))
 }

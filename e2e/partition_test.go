@@ -39,6 +39,14 @@ import (
 // suspects across the cut, ftrun finds both sides answering, and after
 // three lease terms of suspicion removes the suspected ranks so that the
 // world that goes on is fully connected again.
+//
+// Each case runs under ftrun --arbiter too ("arbiter 2+2"; by default the
+// 2+2 and 1+3 splits, the whole matrix with FTRMA_LONG=1): there the ranks
+// on the agents' hosts take their lease from their agents, whose arbiter
+// nodes on the side without a quorum of voters stop acting, and ftrun
+// reports those ranks failed on the arbiter's verdict. Every check is the
+// same (ftrun's side holds the quorum in every case here;
+// arbiter_store_test.go splits with ftrun on the minority).
 func TestClusterStorePartition(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -57,122 +65,138 @@ func TestClusterStorePartition(t *testing.T) {
 		{"one-way to h4", []string{"--oneway", "h4", "root,h1,h2,h3"}, 0, []int{6, 7}},
 		{"partial h2-h3", []string{"h2", "h3"}, 0, nil},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			hist := sharedTempDir(t)
-			os.Chmod(hist, 0o777)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output",
-				filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms")
-			job := startLive(t, cmd)
-			// A job still running long after its 9 s: its ranks print
-			// where they wait (SIGQUIT makes a Go program dump its
-			// goroutines and exit) before ftrun is stopped.
-			dump := time.AfterFunc(60*time.Second, func() {
-				exec.Command("pkill", "-QUIT", "-f", "testprog kvlin "+hist).Run()
-			})
-			defer dump.Stop()
-			waitHistories(t, hist, 8, 20*time.Second)
-			time.Sleep(time.Second)
-			if c.split != nil {
-				if o, err := exec.Command(clusterScript(), append([]string{"split", dir}, c.split...)...).CombinedOutput(); err != nil {
-					t.Fatalf("split: %v\n%s", err, o)
+		for _, arb := range []bool{false, true} {
+			name := c.name
+			if arb {
+				// Under the arbiter the same rule holds (ftrun's side has
+				// the quorum of voters in every case here). The whole
+				// matrix with FTRMA_LONG=1; else its two main splits.
+				if os.Getenv("FTRMA_LONG") != "1" && c.name != "2+2" && c.name != "1+3" {
+					continue
 				}
+				name = "arbiter " + name
 			}
-			split := time.Now()
-			joined := false
-			join := func() {
-				if !joined {
-					joined = true
-					if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
-						t.Errorf("join: %v\n%s", err, o)
+			c := c
+			t.Run(name, func(t *testing.T) {
+				hist := sharedTempDir(t)
+				os.Chmod(hist, 0o777)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				args := []string{"--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms"}
+				if arb {
+					args = append([]string{"--arbiter"}, args...)
+				}
+				cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), args...)
+				job := startLive(t, cmd)
+				// A job still running long after its 9 s: its ranks print
+				// where they wait (SIGQUIT makes a Go program dump its
+				// goroutines and exit) before ftrun is stopped.
+				dump := time.AfterFunc(60*time.Second, func() {
+					exec.Command("pkill", "-QUIT", "-f", "testprog kvlin "+hist).Run()
+				})
+				defer dump.Stop()
+				waitHistories(t, hist, 8, 20*time.Second)
+				time.Sleep(time.Second)
+				if c.split != nil {
+					if o, err := exec.Command(clusterScript(), append([]string{"split", dir}, c.split...)...).CombinedOutput(); err != nil {
+						t.Fatalf("split: %v\n%s", err, o)
 					}
 				}
-			}
-			defer join()
-			if c.heal > 0 {
-				time.AfterFunc(c.heal, join)
-			}
-			outText, errText := job.finish()
-			ended := time.Since(split)
-			join()
-			if ctx.Err() != nil {
-				t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
-			}
-			report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
-			if code := cmd.ProcessState.ExitCode(); code != 0 {
-				t.Errorf("exit %d, want 0", code)
-			}
-			// Who finished, who stopped.
-			done := map[int]bool{}
-			for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] clients done$`).FindAllStringSubmatch(outText, -1) {
-				var r int
-				fmt.Sscan(m[1], &r)
-				done[r] = true
-			}
-			lost := map[int]bool{}
-			for _, m := range regexp.MustCompile(`rank (\d+) failed at [0-9.]+s`).FindAllStringSubmatch(errText, -1) {
-				var r int
-				fmt.Sscan(m[1], &r)
-				lost[r] = true
-			}
-			for r := range 8 {
-				if done[r] == lost[r] {
-					t.Errorf("rank %d: finished %v, reported failed %v: want exactly one", r, done[r], lost[r])
-				}
-			}
-			if c.cutoff != nil {
-				for r := range 8 {
-					if want := slices.Contains(c.cutoff, r); lost[r] != want {
-						t.Errorf("rank %d failed: %v, want %v", r, lost[r], want)
-					}
-				}
-			} else if len(lost) == 0 || len(lost) > 4 {
-				t.Errorf("%d ranks removed by the partial partition, want 1..4", len(lost))
-			}
-			for k := range 4 {
-				if !regexp.MustCompile(fmt.Sprintf(`(?m)\] whole %d 3$`, k)).MatchString(outText) {
-					t.Errorf("key %d did not get 3 whole replicas back", k)
-				}
-			}
-			// The histories of both sides, checked together.
-			ops, completed, open := readHistory(t, hist)
-			var cutOps, lateCut int
-			for _, op := range ops {
-				if r := op.ClientId / 2; lost[r] {
-					if op.Return != math.MaxInt64 {
-						cutOps++
-						if time.Unix(0, op.Return).After(split.Add(stopBound)) {
-							lateCut++
+				split := time.Now()
+				joined := false
+				join := func() {
+					if !joined {
+						joined = true
+						if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
+							t.Errorf("join: %v\n%s", err, o)
 						}
 					}
 				}
-			}
-			if cutOps == 0 && len(lost) > 0 {
-				t.Errorf("the cut-off ranks completed no operation: the test did not test them")
-			}
-			if lateCut > 0 {
-				t.Errorf("%d operations of the cut-off ranks returned more than %v after the split", lateCut, stopBound)
-			}
-			res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
-			if res != porcupine.Ok {
-				// Kept for inspection: the histories and porcupine's view.
-				keep, _ := os.MkdirTemp("", "ftrma-partition-")
-				files, _ := filepath.Glob(filepath.Join(hist, "hist.*"))
-				for _, f := range files {
-					if b, err := os.ReadFile(f); err == nil {
-						os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
+				defer join()
+				if c.heal > 0 {
+					time.AfterFunc(c.heal, join)
+				}
+				outText, errText := job.finish()
+				ended := time.Since(split)
+				join()
+				if ctx.Err() != nil {
+					t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
+				}
+				report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+				if code := cmd.ProcessState.ExitCode(); code != 0 {
+					t.Errorf("exit %d, want 0", code)
+				}
+				// Who finished, who stopped.
+				done := map[int]bool{}
+				for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] clients done$`).FindAllStringSubmatch(outText, -1) {
+					var r int
+					fmt.Sscan(m[1], &r)
+					done[r] = true
+				}
+				lost := map[int]bool{}
+				for _, m := range regexp.MustCompile(`rank (\d+) failed at [0-9.]+s`).FindAllStringSubmatch(errText, -1) {
+					var r int
+					fmt.Sscan(m[1], &r)
+					lost[r] = true
+				}
+				for r := range 8 {
+					if done[r] == lost[r] {
+						t.Errorf("rank %d: finished %v, reported failed %v: want exactly one", r, done[r], lost[r])
 					}
 				}
-				porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
-				t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
-			}
-			t.Logf("%s: %d ops completed (%d by the cut-off ranks), %d open; lost %v; the job ended %v after the split",
-				c.name, completed, cutOps, open, keys(lost), ended.Round(time.Millisecond))
-			if t.Failed() {
-				t.Log(report)
-			}
-		})
+				if c.cutoff != nil {
+					for r := range 8 {
+						if want := slices.Contains(c.cutoff, r); lost[r] != want {
+							t.Errorf("rank %d failed: %v, want %v", r, lost[r], want)
+						}
+					}
+				} else if len(lost) == 0 || len(lost) > 4 {
+					t.Errorf("%d ranks removed by the partial partition, want 1..4", len(lost))
+				}
+				for k := range 4 {
+					if !regexp.MustCompile(fmt.Sprintf(`(?m)\] whole %d 3$`, k)).MatchString(outText) {
+						t.Errorf("key %d did not get 3 whole replicas back", k)
+					}
+				}
+				// The histories of both sides, checked together.
+				ops, completed, open := readHistory(t, hist)
+				var cutOps, lateCut int
+				for _, op := range ops {
+					if r := op.ClientId / 2; lost[r] {
+						if op.Return != math.MaxInt64 {
+							cutOps++
+							if time.Unix(0, op.Return).After(split.Add(stopBound)) {
+								lateCut++
+							}
+						}
+					}
+				}
+				if cutOps == 0 && len(lost) > 0 {
+					t.Errorf("the cut-off ranks completed no operation: the test did not test them")
+				}
+				if lateCut > 0 {
+					t.Errorf("%d operations of the cut-off ranks returned more than %v after the split", lateCut, stopBound)
+				}
+				res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
+				if res != porcupine.Ok {
+					// Kept for inspection: the histories and porcupine's view.
+					keep, _ := os.MkdirTemp("", "ftrma-partition-")
+					files, _ := filepath.Glob(filepath.Join(hist, "hist.*"))
+					for _, f := range files {
+						if b, err := os.ReadFile(f); err == nil {
+							os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
+						}
+					}
+					porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
+					t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
+				}
+				t.Logf("%s: %d ops completed (%d by the cut-off ranks), %d open; lost %v; the job ended %v after the split",
+					c.name, completed, cutOps, open, keys(lost), ended.Round(time.Millisecond))
+				if t.Failed() {
+					t.Log(report)
+				}
+			})
+		}
 	}
 }
 
