@@ -157,7 +157,7 @@ func runCluster(t *testing.T, dir string, timeout time.Duration, name string, ar
 // The checkpointing example over three hosts, 4 ranks each, started by ssh
 // from a hostfile and by srun inside a Slurm allocation, gives the
 // failure-free result of a one-host run; ranks 2 and 5 crashing midway
-// (hosts h1 and h2) change nothing.
+// (hosts h1 and h2) change nothing, under Slurm with --arbiter too.
 func TestClusterCheckpoint(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -176,6 +176,10 @@ func TestClusterCheckpoint(t *testing.T) {
 		{"ssh, crashes", []string{ftrunBin, "--hostfile", hf, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
 		{"slurm", []string{"salloc", "-N", "3", "-w", "h[1-3]", "--ntasks-per-node", "4", "--quiet", ftrunBin, "-v", "--tag-output", prog}},
 		{"slurm, crashes", []string{"salloc", "-N", "3", "-w", "h[1-3]", "--ntasks-per-node", "4", "--quiet", ftrunBin, "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
+		// The replicated arbiter over agents started by srun: the
+		// arbiter's mesh, the agents' leases and exit notices work there
+		// too (what it survives inside Slurm: README).
+		{"slurm, arbiter, crashes", []string{"salloc", "-N", "3", "-w", "h[1-3]", "--ntasks-per-node", "4", "--quiet", ftrunBin, "--arbiter", "--tag-output", prog, "-crash", "2@0.25", "-crash", "5@0.5"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, code, took := runCluster(t, dir, 3*time.Minute, c.cmd[0], c.cmd[1:]...)
@@ -200,6 +204,9 @@ func TestClusterCheckpoint(t *testing.T) {
 				if !strings.Contains(out, "transport shm+tcp") {
 					t.Errorf("output does not name the per-peer transport:\n%s", out)
 				}
+			}
+			if strings.Contains(c.name, "arbiter") && (!strings.Contains(out, "ftrun: arbiter: node 1 leads") || strings.Contains(out, "the arbiter does not run")) {
+				t.Errorf("the arbiter did not run:\n%s", out)
 			}
 			t.Logf("%s: %v", c.name, took.Round(time.Millisecond))
 		})
