@@ -62,11 +62,11 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 	os.Chmod(hist, 0o777)
 	work := t.TempDir()
 	os.Chmod(work, 0o777)
-	out := filepath.Join(work, "out")
+	out := outDir{filepath.Join(work, "out"), 10}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out, filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms")
+		"--output-filename", out.dir, filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms")
 	job := startLive(t, cmd)
 	dump := time.AfterFunc(90*time.Second, func() {
 		exec.Command("pkill", "-QUIT", "-f", "testprog kvlin "+hist).Run()
@@ -74,20 +74,8 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 	defer dump.Stop()
 	waitHistories(t, hist, 10, 20*time.Second)
 	time.Sleep(time.Second)
-	if o, err := exec.Command(clusterScript(), "split", dir, sides[0], sides[1]).CombinedOutput(); err != nil {
-		t.Fatalf("split: %v\n%s", err, o)
-	}
+	join := splitCluster(t, dir, sides[0], sides[1])
 	cut := time.Now()
-	joined := false
-	join := func() {
-		if !joined {
-			joined = true
-			if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
-				t.Errorf("join: %v\n%s", err, o)
-			}
-		}
-	}
-	defer join()
 	outText, errText := job.finish()
 	ended := time.Since(cut)
 	join()
@@ -100,30 +88,16 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 			t.Errorf("rank %d, on ftrun's host, did not stop with its lost lease (status 76)", r)
 		}
 	}
-	// The compute hosts finish by themselves.
-	deadline := time.Now().Add(2 * time.Minute)
-	for h := 1; h <= 4; h++ {
-		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("an agent still runs on h%d two minutes after ftrun ended", h)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	stdout := func(r int) string {
-		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stdout"))
-		return string(b)
-	}
-	var all strings.Builder
+	// The other side finishes by itself.
+	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
+	all := out.stdout()
 	for r := range 10 {
-		o := stdout(r)
-		all.WriteString(o)
-		if done := strings.Contains(o, "clients done\n"); done != (r >= cutRanks) {
+		if done := strings.Contains(out.read(r, "stdout"), "clients done\n"); done != (r >= cutRanks) {
 			t.Errorf("rank %d: clients done %v, want %v", r, done, r >= cutRanks)
 		}
 	}
 	for k := range 4 {
-		if !regexp.MustCompile(fmt.Sprintf(`(?m)(^|\] )whole %d 3$`, k)).MatchString(all.String()) {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)(^|\] )whole %d 3$`, k)).MatchString(all) {
 			t.Errorf("key %d did not get 3 whole replicas back", k)
 		}
 	}
@@ -156,11 +130,8 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 		t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
 	}
 	if t.Failed() {
-		for r := range 10 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		t.Logf("the ranks' stdout:\n%s", all.String())
+		out.logFiles(t)
+		t.Logf("the ranks' stdout:\n%s", all)
 		t.Log(report)
 	}
 	t.Logf("%d ops completed (%d by the %d ranks of ftrun's side), %d open; ftrun ended %v after the split", completed, cutOps, cutRanks, open, ended.Round(time.Millisecond))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -40,41 +39,16 @@ func TestArbiterClusterFtrunCut(t *testing.T) {
 	hf := hostfile(t, 4, 2)
 	work := t.TempDir()
 	os.Chmod(work, 0o777)
-	out := filepath.Join(work, "out")
+	out := outDir{filepath.Join(work, "out"), 8}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "32768")
+		"--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "32768")
 	job := startLive(t, cmd)
-	// Every rank runs once the last one's directory exists (its agent
-	// makes it as it starts the rank).
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := os.Stat(filepath.Join(out, "1", "rank.7")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			o, e := job.finish()
-			t.Fatalf("rank 7 did not start within a minute:\n%s\n%s", o, e)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	out.awaitStart(t, job)
 	time.Sleep(time.Second)
-	if o, err := exec.Command(clusterScript(), "split", dir, "root", "h1,h2,h3,h4").CombinedOutput(); err != nil {
-		t.Fatalf("split: %v\n%s", err, o)
-	}
+	join := splitCluster(t, dir, "root", "h1,h2,h3,h4")
 	cut := time.Now()
-	joined := false
-	join := func() {
-		if !joined {
-			joined = true
-			if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
-				t.Errorf("join: %v\n%s", err, o)
-			}
-		}
-	}
-	defer join()
 	outText, errText := job.finish()
 	ended := time.Since(cut)
 	if ctx.Err() != nil {
@@ -108,10 +82,10 @@ func TestArbiterClusterFtrunCut(t *testing.T) {
 	// The agents' arbiter: each logs its summary as its node stops, once
 	// the verdict came or VerdictBound passed after its link was lost.
 	files := map[int]string{}
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for node := 2; node <= 5; node++ {
 		for {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
+			b, _ := os.ReadFile(filepath.Join(out.dir, "1", fmt.Sprintf("arbiter.%d", node)))
 			if strings.Contains(string(b), "arbiter: summary of node") || time.Now().After(deadline) {
 				files[node] = string(b)
 				break
@@ -163,31 +137,14 @@ func TestArbiterClusterFtrunCut(t *testing.T) {
 	// place: their agents end once their ranks have, and the ranks' files
 	// (written by the agents) hold the failure-free result, every rank
 	// surviving.
-	deadline = time.Now().Add(2 * time.Minute)
-	for h := 1; h <= 4; h++ {
-		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("an agent still runs on h%d two minutes after ftrun ended", h)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
 	finished := time.Since(cut)
-	resultRE := regexp.MustCompile(`(?m)result: .*$`)
-	var results []string
-	for r := range 8 {
-		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
-		results = append(results, resultRE.FindAllString(string(b), -1)...)
-	}
 	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 8, adopted ranks [])"
-	if len(results) != 1 || results[0] != want {
-		for r := range 8 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
+	if results := out.results(); len(results) != 1 || results[0] != want {
+		out.logFiles(t)
 		t.Fatalf("with ftrun's host cut off: result lines %q, want exactly %q", results, want)
 	}
-	t.Logf("the compute hosts finished without ftrun %v after the cut (healed %v after it): %s", finished.Round(time.Millisecond), ended.Round(time.Millisecond), results[0])
+	t.Logf("the compute hosts finished without ftrun %v after the cut (healed %v after it): %s", finished.Round(time.Millisecond), ended.Round(time.Millisecond), want)
 }
 
 // As TestArbiterClusterFtrunCut, with 2 of the job's 10 ranks on ftrun's
@@ -209,37 +166,16 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 	}
 	work := t.TempDir()
 	os.Chmod(work, 0o777)
-	out := filepath.Join(work, "out")
+	out := outDir{filepath.Join(work, "out"), 10}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "16384")
+		"--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	job := startLive(t, cmd)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(out, "1", "rank.09")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			o, e := job.finish()
-			t.Fatalf("rank 9 did not start within a minute:\n%s\n%s", o, e)
-		}
-	}
+	out.awaitStart(t, job)
 	time.Sleep(time.Second)
-	if o, err := exec.Command(clusterScript(), "split", dir, "root", "h1,h2,h3,h4").CombinedOutput(); err != nil {
-		t.Fatalf("split: %v\n%s", err, o)
-	}
+	join := splitCluster(t, dir, "root", "h1,h2,h3,h4")
 	cut := time.Now()
-	joined := false
-	join := func() {
-		if !joined {
-			joined = true
-			if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
-				t.Errorf("join: %v\n%s", err, o)
-			}
-		}
-	}
-	defer join()
 	outText, errText := job.finish()
 	ended := time.Since(cut)
 	join()
@@ -260,31 +196,11 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 			t.Errorf("ftrun does not say %q:\n%s", want, report)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for h := 1; h <= 4; h++ {
-		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("an agent still runs on h%d two minutes after ftrun ended", h)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	resultRE := regexp.MustCompile(`(?m)result: .*$`)
-	var results []string
-	for r := range 10 {
-		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stdout"))
-		results = append(results, resultRE.FindAllString(string(b), -1)...)
-	}
+	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
 	want := "result: " + sum16k + " tree nodes (tasks 16384, survivors 8 of 10, adopted ranks [0 1])"
+	results := out.results()
 	if len(results) != 1 || results[0] != want {
-		for r := range 10 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%02d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		for node := 2; node <= 5; node++ {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
-			t.Logf("node %d's log:\n%s", node, b)
-		}
+		out.logFiles(t)
 		t.Fatalf("with ftrun's host (ranks 0 and 1) cut off: result lines %q, want exactly %q; ftrun said:\n%s", results, want, report)
 	}
 	t.Logf("ftrun ended %v after the cut; the compute hosts finished without ftrun's host: %s", ended.Round(time.Millisecond), results[0])

@@ -97,22 +97,11 @@ func TestClusterStorePartition(t *testing.T) {
 				defer dump.Stop()
 				waitHistories(t, hist, 8, 20*time.Second)
 				time.Sleep(time.Second)
+				join := func() {}
 				if c.split != nil {
-					if o, err := exec.Command(clusterScript(), append([]string{"split", dir}, c.split...)...).CombinedOutput(); err != nil {
-						t.Fatalf("split: %v\n%s", err, o)
-					}
+					join = splitCluster(t, dir, c.split...)
 				}
 				split := time.Now()
-				joined := false
-				join := func() {
-					if !joined {
-						joined = true
-						if o, err := exec.Command(clusterScript(), "join", dir).CombinedOutput(); err != nil {
-							t.Errorf("join: %v\n%s", err, o)
-						}
-					}
-				}
-				defer join()
 				if c.heal > 0 {
 					time.AfterFunc(c.heal, join)
 				}

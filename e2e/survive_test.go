@@ -43,43 +43,21 @@ func TestSurviveFtrunKill(t *testing.T) {
 	work := t.TempDir()
 	os.Chmod(work, 0o777)
 	const tasks = "32768"
-	resultRE := regexp.MustCompile(`(?m)result: .*$`)
 
-	// results is every result line of the ranks' stdout files under out.
-	results := func(out string) []string {
-		var lines []string
-		for r := range 8 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
-			lines = append(lines, resultRE.FindAllString(string(b), -1)...)
-		}
-		return lines
-	}
-	// agentsGone waits until no agent runs on h1..h4, or fails the test.
-	agentsGone := func(within time.Duration) {
-		start := time.Now()
-		for h := 1; h <= 4; h++ {
-			for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
-				if time.Since(start) > within {
-					t.Fatalf("an agent still runs on h%d %v after ftrun's kill", h, within)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-	}
 	// checkReport checks DIR/report, written by the arbiter's leader at
 	// the job's end with ftrun gone: exit 0, the ranks of failed failed,
 	// every other rank finished with status 0.
-	checkReport := func(out string, failed ...int) {
+	checkReport := func(out outDir, failed ...int) {
 		var b []byte
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			var err error
-			if b, err = os.ReadFile(filepath.Join(out, "report")); err == nil || time.Now().After(deadline) {
+			if b, err = os.ReadFile(filepath.Join(out.dir, "report")); err == nil || time.Now().After(deadline) {
 				break
 			}
 		}
 		rep := string(b)
 		if !strings.Contains(rep, "ftrun report 1\n") || !strings.Contains(rep, "\nexit 0 ok\n") {
-			t.Errorf("%s/report does not say the job ended ok:\n%s", out, rep)
+			t.Errorf("%s/report does not say the job ended ok:\n%s", out.dir, rep)
 		}
 		for r := range 8 {
 			want := regexp.MustCompile(fmt.Sprintf(`(?m)^rank %d host h\d finished status 0 at [\d.]+s$`, r))
@@ -87,7 +65,7 @@ func TestSurviveFtrunKill(t *testing.T) {
 				want = regexp.MustCompile(fmt.Sprintf(`(?m)^rank %d host h\d failed at [\d.]+s: `, r))
 			}
 			if !want.MatchString(rep) {
-				t.Errorf("%s/report: no line matching %v:\n%s", out, want, rep)
+				t.Errorf("%s/report: no line matching %v:\n%s", out.dir, want, rep)
 			}
 		}
 	}
@@ -108,9 +86,9 @@ func TestSurviveFtrunKill(t *testing.T) {
 	// (with --arbiter when arbiter), then after another second sends then's signal to ranks
 	// 4 and 5 (KILL) or to rank 5 (STOP), and returns its output
 	// directory once the agents are gone.
-	run := func(name string, arbiter bool, then string) (string, string) {
-		out := filepath.Join(work, name)
-		args := []string{"--hostfile", hf, "--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", tasks}
+	run := func(name string, arbiter bool, then string) (outDir, string) {
+		out := outDir{filepath.Join(work, name), 8}
+		args := []string{"--hostfile", hf, "--tag-output", "--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", tasks}
 		if arbiter {
 			args = append([]string{"--arbiter"}, args...)
 		}
@@ -119,18 +97,7 @@ func TestSurviveFtrunKill(t *testing.T) {
 		start := time.Now()
 		cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), args...)
 		job := startLive(t, cmd)
-		// Every rank runs once the last one's directory exists (its
-		// agent makes it as it starts the rank).
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			if _, err := os.Stat(filepath.Join(out, "1", "rank.7")); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				o, e := job.finish()
-				t.Fatalf("%s: rank 7 did not start within a minute:\n%s\n%s", name, o, e)
-			}
-		}
+		out.awaitStart(t, job)
 		time.Sleep(time.Second)
 		cmd.Process.Kill()
 		killed := time.Now()
@@ -144,10 +111,18 @@ func TestSurviveFtrunKill(t *testing.T) {
 			signalRank("h3", 5, "STOP")
 		}
 		o, e := job.finish()
-		agentsGone(2 * time.Minute)
+		awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
 		t.Logf("%s: ftrun SIGKILLed %v after the start; the agents were all gone %v after the kill",
 			name, killed.Sub(start).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 		return out, o + e
+	}
+	// check checks the one result line of a run.
+	check := func(out outDir, want, what, ftrunOut string) {
+		t.Helper()
+		if got := out.results(); len(got) != 1 || got[0] != want {
+			out.logFiles(t)
+			t.Fatalf("under --arbiter, %s: result lines %q, want exactly %q; ftrun said:\n%s", what, got, want, ftrunOut)
+		}
 	}
 
 	// The failure-free result (ckpt32k: every other test of the suite
@@ -155,54 +130,24 @@ func TestSurviveFtrunKill(t *testing.T) {
 	want := []string{"result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 8, adopted ranks [])"}
 
 	out, ftrunOut := run("killed-arbiter", true, "")
-	if got := results(out); len(got) != 1 || got[0] != want[0] {
-		for r := range 8 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		for node := 2; node <= 5; node++ {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
-			t.Logf("node %d's log:\n%s", node, b)
-		}
-		t.Fatalf("under --arbiter with ftrun SIGKILLed: result lines %q, want exactly %q; ftrun said:\n%s", got, want[0], ftrunOut)
-	}
+	check(out, want[0], "ftrun SIGKILLed", ftrunOut)
 	t.Logf("under --arbiter the job survived ftrun's SIGKILL: %s", want[0])
 	checkReport(out)
 
 	out, ftrunOut = run("killed-then-rank", true, "KILL")
 	wantLost := strings.Replace(want[0], "survivors 8 of 8, adopted ranks []", "survivors 6 of 8, adopted ranks [4 5]", 1)
-	if got := results(out); len(got) != 1 || got[0] != wantLost {
-		for r := range 8 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		for node := 2; node <= 5; node++ {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
-			t.Logf("node %d's log:\n%s", node, b)
-		}
-		t.Fatalf("under --arbiter, ftrun SIGKILLed and then ranks 4 and 5: result lines %q, want exactly %q; ftrun said:\n%s", got, wantLost, ftrunOut)
-	}
+	check(out, wantLost, "ftrun SIGKILLed and then ranks 4 and 5", ftrunOut)
 	t.Logf("under --arbiter the SIGKILL of ranks 4 and 5 after ftrun's reached the survivors: %s", wantLost)
 	checkReport(out, 4, 5)
 
 	out, ftrunOut = run("killed-then-hang", true, "STOP")
 	wantHung := strings.Replace(want[0], "survivors 8 of 8, adopted ranks []", "survivors 7 of 8, adopted ranks [5]", 1)
-	if got := results(out); len(got) != 1 || got[0] != wantHung {
-		for r := range 8 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		for node := 2; node <= 5; node++ {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
-			t.Logf("node %d's log:\n%s", node, b)
-		}
-		t.Fatalf("under --arbiter, ftrun SIGKILLed and then rank 5 SIGSTOPped: result lines %q, want exactly %q; ftrun said:\n%s", got, wantHung, ftrunOut)
-	}
+	check(out, wantHung, "ftrun SIGKILLed and then rank 5 SIGSTOPped", ftrunOut)
 	t.Logf("under --arbiter rank 5, hung after ftrun's SIGKILL, was probed, killed and declared through the arbiter: %s", wantHung)
 	checkReport(out, 5)
 
 	out, ftrunOut = run("killed-plain", false, "")
-	if got := results(out); len(got) != 0 {
+	if got := out.results(); len(got) != 0 {
 		t.Errorf("without --arbiter, ftrun SIGKILLed: result lines %q, want none (the job dies with ftrun); ftrun said:\n%s", got, ftrunOut)
 	}
 }
@@ -224,22 +169,13 @@ func TestSurviveFtrunHostKilled(t *testing.T) {
 	}
 	work := t.TempDir()
 	os.Chmod(work, 0o777)
-	out := filepath.Join(work, "out")
+	out := outDir{filepath.Join(work, "out"), 6}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf,
-		"--tag-output", "--output-filename", out, filepath.Join(bin, "ckpt"), "-tasks", "16384")
+		"--tag-output", "--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	job := startLive(t, cmd)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(out, "1", "rank.5")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			o, e := job.finish()
-			t.Fatalf("rank 5 did not start within a minute:\n%s\n%s", o, e)
-		}
-	}
+	out.awaitStart(t, job)
 	time.Sleep(time.Second)
 	if o, err := exec.Command(clusterScript(), "killhost", dir, "h1").CombinedOutput(); err != nil {
 		t.Fatalf("killhost h1: %v\n%s", err, o)
@@ -251,37 +187,16 @@ func TestSurviveFtrunHostKilled(t *testing.T) {
 	}()
 	killed := time.Now()
 	o, e := job.finish()
-	deadline := time.Now().Add(2 * time.Minute)
-	for h := 2; h <= 4; h++ {
-		for len(procsOn(t, dir, fmt.Sprintf("h%d", h), "[a]gent --boot")) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("an agent still runs on h%d two minutes after h1 was killed", h)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	awaitAgentsGone(t, dir, []string{"h2", "h3", "h4"}, 2*time.Minute)
 	gone := time.Since(killed)
-	resultRE := regexp.MustCompile(`(?m)result: .*$`)
-	var results []string
-	for r := range 6 {
-		b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stdout"))
-		results = append(results, resultRE.FindAllString(string(b), -1)...)
-	}
 	want := "result: " + sum16k + " tree nodes (tasks 16384, survivors 6 of 6, adopted ranks [])"
-	if len(results) != 1 || results[0] != want {
-		for r := range 6 {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("rank.%d", r), "stderr"))
-			t.Logf("rank %d's stderr:\n%s", r, b)
-		}
-		for node := 2; node <= 4; node++ {
-			b, _ := os.ReadFile(filepath.Join(out, "1", fmt.Sprintf("arbiter.%d", node)))
-			t.Logf("node %d's log:\n%s", node, b)
-		}
+	if results := out.results(); len(results) != 1 || results[0] != want {
+		out.logFiles(t)
 		t.Fatalf("with ftrun's host killed: result lines %q, want exactly %q; ftrun said:\n%s\n%s", results, want, o, e)
 	}
-	rep, _ := os.ReadFile(filepath.Join(out, "report"))
+	rep, _ := os.ReadFile(filepath.Join(out.dir, "report"))
 	if !strings.Contains(string(rep), "\nexit 0 ok\n") || strings.Count(string(rep), " finished status 0 at ") != 6 {
-		t.Errorf("%s/report does not say all 6 ranks finished and the job ended ok:\n%s", out, rep)
+		t.Errorf("%s/report does not say all 6 ranks finished and the job ended ok:\n%s", out.dir, rep)
 	}
 	t.Logf("h1 (ftrun's host) killed 1 s after every rank started: the compute hosts finished by themselves %v later: %s", gone.Round(time.Millisecond), want)
 }
