@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -46,28 +45,19 @@ func TestArbiterClusterStoreFtrunCut(t *testing.T) {
 		sides    []string // cluster.sh split's two sides
 		cut      int      // ranks 0..cut-1 are on ftrun's side
 	}{
-		{"ftrun's host alone", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n", []string{"root", "h1,h2,h3,h4"}, 2},
-		{"1+3, ftrun with the 1", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n", []string{"root,h1", "h2,h3,h4"}, 4},
+		{"ftrun's host alone", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2", []string{"root", "h1,h2,h3,h4"}, 2},
+		{"1+3, ftrun with the 1", "localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2", []string{"root,h1", "h2,h3,h4"}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) { testArbiterStoreSplit(t, dir, bin, c.hostfile, c.sides, c.cut) })
 	}
 }
 
 func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []string, cutRanks int) {
-	hf := filepath.Join(t.TempDir(), "hostfile")
-	if err := os.WriteFile(hf, []byte(hostfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	hf := writeHostfile(t, hostfile)
 	hist := sharedTempDir(t)
 	os.Chmod(hist, 0o777)
-	work := t.TempDir()
-	os.Chmod(work, 0o777)
-	out := outDir{filepath.Join(work, "out"), 10}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out.dir, filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms")
-	job := startLive(t, cmd)
+	cmd, job, out := startWithOutput(t, dir, 10, []string{filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output"},
+		filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms")
 	dump := time.AfterFunc(90*time.Second, func() {
 		exec.Command("pkill", "-QUIT", "-f", "testprog kvlin "+hist).Run()
 	})
@@ -80,7 +70,7 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 	ended := time.Since(cut)
 	join()
 	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
-	if ctx.Err() != nil {
+	if !cmd.ProcessState.Exited() {
 		t.Fatalf("ftrun did not end:\n%s", report)
 	}
 	for r := range 2 {

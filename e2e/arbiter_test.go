@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,22 +35,15 @@ import (
 func TestArbiterClusterFtrunCut(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
-	hf := hostfile(t, 4, 2)
-	work := t.TempDir()
-	os.Chmod(work, 0o777)
-	out := outDir{filepath.Join(work, "out"), 8}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "32768")
-	job := startLive(t, cmd)
+	cmd, job, out := startWithOutput(t, dir, 8, []string{filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hostfile(t, 4, 2), "--tag-output"},
+		filepath.Join(bin, "ckpt"), "-tasks", "32768")
 	out.awaitStart(t, job)
 	time.Sleep(time.Second)
 	join := splitCluster(t, dir, "root", "h1,h2,h3,h4")
 	cut := time.Now()
 	outText, errText := job.finish()
 	ended := time.Since(cut)
-	if ctx.Err() != nil {
+	if !cmd.ProcessState.Exited() {
 		t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
 	}
 	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
@@ -160,18 +152,9 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 	dir := needCluster(t)
 	sum16k, _ := ckptFailureFree(t, "-tasks", "16384") // cached: the suite's other tests run it too
 	bin := bins(t)
-	hf := filepath.Join(t.TempDir(), "hostfile")
-	if err := os.WriteFile(hf, []byte("localhost slots=2\nh1 slots=2\nh2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	os.Chmod(work, 0o777)
-	out := outDir{filepath.Join(work, "out"), 10}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output",
-		"--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "16384")
-	job := startLive(t, cmd)
+	hf := writeHostfile(t, "localhost slots=2", "h1 slots=2", "h2 slots=2", "h3 slots=2", "h4 slots=2")
+	cmd, job, out := startWithOutput(t, dir, 10, []string{filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output"},
+		filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	out.awaitStart(t, job)
 	time.Sleep(time.Second)
 	join := splitCluster(t, dir, "root", "h1,h2,h3,h4")
@@ -180,7 +163,7 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 	ended := time.Since(cut)
 	join()
 	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
-	if ctx.Err() != nil {
+	if !cmd.ProcessState.Exited() {
 		t.Fatalf("ftrun did not end:\n%s", report)
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 1 {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -116,4 +117,32 @@ func splitCluster(t *testing.T, dir string, args ...string) (heal func()) {
 	}
 	t.Cleanup(heal)
 	return heal
+}
+
+// startWithOutput starts cmd... (ftrun, or what runs it) in the root
+// namespace with --output-filename into a fresh world-writable directory
+// inserted before the program (prog and its arguments), for a job of n
+// ranks, bounded by 3 minutes; it returns the command, the live job and
+// its output directory.
+func startWithOutput(t *testing.T, dir string, n int, cmd []string, prog ...string) (*exec.Cmd, *liveJob, outDir) {
+	t.Helper()
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	out := outDir{filepath.Join(work, "out"), n}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	args := append(append(append([]string{}, cmd[1:]...), "--output-filename", out.dir), prog...)
+	c := clusterCmd(ctx, t, dir, cmd[0], args...)
+	return c, startLive(t, c), out
+}
+
+// writeHostfile writes a hostfile of lines ("localhost slots=2" names
+// ftrun's own host) and returns its path.
+func writeHostfile(t *testing.T, lines ...string) string {
+	t.Helper()
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(hf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return hf
 }

@@ -163,18 +163,10 @@ func TestSurviveFtrunHostKilled(t *testing.T) {
 	dir := needCluster(t)
 	sum16k, _ := ckptFailureFree(t, "-tasks", "16384") // cached: the suite's other tests run it too
 	bin := bins(t)
-	hf := filepath.Join(t.TempDir(), "hostfile")
-	if err := os.WriteFile(hf, []byte("h2 slots=2\nh3 slots=2\nh4 slots=2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	os.Chmod(work, 0o777)
-	out := outDir{filepath.Join(work, "out"), 6}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf,
-		"--tag-output", "--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "16384")
-	job := startLive(t, cmd)
+	hf := writeHostfile(t, "h2 slots=2", "h3 slots=2", "h4 slots=2")
+	// ftrun runs on h1 (cluster.sh on), so that killhost h1 kills it.
+	_, job, out := startWithOutput(t, dir, 6, []string{clusterScript(), "on", dir, "h1", filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--tag-output"},
+		filepath.Join(bin, "ckpt"), "-tasks", "16384")
 	out.awaitStart(t, job)
 	time.Sleep(time.Second)
 	if o, err := exec.Command(clusterScript(), "killhost", dir, "h1").CombinedOutput(); err != nil {
