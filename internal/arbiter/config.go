@@ -70,7 +70,7 @@ type Config struct {
 	// Zero means LeaseTerm/2, today's 1.5 terms.
 	Margin time.Duration
 	// RenewTicks is how often a node asks the leader for its host lease, in
-	// ticks. Zero means a quarter term (at least 1 tick); it must not
+	// ticks. Zero means an eighth of a term (at least 1 tick); it must not
 	// exceed half a term.
 	RenewTicks int
 	// MaxDelay (D) is the longest one-way delay of a message between two
@@ -123,7 +123,7 @@ func (c Config) WithDefaults() Config {
 		c.Margin = c.LeaseTerm / 2
 	}
 	if c.RenewTicks == 0 && c.Tick > 0 {
-		c.RenewTicks = max(1, int(c.LeaseTerm/4/c.Tick))
+		c.RenewTicks = max(1, int(c.LeaseTerm/8/c.Tick))
 	}
 	if c.MaxDelay == 0 {
 		c.MaxDelay = c.Tick

@@ -9,7 +9,7 @@ import (
 )
 
 // TestMeasureMessages counts the messages of a quiet job (no fault) per
-// lease renewal period (RenewTicks, a quarter term by default) and per
+// lease renewal period (RenewTicks, an eighth of a term by default) and per
 // term: raft's (heartbeats and their answers, appends) and the leases'
 // (asks and grants). Ranks renew their own leases with their host's node,
 // so the rank count changes nothing here; the host count does, linearly.
@@ -49,7 +49,8 @@ func TestMeasureMessages(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("messages per renewal period (%v) and per term, quiet job, default timing:\n%s", DefaultLeaseTerm/4, b.String())
+	t.Logf("messages per renewal period (%v) and per term, quiet job, default timing:\n%s",
+		time.Duration(Config{Tick: DefaultTick}.WithDefaults().RenewTicks)*DefaultTick, b.String())
 }
 
 // TestMeasureElection measures the take-over when the leader (node 1)

@@ -162,9 +162,10 @@ func TestRuleFtrunCrashes(t *testing.T) {
 // comes within a few ticks, well before any lease runs out: no node goes
 // without a lease. Without the hint (the same seeds) it waits for raft's
 // election timeout, counted from the last heartbeat (two ticks at most
-// before the crash), and the leases then have only a quarter term or so
-// to spare: on a loaded host, too little (the CI run that lost ranks 0 and
-// 1 of e2e's TestSurviveFtrunKill so).
+// before the crash), up to a term, while a lease last renewed just before
+// the crash has 7/8 of a term left (a quarter term less when renewals came
+// every quarter term: the CI run that lost ranks 0 and 1 of e2e's
+// TestSurviveFtrunKill so, on a loaded host).
 func TestRuleFtrunCrashesHinted(t *testing.T) {
 	var fast, slow []time.Duration
 	for seed := int64(1); seed <= 20; seed++ {
