@@ -13,7 +13,9 @@ import (
 // agents, "ftrun agent --once"): every node hears that node 1, ftrun's,
 // leads; each agent writes its node's log to DIR/1/arbiter.N
 // (--output-filename); rank 3 (on the second agent), silent and suspected
-// by rank 0, ends in the arbiter's log too, and ftrun's summary line sets
+// by rank 0 a second in (by then every node has heard its leader: a job
+// that ended sooner once left a node's log without it), ends in the
+// arbiter's log too, and ftrun's summary line sets
 // the arbiter's verdicts beside its own. Nothing of the job changes: ftrun
 // kills rank 3 on its own verdict, and the others exit 0.
 func TestArbiterJob(t *testing.T) {
@@ -22,7 +24,7 @@ func TestArbiterJob(t *testing.T) {
 	ag2 := startAgentDaemon(t, "notice")
 	dir := t.TempDir()
 	stdout, stderr, code := runJob(t, "notice", []string{"-n", "4", "--hosts", "local:2," + ag1.addr + ":1," + ag2.addr + ":1",
-		"--tag-output", "--timeout", "60s", "--arbiter", "--output-filename", dir}, "3", "0")
+		"--tag-output", "--timeout", "60s", "--arbiter", "--output-filename", dir}, "3", "0", "1s")
 	report := "stdout:\n" + stdout + "\nstderr:\n" + stderr
 	if code != ExitOK {
 		t.Fatalf("exit %d; %s\nagent 1:\n%s\nagent 2:\n%s", code, report, ag1.logs, ag2.logs)

@@ -81,8 +81,8 @@ func helper(mode string, args []string) int {
 		fmt.Printf("pid %d\n", os.Getpid())
 		time.Sleep(helperLife)
 		return 0
-	case "notice": // args: K [S]: rendezvous without a transport; rank K sleeps (to be killed), rank S
-		// reports K as suspected, the others wait for the launcher's exit notice of K
+	case "notice": // args: K [S [D]]: rendezvous without a transport; rank K sleeps (to be killed), rank S
+		// reports K as suspected (after D), the others wait for the launcher's exit notice of K
 		k := arg(0)
 		me, err := rankFromEnv()
 		if err != nil {
@@ -103,6 +103,14 @@ func helper(mode string, args []string) int {
 			return 0
 		}
 		if len(args) > 1 && rank == arg(1) {
+			if len(args) > 2 {
+				d, err := time.ParseDuration(args[2])
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 1
+				}
+				time.Sleep(d)
+			}
 			jobwire.WriteFrame(conn, jobwire.MsgSuspect, jobwire.RankPayload(ftrma.Rank(k)))
 		}
 		conn.SetDeadline(time.Now().Add(helperLife))

@@ -810,10 +810,13 @@ func (j *Job) abort(r ftrma.Rank) {
 func (j *Job) finish() {
 	j.wg.Wait()
 	j.removeHoles()
-	j.stopArbiter(true)
+	// The agents first: a link closed at the job's end stops an agent's
+	// node at once, while ftrun's mesh closing first would look to it like
+	// ftrun's death and start an election (arbiter.Node.LeaderGone).
 	for _, l := range j.links {
 		l.close()
 	}
+	j.stopArbiter(true)
 	if j.dial != nil {
 		j.dial.stop(j.tm.timeout) // the agents end with their links
 	}
