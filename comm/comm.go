@@ -101,8 +101,14 @@ func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
 	cfg.Detector.AwaitConfirmation = true
 	var rt *runtime
 	pending := &pendingReceiver{}
+	spare := startup.InSpare()
 	s, err := startup.Join(ctx, pending)
 	if err != nil {
+		if spare && errors.Is(err, transport.ErrFenced) {
+			// The survivors called the Replace off (a member failed
+			// during it) and fenced this spare before it connected.
+			return nil, fmt.Errorf("%w: the replace was called off: the ranks this spare was to join fenced it out: %w", ErrReplace, err)
+		}
 		return nil, err
 	}
 	// A job started with spares (ftrun --respawn): the last Spares world

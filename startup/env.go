@@ -23,6 +23,13 @@ func InJob() bool {
 	return ok
 }
 
+// InSpare reports whether this process is a spare that ftrun started later,
+// for a Replace (it has FTRMA_SPAWN).
+func InSpare() bool {
+	_, ok := os.LookupEnv(jobwire.EnvSpawn)
+	return ok
+}
+
 // jobEnv is what a rank learns from its environment.
 type jobEnv struct {
 	rank       ftrma.Rank

@@ -267,3 +267,9 @@ var ErrPeerLeft = errors.New("peer closed its transport")
 // process is gone (shm: the launcher marks the peer's control segment). It
 // is as sure as the launcher's exit notice, and earlier.
 var ErrPeerExited = errors.New("the launcher reaped the peer's process")
+
+// ErrFenced is wrapped by the error of a connection that the peer refused
+// because it counts this rank failed and has fenced it out: this rank is
+// not (or no longer) in the peer's world, and trying again cannot change
+// that.
+var ErrFenced = errors.New("fenced out by the peer: it counts this rank failed")

@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/ftrma/ftrma/transport"
 )
 
 // The handshake proves, in both directions, knowledge of the job secret without
@@ -19,7 +21,8 @@ import (
 //	dialer   -> acceptor: magic[8] | from u32 | to u32 | nonceD[32]
 //	acceptor -> dialer:   nonceA[32] | HMAC(secret, "acceptor" | from | to | nonceD | nonceA)
 //	dialer   -> acceptor: HMAC(secret, "dialer" | from | to | nonceA | nonceD)
-//	acceptor -> dialer:   1 byte, 1 = accepted, 2 = not admitted yet (try again), 0 = refused
+//	acceptor -> dialer:   1 byte, 1 = accepted, 2 = not admitted yet (try again), 3 = fenced
+//	                      (the acceptor counts the dialer failed: transport.ErrFenced), 0 = refused
 //
 // A connection that fails any step is closed and logged by the acceptor.
 var magic = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '1'}
@@ -35,6 +38,10 @@ var errAuth = errors.New("tcp: authentication failed")
 // errNotAdmitted refuses, for now, a proven rank that the acceptor has not
 // admitted yet (transport.Admitter); the dialer retries.
 var errNotAdmitted = errors.New("tcp: not admitted yet")
+
+// errRefusedFenced refuses a proven rank that the acceptor has fenced out
+// (it counts it failed); the dialer's error wraps transport.ErrFenced.
+var errRefusedFenced = fmt.Errorf("tcp: %w", transport.ErrFenced)
 
 // errHungUp is the dialer's error when the acceptor closed or reset the
 // connection during the handshake, before accepting or refusing it: it is
@@ -94,6 +101,8 @@ func dialHandshake(conn net.Conn, secret []byte, from, to uint32) error {
 	switch _, err := io.ReadFull(conn, ok[:]); {
 	case err == nil && ok[0] == 2:
 		return fmt.Errorf("%w by rank %d", errNotAdmitted, to)
+	case err == nil && ok[0] == 3:
+		return fmt.Errorf("%w: by rank %d", errRefusedFenced, to)
 	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
 		return hungUp(err, to)
 	case err != nil || ok[0] != 1:
@@ -136,8 +145,11 @@ func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, accept
 	}
 	if err := accept(from); err != nil {
 		code := byte(0)
-		if errors.Is(err, errNotAdmitted) {
+		switch {
+		case errors.Is(err, errNotAdmitted):
 			code = 2
+		case errors.Is(err, errRefusedFenced):
+			code = 3
 		}
 		conn.Write([]byte{code})
 		return 0, err

@@ -289,6 +289,9 @@ func (t *Transport) acceptLoop() {
 // one from a rank not admitted yet, for now (errNotAdmitted: it retries).
 func (t *Transport) mayAccept(from uint32) error {
 	p := t.peers[from]
+	if p.downed.Load() {
+		return fmt.Errorf("rank %d: %w", from, errRefusedFenced)
+	}
 	if p.absent.Load() {
 		return fmt.Errorf("rank %d: %w", from, errNotAdmitted)
 	}
@@ -297,9 +300,6 @@ func (t *Transport) mayAccept(from uint32) error {
 	}
 	if p.unserved.Load() {
 		return fmt.Errorf("rank %d is not a peer of this transport (Connect got no address for it)", from)
-	}
-	if p.downed.Load() {
-		return fmt.Errorf("rank %d is fenced", from)
 	}
 	select {
 	case <-p.ready:

@@ -157,7 +157,9 @@ func (r *recorder) HandlePeerDown(peer ftrma.Rank, err error) {
 }
 
 // A fenced rank cannot connect again, even with the secret (the fence
-// itself is in the contract suite).
+// itself is in the contract suite), and it is told why: its error wraps
+// transport.ErrFenced (a spare fenced out before it connected learns that
+// its Replace was called off).
 func TestFencedRankCannotReconnect(t *testing.T) {
 	ts, _ := cluster(t, 2, -1)
 	ctx := testCtx(t)
@@ -171,6 +173,8 @@ func TestFencedRankCannotReconnect(t *testing.T) {
 	defer conn.Close()
 	if err := dialHandshake(conn, secret, 1, 0); err == nil {
 		t.Fatal("fenced rank reconnected")
+	} else if !errors.Is(err, transport.ErrFenced) {
+		t.Errorf("the fenced rank's error %v does not wrap transport.ErrFenced", err)
 	}
 	if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Fatalf("flush toward fenced rank: %v", err)
