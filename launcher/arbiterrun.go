@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
@@ -36,7 +37,8 @@ import (
 // back as msgArbiterProbeAnswer and goes to ProbeAnswer; the host says at
 // once that it has the probe, which gives it a term to answer:
 // ProbeHeard). An agent's
-// prober asks the rank on its lease channel for a quarter term, and when
+// prober asks the rank on its lease channel for as long as ftrun's own
+// probe waits (failure.Chain.Probe, half a term), and when
 // it gets no answer kills the rank and waits until it has reaped it before
 // it answers "not alive": the arbiter never declares a rank that may act.
 // ftrun's prober, for the ranks of its own host, asks on the supervision
@@ -143,7 +145,7 @@ func startArbDriver(cfg arbiter.Config, mesh *arbMesh, names []string, log *slog
 		c.Voters = arbiter.DefaultVoters(c.Hosts)
 	}
 	d := &arbDriver{
-		cfg: c, mesh: mesh, log: log, names: names, probe: probe, probeWait: c.LeaseTerm / 4,
+		cfg: c, mesh: mesh, log: log, names: names, probe: probe, probeWait: failure.Chain{Lease: c.LeaseTerm}.Probe(),
 		started: time.Now(), quit: make(chan struct{}), inWake: make(chan struct{}, 1),
 		probing: make(map[ftrma.Rank]bool), remote: make(map[ftrma.Rank][]uint64), endAt: make(map[ftrma.Rank]time.Time), changed: make(chan struct{}),
 	}

@@ -33,7 +33,7 @@ import (
 // suspicions here (MsgSuspect, RankPayload of the suspect) instead of to
 // ftrun; the agent hands them to the arbiter. The agent asks a rank
 // whether it runs with MsgProbe (empty); the rank answers MsgProbeReply
-// (empty) at once. An agent that gets no answer within a quarter term
+// (empty) at once. An agent that gets no answer within half a term (as ftrun's own probe)
 // kills the rank and waits until it has reaped it before it tells the
 // arbiter the rank does not answer: a rank is never declared while it
 // may act.

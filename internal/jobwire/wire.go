@@ -119,7 +119,7 @@ const (
 	// 17..20 are the agent protocol's (launcher/agentwire.go,
 	// launcher/membership.go).
 	MsgLeaseAsk   byte = 21 // R→L: seq uint64 — renew this rank's lease (see LeaseTerm)
-	MsgLeaseGrant byte = 22 // L→R: seq uint64 — the lease asked for with seq is renewed
+	MsgLeaseGrant byte = 22 // L→R: seq uint64 — the lease asked for with seq is renewed; under ftrun --arbiter GrantPayload (seq and term: supervisor.go)
 	MsgProbe      byte = 23 // L→R: empty — another rank suspects this one: answer if alive
 	MsgProbeReply byte = 24 // R→L: empty — the answer to MsgProbe
 	MsgSpawn      byte = 25 // R→L: SpawnRequest — start spare ranks (spawn.go)
