@@ -234,6 +234,10 @@ const CopyChunk = 1 << 20
 // processors a yield wakes another thread: microseconds).
 const YieldEvery = time.Millisecond
 
+// yieldEvery is YieldEvery, but for tests that make every Pause yield, so
+// that whether a pass yields does not depend on how fast the machine copies.
+var yieldEvery = YieldEvery
+
 // A Pacer paces a long pass over memory done in pieces of at most CopyChunk
 // bytes (a copy, a checksum, a comparison): call Pause between pieces, and
 // it lets other goroutines run (runtime.Gosched) once YieldEvery has passed
@@ -249,7 +253,7 @@ func (p *Pacer) Pause() {
 	switch {
 	case p.since.IsZero():
 		p.since = now
-	case now.Sub(p.since) >= YieldEvery:
+	case now.Sub(p.since) >= yieldEvery:
 		runtime.Gosched()
 		p.since = time.Now()
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -193,12 +194,14 @@ func yieldsDuring(f func()) bool {
 }
 
 // A Copy, Memory.Write and Memory.Read that run for longer than YieldEvery
-// let other goroutines run.
+// let other goroutines run. The test makes every pause between pieces due
+// (yieldEvery 0), so that it does not hang on how fast this machine copies:
+// a single due pause could fall on the scheduler's turn for its global
+// queue, which holds the yielding goroutine itself.
 func TestLargeCopiesYield(t *testing.T) {
-	n := 64 << 20 // several milliseconds
-	if raceBuild {
-		n = 4 << 20 // as long, with the race detector's checks
-	}
+	defer func(d time.Duration) { yieldEvery = d }(yieldEvery)
+	yieldEvery = 0
+	n := 8 * CopyChunk
 	src, dst := make([]byte, n), make([]byte, n)
 	if !yieldsDuring(func() { Copy(dst, src) }) {
 		t.Errorf("Copy of %d MiB held the processor throughout", n>>20)

@@ -1,6 +1,0 @@
-//go:build race
-
-package transport
-
-// raceBuild: copies run many times slower under the race detector.
-const raceBuild = true
