@@ -54,8 +54,19 @@ func timingFor(o *Options) hostTiming {
 	// (the detector's timeout stretches the same way, failure.RanksPerCPU):
 	// a lease of one term would expire under ranks that are merely slow,
 	// 256 ranks on 2 CPUs starting up, and stop them.
-	scale = max(scale, float64(o.cpuStretch))
-	return scaledTiming(scale)
+	tm := scaledTiming(max(scale, float64(o.cpuStretch)))
+	if o.arbitrated {
+		// Under the replicated arbiter the lease does not stretch with
+		// the crowding: a rank renews it five times a term from its
+		// host's supervisor, a local channel, and a crowded rank keeps
+		// it by renewing in time. A cut-off host's ranks are then
+		// declared about a term and a half after the cut however full
+		// the hosts are (issue 23's availability bars: the primary's
+		// writes resume within 1.5 s at one rank per CPU, 3 s at four).
+		// The links and memberlist, which only hint, still stretch.
+		tm.lease = scaledTiming(scale).lease
+	}
+	return tm
 }
 
 func scaledTiming(scale float64) hostTiming {

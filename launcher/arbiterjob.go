@@ -30,8 +30,9 @@ import (
 // sends each agent its node's config (msgArbiterConfig: node id, voters,
 // the peers' addresses and the keys of its own pairs, the timing), and
 // starts its own node. Timing: arbiter.Config's defaults, with LeaseTerm
-// the job's lease as the host layer stretches it (hostTiming.lease), so
-// the arbiter's bounds compose with failure.Chain's. A job on one host
+// the job's lease (hostTiming.lease: under the arbiter it does not stretch
+// with the crowding) and Margin rankMargin's, so the arbiter's bounds
+// compose with failure.Chain's. A job on one host
 // runs no arbiter (ftrun alone decides there, as the arbiter's rule says
 // of a single host): --arbiter is then a no-op, said once.
 //
@@ -57,6 +58,18 @@ import (
 // host (N the node id; each line after its time, RFC 3339): there they
 // survive the loss of ftrun.
 
+// rankMargin is the arbiter's Margin for a job whose ranks hold leases of
+// term from their host's supervisor: how long past a silent host's last
+// lease the leader waits before it declares the host failed. A rank's
+// lease ends no later than its host's (supervisorGrant), and a rank that
+// finds it run out asks once more and stops at the end of its rescue, a
+// quarter term later (startup.Session); holding new collectives meanwhile,
+// it exits then. The margin covers that quarter, the clocks' drift (2ρ of
+// a term: 20 ms at a 1 s term) and an eighth of a term for the process to
+// exit: three eighths (375 ms at a 1 s term), where the arbiter's default
+// of half a term would keep the survivors' writes waiting 125 ms longer.
+func rankMargin(term time.Duration) time.Duration { return term * 3 / 8 }
+
 // startArbiter starts the job's arbiter (see above). It reports and gives
 // up (the job runs without it) when an agent cannot take part.
 func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
@@ -78,7 +91,8 @@ func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
 			}
 		}
 	}
-	cfg := arbiter.Config{ID: 1, Hosts: hosts, Voters: arbiter.DefaultVoters(hosts), RankHost: rankHost, LeaseTerm: j.tm.lease}.WithDefaults()
+	cfg := arbiter.Config{ID: 1, Hosts: hosts, Voters: arbiter.DefaultVoters(hosts), RankHost: rankHost,
+		LeaseTerm: j.tm.lease, Margin: rankMargin(j.tm.lease)}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		fail(err)
 		return

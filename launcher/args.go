@@ -144,6 +144,10 @@ type Options struct {
 	// Start sets it, and the host layer's timing (the ranks' lease)
 	// stretches by it as the ranks' detector timeout does.
 	cpuStretch int
+	// arbitrated is set by Start when the replicated arbiter runs the job
+	// (--arbiter over several hosts): the lease then does not stretch
+	// (timingFor).
+	arbitrated bool
 }
 
 // detector is the failure detector setting the job asks for (--hb-period,

@@ -214,6 +214,7 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
+	opts.arbitrated = opts.Arbiter && multi
 	var path string
 	for _, b := range blocks {
 		if !b.remote() {
@@ -577,7 +578,7 @@ func (j *Job) waitRank(p *rankProc) {
 	st := RankStatus{Rank: p.rank, Code: -1}
 	unheard := false // ftrun left the job without a word on the rank: tell nobody
 	if p.link != nil {
-		m := <-p.exit
+		m := j.awaitRemoteEnd(p)
 		switch {
 		case m.lost != "" && j.rv.giveUpSpare(p.rank, m.lost):
 			// A spare lost before its admission: nobody heard of it.
@@ -917,4 +918,28 @@ func (j *Job) signalLocked(p *rankProc, sig syscall.Signal) {
 	}
 	// ESRCH (the rank is dead but not yet reaped) needs no action.
 	syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// awaitRemoteEnd waits for the end of rank p of an agent's host: its
+// agent's word (an exit, or the link lost). Under the arbiter a verdict on
+// the rank (its failure, or its host's) ends the wait too: the rank is
+// declared once the arbiter says so, not once ftrun's own link to the
+// host times out (memberlist and the link stretch with the crowding, and
+// took two seconds more at four ranks per CPU: the survivors' writes
+// waited for them). The verdict is then in j.word, and the message says
+// that the agent had not reported the rank's end.
+func (j *Job) awaitRemoteEnd(p *rankProc) exitedMsg {
+	if j.word == nil {
+		return <-p.exit
+	}
+	end := j.word.end(p.rank)
+	select {
+	case m := <-p.exit:
+		return m
+	case <-end.done:
+	}
+	if end.e.Kind == arbiter.EventRankExited {
+		return <-p.exit // an exit: its agent's report has the code and the output
+	}
+	return exitedMsg{rank: p.rank, code: -1, lost: "its agent had not reported its end"}
 }

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/ftrma/ftrma/internal/kvcheck"
+)
+
+// The primary side's writes resume soon after a cut. Two hosts of one CPU
+// each (ftrun and its ranks on h1, pinned to CPU 0; h2's agent and its
+// ranks pinned to CPU 1), kvlin (Copies 2, four keys: every key has a
+// replica on each host) under ftrun --arbiter, and the h1-h2 link cut 3 s
+// in. No write can complete on h1 from the cut until h2's ranks are
+// declared failed; the resumption is the first acknowledged write by a rank
+// of h1 among those called after the cut, counted from the cut. The bar
+// (issue 23): 1.5 s at one rank per CPU, 3 s at four. The histories of both
+// sides must be linearizable, every rank of h1 must finish and every rank
+// of h2 be declared failed. The test logs the writes acknowledged per 100 ms
+// from a second before the cut: the measurement of the issue's note.
+func TestClusterStoreAvailability(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	// h2's agent (and so its ranks) runs on CPU 1 alone.
+	agent := filepath.Join(t.TempDir(), "ftrun-cpu1")
+	script := fmt.Sprintf("#!/bin/sh\nexec taskset -c 1 %s \"$@\"\n", filepath.Join(bin, "ftrun"))
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(agent), 0o755)
+	for _, c := range []struct {
+		perCPU int
+		bar    time.Duration
+	}{{1, 1500 * time.Millisecond}, {4, 3 * time.Second}} {
+		t.Run(fmt.Sprintf("%d per CPU", c.perCPU), func(t *testing.T) {
+			n := 2 * c.perCPU
+			hf := writeHostfile(t, fmt.Sprintf("h1 slots=%d", c.perCPU), fmt.Sprintf("h2 slots=%d", c.perCPU))
+			hist := sharedTempDir(t)
+			os.Chmod(hist, 0o777)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := clusterCmd(ctx, t, dir, clusterScript(), "on", dir, "h1", "taskset", "-c", "0",
+				filepath.Join(bin, "ftrun"), "--arbiter", "--hostfile", hf, "--launch-agent", agent, "--tag-output",
+				filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "2", "4", "6ms")
+			job := startLive(t, cmd)
+			dump := time.AfterFunc(60*time.Second, func() {
+				exec.Command("pkill", "-QUIT", "-f", "testprog kvlin "+hist).Run()
+			})
+			defer dump.Stop()
+			waitHistories(t, hist, n, 20*time.Second)
+			time.Sleep(2 * time.Second)
+			heal := splitCluster(t, dir, "h1", "h2")
+			cut := time.Now()
+			outText, errText := job.finish()
+			heal()
+			if ctx.Err() != nil {
+				t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
+			}
+			report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("exit %d, want 0", code)
+			}
+			lost := map[int]bool{}
+			for _, m := range regexp.MustCompile(`rank (\d+) failed at [0-9.]+s`).FindAllStringSubmatch(errText, -1) {
+				var r int
+				fmt.Sscan(m[1], &r)
+				lost[r] = true
+			}
+			for r := range n {
+				done := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] clients done$`, r)).MatchString(outText)
+				onH1 := r < c.perCPU
+				if done != onH1 || lost[r] == onH1 {
+					t.Errorf("rank %d (on h1: %v): finished %v, declared failed %v", r, onH1, done, lost[r])
+				}
+			}
+			ops, completed, open := readHistory(t, hist)
+			res, _ := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
+			if res != porcupine.Ok {
+				t.Errorf("history not linearizable (%v, %d ops, %d open)", res, completed, open)
+			}
+			resume, table := resumption(ops, c.perCPU, cut)
+			t.Logf("writes acknowledged on h1 per 100 ms from 1 s before the cut:\n%s", table)
+			switch {
+			case resume < 0:
+				t.Errorf("h1's writes never resumed after the cut")
+			case resume > c.bar:
+				t.Errorf("h1's writes resumed %v after the cut, want within %v", resume.Round(time.Millisecond), c.bar)
+			default:
+				t.Logf("h1's writes resumed %v after the cut (bar %v)", resume.Round(time.Millisecond), c.bar)
+			}
+			if t.Failed() {
+				t.Log(report)
+			}
+		})
+	}
+}
+
+// resumption reads the histories of a run cut at cut: when the first write
+// (put, del, cas) of a rank below primary called after the cut was
+// acknowledged, counted from the cut (-1 if none was), and a table of the
+// writes of those ranks acknowledged per 100 ms from a second before the
+// cut to the last acknowledgement.
+func resumption(ops []porcupine.Operation, primary int, cut time.Time) (time.Duration, string) {
+	resume := time.Duration(-1)
+	from := cut.Add(-time.Second).UnixNano()
+	var bins []int
+	for _, op := range ops {
+		in, out := op.Input.(kvcheck.Input), op.Output.(kvcheck.Output)
+		if in.Kind == "get" || op.ClientId/2 >= primary || op.Return == math.MaxInt64 || out.Unknown {
+			continue
+		}
+		if op.Call > cut.UnixNano() {
+			if d := time.Duration(op.Return - cut.UnixNano()); resume < 0 || d < resume {
+				resume = d
+			}
+		}
+		if op.Return >= from {
+			i := int((op.Return - from) / int64(100*time.Millisecond))
+			for len(bins) <= i {
+				bins = append(bins, 0)
+			}
+			bins[i]++
+		}
+	}
+	var b strings.Builder
+	for i, k := range bins {
+		fmt.Fprintf(&b, "%+6.1fs %4d\n", float64(i)/10-1, k)
+	}
+	return resume, b.String()
+}
