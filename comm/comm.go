@@ -438,8 +438,8 @@ func (c *Comm) Noticed(id string) bool {
 // silent (its host cut off, its process hung) to this rank knowing the
 // peer's fate: declared failed, or heard from again. It is the job's chain
 // of failure bounds (failure.Chain: the detector, ftrun's probe, the host
-// layer, the lease ftrun waits out) with this rank's detector timeout and
-// lease term; a rank outside ftrun (no lease: its detector decides alone)
+// layer, the lease ftrun waits out, or the replicated arbiter's verdict)
+// with this rank's detector timeout, lease term and arbiter bound; a rank outside ftrun (no lease: its detector decides alone)
 // gets a few detector timeouts. An operation that waits for an unreachable
 // peer should not give up on it before this has passed: the store keeps
 // retrying toward a replica for as long.
@@ -447,6 +447,9 @@ func (c *Comm) VerdictBound() time.Duration {
 	ch := failure.Chain{Detector: c.rt.cfg.Detector.WithDefaults().Timeout}
 	if c.rt.lease != nil {
 		ch.Lease = c.rt.lease.LeaseTerm()
+		if a, ok := c.rt.lease.(interface{ HostVerdictBound() time.Duration }); ok {
+			ch.Arbiter = a.HostVerdictBound()
+		}
 	}
 	return ch.Verdict()
 }

@@ -87,4 +87,18 @@ func TestVerdictBound(t *testing.T) {
 	if got, want := c.VerdictBound(), (failure.Chain{Detector: 240 * time.Millisecond, Lease: 4 * time.Second}).Verdict(); got != want {
 		t.Errorf("with a 4 s lease: %v, want %v", got, want)
 	}
+	// Under the arbiter its verdict bound is the host path when longer.
+	c.rt.lease = &arbiterLease{fakeLease{held: make(chan struct{}), term: time.Second}, 7 * time.Second}
+	if got, want := c.VerdictBound(), 7*time.Second+(failure.Chain{Lease: time.Second}).Notice(); got != want {
+		t.Errorf("with the arbiter's 7 s bound: %v, want %v", got, want)
+	}
 }
+
+// arbiterLease is a lease from an agent under the replicated arbiter,
+// whose verdict bound on a silent host is bound.
+type arbiterLease struct {
+	fakeLease
+	bound time.Duration
+}
+
+func (a *arbiterLease) HostVerdictBound() time.Duration { return a.bound }

@@ -24,6 +24,13 @@ import "time"
 //	           at the next report of the suspicion             Report      (4·Detector)
 //	notice     the verdict reaches every survivor               Notice      (Lease/4)
 //
+// Under ftrun --arbiter over several hosts the host path is the replicated
+// arbiter's (internal/arbiter): its leader declares a silent host once the
+// host's lease from it has surely run out, within its VerdictBound (1.64 s
+// at a 1 s term while the leader stays, 4.67 s when the leader's own host
+// is the one cut off and the others elect another first). Arbiter carries
+// that bound, and the lost path is the longer of the two.
+//
 // Verdict is the longest of the paths through them. Without a launcher
 // (Lease 0: an in-process world, or a rank alone) the ranks' detectors
 // decide by themselves and Verdict is a few detector timeouts.
@@ -32,8 +39,12 @@ type Chain struct {
 	// (Config.Timeout after ForHost: stretched with the ranks per CPU).
 	Detector time.Duration
 	// Lease is the ranks' lease term from the launcher (jobwire.LeaseTerm
-	// stretched like Detector); 0 when there is no launcher.
+	// stretched like Detector; not stretched with the crowding under the
+	// arbiter); 0 when there is no launcher.
 	Lease time.Duration
+	// Arbiter is the replicated arbiter's verdict bound on a silent host
+	// (arbiter.VerdictBound, jobwire.EnvHostVerdict); 0 without it.
+	Arbiter time.Duration
 }
 
 // Probe is how long the launcher waits for a suspect's answer before it
@@ -74,7 +85,8 @@ func (c Chain) Notice() time.Duration { return c.Lease / 4 }
 // Verdict is the longest the runtime may take from a peer falling silent to
 // every survivor knowing its fate: declared failed, or heard from again.
 // Under a launcher it is the longest of the paths of the chain: a lost host
-// (HostSilent, then LeaseWait), and a suspect that answers (Detector, then
+// (HostSilent, then LeaseWait; or the arbiter's Arbiter, if longer), and a
+// suspect that answers (Detector, then
 // Persist, the next Report and its Probe); plus Notice. Without one (Lease 0) a block
 // of silent ranks is found in about two detector timeouts and spread by the
 // reliable broadcast: three timeouts.
@@ -82,7 +94,7 @@ func (c Chain) Verdict() time.Duration {
 	if c.Lease <= 0 {
 		return 3 * c.Detector
 	}
-	lost := c.HostSilent() + c.LeaseWait()
+	lost := max(c.HostSilent()+c.LeaseWait(), c.Arbiter)
 	answers := c.Detector + c.Persist() + c.Report() + c.Probe()
 	return max(lost, answers) + c.Notice()
 }

@@ -17,6 +17,12 @@ func TestChainVerdict(t *testing.T) {
 		{"alone", Chain{Detector: 60 * time.Millisecond}, 180 * time.Millisecond},
 		{"1 rank per CPU", Chain{Detector: 60 * time.Millisecond, Lease: time.Second}, 4050 * time.Millisecond},
 		{"4 ranks per CPU", Chain{Detector: 240 * time.Millisecond, Lease: 4 * time.Second}, 16200 * time.Millisecond},
+		// Under the arbiter (its verdict bound when the leader's host is
+		// cut, at a 1 s term: arbiter.VerdictBound) the lease does not
+		// stretch, and the arbiter's path is the longest at one rank per
+		// CPU.
+		{"arbiter, 1 rank per CPU", Chain{Detector: 60 * time.Millisecond, Lease: time.Second, Arbiter: 4666 * time.Millisecond}, 4916 * time.Millisecond},
+		{"arbiter, 4 ranks per CPU", Chain{Detector: 240 * time.Millisecond, Lease: time.Second, Arbiter: 4666 * time.Millisecond}, 4950 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := c.ch.Verdict()
@@ -30,6 +36,7 @@ func TestChainVerdict(t *testing.T) {
 				"lost host":          c.ch.HostSilent() + c.ch.LeaseWait() + c.ch.Notice(),
 				"suspect, no answer": max(c.ch.Detector+c.ch.Probe(), c.ch.HostSilent()) + c.ch.LeaseWait() + c.ch.Notice(),
 				"suspect, answers":   c.ch.Detector + c.ch.Persist() + c.ch.Report() + c.ch.Probe() + c.ch.Notice(),
+				"arbiter's verdict":  c.ch.Arbiter + c.ch.Notice(),
 			}
 			for name, d := range paths {
 				if d > v {

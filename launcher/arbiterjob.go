@@ -70,6 +70,16 @@ import (
 // of half a term would keep the survivors' writes waiting 125 ms longer.
 func rankMargin(term time.Duration) time.Duration { return term * 3 / 8 }
 
+// arbiterConfig is node 1's arbiter configuration for a job over hosts
+// hosts (ftrun's included) whose ranks' lease term is lease, without its
+// membership (RankHost), defaults filled: the timing every node of the job
+// runs with, from which the ranks' chain of bounds takes the arbiter's
+// verdict bound (Options.hostVerdict).
+func arbiterConfig(hosts int, lease time.Duration) arbiter.Config {
+	return arbiter.Config{ID: 1, Hosts: hosts, Voters: arbiter.DefaultVoters(hosts),
+		LeaseTerm: lease, Margin: rankMargin(lease)}.WithDefaults()
+}
+
 // startArbiter starts the job's arbiter (see above). It reports and gives
 // up (the job runs without it) when an agent cannot take part.
 func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
@@ -91,8 +101,8 @@ func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
 			}
 		}
 	}
-	cfg := arbiter.Config{ID: 1, Hosts: hosts, Voters: arbiter.DefaultVoters(hosts), RankHost: rankHost,
-		LeaseTerm: j.tm.lease, Margin: rankMargin(j.tm.lease)}.WithDefaults()
+	cfg := arbiterConfig(hosts, j.tm.lease)
+	cfg.RankHost = rankHost
 	if err := cfg.Validate(); err != nil {
 		fail(err)
 		return

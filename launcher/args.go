@@ -148,6 +148,10 @@ type Options struct {
 	// (--arbiter over several hosts): the lease then does not stretch
 	// (timingFor).
 	arbitrated bool
+	// hostVerdict is, when arbitrated, the arbiter's verdict bound on a
+	// silent host (arbiter.VerdictBound), which Start passes to the ranks
+	// for their chain of bounds (jobwire.EnvHostVerdict).
+	hostVerdict time.Duration
 }
 
 // detector is the failure detector setting the job asks for (--hb-period,

@@ -215,6 +215,15 @@ func Start(opts *Options) (*Job, error) {
 	}
 	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
 	opts.arbitrated = opts.Arbiter && multi
+	if opts.arbitrated {
+		hosts := 1 // ftrun's, with its own ranks or none
+		for _, b := range blocks {
+			if b.remote() {
+				hosts++
+			}
+		}
+		opts.hostVerdict = arbiter.VerdictBound(arbiterConfig(hosts, timingFor(opts).lease))
+	}
 	var path string
 	for _, b := range blocks {
 		if !b.remote() {

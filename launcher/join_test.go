@@ -15,6 +15,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/startup"
@@ -406,6 +407,16 @@ func TestHostTimingScales(t *testing.T) {
 	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
 	if !slices.Contains(vars, jobwire.EnvLease+"=10s") {
 		t.Errorf("rank variables %q do not pass the lease term", vars)
+	}
+	// Under the arbiter the lease does not stretch with the crowding (the
+	// links do), and the ranks get the arbiter's verdict bound.
+	arb := &Options{cpuStretch: 4, arbitrated: true, hostVerdict: arbiter.VerdictBound(arbiterConfig(3, jobwire.LeaseTerm))}
+	if tm := timingFor(arb); tm.lease != jobwire.LeaseTerm || tm.timeout != 4*linkTimeout {
+		t.Errorf("timing under the arbiter at 4 ranks per CPU: %+v, want an unstretched lease and stretched links", tm)
+	}
+	vars = rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", arb)
+	if !slices.Contains(vars, jobwire.EnvLease+"=1s") || !slices.Contains(vars, jobwire.EnvHostVerdict+"="+arb.hostVerdict.String()) || arb.hostVerdict < 4*time.Second {
+		t.Errorf("rank variables under the arbiter %q: want a 1s lease and its verdict bound %v", vars, arb.hostVerdict)
 	}
 	if mt := scaledMembers(10); mt.ProbeInterval != 10*members.DefaultTiming().ProbeInterval {
 		t.Errorf("memberlist timing not scaled: %+v", mt)

@@ -37,6 +37,9 @@ const secretSize = 32
 // transport listens on.
 func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
 	env := []string{jobwire.EnvLease + "=" + timingFor(o).lease.String()}
+	if o.hostVerdict > 0 {
+		env = append(env, jobwire.EnvHostVerdict+"="+o.hostVerdict.String())
+	}
 	localSize := len(local)
 	if o.Spin != 0 {
 		env = append(env, jobwire.EnvSpin+"="+o.Spin.String())

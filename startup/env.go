@@ -32,25 +32,26 @@ func InSpare() bool {
 
 // jobEnv is what a rank learns from its environment.
 type jobEnv struct {
-	rank       ftrma.Rank
-	size       int
-	rendezvous string
-	secret     []byte
-	job        string
-	localSize  int
-	spin       time.Duration // 0 when FTRMA_SPIN is unset
-	transport  string        // jobwire.TransportTCP, TransportSHM, TransportHybrid or TransportVerbs
-	verbsDev   string        // FTRMA_VERBS_DEVICE
-	verbsGID   int           // FTRMA_VERBS_GID_INDEX, -1 when unset
-	hostAddr   string        // IP to listen on, "" for the transport's default
-	lease      time.Duration // the lease term (jobwire.EnvLease)
-	localRanks []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
-	spares     int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
-	spawn      []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
-	spawned    bool          // this rank is a spare started later (FTRMA_SPAWN set)
-	sparesLost []ftrma.Rank  // FTRMA_SPARES_LOST: earlier spares that ended before they joined
-	supervisor string        // FTRMA_SUPERVISOR: the host agent's lease endpoint (ftrun --arbiter), or ""
-	got        *joinInfo     // what the rendezvous taught beyond the addresses; set by join
+	rank        ftrma.Rank
+	size        int
+	rendezvous  string
+	secret      []byte
+	job         string
+	localSize   int
+	spin        time.Duration // 0 when FTRMA_SPIN is unset
+	transport   string        // jobwire.TransportTCP, TransportSHM, TransportHybrid or TransportVerbs
+	verbsDev    string        // FTRMA_VERBS_DEVICE
+	verbsGID    int           // FTRMA_VERBS_GID_INDEX, -1 when unset
+	hostAddr    string        // IP to listen on, "" for the transport's default
+	lease       time.Duration // the lease term (jobwire.EnvLease)
+	hostVerdict time.Duration // the arbiter's verdict bound on a silent host (jobwire.EnvHostVerdict); 0 when unset
+	localRanks  []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
+	spares      int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
+	spawn       []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
+	spawned     bool          // this rank is a spare started later (FTRMA_SPAWN set)
+	sparesLost  []ftrma.Rank  // FTRMA_SPARES_LOST: earlier spares that ended before they joined
+	supervisor  string        // FTRMA_SUPERVISOR: the host agent's lease endpoint (ftrun --arbiter), or ""
+	got         *joinInfo     // what the rendezvous taught beyond the addresses; set by join
 }
 
 // readEnv reads the job environment and removes FTRMA_SECRET from it, whether
@@ -113,6 +114,11 @@ func readEnv() (jobEnv, error) {
 	if v, ok := os.LookupEnv(jobwire.EnvLease); ok {
 		if e.lease, err = time.ParseDuration(v); err != nil || e.lease <= 0 {
 			return e, fmt.Errorf("launcher: %s=%q: want a positive duration", jobwire.EnvLease, v)
+		}
+	}
+	if v, ok := os.LookupEnv(jobwire.EnvHostVerdict); ok {
+		if e.hostVerdict, err = time.ParseDuration(v); err != nil || e.hostVerdict <= 0 {
+			return e, fmt.Errorf("launcher: %s=%q: want a positive duration", jobwire.EnvHostVerdict, v)
 		}
 	}
 	if e.hostAddr = os.Getenv(jobwire.EnvHostAddr); e.hostAddr != "" && net.ParseIP(e.hostAddr) == nil {

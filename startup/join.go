@@ -41,12 +41,13 @@ type Session struct {
 	smu   sync.Mutex // serializes writes on local
 	// ftrunGone is set when the channel to ftrun broke while the lease
 	// comes from the host's agent: suspicions go to the agent from then on.
-	ftrunGone atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	watching  sync.WaitGroup // the goroutines reading conn and keeping the lease
-	stop      chan struct{}  // closed by Close
-	term      time.Duration  // the lease term
+	ftrunGone   atomic.Bool
+	closeOnce   sync.Once
+	closeErr    error
+	watching    sync.WaitGroup // the goroutines reading conn and keeping the lease
+	stop        chan struct{}  // closed by Close
+	term        time.Duration  // the lease term
+	hostVerdict time.Duration  // the arbiter's verdict bound on a silent host; 0 without the arbiter
 
 	rescuing atomic.Pointer[chan struct{}] // while the lease is rescued: closed when the rescue ends
 
@@ -104,7 +105,10 @@ func (s *Session) OnLeaseLost(f func()) {
 // perhaps only because it did not run for a while (a stall) and grants
 // wait unread — it asks once more and may keep acting until rescueEnd =
 // expiry + term/4, a quarter term before the others may take over; the
-// rescue ends by then, with a grant or with the rank stopping. A rank that
+// rescue ends by then, with a grant or with the rank stopping. (Under the
+// replicated arbiter a rank's lease ends no later than its host's, and the
+// arbiter's leader declares a silent host 1.375 terms after its last ask:
+// an eighth of a term to spare past the rescue, launcher.rankMargin.) A rank that
 // finds its lease run out at rescueEnd or later (it woke from a longer
 // stall) stops at once, without asking.
 type leaseStep int
@@ -249,6 +253,12 @@ func (s *Session) Rescuing() <-chan struct{} {
 // LeaseTerm is the term of this rank's lease from ftrun (jobwire.EnvLease,
 // as ftrun stretched it for the job's hosts).
 func (s *Session) LeaseTerm() time.Duration { return s.term }
+
+// HostVerdictBound is, when the job's replicated arbiter decides the fate
+// of its hosts (ftrun --arbiter over several hosts), the longest it may
+// take from a host falling silent to its verdict (jobwire.EnvHostVerdict,
+// arbiter.VerdictBound); 0 without it.
+func (s *Session) HostVerdictBound() time.Duration { return s.hostVerdict }
 
 // askLease sends one lease ask, to the host's agent when the lease comes
 // from it, else to ftrun.
@@ -521,7 +531,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	x := newExitReceiver(recv, env.size)
 	env.got = new(joinInfo)
 	sess := &Session{rank: env.rank, size: env.size, job: env.job, exit: x,
-		term: env.lease, stop: make(chan struct{}), asked: make(map[uint64]time.Time),
+		term: env.lease, hostVerdict: env.hostVerdict, stop: make(chan struct{}), asked: make(map[uint64]time.Time),
 		spares: env.spares, spawn: env.spawn, spawned: env.spawned, spawnWait: make(map[uint32]chan<- jobwire.SpawnAnswer)}
 	// The transports add the rank to their lines.
 	logger := ftrma.Logger().With(ftrma.LogJob, env.job)

@@ -27,6 +27,7 @@ const (
 	EnvSpawn       = "FTRMA_SPAWN"           // a spare started later: the spawn payload (standard base64), opaque to ftrun
 	EnvSparesLost  = "FTRMA_SPARES_LOST"     // a spare started later: the earlier spares that ended before they joined (absent at every rank for good), comma-separated; empty when unset
 	EnvSupervisor  = "FTRMA_SUPERVISOR"      // ftrun --arbiter, on an agent's host: host:port of the agent's lease endpoint (supervisor.go); the lease comes from ftrun when unset
+	EnvHostVerdict = "FTRMA_HOST_VERDICT"    // ftrun --arbiter over several hosts: the replicated arbiter's verdict bound on a silent host (arbiter.VerdictBound, a duration); unset without it
 )
 
 // MinSecret is the shortest job secret, in bytes, that a rank accepts and the
