@@ -40,13 +40,14 @@ import (
 // three lease terms of suspicion removes the suspected ranks so that the
 // world that goes on is fully connected again.
 //
-// Each case runs under ftrun --arbiter too ("arbiter 2+2"; by default the
-// 2+2 and 1+3 splits, the whole matrix with FTRMA_LONG=1): there the ranks
-// on the agents' hosts take their lease from their agents, whose arbiter
-// nodes on the side without a quorum of voters stop acting, and ftrun
-// reports those ranks failed on the arbiter's verdict. Every check is the
-// same (ftrun's side holds the quorum in every case here;
-// arbiter_store_test.go splits with ftrun on the minority).
+// Each case runs under the replicated arbiter, ftrun's default over several
+// hosts: the ranks on the agents' hosts take their lease from their agents,
+// whose arbiter nodes on the side without a quorum of voters stop acting,
+// and ftrun reports those ranks failed on the arbiter's verdict (ftrun's
+// side holds the quorum in every case here; arbiter_store_test.go splits
+// with ftrun on the minority). Each runs with ftrun alone too (--no-arbiter,
+// "no arbiter 2+2"; by default the 2+2 and 1+3 splits, the whole matrix
+// with FTRMA_LONG=1), with the same checks.
 func TestClusterStorePartition(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -65,16 +66,16 @@ func TestClusterStorePartition(t *testing.T) {
 		{"one-way to h4", []string{"--oneway", "h4", "root,h1,h2,h3"}, 0, []int{6, 7}},
 		{"partial h2-h3", []string{"h2", "h3"}, 0, nil},
 	} {
-		for _, arb := range []bool{false, true} {
+		for _, arb := range []bool{true, false} {
 			name := c.name
-			if arb {
-				// Under the arbiter the same rule holds (ftrun's side has
-				// the quorum of voters in every case here). The whole
-				// matrix with FTRMA_LONG=1; else its two main splits.
+			if !arb {
+				// ftrun alone (--no-arbiter): the same checks hold. The
+				// whole matrix with FTRMA_LONG=1; else its two main
+				// splits.
 				if os.Getenv("FTRMA_LONG") != "1" && c.name != "2+2" && c.name != "1+3" {
 					continue
 				}
-				name = "arbiter " + name
+				name = "no arbiter " + name
 			}
 			c := c
 			t.Run(name, func(t *testing.T) {
@@ -83,8 +84,8 @@ func TestClusterStorePartition(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
 				args := []string{"--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms"}
-				if arb {
-					args = append([]string{"--arbiter"}, args...)
+				if !arb {
+					args = append([]string{"--no-arbiter"}, args...)
 				}
 				cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), args...)
 				job := startLive(t, cmd)

@@ -83,14 +83,14 @@ func TestSurviveFtrunKill(t *testing.T) {
 		t.Fatalf("rank %d does not run on %s", r, host)
 	}
 	// run runs the job, SIGKILLs ftrun a second after every rank started
-	// (with --arbiter when arbiter), then after another second sends then's signal to ranks
+	// (with --no-arbiter unless arbiter), then after another second sends then's signal to ranks
 	// 4 and 5 (KILL) or to rank 5 (STOP), and returns its output
 	// directory once the agents are gone.
 	run := func(name string, arbiter bool, then string) (outDir, string) {
 		out := outDir{filepath.Join(work, name), 8}
 		args := []string{"--hostfile", hf, "--tag-output", "--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", tasks}
-		if arbiter {
-			args = append([]string{"--arbiter"}, args...)
+		if !arbiter {
+			args = append([]string{"--no-arbiter"}, args...)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -591,26 +592,40 @@ func (c lineChan) Write(p []byte) (int, error) {
 }
 
 // A remote rank declared failed by a rank's detector is killed through its
-// agent, and the survivors get its exit notice.
+// agent, and the survivors get its exit notice: under the arbiter its
+// leader probes the rank through its agent, which kills it, and declares
+// it; with --no-arbiter ftrun does both.
 func TestMultiHostSuspect(t *testing.T) {
 	t.Setenv(EnvAgentSecret, testAgentSecret)
-	ag := startAgentDaemon(t, "notice")
-	stdout, stderr, code := runJob(t, "notice", []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2", "--tag-output", "--timeout", "60s"}, "3", "0")
-	if code != ExitOK {
-		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s\nagent:\n%s", code, stdout, stderr, ag.logs)
-	}
-	for r := range 3 {
-		if want := fmt.Sprintf("[%d] rank %d got the exit notice of rank 3\n", r, r); !strings.Contains(stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout)
-		}
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`ftrun: rank 3 was declared failed by rank 0's detector at \d+\.\d{3}s: killing it\n`),
-		regexp.MustCompile(`ftrun: rank 3 failed at \d+\.\d{3}s: was killed by signal 9 \(killed\)\n`),
+	for _, c := range []struct {
+		name    string
+		flags   []string
+		declare string
+	}{
+		{"arbiter", nil, `ftrun: arbiter: rank 3 failed: unresponsive\n`},
+		{"no arbiter", []string{"--no-arbiter"}, `ftrun: rank 3 was declared failed by rank 0's detector at \d+\.\d{3}s: killing it\n`},
 	} {
-		if !want.MatchString(stderr) {
-			t.Errorf("stderr does not match %v:\n%s", want, stderr)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			ag := startAgentDaemon(t, "notice")
+			args := append(slices.Clone(c.flags), "-n", "4", "--hosts", "local:2,"+ag.addr+":2", "--tag-output", "--timeout", "60s")
+			stdout, stderr, code := runJob(t, "notice", args, "3", "0")
+			if code != ExitOK {
+				t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s\nagent:\n%s", code, stdout, stderr, ag.logs)
+			}
+			for r := range 3 {
+				if want := fmt.Sprintf("[%d] rank %d got the exit notice of rank 3\n", r, r); !strings.Contains(stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+				}
+			}
+			for _, want := range []*regexp.Regexp{
+				regexp.MustCompile(c.declare),
+				regexp.MustCompile(`ftrun: rank 3 failed at \d+\.\d{3}s: was killed by signal 9 \(killed\)\n`),
+			} {
+				if !want.MatchString(stderr) {
+					t.Errorf("stderr does not match %v:\n%s", want, stderr)
+				}
+			}
+		})
 	}
 }
 

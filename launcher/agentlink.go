@@ -467,7 +467,13 @@ func (l *agentLink) readLoop(j *Job) {
 			}
 		}
 	}
-	if !closed && lost > 0 {
+	switch {
+	case closed || lost == 0:
+	case j.word != nil:
+		// Under the arbiter ftrun's link proves nothing of the ranks:
+		// their host's lease from the arbiter decides (Job.waitRank).
+		j.out.reportf("%s: ftrun lost touch with its %d running rank(s); the arbiter decides their fate", why, lost)
+	default:
 		j.out.reportf("%s: its %d running rank(s) count as failed", why, lost)
 	}
 }

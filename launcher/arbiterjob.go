@@ -16,13 +16,14 @@ import (
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
-// ftrun --arbiter (experimental): the job's replicated arbiter
-// (internal/arbiter) runs among ftrun (node 1) and the agents (node h+1 on
-// the job's host h, in the order of the hosts), in shadow mode: it runs on
-// the real links, elects its leader, grants host leases and reaches its
-// verdicts, and every node logs them; nothing acts on them yet, ftrun's
-// own verdicts stay the job's. At the end ftrun logs one summary line
-// (arbDriver.summary) that sets the arbiter's verdicts beside ftrun's.
+// The job's replicated arbiter (internal/arbiter; the default over several
+// hosts, ftrun --no-arbiter turns it off) runs among ftrun (node 1) and the
+// agents (node h+1 on the job's host h, in the order of the hosts): it
+// elects its leader, grants host leases, which bound every rank's lease,
+// and reaches the verdicts on ranks and hosts that the supervisors pass to
+// the ranks (internal/arbiter/WIRING.md), and every node logs them. At the
+// end ftrun logs one summary line (arbDriver.summary) that sets the
+// arbiter's verdicts beside ftrun's.
 //
 // Set-up, on the agent links, after members and outfiles and before the
 // launch (arbiterwire.go): ftrun has every agent listen (msgArbiterListen;

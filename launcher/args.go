@@ -110,10 +110,15 @@ type Options struct {
 	SSH string
 	// NoSlurm ignores a Slurm allocation ftrun runs in.
 	NoSlurm bool
-	// Arbiter (ftrun --arbiter, experimental) runs the job's replicated
-	// arbiter (internal/arbiter) among ftrun and the agents of a job over
-	// several hosts, beside ftrun's own authority, and logs its decisions;
-	// it is not yet authoritative (arbiterjob.go).
+	// NoArbiter (ftrun --no-arbiter) keeps ftrun the job's single
+	// authority over several hosts, as before the replicated arbiter: by
+	// default ftrun and the agents of a job over several hosts run it
+	// (internal/arbiter, arbiterjob.go), and the job and its data survive
+	// the loss of ftrun or of its host.
+	NoArbiter bool
+	// Arbiter (ftrun --arbiter) asks for the replicated arbiter, the
+	// default over several hosts; on one host, where ftrun alone decides,
+	// ftrun says that no arbiter runs.
 	Arbiter bool
 	// AgentSecret is the secret shared with the agents of Hosts; empty
 	// means the value of FTRMA_AGENT_SECRET. Only a job with remote hosts
@@ -491,12 +496,15 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           (default $FTRMA_SSH, else ssh); ftrun adds
                           -o BatchMode=yes -T HOST "PATH agent --boot"
   --no-slurm              ignore the Slurm allocation ftrun runs in
-  --arbiter               experimental: over several hosts, runs the
-                          replicated arbiter among ftrun and its agents
-                          beside ftrun's own authority and logs its
-                          decisions (with --output-filename DIR also to
-                          DIR/1/arbiter.N on each host); not yet
-                          authoritative. A no-op on one host
+  --arbiter               the default over several hosts: ftrun and its
+                          agents run the job's replicated arbiter (leases,
+                          verdicts, exits), so that the job goes on without
+                          ftrun or its host; each node logs its decisions
+                          (with --output-filename DIR also to
+                          DIR/1/arbiter.N on each host). A no-op on one host
+  --no-arbiter            over several hosts, ftrun alone is the job's
+                          authority (as before the arbiter): the job ends
+                          with ftrun
   --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
                           order: H is "local" (this host; ftrun starts these
                           ranks itself) or HOST[:PORT], the ftrun agent there
@@ -641,7 +649,8 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.LaunchAgent, "launch-agent", "", "the ftrun binary on the other hosts")
 	fs.StringVar(&o.SSH, "ssh", "", "command that starts agents on other hosts")
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
-	fs.BoolVar(&o.Arbiter, "arbiter", false, "run the replicated arbiter beside ftrun (experimental)")
+	fs.BoolVar(&o.Arbiter, "arbiter", false, "run the replicated arbiter (the default over several hosts)")
+	fs.BoolVar(&o.NoArbiter, "no-arbiter", false, "ftrun alone is the job's authority")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
@@ -727,6 +736,9 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, errors.New("--hostfile and -H exclude each other")
 	case o.SpareHosts != "" && o.Spares == 0:
 		return nil, errors.New("--spare-hosts needs --respawn: the hosts are for spare ranks only")
+	}
+	if o.Arbiter && o.NoArbiter {
+		return nil, errors.New("--arbiter and --no-arbiter: give one")
 	}
 	outFiles := false
 	fs.Visit(func(f *flag.Flag) { outFiles = outFiles || f.Name == "output-filename" })

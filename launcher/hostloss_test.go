@@ -114,8 +114,9 @@ func lateSegHelper(args []string) int {
 	}
 }
 
-// When a host is lost (its agent's link to ftrun falls silent), the agent
-// kills its ranks and removes their shared memory, but only theirs: the
+// Without the arbiter (--no-arbiter), when a host is lost (its agent's link
+// to ftrun falls silent), the agent kills its ranks and removes their
+// shared memory, but only theirs: the
 // ranks of the other hosts of the job, which on a machine that runs several
 // "hosts" (network namespaces, this test's stand-in ssh) share the
 // shared-memory directory, still reach each other's memory, also memory
@@ -127,7 +128,7 @@ func TestHostLossKeepsOtherHostsSharedMemory(t *testing.T) {
 	defer cancel()
 	ssh, dir := fakeSSH(t)
 	goFile := filepath.Join(t.TempDir(), "go")
-	cmd := helperCmd(t, ctx, "lateseg", []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output", "--transport", "shm+tcp"}, goFile)
+	cmd := helperCmd(t, ctx, "lateseg", []string{"--no-arbiter", "-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--tag-output", "--transport", "shm+tcp"}, goFile)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

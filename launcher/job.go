@@ -214,7 +214,7 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
-	opts.arbitrated = opts.Arbiter && multi
+	opts.arbitrated = !opts.NoArbiter && multi
 	if opts.arbitrated {
 		hosts := 1 // ftrun's, with its own ranks or none
 		for _, b := range blocks {
@@ -332,7 +332,7 @@ func Start(opts *Options) (*Job, error) {
 		return nil, err
 	}
 	switch {
-	case opts.Arbiter && multi:
+	case opts.arbitrated:
 		j.startArbiter(root, blocks)
 	case opts.Arbiter:
 		j.out.reportf("--arbiter: the job runs on this host alone, where ftrun alone decides: no arbiter runs")
@@ -612,7 +612,16 @@ func (j *Job) waitRank(p *rankProc) {
 					st.lost = fmt.Sprintf("%s; the arbiter declared it failed: %v", m.lost, e.Reason)
 				}
 			case <-j.rv.hungUpChan(p.rank):
+				// The process is gone. Its agent reports how it ended to
+				// the arbiter: a short wait lets a clean exit count as one.
 				st.lost = m.lost + "; its process closed its connection to ftrun"
+				select {
+				case <-end.done:
+					if e := end.e; e.Kind == arbiter.EventRankExited && e.Code == 0 {
+						st.lost, st.Code = "", 0
+					}
+				case <-time.After(j.tm.chain().Notice()):
+				}
 			case <-j.word.left:
 				st.lost = m.lost + "; no verdict came before ftrun left the job"
 				unheard = true
