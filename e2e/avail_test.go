@@ -61,6 +61,7 @@ func TestClusterStoreAvailability(t *testing.T) {
 			heal := splitCluster(t, dir, "h1", "h2")
 			cut := time.Now()
 			outText, errText := job.finish()
+			ended := time.Since(cut)
 			heal()
 			if ctx.Err() != nil {
 				t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
@@ -82,11 +83,21 @@ func TestClusterStoreAvailability(t *testing.T) {
 					t.Errorf("rank %d (on h1: %v): finished %v, declared failed %v", r, onH1, done, lost[r])
 				}
 			}
+			// Every key whole again on h1: its 2 copies, or 1 with h1's
+			// one rank.
+			for k := range 4 {
+				if want := fmt.Sprintf(`(?m)\] whole %d %d$`, k, min(2, c.perCPU)); !regexp.MustCompile(want).MatchString(outText) {
+					t.Errorf("key %d did not get its replicas back (%s)", k, want)
+				}
+			}
 			ops, completed, open := readHistory(t, hist)
+			checking := time.Now()
 			res, _ := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
 			if res != porcupine.Ok {
 				t.Errorf("history not linearizable (%v, %d ops, %d open)", res, completed, open)
 			}
+			t.Logf("ftrun ended %v after the cut; %d ops completed, %d open, checked in %v", ended.Round(time.Millisecond),
+				completed, open, time.Since(checking).Round(time.Millisecond))
 			resume, table := resumption(ops, c.perCPU, cut)
 			t.Logf("writes acknowledged on h1 per 100 ms from 1 s before the cut:\n%s", table)
 			switch {
