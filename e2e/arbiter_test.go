@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -187,4 +188,49 @@ func TestArbiterClusterFtrunCutWithRanks(t *testing.T) {
 		t.Fatalf("with ftrun's host (ranks 0 and 1) cut off: result lines %q, want exactly %q; ftrun said:\n%s", results, want, report)
 	}
 	t.Logf("ftrun ended %v after the cut; the compute hosts finished without ftrun's host: %s", ended.Round(time.Millisecond), results[0])
+}
+
+// As TestArbiterClusterFtrunCut, but ftrun is interrupted (SIGTERM) once it
+// has said that it lost the job's quorum: it cannot reach the agents to stop
+// their ranks, so it does not wait for the arbiter's word on them; it exits
+// within a few seconds with 143, reporting every rank as lost while it was
+// ending the job, and tells nobody anything. The compute hosts hold the
+// quorum and finish the job without it: the ranks' files hold the
+// failure-free result, every rank surviving.
+func TestArbiterClusterFtrunCutInterrupted(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	cmd, job, out := startWithOutput(t, dir, 8, []string{filepath.Join(bin, "ftrun"), "--hostfile", hostfile(t, 4, 2), "--tag-output"},
+		filepath.Join(bin, "ckpt"), "-tasks", "32768")
+	out.awaitStart(t, job)
+	time.Sleep(time.Second)
+	heal := splitCluster(t, dir, "root", "h1,h2,h3,h4")
+	cut := time.Now()
+	if !job.waitStderr(`lost the job's quorum`, 10*time.Second) {
+		t.Fatalf("ftrun did not say it lost the quorum within 10s of the cut:\n%s", job.stderrSoFar())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	signalled := time.Now()
+	outText, errText := job.finish()
+	took := time.Since(signalled)
+	heal()
+	report := fmt.Sprintf("stdout:\n%s\nstderr:\n%s", outText, errText)
+	if !cmd.ProcessState.Exited() || took > 5*time.Second {
+		t.Fatalf("ftrun took %v to end after SIGTERM, cut off, want within 5s:\n%s", took.Round(time.Millisecond), report)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 143 {
+		t.Errorf("exit %d, want 143 (SIGTERM):\n%s", code, report)
+	}
+	for r := range 8 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^ftrun: rank %d failed at [0-9.]+s: was lost: .*; ftrun was ending the job before a verdict came`, r)).MatchString(errText) {
+			t.Errorf("ftrun does not report rank %d lost while ending the job:\n%s", r, report)
+		}
+	}
+	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
+	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 8, adopted ranks [])"
+	if results := out.results(); len(results) != 1 || results[0] != want {
+		out.logFiles(t)
+		t.Fatalf("after ftrun, cut off, was interrupted: result lines %q, want exactly %q:\n%s", results, want, report)
+	}
+	t.Logf("SIGTERM %v after the cut; ftrun ended %v after it; the compute hosts finished without it", signalled.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // liveJob is a job whose standard output the test reads while it runs
@@ -15,8 +16,18 @@ type liveJob struct {
 	cmd  *exec.Cmd
 	sc   *bufio.Scanner
 	out  bytes.Buffer // stdout read so far
-	errs bytes.Buffer // stderr, complete after finish
+	errs syncBuffer   // stderr, complete after finish
 }
+
+// waitStderr reports whether the job's standard error matched pattern
+// within d (it polls what ftrun wrote so far).
+func (j *liveJob) waitStderr(pattern string, d time.Duration) bool {
+	re := regexp.MustCompile(pattern)
+	return waitUntil(d, func() bool { return re.MatchString(j.errs.String()) })
+}
+
+// stderrSoFar is what the job wrote to its standard error so far.
+func (j *liveJob) stderrSoFar() string { return j.errs.String() }
 
 // startLive starts cmd with its output captured.
 func startLive(t *testing.T, cmd *exec.Cmd) *liveJob {

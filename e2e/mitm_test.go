@@ -211,7 +211,8 @@ func TestAgentLinkAgainstRelay(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log written by one goroutine and read by another.
+// syncBuffer is a log written by one goroutine (or process: it is an
+// io.Writer) and read by another.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
@@ -221,6 +222,12 @@ func (s *syncBuffer) add(l string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.WriteString(l)
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
 }
 
 func (s *syncBuffer) String() string {
