@@ -10,9 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/anishathalye/porcupine"
-	"github.com/ftrma/ftrma/internal/kvcheck"
 )
 
 // The store under ftrun --arbiter with ftrun on the minority side of a
@@ -107,18 +104,7 @@ func testArbiterStoreSplit(t *testing.T, dir, bin, hostfile string, sides []stri
 	if lateCut > 0 {
 		t.Errorf("%d operations of the ranks of ftrun's side returned more than %v after the split", lateCut, stopBound)
 	}
-	res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
-	if res != porcupine.Ok {
-		keep, _ := os.MkdirTemp("", "ftrma-arbiter-store-")
-		files, _ := filepath.Glob(filepath.Join(hist, "hist.*"))
-		for _, f := range files {
-			if b, err := os.ReadFile(f); err == nil {
-				os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
-			}
-		}
-		porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
-		t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
-	}
+	checkLinearizable(t, hist, ops, completed, open)
 	if t.Failed() {
 		out.logFiles(t)
 		t.Logf("the ranks' stdout:\n%s", all)

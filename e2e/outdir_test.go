@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,3 +147,16 @@ func writeHostfile(t *testing.T, lines ...string) string {
 	}
 	return hf
 }
+
+// reportedFailed returns the ranks ftrun reported failed in its standard
+// error ("rank N failed at Ts").
+func reportedFailed(stderr string) map[int]bool {
+	lost := map[int]bool{}
+	for _, m := range failedAtRE.FindAllStringSubmatch(stderr, -1) {
+		r, _ := strconv.Atoi(m[1])
+		lost[r] = true
+	}
+	return lost
+}
+
+var failedAtRE = regexp.MustCompile(`rank (\d+) failed at [0-9.]+s`)

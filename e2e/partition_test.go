@@ -11,9 +11,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/anishathalye/porcupine"
-	"github.com/ftrma/ftrma/internal/kvcheck"
 )
 
 // The store across partitions. Four hosts with two ranks each (h1: ranks
@@ -123,12 +120,7 @@ func TestClusterStorePartition(t *testing.T) {
 					fmt.Sscan(m[1], &r)
 					done[r] = true
 				}
-				lost := map[int]bool{}
-				for _, m := range regexp.MustCompile(`rank (\d+) failed at [0-9.]+s`).FindAllStringSubmatch(errText, -1) {
-					var r int
-					fmt.Sscan(m[1], &r)
-					lost[r] = true
-				}
+				lost := reportedFailed(errText)
 				for r := range 8 {
 					if done[r] == lost[r] {
 						t.Errorf("rank %d: finished %v, reported failed %v: want exactly one", r, done[r], lost[r])
@@ -167,19 +159,7 @@ func TestClusterStorePartition(t *testing.T) {
 				if lateCut > 0 {
 					t.Errorf("%d operations of the cut-off ranks returned more than %v after the split", lateCut, stopBound)
 				}
-				res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
-				if res != porcupine.Ok {
-					// Kept for inspection: the histories and porcupine's view.
-					keep, _ := os.MkdirTemp("", "ftrma-partition-")
-					files, _ := filepath.Glob(filepath.Join(hist, "hist.*"))
-					for _, f := range files {
-						if b, err := os.ReadFile(f); err == nil {
-							os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
-						}
-					}
-					porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
-					t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
-				}
+				checkLinearizable(t, hist, ops, completed, open)
 				t.Logf("%s: %d ops completed (%d by the cut-off ranks), %d open; lost %v; the job ended %v after the split",
 					c.name, completed, cutOps, open, keys(lost), ended.Round(time.Millisecond))
 				if t.Failed() {

@@ -269,3 +269,25 @@ func testStoreUninvolvedRankNoPause(t *testing.T) {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// checkLinearizable checks the histories of a cluster run (read from dir
+// as ops, completed and open counted) against the store's model with
+// porcupine, and fails the test if they are not linearizable, keeping the
+// history files and porcupine's view of them in a new directory for
+// inspection.
+func checkLinearizable(t *testing.T, dir string, ops []porcupine.Operation, completed, open int) {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(kvcheck.Model, ops, time.Minute)
+	if res == porcupine.Ok {
+		return
+	}
+	keep, _ := os.MkdirTemp("", "ftrma-history-")
+	files, _ := filepath.Glob(filepath.Join(dir, "hist.*"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
+		}
+	}
+	porcupine.VisualizePath(kvcheck.Model, info, filepath.Join(keep, "history.html"))
+	t.Errorf("history not linearizable (%v, %d ops, %d open): kept in %s", res, completed, open, keep)
+}
