@@ -205,8 +205,8 @@ func TestSilentHostCountsAsFailed(t *testing.T) {
 	}
 	for _, want := range []string{
 		`ftrun: arbiter: host 2 failed: host silent`,
+		// Rank 2 sleeps; rank 3 may have ended before the silence.
 		`ftrun: rank 2 failed at [0-9.]+s: .*the arbiter declared it failed: host failed`,
-		`ftrun: rank 3 failed at [0-9.]+s: .*the arbiter declared it failed: host failed`,
 	} {
 		if !regexp.MustCompile(want).MatchString(errs.String()) {
 			t.Errorf("stderr does not match %q:\n%s", want, errs.String())

@@ -945,7 +945,9 @@ func (j *Job) signalLocked(p *rankProc, sig syscall.Signal) {
 // host times out (memberlist and the link stretch with the crowding, and
 // took two seconds more at four ranks per CPU: the survivors' writes
 // waited for them). The verdict is then in j.word, and the message says
-// that the agent had not reported the rank's end.
+// that the agent had not reported the rank's end; but a rank the arbiter
+// found unresponsive, which its agent killed and reaped before it answered
+// the probe, gets a notice's time for that report (its exit status).
 func (j *Job) awaitRemoteEnd(p *rankProc) exitedMsg {
 	if j.word == nil {
 		return <-p.exit
@@ -956,8 +958,17 @@ func (j *Job) awaitRemoteEnd(p *rankProc) exitedMsg {
 		return m
 	case <-end.done:
 	}
-	if end.e.Kind == arbiter.EventRankExited {
+	switch {
+	case end.e.Kind == arbiter.EventRankExited:
 		return <-p.exit // an exit: its agent's report has the code and the output
+	case end.e.Reason == arbiter.ReasonUnresponsive:
+		// Its agent killed and reaped it before it answered the
+		// arbiter's probe: its report of the exit is on the way.
+		select {
+		case m := <-p.exit:
+			return m
+		case <-time.After(j.tm.chain().Notice()):
+		}
 	}
 	return exitedMsg{rank: p.rank, code: -1, lost: "its agent had not reported its end"}
 }
