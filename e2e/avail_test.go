@@ -31,13 +31,7 @@ import (
 func TestClusterStoreAvailability(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
-	// h2's agent (and so its ranks) runs on CPU 1 alone.
-	agent := filepath.Join(t.TempDir(), "ftrun-cpu1")
-	script := fmt.Sprintf("#!/bin/sh\nexec taskset -c 1 %s \"$@\"\n", filepath.Join(bin, "ftrun"))
-	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(filepath.Dir(agent), 0o755)
+	agent := cpu1Agent(t, bin) // h2's agent (and so its ranks) runs on CPU 1 alone
 	for _, c := range []struct {
 		perCPU int
 		bar    time.Duration
