@@ -22,6 +22,19 @@ const (
 	CmdHostFailed CommandKind = 3
 	// CmdSpareAdmitted: spare Rank runs on Host from now on.
 	CmdSpareAdmitted CommandKind = 4
+	// CmdSpareClaimed: spare Rank starts on Host, claimed by the node of
+	// host By, with the spawn's Payload (WIRING.md, spares without ftrun).
+	CmdSpareClaimed CommandKind = 5
+	// CmdSpareJoined: claimed spare Rank published its address Addr.
+	CmdSpareJoined CommandKind = 6
+	// CmdAddresses: Addrs[i] is the address of rank Rank+i.
+	CmdAddresses CommandKind = 7
+)
+
+// Bounds of the variable fields of a command.
+const (
+	MaxAddr    = 1 << 10 // bytes of one address
+	MaxPayload = 1 << 16 // bytes of a claim's payload
 )
 
 func (k CommandKind) String() string {
@@ -34,6 +47,12 @@ func (k CommandKind) String() string {
 		return "HostFailed"
 	case CmdSpareAdmitted:
 		return "SpareAdmitted"
+	case CmdSpareClaimed:
+		return "SpareClaimed"
+	case CmdSpareJoined:
+		return "SpareJoined"
+	case CmdAddresses:
+		return "Addresses"
 	}
 	return fmt.Sprintf("CommandKind(%d)", uint8(k))
 }
@@ -77,13 +96,19 @@ func (r Reason) String() string {
 
 // Command is one entry of the replicated log. Which fields count depends on
 // Kind: Rank and Code for CmdRankExited, Rank and Reason for CmdRankFailed,
-// Host and Reason for CmdHostFailed, Rank and Host for CmdSpareAdmitted.
+// Host and Reason for CmdHostFailed, Rank and Host for CmdSpareAdmitted,
+// Rank, Host, By and Payload for CmdSpareClaimed, Rank and Addr for
+// CmdSpareJoined, Rank (the first) and Addrs for CmdAddresses.
 type Command struct {
-	Kind   CommandKind
-	Rank   ftrma.Rank
-	Host   int
-	Code   int
-	Reason Reason
+	Kind    CommandKind
+	Rank    ftrma.Rank
+	Host    int
+	Code    int
+	Reason  Reason
+	By      int
+	Addr    string
+	Payload string
+	Addrs   []string
 }
 
 func (c Command) String() string {
@@ -96,6 +121,12 @@ func (c Command) String() string {
 		return fmt.Sprintf("HostFailed{host %d, %v}", c.Host, c.Reason)
 	case CmdSpareAdmitted:
 		return fmt.Sprintf("SpareAdmitted{rank %d, host %d}", c.Rank, c.Host)
+	case CmdSpareClaimed:
+		return fmt.Sprintf("SpareClaimed{rank %d, host %d, by %d, payload %d bytes}", c.Rank, c.Host, c.By, len(c.Payload))
+	case CmdSpareJoined:
+		return fmt.Sprintf("SpareJoined{rank %d, %q}", c.Rank, c.Addr)
+	case CmdAddresses:
+		return fmt.Sprintf("Addresses{from rank %d, %d}", c.Rank, len(c.Addrs))
 	}
 	return c.Kind.String()
 }
@@ -122,8 +153,28 @@ func (c Command) AppendBinary(b []byte) ([]byte, error) {
 	case CmdSpareAdmitted:
 		b = binary.AppendUvarint(b, uint64(c.Rank))
 		b = binary.AppendUvarint(b, uint64(c.Host))
+	case CmdSpareClaimed:
+		b = binary.AppendUvarint(b, uint64(c.Rank))
+		b = binary.AppendUvarint(b, uint64(c.Host))
+		b = binary.AppendUvarint(b, uint64(c.By))
+		b = appendBytes(b, c.Payload)
+	case CmdSpareJoined:
+		b = binary.AppendUvarint(b, uint64(c.Rank))
+		b = appendBytes(b, c.Addr)
+	case CmdAddresses:
+		b = binary.AppendUvarint(b, uint64(c.Rank))
+		b = binary.AppendUvarint(b, uint64(len(c.Addrs)))
+		for _, a := range c.Addrs {
+			b = appendBytes(b, a)
+		}
 	}
 	return b, nil
+}
+
+// appendBytes appends s with its length first (an unsigned varint).
+func appendBytes(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // encode is AppendBinary for callers that know it cannot fail.
@@ -162,7 +213,16 @@ func ParseCommand(b []byte) (Command, error) {
 		p = p[1:]
 		return r, true
 	}
-	var v, w uint64
+	bytesUpTo := func(max int) (string, bool) {
+		l, ok := uv()
+		if !ok || l > uint64(max) || l > uint64(len(p)) {
+			return "", false
+		}
+		s := string(p[:l])
+		p = p[l:]
+		return s, true
+	}
+	var v, w, x uint64
 	ok := false
 	switch c.Kind {
 	case CmdRankExited:
@@ -191,6 +251,40 @@ func ParseCommand(b []byte) (Command, error) {
 				c.Rank, c.Host = ftrma.Rank(v), int(w)
 			}
 		}
+	case CmdSpareClaimed:
+		v, ok = uv()
+		if ok {
+			w, ok = uv()
+		}
+		if ok {
+			x, ok = uv()
+		}
+		if ok {
+			c.Rank, c.Host, c.By = ftrma.Rank(v), int(w), int(x)
+			c.Payload, ok = bytesUpTo(MaxPayload)
+		}
+	case CmdSpareJoined:
+		if v, ok = uv(); ok {
+			c.Rank = ftrma.Rank(v)
+			c.Addr, ok = bytesUpTo(MaxAddr)
+			ok = ok && c.Addr != ""
+		}
+	case CmdAddresses:
+		if v, ok = uv(); ok {
+			c.Rank = ftrma.Rank(v)
+			var n uint64
+			// Each address takes a byte at least.
+			if n, ok = uv(); ok && n >= 1 && n <= uint64(len(p)) && v+n <= maxRank {
+				c.Addrs = make([]string, n)
+				for i := range c.Addrs {
+					if c.Addrs[i], ok = bytesUpTo(MaxAddr); !ok {
+						break
+					}
+				}
+			} else {
+				ok = false
+			}
+		}
 	default:
 		return bad("unknown kind")
 	}
@@ -199,7 +293,7 @@ func ParseCommand(b []byte) (Command, error) {
 		return bad("short or out of range")
 	case len(p) != 0:
 		return bad("trailing bytes")
-	case v >= maxRank || w >= maxRank:
+	case v >= maxRank || w >= maxRank || x >= maxRank:
 		return bad("rank or host out of range")
 	case !bytes.Equal(c.encode(), b):
 		return bad("not canonical")

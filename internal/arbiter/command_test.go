@@ -3,6 +3,8 @@ package arbiter
 import (
 	"bytes"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +20,10 @@ var sampleCommands = []Command{
 	{Kind: CmdHostFailed, Host: 0, Reason: ReasonHostSilent},
 	{Kind: CmdHostFailed, Host: 70000, Reason: ReasonProbeUnanswered},
 	{Kind: CmdSpareAdmitted, Rank: 64, Host: 3},
+	{Kind: CmdSpareClaimed, Rank: 9, Host: 2, By: 1, Payload: "replace 3"},
+	{Kind: CmdSpareClaimed, Rank: 9, Host: 0, By: 0},
+	{Kind: CmdSpareJoined, Rank: 9, Addr: "198.18.0.3:4567"},
+	{Kind: CmdAddresses, Rank: 0, Addrs: []string{"198.18.0.1:1", "198.18.0.2:2", "shm"}},
 }
 
 func TestCommandRoundTrip(t *testing.T) {
@@ -30,7 +36,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: AppendBinary overwrote its prefix", c)
 		}
 		got, err := ParseCommand(b[1:])
-		if err != nil || got != c {
+		if err != nil || !reflect.DeepEqual(got, c) {
 			t.Errorf("%v: encoded % x, parsed %v, %v", c, b[1:], got, err)
 		}
 	}
@@ -53,6 +59,14 @@ func TestParseCommandRejects(t *testing.T) {
 		{"host out of range", Command{Kind: CmdSpareAdmitted, Rank: 1, Host: maxRank}.encode()},
 		{"exit code too large", Command{Kind: CmdRankExited, Rank: 1, Code: 1 << 31}.encode()},
 		{"overlong varint", []byte{byte(CmdSpareAdmitted), 0x81, 0x00, 1}},
+		{"claim by out of range", Command{Kind: CmdSpareClaimed, Rank: 1, Host: 1, By: maxRank}.encode()},
+		{"payload over the bound", Command{Kind: CmdSpareClaimed, Rank: 1, Host: 1, Payload: strings.Repeat("p", MaxPayload+1)}.encode()},
+		{"payload longer than the command", []byte{byte(CmdSpareClaimed), 1, 1, 1, 5, 'a'}},
+		{"empty joined address", Command{Kind: CmdSpareJoined, Rank: 1}.encode()},
+		{"address over the bound", Command{Kind: CmdSpareJoined, Rank: 1, Addr: strings.Repeat("a", MaxAddr+1)}.encode()},
+		{"no addresses", Command{Kind: CmdAddresses, Rank: 1}.encode()},
+		{"more addresses than bytes", []byte{byte(CmdAddresses), 0, 100, 1, 'a'}},
+		{"addresses past the last rank", Command{Kind: CmdAddresses, Rank: maxRank - 1, Addrs: []string{"a", "b"}}.encode()},
 	} {
 		if c, err := ParseCommand(tc.b); err == nil || !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: ParseCommand(% x) = %v, %v; want ErrMalformed", tc.name, tc.b, c, err)

@@ -55,6 +55,7 @@ type Node struct {
 	// them (a forwarded proposal can be lost on the way).
 	exits     []Command
 	spares    []Command
+	kept      []Command // claims, joins and addresses proposed until the log settles them
 	nextRetry time.Duration
 
 	// hurry is set by LeaderGone: from hurryFrom until hurryUntil, while it
@@ -544,7 +545,7 @@ func (n *Node) ReportExit(rank ftrma.Rank, code int, now time.Time) {
 		t := n.local(now)
 		n.observe(t)
 		c := Command{Kind: CmdRankExited, Rank: rank, Code: code}
-		if rank >= 0 && rank < maxRank && code >= -1<<31 && code < 1<<31 && n.state.Rank(rank).Status == RankRunning &&
+		if rank >= 0 && rank < maxRank && code >= -1<<31 && code < 1<<31 && n.state.Rank(rank).Status.runs() &&
 			!slices.ContainsFunc(n.exits, func(e Command) bool { return e.Rank == rank }) {
 			n.exits = append(n.exits, c)
 			_ = n.rn.Propose(c.encode())
@@ -575,10 +576,74 @@ func (n *Node) AdmitSpare(rank ftrma.Rank, host int, now time.Time) {
 	})
 }
 
+// ClaimSpare proposes SpareClaimed: spare rank starts on host, claimed by
+// this node's host, with the spawn's payload (WIRING.md, spares without
+// ftrun). It is proposed again every election timeout until the log shows
+// the rank claimed (by this node or another) or the claim cannot apply:
+// the caller learns which from EventSpareClaimed.
+func (n *Node) ClaimSpare(rank ftrma.Rank, host int, payload []byte, now time.Time) {
+	n.keep(Command{Kind: CmdSpareClaimed, Rank: rank, Host: host, By: n.self, Payload: string(payload)}, now)
+}
+
+// JoinSpare proposes SpareJoined: claimed spare rank published addr. It
+// is proposed again until the log shows the rank joined or lost.
+func (n *Node) JoinSpare(rank ftrma.Rank, addr string, now time.Time) {
+	n.keep(Command{Kind: CmdSpareJoined, Rank: rank, Addr: addr}, now)
+}
+
+// PublishAddresses proposes Addresses: addrs[i] is rank from+i's
+// address. It is proposed again until the log has them.
+func (n *Node) PublishAddresses(from ftrma.Rank, addrs []string, now time.Time) {
+	n.keep(Command{Kind: CmdAddresses, Rank: from, Addrs: slices.Clone(addrs)}, now)
+}
+
+// keep proposes c, a command ParseCommand accepts, and keeps it to
+// propose again until settled.
+func (n *Node) keep(c Command, now time.Time) {
+	_ = n.guard(func() error {
+		t := n.local(now)
+		n.observe(t)
+		if _, err := ParseCommand(c.encode()); err == nil && !n.settled(c) {
+			n.kept = append(n.kept, c)
+			_ = n.rn.Propose(c.encode())
+			n.process(t)
+		}
+		n.afterInput(t, false)
+		return nil
+	})
+}
+
+// settled reports whether the log shows kept command c, or c can no
+// longer apply.
+func (n *Node) settled(c Command) bool {
+	st := n.state
+	if st.Finished() {
+		return true
+	}
+	switch c.Kind {
+	case CmdSpareClaimed:
+		return st.Rank(c.Rank).Status != RankAbsent || st.Host(c.Host).Failed || (c.By == 0) == st.Host(0).Failed
+	case CmdSpareJoined:
+		return st.Rank(c.Rank).Status != RankStarting
+	case CmdAddresses:
+		for i := range c.Addrs {
+			ri := st.Rank(c.Rank + ftrma.Rank(i))
+			if ri.Addr == "" && !ri.Claimed && ri.Status != RankAbsent {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // retryReports proposes again the exits and admissions the log does not
 // show yet, and forgets those it shows.
 func (n *Node) retryReports() {
-	n.exits = slices.DeleteFunc(n.exits, func(c Command) bool { return n.state.Rank(c.Rank).Status != RankRunning })
+	n.kept = slices.DeleteFunc(n.kept, n.settled)
+	for _, c := range n.kept {
+		_ = n.rn.Propose(c.encode())
+	}
+	n.exits = slices.DeleteFunc(n.exits, func(c Command) bool { return !n.state.Rank(c.Rank).Status.runs() })
 	n.spares = slices.DeleteFunc(n.spares, func(c Command) bool {
 		return n.state.Rank(c.Rank).Status != RankAbsent || n.state.Host(c.Host).Failed || n.state.Finished()
 	})

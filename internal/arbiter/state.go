@@ -12,15 +12,21 @@ import (
 type RankStatus uint8
 
 const (
-	RankAbsent  RankStatus = iota // no such rank in the job (yet): a spare not admitted
-	RankRunning                   // the rank runs (as far as the log knows)
-	RankExited                    // its process ended; RankInfo.Code holds the status
-	RankFailed                    // declared failed; RankInfo.Reason says why
+	RankAbsent   RankStatus = iota // no such rank in the job (yet): a spare not admitted
+	RankRunning                    // the rank runs (as far as the log knows)
+	RankExited                     // its process ended; RankInfo.Code holds the status
+	RankFailed                     // declared failed; RankInfo.Reason says why
+	RankStarting                   // a spare claimed (SpareClaimed), not joined yet
+	RankLost                       // a spare that ended before it joined
 )
 
 func (s RankStatus) String() string {
-	return [...]string{"absent", "running", "exited", "failed"}[min(int(s), 3)]
+	return [...]string{"absent", "running", "exited", "failed", "starting", "lost"}[min(int(s), 5)]
 }
+
+// runs reports whether a rank of status s has a process the log has not
+// seen end: running, or a spare starting.
+func (s RankStatus) runs() bool { return s == RankRunning || s == RankStarting }
 
 // RankInfo is what the log says of one rank.
 type RankInfo struct {
@@ -28,6 +34,12 @@ type RankInfo struct {
 	Host   int    // the rank's host (meaningless when Absent)
 	Code   int    // the exit status, when Exited
 	Reason Reason // when Failed
+	// Claimed: a spare started by SpareClaimed, whose By is the host of
+	// the node that claimed it (0: ftrun's).
+	Claimed bool
+	By      int
+	Addr    string // its address, once the log has it (Addresses, SpareJoined)
+	payload string // a starting spare's spawn payload, until it joins
 }
 
 // HostInfo is what the log says of one host.
@@ -45,6 +57,9 @@ const (
 	EventHostFailed                         // Host failed for Reason (its ranks' events follow)
 	EventSpareAdmitted                      // spare Rank runs on Host
 	EventFinished                           // every rank of the job has exited or failed
+	EventSpareClaimed                       // spare Rank starts on Host, claimed by By's node, with Payload
+	EventSpareJoined                        // claimed spare Rank on Host runs at Addr (claimed by By, with Payload)
+	EventSpareLost                          // claimed spare Rank on Host ended before it joined
 )
 
 func (k EventKind) String() string {
@@ -59,6 +74,12 @@ func (k EventKind) String() string {
 		return "SpareAdmitted"
 	case EventFinished:
 		return "Finished"
+	case EventSpareClaimed:
+		return "SpareClaimed"
+	case EventSpareJoined:
+		return "SpareJoined"
+	case EventSpareLost:
+		return "SpareLost"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -73,6 +94,10 @@ type Event struct {
 	Code   int
 	Reason Reason
 	Index  uint64
+	// The spare events': the claimer's host, the address, the payload.
+	By      int
+	Addr    string
+	Payload string
 }
 
 func (e Event) String() string {
@@ -87,6 +112,12 @@ func (e Event) String() string {
 		return fmt.Sprintf("@%d spare %d on host %d", e.Index, e.Rank, e.Host)
 	case EventFinished:
 		return fmt.Sprintf("@%d finished", e.Index)
+	case EventSpareClaimed:
+		return fmt.Sprintf("@%d spare %d claimed on host %d by host %d", e.Index, e.Rank, e.Host, e.By)
+	case EventSpareJoined:
+		return fmt.Sprintf("@%d spare %d joined on host %d at %q", e.Index, e.Rank, e.Host, e.Addr)
+	case EventSpareLost:
+		return fmt.Sprintf("@%d spare %d lost on host %d", e.Index, e.Rank, e.Host)
 	}
 	return e.Kind.String()
 }
@@ -164,6 +195,10 @@ func (s *State) String() string {
 			fmt.Fprintf(&b, "r%d:failed(%v) ", r, ri.Reason)
 		case RankAbsent:
 			fmt.Fprintf(&b, "r%d:absent ", r)
+		case RankStarting:
+			fmt.Fprintf(&b, "r%d:starting@h%d ", r, ri.Host)
+		case RankLost:
+			fmt.Fprintf(&b, "r%d:lost ", r)
 		}
 	}
 	if s.finished {
@@ -182,11 +217,15 @@ func (s *State) apply(c Command, idx uint64, ev []Event) []Event {
 		if running(c.Rank) {
 			s.ranks[c.Rank].Status, s.ranks[c.Rank].Code = RankExited, c.Code
 			ev = append(ev, Event{Kind: EventRankExited, Rank: c.Rank, Host: s.ranks[c.Rank].Host, Code: c.Code, Index: idx})
+		} else if s.starting(c.Rank) {
+			ev = s.lose(c.Rank, c.Code, ReasonNone, idx, ev)
 		}
 	case CmdRankFailed:
 		if running(c.Rank) {
 			s.ranks[c.Rank].Status, s.ranks[c.Rank].Reason = RankFailed, c.Reason
 			ev = append(ev, Event{Kind: EventRankFailed, Rank: c.Rank, Host: s.ranks[c.Rank].Host, Reason: c.Reason, Index: idx})
+		} else if s.starting(c.Rank) {
+			ev = s.lose(c.Rank, 0, c.Reason, idx, ev)
 		}
 	case CmdHostFailed:
 		if c.Host < 0 || c.Host >= len(s.hosts) || s.hosts[c.Host].Failed {
@@ -198,6 +237,10 @@ func (s *State) apply(c Command, idx uint64, ev []Event) []Event {
 			if ri := &s.ranks[r]; ri.Status == RankRunning && ri.Host == c.Host {
 				ri.Status, ri.Reason = RankFailed, ReasonHostFailed
 				ev = append(ev, Event{Kind: EventRankFailed, Rank: ftrma.Rank(r), Host: c.Host, Reason: ReasonHostFailed, Index: idx})
+			} else if ri.Status == RankStarting && (ri.Host == c.Host || c.Host == 0 && ri.By == 0) {
+				// Lost with its host, or with ftrun's when ftrun claimed
+				// it: its rendezvous was ftrun's (the agents kill it).
+				ev = s.lose(ftrma.Rank(r), 0, ReasonHostFailed, idx, ev)
 			}
 		}
 	case CmdSpareAdmitted:
@@ -214,12 +257,54 @@ func (s *State) apply(c Command, idx uint64, ev []Event) []Event {
 		}
 		s.ranks[c.Rank] = RankInfo{Status: RankRunning, Host: c.Host}
 		ev = append(ev, Event{Kind: EventSpareAdmitted, Rank: c.Rank, Host: c.Host, Index: idx})
+	case CmdSpareClaimed:
+		// ftrun (host 0) claims while its host is in the job, the agents
+		// only once it is not (WIRING.md).
+		if s.finished || c.Rank < 0 || int(c.Rank) >= len(s.ranks)+maxSpareGap || c.Host < 0 || c.Host >= len(s.hosts) || s.hosts[c.Host].Failed ||
+			c.By < 0 || c.By >= len(s.hosts) || (c.By == 0) == s.Host(0).Failed {
+			break
+		}
+		if int(c.Rank) < len(s.ranks) && s.ranks[c.Rank].Status != RankAbsent {
+			break
+		}
+		for int(c.Rank) >= len(s.ranks) {
+			s.ranks = append(s.ranks, RankInfo{})
+		}
+		s.ranks[c.Rank] = RankInfo{Status: RankStarting, Host: c.Host, Claimed: true, By: c.By, payload: c.Payload}
+		ev = append(ev, Event{Kind: EventSpareClaimed, Rank: c.Rank, Host: c.Host, By: c.By, Payload: c.Payload, Index: idx})
+	case CmdSpareJoined:
+		if !s.starting(c.Rank) {
+			break
+		}
+		ri := &s.ranks[c.Rank]
+		ri.Status, ri.Addr = RankRunning, c.Addr
+		ev = append(ev, Event{Kind: EventSpareJoined, Rank: c.Rank, Host: ri.Host, By: ri.By, Addr: c.Addr, Payload: ri.payload, Index: idx})
+		ri.payload = ""
+	case CmdAddresses:
+		for i, a := range c.Addrs {
+			if r := int(c.Rank) + i; r < len(s.ranks) && s.ranks[r].Addr == "" && !s.ranks[r].Claimed && s.ranks[r].Status != RankAbsent {
+				s.ranks[r].Addr = a
+			}
+		}
 	}
 	if len(ev) > n && !s.finished && s.allEnded() {
 		s.finished = true
 		ev = append(ev, Event{Kind: EventFinished, Index: idx})
 	}
 	return ev
+}
+
+// starting reports whether rank r is a claimed spare not joined yet.
+func (s *State) starting(r ftrma.Rank) bool {
+	return r >= 0 && int(r) < len(s.ranks) && s.ranks[r].Status == RankStarting
+}
+
+// lose makes starting spare r lost (it ended with code, or for reason)
+// and appends the event.
+func (s *State) lose(r ftrma.Rank, code int, reason Reason, idx uint64, ev []Event) []Event {
+	ri := &s.ranks[r]
+	ri.Status, ri.Code, ri.Reason, ri.payload = RankLost, code, reason, ""
+	return append(ev, Event{Kind: EventSpareLost, Rank: r, Host: ri.Host, By: ri.By, Code: code, Reason: reason, Index: idx})
 }
 
 // maxSpareGap bounds how far past the highest known rank a spare's rank may
@@ -231,7 +316,7 @@ func (s *State) allEnded() bool {
 	any := false
 	for _, ri := range s.ranks {
 		switch ri.Status {
-		case RankRunning:
+		case RankRunning, RankStarting:
 			return false
 		case RankExited, RankFailed:
 			any = true
