@@ -26,7 +26,9 @@ import (
 func testArbiterMsg() arbiterConfigMsg {
 	cfg := arbiter.Config{Hosts: 3, RankHost: []int{0, 1, 1, 2}, LeaseTerm: 2 * time.Second}
 	root := make([]byte, 32)
-	return arbiterMsgFor(2, cfg, []string{"this", "h1", "h2"}, []string{"10.0.0.1:5", "10.0.0.2:6", "[::1]:7"}, root, "/out/1")
+	m := arbiterMsgFor(2, cfg, []string{"this", "h1", "h2"}, []string{"10.0.0.1:5", "10.0.0.2:6", "[::1]:7"}, root, "/out/1")
+	m.spareEnv = []string{"FTRMA_SPARES=2", "FTRMA_JOB=j1"}
+	return m
 }
 
 // The arbiter config round trip, and what parseArbiterConfig refuses:
@@ -79,6 +81,7 @@ func TestArbiterConfigWire(t *testing.T) {
 		{"a voter outside the job", func(m *arbiterConfigMsg) { m.voters = []uint64{1, 2, 9} }},
 		{"heartbeat not below the election timeout", func(m *arbiterConfigMsg) { m.heartbeatTicks = m.electionTicks }},
 		{"a margin too short for the drift", func(m *arbiterConfigMsg) { m.margin = time.Millisecond }},
+		{"a spare variable not FTRMA_", func(m *arbiterConfigMsg) { m.spareEnv[1] = "PATH=/bin" }},
 	} {
 		bad := testArbiterMsg()
 		c.change(&bad)

@@ -94,6 +94,10 @@ type arbDriver struct {
 	endMu sync.Mutex
 	ends  []arbiter.Event
 	endTo []func(arbiter.Event)
+	// spareTo and spareWait (under endMu) get the spare events
+	// (arbiterspare.go): every one, and those of one rank.
+	spareTo   []func(arbiter.Event)
+	spareWait map[ftrma.Rank][]chan arbiter.Event
 
 	mu      sync.Mutex // guards st and changed
 	st      arbStats
@@ -147,7 +151,7 @@ func startArbDriver(cfg arbiter.Config, mesh *arbMesh, names []string, log *slog
 	d := &arbDriver{
 		cfg: c, mesh: mesh, log: log, names: names, probe: probe, probeWait: failure.Chain{Lease: c.LeaseTerm}.Probe(),
 		started: time.Now(), quit: make(chan struct{}), inWake: make(chan struct{}, 1),
-		probing: make(map[ftrma.Rank]bool), remote: make(map[ftrma.Rank][]uint64), endAt: make(map[ftrma.Rank]time.Time), changed: make(chan struct{}),
+		probing: make(map[ftrma.Rank]bool), spareWait: make(map[ftrma.Rank][]chan arbiter.Event), remote: make(map[ftrma.Rank][]uint64), endAt: make(map[ftrma.Rank]time.Time), changed: make(chan struct{}),
 	}
 	d.wg.Add(1)
 	go d.run()
@@ -194,11 +198,6 @@ func (d *arbDriver) reportExit(r ftrma.Rank, code int) {
 // reportSuspect tells the node that rank by's detector suspects rank r.
 func (d *arbDriver) reportSuspect(r, by ftrma.Rank) {
 	d.input(func(now time.Time) { d.node.ReportSuspect(r, by, now) })
-}
-
-// admitSpare tells the node that spare rank r runs on host h from now on.
-func (d *arbDriver) admitSpare(r ftrma.Rank, h int) {
-	d.input(func(now time.Time) { d.node.AdmitSpare(r, h, now) })
 }
 
 // onRankEnd has f called with every end of a rank the log applies from
@@ -367,6 +366,9 @@ func (d *arbDriver) after(now time.Time) {
 			if e.Kind == arbiter.EventFinished {
 				d.writeReport(now)
 			}
+			if spareEvent(e) {
+				d.dispatchSpare(e)
+			}
 			if e.Kind == arbiter.EventRankFailed || e.Kind == arbiter.EventRankExited {
 				if _, ok := d.endAt[e.Rank]; !ok {
 					d.endAt[e.Rank] = now
@@ -479,6 +481,12 @@ func (d *arbDriver) event(e arbiter.Event, now time.Time) {
 		d.log.Log(context.Background(), level, fmt.Sprintf("arbiter: rank %d exited: status %d", e.Rank, e.Code))
 	case arbiter.EventSpareAdmitted:
 		d.log.Info(fmt.Sprintf("arbiter: spare rank %d admitted on host %d", e.Rank, e.Host))
+	case arbiter.EventSpareClaimed:
+		d.log.Info(fmt.Sprintf("arbiter: spare rank %d claimed on host %d by node %d", e.Rank, e.Host, e.By+1))
+	case arbiter.EventSpareJoined:
+		d.log.Info(fmt.Sprintf("arbiter: spare rank %d joined on host %d", e.Rank, e.Host))
+	case arbiter.EventSpareLost:
+		d.log.Info(fmt.Sprintf("arbiter: spare rank %d on host %d ended before it joined", e.Rank, e.Host))
 	case arbiter.EventFinished:
 		d.st.finished = true
 		d.log.Debug("arbiter: every rank of the job has ended")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -101,6 +102,10 @@ type arbiterConfigMsg struct {
 	driftPPM                             uint32
 	peers                                []arbiterPeer
 	logDir                               string
+	// spareEnv is, in a job with spares, the FTRMA_ variables every rank
+	// gets alike: an agent starts a spare with them once ftrun is gone
+	// (agentspare.go).
+	spareEnv []string
 }
 
 // arbiterPeer is another node of the mesh, as one node sees it.
@@ -174,7 +179,8 @@ func (m arbiterConfigMsg) append(b []byte) []byte {
 		b = appendString(b, p.addr)
 		b = append(b, p.key...)
 	}
-	return appendString(b, m.logDir)
+	b = appendString(b, m.logDir)
+	return appendStrings(b, m.spareEnv)
 }
 
 // parseArbiterConfig decodes and checks a msgArbiterConfig: the format,
@@ -206,6 +212,7 @@ func parseArbiterConfig(p []byte) (arbiterConfigMsg, error) {
 		m.peers = append(m.peers, arbiterPeer{id: uint64(d.uint32()), addr: d.string(), key: d.bytes(seclink.KeySize)})
 	}
 	m.logDir = d.string()
+	m.spareEnv = d.strings()
 	if err := d.end("arbiter config"); err != nil {
 		return arbiterConfigMsg{}, err
 	}
@@ -229,6 +236,11 @@ func (m arbiterConfigMsg) check() error {
 		return fmt.Errorf("log directory %q is not absolute", jobwire.Printable([]byte(m.logDir)))
 	case m.driftPPM >= 1e6:
 		return fmt.Errorf("drift of %d ppm", m.driftPPM)
+	}
+	for _, kv := range m.spareEnv {
+		if !strings.HasPrefix(kv, "FTRMA_") || !strings.Contains(kv, "=") {
+			return fmt.Errorf("spare environment entry %q is not an FTRMA_ variable", jobwire.Printable([]byte(kv)))
+		}
 	}
 	for r, h := range m.rankHost {
 		if h >= hosts {

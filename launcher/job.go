@@ -324,7 +324,7 @@ func Start(opts *Options) (*Job, error) {
 	}
 	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
 	if j.spares > 0 {
-		rc.Spawn = j.spawn
+		rc.Spawn, rc.Complete = j.spawn, j.publishBook
 	}
 	j.rv, err = listenRendezvous(rc)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -81,6 +82,21 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 		jobwire.EnvJob+"="+job,
 		jobwire.EnvLocalSize+"="+strconv.Itoa(localSize),
 	)
+}
+
+// spareEnv is, in a job with spares, the FTRMA_ variables every rank gets
+// alike (rankVars without the rank's own), which an agent starts a spare
+// with once ftrun is gone (agentspare.go); nil without spares.
+func (j *Job) spareEnv() []string {
+	if j.spares == 0 {
+		return nil
+	}
+	vars := rankVars(0, j.opts.N+j.spares, nil, "", j.secret, j.id, "", &j.opts)
+	own := []string{jobwire.EnvRank, jobwire.EnvRendezvous, jobwire.EnvLocalSize, jobwire.EnvLocalRanks, jobwire.EnvHostAddr}
+	return slices.DeleteFunc(vars, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(own, k)
+	})
 }
 
 // logVars returns the log settings of the ranks (ftrma.EnvLog and

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type rvConfig struct {
 	// return within a bounded time. nil: every request is refused (a job
 	// without spares).
 	Spawn func(by ftrma.Rank, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error)
+	// Complete, if not nil, is called on a goroutine of its own with the
+	// first ranks' addresses once the rendezvous completed.
+	Complete func(addrs []jobwire.Addr)
 	// maxAddrsFrame bounds the addrs frame, for tests. Default
 	// jobwire.MaxAddrsFrame.
 	maxAddrsFrame int
@@ -747,6 +751,9 @@ func (s *rvServer) publish(rank ftrma.Rank, addr jobwire.Addr) {
 		s.columns = jobwire.Columns(s.addrs)
 		clear(s.columns[s.cfg.Initial:]) // the spares' are in partsFor
 		s.listLen = n
+		if s.cfg.Complete != nil {
+			go s.cfg.Complete(slices.Clone(s.addrs[:s.cfg.Initial]))
+		}
 		for q := range s.addrs {
 			s.addrs[q].Parts = "" // in the columns now
 		}
@@ -857,6 +864,13 @@ func (s *rvServer) expect(r ftrma.Rank, payload []byte) error {
 	s.spareDone[r] = make(chan struct{})
 	s.payloads[r] = payload
 	return nil
+}
+
+// spareAddr is the address spare r published (its common part), or "".
+func (s *rvServer) spareAddr(r ftrma.Rank) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs[r].Common
 }
 
 // awaitSpare waits until spare r (expect) has published its address, and

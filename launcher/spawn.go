@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
@@ -99,6 +100,18 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	}
 	j.mu.Unlock()
 
+	host := 0 // the spare's host in the arbiter's numbering
+	if h.link != nil {
+		host = 1 + slices.Index(j.links, h.link)
+	}
+	if j.arb != nil {
+		// In the log before the process starts: no spare number is
+		// used twice, with or without ftrun (WIRING.md).
+		if err := j.claimSpare(s, host, payload); err != nil {
+			j.spareFailed(s, err)
+			return -1, err
+		}
+	}
 	size := j.opts.N + j.spares
 	if err := j.rv.expect(s, payload); err != nil {
 		j.spareFailed(s, err)
@@ -141,15 +154,18 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 		}
 		return -1, err
 	}
+	if j.arb != nil {
+		// Joined in the log before any rank hears of it: a spare admitted
+		// anywhere is one the log has running.
+		if err := j.joinSpare(s); err != nil {
+			j.mu.Lock()
+			j.signalLocked(j.ranks[s], syscall.SIGKILL)
+			j.mu.Unlock()
+			return -1, err
+		}
+	}
 	if err := j.rv.admit(s); err != nil {
 		return -1, err
-	}
-	if j.arb != nil {
-		host := 0
-		if h.link != nil {
-			host = 1 + slices.Index(j.links, h.link)
-		}
-		j.arb.admitSpare(s, host)
 	}
 	where := ""
 	if h.link != nil {
@@ -157,6 +173,56 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	}
 	j.out.reportf("started spare rank %d%s at rank %d's request at %.3fs", s, where, by, time.Since(j.start).Seconds())
 	return s, nil
+}
+
+// claimSpare has the job's arbiter record that spare s starts on host
+// (the arbiter's numbering) with payload, and waits until it has.
+func (j *Job) claimSpare(s ftrma.Rank, host int, payload []byte) error {
+	w := j.arb.watchSpare(s)
+	defer w.drop()
+	j.arb.claimSpare(s, host, payload)
+	e, err := w.next(j.arb.spareClaimWait(), arbiter.EventSpareClaimed)
+	if err == nil && (e.By != 0 || e.Host != host) {
+		err = fmt.Errorf("node %d claimed it on host %d", e.By+1, e.Host)
+	}
+	if err != nil {
+		return fmt.Errorf("spare rank %d: the job's arbiter did not record ftrun's claim: %w", s, err)
+	}
+	return nil
+}
+
+// joinSpare has the job's arbiter record that spare s published its
+// address, and waits until it has.
+func (j *Job) joinSpare(s ftrma.Rank) error {
+	w := j.arb.watchSpare(s)
+	defer w.drop()
+	j.arb.joinSpare(s, j.rv.spareAddr(s))
+	e, err := w.next(j.arb.spareClaimWait(), arbiter.EventSpareJoined, arbiter.EventSpareLost)
+	if err == nil && e.Kind == arbiter.EventSpareLost {
+		err = errors.New("it was lost first")
+	}
+	if err != nil {
+		return fmt.Errorf("spare rank %d: the job's arbiter did not record its join: %w", s, err)
+	}
+	return nil
+}
+
+// publishBook gives the job's arbiter the first ranks' addresses, the
+// book an agent starts a spare with once ftrun is gone, when each is
+// whole (a transport whose addresses have per-peer parts, verbs, needs
+// ftrun's rendezvous for its spares).
+func (j *Job) publishBook(addrs []jobwire.Addr) {
+	if j.arb == nil {
+		return
+	}
+	book := make([]string, len(addrs))
+	for i, a := range addrs {
+		if a.Width > 0 {
+			return
+		}
+		book[i] = a.Common
+	}
+	j.arb.publishAddresses(0, book)
 }
 
 // errSpareHostLost: a spare was lost before it joined because its host was
