@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -206,6 +207,9 @@ type agentJob struct {
 	// or nil: their lease comes from ftrun. With it, the ranks outlive
 	// the link to ftrun while the node acts (outlive).
 	sup *hostSupervisor
+	// spares is this host's part in spares without ftrun, or nil (set
+	// before the ranks start).
+	spares *agentSpares
 	// kill is closed when the agent was told to stop (a signal, Close):
 	// the ranks are killed whatever the lease.
 	kill <-chan struct{}
@@ -213,11 +217,12 @@ type agentJob struct {
 	cuts  bool   // the launcher checked that this agent can cut (--cut)
 	holes *holes // the blackhole routes of --cut held here
 
-	mu     sync.Mutex // guards procs, ranks, timers and every agentProc's running
-	procs  []*agentProc
-	ranks  []ftrma.Rank  // every rank started here: the launch's, then the spares'
-	timers []*time.Timer // of --pause and --cut; stopped when the job ends
-	ended  bool          // the job ended here: no more timers
+	mu       sync.Mutex // guards procs, ranks, timers, stopping and every agentProc's running
+	stopping bool       // supervise is killing what is left: no spare starts
+	procs    []*agentProc
+	ranks    []ftrma.Rank  // every rank started here: the launch's, then the spares'
+	timers   []*time.Timer // of --pause and --cut; stopped when the job ends
+	ended    bool          // the job ended here: no more timers
 }
 
 // agentProc is one rank process of an agentJob.
@@ -377,6 +382,14 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 			defer sup.close()
 			arb.d.setProbe(j.probeRank)
 			defer arb.d.setProbe(nil)
+			if len(arb.spareEnv) > 0 {
+				sp, err := startAgentSpares(j, arb, sup)
+				if err != nil {
+					logf("job %s: spares without ftrun: %v", jobwire.Printable([]byte(spec.job)), err)
+				}
+				j.spares = sp
+				defer sp.close()
+			}
 		}
 	}
 	arb.launched(spec.job, spec.size)
@@ -528,31 +541,57 @@ func (j *agentJob) spawn(m spawnRankMsg) {
 		j.send(msgSpawnedRank, answer.append(nil))
 		return
 	}
-	j.mu.Lock()
-	j.ranks = append(j.ranks, m.rank)
-	here := len(j.ranks)
-	j.mu.Unlock()
-	vars := append(append([]string(nil), m.env...), jobwire.EnvHostAddr+"="+addrIP(j.c.LocalAddr()))
-	if j.sup != nil {
-		vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
-	}
-	p, err := j.startRank(j.path, j.dir, m.rank, rankEnv(j.env, vars, here))
+	_, err := j.startSpareProc(m.rank, m.env, func(p *agentProc) {
+		answer.pid = p.cmd.Process.Pid
+		j.logf("job %s: started spare rank %d", jobwire.Printable([]byte(j.spec.job)), m.rank)
+		// spawned goes out before any output or exit of the rank.
+		if err := j.send(msgSpawnedRank, answer.append(nil)); err != nil {
+			j.killAll()
+		}
+	})
 	if err != nil {
 		answer.text = fmt.Sprintf("on %s: start spare rank %d: %v", j.c.LocalAddr(), m.rank, err)
 		j.logf("job %s: %s", jobwire.Printable([]byte(j.spec.job)), answer.text)
 		j.send(msgSpawnedRank, answer.append(nil))
-		return
+	}
+}
+
+// startSpareProc starts spare rank r here with vars (FTRMA_ variables;
+// the host's address and its supervisor's are added), calls started, and
+// follows it (its output, its exit), at ftrun's request (spawn) or, with
+// ftrun gone, the arbiter's (agentspare.go). Once the job has ended here
+// none starts.
+func (j *agentJob) startSpareProc(r ftrma.Rank, vars []string, started func(*agentProc)) (*agentProc, error) {
+	j.mu.Lock()
+	switch {
+	case j.stopping:
+		j.mu.Unlock()
+		return nil, errors.New("the job has ended on this host")
+	case slices.Contains(j.ranks, r):
+		j.mu.Unlock()
+		return nil, fmt.Errorf("rank %d was started here before", r)
+	}
+	j.ranks = append(j.ranks, r)
+	here := len(j.ranks)
+	j.wg.Add(1) // until it is followed: supervise waits for it
+	j.mu.Unlock()
+	defer j.wg.Done()
+	vars = append(slices.Clone(vars), jobwire.EnvHostAddr+"="+addrIP(j.c.LocalAddr()))
+	if j.sup != nil {
+		vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
+	}
+	p, err := j.startRank(j.path, j.dir, r, rankEnv(j.env, vars, here))
+	if err != nil {
+		return nil, err
 	}
 	j.mu.Lock()
 	j.procs = append(j.procs, p)
 	j.mu.Unlock()
-	answer.pid = p.cmd.Process.Pid
-	j.logf("job %s: started spare rank %d", jobwire.Printable([]byte(j.spec.job)), m.rank)
-	// spawned goes out before any output or exit of the rank.
-	if err := j.send(msgSpawnedRank, answer.append(nil)); err != nil {
-		j.killAll()
+	if started != nil {
+		started(p)
 	}
 	j.follow(p)
+	return p, nil
 }
 
 // checkSpawn checks a spawn request as checkLaunch checks a launch: a rank
@@ -721,7 +760,7 @@ func (j *agentJob) supervise() (lost bool) {
 		j.c.SetReadDeadline(time.Now().Add(j.spec.timeout()))
 		typ, p, err := jobwire.ReadFrame(j.c, maxLaunch)
 		if err != nil {
-			if j.sup != nil && j.running() > 0 && !j.told() {
+			if j.sup != nil && !j.told() && (j.running() > 0 || j.sparesAwaited(2*j.arb.d.cfg.ElectionTimeout())) {
 				// --arbiter: the ranks' lease is their host's, not
 				// ftrun's: they go on while this host's node acts.
 				j.logf("job %s: the link to the launcher ended (%v): the ranks go on under this host's lease", jobwire.Printable([]byte(j.spec.job)), err)
@@ -781,6 +820,9 @@ func (j *agentJob) supervise() (lost bool) {
 			j.logf("job %s: unexpected message type %d; ignored", jobwire.Printable([]byte(j.spec.job)), typ)
 		}
 	}
+	j.mu.Lock()
+	j.stopping = true
+	j.mu.Unlock()
 	j.killAll()
 	j.c.Close() // unblocks forwarding to a launcher that is gone
 	j.wg.Wait()
@@ -821,7 +863,7 @@ func (j *agentJob) outlive() {
 	tick := time.NewTicker(term / 20)
 	defer tick.Stop()
 	var stopped time.Time
-	for j.running() > 0 {
+	for j.running() > 0 || j.sparesAwaited(0) {
 		select {
 		case <-j.kill:
 			return
@@ -839,6 +881,19 @@ func (j *agentJob) outlive() {
 			return
 		}
 	}
+}
+
+// sparesAwaited reports whether this host may still be asked to start a
+// spare without ftrun (agentspare.go): the job has spares to start here
+// and the log does not say every rank has ended, within wait (at ftrun's
+// normal end the last exits may still be on their way to the log).
+func (j *agentJob) sparesAwaited(wait time.Duration) bool {
+	if j.spares == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	return !j.arb.d.waitFor(ctx, func(s *arbStats) bool { return s.finished })
 }
 
 // probeRank is the agent's prober for the job's arbiter (arbDriver's

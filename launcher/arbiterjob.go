@@ -328,6 +328,9 @@ type agentArbiter struct {
 	d      *arbDriver
 	file   *os.File
 	logDir string // --output-filename's DIR/1, or ""
+	// spareEnv is the job's common FTRMA_ variables in a job with
+	// spares (arbiterConfigMsg.spareEnv), else empty.
+	spareEnv []string
 }
 
 // agentArbiterListen is the agent's side of msgArbiterListen: it listens
@@ -364,7 +367,7 @@ func startAgentArbiter(p []byte, ln net.Listener, logf func(string, ...any)) (*a
 		}
 		return nil, err
 	}
-	return &agentArbiter{d: d, file: file, logDir: m.logDir}, nil
+	return &agentArbiter{d: d, file: file, logDir: m.logDir, spareEnv: m.spareEnv}, nil
 }
 
 // finish stops the agent's node at the end of its job, lost: its link to

@@ -275,7 +275,8 @@ func TestAgentSpawnsSpare(t *testing.T) {
 // hostReplaceHelper is the rank program of TestProcessSpareOnHost: a job
 // of 3 ranks and 1 spare. Every rank joins with comm.Init, passes a
 // barrier and says it is ready; rank 2 then exits with status 3 (how
-// "exit") or waits to be lost with its host (how "lost"). The others
+// "exit"; how "exit once there is PATH": once that file exists) or waits
+// to be lost with its host (how "lost"). The others
 // find the next barrier failed and call Replace; the spare's Init returns
 // the communicator Replace made, and all three pass a barrier on it.
 //
@@ -309,6 +310,18 @@ func hostReplaceHelper(rank int, how string) int {
 		if rank == 2 {
 			if how == "exit" || how == "exit, then host lost" {
 				return 3
+			}
+			if marker, ok := strings.CutPrefix(how, "exit once there is "); ok {
+				for {
+					if _, err := os.Stat(marker); err == nil {
+						return 3
+					}
+					select {
+					case <-ctx.Done():
+						return fail("no %s", marker)
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
 			}
 			<-ctx.Done() // killed with its host first
 			return 0

@@ -69,6 +69,11 @@ type hostSupervisor struct {
 	gone  []ftrma.Rank
 	// suspect hands a rank's suspicion to the arbiter: r suspected by by.
 	suspect func(r, by ftrma.Rank)
+	// spawn serves a rank's spawn request (MsgSpawn) once ftrun is gone
+	// (agentspare.go); nil: refused. size is the job's, for parsing.
+	// Both are set once, under mu (setSpawn).
+	spawn func(ch *supChan, by ftrma.Rank, q jobwire.SpawnRequest)
+	size  int
 }
 
 // supMaxRank bounds the rank numbers a channel accepts in its frames (the
@@ -84,6 +89,67 @@ type supChan struct {
 	rank atomic.Int64
 	// replied gets a token for each MsgProbeReply.
 	replied chan struct{}
+
+	// The outbox: exit notices, admissions and spawn answers go out in
+	// the order they were queued (a spawn's answer after the admissions
+	// of its spares), by one writer at a time; none while held (a spare's
+	// channel before its address list went out).
+	qmu     sync.Mutex
+	queued  [][]byte
+	writing bool
+	held    bool
+	term    time.Duration // a write's bound is a fifth of it
+}
+
+// queue sends frame (type and payload, jobwire.AppendFrame) after those
+// queued before.
+func (ch *supChan) queue(frame []byte) {
+	ch.qmu.Lock()
+	ch.queued = append(ch.queued, frame)
+	start := !ch.writing && !ch.held
+	ch.writing = ch.writing || start
+	ch.qmu.Unlock()
+	if start {
+		go ch.drain()
+	}
+}
+
+// release lets a held channel's outbox go out.
+func (ch *supChan) release() {
+	ch.qmu.Lock()
+	ch.held = false
+	start := !ch.writing && len(ch.queued) > 0
+	ch.writing = ch.writing || start
+	ch.qmu.Unlock()
+	if start {
+		go ch.drain()
+	}
+}
+
+// drain writes the outbox until it is empty; a write that fails drops
+// what is left (the channel is broken).
+func (ch *supChan) drain() {
+	for {
+		ch.qmu.Lock()
+		if len(ch.queued) == 0 {
+			ch.writing = false
+			ch.qmu.Unlock()
+			return
+		}
+		f := ch.queued[0]
+		ch.queued = ch.queued[1:]
+		ch.qmu.Unlock()
+		ch.wmu.Lock()
+		ch.c.SetWriteDeadline(time.Now().Add(ch.term / 5))
+		_, err := ch.c.Write(f)
+		ch.wmu.Unlock()
+		if err != nil {
+			ch.qmu.Lock()
+			ch.queued, ch.writing = nil, false
+			ch.qmu.Unlock()
+			return
+		}
+	}
 }
 
 // write sends one frame, bounded by a fifth of a term.
@@ -132,14 +198,25 @@ func (s *hostSupervisor) probe(r ftrma.Rank, d time.Duration) bool {
 // arbiter's goroutine.
 func (s *hostSupervisor) exited(r ftrma.Rank) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.gone = append(s.gone, r)
-	chans := make([]*supChan, 0, len(s.chans))
 	for ch := range s.chans {
-		chans = append(chans, ch)
+		ch.queue(jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
 	}
-	s.mu.Unlock()
-	for _, ch := range chans {
-		ch.write(jobwire.MsgExit, jobwire.RankPayload(r), s.term/5)
+}
+
+// admit sends spare a's admission to every channel but the spare's own.
+// Called on the arbiter's goroutine as the join applies, so that a
+// channel adopted there (adopt) gets exactly the admissions its address
+// list does not hold.
+func (s *hostSupervisor) admit(a jobwire.Admission) {
+	frame := jobwire.AppendFrame(nil, jobwire.MsgAdmit, a.Append(nil))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.chans {
+		if ch.rank.Load() != int64(a.Rank) {
+			ch.queue(frame)
+		}
 	}
 }
 
@@ -255,32 +332,99 @@ func (s *hostSupervisor) serve(c net.Conn) {
 		s.logf("lease endpoint: refused %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	ch := &supChan{c: tc, replied: make(chan struct{}, 1)}
-	ch.rank.Store(-1)
 	s.mu.Lock()
-	s.chans[ch] = true
-	before := slices.Clone(s.gone)
+	ch := s.addChanLocked(tc, -1, false)
 	s.mu.Unlock()
+	s.serveChan(ch)
+}
+
+// addChanLocked makes and registers the channel of rank (-1: named later
+// by its MsgHello) on c, held or not, with the exit notices of the ranks
+// gone before queued. s.mu is held.
+func (s *hostSupervisor) addChanLocked(c net.Conn, rank ftrma.Rank, held bool) *supChan {
+	ch := &supChan{c: c, replied: make(chan struct{}, 1), held: held, term: s.term}
+	ch.rank.Store(int64(rank))
+	s.chans[ch] = true
+	for _, r := range s.gone {
+		ch.queue(jobwire.AppendFrame(nil, jobwire.MsgExit, jobwire.RankPayload(r)))
+	}
+	return ch
+}
+
+// setSpawn has spawn serve the spawn requests of the ranks of a job of
+// size ranks.
+func (s *hostSupervisor) setSpawn(spawn func(ch *supChan, by ftrma.Rank, q jobwire.SpawnRequest), size int) {
+	s.mu.Lock()
+	s.spawn, s.size = spawn, size
+	s.mu.Unlock()
+}
+
+// adopt makes c, a spare's rendezvous connection past its handshake
+// (agentspare.go), rank's channel, held until release, and serves it; it
+// returns false if the supervisor closed. Call it on the arbiter's
+// goroutine (see admit).
+func (s *hostSupervisor) adopt(c net.Conn, rank ftrma.Rank) (*supChan, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.quit:
+		return nil, false
+	default:
+	}
+	s.conns[c] = true
+	ch := s.addChanLocked(c, rank, true)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+		s.serveChan(ch)
+	}()
+	return ch, true
+}
+
+// serveChan answers one rank's channel until it closes: a reader keeps
+// the latest lease ask, and the granter answers it as soon as the rule
+// allows.
+func (s *hostSupervisor) serveChan(ch *supChan) {
+	tc := ch.c
 	defer func() {
 		s.mu.Lock()
 		delete(s.chans, ch)
 		s.mu.Unlock()
 	}()
-	for _, r := range before {
-		if ch.write(jobwire.MsgExit, jobwire.RankPayload(r), s.term/5) != nil {
-			return
-		}
-	}
 	asks := make(chan uint64, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			typ, p, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
+			typ, p, err := jobwire.ReadFrame(tc, jobwire.MaxSuperFrame)
 			if err != nil {
 				return
 			}
 			switch typ {
+			case jobwire.MsgSpawn:
+				by := ch.rank.Load()
+				s.mu.Lock()
+				spawn, size := s.spawn, s.size
+				s.mu.Unlock()
+				q, err := jobwire.ParseSpawn(p, max(size, 1))
+				if err != nil || by < 0 {
+					s.logf("lease endpoint: rank %d: a spawn request: %v", by, err)
+					continue
+				}
+				q.Payload = slices.Clone(q.Payload)
+				if spawn == nil {
+					a := jobwire.SpawnAnswer{ID: q.ID, Err: "this host serves no spawn requests (a job without spares, or ftrun's own host)"}
+					ch.queue(jobwire.AppendFrame(nil, jobwire.MsgSpawned, a.Append(nil)))
+					continue
+				}
+				go spawn(ch, ftrma.Rank(by), q)
+				continue
 			case jobwire.MsgHello:
 				if r, err := jobwire.ParseRank(p, supMaxRank); err == nil {
 					ch.rank.CompareAndSwap(-1, int64(r))

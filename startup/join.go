@@ -65,12 +65,13 @@ type Session struct {
 	failed  []ftrma.Rank // a spare: the ranks that had failed when it joined
 	live    []ftrma.Rank // a spare: the other ranks live when it joined
 
-	dmu       sync.Mutex                            // held while admissions are delivered (admitted, OnAdmit)
-	amu       sync.Mutex                            // guards the fields below
-	onAdmit   func(ftrma.Rank, string, []byte)      // OnAdmit's function, or nil
-	backlog   []jobwire.Admission                   // admissions before OnAdmit was called
-	spawnSeq  uint32                                // the id of the last spawn request
-	spawnWait map[uint32]chan<- jobwire.SpawnAnswer // spawn requests waiting for their answer, by id
+	dmu            sync.Mutex                            // held while admissions are delivered (admitted, OnAdmit)
+	amu            sync.Mutex                            // guards the fields below
+	onAdmit        func(ftrma.Rank, string, []byte)      // OnAdmit's function, or nil
+	backlog        []jobwire.Admission                   // admissions before OnAdmit was called
+	spawnSeq       uint32                                // the id of the last spawn request
+	spawnWait      map[uint32]chan<- jobwire.SpawnAnswer // spawn requests waiting for their answer, by id
+	admittedSpares []ftrma.Rank                          // the spares admitted (admitted), guarded by amu
 }
 
 // ExitLostPrimary is the exit status of a rank that lost its lease from
@@ -462,6 +463,16 @@ func (s *Session) watchLocal() {
 			}
 		case jobwire.MsgExit:
 			s.exitNotice(p)
+		case jobwire.MsgAdmit:
+			// A spare an agent started once ftrun was gone.
+			if a, err := jobwire.ParseAdmit(p, s.size); err == nil && a.Rank != s.rank {
+				a.Payload = slices.Clone(a.Payload)
+				s.admitted(a)
+			}
+		case jobwire.MsgSpawned:
+			if a, err := jobwire.ParseSpawned(p, s.size); err == nil {
+				s.answered(a)
+			}
 		case jobwire.MsgProbe:
 			// The arbiter asks whether this rank still runs (another
 			// rank suspects it): it does.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -82,8 +83,19 @@ func (s *Session) OnAdmit(f func(s ftrma.Rank, addr string, payload []byte)) {
 }
 
 // admitted carries out an admission: the transport first, then OnAdmit's
-// function, or the backlog until it is set.
+// function, or the backlog until it is set. A spare admitted before is
+// not admitted again (its admission may come from ftrun and from this
+// host's agent).
 func (s *Session) admitted(a jobwire.Admission) {
+	s.amu.Lock()
+	again := slices.Contains(s.admittedSpares, a.Rank)
+	if !again {
+		s.admittedSpares = append(s.admittedSpares, a.Rank)
+	}
+	s.amu.Unlock()
+	if again {
+		return
+	}
 	if t, ok := s.t.(admitter); ok {
 		if err := t.Admit(a.Rank, a.Addr); err != nil {
 			ftrma.Logger().Error(fmt.Sprintf("ftrma rank %d: admit spare rank %d: %v", s.rank, a.Rank, err),
@@ -173,12 +185,19 @@ func (s *Session) SpawnNear(ctx context.Context, k int, payload []byte, near []f
 		delete(s.spawnWait, id)
 		s.amu.Unlock()
 	}
-	s.wmu.Lock()
-	s.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	// Once the channel to ftrun has broken under an agent's lease, the
+	// request goes to this host's agent, which serves it once the job's
+	// arbiter has ftrun's host out of the job.
+	c, mu := s.conn, &s.wmu
+	if s.local != nil && s.ftrunGone.Load() {
+		c, mu = s.local, &s.smu
+	}
+	mu.Lock()
+	c.SetWriteDeadline(time.Now().Add(time.Second))
 	req.ID = id
-	err := jobwire.WriteFrame(s.conn, jobwire.MsgSpawn, req.Append(nil))
-	s.conn.SetWriteDeadline(time.Time{})
-	s.wmu.Unlock()
+	err := jobwire.WriteFrame(c, jobwire.MsgSpawn, req.Append(nil))
+	c.SetWriteDeadline(time.Time{})
+	mu.Unlock()
 	if err != nil {
 		forget()
 		return nil, fmt.Errorf("startup: spawn: %w", err)
