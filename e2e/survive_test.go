@@ -69,19 +69,7 @@ func TestSurviveFtrunKill(t *testing.T) {
 			}
 		}
 	}
-	// signalRank sends sig to rank r's process on host.
-	signalRank := func(host string, r int, sig string) {
-		for _, pid := range procsOn(t, dir, host, "[c]kpt -tasks") {
-			env, _ := os.ReadFile("/proc/" + pid + "/environ")
-			if slices.Contains(strings.Split(string(env), "\x00"), fmt.Sprintf("FTRMA_RANK=%d", r)) {
-				if err := exec.Command("kill", "-"+sig, pid).Run(); err != nil {
-					t.Fatalf("kill -%s rank %d (pid %s): %v", sig, r, pid, err)
-				}
-				return
-			}
-		}
-		t.Fatalf("rank %d does not run on %s", r, host)
-	}
+	signalRank := func(host string, r int, sig string) { signalCkptRank(t, dir, host, r, sig) }
 	// run runs the job, SIGKILLs ftrun a second after every rank started
 	// (with --no-arbiter unless arbiter), then after another second sends then's signal to ranks
 	// 4 and 5 (KILL) or to rank 5 (STOP), and returns its output
@@ -150,6 +138,76 @@ func TestSurviveFtrunKill(t *testing.T) {
 	if got := out.results(); len(got) != 0 {
 		t.Errorf("without --arbiter, ftrun SIGKILLed: result lines %q, want none (the job dies with ftrun); ftrun said:\n%s", got, ftrunOut)
 	}
+}
+
+// signalCkptRank sends sig to the checkpointing example's rank r on host
+// of the cluster in dir.
+func signalCkptRank(t *testing.T, dir, host string, r int, sig string) {
+	t.Helper()
+	for _, pid := range procsOn(t, dir, host, "[c]kpt -tasks") {
+		env, _ := os.ReadFile("/proc/" + pid + "/environ")
+		if slices.Contains(strings.Split(string(env), "\x00"), fmt.Sprintf("FTRMA_RANK=%d", r)) {
+			if err := exec.Command("kill", "-"+sig, pid).Run(); err != nil {
+				t.Fatalf("kill -%s rank %d (pid %s): %v", sig, r, pid, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("rank %d does not run on %s", r, host)
+}
+
+// Spares while ftrun is gone: the checkpointing example with a spare
+// (--respawn=1, ckpt -respawn) on h1..h4 with 2 slots each, ftrun in the
+// root namespace SIGKILLed a second after every rank started, and rank 4
+// SIGKILLed a second after that. The survivors' Replace goes to their
+// agents; once the arbiter has declared ftrun's host failed, rank 0's
+// agent claims spare 8 on rank 4's host, h3, whose agent starts it with
+// its own rendezvous; every agent admits it, and it resumes rank 4's list
+// from its checkpoint: the failure-free result with 8 of 8 ranks and
+// rank 4 replaced, in the output files, and the leader's report. Without
+// the agents' part the Replace fails and the survivors adopt rank 4's
+// list instead (or give up).
+func TestSurviveFtrunKillRespawn(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := hostfile(t, 4, 2)
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	out := outDir{filepath.Join(work, "out"), 9}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "-n", "8", "--respawn=1", "--tag-output",
+		"--output-filename", out.dir, filepath.Join(bin, "ckpt"), "-tasks", "32768", "-respawn")
+	job := startLive(t, cmd)
+	outDir{out.dir, 8}.awaitStart(t, job)
+	time.Sleep(time.Second)
+	cmd.Process.Kill()
+	killed := time.Now()
+	time.Sleep(time.Second)
+	signalCkptRank(t, dir, "h3", 4, "KILL")
+	o, e := job.finish()
+	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
+	gone := time.Since(killed)
+	want := "result: " + ckpt32k + " tree nodes (tasks 32768, survivors 8 of 8, adopted ranks [], replaced ranks [4])"
+	if got := out.results(); len(got) != 1 || got[0] != want {
+		out.logFiles(t)
+		t.Fatalf("ftrun SIGKILLed, then rank 4: result lines %q, want exactly %q; ftrun said:\n%s\n%s", got, want, o, e)
+	}
+	if !regexp.MustCompile(`(?m)^\[8\] rank 4 replaces world rank 4: resuming its list at task \d+ `).MatchString(out.read(8, "stdout")) {
+		t.Errorf("spare 8 did not resume rank 4's list; its output:\n%s", out.read(8, "stdout"))
+	}
+	rep, _ := os.ReadFile(filepath.Join(out.dir, "report"))
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^rank 8 host h3 finished status 0 at [\d.]+s$`),
+		regexp.MustCompile(`(?m)^rank 4 host h3 failed at [\d.]+s: `),
+		regexp.MustCompile(`(?m)^exit 0 ok$`),
+	} {
+		if !want.MatchString(string(rep)) {
+			t.Errorf("%s/report does not match %v:\n%s", out.dir, want, rep)
+		}
+	}
+	t.Logf("ftrun SIGKILLed, rank 4 a second later: spare 8 took its place on h3 without ftrun, and the agents were gone %v after ftrun's kill: %s",
+		gone.Round(time.Millisecond), want)
 }
 
 // ftrun's whole host killed (cluster.sh killhost: every process of its
