@@ -39,8 +39,10 @@ import (
 //
 // The hosts' inputs: each host reports the exits of its own ranks
 // (ReportExit: ftrun for its host's, each agent for its own), ftrun the
-// suspicions its rendezvous gets (ReportSuspect) and the spares it admits
-// (AdmitSpare).
+// suspicions its rendezvous gets (ReportSuspect), the spares it starts
+// (ClaimSpare before the process starts, JoinSpare before any rank hears
+// of it) and the first ranks' addresses (PublishAddresses); the agents'
+// part in spares once ftrun is gone is agentspare.go's.
 //
 // The end: ftrun stops its node when every rank has ended, then closes the
 // links, and each agent stops its node when its link closes. An agent

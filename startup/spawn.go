@@ -126,9 +126,12 @@ func (s *Session) answered(a jobwire.SpawnAnswer) {
 	}
 }
 
-// Spawn asks ftrun to start k spare ranks, each with payload (at most
-// jobwire.MaxSpawnPayload bytes, opaque to ftrun: the spare reads it with
-// Spawned, and every live rank gets it with the admission, see OnAdmit).
+// Spawn asks ftrun to start k spare ranks (once the channel to ftrun has
+// broken under an agent's lease, this host's agent, which starts them
+// once the job's arbiter has ftrun's host out of the job), each with
+// payload (at most jobwire.MaxSpawnPayload bytes, opaque to ftrun: the
+// spare reads it with Spawned, and every live rank gets it with the
+// admission, see OnAdmit).
 // ftrun serves one request at a time: it starts the spares one by one,
 // waits until each has joined, tells every live rank (OnAdmit), and then
 // answers.

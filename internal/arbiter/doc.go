@@ -20,16 +20,23 @@
 // and a restarted agent would join as a new host). Node 1 campaigns at
 // start, so ftrun's node leads while it can.
 //
-// The log holds four commands (Command, encoded append-style with
+// The log holds seven commands (Command, encoded append-style with
 // encoding/binary; ParseCommand accepts only canonical encodings): RankExited
-// {rank, code}, RankFailed{rank, reason}, HostFailed{host, reason} and
-// SpareAdmitted{rank, host}. Every node applies committed entries in order to
+// {rank, code}, RankFailed{rank, reason}, HostFailed{host, reason},
+// SpareAdmitted{rank, host}, and the spares' (WIRING.md: spares while ftrun
+// is gone) SpareClaimed{rank, host, by, payload}, SpareJoined{rank, addr} and
+// Addresses{from, addrs}. Every node applies committed entries in order to
 // its State: the job's hosts (live, or failed with a reason), its ranks
-// (running on a host, exited with a code, failed with a reason, or absent:
-// a spare not yet admitted) and whether the job finished (every rank ended).
-// Apply is deterministic and idempotent: a verdict on a rank that has ended
-// or a host already failed, or an admission of a known rank or onto a failed
-// host, changes nothing. HostFailed(h) fails every running rank on h. Every
+// (running on a host, exited with a code, failed with a reason, absent: a
+// spare not yet claimed, starting: claimed and not joined, or lost: ended
+// before it joined), each rank's address once the log has it, and whether
+// the job finished (every rank ended). Apply is deterministic and
+// idempotent: a verdict on a rank that has ended or a host already failed,
+// or an admission or claim of a known rank or onto a failed host, changes
+// nothing. A claim by ftrun's host (0) applies only while host 0 is live,
+// one by another host only once it is failed. HostFailed(h) fails every
+// running rank on h and loses every spare starting there (and, for h = 0,
+// every spare ftrun claimed that has not joined). Every
 // node reports the same Events in the same order.
 //
 // # The protocol: who proposes, who grants, what a holder concludes
@@ -106,8 +113,10 @@
 // lapsed). A wrong hint costs a refused pre-vote; nothing in the
 // safety argument below depends on hints. ReportExit(rank, code) on
 // any node proposes RankExited through raft (a follower's proposal is
-// forwarded to the leader), and AdmitSpare(rank, host) proposes
-// SpareAdmitted; both are proposed again every ET until the log shows them.
+// forwarded to the leader), AdmitSpare(rank, host) proposes SpareAdmitted,
+// and ClaimSpare, JoinSpare and PublishAddresses the spares' commands; all
+// are proposed again every ET until the log shows them (or they can no
+// longer apply).
 //
 // # Why no host acts after its verdict (the safety argument)
 //

@@ -37,6 +37,16 @@ import (
 // kills the rank and waits until it has reaped it before it tells the
 // arbiter the rank does not answer: a rank is never declared while it
 // may act.
+//
+// Spares, for when ftrun is gone (internal/arbiter/WIRING.md). A rank whose
+// channel to ftrun broke sends its spawn request here (MsgSpawn,
+// SpawnRequest); the agent answers MsgSpawned (SpawnAnswer) after the
+// admissions of the spares it names. The agent sends MsgAdmit (Admission)
+// for every spare an agent started, as its join applies in the arbiter's
+// log (a rank ignores an admission of a spare it already has). A spare an
+// agent starts joins at that agent's rendezvous (EnvRendezvous on the
+// loopback; the protocol of ftrun's, for whole addresses only), whose
+// connection then stays its channel as ftrun's would.
 
 // SupervisorKey is the TLS key of the channel between a rank and its
 // host's agent, from the job secret; distinct from RendezvousKey.
