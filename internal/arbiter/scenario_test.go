@@ -363,3 +363,48 @@ func TestRuleSingleVoter(t *testing.T) {
 		sc.expect(faultAt, []int{0}, []int{1, 2}, 0, VerdictBound(cfg))
 	})
 }
+
+// TestRuleSparesAcrossFtrunCrash: the spares' numbers through ftrun's
+// crash (WIRING.md, spares while ftrun is gone). ftrun's node claims spare
+// 10 on host 2 and joins it; an agent's claim while ftrun's host is live
+// (spare 11, node 3) is refused; ftrun's claim of spare 11, never joined,
+// is lost with ftrun's host when it is declared; after that verdict node
+// 3's claim of spare 11 is refused (lost is not absent) and its claim of
+// 12 on host 4 applies and joins. Every live node ends with the same
+// state: spares 10 and 12 running with their addresses, 11 lost.
+func TestRuleSparesAcrossFtrunCrash(t *testing.T) {
+	o := scenarioOpts(5, 5) // ranks 0..9, two per host
+	cfg := o.jobConfig()
+	claim := func(s *sim, i int, r ftrma.Rank, h int) {
+		s.nodes[i].ClaimSpare(r, h, []byte("p"), s.clock(i))
+		s.drain(i)
+	}
+	join := func(s *sim, i int, r ftrma.Rank) {
+		s.nodes[i].JoinSpare(r, fmt.Sprintf("addr-%d", r), s.clock(i))
+		s.drain(i)
+	}
+	verdict := faultAt + VerdictBound(cfg)
+	sc := runScenario(t, o, faultAt, verdict+3*time.Second, func(s *sim) {
+		s.later(faultAt-time.Second, "", func() { claim(s, 0, 10, 2) })
+		s.later(faultAt-900*time.Millisecond, "", func() { join(s, 0, 10) })
+		s.later(faultAt-800*time.Millisecond, "", func() { claim(s, 2, 11, 3) })
+		s.later(faultAt-700*time.Millisecond, "", func() { claim(s, 0, 11, 3) })
+		s.later(faultAt, "", func() { s.crash(0) })
+		s.later(verdict+time.Second, "", func() { claim(s, 2, 11, 4) })
+		s.later(verdict+1100*time.Millisecond, "", func() { claim(s, 2, 12, 4) })
+		s.later(verdict+1500*time.Millisecond, "", func() { join(s, 2, 12) })
+	})
+	sc.expect(faultAt, []int{1, 2, 3, 4}, []int{0}, TakeoverBound(cfg), VerdictBound(cfg))
+	for _, i := range []int{1, 2, 3, 4} {
+		st := sc.nodes[i].State()
+		for r, want := range map[ftrma.Rank]RankInfo{
+			10: {Status: RankRunning, Host: 2, Claimed: true, By: 0, Addr: "addr-10"},
+			11: {Status: RankLost, Host: 3, Claimed: true, By: 0, Reason: ReasonHostFailed},
+			12: {Status: RankRunning, Host: 4, Claimed: true, By: 2, Addr: "addr-12"},
+		} {
+			if got := st.Rank(r); got != want {
+				t.Errorf("node %d: spare %d is %+v, want %+v", i+1, r, got, want)
+			}
+		}
+	}
+}

@@ -208,6 +208,8 @@ type sim struct {
 	life     []rankLife
 
 	declHost  []bool
+	out0      []bool // out0[i]: node i has applied HostFailed(0) (in its events' order)
+	claims    [2]int // spare claims node 1 applied: by ftrun's host, by another
 	declRank  map[ftrma.Rank]bool
 	troubled  []bool
 	hung      map[ftrma.Rank]bool // ever hung
@@ -234,6 +236,7 @@ func newSim(o simOpts) *sim {
 	n := o.hosts
 	s.rate, s.off = make([]float64, n), make([]float64, n)
 	s.crashed, s.stalled, s.forever, s.troubled, s.declHost = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+	s.out0 = make([]bool, n)
 	s.backlog = make([][]envelope, n)
 	s.cut, s.holdCut = make([][]int, n), make([][]int, n)
 	for i := range n {
@@ -461,6 +464,9 @@ func (s *sim) onEvent(i int, e Event) {
 	s.tracef("node %d applies %v", i+1, e)
 	switch e.Kind {
 	case EventHostFailed:
+		if e.Host == 0 {
+			s.out0[i] = true
+		}
 		if s.acting(e.Host) {
 			s.errorf("late verdict: node %d applies HostFailed(%d) while host %d acts (lease to %v, its clock %v)",
 				i+1, e.Host, e.Host, s.nodes[e.Host].LeaseExpiry().Sub(simEpoch), s.clock(e.Host).Sub(simEpoch))
@@ -484,7 +490,14 @@ func (s *sim) onEvent(i int, e Event) {
 		if int(e.Rank) >= len(s.life) || s.life[e.Rank] != rankGone {
 			s.errorf("node %d applies RankExited(%d), a rank that did not exit", i+1, e.Rank)
 		}
-	case EventSpareAdmitted:
+	case EventSpareClaimed:
+		if i == 0 {
+			s.claims[min(e.By, 1)]++
+		}
+		if (e.By == 0) == s.out0[i] {
+			s.errorf("node %d applies a claim of spare %d by host %d against the host-0 rule", i+1, e.Rank, e.By)
+		}
+	case EventSpareAdmitted, EventSpareJoined:
 		for int(e.Rank) >= len(s.rankHost) {
 			s.rankHost = append(s.rankHost, -1)
 			s.life = append(s.life, rankAlive)
@@ -827,9 +840,28 @@ func (s *sim) admitSpare(h int) {
 	if s.crashed[i] || s.stalled[i] {
 		return
 	}
-	s.tracef("node %d admits spare %d on host %d", i+1, r, h)
-	s.nodes[i].AdmitSpare(r, h, s.clock(i))
+	if s.rng.Intn(2) == 0 {
+		s.tracef("node %d admits spare %d on host %d", i+1, r, h)
+		s.nodes[i].AdmitSpare(r, h, s.clock(i))
+		s.drain(i)
+		return
+	}
+	// A claim (which applies only if node i is ftrun's exactly while
+	// host 0 is live), and its join a few ticks later, by the same node:
+	// ftrun's node while it has its host live, else an agent's that has
+	// it failed, as the launcher does.
+	if i != 0 && !s.nodes[i].State().Host(0).Failed && !s.crashed[0] && !s.stalled[0] {
+		i = 0
+	}
+	s.tracef("node %d claims spare %d on host %d", i+1, r, h)
+	s.nodes[i].ClaimSpare(r, h, []byte("payload"), s.clock(i))
 	s.drain(i)
+	s.later(5*s.cfg.WithDefaults().Tick, "", func() {
+		if !s.crashed[i] && !s.stalled[i] {
+			s.nodes[i].JoinSpare(r, fmt.Sprintf("addr-%d", r), s.clock(i))
+			s.drain(i)
+		}
+	})
 }
 
 // checkEnd checks property 4 once the run has settled.
@@ -961,6 +993,7 @@ func TestSim(t *testing.T) {
 		def = 60
 	}
 	failed, hostsDeclared, ranksDeclared, terms := 0, 0, 0, 0
+	var claims [2]int
 	start := time.Now()
 	shapes := map[string]int{}
 	for _, seed := range simSeeds(t, def) {
@@ -976,9 +1009,11 @@ func TestSim(t *testing.T) {
 		hostsDeclared += len(sm.declAt)
 		ranksDeclared += len(sm.declRank)
 		terms += len(sm.leaderOf)
+		claims[0] += sm.claims[0]
+		claims[1] += sm.claims[1]
 	}
-	t.Logf("%d seeds in %v; shapes (hosts/voters): %v; %d hosts and %d ranks declared failed, %d leader terms",
-		len(simSeeds(t, def)), time.Since(start).Round(time.Millisecond), shapes, hostsDeclared, ranksDeclared, terms)
+	t.Logf("%d seeds in %v; shapes (hosts/voters): %v; %d hosts and %d ranks declared failed, %d leader terms; spares claimed by ftrun's node %d, by others %d",
+		len(simSeeds(t, def)), time.Since(start).Round(time.Millisecond), shapes, hostsDeclared, ranksDeclared, terms, claims[0], claims[1])
 }
 
 // TestSimFoundSeeds replays the seeds on which longer runs of TestSim
