@@ -185,6 +185,7 @@ func TestSurviveFtrunKillRespawn(t *testing.T) {
 	killed := time.Now()
 	time.Sleep(time.Second)
 	signalCkptRank(t, dir, "h3", 4, "KILL")
+	rankKilled := time.Now()
 	o, e := job.finish()
 	awaitAgentsGone(t, dir, []string{"h1", "h2", "h3", "h4"}, 2*time.Minute)
 	gone := time.Since(killed)
@@ -208,6 +209,19 @@ func TestSurviveFtrunKillRespawn(t *testing.T) {
 	}
 	t.Logf("ftrun SIGKILLed, rank 4 a second later: spare 8 took its place on h3 without ftrun, and the agents were gone %v after ftrun's kill: %s",
 		gone.Round(time.Millisecond), want)
+	// When h3's node applied spare 8's claim and join (its log file's
+	// times), after rank 4's kill.
+	log, _ := os.ReadFile(filepath.Join(out.dir, "1", "arbiter.4"))
+	for _, what := range []string{"spare rank 8 claimed", "spare rank 8 joined"} {
+		for _, line := range strings.Split(string(log), "\n") {
+			if stamp, rest, ok := strings.Cut(line, " "); ok && strings.Contains(rest, what) {
+				if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+					t.Logf("%s %v after rank 4's kill", what, at.Sub(rankKilled).Round(time.Millisecond))
+				}
+				break
+			}
+		}
+	}
 }
 
 // ftrun's whole host killed (cluster.sh killhost: every process of its
