@@ -116,6 +116,13 @@ type Options struct {
 	// (internal/arbiter, arbiterjob.go), and the job and its data survive
 	// the loss of ftrun or of its host.
 	NoArbiter bool
+	// DataPlain (ftrun --data-plain) leaves the ranks' TCP connections
+	// between hosts unsealed: their frames cross the network in clear,
+	// authenticated only when the connection is made. By default they are
+	// sealed (encrypted and authenticated, record by record: transport/tcp),
+	// as FTRMA_SEAL in ftrun's environment may also say (remote, the
+	// default; all, loopback too, to measure the cost on one host; none).
+	DataPlain bool
 	// Arbiter (ftrun --arbiter) asks for the replicated arbiter, the
 	// default over several hosts; on one host, where ftrun alone decides,
 	// ftrun says that no arbiter runs.
@@ -505,6 +512,11 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --no-arbiter            over several hosts, ftrun alone is the job's
                           authority (as before the arbiter): the job ends
                           with ftrun
+  --data-plain            the ranks' TCP connections between hosts carry
+                          their data in clear (authenticated when they
+                          connect only): by default every frame is
+                          encrypted and authenticated. For trusted fabrics,
+                          after measuring the cost (said at start)
   --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
                           order: H is "local" (this host; ftrun starts these
                           ranks itself) or HOST[:PORT], the ftrun agent there
@@ -651,6 +663,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
 	fs.BoolVar(&o.Arbiter, "arbiter", false, "run the replicated arbiter (the default over several hosts)")
 	fs.BoolVar(&o.NoArbiter, "no-arbiter", false, "ftrun alone is the job's authority")
+	fs.BoolVar(&o.DataPlain, "data-plain", false, "the ranks' TCP data between hosts in clear")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
@@ -739,6 +752,9 @@ func ParseArgs(args []string) (*Options, error) {
 	}
 	if o.Arbiter && o.NoArbiter {
 		return nil, errors.New("--arbiter and --no-arbiter: give one")
+	}
+	if _, err := sealOf(o, os.Getenv); err != nil {
+		return nil, err
 	}
 	outFiles := false
 	fs.Visit(func(f *flag.Flag) { outFiles = outFiles || f.Name == "output-filename" })

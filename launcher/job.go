@@ -21,6 +21,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/arbiter"
+	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/shm"
@@ -330,6 +331,13 @@ func Start(opts *Options) (*Job, error) {
 	if err != nil {
 		j.abandon()
 		return nil, err
+	}
+	if seal, _ := sealOf(opts, os.Getenv); seal == jobwire.SealNone {
+		how := "--data-plain"
+		if !opts.DataPlain {
+			how = jobwire.EnvSeal + "=" + seal
+		}
+		j.out.reportf("%s: the ranks' TCP data between hosts crosses the network in clear, authenticated only when each connection is made", how)
 	}
 	switch {
 	case opts.arbitrated:

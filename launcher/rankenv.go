@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -73,6 +74,9 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 	if o.Spares > 0 {
 		env = append(env, jobwire.EnvSpares+"="+strconv.Itoa(o.Spares))
 	}
+	if v, _ := sealOf(o, os.Getenv); v != "" {
+		env = append(env, jobwire.EnvSeal+"="+v)
+	}
 	env = append(env, logVars(o, os.Getenv)...)
 	return append(env,
 		jobwire.EnvRank+"="+strconv.Itoa(int(r)),
@@ -97,6 +101,20 @@ func (j *Job) spareEnv() []string {
 		k, _, _ := strings.Cut(kv, "=")
 		return slices.Contains(own, k)
 	})
+}
+
+// sealOf is the ranks' FTRMA_SEAL: none with --data-plain, else what
+// ftrun's own environment says (read through getenv), "" for the default.
+func sealOf(o *Options, getenv func(string) string) (string, error) {
+	if o.DataPlain {
+		return jobwire.SealNone, nil
+	}
+	switch v := getenv(jobwire.EnvSeal); v {
+	case "", jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone:
+		return v, nil
+	default:
+		return "", fmt.Errorf("%s=%q in ftrun's environment: want %s, %s or %s", jobwire.EnvSeal, v, jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone)
+	}
 }
 
 // logVars returns the log settings of the ranks (ftrma.EnvLog and

@@ -15,6 +15,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport/tcp"
 )
 
 // InJob reports whether this process was started by ftrun (FTRMA_RANK is set).
@@ -39,6 +40,7 @@ type jobEnv struct {
 	job         string
 	localSize   int
 	spin        time.Duration // 0 when FTRMA_SPIN is unset
+	seal        tcp.SealMode  // FTRMA_SEAL: which TCP connections are sealed
 	transport   string        // jobwire.TransportTCP, TransportSHM, TransportHybrid or TransportVerbs
 	verbsDev    string        // FTRMA_VERBS_DEVICE
 	verbsGID    int           // FTRMA_VERBS_GID_INDEX, -1 when unset
@@ -87,6 +89,16 @@ func readEnv() (jobEnv, error) {
 		return e, fmt.Errorf("launcher: %s: want at least %d hex-encoded bytes", jobwire.EnvSecret, jobwire.MinSecret)
 	}
 	e.job = os.Getenv(jobwire.EnvJob)
+	switch v := os.Getenv(jobwire.EnvSeal); v {
+	case "", jobwire.SealRemote:
+		e.seal = tcp.SealRemote
+	case jobwire.SealAll:
+		e.seal = tcp.SealAll
+	case jobwire.SealNone:
+		e.seal = tcp.SealNone
+	default:
+		return e, fmt.Errorf("launcher: %s=%q: want %s, %s or %s", jobwire.EnvSeal, v, jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone)
+	}
 	if v, ok := os.LookupEnv(jobwire.EnvSpin); ok {
 		if e.spin, err = time.ParseDuration(v); err != nil || e.spin == 0 {
 			return e, fmt.Errorf("launcher: %s=%q: want a non-zero duration", jobwire.EnvSpin, v)

@@ -615,7 +615,7 @@ func watchEarly(env jobEnv, sess *Session, t transport.Transport, conn net.Conn)
 // rendezvous and connects to every peer.
 func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
-		Absent: env.absent(), Late: env.spawned}
+		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
 	}
@@ -688,7 +688,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Sessi
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
 	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
-		Absent: env.absent(), Late: env.spawned}
+		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
 	}

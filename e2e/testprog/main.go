@@ -139,6 +139,8 @@ func run(ctx context.Context, args []string) error {
 		return watchfail(ctx, c, args[1:])
 	case "putlat":
 		return putlat(ctx, c, args[1:])
+	case "secretput":
+		return secretput(ctx, c, args[1:])
 	case "kvlin":
 		return kvlin(ctx, c, args[1:])
 	case "kvpause":
@@ -437,6 +439,40 @@ func watchfail(ctx context.Context, c *comm.Comm, args []string) error {
 	// in Failed too); the ranks' loops end within their start-up spread.
 	time.Sleep(time.Second)
 	return nil
+}
+
+// secretput: rank 0 puts PATTERN into rank 1's window, flushed, 200
+// times (what a sniffer between their hosts must not read), and rank 1
+// checks after a barrier that it landed.
+func secretput(ctx context.Context, c *comm.Comm, args []string) error {
+	if len(args) != 1 || c.Size() < 2 {
+		return fmt.Errorf("secretput PATTERN, with 2 ranks at least")
+	}
+	pattern := []byte(args[0])
+	w, err := window.Allocate(ctx, c, len(pattern))
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		for range 200 {
+			if err := w.Put(1, 0, pattern); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, 1); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() == 1 {
+		if got := w.Bytes(); string(got) != string(pattern) {
+			return fmt.Errorf("secretput: rank 1 holds %q", got)
+		}
+		fmt.Println("secretput verified")
+	}
+	return w.Free(ctx)
 }
 
 func putlat(ctx context.Context, c *comm.Comm, args []string) error {

@@ -39,7 +39,27 @@
 //
 // Security: every connection proves the job secret in both directions with an
 // HMAC-SHA256 challenge–response before any frame is accepted; a connection that
-// fails is closed and logged.
+// fails is closed and logged. A connection to another host is then sealed
+// (Config.Seal, seal.go): each direction's frames go in records of at most
+// 16 KiB encrypted and authenticated with AES-128-GCM, under a key of that
+// direction derived by HKDF-SHA256 from the job secret, both handshake
+// nonces and both ranks, with the record's number as its nonce (not sent):
+// a relay reads nothing, and a record altered, dropped, repeated or moved
+// fails to open and takes the connection down, before any frame after the
+// damage is executed. Keys are replaced every 2^24 records. The dialer
+// chooses sealed or plain in its hello, which both proofs cover; an
+// acceptor that seals refuses a plain connection. Connections between two
+// loopback addresses stay plain by default: the kernel keeps them to the
+// host, as it keeps shared memory. Why records of our own rather than TLS
+// on the connection: the transport's engine writes with non-blocking
+// system calls from whichever goroutine owns the socket and reads with the
+// read token from any polling goroutine, and a record layer at that
+// boundary keeps both (the seal happens where a write begins, the opening
+// where a read returns); tls.Conn would serialize reads and writes behind
+// its own locks and buffers. What sealing costs: large writes and read
+// answers are copied once through the sealer instead of going straight
+// from memory to the socket (gather.go, postDirect); the receiving side
+// still opens a record straight into its destination when it fits.
 //
 // Use:
 //

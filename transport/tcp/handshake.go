@@ -16,16 +16,42 @@ import (
 )
 
 // The handshake proves, in both directions, knowledge of the job secret without
-// sending it (HMAC-SHA256 challenge–response):
+// sending it (HMAC-SHA256 challenge–response), and settles whether the
+// connection is sealed (seal.go):
 //
 //	dialer   -> acceptor: magic[8] | from u32 | to u32 | nonceD[32]
-//	acceptor -> dialer:   nonceA[32] | HMAC(secret, "acceptor" | from | to | nonceD | nonceA)
-//	dialer   -> acceptor: HMAC(secret, "dialer" | from | to | nonceA | nonceD)
+//	acceptor -> dialer:   nonceA[32] | HMAC(secret, "acceptor" mode | from | to | nonceD | nonceA)
+//	dialer   -> acceptor: HMAC(secret, "dialer" mode | from | to | nonceA | nonceD)
 //	acceptor -> dialer:   1 byte, 1 = accepted, 2 = not admitted yet (try again), 3 = fenced
 //	                      (the acceptor counts the dialer failed: transport.ErrFenced), 0 = refused
 //
+// magic is "ftrmatc1" for a plain connection and "ftrmatc2" for a sealed
+// one, as the dialer chose; mode is "" or " sealed" accordingly, so that a
+// relay that changes the magic fails both proofs. An acceptor that wants
+// its connections sealed refuses a plain one; one that does not accepts a
+// sealed one. Once accepted, a sealed connection's frames go in records
+// keyed by dataKeys.
+//
 // A connection that fails any step is closed and logged by the acceptor.
-var magic = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '1'}
+var (
+	magic       = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '1'}
+	magicSealed = [8]byte{'f', 't', 'r', 'm', 'a', 't', 'c', '2'}
+)
+
+// errPlainRefused: a plain connection where this side seals.
+var errPlainRefused = errors.New("tcp: a plain connection, but this rank seals its connections to other hosts")
+
+// keys is the outcome of a sealed handshake: this side's sending and
+// receiving keys (nil for a plain connection).
+type keys struct{ send, recv []byte }
+
+// modeString is the mode's part of the proofs.
+func modeString(sealed bool) string {
+	if sealed {
+		return " sealed"
+	}
+	return ""
+}
 
 const (
 	nonceLen         = 32
@@ -70,80 +96,100 @@ func hungUp(err error, to uint32) error {
 	return fmt.Errorf("%w: rank %d (%w)", errHungUp, to, err)
 }
 
-// dialHandshake runs the dialer's side on conn: rank from connecting to rank to.
-func dialHandshake(conn net.Conn, secret []byte, from, to uint32) error {
+// dialHandshake runs the dialer's side on conn: rank from connecting to
+// rank to, sealed or not.
+func dialHandshake(conn net.Conn, secret []byte, from, to uint32, sealed bool) (keys, error) {
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	hello := make([]byte, 8+4+4+nonceLen)
 	copy(hello, magic[:])
+	if sealed {
+		copy(hello, magicSealed[:])
+	}
+	mode := modeString(sealed)
 	binary.BigEndian.PutUint32(hello[8:], from)
 	binary.BigEndian.PutUint32(hello[12:], to)
 	nonceD := hello[16:]
 	rand.Read(nonceD)
 	if _, err := conn.Write(hello); err != nil {
-		return hungUp(err, to)
+		return keys{}, hungUp(err, to)
 	}
 	reply := make([]byte, nonceLen+macLen)
 	if _, err := io.ReadFull(conn, reply); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("%w: %v", errAuth, err)
+			return keys{}, fmt.Errorf("%w: %v", errAuth, err)
 		}
-		return hungUp(err, to)
+		return keys{}, hungUp(err, to)
 	}
 	nonceA := reply[:nonceLen]
-	if !hmac.Equal(reply[nonceLen:], mac(secret, "acceptor", from, to, nonceD, nonceA)) {
-		return fmt.Errorf("%w: peer does not know the job secret", errAuth)
+	if !hmac.Equal(reply[nonceLen:], mac(secret, "acceptor"+mode, from, to, nonceD, nonceA)) {
+		return keys{}, fmt.Errorf("%w: peer does not know the job secret", errAuth)
 	}
-	if _, err := conn.Write(mac(secret, "dialer", from, to, nonceA, nonceD)); err != nil {
-		return hungUp(err, to)
+	if _, err := conn.Write(mac(secret, "dialer"+mode, from, to, nonceA, nonceD)); err != nil {
+		return keys{}, hungUp(err, to)
 	}
 	var ok [1]byte
 	switch _, err := io.ReadFull(conn, ok[:]); {
 	case err == nil && ok[0] == 2:
-		return fmt.Errorf("%w by rank %d", errNotAdmitted, to)
+		return keys{}, fmt.Errorf("%w by rank %d", errNotAdmitted, to)
 	case err == nil && ok[0] == 3:
-		return fmt.Errorf("%w: by rank %d", errRefusedFenced, to)
+		return keys{}, fmt.Errorf("%w: by rank %d", errRefusedFenced, to)
 	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
-		return hungUp(err, to)
+		return keys{}, hungUp(err, to)
 	case err != nil || ok[0] != 1:
-		return fmt.Errorf("%w: refused by rank %d", errAuth, to)
+		return keys{}, fmt.Errorf("%w: refused by rank %d", errAuth, to)
 	}
-	return nil
+	if !sealed {
+		return keys{}, nil
+	}
+	d, a, err := dataKeys(secret, from, to, nonceD, nonceA)
+	return keys{send: d, recv: a}, err
 }
 
 // acceptHandshake runs the acceptor's side on conn for rank self, and returns
-// the authenticated peer's rank. accept decides whether a proven peer may
-// connect (it refuses duplicates and fenced ranks).
-func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, accept func(from uint32) error) (uint32, error) {
+// the authenticated peer's rank and, for a sealed connection, the keys.
+// accept decides whether a proven peer may connect (it refuses duplicates
+// and fenced ranks). With seal, a plain connection is refused.
+func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, seal bool, accept func(from uint32) error) (uint32, keys, error) {
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	hello := make([]byte, 8+4+4+nonceLen)
 	if _, err := io.ReadFull(conn, hello); err != nil {
-		return 0, fmt.Errorf("%w: short hello: %v", errAuth, err)
+		return 0, keys{}, fmt.Errorf("%w: short hello: %v", errAuth, err)
 	}
-	if [8]byte(hello[:8]) != magic {
-		return 0, fmt.Errorf("%w: bad magic", errAuth)
+	var sealed bool
+	switch [8]byte(hello[:8]) {
+	case magic:
+	case magicSealed:
+		sealed = true
+	default:
+		return 0, keys{}, fmt.Errorf("%w: bad magic", errAuth)
 	}
+	mode := modeString(sealed)
 	from, to := binary.BigEndian.Uint32(hello[8:]), binary.BigEndian.Uint32(hello[12:])
 	if to != self || int(from) >= size || from == self {
-		return 0, fmt.Errorf("%w: hello names ranks %d->%d", errAuth, from, to)
+		return 0, keys{}, fmt.Errorf("%w: hello names ranks %d->%d", errAuth, from, to)
 	}
 	nonceD := hello[16:]
 	reply := make([]byte, nonceLen, nonceLen+macLen)
 	rand.Read(reply)
 	nonceA := reply[:nonceLen]
-	reply = append(reply, mac(secret, "acceptor", from, to, nonceD, nonceA)...)
+	reply = append(reply, mac(secret, "acceptor"+mode, from, to, nonceD, nonceA)...)
 	if _, err := conn.Write(reply); err != nil {
-		return 0, err
+		return 0, keys{}, err
 	}
 	proof := make([]byte, macLen)
 	if _, err := io.ReadFull(conn, proof); err != nil {
-		return 0, fmt.Errorf("%w: no proof: %v", errAuth, err)
+		return 0, keys{}, fmt.Errorf("%w: no proof: %v", errAuth, err)
 	}
-	if !hmac.Equal(proof, mac(secret, "dialer", from, to, nonceA, nonceD)) {
-		return 0, fmt.Errorf("%w: connection claiming rank %d does not know the job secret", errAuth, from)
+	if !hmac.Equal(proof, mac(secret, "dialer"+mode, from, to, nonceA, nonceD)) {
+		return 0, keys{}, fmt.Errorf("%w: connection claiming rank %d does not know the job secret", errAuth, from)
 	}
-	if err := accept(from); err != nil {
+	err := accept(from)
+	if err == nil && seal && !sealed {
+		err = fmt.Errorf("rank %d: %w", from, errPlainRefused)
+	}
+	if err != nil {
 		code := byte(0)
 		switch {
 		case errors.Is(err, errNotAdmitted):
@@ -152,10 +198,14 @@ func acceptHandshake(conn net.Conn, secret []byte, self uint32, size int, accept
 			code = 3
 		}
 		conn.Write([]byte{code})
-		return 0, err
+		return 0, keys{}, err
 	}
 	if _, err := conn.Write([]byte{1}); err != nil {
-		return 0, err
+		return 0, keys{}, err
 	}
-	return from, nil
+	if !sealed {
+		return from, keys{}, nil
+	}
+	d, a, err := dataKeys(secret, from, to, nonceD, nonceA)
+	return from, keys{send: a, recv: d}, err
 }

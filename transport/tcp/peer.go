@@ -42,6 +42,12 @@ type peer struct {
 	conn *net.TCPConn    // set once by attach, before ready is closed
 	rc   syscall.RawConn // conn's raw access
 	fd   int             // conn's descriptor; read only under rmu while !rclosed
+	// A sealed connection's record layers (seal.go), set by attach; nil
+	// for a plain one. seal and sealBuf belong to the goroutine that owns
+	// the write side, open to the holder of rmu.
+	seal    *sealer
+	sealBuf []byte
+	open    *opener
 
 	smu      sync.Mutex  // guards the send side: sbuf, spare, writing, handoff*, serr
 	sbuf     []byte      // framed bytes waiting to be written, in posting order
@@ -59,13 +65,14 @@ type peer struct {
 	wbuf    []byte
 	wn      int
 	werr    error
-	writeFn func(fd uintptr) bool // p.writeSome, bound once
-	wv      net.Buffers           // postDirect's gather list, reused
-	iov     []syscall.Iovec       // writev's vector, reused (see gather.go)
-	iovN    int                   // bytes the vector holds
-	iovFn   func(fd uintptr) bool // p.writevSome, bound once
-	rest    []byte                // gather's copy of what the socket did not take, reused
-	hdr     [padHdr + maxPad]byte // gather's answer header
+	writeFn func(fd uintptr) bool     // p.writeSome, bound once
+	rawFn   func([]byte) (int, error) // p.rawRead, bound once (the opener's)
+	wv      net.Buffers               // postDirect's gather list, reused
+	iov     []syscall.Iovec           // writev's vector, reused (see gather.go)
+	iovN    int                       // bytes the vector holds
+	iovFn   func(fd uintptr) bool     // p.writevSome, bound once
+	rest    []byte                    // gather's copy of what the socket did not take, reused
+	hdr     [padHdr + maxPad]byte     // gather's answer header
 
 	pmu   sync.Mutex // guards pend
 	pend  []pending  // outstanding reads and atomics, in sequence order
@@ -105,6 +112,7 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 		close(p.ready)
 	}
 	p.writeFn = p.writeSome
+	p.rawFn = p.rawRead
 	p.iovFn = p.writevSome
 	p.wdone.L = &p.smu
 	p.nudge = time.AfterFunc(time.Hour, p.kick)
@@ -112,12 +120,26 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 	return p
 }
 
-// attach installs an authenticated connection and starts its goroutines.
-func (p *peer) attach(conn *net.TCPConn) error {
+// attach installs an authenticated connection, sealed with k if it has
+// keys, and starts its goroutines.
+func (p *peer) attach(conn *net.TCPConn, k keys) error {
 	conn.SetNoDelay(true)
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		return err
+	}
+	var seal *sealer
+	var open *opener
+	if k.send != nil {
+		sk, err := newRecordKey(k.send)
+		if err != nil {
+			return err
+		}
+		rk, err := newRecordKey(k.recv)
+		if err != nil {
+			return err
+		}
+		seal, open = &sealer{k: sk}, newOpener(rk)
 	}
 	var fd int
 	rc.Control(func(f uintptr) { fd = int(f) })
@@ -127,6 +149,7 @@ func (p *peer) attach(conn *net.TCPConn) error {
 		return fmt.Errorf("rank %d is fenced, already connected or not a peer", p.rank)
 	}
 	p.conn, p.rc, p.fd = conn, rc, fd
+	p.seal, p.open = seal, open
 	p.rbuf = make([]byte, 256<<10)
 	p.smu.Unlock()
 	p.t.wg.Add(2)
@@ -170,7 +193,8 @@ func (p *peer) post(typ byte, key transport.Key, off uint64, a, b uint64, data [
 		p.smu.Unlock()
 		return 0, p.errNotConnected("post")
 	}
-	if typ == frameWrite && len(data) >= directBytes && p.conn != nil {
+	if typ == frameWrite && len(data) >= directBytes && p.conn != nil && p.seal == nil {
+		// A sealed connection's bytes go through the sealer: copied.
 		return p.postDirect(key, off, data)
 	}
 	seq := p.comp.Next()
@@ -365,6 +389,10 @@ func (p *peer) kickLocked(mayBlock bool) error {
 		buf := p.sbuf
 		p.sbuf, p.spare = p.spare[:0], nil
 		p.smu.Unlock()
+		if p.seal != nil {
+			// The records of buf go out instead; buf seals the next.
+			buf, p.sealBuf = p.seal.seal(p.sealBuf[:0], buf), buf[:0]
+		}
 		n, err := p.tryWrite(buf)
 		if err == nil && n < len(buf) {
 			if !mayBlock {
@@ -573,7 +601,7 @@ func (p *peer) pollLocked() (int, error) {
 	if err := p.maybeDirect(); err != nil {
 		return 0, err
 	}
-	p.partial.Store(p.rlen > 0 || p.dir.active)
+	p.partial.Store(p.rlen > 0 || p.dir.active || p.open != nil && p.open.buffered())
 	// Make room for the next frame if it is larger than the buffer.
 	if p.rlen >= 4 {
 		need := 4 + int(uint32(p.rbuf[0])<<24|uint32(p.rbuf[1])<<16|uint32(p.rbuf[2])<<8|uint32(p.rbuf[3]))
@@ -586,8 +614,18 @@ func (p *peer) pollLocked() (int, error) {
 	return n, p.answer()
 }
 
-// read reads from the socket without blocking: (0, nil) when it has nothing.
+// read reads the peer's bytes without blocking: (0, nil) when there are
+// none yet; through the opener on a sealed connection.
 func (p *peer) read(b []byte) (int, error) {
+	if p.open != nil {
+		return p.open.read(b, p.rawFn)
+	}
+	return p.rawRead(b)
+}
+
+// rawRead reads from the socket without blocking: (0, nil) when it has
+// nothing.
+func (p *peer) rawRead(b []byte) (int, error) {
 	n, err := syscall.Read(p.fd, b)
 	for err == syscall.EINTR {
 		n, err = syscall.Read(p.fd, b)
@@ -619,7 +657,7 @@ func (p *peer) answer() error {
 	}
 	p.smu.Lock()
 	if len(p.segs) > 0 {
-		if !p.writing && p.serr == nil {
+		if !p.writing && p.serr == nil && p.seal == nil {
 			err := p.sendGather()
 			// Keep polling for Spin from when the answers left, which
 			// can be long after the requests came: the next request

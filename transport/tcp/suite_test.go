@@ -9,16 +9,17 @@ import (
 )
 
 // TestContract runs the transport contract (package transporttest) on tcp,
-// with and without spinning; a killed rank is closed, as the kernel closes
-// a dead process's sockets.
+// with and without spinning, plain and sealed; a killed rank is closed, as
+// the kernel closes a dead process's sockets.
 func TestContract(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		spin time.Duration
-	}{{"park", -1}, {"spin", 0}} {
+		seal SealMode
+	}{{"park", -1, SealRemote}, {"spin", 0, SealRemote}, {"sealed park", -1, SealAll}, {"sealed spin", 0, SealAll}} {
 		t.Run(c.name, func(t *testing.T) {
 			transporttest.Run(t, func(t testing.TB, n int) *transporttest.World {
-				ts, _ := cluster(t, n, c.spin)
+				ts, _ := clusterSealed(t, n, c.spin, c.seal)
 				w := &transporttest.World{}
 				for _, tr := range ts {
 					w.Ranks = append(w.Ranks, transport.Transport(tr))

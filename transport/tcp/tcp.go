@@ -46,6 +46,39 @@ type Config struct {
 	// or the end of its context. The ranks it does not dial are failed (PeerDown before Connect),
 	// absent, or not served.
 	Late bool
+	// Seal says which connections carry their frames sealed (seal.go):
+	// by default (SealRemote) every one but those between two loopback
+	// addresses.
+	Seal SealMode
+}
+
+// SealMode says which of a transport's connections are sealed: their
+// frames encrypted and authenticated, record by record.
+type SealMode int
+
+const (
+	// SealRemote seals every connection but those between two loopback
+	// addresses (the kernel keeps those to the host).
+	SealRemote SealMode = iota
+	// SealAll seals every connection.
+	SealAll
+	// SealNone seals none: frames cross the network in clear, with only
+	// the handshake's proof of the job secret (ftrun --data-plain).
+	SealNone
+)
+
+// sealFor reports whether this transport seals a connection whose other
+// end is remote. A dialer seals as it decides; an acceptor refuses a
+// plain connection it would have sealed.
+func (t *Transport) sealFor(remote net.Addr) bool {
+	switch t.cfg.Seal {
+	case SealAll:
+		return true
+	case SealNone:
+		return false
+	}
+	a, ok := remote.(*net.TCPAddr)
+	return !ok || !a.IP.IsLoopback()
 }
 
 const defaultSpin = 50 * time.Microsecond
@@ -223,9 +256,10 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 		}
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			err = dialHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), uint32(r))
+			var k keys
+			k, err = dialHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), uint32(r), t.sealFor(conn.RemoteAddr()))
 			if err == nil {
-				return p.attach(conn.(*net.TCPConn))
+				return p.attach(conn.(*net.TCPConn), k)
 			}
 			conn.Close()
 			if !errors.Is(err, errNotAdmitted) && !(t.cfg.Late && errors.Is(err, errHungUp)) {
@@ -268,9 +302,9 @@ func (t *Transport) acceptLoop() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			from, err := acceptHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), t.cfg.Size, t.mayAccept)
+			from, k, err := acceptHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), t.cfg.Size, t.sealFor(conn.RemoteAddr()), t.mayAccept)
 			if err == nil {
-				err = t.peers[from].attach(conn.(*net.TCPConn))
+				err = t.peers[from].attach(conn.(*net.TCPConn), k)
 			}
 			if err != nil {
 				if errors.Is(err, errNotAdmitted) {

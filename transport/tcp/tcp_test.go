@@ -21,14 +21,20 @@ var secret = []byte("test secret, 32 bytes long......")
 // logSink records the transports' log lines.
 type logSink = transporttest.LogSink
 
-// cluster starts n connected transports in this process.
+// cluster starts n connected transports in this process (on loopback:
+// plain, by SealRemote).
 func cluster(t testing.TB, n int, spin time.Duration) ([]*Transport, *logSink) {
+	return clusterSealed(t, n, spin, SealRemote)
+}
+
+// clusterSealed is cluster with the transports' SealMode.
+func clusterSealed(t testing.TB, n int, spin time.Duration, seal SealMode) ([]*Transport, *logSink) {
 	t.Helper()
 	logs := &logSink{}
 	ts := make([]*Transport, n)
 	addrs := make([]string, n)
 	for r := range ts {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logger: logs.Logger()})
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logger: logs.Logger(), Seal: seal})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,8 +68,12 @@ func words(n int) []byte {
 }
 
 func TestWriteReadSizes(t *testing.T) {
-	for _, spin := range []time.Duration{-1, 0} {
-		ts, _ := cluster(t, 3, spin)
+	for _, c := range []struct {
+		spin time.Duration
+		seal SealMode
+	}{{-1, SealRemote}, {0, SealRemote}, {-1, SealAll}, {0, SealAll}} {
+		spin := c.spin
+		ts, _ := clusterSealed(t, 3, spin, c.seal)
 		ctx := testCtx(t)
 		mem := words(4 << 20)
 		key, err := ts[1].Register(mem)
@@ -90,7 +100,7 @@ func TestWriteReadSizes(t *testing.T) {
 				t.Fatalf("size %d: wait: %v", size, err)
 			}
 			if !bytes.Equal(src, dst) {
-				t.Fatalf("spin %v size %d: read back differs", spin, size)
+				t.Fatalf("spin %v seal %v size %d: read back differs", spin, c.seal, size)
 			}
 		}
 	}
@@ -171,7 +181,7 @@ func TestFencedRankCannotReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := dialHandshake(conn, secret, 1, 0); err == nil {
+	if _, err := dialHandshake(conn, secret, 1, 0, false); err == nil {
 		t.Fatal("fenced rank reconnected")
 	} else if !errors.Is(err, transport.ErrFenced) {
 		t.Errorf("the fenced rank's error %v does not wrap transport.ErrFenced", err)
@@ -192,7 +202,7 @@ func TestRefusesConnectionWithoutSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dialHandshake(conn, []byte("wrong"), 1, 0); err == nil {
+	if _, err := dialHandshake(conn, []byte("wrong"), 1, 0, false); err == nil {
 		t.Fatal("connection with a wrong secret was accepted")
 	}
 	conn.Close()
@@ -246,7 +256,7 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := dialHandshake(conn, secret, 1, 0); err == nil {
+	if _, err := dialHandshake(conn, secret, 1, 0, false); err == nil {
 		t.Fatal("rank 1 must be dialed by rank 0, yet the handshake passed")
 	}
 	conn.Close()
@@ -267,7 +277,7 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 	go func() {
 		c, err := raw.Accept()
 		if err == nil {
-			if _, err := acceptHandshake(c, secret, 1, 2, func(uint32) error { return nil }); err == nil {
+			if _, _, err := acceptHandshake(c, secret, 1, 2, false, func(uint32) error { return nil }); err == nil {
 				accepted <- c
 				return
 			}
@@ -301,7 +311,13 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 // A large write, which lands straight from the socket, is complete in the
 // target's memory when Flush returns, never merely on its way.
 func TestLargeWriteVisibleAtFlush(t *testing.T) {
-	ts, _ := cluster(t, 2, 0)
+	for _, seal := range []SealMode{SealRemote, SealAll} {
+		testLargeWriteVisibleAtFlush(t, seal)
+	}
+}
+
+func testLargeWriteVisibleAtFlush(t *testing.T, seal SealMode) {
+	ts, _ := clusterSealed(t, 2, 0, seal)
 	ctx := testCtx(t)
 	mem := words(3 << 20)
 	key, _ := ts[1].Register(mem)
@@ -329,7 +345,13 @@ func TestLargeWriteVisibleAtFlush(t *testing.T) {
 // their later pieces as earlier ones complete: they still read every byte,
 // at any offset, and a control message sent meanwhile still arrives.
 func TestLargeReads(t *testing.T) {
-	ts, _ := cluster(t, 2, 0)
+	for _, seal := range []SealMode{SealRemote, SealAll} {
+		testLargeReads(t, seal)
+	}
+}
+
+func testLargeReads(t *testing.T, seal SealMode) {
+	ts, _ := clusterSealed(t, 2, 0, seal)
 	ctx := testCtx(t)
 	rec := newRecorder()
 	ts[1].SetReceiver(rec)
