@@ -37,6 +37,9 @@ Measures one-sided (RMA) operations between two ranks on this machine and
 reports the median over rounds; each round runs every system once, in this
 order (A, B, C, ..., A, B, C, ...):
   ftrma-tcp    ftrma under ftrun --transport tcp
+  ftrma-tcp-sealed
+               the same with FTRMA_SEAL=all: its connection sealed (encrypted
+               and authenticated) as between hosts, though on loopback
   openmpi-tcp  Open MPI 4.1, --mca pml ob1 --mca btl self,tcp --mca osc pt2pt, on lo
   ftrma-shm    ftrma under ftrun --transport shm
   openmpi-shm  Open MPI 4.1, --mca pml ob1 --mca btl self,vader --mca osc sm
@@ -285,7 +288,7 @@ func setup(ctx context.Context, goBin, root, dir string, o options) []*system {
 	)
 	for _, n := range o.only {
 		switch n {
-		case sysFtrmaTCP, sysFtrmaSHM:
+		case sysFtrmaTCP, sysFtrmaTCPSealed, sysFtrmaSHM:
 			ftrmaNames = append(ftrmaNames, n)
 		case sysOpenMPITCP, sysOpenMPISHM:
 			ompiNames = append(ompiNames, n)

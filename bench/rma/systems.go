@@ -20,21 +20,26 @@ import (
 
 // The system names, as they appear in the table, the JSON and -only.
 const (
-	sysFtrmaTCP   = "ftrma-tcp"   // ftrun --transport tcp
-	sysOpenMPITCP = "openmpi-tcp" // Open MPI, osc pt2pt over btl tcp
-	sysFtrmaSHM   = "ftrma-shm"   // ftrun --transport shm
-	sysOpenMPISHM = "openmpi-shm" // Open MPI, osc sm over btl vader
-	sysMPICH      = "mpich"       // MPICH with its defaults
+	sysFtrmaTCP = "ftrma-tcp" // ftrun --transport tcp
+	// ftrun --transport tcp with FTRMA_SEAL=all: the connection sealed
+	// (encrypted and authenticated) as between hosts, on loopback too
+	sysFtrmaTCPSealed = "ftrma-tcp-sealed"
+	sysOpenMPITCP     = "openmpi-tcp" // Open MPI, osc pt2pt over btl tcp
+	sysFtrmaSHM       = "ftrma-shm"   // ftrun --transport shm
+	sysOpenMPISHM     = "openmpi-shm" // Open MPI, osc sm over btl vader
+	sysMPICH          = "mpich"       // MPICH with its defaults
 )
 
 // allSystems is every system, in the order a round runs them and the table
 // shows them: each ftrma transport next to its Open MPI counterpart.
-var allSystems = []string{sysFtrmaTCP, sysOpenMPITCP, sysFtrmaSHM, sysOpenMPISHM, sysMPICH}
+var allSystems = []string{sysFtrmaTCP, sysFtrmaTCPSealed, sysOpenMPITCP, sysFtrmaSHM, sysOpenMPISHM, sysMPICH}
 
 // ratioPairs are the table's ratio columns, a/b: ftrma against the MPI that
 // moves data the same way.
 var ratioPairs = [][2]string{
 	{sysFtrmaTCP, sysOpenMPITCP},
+	{sysFtrmaTCPSealed, sysFtrmaTCP},
+	{sysFtrmaTCPSealed, sysOpenMPITCP},
 	{sysFtrmaSHM, sysOpenMPISHM},
 	{sysFtrmaSHM, sysMPICH},
 }
@@ -99,7 +104,7 @@ func missingAll(names []string, why string) []*system {
 }
 
 // ftrmaTransports maps the ftrma systems to ftrun's --transport.
-var ftrmaTransports = map[string]string{sysFtrmaTCP: "tcp", sysFtrmaSHM: "shm"}
+var ftrmaTransports = map[string]string{sysFtrmaTCP: "tcp", sysFtrmaTCPSealed: "tcp", sysFtrmaSHM: "shm"}
 
 // ftrmaArgv is the command of one ftrma run: the same rank program under
 // ftrun with the given transport. ftrun's default (auto) is shared memory on
@@ -127,6 +132,10 @@ func setupFtrma(ctx context.Context, goBin, root, dir string, ftrunArgs, names [
 		tr := ftrmaTransports[name]
 		s := &system{name: name, argv: ftrmaArgv(ftrun, rank, tr, ftrunArgs)}
 		s.notes = append(s.notes, fmt.Sprintf("ftrun --transport %s", tr))
+		if name == sysFtrmaTCPSealed {
+			s.env = append(s.env, "FTRMA_SEAL=all")
+			s.notes = append(s.notes, "FTRMA_SEAL=all: the connection sealed as between hosts (AES-128-GCM records), loopback too")
+		}
 		if len(ftrunArgs) > 0 {
 			s.notes = append(s.notes, fmt.Sprintf("ftrun extra arguments: %q", ftrunArgs))
 		}

@@ -389,23 +389,13 @@ func (p *peer) kickLocked(mayBlock bool) error {
 		buf := p.sbuf
 		p.sbuf, p.spare = p.spare[:0], nil
 		p.smu.Unlock()
-		if p.seal != nil {
-			// The records of buf go out instead; buf seals the next.
-			buf, p.sealBuf = p.seal.seal(p.sealBuf[:0], buf), buf[:0]
-		}
-		n, err := p.tryWrite(buf)
-		if err == nil && n < len(buf) {
-			if !mayBlock {
-				p.smu.Lock()
-				p.handoff, p.handbuf = buf[n:], buf
-				p.smu.Unlock()
-				select {
-				case p.wakeWrit <- struct{}{}:
-				default:
-				}
-				return nil
+		handed, err := p.writeOut(buf, mayBlock)
+		if handed {
+			select {
+			case p.wakeWrit <- struct{}{}:
+			default:
 			}
-			_, err = p.conn.Write(buf[n:])
+			return nil
 		}
 		p.smu.Lock()
 		if err != nil {
@@ -422,6 +412,55 @@ func (p *peer) kickLocked(mayBlock bool) error {
 			return nil
 		}
 	}
+}
+
+// sealChunk is how much plaintext a sealed connection seals before it
+// writes: the peer opens the first records while the rest are sealed.
+const sealChunk = 64 << 10
+
+// writeOut writes buf to the socket (its records, on a sealed connection)
+// for the goroutine that owns the write side. Without mayBlock, what the
+// socket does not take at once is handed to the writer goroutine (handed):
+// the caller wakes it.
+func (p *peer) writeOut(buf []byte, mayBlock bool) (handed bool, err error) {
+	if p.seal == nil {
+		n, err := p.tryWrite(buf)
+		if err != nil || n == len(buf) {
+			return false, err
+		}
+		if !mayBlock {
+			p.smu.Lock()
+			p.handoff, p.handbuf = buf[n:], buf
+			p.smu.Unlock()
+			return true, nil
+		}
+		_, err = p.conn.Write(buf[n:])
+		return false, err
+	}
+	for off := 0; off < len(buf); {
+		end := min(off+sealChunk, len(buf))
+		ct := p.seal.seal(p.sealBuf[:0], buf[off:end])
+		p.sealBuf, off = ct[:0], end
+		n, err := p.tryWrite(ct)
+		if err != nil || n == len(ct) {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		if !mayBlock {
+			rest := append(make([]byte, 0, len(ct)-n+sealedLen(len(buf)-off)), ct[n:]...)
+			rest = p.seal.seal(rest, buf[off:])
+			p.smu.Lock()
+			p.handoff, p.handbuf = rest, rest
+			p.smu.Unlock()
+			return true, nil
+		}
+		if _, err := p.conn.Write(ct[n:]); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // tryWrite writes as much of buf as the socket takes without blocking. Only

@@ -99,9 +99,12 @@ func (k *recordKey) next() ([]byte, error) {
 // their numbers.
 type sealer struct{ k *recordKey }
 
+// sealedLen is the length of the records of n bytes.
+func sealedLen(n int) int { return n + (n+maxRecord-1)/maxRecord*(4+sealTag) }
+
 // seal appends to dst the records of p.
 func (s *sealer) seal(dst, p []byte) []byte {
-	n := len(p) + (len(p)+maxRecord-1)/maxRecord*(4+sealTag)
+	n := sealedLen(len(p))
 	if cap(dst)-len(dst) < n {
 		dst = append(make([]byte, 0, len(dst)+n), dst...)
 	}
@@ -130,7 +133,7 @@ type opener struct {
 }
 
 func newOpener(k *recordKey) *opener {
-	return &opener{k: k, in: make([]byte, 64<<10), out: make([]byte, 0, maxRecord)}
+	return &opener{k: k, in: make([]byte, 256<<10), out: make([]byte, 0, maxRecord)}
 }
 
 // buffered reports whether received bytes wait to be opened or taken.
