@@ -1076,7 +1076,9 @@ const AgentUsage = `usage: ftrun agent --listen HOST[:PORT] [--once]
 ftrun agent is the per-host daemon of multi-host ftrun jobs. ftrun starts
 it by itself on the hosts of a hostfile, -H list or Slurm allocation (over
 ssh or srun, as "ftrun agent --boot", which reads what it needs on its
-standard input); start one by hand with --listen only for ftrun --hosts.
+standard input: through srun, with --munge, the line must be sealed with
+munge by the agent's own user); start one by hand with --listen only for
+ftrun --hosts.
 The agent starts its host's ranks, forwards their output and exits, and
 carries out ftrun's kills and signals. When ftrun's link closes or is
 silent for 2 s, the agent kills the job's ranks; under ftrun --arbiter it
@@ -1110,13 +1112,14 @@ ranks of every job and ends the agent.
 // line or agent secret, or ExitLaunch if it cannot listen or reach ftrun.
 func RunAgent(args []string, stdout, stderr io.Writer) int {
 	var listen string
-	var once, help, gen, boot bool
+	var once, help, gen, boot, munge bool
 	fs := flag.NewFlagSet("ftrun agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&listen, "listen", "", "address to listen on")
 	fs.BoolVar(&once, "once", false, "serve one job")
 	fs.BoolVar(&gen, "gen-secret", false, "print a new agent secret")
 	fs.BoolVar(&boot, "boot", false, "started by ftrun: read the boot line on stdin")
+	fs.BoolVar(&munge, "munge", false, "with --boot: obey only a boot line sealed with munge by this user")
 	fs.BoolVar(&help, "help", false, "print help")
 	fs.BoolVar(&help, "h", false, "print help")
 	usage := func(err error) int {
@@ -1145,7 +1148,7 @@ func RunAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, seclink.GenSecret())
 		return ExitOK
 	case boot:
-		return runBootAgent(os.Stdin, logf)
+		return runBootAgent(os.Stdin, munge, logf)
 	case listen == "":
 		return usage(errors.New("--listen HOST[:PORT] is required"))
 	}

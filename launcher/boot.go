@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,7 +42,10 @@ import (
 // the ssh channel, encrypted. Slurm forwards a step's standard input
 // unencrypted, so for srun the line is sealed first with munge (MUNGE's
 // credential, encrypted and bound to this user, which "unmunge" on the node
-// opens); without munge ftrun refuses to start agents through Slurm.
+// opens); without munge ftrun refuses to start agents through Slurm. Such
+// an agent (--munge) obeys only a sealed line, and only one its own user
+// sealed (anyone may seal a credential for another user: the sealer's uid
+// is what tells).
 //
 // An agent started so serves one job. It ends, killing its ranks, when the
 // link closes or goes silent (linkTimeout) or its standard input closes
@@ -242,7 +246,7 @@ func (d *dialBack) startSrun(srun string, hosts []string, agentPath string) erro
 	}
 	args := []string{"--nodes", fmt.Sprint(len(hosts)), "--ntasks", fmt.Sprint(len(hosts)), "--ntasks-per-node", "1",
 		"--nodelist", strings.Join(hosts, ","), "--overlap", "--no-kill", "--kill-on-bad-exit=0", "--input", "all",
-		"--mpi", "none", "--quiet", "--job-name", "ftrun-agents", agentPath, "agent", "--boot"}
+		"--mpi", "none", "--quiet", "--job-name", "ftrun-agents", agentPath, "agent", "--boot", "--munge"}
 	return d.run("srun on "+strings.Join(hosts, ","), hosts, srun, args, sealed)
 }
 
@@ -394,20 +398,55 @@ func mungeSeal(line string) (string, error) {
 	return bootMungeMagic + " " + strings.TrimSpace(out.String()) + "\n", nil
 }
 
-// mungeOpen opens a credential of mungeSeal.
+// mungeOpen opens a credential of mungeSeal, and refuses one that a user
+// other than this process's sealed: munge lets anyone seal a credential
+// for this user (munge -u), so only the sealer's uid says it is the job
+// owner's ftrun.
 func mungeOpen(cred string) (string, error) {
 	path, err := exec.LookPath("unmunge")
 	if err != nil {
 		return "", errors.New("the boot line is sealed with munge, and unmunge is not found")
 	}
-	cmd := exec.Command(path, "--metadata", os.DevNull)
+	meta, err := os.CreateTemp("", "ftrun-unmunge-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(meta.Name())
+	meta.Close()
+	cmd := exec.Command(path, "--metadata", meta.Name(), "--numeric", "--keys", "UID")
 	cmd.Stdin = strings.NewReader(cred)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("unmunge: %v%s", err, said(strings.TrimSpace(errb.String())))
 	}
+	m, err := os.ReadFile(meta.Name())
+	if err != nil {
+		return "", err
+	}
+	uid, ok := mungeUID(string(m))
+	if !ok {
+		return "", fmt.Errorf("unmunge gave no sealer's UID (%q)", jobwire.Printable(m))
+	}
+	if uid != os.Getuid() {
+		return "", fmt.Errorf("refused a boot line sealed by uid %d: this agent runs as uid %d, and only its own user's ftrun may start it", uid, os.Getuid())
+	}
 	return out.String(), nil
+}
+
+// mungeUID reads the sealer's uid from unmunge's numeric metadata
+// ("UID:   1000").
+func mungeUID(meta string) (int, bool) {
+	for _, line := range strings.Split(meta, "\n") {
+		if v, ok := strings.CutPrefix(line, "UID:"); ok {
+			uid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || uid < 0 {
+				return 0, false
+			}
+			return uid, true
+		}
+	}
+	return 0, false
 }
 
 // shellQuote quotes s for a POSIX shell.
@@ -419,8 +458,10 @@ func shellQuote(s string) string {
 }
 
 // runBootAgent is "ftrun agent --boot": read the boot line, dial ftrun back,
-// serve the job, exit.
-func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
+// serve the job, exit. With sealed (--munge: started through Slurm, whose
+// step input crosses the network unencrypted) only a line sealed with
+// munge by this user is obeyed.
+func runBootAgent(stdin io.Reader, sealed bool, logf func(string, ...any)) int {
 	lines := make(chan string, 1)
 	rd := bufio.NewReaderSize(stdin, maxBootLine)
 	go func() {
@@ -440,6 +481,9 @@ func runBootAgent(stdin io.Reader, logf func(string, ...any)) int {
 			logf("%v", err)
 			return ExitLaunch
 		}
+	} else if sealed {
+		logf("refused a boot line not sealed with munge: an agent started through Slurm (--munge) obeys only its own user's sealed line")
+		return ExitLaunch
 	}
 	b, err := parseBootLine(line)
 	if err != nil {

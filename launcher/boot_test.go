@@ -325,3 +325,22 @@ func TestMutualSuspicionsKillOne(t *testing.T) {
 		t.Errorf("both ranks of a mutual accusation were declared failed:\n%s", errs.String())
 	}
 }
+
+// mungeUID reads unmunge's numeric metadata, and nothing else.
+func TestMungeUID(t *testing.T) {
+	for _, c := range []struct {
+		meta string
+		uid  int
+		ok   bool
+	}{
+		{"UID:             1000\n", 1000, true},
+		{"GID: 5\nUID: 0\n", 0, true},
+		{"UID:             root (0)\n", 0, false},
+		{"UID: -1\n", 0, false},
+		{"", 0, false},
+	} {
+		if uid, ok := mungeUID(c.meta); uid != c.uid || ok != c.ok {
+			t.Errorf("mungeUID(%q) = %d, %v; want %d, %v", c.meta, uid, ok, c.uid, c.ok)
+		}
+	}
+}
