@@ -1086,7 +1086,8 @@ grants its ranks their lease and keeps them while its host's arbiter node
 acts, then exits once they have.
 
 A running agent and ftrun --hosts share the agent secret in
-FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names), made by
+FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names, which
+only its owner may read or write), made by
 "ftrun agent --gen-secret" (a passphrase is refused). Each link runs mutual
 TLS 1.3 keyed from it: both sides prove the secret, and every frame is
 encrypted and authenticated.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -764,4 +765,32 @@ func testAgentKey() []byte {
 		panic(err)
 	}
 	return k
+}
+
+// The agent secret from a file (FTRMA_AGENT_SECRET_FILE): read when only
+// its owner may read it; refused, saying why, when others may read or
+// write it, or when it is not a regular file.
+func TestAgentSecretFilePermissions(t *testing.T) {
+	t.Setenv(EnvAgentSecret, "")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret")
+	secret := seclink.GenSecret()
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvAgentSecretFile, path)
+	want, _ := seclink.ParseSecret(secret)
+	if got, err := agentSecretFrom(""); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("mode 0600: %x, %v", got, err)
+	}
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o620, 0o666} {
+		os.Chmod(path, mode)
+		if _, err := agentSecretFrom(""); err == nil || !strings.Contains(err.Error(), "readable by its owner alone") {
+			t.Errorf("mode %#o: %v, want refused", mode, err)
+		}
+	}
+	t.Setenv(EnvAgentSecretFile, dir)
+	if _, err := agentSecretFrom(""); err == nil {
+		t.Error("a directory as the secret file: accepted")
+	}
 }

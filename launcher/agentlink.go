@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -143,7 +144,7 @@ func agentSecretFrom(given string) ([]byte, error) {
 	s := cmp.Or(given, os.Getenv(EnvAgentSecret))
 	if s == "" {
 		if f := os.Getenv(EnvAgentSecretFile); f != "" {
-			b, err := os.ReadFile(f)
+			b, err := readSecretFile(f)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", EnvAgentSecretFile, err)
 			}
@@ -158,6 +159,28 @@ func agentSecretFrom(given string) ([]byte, error) {
 		return nil, fmt.Errorf("agent secret: %w", err)
 	}
 	return key, nil
+}
+
+// readSecretFile reads a secret from the file at path, refusing one that
+// others than its owner may read or write (as ssh refuses such a key): the
+// secret commands every agent that holds it.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s is open to others (mode %#o): the agent secret must be readable by its owner alone (chmod 600 %s)", path, perm, path)
+	}
+	return io.ReadAll(io.LimitReader(f, 64<<10))
 }
 
 // localIP is this host's IP on the connection to the agent: an address the
