@@ -459,12 +459,26 @@ type client struct {
 }
 
 // dial connects to the server at path, within ctx (the deadline holds for
-// every request on the connection).
+// every request on the connection), and sends nothing to a server that
+// runs as another user (the socket's peer credentials): a key or a value
+// is this user's data.
 func dial(ctx context.Context, path string) (*client, error) {
+	return dialAs(ctx, path, os.Getuid())
+}
+
+// dialAs is dial for a server that must run as uid.
+func dialAs(ctx context.Context, path string, uid int) (*client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, err
+	}
+	if got, err := peerUID(conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("the server's credentials: %w", err)
+	} else if got != uid {
+		conn.Close()
+		return nil, fmt.Errorf("the server at %s runs as uid %d, not uid %d: sending it nothing", path, got, uid)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
@@ -479,7 +493,8 @@ func (c *client) roundTrip(req message) (message, error) {
 	_, werr := c.conn.Write(appendFrame(nil, req))
 	// Even when the write failed, the server may have answered why (a
 	// request over its limit is answered and the connection closed).
-	rep, err := readFrame(c.conn, maxReply)
+	// A reply's fields: a page of keys at most, 4 bytes each at least.
+	rep, err := readFrame(c.conn, maxReply, maxReply/4+1)
 	switch {
 	case err == nil:
 		return rep, nil

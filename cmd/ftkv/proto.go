@@ -140,10 +140,14 @@ func appendFrame(b []byte, m message) []byte {
 // cannot be resynchronized after it (the frame is not read).
 var errFrameTooLarge = errors.New("frame too large")
 
+// maxRequestFields is the most fields a request has (requestFields).
+const maxRequestFields = 4
+
 // readFrame reads one frame of at most max bytes (not counting its length
-// prefix) from r and returns its message (parseMessage). io.EOF means the
-// stream ended cleanly before a frame, io.ErrUnexpectedEOF inside one.
-func readFrame(r io.Reader, max int) (message, error) {
+// prefix) from r and returns its message (parseMessage, at most maxFields
+// fields). io.EOF means the stream ended cleanly before a frame,
+// io.ErrUnexpectedEOF inside one.
+func readFrame(r io.Reader, max, maxFields int) (message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return message{}, err
@@ -159,7 +163,7 @@ func readFrame(r io.Reader, max int) (message, error) {
 		}
 		return message{}, err
 	}
-	m, err := parseMessage(body)
+	m, err := parseMessage(body, maxFields)
 	if err != nil {
 		return message{}, &malformedError{err}
 	}
@@ -173,23 +177,37 @@ type malformedError struct{ err error }
 func (e *malformedError) Error() string { return "malformed message: " + e.err.Error() }
 func (e *malformedError) Unwrap() error { return e.err }
 
-// parseMessage splits a frame's body into its code and fields. It never
-// panics, whatever b holds.
-func parseMessage(b []byte) (message, error) {
+// parseMessage splits a frame's body into its code and at most maxFields
+// fields, which alias b. It never panics, whatever b holds, and allocates
+// one slice of exactly the fields' count (a first pass counts them): at
+// most 24 bytes per 4 bytes of b, and nothing for a message with too many.
+func parseMessage(b []byte, maxFields int) (message, error) {
 	if len(b) == 0 {
 		return message{}, errors.New("empty message")
 	}
 	m := message{code: b[0]}
 	b = b[1:]
-	for len(b) > 0 {
-		if len(b) < 4 {
-			return message{}, fmt.Errorf("message cut inside a field's length (%d bytes left)", len(b))
+	count := 0
+	for rest := b; len(rest) > 0; count++ {
+		if len(rest) < 4 {
+			return message{}, fmt.Errorf("message cut inside a field's length (%d bytes left)", len(rest))
 		}
+		n := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(n) > uint64(len(rest)) {
+			return message{}, fmt.Errorf("field of %d bytes with %d left", n, len(rest))
+		}
+		if count == maxFields {
+			return message{}, fmt.Errorf("more than %d fields", maxFields)
+		}
+		rest = rest[n:]
+	}
+	if count > 0 {
+		m.fields = make([][]byte, 0, count)
+	}
+	for len(b) > 0 {
 		n := binary.BigEndian.Uint32(b)
 		b = b[4:]
-		if uint64(n) > uint64(len(b)) {
-			return message{}, fmt.Errorf("field of %d bytes with %d left", n, len(b))
-		}
 		m.fields = append(m.fields, b[:n:n])
 		b = b[n:]
 	}

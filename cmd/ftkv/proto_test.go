@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -24,12 +25,12 @@ func TestFrameRoundTrip(t *testing.T) {
 	} {
 		r := bytes.NewReader(appendFrame(appendFrame(nil, m), m)) // two frames in a row
 		for range 2 {
-			got, err := readFrame(r, 1<<20)
+			got, err := readFrame(r, 1<<20, 1<<20)
 			if err != nil || got.code != m.code || !slices.EqualFunc(got.fields, m.fields, bytes.Equal) {
 				t.Fatalf("%+v came back as %+v, %v", m, got, err)
 			}
 		}
-		if _, err := readFrame(r, 1<<20); err != io.EOF {
+		if _, err := readFrame(r, 1<<20, 1<<20); err != io.EOF {
 			t.Errorf("after the frames: %v, want io.EOF", err)
 		}
 	}
@@ -53,7 +54,7 @@ func TestReadFrameMalformed(t *testing.T) {
 		{"cut header", []byte{0, 0}, false, io.ErrUnexpectedEOF},
 		{"cut body", []byte{0, 0, 0, 9, 1, 0, 0}, false, io.ErrUnexpectedEOF},
 	} {
-		_, err := readFrame(bytes.NewReader(c.in), 1000)
+		_, err := readFrame(bytes.NewReader(c.in), 1000, 1<<20)
 		var mal *malformedError
 		if errors.As(err, &mal) != c.malformed || (c.is != nil && !errors.Is(err, c.is)) || err == nil {
 			t.Errorf("%s: %v", c.name, err)
@@ -206,7 +207,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(appendFrame(nil, message{code: reqDelIfVersion, fields: [][]byte{[]byte("k"), u64(1)}}))
 	f.Add(appendFrame(nil, message{code: statusFailed}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := readFrame(bytes.NewReader(b), 1<<16)
+		m, err := readFrame(bytes.NewReader(b), 1<<16, 1<<20)
 		if err != nil {
 			return
 		}
@@ -220,4 +221,33 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("%x read as %+v encodes as %x", b[:n], m, again)
 		}
 	})
+}
+
+// parseMessage allocates a bounded multiple of the frame: a frame of empty
+// fields (the most fields per byte) takes one slice of exactly their
+// count; a request with more fields than any request has is refused
+// before anything is allocated for them.
+func TestParseMessageBoundedAllocation(t *testing.T) {
+	const n = 1 << 20
+	body := make([]byte, 1+n) // code, then n/4 empty fields
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m, err := parseMessage(body, n/4)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(m.fields) != n/4 {
+		t.Fatalf("%d fields, %v", len(m.fields), err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*n {
+		t.Errorf("parsing a frame of %d bytes allocated %d bytes (%.1fx)", n, got, float64(got)/n)
+	}
+	if _, err := parseMessage(body, maxRequestFields); err == nil {
+		t.Errorf("a request of %d fields was accepted", n/4)
+	}
+	runtime.ReadMemStats(&before)
+	parseMessage(body, maxRequestFields)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4096 {
+		t.Errorf("refusing a request of %d fields allocated %d bytes", n/4, got)
+	}
 }

@@ -314,7 +314,7 @@ func (sv *server) handle(conn net.Conn) {
 		if draining {
 			return
 		}
-		req, err := readFrame(conn, sv.maxFrame())
+		req, err := readFrame(conn, sv.maxFrame(), maxRequestFields)
 		var malformed *malformedError
 		switch {
 		case errors.As(err, &malformed):

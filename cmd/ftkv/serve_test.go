@@ -151,7 +151,7 @@ func TestServeInProcess(t *testing.T) {
 	conn.Write(appendFrame(nil, message{code: 77}))
 	conn.Write(appendFrame(nil, message{code: reqGet, fields: [][]byte{[]byte("key/1")}}))
 	for i, want := range []byte{statusError, statusError, statusOK} {
-		rep, err := readFrame(conn, 1<<20)
+		rep, err := readFrame(conn, 1<<20, 1<<20)
 		if err != nil || rep.code != want {
 			t.Fatalf("reply %d on one connection: %+v, %v; want status %d", i, rep, err, want)
 		}
@@ -255,5 +255,34 @@ func TestCutPage(t *testing.T) {
 		if len(got) != c.wantN || more != c.wantMore {
 			t.Errorf("%d keys (more %v) in %d bytes: %d keys, more %v; want %d, %v", len(c.keys), c.more, c.max, len(got), more, c.wantN, c.wantMore)
 		}
+	}
+}
+
+// The client sends nothing to a server that runs as another user: it reads
+// the socket's peer credentials first.
+func TestClientChecksServerUID(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	c, err := dialAs(ctx, path, os.Getuid())
+	if err != nil {
+		t.Fatalf("a server of this user: %v", err)
+	}
+	c.close()
+	if _, err := dialAs(ctx, path, os.Getuid()+1); err == nil || !strings.Contains(err.Error(), "sending it nothing") {
+		t.Errorf("a server of another uid: %v, want refused", err)
 	}
 }
