@@ -164,3 +164,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRanks: rank payloads come from the ranks and from the launcher.
+// ParseRank and ParseRanks never panic, accept only ranks below the size,
+// and what ParseRanks accepts encodes back to the same bytes.
+func FuzzParseRanks(f *testing.F) {
+	f.Add(RankPayload(3), 8)
+	f.Add(AppendRanks(nil, []ftrma.Rank{0, 5, 2}), 8)
+	f.Add([]byte{0, 0, 0, 1}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, size int) {
+		size = max(1, size%(1<<20))
+		if r, err := ParseRank(b, size); err == nil && (r < 0 || int(r) >= size) {
+			t.Fatalf("ParseRank(% x, %d) = %d", b, size, r)
+		}
+		rs, err := ParseRanks(b, size)
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
+			if r < 0 || int(r) >= size {
+				t.Fatalf("ParseRanks(% x, %d) has rank %d", b, size, r)
+			}
+		}
+		if again := AppendRanks(nil, rs); !bytes.Equal(again, b) {
+			t.Fatalf("ParseRanks(% x) = %v, which encodes to % x", b, rs, again)
+		}
+	})
+}
