@@ -64,6 +64,8 @@ type Agent struct {
 	quit chan struct{}  // closed by Close
 
 	gate *seclink.Gate // bounds the handshakes under way
+	// refusals rate-limits the log lines of refused connections.
+	refusals *seclink.Refusals
 
 	mu     sync.Mutex            // guards the fields below
 	conns  map[net.Conn]struct{} // connections being served; Close closes them
@@ -92,7 +94,7 @@ func ListenAgent(cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	return &Agent{cfg: cfg, ln: ln, quit: make(chan struct{}), conns: make(map[net.Conn]struct{}), gate: seclink.NewGate(maxHandshakes)}, nil
+	return &Agent{cfg: cfg, ln: ln, quit: make(chan struct{}), conns: make(map[net.Conn]struct{}), gate: seclink.NewGate(maxHandshakes), refusals: seclink.NewRefusals(time.Second)}, nil
 }
 
 // Addr is the address the agent listens on.
@@ -246,18 +248,15 @@ func (a *Agent) serve(c net.Conn) bool {
 		a.mu.Unlock()
 		c.Close()
 	}()
-	if !a.gate.Enter() {
-		a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: too many handshakes at once", c.RemoteAddr()))
-		return false
-	}
+	release := a.gate.Admit(c)
 	tc, err := seclink.Server(c, runningAgentKey(a.cfg.Secret), time.Now().Add(a.cfg.HandshakeTimeout))
-	a.gate.Leave()
+	release()
 	if err != nil {
 		select {
 		case <-a.quit:
 		default:
-			if !a.once() {
-				a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: %v", c.RemoteAddr(), err))
+			if ok, skipped := a.refusals.Note(c.RemoteAddr(), time.Now()); ok && !a.once() {
+				a.cfg.Logger.Warn(fmt.Sprintf("refused connection from %s: %v%s", c.RemoteAddr(), err, seclink.Suffix(skipped)))
 			}
 		}
 		return false

@@ -794,3 +794,31 @@ func TestAgentSecretFilePermissions(t *testing.T) {
 		t.Error("a directory as the secret file: accepted")
 	}
 }
+
+// Connections that never start a handshake do not shut a launcher out:
+// with as many silent connections as the agent holds handshakes, ftrun's
+// own connection still gets through at once (the oldest silent one is cut
+// off), where it used to be refused until theirs timed out.
+func TestAgentSilentConnectionsDoNotShutOut(t *testing.T) {
+	a, _ := startAgent(t, "print", false)
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range maxHandshakes + 8 {
+		c, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	time.Sleep(100 * time.Millisecond) // the agent has taken them all
+	key, _ := seclink.ParseSecret(testAgentSecret)
+	l, err := dialAgent(a.Addr().String(), key)
+	if err != nil {
+		t.Fatalf("a launcher behind %d silent connections: %v", len(silent), err)
+	}
+	l.close()
+}

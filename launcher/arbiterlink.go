@@ -92,10 +92,12 @@ type arbMesh struct {
 	// msgArbiterProbeAnswer), for the driver; dropped when it is full.
 	probes chan meshProbe
 	gate   *seclink.Gate
-	quit   chan struct{}   // closed by Close
-	ctx    context.Context // cancelled by Close: ends dials under way
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	// refusals rate-limits the log lines of refused connections.
+	refusals *seclink.Refusals
+	quit     chan struct{}   // closed by Close
+	ctx      context.Context // cancelled by Close: ends dials under way
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // every raw connection open: Close closes them
@@ -136,7 +138,7 @@ func listenArbiter(ip string) (net.Listener, error) {
 func startMesh(ln net.Listener, self uint64, peers []arbiterPeer, tm meshTiming, log *slog.Logger) *arbMesh {
 	m := &arbMesh{
 		self: self, tm: tm, ln: ln, log: log, peers: make(map[uint64]*meshPeer),
-		recv: make(chan arbiter.Message, meshRecvQueue), gone: make(chan uint64, 16), probes: make(chan meshProbe, meshRecvQueue), gate: seclink.NewGate(maxHandshakes),
+		recv: make(chan arbiter.Message, meshRecvQueue), gone: make(chan uint64, 16), probes: make(chan meshProbe, meshRecvQueue), gate: seclink.NewGate(maxHandshakes), refusals: seclink.NewRefusals(time.Second),
 		quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
@@ -300,9 +302,7 @@ func (m *arbMesh) acceptLoop() {
 
 // accept authenticates a connection from a lower node and serves it.
 func (m *arbMesh) accept(c net.Conn) {
-	if !m.gate.Enter() {
-		return
-	}
+	release := m.gate.Admit(c)
 	deadline := time.Now().Add(m.tm.handshake)
 	c.SetDeadline(deadline)
 	p, err := m.readLabel(c)
@@ -313,13 +313,15 @@ func (m *arbMesh) accept(c net.Conn) {
 			err = fmt.Errorf("claims node %d: %w", p.id, err)
 		}
 	}
-	m.gate.Leave()
+	release()
 	if err != nil {
 		select {
 		case <-m.quit:
 		default:
 			m.refused.Add(1)
-			m.log.Warn(fmt.Sprintf("arbiter: refused a connection from %s: %v", c.RemoteAddr(), err))
+			if ok, skipped := m.refusals.Note(c.RemoteAddr(), time.Now()); ok {
+				m.log.Warn(fmt.Sprintf("arbiter: refused a connection from %s: %v%s", c.RemoteAddr(), err, seclink.Suffix(skipped)))
+			}
 		}
 		return
 	}

@@ -198,10 +198,7 @@ func (d *dialBack) acceptLoop() {
 
 // admit authenticates an agent that dialled back and reads its hello.
 func (d *dialBack) admit(c net.Conn) (*agentLink, error) {
-	if !d.gate.Enter() {
-		return nil, errors.New("too many handshakes at once")
-	}
-	defer d.gate.Leave()
+	defer d.gate.Admit(c)()
 	deadline := time.Now().Add(agentTimeout)
 	c.SetDeadline(deadline)
 	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,9 @@ type rvConfig struct {
 	// Complete, if not nil, is called on a goroutine of its own with the
 	// first ranks' addresses once the rendezvous completed.
 	Complete func(addrs []jobwire.Addr)
+	// logEvery is how often a source's refused connections are logged at
+	// most (0: one line a second; negative: every one, for tests).
+	logEvery time.Duration
 	// maxAddrsFrame bounds the addrs frame, for tests. Default
 	// jobwire.MaxAddrsFrame.
 	maxAddrsFrame int
@@ -72,13 +76,15 @@ type rvConfig struct {
 // protocol is in internal/jobwire/spawn.go. Spawn requests from the ranks
 // go to rvConfig.Spawn (serveSpawn).
 type rvServer struct {
-	cfg    rvConfig
-	ln     net.Listener
-	wg     sync.WaitGroup // the accept loop and one goroutine per connection
-	quit   chan struct{}  // closed by close
-	ready  chan struct{}  // closed when the rendezvous completed or failed
-	slots  chan struct{}  // holds a token per handshake under way (at most maxHandshakes)
-	queued atomic.Int64   // connections waiting for a slot (at most Size)
+	cfg   rvConfig
+	ln    net.Listener
+	wg    sync.WaitGroup // the accept loop and one goroutine per connection
+	quit  chan struct{}  // closed by close
+	ready chan struct{}  // closed when the rendezvous completed or failed
+	slots chan struct{}  // holds a token per handshake under way (at most maxHandshakes)
+	// refusals rate-limits the log lines of refused connections.
+	refusals *seclink.Refusals
+	queued   atomic.Int64 // connections waiting for a slot (at most Size)
 
 	mu        sync.Mutex            // guards the fields below
 	conns     map[net.Conn]struct{} // open connections; close closes them
@@ -149,6 +155,7 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		return nil, fmt.Errorf("rendezvous: %w", err)
 	}
 	s := &rvServer{
+		refusals:  seclink.NewRefusals(cmp.Or(max(cfg.logEvery, 0), time.Second)),
 		cfg:       cfg,
 		ln:        ln,
 		quit:      make(chan struct{}),
@@ -442,7 +449,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit:
 		default:
-			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: too many handshakes at once", raw.RemoteAddr()))
+			s.refused(raw.RemoteAddr(), "too many handshakes at once")
 		}
 		return
 	}
@@ -452,7 +459,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit:
 		default:
-			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %v", raw.RemoteAddr(), err))
+			s.refused(raw.RemoteAddr(), err.Error())
 		}
 		return
 	}
@@ -462,7 +469,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		select {
 		case <-s.quit: // closing: not worth a report
 		default:
-			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %v", c.RemoteAddr(), err))
+			s.refused(c.RemoteAddr(), err.Error())
 		}
 		return
 	}
@@ -619,6 +626,14 @@ func (s *rvServer) serve(raw net.Conn) {
 		default:
 			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ), ftrma.LogRank, rank)
 		}
+	}
+}
+
+// refused logs a refused connection from addr for why, at most one line
+// per source a second.
+func (s *rvServer) refused(addr net.Addr, why string) {
+	if ok, skipped := s.refusals.Note(addr, time.Now()); ok || s.cfg.logEvery < 0 {
+		s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %s%s", addr, why, seclink.Suffix(skipped)))
 	}
 }
 

@@ -123,7 +123,7 @@ func dialRank(t *testing.T, s *rvServer, r ftrma.Rank) net.Conn {
 func TestRendezvousListOverLimit(t *testing.T) {
 	const n = 3
 	logs := new(logRecorder)
-	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout, maxAddrsFrame: 100})
+	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout, maxAddrsFrame: 100, logEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func testSecret(b byte) []byte { return bytes.Repeat([]byte{b}, secretSize) }
 func startServer(t *testing.T, size int) (*rvServer, *logRecorder) {
 	t.Helper()
 	logs := new(logRecorder)
-	s, err := listenRendezvous(rvConfig{Size: size, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout})
+	s, err := listenRendezvous(rvConfig{Size: size, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: testTimeout, logEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,9 @@
 //     Server (the accepting side) with the key and a deadline. Use only the
 //     returned *tls.Conn afterwards; on error, close the raw conn.
 //  4. A server that accepts connections from anywhere bounds the handshakes
-//     under way with one Gate: Enter before Server and Leave after it (or
-//     Gate.Serve, which does both), and drops the connection when Enter
-//     fails.
+//     under way with one Gate: Admit before Server and its release after
+//     it (or Gate.Serve, which does both); a full gate cuts off its oldest
+//     handshake. Refusals rate-limits the log lines of refused connections.
 //
 // The canonical accept loop:
 //
@@ -60,7 +60,6 @@
 //   - ErrUnknownKey: the peer does not hold the key (its certificate is not
 //     the one the key gives its role, or it refused ours). Returned by Client,
 //     Server and Gate.Serve.
-//   - ErrBusy: Gate.Serve refused a connection because the gate was full.
 //   - ErrBadSecret: ParseSecret refused a secret; the message says why and
 //     points to ftrun agent --gen-secret.
 //   - Other handshake failures (deadline, broken connection, a peer that does

@@ -32,9 +32,6 @@ var (
 	// key: its certificate is not the one the key gives its role, or it
 	// refused ours for that reason.
 	ErrUnknownKey = errors.New("peer does not know the key")
-	// ErrBusy reports that Gate.Serve refused a connection because the gate's
-	// bound of handshakes under way was reached.
-	ErrBusy = errors.New("too many handshakes at once")
 	// ErrBadSecret reports a secret ParseSecret refuses.
 	ErrBadSecret = errors.New("not a usable secret")
 )
@@ -259,55 +256,141 @@ func pin(want ed25519.PublicKey, r role) func([][]byte, [][]*x509.Certificate) e
 
 // Gate bounds how many handshakes a server runs at once, so that peers who
 // open connections and never finish (or never start) a handshake cannot make
-// it hold an unbounded number of them. Its methods may be called from any
-// goroutine.
+// it hold an unbounded number of them, nor shut out a peer that does: when
+// the gate is full, a new handshake cuts off the oldest one under way (its
+// connection is closed, so its handshake fails at once). A real peer's
+// handshake takes milliseconds; to cut it off, others must open more
+// connections than the gate holds within that time. Its methods may be
+// called from any goroutine.
 type Gate struct {
-	slots chan struct{} // one token per handshake under way; cap(slots) is the bound
+	mu      sync.Mutex
+	max     int
+	pending []*gateSlot // oldest first
+	evicted int         // handshakes cut off so far
 }
 
-// NewGate returns a gate that admits at most n handshakes at once (at least
+// gateSlot is one handshake under way.
+type gateSlot struct{ c net.Conn }
+
+// NewGate returns a gate that holds at most n handshakes at once (at least
 // 1).
 func NewGate(n int) *Gate {
-	return &Gate{slots: make(chan struct{}, max(n, 1))}
+	return &Gate{max: max(n, 1)}
 }
 
-// Enter takes a slot for one handshake and reports whether one was free. It
-// never blocks. Each successful Enter must be followed by one Leave.
-func (g *Gate) Enter() bool {
-	select {
-	case g.slots <- struct{}{}:
-		return true
-	default:
-		return false
+// Admit takes a slot for the handshake on c, cutting off the oldest
+// handshake under way when none is free, and returns the function that
+// gives the slot back once c's handshake has ended (call it once).
+func (g *Gate) Admit(c net.Conn) (release func()) {
+	slot := &gateSlot{c: c}
+	var evict net.Conn
+	g.mu.Lock()
+	if len(g.pending) >= g.max {
+		evict = g.pending[0].c
+		g.pending = g.pending[1:]
+		g.evicted++
+	}
+	g.pending = append(g.pending, slot)
+	g.mu.Unlock()
+	if evict != nil {
+		evict.Close()
+	}
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for i, s := range g.pending {
+			if s == slot {
+				g.pending = append(g.pending[:i], g.pending[i+1:]...)
+				return
+			}
+		}
 	}
 }
 
-// Leave gives back the slot of a handshake that has ended. It panics without
-// a matching Enter.
-func (g *Gate) Leave() {
-	select {
-	case <-g.slots:
-	default:
-		panic("seclink: Gate.Leave without Enter")
-	}
+// Evicted reports how many handshakes the gate has cut off.
+func (g *Gate) Evicted() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.evicted
 }
 
-// Serve runs Server on c within timeout if the gate has a free slot, and
-// holds the slot for the handshake only. When the gate is full it closes c at
-// once and returns ErrBusy. Unlike Server, Serve closes c on any error, so the
-// caller owns c only when the error is nil.
+// Serve runs Server on c within timeout, holding a slot of the gate for
+// the handshake only (Admit). Unlike Server, Serve closes c on any error,
+// so the caller owns c only when the error is nil.
 func (g *Gate) Serve(c net.Conn, key []byte, timeout time.Duration) (*tls.Conn, error) {
-	if !g.Enter() {
-		c.Close()
-		return nil, ErrBusy
-	}
+	release := g.Admit(c)
 	tc, err := Server(c, key, time.Now().Add(timeout))
-	g.Leave()
+	release()
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	return tc, nil
+}
+
+// Refusals rate-limits the log lines of refused connections: at most one
+// line per source address per interval, a later one saying how many were
+// left out, so that junk connections cannot flood a log. Its methods may
+// be called from any goroutine.
+type Refusals struct {
+	mu       sync.Mutex
+	interval time.Duration
+	bySource map[string]*refusalState
+}
+
+type refusalState struct {
+	last    time.Time // when the last line was logged
+	skipped int       // refusals since, not logged
+}
+
+// maxRefusalSources bounds the sources Refusals remembers; past it, those
+// quiet for an interval are forgotten.
+const maxRefusalSources = 1024
+
+// NewRefusals returns a limiter of one line per source per interval.
+func NewRefusals(interval time.Duration) *Refusals {
+	return &Refusals{interval: interval, bySource: make(map[string]*refusalState)}
+}
+
+// Note counts a refusal of a connection from addr (its host is the source)
+// at now, and reports whether to log it and how many refusals from that
+// source were left out before it.
+func (r *Refusals) Note(addr net.Addr, now time.Time) (log bool, skipped int) {
+	src := ""
+	if addr != nil {
+		src = addr.String()
+		if h, _, err := net.SplitHostPort(src); err == nil {
+			src = h
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.bySource[src]
+	if st == nil {
+		if len(r.bySource) >= maxRefusalSources {
+			for k, v := range r.bySource {
+				if now.Sub(v.last) >= r.interval {
+					delete(r.bySource, k)
+				}
+			}
+		}
+		st = &refusalState{}
+		r.bySource[src] = st
+	} else if now.Sub(st.last) < r.interval {
+		st.skipped++
+		return false, 0
+	}
+	skipped, st.skipped, st.last = st.skipped, 0, now
+	return true, skipped
+}
+
+// Suffix is what a logged refusal line ends with when skipped were left
+// out before it ("" for none).
+func Suffix(skipped int) string {
+	if skipped == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %d more refused from there, not logged)", skipped)
 }
 
 // GenSecret returns a new secret: KeySize bytes from crypto/rand as

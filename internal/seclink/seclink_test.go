@@ -481,86 +481,117 @@ func TestShortKeyRefused(t *testing.T) {
 	}
 }
 
-func TestGateRefusesBeyondMaxThenFrees(t *testing.T) {
+// A full gate cuts off its oldest handshake: two peers that connect and
+// never send a byte hold both slots; a real client then gets through at
+// once, the oldest silent one's handshake fails at once (not at its
+// deadline), and the other still waits.
+func TestGateCutsOffTheOldest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 10 * time.Second
 		g := NewGate(2)
-		// Two peers connect and never send a byte.
-		slow := make(chan error, 2)
+		var ends []chan error
 		var silent []net.Conn
 		for range 2 {
 			peer, c := net.Pipe()
 			silent = append(silent, peer)
+			end := make(chan error, 1)
+			ends = append(ends, end)
 			go func() {
 				_, err := g.Serve(c, testKey, timeout)
-				slow <- err
+				end <- err
 			}()
+			synctest.Wait() // in order: the first is the oldest
 		}
-		synctest.Wait() // both are reading, holding the two slots
-
-		peer, c := net.Pipe()
-		start := time.Now()
-		if tc, err := g.Serve(c, testKey, timeout); tc != nil || !errors.Is(err, ErrBusy) {
-			t.Fatalf("third connection: %v, %v; want ErrBusy", tc, err)
-		}
-		if time.Since(start) != 0 {
-			t.Fatal("the refusal waited")
-		}
-		if _, err := peer.Read(make([]byte, 1)); err != io.EOF {
-			t.Fatalf("refused connection not closed: read gives %v", err)
-		}
-		if g.Enter() {
-			t.Fatal("Enter succeeded on a full gate")
-		}
-
-		time.Sleep(timeout)
-		for range 2 {
-			if err := <-slow; !errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("slow handshake ended with %v, want its deadline", err)
-			}
-		}
-		for _, p := range silent {
-			if _, err := p.Read(make([]byte, 1)); err != io.EOF {
-				t.Fatalf("timed-out connection not closed: read gives %v", err)
-			}
-		}
-
-		// The slots are free again: a real client gets through.
 		cc, sc := net.Pipe()
 		cres := make(chan result, 1)
 		go func() {
 			tc, err := Client(cc, testKey, time.Now().Add(timeout))
 			cres <- result{tc, err}
 		}()
-		_, err := g.Serve(sc, testKey, timeout)
-		if err != nil {
-			t.Fatalf("after the deadline: %v", err)
+		start := time.Now()
+		if _, err := g.Serve(sc, testKey, timeout); err != nil {
+			t.Fatalf("a real client behind two silent ones: %v", err)
 		}
-		c2 := <-cres
-		if c2.err != nil {
-			t.Fatal(c2.err)
+		if c := <-cres; c.err != nil {
+			t.Fatal(c.err)
+		}
+		if time.Since(start) != 0 {
+			t.Fatal("the real client waited")
+		}
+		synctest.Wait()
+		select {
+		case err := <-ends[0]:
+			if err == nil {
+				t.Fatal("the oldest silent handshake succeeded")
+			}
+		default:
+			t.Fatal("the oldest silent handshake was not cut off")
+		}
+		select {
+		case err := <-ends[1]:
+			t.Fatalf("the younger silent handshake ended: %v", err)
+		default:
+		}
+		if g.Evicted() != 1 {
+			t.Errorf("evicted %d, want 1", g.Evicted())
+		}
+		time.Sleep(timeout)
+		if err := <-ends[1]; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the other silent handshake ended with %v, want its deadline", err)
 		}
 		cc.Close()
 		sc.Close()
+		for _, p := range silent {
+			p.Close()
+		}
 	})
 }
 
-func TestGateEnterLeave(t *testing.T) {
+// A released slot is free again: a gate of 1 holds one handshake, and
+// admits the next without cutting anyone off once it is released.
+func TestGateRelease(t *testing.T) {
 	g := NewGate(0) // means 1
-	if !g.Enter() || g.Enter() {
-		t.Fatal("gate of 1 does not admit exactly one")
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	release := g.Admit(a)
+	release()
+	g.Admit(b)()
+	if g.Evicted() != 0 {
+		t.Fatalf("evicted %d after releases", g.Evicted())
 	}
-	g.Leave()
-	if !g.Enter() {
-		t.Fatal("slot not given back")
-	}
-	g.Leave()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Leave without Enter did not panic")
+}
+
+// Refusals logs one line per source per interval and then says how many it
+// left out; sources are apart.
+func TestRefusals(t *testing.T) {
+	r := NewRefusals(time.Second)
+	now := time.Unix(1000, 0)
+	a := &net.TCPAddr{IP: net.IPv4(198, 18, 0, 1), Port: 1}
+	a2 := &net.TCPAddr{IP: net.IPv4(198, 18, 0, 1), Port: 2}
+	b := &net.TCPAddr{IP: net.IPv4(198, 18, 0, 2), Port: 1}
+	logged := 0
+	for i := range 100 {
+		src := a
+		if i%2 == 1 {
+			src = a2 // the same host, another port
 		}
-	}()
-	g.Leave()
+		if ok, _ := r.Note(src, now.Add(time.Duration(i)*time.Millisecond)); ok {
+			logged++
+		}
+	}
+	if logged != 1 {
+		t.Errorf("100 refusals from one host within 0.1 s: %d lines, want 1", logged)
+	}
+	if ok, _ := r.Note(b, now); !ok {
+		t.Error("another host's first refusal was not logged")
+	}
+	if ok, skipped := r.Note(a, now.Add(time.Second)); !ok || skipped != 99 {
+		t.Errorf("a second later: log %v, %d left out; want true, 99", ok, skipped)
+	}
+	if Suffix(0) != "" || !strings.Contains(Suffix(99), "99 more") {
+		t.Errorf("Suffix: %q, %q", Suffix(0), Suffix(99))
+	}
 }
 
 func TestGenSecretParses(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -340,5 +341,74 @@ func TestSealedRelay(t *testing.T) {
 		case c.seal == SealAll && c.tamper && (landed || altered || flushErr == nil):
 			t.Errorf("sealed, altered: flush %v, memory %q: want the connection down and the memory untouched", flushErr, mem[64:64+len(pattern)])
 		}
+	}
+}
+
+// Junk on the ranks' listeners: 64 connections that stay silent and 1,000
+// that send garbage, opened while the ranks connect, neither keep the
+// ranks apart (a silent handshake is cut off by a new one once the gate is
+// full) nor flood the log (one line per source a second); the data path
+// works afterwards.
+func TestListenerJunk(t *testing.T) {
+	var logs logSink
+	const n = 3
+	ts := make([]*Transport, n)
+	addrs := make([]string, n)
+	for r := range ts {
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: -1, Logger: logs.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[r], addrs[r] = tr, tr.Addr()
+		defer tr.Close()
+	}
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for _, a := range addrs {
+		for range 64 / n {
+			c, err := net.Dial("tcp", a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idle = append(idle, c)
+		}
+	}
+	junk := make(chan struct{})
+	go func() {
+		defer close(junk)
+		for i := range 1000 {
+			c, err := net.Dial("tcp", addrs[i%n])
+			if err != nil {
+				continue
+			}
+			c.Write(bytes.Repeat([]byte{byte(i)}, 64))
+			c.Close()
+		}
+	}()
+	ctx := testCtx(t)
+	errc := make(chan error, n)
+	for _, tr := range ts {
+		go func() { errc <- tr.Connect(ctx, addrs) }()
+	}
+	for range ts {
+		if err := <-errc; err != nil {
+			t.Fatalf("connect under junk: %v", err)
+		}
+	}
+	<-junk
+	mem := words(64)
+	key, _ := ts[2].Register(mem)
+	if _, err := ts[0].Write(2, key, 8, []byte("after the junk")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx, 2); err != nil || string(mem[8:22]) != "after the junk" {
+		t.Fatalf("write after the junk: %v, memory %q", err, mem[8:22])
+	}
+	if lines := strings.Count(logs.String(), "refused connection"); lines > 3*n {
+		t.Errorf("%d log lines of refused connections for 1,000 junk ones:\n%s", lines, logs.String())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -105,6 +106,12 @@ type Transport struct {
 
 	peers []*peer // indexed by rank; peers[cfg.Rank] is the loopback peer
 
+	// Connections not authenticated yet: at most Size+64 handshakes at
+	// once, the oldest cut off by a new one (a rank's own handshake takes
+	// a round trip), and one log line per source a second.
+	gate     *seclink.Gate
+	refusals *seclink.Refusals
+
 	recv    atomic.Pointer[receiverBox]
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
@@ -143,7 +150,7 @@ func Listen(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
-	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{}), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
+	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{}), gate: seclink.NewGate(cfg.Size + 64), refusals: seclink.NewRefusals(time.Second), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
 	t.peers = make([]*peer, cfg.Size)
 	for r := range t.peers {
 		t.peers[r] = newPeer(t, ftrma.Rank(r))
@@ -302,15 +309,17 @@ func (t *Transport) acceptLoop() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			release := t.gate.Admit(conn)
 			from, k, err := acceptHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), t.cfg.Size, t.sealFor(conn.RemoteAddr()), t.mayAccept)
+			release()
 			if err == nil {
 				err = t.peers[from].attach(conn.(*net.TCPConn), k)
 			}
 			if err != nil {
 				if errors.Is(err, errNotAdmitted) {
 					t.log.Debug(fmt.Sprintf("tcp: refused connection from %s for now: %v", conn.RemoteAddr(), err))
-				} else {
-					t.log.Warn(fmt.Sprintf("tcp: refused connection from %s: %v", conn.RemoteAddr(), err))
+				} else if ok, skipped := t.refusals.Note(conn.RemoteAddr(), time.Now()); ok {
+					t.log.Warn(fmt.Sprintf("tcp: refused connection from %s: %v%s", conn.RemoteAddr(), err, seclink.Suffix(skipped)))
 				}
 				conn.Close()
 			}
