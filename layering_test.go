@@ -17,7 +17,7 @@ import (
 var allowed = map[string][]string{
 	"":                        {},
 	"transport":               {""},
-	"transport/tcp":           {"", "transport"},
+	"transport/tcp":           {"", "transport", "internal/seclink"},
 	"transport/multi":         {"", "transport"},
 	"transport/transporttest": {"", "transport"},
 	"transport/memnet":        {"", "transport"},
