@@ -228,8 +228,10 @@ func TestIntruderRefused(t *testing.T) {
 	if !intruded {
 		t.Fatalf("rank 0 never published its address:\n%s", all)
 	}
-	if n := strings.Count(all, "refused connection"); n < 2 {
-		t.Fatalf("want 2 refused connections logged, got %d:\n%s", n, all)
+	// Both are refused; the second, from the same source within a
+	// second, is left out of the log (one line per source a second).
+	if n := strings.Count(all, "refused connection"); n < 1 {
+		t.Fatalf("want the refused connections logged, got %d lines:\n%s", n, all)
 	}
 	if !strings.Contains(all, "[0] intruder test verified") {
 		t.Fatalf("job did not verify its data:\n%s", all)

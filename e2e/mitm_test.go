@@ -201,7 +201,9 @@ func TestAgentLinkAgainstRelay(t *testing.T) {
 		io.Copy(io.Discard, c)
 		c.Close()
 	}
-	if !waitUntil(5*time.Second, func() bool { return strings.Count(agentLog.String(), "refused connection") >= 2 }) {
+	// Refusals from one source are logged once a second, the next line
+	// counting those left out.
+	if !waitUntil(5*time.Second, func() bool { return strings.Count(agentLog.String(), "refused connection") >= 1 }) {
 		t.Errorf("the agent does not report the refused connections:\n%s", agentLog)
 	}
 	// And it still serves the real launcher.

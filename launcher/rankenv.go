@@ -103,13 +103,15 @@ func (j *Job) spareEnv() []string {
 	})
 }
 
-// sealOf is the ranks' FTRMA_SEAL: none with --data-plain, else what
-// ftrun's own environment says (read through getenv), "" for the default.
+// sealOf is the ranks' FTRMA_SEAL: what ftrun's own environment says
+// (read through getenv), else remote with --data-seal, "" for the default
+// (none).
 func sealOf(o *Options, getenv func(string) string) (string, error) {
-	if o.DataPlain {
-		return jobwire.SealNone, nil
+	v := getenv(jobwire.EnvSeal)
+	if v == "" && o.DataSeal {
+		v = jobwire.SealRemote
 	}
-	switch v := getenv(jobwire.EnvSeal); v {
+	switch v {
 	case "", jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone:
 		return v, nil
 	default:
