@@ -14,6 +14,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport/tcp"
 )
 
 // setJobEnv sets (or, for "-", unsets) the job variables for one test.
@@ -21,7 +22,7 @@ func setJobEnv(t *testing.T, vars map[string]string) {
 	t.Helper()
 	for _, name := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob, jobwire.EnvLocalSize,
 		jobwire.EnvSpin, jobwire.EnvHBPeriod, jobwire.EnvHBTimeout, jobwire.EnvTransport, jobwire.EnvVerbsDevice, jobwire.EnvVerbsGID, jobwire.EnvHostAddr, jobwire.EnvLocalRanks,
-		jobwire.EnvSpares, jobwire.EnvSpawn, jobwire.EnvSparesLost} {
+		jobwire.EnvSpares, jobwire.EnvSpawn, jobwire.EnvSparesLost, jobwire.EnvSeal} {
 		t.Setenv(name, "") // restored after the test
 		if v, ok := vars[name]; ok && v != "-" {
 			os.Setenv(name, v)
@@ -51,7 +52,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1, lease: jobwire.LeaseTerm}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1, lease: jobwire.LeaseTerm, seal: tcp.SealNone}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("readEnv() = %+v, want %+v", e, want)
 	}
@@ -195,3 +196,22 @@ type nopReceiver struct{}
 
 func (nopReceiver) HandleMessage(ftrma.Rank, []byte) {}
 func (nopReceiver) HandlePeerDown(ftrma.Rank, error) {}
+
+// FTRMA_SEAL: unset is plain (for now), the three values map to the TCP
+// transport's modes, anything else is refused.
+func TestReadEnvSeal(t *testing.T) {
+	for v, want := range map[string]tcp.SealMode{"-": tcp.SealNone, jobwire.SealNone: tcp.SealNone, jobwire.SealRemote: tcp.SealRemote, jobwire.SealAll: tcp.SealAll} {
+		env := goodEnv()
+		env[jobwire.EnvSeal] = v
+		setJobEnv(t, env)
+		if e, err := readEnv(); err != nil || e.seal != want {
+			t.Errorf("%s=%q: seal %v, %v; want %v", jobwire.EnvSeal, v, e.seal, err, want)
+		}
+	}
+	env := goodEnv()
+	env[jobwire.EnvSeal] = "yes"
+	setJobEnv(t, env)
+	if _, err := readEnv(); err == nil {
+		t.Errorf("%s=yes accepted", jobwire.EnvSeal)
+	}
+}
