@@ -74,11 +74,11 @@ func (s *sniffer) bytes() []byte {
 	return bytes.Clone(s.seen.Bytes())
 }
 
-// The ranks' data between hosts sealed (ftrun --data-seal, said at start):
-// rank 0 on h1 puts a pattern into rank 1's window on h2 two hundred times
-// over TCP, while a capture on h2's link records every frame. Sealed, the
-// pattern never shows on the wire and it lands; plain (for now ftrun's
-// default) the capture reads it, so the capture can tell.
+// The ranks' data between hosts is sealed by default: rank 0 on h1 puts a
+// pattern into rank 1's window on h2 two hundred times over TCP, while a
+// capture on h2's link records every frame. Sealed (ftrun's default), the
+// pattern never shows on the wire and it lands; with --data-plain (which
+// ftrun says at start) the capture reads it, so the capture can tell.
 func TestClusterDataSealed(t *testing.T) {
 	dir := needCluster(t)
 	bin := bins(t)
@@ -86,8 +86,8 @@ func TestClusterDataSealed(t *testing.T) {
 	const pattern = "rank data a tap on the wire must never read, 8x"
 	for _, plain := range []bool{false, true} {
 		args := []string{"--hostfile", hf, "--transport", "tcp", "--tag-output"}
-		if !plain {
-			args = append(args, "--data-seal")
+		if plain {
+			args = append(args, "--data-plain")
 		}
 		args = append(args, filepath.Join(bin, "testprog"), "secretput", pattern)
 		sn := startSniffer(t, "ftc-h2")
@@ -96,16 +96,16 @@ func TestClusterDataSealed(t *testing.T) {
 		sn.stop()
 		wire := sn.bytes()
 		shows := bytes.Contains(wire, []byte(pattern))
-		said := regexp.MustCompile(`(?m)^ftrun: --data-seal: the ranks' TCP connections are sealed`).MatchString(out)
+		said := regexp.MustCompile(`(?m)^ftrun: --data-plain: the ranks' TCP data between hosts crosses the network in clear`).MatchString(out)
 		switch {
 		case code != 0 || !strings.Contains(out, "[1] secretput verified\n"):
 			t.Fatalf("plain %v: exit %d:\n%s", plain, code, out)
 		case len(wire) < 10000:
 			t.Fatalf("plain %v: the capture on h2's link saw %d bytes: it did not watch the job", plain, len(wire))
-		case !plain && (shows || !said):
-			t.Errorf("--data-seal: the capture read the pattern %v; ftrun said sealed %v:\n%s", shows, said, out)
-		case plain && (!shows || said):
-			t.Errorf("plain: the capture read the pattern %v, ftrun said sealed %v: the test cannot tell:\n%s", shows, said, out)
+		case !plain && (shows || said):
+			t.Errorf("sealed: the capture read the pattern %v; ftrun said plain %v:\n%s", shows, said, out)
+		case plain && (!shows || !said):
+			t.Errorf("--data-plain: the capture read the pattern %v, ftrun said so %v: the test cannot tell:\n%s", shows, said, out)
 		}
 		t.Logf("plain %v: %d bytes captured on h2's link, the pattern on the wire %v, job %v", plain, len(wire), shows, took.Round(time.Millisecond))
 	}

@@ -116,14 +116,13 @@ type Options struct {
 	// (internal/arbiter, arbiterjob.go), and the job and its data survive
 	// the loss of ftrun or of its host.
 	NoArbiter bool
-	// DataSeal (ftrun --data-seal) seals the ranks' TCP connections
-	// between hosts: every frame encrypted and authenticated, record by
-	// record (transport/tcp). Not yet the default: without it the frames
-	// cross the network in clear, authenticated only when the connection
-	// is made. FTRMA_SEAL in ftrun's environment may also say (remote, as
-	// --data-seal; all, loopback too, to measure the cost on one host;
-	// none).
-	DataSeal bool
+	// DataPlain (ftrun --data-plain) leaves the ranks' TCP connections
+	// between hosts unsealed: their frames cross the network in clear,
+	// authenticated only when the connection is made. By default they are
+	// sealed (encrypted and authenticated, record by record: transport/tcp),
+	// as FTRMA_SEAL in ftrun's environment may also say (remote, the
+	// default; all, loopback too, to measure the cost on one host; none).
+	DataPlain bool
 	// Arbiter (ftrun --arbiter) asks for the replicated arbiter, the
 	// default over several hosts; on one host, where ftrun alone decides,
 	// ftrun says that no arbiter runs.
@@ -513,11 +512,11 @@ Flags (-flag and --flag are the same; flags stop at prog):
   --no-arbiter            over several hosts, ftrun alone is the job's
                           authority (as before the arbiter): the job ends
                           with ftrun
-  --data-seal             seal the ranks' TCP connections between hosts:
-                          every frame encrypted and authenticated (said at
-                          start). Not yet the default: without it their data
-                          crosses the network in clear, authenticated only
-                          when they connect
+  --data-plain            the ranks' TCP connections between hosts carry
+                          their data in clear (authenticated when they
+                          connect only): by default every frame is
+                          encrypted and authenticated. For trusted fabrics,
+                          after measuring the cost (said at start)
   --hosts H[:N],...       spread the ranks over hosts in contiguous blocks, in
                           order: H is "local" (this host; ftrun starts these
                           ranks itself) or HOST[:PORT], the ftrun agent there
@@ -664,7 +663,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
 	fs.BoolVar(&o.Arbiter, "arbiter", false, "run the replicated arbiter (the default over several hosts)")
 	fs.BoolVar(&o.NoArbiter, "no-arbiter", false, "ftrun alone is the job's authority")
-	fs.BoolVar(&o.DataSeal, "data-seal", false, "seal the ranks' TCP data between hosts")
+	fs.BoolVar(&o.DataPlain, "data-plain", false, "the ranks' TCP data between hosts in clear")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")

@@ -332,12 +332,12 @@ func Start(opts *Options) (*Job, error) {
 		j.abandon()
 		return nil, err
 	}
-	if seal, _ := sealOf(opts, os.Getenv); seal == jobwire.SealRemote || seal == jobwire.SealAll {
-		how := "--data-seal"
-		if os.Getenv(jobwire.EnvSeal) != "" {
+	if seal, _ := sealOf(opts, os.Getenv); seal == jobwire.SealNone {
+		how := "--data-plain"
+		if !opts.DataPlain {
 			how = jobwire.EnvSeal + "=" + seal
 		}
-		j.out.reportf("%s: the ranks' TCP connections are sealed (every frame encrypted and authenticated)", how)
+		j.out.reportf("%s: the ranks' TCP data between hosts crosses the network in clear, authenticated only when each connection is made", how)
 	}
 	switch {
 	case opts.arbitrated:

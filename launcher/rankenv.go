@@ -103,13 +103,13 @@ func (j *Job) spareEnv() []string {
 	})
 }
 
-// sealOf is the ranks' FTRMA_SEAL: what ftrun's own environment says
-// (read through getenv), else remote with --data-seal, "" for the default
-// (none).
+// sealOf is the ranks' FTRMA_SEAL: none with --data-plain, else what
+// ftrun's own environment says (read through getenv), "" for the default
+// (remote).
 func sealOf(o *Options, getenv func(string) string) (string, error) {
 	v := getenv(jobwire.EnvSeal)
-	if v == "" && o.DataSeal {
-		v = jobwire.SealRemote
+	if o.DataPlain {
+		v = jobwire.SealNone
 	}
 	switch v {
 	case "", jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone:

@@ -90,12 +90,11 @@ func readEnv() (jobEnv, error) {
 	}
 	e.job = os.Getenv(jobwire.EnvJob)
 	switch v := os.Getenv(jobwire.EnvSeal); v {
-	case jobwire.SealRemote:
+	case "", jobwire.SealRemote:
 		e.seal = tcp.SealRemote
 	case jobwire.SealAll:
 		e.seal = tcp.SealAll
-	case "", jobwire.SealNone:
-		// Not yet sealed by default (README, security).
+	case jobwire.SealNone:
 		e.seal = tcp.SealNone
 	default:
 		return e, fmt.Errorf("launcher: %s=%q: want %s, %s or %s", jobwire.EnvSeal, v, jobwire.SealRemote, jobwire.SealAll, jobwire.SealNone)

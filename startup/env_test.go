@@ -52,7 +52,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1, lease: jobwire.LeaseTerm, seal: tcp.SealNone}
+	want := jobEnv{rank: 2, size: 4, rendezvous: "127.0.0.1:1234", secret: testSecret(1), job: "j1", localSize: 4, transport: jobwire.TransportTCP, verbsGID: -1, lease: jobwire.LeaseTerm, seal: tcp.SealRemote}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("readEnv() = %+v, want %+v", e, want)
 	}
@@ -197,10 +197,10 @@ type nopReceiver struct{}
 func (nopReceiver) HandleMessage(ftrma.Rank, []byte) {}
 func (nopReceiver) HandlePeerDown(ftrma.Rank, error) {}
 
-// FTRMA_SEAL: unset is plain (for now), the three values map to the TCP
-// transport's modes, anything else is refused.
+// FTRMA_SEAL: unset seals the connections to other hosts, the three values
+// map to the TCP transport's modes, anything else is refused.
 func TestReadEnvSeal(t *testing.T) {
-	for v, want := range map[string]tcp.SealMode{"-": tcp.SealNone, jobwire.SealNone: tcp.SealNone, jobwire.SealRemote: tcp.SealRemote, jobwire.SealAll: tcp.SealAll} {
+	for v, want := range map[string]tcp.SealMode{"-": tcp.SealRemote, jobwire.SealNone: tcp.SealNone, jobwire.SealRemote: tcp.SealRemote, jobwire.SealAll: tcp.SealAll} {
 		env := goodEnv()
 		env[jobwire.EnvSeal] = v
 		setJobEnv(t, env)

@@ -28,7 +28,7 @@ const (
 	EnvSparesLost  = "FTRMA_SPARES_LOST"     // a spare started later: the earlier spares that ended before they joined (absent at every rank for good), comma-separated; empty when unset
 	EnvSupervisor  = "FTRMA_SUPERVISOR"      // ftrun --arbiter, on an agent's host: host:port of the agent's lease endpoint (supervisor.go); the lease comes from ftrun when unset
 	EnvHostVerdict = "FTRMA_HOST_VERDICT"    // ftrun --arbiter over several hosts: the replicated arbiter's verdict bound on a silent host (arbiter.VerdictBound, a duration); unset without it
-	EnvSeal        = "FTRMA_SEAL"            // which TCP connections between ranks are sealed (encrypted and authenticated): SealRemote (ftrun --data-seal), SealAll, or SealNone (the default when unset, for now)
+	EnvSeal        = "FTRMA_SEAL"            // which TCP connections between ranks are sealed (encrypted and authenticated): SealRemote (the default when unset), SealAll or SealNone (ftrun --data-plain)
 )
 
 // The values of EnvSeal.

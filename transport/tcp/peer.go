@@ -605,7 +605,26 @@ var (
 // pollLocked reads what the socket holds without blocking and serves every
 // complete frame. It returns the bytes read (0 when there were none). The
 // caller holds rmu.
+//
+// On a sealed connection it goes on while the opener holds whole records
+// it took from the socket: bytes taken from the socket raise no readiness
+// event any more (epoll reports an edge only if the socket is still
+// readable when it looks), so a poller that left them (a waiter that got
+// its own answer and stopped) would strand them, and with them the peer's
+// requests, until more bytes came.
 func (p *peer) pollLocked() (int, error) {
+	total := 0
+	for {
+		n, err := p.pollOnce()
+		total += n
+		if err != nil || n == 0 || p.open == nil || !p.open.buffered() {
+			return total, err
+		}
+	}
+}
+
+// pollOnce is one read of pollLocked and the serving of what it brought.
+func (p *peer) pollOnce() (int, error) {
 	if p.rclosed {
 		return 0, errClosedRead
 	}

@@ -64,8 +64,7 @@ const (
 	// SealAll seals every connection.
 	SealAll
 	// SealNone seals none: frames cross the network in clear, with only
-	// the handshake's proof of the job secret (a job's default for now:
-	// ftrun --data-seal asks for SealRemote).
+	// the handshake's proof of the job secret (ftrun --data-plain).
 	SealNone
 )
 
