@@ -412,3 +412,65 @@ func TestListenerJunk(t *testing.T) {
 		t.Errorf("%d log lines of refused connections for 1,000 junk ones:\n%s", lines, logs.String())
 	}
 }
+
+// One poll drains what the opener took from the socket: two records that
+// arrive in one piece (two control messages) are both served by the one
+// poll that read them. A poller that stopped after the first (a waiter
+// that got its own answer) stranded the second: the socket was empty, so
+// no readiness event would wake the progress goroutine for it (the stall
+// the store's workload between namespace hosts met, found by CI).
+func TestSealedPollDrainsTheOpener(t *testing.T) {
+	tr, err := Listen(Config{Rank: 0, Size: 2, Secret: secret, Spin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	rec := newRecorder()
+	tr.SetReceiver(rec)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	far, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	near, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer near.Close()
+	// Rank 1's peer, with the connection's state set as attach would,
+	// but no goroutine of its own: the test is the only poller.
+	key := bytes.Repeat([]byte{9}, keyLen)
+	rk, _ := newRecordKey(key)
+	sk, _ := newRecordKey(key)
+	p := tr.peers[1]
+	rc, _ := near.(*net.TCPConn).SyscallConn()
+	rc.Control(func(fd uintptr) { p.fd = int(fd) })
+	p.conn, p.rc, p.open, p.rbuf = near.(*net.TCPConn), rc, newOpener(rk), make([]byte, 256<<10)
+	s := &sealer{k: sk}
+	wire := s.seal(nil, appendMsg(nil, []byte("first")))
+	wire = s.seal(wire, appendMsg(nil, []byte("second")))
+	if _, err := far.Write(wire); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p.rmu.Lock()
+		n, err := p.pollLocked()
+		p.rmu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.msgs) != 2 {
+		t.Fatalf("the poll that read both records served %q", rec.msgs)
+	}
+}
