@@ -421,7 +421,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 	// of one machine share /dev/shm): removing them would make their peers'
 	// accesses fail (ftrma.ErrUnknownRegion). ftrun removes what is left
 	// when the job ends.
-	if err := shm.RemoveRanks(shm.DefaultDir, spec.job, j.rankList()); err != nil {
+	if err := shm.RemoveRanks("", spec.job, j.rankList()); err != nil {
 		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
 	}
 	release()
@@ -706,7 +706,7 @@ func (j *agentJob) wait(p *agentProc) {
 	close(p.reaped)
 	// The process is gone: the ranks of this host learn it from its shared
 	// memory at once, before the exit notice makes its way through ftrun.
-	if err := shm.MarkExited(shm.DefaultDir, j.spec.job, p.rank, j.rankList()); err != nil {
+	if err := shm.MarkExited("", j.spec.job, p.rank, j.rankList()); err != nil {
 		j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
 	}
 	m := exitedMsg{rank: p.rank, code: -1}

@@ -76,8 +76,9 @@
 // host). At the end ftrun logs one summary line beside its own verdicts.
 // The set-up rides the agent links before the launch (arbiterwire.go).
 //
-// Shared memory left by a killed ftrun or agent: each records itself in an
-// owner file in /dev/shm before its ranks start, and every ftrun sweeps the
+// Shared memory left by a killed ftrun or agent: each makes the job's
+// private directory in /dev/shm and records itself there in a locked owner
+// file before its ranks start, and every ftrun sweeps the
 // stale jobs of its user when it starts (--cleanup: on demand, printing what
 // it removed); see shmsweep.go for when a job counts as stale.
 //

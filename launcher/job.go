@@ -51,7 +51,7 @@ type Job struct {
 	blocks       []hostBlock    // where the ranks run
 	local        []ftrma.Rank   // the ranks ftrun runs itself, on this host; guarded by mu, grows (copied) as spares start
 	tm           hostTiming     // the host layer's timing
-	releaseShm   func()         // removes the job's owner file in /dev/shm (claimShm), or nil; Start's goroutine, then finish's
+	releaseShm   func()         // removes the job's owner file in its /dev/shm directory (claimShm), or nil; Start's goroutine, then finish's
 	wg           sync.WaitGroup // one per started rank, done when its exit is recorded
 	done         chan struct{}  // closed when every rank exited; result is then set
 
@@ -417,7 +417,7 @@ func (j *Job) abandon() {
 func (j *Job) removeShm() {
 	switch j.opts.Transport {
 	case TransportSHM:
-		if err := shm.RemoveJob(shm.DefaultDir, j.id); err != nil {
+		if err := shm.RemoveJob("", j.id); err != nil {
 			j.out.reportf("removing the job's shared memory: %v", err)
 		}
 	case TransportHybrid:
@@ -428,7 +428,7 @@ func (j *Job) removeShm() {
 		j.mu.Lock()
 		local := slices.Clone(j.local)
 		j.mu.Unlock()
-		if err := shm.RemoveRanks(shm.DefaultDir, j.id, local); err != nil {
+		if err := shm.RemoveRanks("", j.id, local); err != nil {
 			j.out.reportf("removing the job's shared memory: %v", err)
 		}
 	}
@@ -669,7 +669,7 @@ func (j *Job) waitRank(p *rankProc) {
 		j.mu.Lock()
 		wake := j.local
 		j.mu.Unlock()
-		if err := shm.MarkExited(shm.DefaultDir, j.id, p.rank, wake); err != nil {
+		if err := shm.MarkExited("", j.id, p.rank, wake); err != nil {
 			j.out.reportf("%v", err)
 		}
 		if ps := p.cmd.ProcessState; ps == nil {

@@ -20,64 +20,96 @@ import (
 // ftrun (or agent) killed by SIGKILL removes nothing, and its job's files
 // stay in /dev/shm until reboot (a 4-rank job: 32 files, 28 MB of RAM).
 //
-// So the process that runs a job's ranks on a host records itself in an
-// owner file beside the job's segments, before any rank starts:
+// A job's files are in its private directory, shm.JobDir = /dev/shm/ftrma-<job>
+// (mode 0700; see transport/shm, "A private place"). The process that runs
+// a job's ranks on a host (ftrun, or an agent) makes that directory, before
+// any rank starts, and records itself in an owner file in it:
 //
-//	ftrma-<job>-owner-<pid>   "<pid> <start>\n", mode 0600, made with O_EXCL
+//	ftrma-<job>/owner-<pid>   "<pid> <start>\n", mode 0600, made with O_EXCL
 //
 // where start is the process's start time (field 22 of /proc/<pid>/stat;
 // "-" where there is no /proc), which tells a pid reused by another process
-// from the owner. The owner removes the file last, after the job's segments.
+// from the owner. The owner holds an exclusive open-file-description lock
+// (F_OFD_SETLK) on its file from before it writes it until it removes it,
+// last, after the job's segments; the kernel drops the lock when the owner
+// dies. Several owners share a directory where hosts share /dev/shm
+// (network namespaces of one machine).
 //
-// A job is stale, and sweepShm removes its files, when all of these hold:
-//   - it has at least one owner file, and every owner file belongs to this
-//     user (a job of another user is never touched);
-//   - no owner is alive: its pid is gone, or now runs a process that started
-//     at another time;
+// A job is stale, and sweepShm removes its directory, only when it can
+// prove every process of the job gone, in whatever PID namespace it runs
+// (containers of one pod share /dev/shm but not pids):
+//   - the directory and every file in it belong to this user (a job of
+//     another user is never touched), and it has at least one owner file;
+//   - no owner file's lock is held, and no owner file is being written
+//     (empty or unreadable: proof of nothing);
+//   - no owner's pid runs here with the recorded start time (a second
+//     check, where pids can be seen);
+//   - no rank holds its control segment open (shm.OpenRanks: each open
+//     rank holds a lock on it);
 //   - no process of this user still has FTRMA_JOB=<job> in its environment
 //     (a rank, or a rank's child, that outlived its owner; where /proc can
 //     be read).
 //
-// Only the job's files that belong to this user are removed. A job without
-// an owner file (one started otherwise, or by an older ftrun) is left alone.
+// A directory without an owner file (a job whose ranks were started
+// otherwise, or an owner that died between making the directory and its
+// file) is left alone.
 
-// ownerTag is the part of an owner file's name after the job id.
-const ownerTag = "-owner-"
+// ownerPrefix starts an owner file's name, before the pid.
+const ownerPrefix = "owner-"
 
-// shmDir is the directory swept and the one owner files go to (a variable
-// for tests; shm.DefaultDir, where the ranks put their segments).
+// shmDir is the directory swept, where the job directories are (a variable
+// for tests; shm.DefaultDir, where the ranks put them).
 var shmDir = shm.DefaultDir
 
 // procDir is where process information is read (a variable for tests).
 var procDir = "/proc"
 
-// ownerName is the owner file of job for process pid.
-func ownerName(job string, pid int) string {
-	return "ftrma-" + job + ownerTag + strconv.Itoa(pid)
+// ownerPath is the owner file of job for process pid.
+func ownerPath(job string, pid int) string {
+	return filepath.Join(shm.JobDir(shmDir, job), ownerPrefix+strconv.Itoa(pid))
 }
 
-// claimShm writes this process's owner file for job in shmDir and returns a
-// function that removes it. job must be a hex job id. It fails if the file
-// exists already (O_EXCL).
+// claimShm makes job's directory (shm.PrepareDir) if it is missing, writes
+// this process's owner file there, locked, and returns a function that
+// removes it, and the directory if that leaves it empty. job must be a hex
+// job id. It fails if the file exists already (O_EXCL) or the directory is
+// not this user's private place.
 func claimShm(job string) (release func(), err error) {
 	if !isHexJob(job) {
 		return nil, fmt.Errorf("shared memory owner: job id %q is not hex", job)
 	}
 	pid := os.Getpid()
-	name := filepath.Join(shmDir, ownerName(job, pid))
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	dir, name := shm.JobDir(shmDir, job), ownerPath(job, pid)
+	var f *os.File
+	for try := 0; ; try++ {
+		if err := shm.PrepareDir(dir); err != nil {
+			return nil, fmt.Errorf("shared memory owner: %w", err)
+		}
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		// Another owner of the job on this machine (a host that is a
+		// network namespace) may have removed the directory as its part
+		// of the job ended, between the two calls: make it again.
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || try == 2 {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shared memory owner: %w", err)
 	}
-	_, werr := fmt.Fprintf(f, "%d %s\n", pid, procStart(pid))
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
+	err = lockOwner(f)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "%d %s\n", pid, procStart(pid))
 	}
-	if werr != nil {
+	if err != nil {
 		os.Remove(name)
-		return nil, fmt.Errorf("shared memory owner: %w", werr)
+		f.Close()
+		return nil, fmt.Errorf("shared memory owner: %s: %w", name, err)
 	}
-	return func() { os.Remove(name) }, nil
+	return func() {
+		os.Remove(name)
+		f.Close()
+		os.Remove(dir) // only if empty: other owners, or the ranks' files, keep it
+	}, nil
 }
 
 // isHexJob reports whether job is a job id as ftrun makes them: lower-case
@@ -160,79 +192,91 @@ func sweepShm() ([]sweptJob, error) {
 		return nil, fmt.Errorf("sweeping %s: %w", shmDir, err)
 	}
 	uid := os.Getuid()
-	type jobState struct {
-		owners  []int
-		foreign bool // an owner file of another user, or unreadable
-		alive   bool
+	type staleJob struct {
+		job    string
+		owners []int
+		files  []fs.DirEntry
 	}
-	jobs := map[string]*jobState{}
-	var order []string
+	var stale []staleJob
 	for _, e := range ents {
-		job, pidText, ok := strings.Cut(strings.TrimPrefix(e.Name(), "ftrma-"), ownerTag)
-		if !ok || !strings.HasPrefix(e.Name(), "ftrma-") || !isHexJob(job) {
+		job, ok := strings.CutPrefix(e.Name(), "ftrma-")
+		if !ok || !isHexJob(job) || !e.IsDir() {
+			continue // e.IsDir is false for a symbolic link
+		}
+		dir := filepath.Join(shmDir, e.Name())
+		if fileUID(dir) != uid {
 			continue
 		}
-		st := jobs[job]
-		if st == nil {
-			st = &jobState{}
-			jobs[job] = st
-			order = append(order, job)
-		}
-		path := filepath.Join(shmDir, e.Name())
-		if fileUID(path) != uid {
-			st.foreign = true
+		files, err := os.ReadDir(dir)
+		if err != nil {
 			continue
 		}
-		pid, start, ok := readOwner(path)
-		if !ok || strconv.Itoa(pid) != pidText {
-			// Being written (claimShm has not filled it in yet) or
-			// damaged: not proof that the owner is gone.
-			st.alive = true
+		owners, dead := deadOwners(dir, files, uid)
+		if !dead {
 			continue
 		}
-		st.owners = append(st.owners, pid)
-		st.alive = st.alive || ownerAlive(pid, start)
-	}
-	var stale []string
-	for _, job := range order {
-		if st := jobs[job]; !st.foreign && !st.alive && len(st.owners) > 0 {
-			stale = append(stale, job)
+		if open, err := shm.OpenRanks(dir, job); err != nil || len(open) > 0 {
+			continue
 		}
+		stale = append(stale, staleJob{job, owners, files})
 	}
 	if len(stale) == 0 {
 		return nil, nil
 	}
 	running := jobsInEnvironments(uid)
 	var out []sweptJob
-	for _, job := range stale {
-		if running[job] {
+	for _, sj := range stale {
+		if running[sj.job] {
 			continue
 		}
-		s := sweptJob{Job: job, Owners: jobs[job].owners}
+		dir := shm.JobDir(shmDir, sj.job)
+		s := sweptJob{Job: sj.job, Owners: sj.owners}
 		var errs []error
-		var owners []string
-		for _, e := range ents {
-			name := e.Name()
-			if !strings.HasPrefix(name, "ftrma-"+job+"-") {
-				continue
-			}
-			if strings.HasPrefix(name, "ftrma-"+job+ownerTag) {
-				owners = append(owners, name) // removed last
-				continue
-			}
-			if err := removeOwn(filepath.Join(shmDir, name), uid, &s); err != nil {
-				errs = append(errs, err)
+		// The owner files last: until then, a second sweep sees a job.
+		for _, owners := range []bool{false, true} {
+			for _, e := range sj.files {
+				if strings.HasPrefix(e.Name(), ownerPrefix) != owners {
+					continue
+				}
+				if err := removeOwn(filepath.Join(dir, e.Name()), uid, &s); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
-		for _, name := range owners {
-			if err := removeOwn(filepath.Join(shmDir, name), uid, &s); err != nil {
-				errs = append(errs, err)
-			}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
 		}
 		s.Err = errors.Join(errs...)
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// deadOwners reads the owner files among files, the entries of job
+// directory dir, and reports whether they prove the job's owners all gone:
+// there is at least one, every file in dir is uid's, and no owner file is
+// locked, being written, or names a process that runs. It returns the
+// owners' pids.
+func deadOwners(dir string, files []fs.DirEntry, uid int) (pids []int, dead bool) {
+	for _, e := range files {
+		path := filepath.Join(dir, e.Name())
+		if fileUID(path) != uid {
+			return nil, false
+		}
+		pidText, ok := strings.CutPrefix(e.Name(), ownerPrefix)
+		if !ok {
+			continue
+		}
+		if held, err := ownerLocked(path); err != nil || held {
+			return nil, false
+		}
+		pid, start, ok := readOwner(path)
+		if !ok || strconv.Itoa(pid) != pidText || ownerAlive(pid, start) {
+			return nil, false
+		}
+		pids = append(pids, pid)
+	}
+	return pids, len(pids) > 0
 }
 
 // removeOwn removes path if it belongs to uid, counting it in s.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // deadPID returns the pid of a process that has ended.
@@ -25,29 +27,36 @@ func deadPID(t *testing.T) int {
 }
 
 // fakeJob writes the files a job of two ranks leaves, and an owner file
-// naming pid started at start, into dir; it returns the file names.
+// naming pid started at start, into the job's directory under dir; it
+// returns their names relative to dir, the directory's last.
 func fakeJob(t *testing.T, dir, job string, pid int, start string) []string {
 	t.Helper()
-	names := []string{
-		"ftrma-" + job + "-0-ctl", "ftrma-" + job + "-0-bell", "ftrma-" + job + "-0-seg-1",
-		"ftrma-" + job + "-1-ctl", "ftrma-" + job + "-1-seg-2",
+	jobDir := shm.JobDir(dir, job)
+	if err := os.Mkdir(jobDir, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(dir, n), make([]byte, 4096), 0o600); err != nil {
+	var names []string
+	for _, n := range []string{"0-ctl", "0-bell", "0-seg-1", "1-ctl", "1-seg-2"} {
+		name := filepath.Join(filepath.Base(jobDir), "ftrma-"+job+"-"+n)
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, 4096), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		names = append(names, name)
 	}
-	owner := ownerName(job, pid)
+	owner := filepath.Join(filepath.Base(jobDir), ownerPrefix+strconv.Itoa(pid))
 	if err := os.WriteFile(filepath.Join(dir, owner), []byte(strconv.Itoa(pid)+" "+start+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return append(names, owner)
+	return append(names, owner, filepath.Base(jobDir))
 }
 
 func present(t *testing.T, dir string, names []string) (n int) {
 	t.Helper()
 	for _, name := range names {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		if _, err := os.Lstat(name); err == nil {
 			n++
 		}
 	}
@@ -72,8 +81,10 @@ func TestSweepStaleJobs(t *testing.T) {
 	dead := fakeJob(t, dir, "0000000000d1", deadPID(t), "12345")
 	live := fakeJob(t, dir, "0000000000a1", self, procStart(self))
 	reused := fakeJob(t, dir, "0000000000e1", self, "1") // our pid, but another start
-	ownerless := []string{"ftrma-0000000000b1-0-ctl", "ftrma-0000000000b1-0-seg-1", "other-file"}
-	for _, n := range ownerless {
+	ownerless := []string{"ftrma-0000000000b1", "ftrma-0000000000b1/ftrma-0000000000b1-0-ctl", "ftrma-0000000000b1/ftrma-0000000000b1-0-seg-1"}
+	os.Mkdir(filepath.Join(dir, ownerless[0]), 0o700)
+	loose := []string{"other-file", "ftrma-0000000000b2-0-ctl"} // not in a job directory
+	for _, n := range append(ownerless[1:], loose...) {
 		os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600)
 	}
 	swept, err := sweepShm()
@@ -103,8 +114,51 @@ func TestSweepStaleJobs(t *testing.T) {
 	if n := present(t, dir, ownerless); n != len(ownerless) {
 		t.Errorf("files of no owner: %d of %d left", n, len(ownerless))
 	}
+	if n := present(t, dir, loose); n != len(loose) {
+		t.Errorf("files outside job directories: %d of %d left", n, len(loose))
+	}
 	if again, err := sweepShm(); err != nil || len(again) != 0 {
 		t.Errorf("second sweep: %v, %v", again, err)
+	}
+}
+
+// A job whose owner's pid cannot be seen (it runs in another PID
+// namespace: here, a pid that is gone) is kept while the owner holds its
+// file's lock, and so is one whose owner is gone but whose rank holds its
+// control segment open; each is swept once the lock is let go.
+func TestSweepKeepsLockedJobs(t *testing.T) {
+	dir := withShmDir(t)
+	owned := fakeJob(t, dir, "0000000000c2", deadPID(t), "3")
+	f, err := os.OpenFile(filepath.Join(dir, owned[5]), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := lockOwner(f); err != nil {
+		t.Fatal(err)
+	}
+	ranked := fakeJob(t, dir, "0000000000c3", deadPID(t), "3")
+	os.Remove(filepath.Join(dir, ranked[0])) // rank 0's control segment and bell: the transport makes them
+	os.Remove(filepath.Join(dir, ranked[1]))
+	tr, err := shm.Open(shm.Config{Rank: 0, Size: 2, Job: "0000000000c3", Dir: shm.JobDir(dir, "0000000000c3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if swept, err := sweepShm(); err != nil || len(swept) != 0 {
+		t.Fatalf("swept %v, %v: a locked owner file and an open rank prove their jobs alive", swept, err)
+	}
+	if present(t, dir, owned) != len(owned) || present(t, dir, ranked) != len(ranked) {
+		t.Fatalf("files of a live job were removed")
+	}
+	f.Close()
+	tr.Close()
+	swept, err := sweepShm()
+	if err != nil || len(swept) != 2 {
+		t.Fatalf("once the locks are gone: swept %v, %v; want both jobs", swept, err)
+	}
+	if present(t, dir, owned) != 0 || present(t, dir, ranked) != 0 {
+		t.Errorf("files left after the sweep")
 	}
 }
 
@@ -133,8 +187,9 @@ func TestSweepKeepsJobWithLiveRank(t *testing.T) {
 	}
 }
 
-// Files of another user are never removed: neither a job whose owner file
-// is another user's, nor another user's file within a stale job of ours.
+// Files of another user are never removed: neither a job whose directory
+// is another user's, nor a job of ours with another user's file in it (no
+// proof of anything: it is kept whole).
 func TestSweepKeepsOtherUsersFiles(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to give files to another user")
@@ -147,24 +202,25 @@ func TestSweepKeepsOtherUsersFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ours := fakeJob(t, dir, "0000000000f2", deadPID(t), "9")
-	foreign := "ftrma-0000000000f2-7-ctl"
+	mixed := fakeJob(t, dir, "0000000000f2", deadPID(t), "9")
+	foreign := "ftrma-0000000000f2/ftrma-0000000000f2-7-ctl"
 	os.WriteFile(filepath.Join(dir, foreign), []byte("x"), 0o600)
 	if err := os.Chown(filepath.Join(dir, foreign), other, other); err != nil {
 		t.Fatal(err)
 	}
+	ours := fakeJob(t, dir, "0000000000f3", deadPID(t), "9")
 	swept, err := sweepShm()
-	if err != nil || len(swept) != 1 || swept[0].Job != "0000000000f2" {
+	if err != nil || len(swept) != 1 || swept[0].Job != "0000000000f3" {
 		t.Fatalf("swept %v, %v; want our job only", swept, err)
 	}
 	if n := present(t, dir, theirs); n != len(theirs) {
 		t.Errorf("another user's job: %d of %d files left", n, len(theirs))
 	}
+	if n := present(t, dir, append(mixed, foreign)); n != len(mixed)+1 {
+		t.Errorf("our job with another user's file: %d of %d files left", n, len(mixed)+1)
+	}
 	if n := present(t, dir, ours); n != 0 {
 		t.Errorf("our stale job: %d files left", n)
-	}
-	if present(t, dir, []string{foreign}) != 1 {
-		t.Errorf("another user's file in our stale job was removed")
 	}
 }
 
@@ -172,19 +228,26 @@ func TestSweepKeepsOtherUsersFiles(t *testing.T) {
 // the sweep reads as a live owner.
 func TestClaimShm(t *testing.T) {
 	dir := withShmDir(t)
-	release, err := claimShm("0000000000aa")
+	job := "0000000000aa"
+	release, err := claimShm(job)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := filepath.Join(dir, ownerName("0000000000aa", os.Getpid()))
+	name := ownerPath(job, os.Getpid())
 	fi, err := os.Stat(name)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("owner file: %v, %v", fi, err)
 	}
+	if di, err := os.Lstat(shm.JobDir(dir, job)); err != nil || !di.IsDir() || di.Mode().Perm() != 0o700 {
+		t.Fatalf("job directory: %v, %v; want mode 0700", di, err)
+	}
 	if pid, start, ok := readOwner(name); !ok || pid != os.Getpid() || !ownerAlive(pid, start) {
 		t.Errorf("owner file reads as pid %d start %q ok %v", pid, start, ok)
 	}
-	if _, err := claimShm("0000000000aa"); err == nil {
+	if held, err := ownerLocked(name); err != nil || !held {
+		t.Errorf("owner file not locked: %v, %v", held, err)
+	}
+	if _, err := claimShm(job); err == nil {
 		t.Errorf("a second claim of the same job succeeded")
 	}
 	if _, err := claimShm("../x"); err == nil {
@@ -194,8 +257,8 @@ func TestClaimShm(t *testing.T) {
 		t.Errorf("a live claim was swept: %v", swept)
 	}
 	release()
-	if _, err := os.Stat(name); !os.IsNotExist(err) {
-		t.Errorf("release left the owner file: %v", err)
+	if _, err := os.Lstat(shm.JobDir(dir, job)); !os.IsNotExist(err) {
+		t.Errorf("release left the owner file or the job's directory: %v", err)
 	}
 }
 
@@ -250,12 +313,12 @@ func TestSweepAfterFtrunKilled(t *testing.T) {
 	if !bufio.NewScanner(stdout).Scan() || job == "" { // "rank 0 sleeping": every rank started
 		t.Fatalf("job %q did not start", job)
 	}
-	owner := filepath.Join(shmDir, ownerName(job, cmd.Process.Pid))
+	owner := ownerPath(job, cmd.Process.Pid)
 	if _, err := os.Stat(owner); err != nil {
 		t.Fatalf("ftrun wrote no owner file: %v", err)
 	}
 	// What the ranks' transports would have made.
-	seg := filepath.Join(shmDir, "ftrma-"+job+"-0-seg-1")
+	seg := filepath.Join(shm.JobDir(shmDir, job), "ftrma-"+job+"-0-seg-1")
 	if err := os.WriteFile(seg, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +342,7 @@ func TestSweepAfterFtrunKilled(t *testing.T) {
 		case <-time.After(20 * time.Millisecond): // its rank is still dying
 		}
 	}
-	if present(t, shmDir, []string{filepath.Base(seg), filepath.Base(owner)}) != 0 {
+	if present(t, shmDir, []string{seg, owner, shm.JobDir(shmDir, job)}) != 0 {
 		t.Errorf("files left after the sweep")
 	}
 }

@@ -16,9 +16,19 @@ import (
 	"github.com/ftrma/ftrma"
 )
 
-// DefaultDir is where segments live when Config.Dir is empty: the host's
-// shared-memory file system.
+// DefaultDir is the host's shared-memory file system, where the job
+// directories (JobDir) are.
 const DefaultDir = "/dev/shm"
+
+// JobDir is the directory of job's files under base (DefaultDir when
+// empty): base/ftrma-<job>, the default Config.Dir. See "A private place"
+// in the package documentation.
+func JobDir(base, job string) string {
+	if base == "" {
+		base = DefaultDir
+	}
+	return filepath.Join(base, "ftrma-"+job)
+}
 
 // Config configures a shared-memory transport. The zero value of each field
 // means its default.
@@ -47,8 +57,10 @@ type Config struct {
 	// Job names the job in file names; every rank of a job uses the same.
 	// 1 to 128 characters from [A-Za-z0-9._-]. Required.
 	Job string
-	// Dir is the directory of the segment files; default DefaultDir. Every
-	// rank of a job must use the same.
+	// Dir is the directory of the job's files; default JobDir("", Job).
+	// Open makes it (mode 0700) if it is missing, and refuses it unless it
+	// is a private directory of this user (PrepareDir). Every rank of a job
+	// must use the same.
 	Dir string
 	// Spin is how long the progress goroutine busy-polls the incoming rings
 	// after its last message before parking on its doorbell, and how long a
@@ -115,7 +127,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	}
 	if cfg.Dir == "" {
-		cfg.Dir = DefaultDir
+		cfg.Dir = JobDir("", cfg.Job)
 	}
 	switch {
 	case cfg.Spin < 0:
@@ -271,7 +283,8 @@ func isDigits(s string) bool {
 	return true
 }
 
-// RemoveJob removes every file of job from dir (DefaultDir when empty): the
+// RemoveJob removes every file of job from dir (JobDir("", job) when empty,
+// and then that directory too if nothing else is left in it): the
 // control and data segments of all its ranks, including those that were
 // killed before they could close. The launcher calls it when the job ends.
 // Processes that still map a removed file keep their mapping; the memory is
@@ -284,11 +297,15 @@ func isDigits(s string) bool {
 // Who knows only some ranks to be gone (an agent whose ranks were killed,
 // while hosts that share dir go on) uses RemoveRanks.
 func RemoveJob(dir, job string) error {
-	return removeFiles(dir, job, func(ftrma.Rank) bool { return true })
+	err := removeFiles(dir, job, func(ftrma.Rank) bool { return true })
+	if dir == "" && err == nil {
+		os.Remove(JobDir("", job)) // not empty: the launcher's owner files are there still
+	}
+	return err
 }
 
 // RemoveRanks removes the files of job's ranks in ranks from dir
-// (DefaultDir when empty), as RemoveJob does for all of them, and leaves
+// (JobDir("", job) when empty), as RemoveJob does for all of them, and leaves
 // those of the job's other ranks: they may be alive, on this host or on
 // another that shares dir (hosts emulated by network namespaces on one
 // machine, containers sharing /dev/shm), and their peers reach their memory
@@ -303,7 +320,7 @@ func removeFiles(dir, job string, mine func(ftrma.Rank) bool) error {
 		return err
 	}
 	if dir == "" {
-		dir = DefaultDir
+		dir = JobDir("", job)
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {

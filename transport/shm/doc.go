@@ -9,8 +9,9 @@
 //
 // # Segments and names
 //
-// Every file of a job is in Config.Dir (default /dev/shm), mode 0600, and
-// named after the job and the owning rank:
+// Every file of a job is in Config.Dir, by default the job's own directory
+// JobDir("", job) = /dev/shm/ftrma-<job>, mode 0600, and named after the job
+// and the owning rank:
 //
 //	ftrma-<job>-<rank>-ctl        control segment, made by Open, removed by Close
 //	ftrma-<job>-<rank>-ctl.tmp    the same while Open fills it in
@@ -21,8 +22,30 @@
 // is no rendezvous. RemoveJob removes every file of a job, including those of
 // ranks that were killed; the launcher calls it when the job ends.
 //
-// Names are easy to guess, so another local user could make one first. A
-// rank therefore makes each of its files only if the name is free (O_EXCL,
+// # A private place
+//
+// The directory is the job's private place: PrepareDir (which Open calls,
+// and the launcher before any rank starts, so that the job's id is never
+// visible outside it) makes it mode 0700 if it is missing, and Open refuses
+// a directory that is a symbolic link, belongs to another user, or lets
+// anyone else make files in it (mode bits 022). Another local user
+// therefore can neither see (in the default directory) nor take the names
+// a job will use next, nor open its files. (On the
+// shared /dev/shm, whose sticky bit keeps others from removing what is
+// ours, a directory another user made first under a job's name is refused
+// with an error naming it and its owner; job ids are random, so that user
+// would have had to guess one.) The default directory is removed by the
+// last Close that leaves it empty, and by the launcher.
+//
+// Every open rank holds a shared lock (an open-file-description lock,
+// F_OFD_SETLK, F_RDLCK, over the whole file) on its control segment until
+// Close or its death, when the kernel drops it. OpenRanks tests those
+// locks: it tells a live job from a dead one without seeing its processes,
+// so a sweep from another PID namespace that shares /dev/shm (containers of
+// one pod) never mistakes a running job for a stale one.
+//
+// Within it too (a directory given as Config.Dir is checked, not trusted), a
+// rank makes each of its files only if the name is free (O_EXCL,
 // mode 0600; a file already there is an error naming it, wrapping
 // fs.ErrExist), and it maps or opens a file, its own or a peer's, only if it
 // is of the right kind (a regular file, or a named pipe for a bell), owned

@@ -16,7 +16,7 @@ import (
 
 // MarkExited is for the launcher, once it has reaped the process of rank r
 // of job (the process is surely gone): it marks r's control segment in dir
-// (DefaultDir when empty) exited, unless r closed its transport, and rings
+// (JobDir("", job) when empty) exited, unless r closed its transport, and rings
 // the bells of wake, the job's other ranks on this host. Their progress
 // goroutines, and any operation toward r, then see it gone and report it
 // down with transport.ErrPeerExited (as PeerDown does), without waiting for
@@ -30,7 +30,7 @@ func MarkExited(dir, job string, r ftrma.Rank, wake []ftrma.Rank) error {
 		return err
 	}
 	if dir == "" {
-		dir = DefaultDir
+		dir = JobDir("", job)
 	}
 	path := filepath.Join(dir, ctlName(job, r))
 	fd, err := openOwned(path, unix.O_RDWR, unix.S_IFREG)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -275,10 +276,17 @@ func TestKilledChild(t *testing.T) {
 	for atomic.LoadUint64(counter) < 10000 {
 		time.Sleep(time.Millisecond)
 	}
+	if open, err := OpenRanks(dir, job); err != nil || !slices.Equal(open, []ftrma.Rank{0, 1}) {
+		t.Fatalf("OpenRanks while both run: %v, %v; want [0 1]", open, err)
+	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
+	// Its lock went with it; its control segment is still there.
+	if open, err := OpenRanks(dir, job); err != nil || !slices.Equal(open, []ftrma.Rank{0}) {
+		t.Fatalf("OpenRanks after the child was killed: %v, %v; want [0]", open, err)
+	}
 	// The dead rank's memory stays mapped here: operations toward it still
 	// work until the launcher says it is gone.
 	page := make([]byte, 64)

@@ -70,3 +70,9 @@ func ControlBytes(m int) uint64 { return 0 }
 
 // MarkExited does nothing: there is no shared-memory transport here.
 func MarkExited(dir, job string, r ftrma.Rank, wake []ftrma.Rank) error { return nil }
+
+// PrepareDir fails: there is no shared-memory transport here.
+func PrepareDir(dir string) error { return errUnsupported }
+
+// OpenRanks fails: there is no shared-memory transport here.
+func OpenRanks(dir, job string) ([]ftrma.Rank, error) { return nil, errUnsupported }

@@ -28,6 +28,8 @@ type Transport struct {
 	ctlPath  string       // its file
 	bell     *bell        // this rank's bell: the progress goroutine parks on it
 	bellPath string       // its file
+	lockFD   int          // holds the shared lock on the control segment (holdShared) until Close
+	ownDir   bool         // Dir is the default job directory: Close removes it if it is left empty
 	// peers is indexed by rank: nil for ranks not in Config.Ranks. local
 	// holds the served ones (self included) in rank order; selfSlot is this
 	// rank's slot (its index in local), which names its active line and its
@@ -77,8 +79,12 @@ var (
 // control segment exists already (the rank is open elsewhere, or a killed
 // run of the same job left it: RemoveJob removes it).
 func Open(cfg Config) (*Transport, error) {
+	ownDir := cfg.Dir == ""
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := PrepareDir(cfg.Dir); err != nil {
 		return nil, err
 	}
 	lay := makeLayout(len(cfg.Ranks), cfg.RingBytes, cfg.Regions)
@@ -111,6 +117,21 @@ func Open(cfg Config) (*Transport, error) {
 		}
 		return nil, fmt.Errorf("shm transport: create control segment: %w", err)
 	}
+	// The lock is taken before the segment has its final name: no one
+	// ever sees it published and not held (OpenRanks).
+	lockFD, err := openOwned(tmp, unix.O_RDONLY, unix.S_IFREG)
+	if err == nil {
+		if err = holdShared(lockFD); err != nil {
+			unix.Close(lockFD)
+			err = fmt.Errorf("lock %s: %w", tmp, err)
+		}
+	}
+	if err != nil {
+		unmap(mem)
+		unix.Unlink(tmp)
+		dropBell()
+		return nil, fmt.Errorf("shm transport: control segment: %w", err)
+	}
 	own := &ctl{mem: mem, lay: lay}
 	own.initHeader(cfg.Rank, cfg.Size, sum, os.Getpid())
 	atomic.StoreUint64(own.word(offState), stateOpen)
@@ -118,6 +139,7 @@ func Open(cfg Config) (*Transport, error) {
 	unix.Unlink(tmp)
 	if err != nil {
 		unmap(mem)
+		unix.Close(lockFD)
 		dropBell()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, stale(err)
@@ -131,6 +153,8 @@ func Open(cfg Config) (*Transport, error) {
 		ctlPath:  path,
 		bell:     b,
 		bellPath: bellPath,
+		lockFD:   lockFD,
+		ownDir:   ownDir,
 		ranksSum: sum,
 		regions:  make(map[transport.Key]region),
 		slotGen:  make([]uint32, cfg.Regions),
@@ -434,6 +458,10 @@ func (t *Transport) Close() error {
 			t.log.Warn(fmt.Sprintf("shm transport: %v", err))
 		}
 	}
+	unix.Close(t.lockFD)
 	t.bell.close()
+	if t.ownDir {
+		os.Remove(t.cfg.Dir) // only if empty: the job's other ranks and the launcher's files keep it
+	}
 	return nil
 }
