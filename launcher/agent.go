@@ -3,6 +3,7 @@ package launcher
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,9 +35,15 @@ const maxHandshakes = 64
 type AgentConfig struct {
 	// Listen is the address to listen on, host:port. Required.
 	Listen string
-	// Secret is the agent secret launchers must prove: the key of
-	// FTRMA_AGENT_SECRET (seclink.ParseSecret). Required.
-	Secret []byte
+	// Secret is the master agent secret (seclink.ParseSecret of what
+	// "ftrun agent --gen-secret" printed): the agent answers to a launcher
+	// that proves the host key of whatever host name it asks for
+	// (hostAgentKey). Host and HostKey instead are one host's secret (ftrun
+	// agent --host-secret): the agent answers only to a launcher that names
+	// it Host and proves HostKey. One of the two is required.
+	Secret  []byte
+	Host    string
+	HostKey []byte
 	// Once makes Serve return after the first authenticated job ended.
 	// Connections are still handshaken concurrently: one that is slow or
 	// silent does not hold up a launcher behind it. The first to
@@ -75,7 +82,7 @@ type Agent struct {
 
 // ListenAgent starts listening for launchers; Serve serves them.
 func ListenAgent(cfg AgentConfig) (*Agent, error) {
-	if len(cfg.Secret) == 0 {
+	if len(cfg.Secret) == 0 && (len(cfg.HostKey) == 0 || cfg.Host == "") {
 		return nil, errAgentSecret
 	}
 	if cfg.Listen == "" {
@@ -249,7 +256,18 @@ func (a *Agent) serve(c net.Conn) bool {
 		c.Close()
 	}()
 	release := a.gate.Admit(c)
-	tc, err := seclink.Server(c, runningAgentKey(a.cfg.Secret), time.Now().Add(a.cfg.HandshakeTimeout))
+	deadline := time.Now().Add(a.cfg.HandshakeTimeout)
+	c.SetDeadline(deadline)
+	var tc *tls.Conn
+	key, err := a.keyFor(c)
+	if errors.Is(err, errNotThisHost) {
+		// The handshake runs anyway, with this host's key: it fails, and
+		// the launcher learns that this agent does not hold the key it
+		// asked for.
+		seclink.Server(c, a.cfg.HostKey, deadline)
+	} else if err == nil {
+		tc, err = seclink.Server(c, key, deadline)
+	}
 	release()
 	if err != nil {
 		select {
@@ -268,6 +286,30 @@ func (a *Agent) serve(c net.Conn) bool {
 	tc.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
 	runAgentJob(tc, a.cfg.Env, logfOf(a.cfg.Logger), a.quit)
 	return true
+}
+
+// errNotThisHost: a launcher asked an agent holding a host secret for
+// another host's key.
+var errNotThisHost = errors.New("not this host")
+
+// keyFor reads the label frame a launcher sends first on c, the name of
+// the host it takes this agent for, and returns that host's key.
+func (a *Agent) keyFor(c net.Conn) ([]byte, error) {
+	typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame)
+	if err != nil {
+		return nil, err
+	}
+	if typ != msgLinkLabel || len(p) == 0 || len(p) > 255 {
+		return nil, errors.New("no host label")
+	}
+	host := string(p)
+	if len(a.cfg.Secret) > 0 {
+		return hostAgentKey(a.cfg.Secret, host), nil
+	}
+	if host != a.cfg.Host {
+		return nil, fmt.Errorf("%w: the launcher takes this agent for host %q; it holds host %q's secret", errNotThisHost, jobwire.Printable(p), a.cfg.Host)
+	}
+	return a.cfg.HostKey, nil
 }
 
 // runAgentJob serves one authenticated launcher connection: it reads the
@@ -1071,6 +1113,7 @@ func addrIP(a net.Addr) string {
 // AgentUsage is the help text of "ftrun agent".
 const AgentUsage = `usage: ftrun agent --listen HOST[:PORT] [--once]
        ftrun agent --gen-secret
+       ftrun agent --host-secret HOST
 
 ftrun agent is the per-host daemon of multi-host ftrun jobs. ftrun starts
 it by itself on the hosts of a hostfile, -H list or Slurm allocation (over
@@ -1084,12 +1127,16 @@ silent for 2 s, the agent kills the job's ranks; under ftrun --arbiter it
 grants its ranks their lease and keeps them while its host's arbiter node
 acts, then exits once they have.
 
-A running agent and ftrun --hosts share the agent secret in
-FTRMA_AGENT_SECRET (or in the file FTRMA_AGENT_SECRET_FILE names, which
-only its owner may read or write), made by
-"ftrun agent --gen-secret" (a passphrase is refused). Each link runs mutual
-TLS 1.3 keyed from it: both sides prove the secret, and every frame is
-encrypted and authenticated.
+ftrun --hosts holds the master agent secret, made by "ftrun agent
+--gen-secret" (a passphrase is refused), in FTRMA_AGENT_SECRET (or in the
+file FTRMA_AGENT_SECRET_FILE names, which only its owner may read or
+write). Each running agent holds its own host's secret, in the same
+variables: "ftrun agent --host-secret HOST" prints it from the master, for
+HOST as ftrun --hosts names the host (the part before the port, in lower
+case). A link runs mutual TLS 1.3 keyed by that host's key: both sides
+prove it, and every frame is encrypted and authenticated; the secret of
+one host does not let its reader command another host's agent. (An agent
+given the master secret answers for any host name, and warns so.)
 
 Flags:
   --listen HOST[:PORT]    where to listen for ftrun (the port defaults to
@@ -1097,7 +1144,10 @@ Flags:
   --once                  serve one job, then exit (the first launcher to
                           authenticate gets it; a silent connection does not
                           hold it up)
-  --gen-secret            print a new agent secret and exit
+  --gen-secret            print a new master agent secret and exit
+  --host-secret HOST      print the secret of the agent of HOST (from the
+                          master secret in FTRMA_AGENT_SECRET or
+                          FTRMA_AGENT_SECRET_FILE) and exit
   -h, --help              print this help and exit
 
 The ranks get the agent's environment without its FTRMA_ variables, plus the
@@ -1111,13 +1161,14 @@ ranks of every job and ends the agent.
 // --boot) and returns the exit status: 0, or ExitUsage for a bad command
 // line or agent secret, or ExitLaunch if it cannot listen or reach ftrun.
 func RunAgent(args []string, stdout, stderr io.Writer) int {
-	var listen string
+	var listen, hostSecret string
 	var once, help, gen, boot, munge bool
 	fs := flag.NewFlagSet("ftrun agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&listen, "listen", "", "address to listen on")
 	fs.BoolVar(&once, "once", false, "serve one job")
 	fs.BoolVar(&gen, "gen-secret", false, "print a new agent secret")
+	fs.StringVar(&hostSecret, "host-secret", "", "print the secret of this host")
 	fs.BoolVar(&boot, "boot", false, "started by ftrun: read the boot line on stdin")
 	fs.BoolVar(&munge, "munge", false, "with --boot: obey only a boot line sealed with munge by this user")
 	fs.BoolVar(&help, "help", false, "print help")
@@ -1149,20 +1200,49 @@ func RunAgent(args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	case boot:
 		return runBootAgent(os.Stdin, munge, logf)
-	case listen == "":
+	case listen == "" && hostSecret == "":
 		return usage(errors.New("--listen HOST[:PORT] is required"))
 	}
-	secret, err := agentSecretFrom("")
+	text, err := agentSecretText("")
 	os.Unsetenv(EnvAgentSecret)
 	if err != nil {
 		return usage(err)
 	}
-	a, err := ListenAgent(AgentConfig{Listen: agentListenAddr(listen), Secret: secret, Once: once, Logger: logger})
+	if hostSecret != "" {
+		// Print host hostSecret's secret, from the master secret.
+		master, err := agentSecretFrom(text)
+		if err != nil {
+			return usage(err)
+		}
+		if h := strings.ToLower(hostSecret); h != hostSecret || strings.ContainsAny(h, " \t\n") {
+			return usage(fmt.Errorf("--host-secret %q: give the host as ftrun --hosts names it, in lower case, without spaces", hostSecret))
+		}
+		fmt.Fprintln(stdout, hostSecretText(master, hostSecret))
+		return ExitOK
+	}
+	cfg := AgentConfig{Listen: agentListenAddr(listen), Once: once, Logger: logger}
+	host, key, isHost, err := parseHostSecret(text)
+	switch {
+	case err != nil:
+		return usage(err)
+	case isHost:
+		cfg.Host, cfg.HostKey = host, key
+	default:
+		if cfg.Secret, err = agentSecretFrom(text); err != nil {
+			return usage(err)
+		}
+	}
+	a, err := ListenAgent(cfg)
 	if err != nil {
 		logf("%v", err)
 		return ExitLaunch
 	}
-	logf("listening on %s", a.Addr())
+	if isHost {
+		logf("listening on %s, as host %s", a.Addr(), host)
+	} else {
+		logf("listening on %s", a.Addr())
+		logger.Warn("this agent holds the master agent secret: whoever reads it can command every agent of it; give each host its own (ftrun agent --host-secret HOST)")
+	}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigc)

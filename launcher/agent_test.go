@@ -364,6 +364,72 @@ func selfPath(t *testing.T) string {
 	return self
 }
 
+// An agent that holds one host's secret answers only to a launcher that
+// names it that host: the launcher with the master secret reaches it under
+// its name and is refused under another (both sides say why), and whoever
+// holds the secret of another host cannot pose as this one's launcher.
+func TestHostSecretAnswersOnlyForItsHost(t *testing.T) {
+	master := testAgentKey()
+	host, key, ok, err := parseHostSecret(hostSecretText(master, "127.0.0.1"))
+	if !ok || err != nil || host != "127.0.0.1" {
+		t.Fatalf("parseHostSecret(hostSecretText): %q, %v, %v", host, ok, err)
+	}
+	logs := new(logBuffer)
+	a, err := ListenAgent(AgentConfig{Listen: "127.0.0.1:0", Host: host, HostKey: key, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { a.Serve(); close(served) }()
+	defer func() { a.Close(); <-served }()
+	_, port, _ := net.SplitHostPort(a.Addr().String())
+
+	l, err := dialAgent(net.JoinHostPort("127.0.0.1", port), master)
+	if err != nil {
+		t.Fatalf("the launcher naming the agent's host: %v", err)
+	}
+	l.close()
+	_, err = dialAgent(net.JoinHostPort("localhost", port), master)
+	if err == nil || !strings.Contains(err.Error(), "ftrun agent --host-secret localhost") {
+		t.Errorf("the launcher naming another host: %v, want a refusal pointing at --host-secret localhost", err)
+	}
+	if !waitFor(func() bool { return strings.Contains(logs.String(), `takes this agent for host "localhost"; it holds host "127.0.0.1"'s secret`) }) {
+		t.Errorf("the agent does not say why it refused:\n%s", logs)
+	}
+	// Host h2's secret, in the hands of whoever broke into h2, proves
+	// nothing to this host's agent, under any name.
+	stolen := hostAgentKey(master, "h2")
+	for _, name := range []string{"127.0.0.1", "h2"} {
+		c, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobwire.WriteFrame(c, msgLinkLabel, []byte(name))
+		if tc, err := seclink.Client(c, stolen, time.Now().Add(10*time.Second)); err == nil {
+			tc.Close()
+			t.Errorf("host h2's secret, naming %s, opened a link to the agent of 127.0.0.1", name)
+		}
+		c.Close()
+	}
+	// ftrun needs the master secret, and says so when given a host's.
+	t.Setenv(EnvAgentSecret, hostSecretText(master, "h2"))
+	if _, err := agentSecretFrom(""); err == nil || !strings.Contains(err.Error(), "master agent secret") {
+		t.Errorf("ftrun with a host secret: %v", err)
+	}
+	// ftrun agent --host-secret prints what the agent reads.
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	var out, errs bytes.Buffer
+	if code := RunAgent([]string{"--host-secret", "h2"}, &out, &errs); code != ExitOK {
+		t.Fatalf("--host-secret: exit %d: %s", code, errs.String())
+	}
+	if h, k, ok, err := parseHostSecret(out.String()); !ok || err != nil || h != "h2" || !bytes.Equal(k, stolen) {
+		t.Errorf("--host-secret h2 printed %q: %q, %v, %v", out.String(), h, ok, err)
+	}
+	if code := RunAgent([]string{"--host-secret", "H2"}, &out, &errs); code != ExitUsage {
+		t.Errorf("--host-secret H2 (not as ftrun names hosts): exit %d", code)
+	}
+}
+
 // Both sides of the agent connection prove the agent secret: the agent
 // refuses a launcher with another secret, and the launcher an agent that
 // cannot prove it.
@@ -395,7 +461,10 @@ func TestAgentSecretRefused(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		seclink.Server(c, runningAgentKey(other), time.Now().Add(10*time.Second))
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, label, err := jobwire.ReadFrame(c, jobwire.MaxSmallFrame); err == nil {
+			seclink.Server(c, hostAgentKey(other, string(label)), time.Now().Add(10*time.Second))
+		}
 	}()
 	if _, err := dialAgent(ln.Addr().String(), key); err == nil || !strings.Contains(err.Error(), "does not know the key") {
 		t.Errorf("agent with a wrong secret: %v", err)

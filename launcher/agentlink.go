@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"cmp"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -115,44 +117,119 @@ type linkRank struct {
 	ended  [2]bool // ended[stream-1]: the stream ended
 }
 
-// dialAgent connects to the running agent at addr and authenticates both
-// ways with a TLS 1.3 handshake keyed by the agent secret; every later frame
-// is encrypted and authenticated.
-func dialAgent(addr string, secret []byte) (*agentLink, error) {
+// Keys of running agents ("ftrun agent --listen", ftrun --hosts). ftrun
+// holds the master agent secret (ftrun agent --gen-secret); the agent of a
+// host holds that host's secret, derived from the master for the host's
+// name as ftrun names it in --hosts (ftrun agent --host-secret HOST):
+//
+//	host key = HKDF(master, "ftrma agent host " + HOST)
+//
+// where HOST is the host part of the agent's --hosts address, in lower
+// case (hostLabel). ftrun dials the agent, sends HOST in a label frame
+// before TLS (as an agent that dials back does), and both sides prove the
+// host key in the handshake. So the secret of one host answers only for
+// that host: whoever reads it cannot pose as another host's agent to
+// ftrun, nor command any other agent. An agent given the master secret
+// instead answers for any host name (it logs a warning when it starts).
+
+// hostSecretMagic starts the text of a host secret: "ftrma-host1 HOST HEX".
+const hostSecretMagic = "ftrma-host1"
+
+// hostAgentKey is the key of the running agent ftrun names host, from the
+// master agent secret.
+func hostAgentKey(master []byte, host string) []byte {
+	return seclink.DeriveKey(master, "ftrma agent host "+host)
+}
+
+// hostLabel is the name ftrun gives the running agent at addr (host:port):
+// the host, in lower case.
+func hostLabel(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	return strings.ToLower(host)
+}
+
+// hostSecretText is the host secret of host, as ftrun agent --host-secret
+// prints it.
+func hostSecretText(master []byte, host string) string {
+	return hostSecretMagic + " " + host + " " + hex.EncodeToString(hostAgentKey(master, host))
+}
+
+// parseHostSecret reads a host secret (hostSecretText); ok is false if s
+// is not one.
+func parseHostSecret(s string) (host string, key []byte, ok bool, err error) {
+	f := strings.Fields(s)
+	if len(f) == 0 || f[0] != hostSecretMagic {
+		return "", nil, false, nil
+	}
+	if len(f) != 3 || f[1] == "" || len(f[1]) > 255 {
+		return "", nil, true, errors.New("agent secret: a host secret is \"" + hostSecretMagic + " HOST KEY\" (ftrun agent --host-secret HOST)")
+	}
+	key, err = hex.DecodeString(f[2])
+	if err != nil || len(key) != seclink.KeySize {
+		return "", nil, true, errors.New("agent secret: the key of the host secret is not 64 hex digits")
+	}
+	return f[1], key, true, nil
+}
+
+// dialAgent connects to the running agent at addr, names the host whose
+// key it expects, and authenticates both ways with a TLS 1.3 handshake
+// keyed by that host's key; every later frame is encrypted and
+// authenticated.
+func dialAgent(addr string, master []byte) (*agentLink, error) {
 	c, err := net.DialTimeout("tcp", addr, agentTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", addr, err)
 	}
-	tc, err := seclink.Client(c, runningAgentKey(secret), time.Now().Add(agentTimeout))
+	deadline := time.Now().Add(agentTimeout)
+	c.SetDeadline(deadline)
+	host := hostLabel(addr)
+	err = jobwire.WriteFrame(c, msgLinkLabel, []byte(host))
+	var tc *tls.Conn
+	if err == nil {
+		tc, err = seclink.Client(c, hostAgentKey(master, host), deadline)
+	}
 	if err != nil {
 		c.Close()
+		if errors.Is(err, seclink.ErrUnknownKey) {
+			err = fmt.Errorf("%w (the agent must hold the master agent secret or host %s's: ftrun agent --host-secret %s)", err, host, host)
+		}
 		return nil, fmt.Errorf("agent %s: %w", addr, err)
 	}
 	return &agentLink{addr: addr, conn: tc, wake: make(chan struct{}, 1)}, nil
 }
 
-// runningAgentKey is the link key of running agents ("ftrun agent
-// --listen"), from their secret.
-func runningAgentKey(secret []byte) []byte {
-	return seclink.DeriveKey(secret, "ftrma agent link --listen")
-}
-
-// agentSecretFrom returns the running agents' secret: given, or from
-// FTRMA_AGENT_SECRET, or from the file FTRMA_AGENT_SECRET_FILE names. A
-// secret that is not what "ftrun agent --gen-secret" makes is refused.
-func agentSecretFrom(given string) ([]byte, error) {
+// agentSecretText returns the text of the agent secret: given, or
+// FTRMA_AGENT_SECRET, or the file FTRMA_AGENT_SECRET_FILE names.
+func agentSecretText(given string) (string, error) {
 	s := cmp.Or(given, os.Getenv(EnvAgentSecret))
 	if s == "" {
 		if f := os.Getenv(EnvAgentSecretFile); f != "" {
 			b, err := readSecretFile(f)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", EnvAgentSecretFile, err)
+				return "", fmt.Errorf("%s: %w", EnvAgentSecretFile, err)
 			}
 			s = string(b)
 		}
 	}
 	if strings.TrimSpace(s) == "" {
-		return nil, errAgentSecret
+		return "", errAgentSecret
+	}
+	return s, nil
+}
+
+// agentSecretFrom returns the master agent secret, from agentSecretText. A
+// secret that is not what "ftrun agent --gen-secret" makes is refused, a
+// host secret with a word on what ftrun needs.
+func agentSecretFrom(given string) ([]byte, error) {
+	s, err := agentSecretText(given)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, ok, _ := parseHostSecret(s); ok {
+		return nil, errors.New("agent secret: this is one host's secret; ftrun needs the master agent secret (ftrun agent --gen-secret)")
 	}
 	key, err := seclink.ParseSecret(s)
 	if err != nil {

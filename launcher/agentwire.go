@@ -18,9 +18,13 @@ import (
 //
 // A link is a TCP connection under mutual TLS 1.3 (internal/seclink), one
 // job per link. A running agent ("ftrun agent --listen") is dialled by
-// ftrun, with the key derived from the agent secret (runningAgentKey); an
-// agent ftrun started ("ftrun agent --boot", boot.go) dials ftrun and first
-// sends, before TLS,
+// ftrun, which first sends, before TLS,
+//
+//	L→A  label    the host ftrun takes the agent for (hostLabel), whose
+//	              key both then prove (hostAgentKey, agentlink.go)
+//
+// An agent ftrun started ("ftrun agent --boot", boot.go) dials ftrun and
+// first sends, before TLS,
 //
 //	A→L  label    the name of its link key (a host name, or "srun")
 //
@@ -105,7 +109,7 @@ const (
 	// 1..9, 15, 16 are the rendezvous's (internal/jobwire).
 	msgPing       byte = 17 // both ways, every linkPing: the link and its peer live
 	msgAgentHello byte = 18 // A→L, first on a link an agent dialled: its host name
-	msgLinkLabel  byte = 19 // A→L, before TLS on a link an agent dialled: the name of its key (boot.go)
+	msgLinkLabel  byte = 19 // before TLS, from the side that dialled: the name of the key (boot.go, agentlink.go)
 	// 20 is membership.go's; 21..28 are the rendezvous's.
 	msgSpawnRank   byte = 29 // L→A: start one more rank (a spare)
 	msgSpawnedRank byte = 30 // A→L: the answer to msgSpawnRank
