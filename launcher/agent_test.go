@@ -393,7 +393,9 @@ func TestHostSecretAnswersOnlyForItsHost(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ftrun agent --host-secret localhost") {
 		t.Errorf("the launcher naming another host: %v, want a refusal pointing at --host-secret localhost", err)
 	}
-	if !waitFor(func() bool { return strings.Contains(logs.String(), `takes this agent for host "localhost"; it holds host "127.0.0.1"'s secret`) }) {
+	if !waitFor(func() bool {
+		return strings.Contains(logs.String(), `takes this agent for host "localhost"; it holds host "127.0.0.1"'s secret`)
+	}) {
 		t.Errorf("the agent does not say why it refused:\n%s", logs)
 	}
 	// Host h2's secret, in the hands of whoever broke into h2, proves
