@@ -260,6 +260,7 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"pause": msgPause, "kill host": msgKillHost, "cut": msgCut,
 		"arbiter listen": msgArbiterListen, "arbiter addr": msgArbiterAddr, "arbiter config": msgArbiterConfig,
 		"arbiter label": msgArbiterLabel, "arbiter msg": msgArbiterMsg,
+		"arbiter probe": msgArbiterProbe, "arbiter probe answer": msgArbiterProbeAnswer, "host proof": msgHostProof,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -45,7 +46,10 @@ import (
 // opens); without munge ftrun refuses to start agents through Slurm. Such
 // an agent (--munge) obeys only a sealed line, and only one its own user
 // sealed (anyone may seal a credential for another user: the sealer's uid
-// is what tells).
+// is what tells). As every agent of the step holds the same key, the two
+// sides of an srun link then prove with munge on which host each runs
+// (hostproof.go): ftrun knows an agent's host from the node's own munged,
+// not from what the agent says.
 //
 // An agent started so serves one job. It ends, killing its ranks, when the
 // link closes or goes silent (linkTimeout) or its standard input closes
@@ -102,8 +106,9 @@ type dialBack struct {
 	gate  *seclink.Gate
 	links chan *agentLink
 
-	mu       sync.Mutex
-	starters []*starter
+	mu        sync.Mutex
+	starters  []*starter
+	srunAddrs map[string]string // the addresses of the srun step's nodes (nodeAddrs)
 }
 
 // starter is one ssh or srun process that starts agents.
@@ -217,12 +222,75 @@ func (d *dialBack) admit(c net.Conn) (*agentLink, error) {
 	if err == nil {
 		err = jobwire.ExpectFrom(typ, h, msgAgentHello, "hello", "agent")
 	}
+	host := string(h)
+	if err == nil && string(p) == labelSrun {
+		host, err = d.checkAgentHost(tc, host)
+	}
 	if err != nil {
 		tc.Close()
 		return nil, err
 	}
 	tc.SetDeadline(time.Time{})
-	return &agentLink{addr: string(h), label: string(p), conn: tc, wake: make(chan struct{}, 1)}, nil
+	return &agentLink{addr: host, label: string(p), conn: tc, wake: make(chan struct{}, 1)}, nil
+}
+
+// checkAgentHost runs ftrun's side of the host proofs on an srun link
+// (hostproof.go) and returns the node the agent runs on; said is the host
+// name the agent said.
+func (d *dialBack) checkAgentHost(tc *tls.Conn, said string) (string, error) {
+	d.mu.Lock()
+	addrs := d.srunAddrs
+	d.mu.Unlock()
+	typ, cred, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
+	if err == nil {
+		err = jobwire.ExpectFrom(typ, cred, msgHostProof, "host proof", "agent")
+	}
+	if err != nil {
+		return "", err
+	}
+	origin, err := checkProof(cred, proofAgentMagic, d.job, tc)
+	if err != nil {
+		return "", fmt.Errorf("agent saying it runs on %q: %w", jobwire.Printable([]byte(said)), err)
+	}
+	node, err := proofHost(origin, addrs)
+	if err != nil {
+		return "", fmt.Errorf("agent saying it runs on %q: %w", jobwire.Printable([]byte(said)), err)
+	}
+	if node != said {
+		return "", fmt.Errorf("an agent on %s says it runs on %q: refused", node, jobwire.Printable([]byte(said)))
+	}
+	mine, err := makeProof(proofFtrunMagic, d.job, tc)
+	if err == nil {
+		err = jobwire.WriteFrame(tc, msgHostProof, mine)
+	}
+	return node, err
+}
+
+// proveHosts runs the agent's side of the host proofs (hostproof.go) on
+// the link tc to ftrun, whose boot line was sealed on origin.
+func proveHosts(tc *tls.Conn, job, origin string) error {
+	mine, err := makeProof(proofAgentMagic, job, tc)
+	if err == nil {
+		err = jobwire.WriteFrame(tc, msgHostProof, mine)
+	}
+	if err != nil {
+		return err
+	}
+	typ, cred, err := jobwire.ReadFrame(tc, jobwire.MaxSmallFrame)
+	if err == nil {
+		err = jobwire.ExpectFrom(typ, cred, msgHostProof, "host proof", "ftrun")
+	}
+	if err != nil {
+		return err
+	}
+	from, err := checkProof(cred, proofFtrunMagic, job, tc)
+	if err != nil {
+		return err
+	}
+	if from != origin || origin == "" {
+		return fmt.Errorf("host proof: ftrun's proof was sealed on %q, the boot line on %q: not the ftrun that started this agent", from, origin)
+	}
+	return nil
 }
 
 // startSSH starts the agent of host by ssh: ssh (the command line, e.g.
@@ -236,6 +304,13 @@ func (d *dialBack) startSSH(ssh []string, host, agentPath string) error {
 
 // startSrun starts the agents of hosts by one srun step, one task per host.
 func (d *dialBack) startSrun(srun string, hosts []string, agentPath string) error {
+	addrs, err := nodeAddrs(hosts, net.LookupHost)
+	if err != nil {
+		return fmt.Errorf("the addresses of the agents' hosts, to check their proofs: %w", err)
+	}
+	d.mu.Lock()
+	d.srunAddrs = addrs
+	d.mu.Unlock()
 	line := bootLine{job: d.job, label: labelSrun, key: linkKey(d.root, labelSrun), addrs: d.addrs()}.String()
 	sealed, err := mungeSeal(line)
 	if err != nil {
@@ -379,71 +454,86 @@ func (d *dialBack) stop(grace time.Duration) {
 	}
 }
 
-// mungeSeal seals line with munge for this user.
+// mungeSeal seals line with munge for this user, as a boot line.
 func mungeSeal(line string) (string, error) {
+	cred, err := mungeCredential(line)
+	if err != nil {
+		return "", err
+	}
+	return bootMungeMagic + " " + cred + "\n", nil
+}
+
+// mungeCredential seals payload with munge for this user (five minutes).
+func mungeCredential(payload string) (string, error) {
 	path, err := exec.LookPath("munge")
 	if err != nil {
 		return "", errors.New("starting agents through Slurm needs munge (the agents' key crosses the network in the step's input, which Slurm does not encrypt): munge not found")
 	}
 	cmd := exec.Command(path, "--restrict-uid", fmt.Sprint(os.Getuid()), "--ttl", "300")
-	cmd.Stdin = strings.NewReader(line)
+	cmd.Stdin = strings.NewReader(payload)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("munge: %v%s", err, said(strings.TrimSpace(errb.String())))
 	}
-	return bootMungeMagic + " " + strings.TrimSpace(out.String()) + "\n", nil
+	return strings.TrimSpace(out.String()), nil
 }
 
-// mungeOpen opens a credential of mungeSeal, and refuses one that a user
-// other than this process's sealed: munge lets anyone seal a credential
-// for this user (munge -u), so only the sealer's uid says it is the job
-// owner's ftrun.
-func mungeOpen(cred string) (string, error) {
+// mungeOpen opens a credential of mungeCredential, and refuses one that a
+// user other than this process's sealed: munge lets anyone seal a
+// credential for this user (munge -u), so only the sealer's uid says it is
+// the job owner's. It returns the payload and the address of the host
+// where the credential was sealed (ENCODE_HOST, from that host's munged).
+func mungeOpen(cred string) (payload, origin string, err error) {
 	path, err := exec.LookPath("unmunge")
 	if err != nil {
-		return "", errors.New("the boot line is sealed with munge, and unmunge is not found")
+		return "", "", errors.New("the credential is sealed with munge, and unmunge is not found")
 	}
 	meta, err := os.CreateTemp("", "ftrun-unmunge-*")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer os.Remove(meta.Name())
 	meta.Close()
-	cmd := exec.Command(path, "--metadata", meta.Name(), "--numeric", "--keys", "UID")
+	cmd := exec.Command(path, "--metadata", meta.Name(), "--numeric", "--keys", "UID,ENCODE_HOST")
 	cmd.Stdin = strings.NewReader(cred)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("unmunge: %v%s", err, said(strings.TrimSpace(errb.String())))
+		return "", "", fmt.Errorf("unmunge: %v%s", err, said(strings.TrimSpace(errb.String())))
 	}
 	m, err := os.ReadFile(meta.Name())
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	uid, ok := mungeUID(string(m))
 	if !ok {
-		return "", fmt.Errorf("unmunge gave no sealer's UID (%q)", jobwire.Printable(m))
+		return "", "", fmt.Errorf("unmunge gave no sealer's UID (%q)", jobwire.Printable(m))
 	}
 	if uid != os.Getuid() {
-		return "", fmt.Errorf("refused a boot line sealed by uid %d: this agent runs as uid %d, and only its own user's ftrun may start it", uid, os.Getuid())
+		return "", "", fmt.Errorf("refused a credential sealed by uid %d: this process runs as uid %d, and trusts only its own user's", uid, os.Getuid())
 	}
-	return out.String(), nil
+	return out.String(), mungeField(string(m), "ENCODE_HOST"), nil
 }
 
 // mungeUID reads the sealer's uid from unmunge's numeric metadata
 // ("UID:   1000").
 func mungeUID(meta string) (int, bool) {
+	uid, err := strconv.Atoi(mungeField(meta, "UID"))
+	if err != nil || uid < 0 {
+		return 0, false
+	}
+	return uid, true
+}
+
+// mungeField reads one field of unmunge's metadata ("KEY:   value").
+func mungeField(meta, key string) string {
 	for _, line := range strings.Split(meta, "\n") {
-		if v, ok := strings.CutPrefix(line, "UID:"); ok {
-			uid, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || uid < 0 {
-				return 0, false
-			}
-			return uid, true
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return strings.TrimSpace(v)
 		}
 	}
-	return 0, false
+	return ""
 }
 
 // shellQuote quotes s for a POSIX shell.
@@ -472,10 +562,11 @@ func runBootAgent(stdin io.Reader, sealed bool, logf func(string, ...any)) int {
 		logf("no boot line on standard input within %v (ftrun agent --boot is started by ftrun itself)", agentTimeout)
 		return ExitUsage
 	}
+	var origin string // where the boot line was sealed, if it was
 	if rest, ok := strings.CutPrefix(line, bootMungeMagic+" "); ok {
 		var err error
-		if line, err = mungeOpen(rest); err != nil {
-			logf("%v", err)
+		if line, origin, err = mungeOpen(rest); err != nil {
+			logf("boot line: %v", err)
 			return ExitLaunch
 		}
 	} else if sealed {
@@ -508,6 +599,13 @@ func runBootAgent(stdin io.Reader, sealed bool, logf func(string, ...any)) int {
 	if err := jobwire.WriteFrame(tc, msgAgentHello, []byte(agentHostName())); err != nil {
 		logf("ftrun at %s: %v", c.RemoteAddr(), err)
 		return ExitLaunch
+	}
+	if b.label == labelSrun {
+		if err := proveHosts(tc, b.job, origin); err != nil {
+			tc.Close()
+			logf("ftrun at %s: %v", c.RemoteAddr(), err)
+			return ExitLaunch
+		}
 	}
 	// Standard input closing means ssh or srun ended: ftrun is gone. The
 	// link ends then, as when it breaks (under --arbiter the ranks go on
