@@ -727,6 +727,8 @@ func ParseArgs(args []string) (*Options, error) {
 		return nil, errors.New("-n N is required (without a hostfile, -H or a Slurm allocation, which give one rank per slot)")
 	case n && o.N < 1:
 		return nil, fmt.Errorf("-n %d: need at least 1 rank", o.N)
+	case o.N > maxPlacedRanks || o.Spares > maxPlacedRanks:
+		return nil, fmt.Errorf("-n %d, --respawn %d: a job has at most %d ranks and as many spares", o.N, o.Spares, maxPlacedRanks)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("--timeout %v: must not be negative", o.Timeout)
 	case o.HBPeriod < 0 || o.HBTimeout < 0:
@@ -957,8 +959,8 @@ func parseHost(e string) (HostSpec, error) {
 	}
 	count := func(c string) (int, error) {
 		n, err := strconv.Atoi(c)
-		if err != nil || n < 1 {
-			return 0, fmt.Errorf("%q: rank count %q is not an integer >= 1", e, c)
+		if err != nil || n < 1 || n > maxPlacedRanks {
+			return 0, fmt.Errorf("%q: rank count %q is not an integer in 1..%d", e, c, maxPlacedRanks)
 		}
 		return n, nil
 	}

@@ -21,6 +21,9 @@ func TestParseArgs(t *testing.T) {
 	}{
 		{name: "minimal", args: []string{"-n", "4", "prog"},
 			want: &Options{N: 4, Prog: "prog", Args: []string{}}},
+		{name: "too many ranks", args: []string{"-n", "2000000000", "prog"}, err: "at most 1048576 ranks"},
+		{name: "too many spares", args: []string{"-n", "2", "--respawn=2000000000", "prog"}, err: "at most 1048576 ranks"},
+		{name: "too many ranks on one host", args: []string{"-n", "4", "--hosts", "local:2,h2:7770:2000000000", "prog"}, err: "rank count"},
 		{name: "double dash and equals", args: []string{"--n=2", "--tag-output", "prog", "a", "b"},
 			want: &Options{N: 2, TagOutput: true, Prog: "prog", Args: []string{"a", "b"}}},
 		{name: "flags after the program are the program's", args: []string{"-n", "2", "prog", "-n", "3", "--kill", "x"},

@@ -73,8 +73,7 @@ func (j *Job) startMembers(root []byte) {
 	}
 	j.members = g
 	for _, l := range j.links {
-		msg := appendString(appendString(append([]byte(nil), key...), g.Addr()), memberName(l.addr))
-		msg = binary.BigEndian.AppendUint32(msg, uint32(j.tm.scale*1000))
+		msg := membersMsg{key: key, addr: g.Addr(), name: memberName(l.addr), milli: uint32(j.tm.scale * 1000)}.append(nil)
 		l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
 		jobwire.WriteFrame(l.conn, msgMembers, msg) // a failed write fails the launch next
 		l.conn.SetWriteDeadline(time.Time{})
@@ -107,16 +106,13 @@ func (j *Job) stopMembers() {
 // is gone, and the ranks' leases keep a cut-off side from acting. The
 // caller shuts the group down after the job.
 func agentJoin(p []byte, local net.Addr, logf func(string, ...any)) (*members.Group, error) {
-	if len(p) < members.KeySize {
-		return nil, fmt.Errorf("%w: short members message", jobwire.ErrMalformed)
-	}
-	d := decoder{p: p[members.KeySize:]}
-	addr, name, milli := d.string(), d.string(), d.uint32()
-	if err := d.end("members"); err != nil {
+	m, err := parseMembersMsg(p)
+	if err != nil {
 		return nil, err
 	}
+	addr, name, milli := m.addr, m.name, m.milli
 	g, err := members.Start(members.Config{
-		Name: name, BindAddr: addrIP(local), Key: p[:members.KeySize], Timing: scaledMembers(max(1, float64(milli)/1000)),
+		Name: name, BindAddr: addrIP(local), Key: m.key, Timing: scaledMembers(max(1, float64(milli)/1000)),
 		// Suspicions and deaths only: members makes them warnings.
 		Logger: logfLogger(logf, "members: ", slog.LevelWarn),
 	})
@@ -128,4 +124,31 @@ func agentJoin(p []byte, local net.Addr, logf func(string, ...any)) (*members.Gr
 		return nil, err
 	}
 	return g, nil
+}
+
+// membersMsg is what msgMembers carries: the group's key, the address to
+// join at, the agent's member name and the group's time scale (1000: 1×).
+type membersMsg struct {
+	key        []byte
+	addr, name string
+	milli      uint32
+}
+
+// append appends the msgMembers payload of m to b.
+func (m membersMsg) append(b []byte) []byte {
+	b = appendString(appendString(append(b, m.key...), m.addr), m.name)
+	return binary.BigEndian.AppendUint32(b, m.milli)
+}
+
+// parseMembersMsg reads a msgMembers payload.
+func parseMembersMsg(p []byte) (membersMsg, error) {
+	if len(p) < members.KeySize {
+		return membersMsg{}, fmt.Errorf("%w: short members message", jobwire.ErrMalformed)
+	}
+	d := decoder{p: p[members.KeySize:]}
+	m := membersMsg{key: p[:members.KeySize], addr: d.string(), name: d.string(), milli: d.uint32()}
+	if err := d.end("members"); err != nil {
+		return membersMsg{}, err
+	}
+	return m, nil
 }

@@ -665,6 +665,9 @@ func exchange(ctx context.Context, nc window.Comm, werr error, first []byte, sec
 // parseGrow reads both rounds of the exchange.
 func parseGrow(nc window.Comm, r1, r2 [][]byte) (*grown, error) {
 	n := nc.Size()
+	if len(r1) != n || len(r2) != n {
+		return nil, fmt.Errorf("%w: a Grow exchange of %d and %d parts among %d ranks", ftrma.ErrInvalid, len(r1), len(r2), n)
+	}
 	var ref *survivorPart
 	g := &grown{replaced: make([]bool, n), tables: make([]uint64, n), hosts: make([]string, n)}
 	for r, b := range r1 {
