@@ -11,10 +11,14 @@ import (
 // spareJob starts live connected ranks of a job of live+spares ranks, the
 // spares absent, and returns how to start a spare: Listen with Late and the
 // absent spares, PeerDown the failed ranks, Connect to the live ones.
-func spareJob(t testing.TB, live, spares int, spin time.Duration) *transporttest.Spares {
+func spareJob(t testing.TB, live, spares int, spin time.Duration, keyed bool) *transporttest.Spares {
 	t.Helper()
 	return transporttest.AddressedSpares(t, live, spares, func(r ftrma.Rank, absent []ftrma.Rank, late bool) (*Transport, error) {
-		return Listen(Config{Rank: r, Size: live + spares, Secret: secret, Spin: spin, Absent: absent, Late: late})
+		cfg := Config{Rank: r, Size: live + spares, Secret: secret, Spin: spin, Absent: absent, Late: late}
+		if keyed { // the spares on a host of their own
+			cfg.Secret, cfg.HostKey = nil, hostKeys[min(int(r)/live, 1)]
+		}
+		return Listen(cfg)
 	})
 }
 
@@ -23,11 +27,12 @@ func spareJob(t testing.TB, live, spares int, spin time.Duration) *transporttest
 func TestAdmission(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		spin time.Duration
-	}{{"park", -1}, {"spin", 0}} {
+		spin  time.Duration
+		keyed bool
+	}{{"park", -1, false}, {"spin", 0, false}, {"host keys", -1, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			transporttest.RunAdmission(t, func(t testing.TB, live, spares int) *transporttest.Spares {
-				return spareJob(t, live, spares, c.spin)
+				return spareJob(t, live, spares, c.spin, c.keyed)
 			})
 		})
 	}

@@ -38,6 +38,11 @@ type peer struct {
 	absent   atomic.Bool
 	admitted atomic.Bool
 	dead     chan struct{} // closed by down
+	// With host keys: the public key of the rank's host, from its address
+	// (learnAddr, once), and keyKnown, closed when it is set.
+	key      atomic.Pointer[[]byte]
+	keyKnown chan struct{}
+	keyOnce  sync.Once
 
 	conn *net.TCPConn    // set once by attach, before ready is closed
 	rc   syscall.RawConn // conn's raw access
@@ -107,7 +112,7 @@ type pending struct {
 }
 
 func newPeer(t *Transport, r ftrma.Rank) *peer {
-	p := &peer{t: t, rank: r, self: r == t.cfg.Rank, ready: make(chan struct{}), dead: make(chan struct{}), wakeWrit: make(chan struct{}, 1)}
+	p := &peer{t: t, rank: r, self: r == t.cfg.Rank, ready: make(chan struct{}), dead: make(chan struct{}), wakeWrit: make(chan struct{}, 1), keyKnown: make(chan struct{})}
 	if p.self {
 		close(p.ready)
 	}
@@ -118,6 +123,44 @@ func newPeer(t *Transport, r ftrma.Rank) *peer {
 	p.nudge = time.AfterFunc(time.Hour, p.kick)
 	p.nudge.Stop()
 	return p
+}
+
+// learnAddr takes the host key from the rank's address, with host keys
+// (Config.HostKey): an address without one is refused. The first address
+// learned stands.
+func (p *peer) learnAddr(addr string) error {
+	if p.t.id == nil {
+		return nil
+	}
+	_, key, err := splitHostKey(addr)
+	if err == nil && key == nil {
+		err = fmt.Errorf("tcp: rank %d's address %q carries no host key, but this job's hosts have keys: %w", p.rank, addr, ftrma.ErrInvalid)
+	}
+	if err != nil {
+		return err
+	}
+	p.keyOnce.Do(func() {
+		p.key.Store(&key)
+		close(p.keyKnown)
+	})
+	return nil
+}
+
+// hostKey is the public key of the rank's host, or nil if not known.
+func (p *peer) hostKey() []byte {
+	if k := p.key.Load(); k != nil {
+		return *k
+	}
+	return nil
+}
+
+// netAddr is addr without its host key.
+func (p *peer) netAddr(addr string) string {
+	a, _, err := splitHostKey(addr)
+	if err != nil {
+		return addr
+	}
+	return a
 }
 
 // attach installs an authenticated connection, sealed with k if it has

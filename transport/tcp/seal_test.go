@@ -200,9 +200,9 @@ func TestSealedHandshake(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer b.Close()
-			_, ak, aerr = acceptHandshake(b, secret, 1, 2, acceptSeals, func(uint32) error { return nil })
+			_, ak, aerr = acceptHandshake(b, 1, 2, acceptSeals, jobSecret(secret), func(uint32) error { return nil })
 		}()
-		dk, derr := dialHandshake(a, secret, 0, 1, dialSealed)
+		dk, derr := dialHandshake(a, secret, nil, 0, 1, dialSealed)
 		a.Close()
 		wg.Wait()
 		return dk, ak, derr, aerr

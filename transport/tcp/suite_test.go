@@ -16,10 +16,17 @@ func TestContract(t *testing.T) {
 		name string
 		spin time.Duration
 		seal SealMode
-	}{{"park", -1, SealRemote}, {"spin", 0, SealRemote}, {"sealed park", -1, SealAll}, {"sealed spin", 0, SealAll}} {
+		keyed bool
+	}{{"park", -1, SealRemote, false}, {"spin", 0, SealRemote, false}, {"sealed park", -1, SealAll, false}, {"sealed spin", 0, SealAll, false},
+		{"host keys sealed park", -1, SealAll, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			transporttest.Run(t, func(t testing.TB, n int) *transporttest.World {
-				ts, _ := clusterSealed(t, n, c.spin, c.seal)
+				ts, _ := clusterConfig(t, n, func(cfg *Config) {
+					cfg.Spin, cfg.Seal = c.spin, c.seal
+					if c.keyed {
+						cfg.Secret, cfg.HostKey = nil, hostKeys[int(cfg.Rank)%2]
+					}
+				})
 				w := &transporttest.World{}
 				for _, tr := range ts {
 					w.Ranks = append(w.Ranks, transport.Transport(tr))

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +23,14 @@ type Config struct {
 	// Rank is this process's rank and Size the number of ranks.
 	Rank ftrma.Rank
 	Size int
-	// Secret is the job secret every connection must prove. Required.
+	// Secret is the job secret every connection must prove. Required
+	// unless HostKey is given.
 	Secret []byte
+	// HostKey is the secret of this rank's host, when the launcher gives
+	// each host's ranks their own (hostkey.go): connections then prove the
+	// key of the two ranks' hosts instead of Secret, Addr carries the
+	// host's public key, and every peer's address must carry its own.
+	HostKey []byte
 	// ListenAddr is the address to listen on; default "127.0.0.1:0".
 	ListenAddr string
 	// Spin is how long a waiter busy-polls its connection before parking, and
@@ -87,6 +94,7 @@ const defaultSpin = 50 * time.Microsecond
 // Transport is a TCP transport.Transport.
 type Transport struct {
 	cfg      Config
+	id       *hostIdentity // with Config.HostKey, else nil
 	log      *slog.Logger // cfg.Logger with this rank
 	spin     time.Duration
 	spinning atomic.Bool // a waiter is busy-polling
@@ -131,8 +139,15 @@ func Listen(cfg Config) (*Transport, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || int(cfg.Rank) >= cfg.Size {
 		return nil, fmt.Errorf("tcp: rank %d of size %d: %w", cfg.Rank, cfg.Size, ftrma.ErrRankOutOfRange)
 	}
-	if len(cfg.Secret) == 0 {
+	if len(cfg.Secret) == 0 && len(cfg.HostKey) == 0 {
 		return nil, fmt.Errorf("tcp: empty job secret: %w", ftrma.ErrInvalid)
+	}
+	var id *hostIdentity
+	if len(cfg.HostKey) > 0 {
+		var err error
+		if id, err = newHostIdentity(cfg.HostKey); err != nil {
+			return nil, fmt.Errorf("tcp: host key: %w", err)
+		}
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
@@ -150,7 +165,7 @@ func Listen(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
-	t := &Transport{cfg: cfg, spin: spin, ln: ln, done: make(chan struct{}), gate: seclink.NewGate(cfg.Size + 64), refusals: seclink.NewRefusals(time.Second), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
+	t := &Transport{cfg: cfg, id: id, spin: spin, ln: ln, done: make(chan struct{}), gate: seclink.NewGate(cfg.Size + 64), refusals: seclink.NewRefusals(time.Second), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
 	t.peers = make([]*peer, cfg.Size)
 	for r := range t.peers {
 		t.peers[r] = newPeer(t, ftrma.Rank(r))
@@ -167,8 +182,14 @@ func Listen(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// Addr returns the address peers connect to.
-func (t *Transport) Addr() string { return t.ln.Addr().String() }
+// Addr returns the address peers connect to; with Config.HostKey, the
+// host's public key follows it ("IP:PORT#KEY", hostkey.go).
+func (t *Transport) Addr() string {
+	if t.id != nil {
+		return withHostKey(t.ln.Addr().String(), t.id.pub)
+	}
+	return t.ln.Addr().String()
+}
 
 // Rank returns this process's rank.
 func (t *Transport) Rank() ftrma.Rank { return t.cfg.Rank }
@@ -205,6 +226,13 @@ func (t *Transport) Connect(ctx context.Context, addrs []string) error {
 	}
 	if t.connected.Swap(true) {
 		return fmt.Errorf("tcp: connect called twice: %w", ftrma.ErrInvalid)
+	}
+	for r, a := range addrs {
+		if a != "" && ftrma.Rank(r) != t.cfg.Rank {
+			if err := t.peers[r].learnAddr(a); err != nil {
+				return err
+			}
+		}
 	}
 	// skip: not a rank to connect now.
 	skip := func(p *peer) bool { return p.self || p.absent.Load() || p.admitted.Load() || p.downed.Load() }
@@ -261,10 +289,17 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 		if p.downed.Load() {
 			return nil // reported down meanwhile: nothing to connect
 		}
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := d.DialContext(ctx, "tcp", p.netAddr(addr))
 		if err == nil {
 			var k keys
-			k, err = dialHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), uint32(r), t.sealFor(conn.RemoteAddr()))
+			secret, pub := t.cfg.Secret, []byte(nil)
+			if t.id != nil {
+				pub = t.id.pub
+				secret, err = t.id.pairKey(p.hostKey())
+			}
+			if err == nil {
+				k, err = dialHandshake(conn, secret, pub, uint32(t.cfg.Rank), uint32(r), t.sealFor(conn.RemoteAddr()))
+			}
 			if err == nil {
 				return p.attach(conn.(*net.TCPConn), k)
 			}
@@ -310,7 +345,7 @@ func (t *Transport) acceptLoop() {
 		go func() {
 			defer t.wg.Done()
 			release := t.gate.Admit(conn)
-			from, k, err := acceptHandshake(conn, t.cfg.Secret, uint32(t.cfg.Rank), t.cfg.Size, t.sealFor(conn.RemoteAddr()), t.mayAccept)
+			from, k, err := acceptHandshake(conn, uint32(t.cfg.Rank), t.cfg.Size, t.sealFor(conn.RemoteAddr()), t.secretFor, t.mayAccept)
 			release()
 			if err == nil {
 				err = t.peers[from].attach(conn.(*net.TCPConn), k)
@@ -325,6 +360,37 @@ func (t *Transport) acceptLoop() {
 			}
 		}()
 	}
+}
+
+// secretFor is the secret rank from must prove on a connection it dialed,
+// whose hello carried the host public key pub (nil without host keys): the
+// job secret, or the pair key with rank from's host, once its address
+// (Connect, Admit) says pub is that host's key. It waits for that address
+// until the handshake's deadline: a peer may dial before this rank has
+// the launcher's list.
+func (t *Transport) secretFor(from uint32, pub []byte) ([]byte, error) {
+	switch {
+	case t.id == nil && pub == nil:
+		return t.cfg.Secret, nil
+	case t.id == nil:
+		return nil, fmt.Errorf("%w: a hello with a host key, but this rank proves the job secret", errAuth)
+	case pub == nil:
+		return nil, fmt.Errorf("%w: a hello without a host key, but this rank's hosts have keys", errAuth)
+	}
+	p := t.peers[from]
+	timer := time.NewTimer(handshakeTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.keyKnown:
+	case <-timer.C:
+		return nil, fmt.Errorf("%w: no address known for rank %d, whose host key to check", errAuth, from)
+	case <-t.done:
+		return nil, ftrma.ErrClosed
+	}
+	if !bytes.Equal(p.hostKey(), pub) {
+		return nil, fmt.Errorf("%w: a connection claiming rank %d with another host's key", errAuth, from)
+	}
+	return t.id.pairKey(pub)
 }
 
 // mayAccept refuses a second connection from a rank, or one from a rank
@@ -354,7 +420,8 @@ func (t *Transport) mayAccept(from uint32) error {
 
 // Admit makes the absent rank r (Config.Absent) a peer
 // (transport.Admitter). r dials this rank (it starts with Config.Late):
-// addr is not used. Until r's connection is up, operations and messages
+// addr is used only for the host key it carries (Config.HostKey), which
+// r's connection must prove. Until r's connection is up, operations and messages
 // posted toward it wait in its send buffer (a Flush waits for the
 // connection); if r dies first, PeerDown fails them. Admit fails with
 // ftrma.ErrInvalid for self, a rank not absent (a peer already, failed,
@@ -375,7 +442,15 @@ func (t *Transport) Admit(r ftrma.Rank, addr string) error {
 		return transport.ErrNotAdmittable(r, "it failed")
 	case p.unserved.Load():
 		return transport.ErrNotAdmittable(r, "another transport serves it")
-	case !p.absent.Load(), p.admitted.Swap(true):
+	case !p.absent.Load(), p.admitted.Load():
+		return transport.ErrNotAdmittable(r, "it is a peer already")
+	}
+	if t.id != nil {
+		if err := p.learnAddr(addr); err != nil {
+			return &ftrma.OpError{Op: "admit", Rank: r, Err: err}
+		}
+	}
+	if p.admitted.Swap(true) {
 		return transport.ErrNotAdmittable(r, "it is a peer already")
 	}
 	p.absent.Store(false)

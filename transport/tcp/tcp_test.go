@@ -29,12 +29,19 @@ func cluster(t testing.TB, n int, spin time.Duration) ([]*Transport, *logSink) {
 
 // clusterSealed is cluster with the transports' SealMode.
 func clusterSealed(t testing.TB, n int, spin time.Duration, seal SealMode) ([]*Transport, *logSink) {
+	return clusterConfig(t, n, func(cfg *Config) { cfg.Spin, cfg.Seal = spin, seal })
+}
+
+// clusterConfig is cluster with each rank's Config as adjust leaves it.
+func clusterConfig(t testing.TB, n int, adjust func(*Config)) ([]*Transport, *logSink) {
 	t.Helper()
 	logs := &logSink{}
 	ts := make([]*Transport, n)
 	addrs := make([]string, n)
 	for r := range ts {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Spin: spin, Logger: logs.Logger(), Seal: seal})
+		cfg := Config{Rank: ftrma.Rank(r), Size: n, Secret: secret, Logger: logs.Logger()}
+		adjust(&cfg)
+		tr, err := Listen(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +188,7 @@ func TestFencedRankCannotReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := dialHandshake(conn, secret, 1, 0, false); err == nil {
+	if _, err := dialHandshake(conn, secret, nil, 1, 0, false); err == nil {
 		t.Fatal("fenced rank reconnected")
 	} else if !errors.Is(err, transport.ErrFenced) {
 		t.Errorf("the fenced rank's error %v does not wrap transport.ErrFenced", err)
@@ -202,7 +209,7 @@ func TestRefusesConnectionWithoutSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dialHandshake(conn, []byte("wrong"), 1, 0, false); err == nil {
+	if _, err := dialHandshake(conn, []byte("wrong"), nil, 1, 0, false); err == nil {
 		t.Fatal("connection with a wrong secret was accepted")
 	}
 	conn.Close()
@@ -256,7 +263,7 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := dialHandshake(conn, secret, 1, 0, false); err == nil {
+	if _, err := dialHandshake(conn, secret, nil, 1, 0, false); err == nil {
 		t.Fatal("rank 1 must be dialed by rank 0, yet the handshake passed")
 	}
 	conn.Close()
@@ -277,7 +284,7 @@ func TestGarbageFromAuthenticatedPeerDoesNotCrash(t *testing.T) {
 	go func() {
 		c, err := raw.Accept()
 		if err == nil {
-			if _, _, err := acceptHandshake(c, secret, 1, 2, false, func(uint32) error { return nil }); err == nil {
+			if _, _, err := acceptHandshake(c, 1, 2, false, jobSecret(secret), func(uint32) error { return nil }); err == nil {
 				accepted <- c
 				return
 			}
@@ -443,5 +450,16 @@ func TestLargeReadPeerDown(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a large read toward a closed peer did not return")
+	}
+}
+
+// jobSecret is acceptHandshake's secretFor for a transport without host
+// keys.
+func jobSecret(secret []byte) func(uint32, []byte) ([]byte, error) {
+	return func(_ uint32, pub []byte) ([]byte, error) {
+		if pub != nil {
+			return nil, errAuth
+		}
+		return secret, nil
 	}
 }
