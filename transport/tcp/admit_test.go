@@ -26,7 +26,7 @@ func spareJob(t testing.TB, live, spares int, spin time.Duration, keyed bool) *t
 // tcp; a killed rank is closed.
 func TestAdmission(t *testing.T) {
 	for _, c := range []struct {
-		name string
+		name  string
 		spin  time.Duration
 		keyed bool
 	}{{"park", -1, false}, {"spin", 0, false}, {"host keys", -1, true}} {

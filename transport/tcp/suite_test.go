@@ -13,9 +13,9 @@ import (
 // the kernel closes a dead process's sockets.
 func TestContract(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		spin time.Duration
-		seal SealMode
+		name  string
+		spin  time.Duration
+		seal  SealMode
 		keyed bool
 	}{{"park", -1, SealRemote, false}, {"spin", 0, SealRemote, false}, {"sealed park", -1, SealAll, false}, {"sealed spin", 0, SealAll, false},
 		{"host keys sealed park", -1, SealAll, true}} {

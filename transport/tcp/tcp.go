@@ -95,7 +95,7 @@ const defaultSpin = 50 * time.Microsecond
 type Transport struct {
 	cfg      Config
 	id       *hostIdentity // with Config.HostKey, else nil
-	log      *slog.Logger // cfg.Logger with this rank
+	log      *slog.Logger  // cfg.Logger with this rank
 	spin     time.Duration
 	spinning atomic.Bool // a waiter is busy-polling
 	mem      transport.Memory
