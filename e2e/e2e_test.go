@@ -215,7 +215,12 @@ func TestIntruderRefused(t *testing.T) {
 		lines = append(lines, line)
 		if m := addrRE.FindStringSubmatch(line); m != nil && !intruded {
 			intruded = true
-			intrude(t, m[1])
+			// The address carries rank 0's host key after a '#'.
+			netAddr, key, ok := strings.Cut(m[1], "#")
+			if !ok || len(key) != 64 {
+				t.Errorf("rank 0's address %q carries no host key", m[1])
+			}
+			intrude(t, netAddr)
 			// Tell rank 0 the intrusion is over through a file it polls.
 			os.WriteFile(filepath.Join(dir, "intruded"), []byte("done"), 0o644)
 		}

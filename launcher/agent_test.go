@@ -260,7 +260,7 @@ func TestMessageTypesDistinct(t *testing.T) {
 		"pause": msgPause, "kill host": msgKillHost, "cut": msgCut,
 		"arbiter listen": msgArbiterListen, "arbiter addr": msgArbiterAddr, "arbiter config": msgArbiterConfig,
 		"arbiter label": msgArbiterLabel, "arbiter msg": msgArbiterMsg,
-		"arbiter probe": msgArbiterProbe, "arbiter probe answer": msgArbiterProbeAnswer, "host proof": msgHostProof,
+		"arbiter probe": msgArbiterProbe, "arbiter probe answer": msgArbiterProbeAnswer, "host proof": msgHostProof, "host": jobwire.MsgHost,
 	}
 	seen := make(map[byte]string)
 	for name, typ := range types {

@@ -32,7 +32,7 @@ import (
 //   - The spare's host's agent, on applying a claim by another agent of a
 //     spare on its host, starts the process with the job's common
 //     variables (from ftrun's arbiter config), and serves its rendezvous on
-//     the loopback: the job secret, its publish, the address list from the
+//     the loopback: the host's secret, its publish, the address list from the
 //     log's book and the roster of the ranks ended, then the join proposed.
 //     The connection stays the spare's channel, served by the supervisor.
 //
@@ -74,7 +74,7 @@ func startAgentSpares(j *agentJob, a *agentArbiter, sup *hostSupervisor) (*agent
 		}
 	}
 	if len(secret) < jobwire.MinSecret {
-		return nil, errors.New("the spares' environment carries no job secret")
+		return nil, errors.New("the spares' environment carries no host secret")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,7 +211,14 @@ func (sp *agentSpares) accept() {
 // channel (the supervisor's from then on).
 func (sp *agentSpares) rendezvous(c net.Conn) bool {
 	job := jobwire.Printable([]byte(sp.j.spec.job))
-	tc, err := sp.gate.Serve(c, jobwire.RendezvousKey(sp.secret), agentTimeout)
+	release := sp.gate.Admit(c)
+	tc, _, _, err := jobwire.AcceptRendezvous(c, func(h int) ([]byte, error) {
+		if h != sp.self {
+			return nil, fmt.Errorf("a rank of host %d at the spares' rendezvous of host %d", h, sp.self)
+		}
+		return sp.secret, nil
+	}, time.Now().Add(agentTimeout))
+	release()
 	if err != nil {
 		sp.j.logf("job %s: spares' rendezvous: refused %s: %v", job, c.RemoteAddr(), err)
 		return false

@@ -127,7 +127,7 @@ func (j *Job) startArbiter(root []byte, blocks []hostBlock) {
 	}
 	for i, l := range j.links {
 		m := arbiterMsgFor(uint64(i+2), cfg, names, addrs, root, logDir)
-		m.spareEnv = j.spareEnv()
+		m.spareEnv = j.spareEnv(i + 1)
 		l.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
 		jobwire.WriteFrame(l.conn, msgArbiterConfig, m.append(nil)) // a failed write fails the launch next
 		l.conn.SetWriteDeadline(time.Time{})

@@ -578,7 +578,7 @@ Each rank's environment:
   FTRMA_RENDEZVOUS        host:port of ftrun's rendezvous server (127.0.0.1,
                           or with remote --hosts this host's IP toward the
                           first agent)
-  FTRMA_SECRET            the job secret (hex); every connection proves it
+  FTRMA_SECRET            the secret of the rank's host (hex); every connection proves it
   FTRMA_JOB               the job id
   FTRMA_LOCAL_SIZE        ranks of the job on the rank's host
   FTRMA_HOST_ADDR         with remote --hosts: the IP the rank's transport

@@ -57,7 +57,7 @@ type Job struct {
 
 	// Spares (--respawn): world ranks opts.N..opts.N+spares-1.
 	spares   int          // Options.Spares resolved
-	secret   []byte       // the ranks' job secret
+	secret   []byte       // the ranks' secret, from which each host's is derived (hostSecret); never given to a rank
 	hostAddr string       // FTRMA_HOST_ADDR of this host's ranks, "" on one host
 	path     string       // the program, resolved on this host; "" when this host runs no rank
 	base     []string     // the environment of this host's ranks (before rankEnv)
@@ -323,7 +323,12 @@ func Start(opts *Options) (*Job, error) {
 	for _, b := range blocks {
 		j.hosts = append(j.hosts, &jobHost{link: b.link, label: b.label(), slots: b.capacity(), spare: b.spare, ranks: b.ranks})
 	}
-	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
+	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, HostOf: make([]int, opts.N), ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
+	for _, b := range blocks {
+		for _, r := range b.ranks {
+			rc.HostOf[r] = j.hostIndex(b.link)
+		}
+	}
 	if j.spares > 0 {
 		rc.Spawn, rc.Complete = j.spawn, j.publishBook
 	}
@@ -359,10 +364,10 @@ func Start(opts *Options) (*Job, error) {
 	cwd, _ := os.Getwd()
 	for _, b := range blocks {
 		if b.link != nil {
-			err = j.launchRemote(b, cwd, secret)
+			err = j.launchRemote(b, cwd)
 		} else {
 			for _, r := range b.ranks {
-				vars := rankVars(r, size, b.ranks, j.rv.addr(), secret, j.id, hostAddr, &j.opts)
+				vars := rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(0), 0, j.id, hostAddr, &j.opts)
 				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
 					break
@@ -463,12 +468,13 @@ func (j *Job) Placement() []string {
 }
 
 // launchRemote has the agent of b start b's ranks, then follows them.
-func (j *Job) launchRemote(b hostBlock, cwd string, secret []byte) error {
+func (j *Job) launchRemote(b hostBlock, cwd string) error {
 	size := j.opts.N + j.spares
 	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: size, linkTimeout: j.tm.timeout}
 	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
-		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, size, b.ranks, j.rv.addr(), secret, j.id, "", &j.opts)})
+		h := j.hostIndex(b.link)
+		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(h), h, j.id, "", &j.opts)})
 	}
 	if _, err := b.link.launch(spec); err != nil {
 		return err

@@ -44,10 +44,10 @@ func TestResolveTransport(t *testing.T) {
 func TestRankEnv(t *testing.T) {
 	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
 	n := runtime.NumCPU()
-	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, "j", "", &Options{})
+	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, 0, "j", "", &Options{})
 	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, vars, n)
 	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_LEASE=1s", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
-		"FTRMA_SECRET=abcd", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
+		"FTRMA_SECRET=abcd", "FTRMA_HOST_INDEX=0", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("rankEnv = %q, want %q", env, want)
 	}
@@ -59,7 +59,7 @@ func TestRankEnv(t *testing.T) {
 		if c.size < 1 {
 			continue
 		}
-		env := rankEnv(c.base, rankVars(0, c.size, rankRange(0, c.size), "x", nil, "j", "", &Options{}), c.size)
+		env := rankEnv(c.base, rankVars(0, c.size, rankRange(0, c.size), "x", nil, 0, "j", "", &Options{}), c.size)
 		if slices.Contains(env, "GOMAXPROCS=1") {
 			t.Errorf("rankEnv(%q, size %d) sets GOMAXPROCS=1", c.base, c.size)
 		}
@@ -174,7 +174,7 @@ func setRankEnv(t *testing.T, s *rvServer, r, n int) {
 		jobwire.EnvRank:       strconv.Itoa(r),
 		jobwire.EnvSize:       strconv.Itoa(n),
 		jobwire.EnvRendezvous: s.addr(),
-		jobwire.EnvSecret:     hex.EncodeToString(testSecret(1)),
+		jobwire.EnvSecret:     hex.EncodeToString(jobwire.HostSecret(testSecret(1), 0)),
 		jobwire.EnvJob:        "test",
 		jobwire.EnvLocalSize:  strconv.Itoa(n),
 		jobwire.EnvTransport:  jobwire.TransportTCP,
@@ -404,7 +404,7 @@ func TestHostTimingScales(t *testing.T) {
 	if ch := (failure.Chain{Lease: tm.lease}); tm.timeout != ch.HostSilent() || tm.leaseWait() != ch.LeaseWait() {
 		t.Errorf("timing %+v is not the chain's for a lease of %v (host silent %v, lease wait %v)", tm, tm.lease, ch.HostSilent(), ch.LeaseWait())
 	}
-	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
+	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, 0, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
 	if !slices.Contains(vars, jobwire.EnvLease+"=10s") {
 		t.Errorf("rank variables %q do not pass the lease term", vars)
 	}
@@ -414,7 +414,7 @@ func TestHostTimingScales(t *testing.T) {
 	if tm := timingFor(arb); tm.lease != jobwire.LeaseTerm || tm.timeout != 4*linkTimeout {
 		t.Errorf("timing under the arbiter at 4 ranks per CPU: %+v, want an unstretched lease and stretched links", tm)
 	}
-	vars = rankVars(0, 2, rankRange(0, 2), "x", nil, "j", "", arb)
+	vars = rankVars(0, 2, rankRange(0, 2), "x", nil, 0, "j", "", arb)
 	if !slices.Contains(vars, jobwire.EnvLease+"=1s") || !slices.Contains(vars, jobwire.EnvHostVerdict+"="+arb.hostVerdict.String()) || arb.hostVerdict < 4*time.Second {
 		t.Errorf("rank variables under the arbiter %q: want a 1s lease and its verdict bound %v", vars, arb.hostVerdict)
 	}

@@ -30,7 +30,7 @@ func TestLogVars(t *testing.T) {
 	// ftrun's own environment (os.Getenv) sets no level here.
 	t.Setenv(ftrma.EnvLog, "")
 	t.Setenv(ftrma.EnvLogFormat, "")
-	vars := rankVars(0, 1, rankRange(0, 1), "x", nil, "j", "", &Options{Verbose: true})
+	vars := rankVars(0, 1, rankRange(0, 1), "x", nil, 0, "j", "", &Options{Verbose: true})
 	got := rankEnv([]string{"FTRMA_LOG=info", "HOME=/"}, vars, 1)
 	if slices.Contains(got, "FTRMA_LOG=info") || !slices.Contains(got, "FTRMA_LOG=debug") {
 		t.Errorf("rank environment with -v: %q", got)

@@ -37,7 +37,7 @@ const secretSize = 32
 // rankVars returns the FTRMA_ variables of rank r of a job of size ranks
 // (spares included, o.Spares of them), of which local run on r's host. hostAddr, if not empty, is the IP r's
 // transport listens on.
-func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, job, hostAddr string, o *Options) []string {
+func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, host int, job, hostAddr string, o *Options) []string {
 	env := []string{jobwire.EnvLease + "=" + timingFor(o).lease.String()}
 	if o.hostVerdict > 0 {
 		env = append(env, jobwire.EnvHostVerdict+"="+o.hostVerdict.String())
@@ -83,19 +83,22 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 		jobwire.EnvSize+"="+strconv.Itoa(size),
 		jobwire.EnvRendezvous+"="+rendezvous,
 		jobwire.EnvSecret+"="+hex.EncodeToString(secret),
+		jobwire.EnvHostIndex+"="+strconv.Itoa(host),
 		jobwire.EnvJob+"="+job,
 		jobwire.EnvLocalSize+"="+strconv.Itoa(localSize),
 	)
 }
 
-// spareEnv is, in a job with spares, the FTRMA_ variables every rank gets
-// alike (rankVars without the rank's own), which an agent starts a spare
-// with once ftrun is gone (agentspare.go); nil without spares.
-func (j *Job) spareEnv() []string {
+// spareEnv is, in a job with spares, the FTRMA_ variables every rank of
+// host (the arbiter's numbering: 0 for ftrun's, 1+i for j.links[i]) gets
+// alike (rankVars without the rank's own), which that host's agent starts a
+// spare with once ftrun is gone (agentspare.go); nil without spares. The
+// secret in it is that host's.
+func (j *Job) spareEnv(host int) []string {
 	if j.spares == 0 {
 		return nil
 	}
-	vars := rankVars(0, j.opts.N+j.spares, nil, "", j.secret, j.id, "", &j.opts)
+	vars := rankVars(0, j.opts.N+j.spares, nil, "", j.hostSecret(host), host, j.id, "", &j.opts)
 	own := []string{jobwire.EnvRank, jobwire.EnvRendezvous, jobwire.EnvLocalSize, jobwire.EnvLocalRanks, jobwire.EnvHostAddr}
 	return slices.DeleteFunc(vars, func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
@@ -155,3 +158,17 @@ func rankEnv(base []string, vars []string, localSize int) []string {
 	}
 	return append(env, vars...)
 }
+
+// hostIndex is the index of the host of link among the job's (the
+// arbiter's numbering): 0 for ftrun's own host (nil), 1+i for j.links[i].
+func (j *Job) hostIndex(link *agentLink) int {
+	if link == nil {
+		return 0
+	}
+	return 1 + slices.Index(j.links, link)
+}
+
+// hostSecret is the secret of the ranks of host (hostIndex): each host's
+// ranks get their own, so those of one host cannot speak for another's
+// (jobwire.HostSecret, transport/tcp's host keys).
+func (j *Job) hostSecret(host int) []byte { return jobwire.HostSecret(j.secret, host) }

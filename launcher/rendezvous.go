@@ -28,8 +28,13 @@ type rvConfig struct {
 	// Size-1 are spares (ftrun --respawn): absent until the job starts one
 	// (expect) and admits it (admit). 0 means Size: no spares.
 	Initial int
-	// Secret is the job secret every rank must prove it knows.
+	// Secret is the job's ranks secret: each rank proves the secret of its
+	// host, jobwire.HostSecret of it.
 	Secret []byte
+	// HostOf is the host (an index among the job's hosts) of each of the
+	// first ranks, 0..Initial-1, which a rank must prove the secret of; nil
+	// means host 0 for every one. A spare's host comes with expect.
+	HostOf []int
 	// ListenAddr is where to listen. Default "127.0.0.1:0".
 	ListenAddr string
 	// HandshakeTimeout bounds how long a new connection may take to
@@ -112,6 +117,7 @@ type rvServer struct {
 	// Spares (see jobwire/spawn.go).
 	present   []bool          // present[r]: r is one of the first ranks, or a spare admitted
 	expecting []bool          // expecting[r]: spare r was started (expect) and may join
+	hostOf    []int           // hostOf[r]: the host rank r must prove the secret of (rvConfig.HostOf, expect)
 	spareDone []chan struct{} // spareDone[r]: made by expect, closed when spare r published or ended
 	spareErr  []string        // spareErr[r]: why spare r will not be admitted; "" while it may be
 	spareList [][]byte        // spareList[r]: once spare r published, its addrs payload (nil once sent)
@@ -125,6 +131,10 @@ type rvServer struct {
 }
 
 // listenRendezvous starts a rendezvous server.
+// maxHostIndex bounds the host a rank names before TLS: above it, no key
+// is derived.
+const maxHostIndex = 1 << 20
+
 func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 	if cfg.Size < 1 {
 		return nil, fmt.Errorf("launcher: rendezvous for %d ranks: %w", cfg.Size, ftrma.ErrInvalid)
@@ -174,12 +184,20 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		connected: make([]bool, cfg.Size),
 		present:   make([]bool, cfg.Size),
 		expecting: make([]bool, cfg.Size),
+		hostOf:    make([]int, cfg.Size),
 		spareDone: make([]chan struct{}, cfg.Size),
 		spareErr:  make([]string, cfg.Size),
 		spareList: make([][]byte, cfg.Size),
 		roster:    make([][]byte, cfg.Size),
 		seen:      make([]int, cfg.Size),
 		payloads:  make([][]byte, cfg.Size),
+	}
+	if cfg.HostOf != nil {
+		if len(cfg.HostOf) != cfg.Initial {
+			ln.Close()
+			return nil, fmt.Errorf("launcher: rendezvous: hosts of %d ranks for %d: %w", len(cfg.HostOf), cfg.Initial, ftrma.ErrInvalid)
+		}
+		copy(s.hostOf, cfg.HostOf)
 	}
 	for r := range cfg.Initial {
 		s.present[r] = true
@@ -453,7 +471,12 @@ func (s *rvServer) serve(raw net.Conn) {
 		}
 		return
 	}
-	c, err := seclink.Server(raw, jobwire.RendezvousKey(s.cfg.Secret), deadline)
+	c, host, secret, err := jobwire.AcceptRendezvous(raw, func(h int) ([]byte, error) {
+		if h < 0 || h > maxHostIndex {
+			return nil, fmt.Errorf("no host %d in this job", h)
+		}
+		return jobwire.HostSecret(s.cfg.Secret, h), nil
+	}, deadline)
 	<-s.slots
 	if err != nil {
 		select {
@@ -464,7 +487,7 @@ func (s *rvServer) serve(raw net.Conn) {
 		return
 	}
 	c.SetDeadline(deadline)
-	rank, err := s.handshake(c)
+	rank, err := s.handshake(c, secret, host)
 	if err != nil {
 		select {
 		case <-s.quit: // closing: not worth a report
@@ -667,16 +690,22 @@ func (s *rvServer) enterHandshake(deadline time.Time) bool {
 // handshake authenticates a connection and takes its published address. It
 // returns the connection's rank, or an error after telling the peer why (when
 // that is safe).
-func (s *rvServer) handshake(c net.Conn) (ftrma.Rank, error) {
+func (s *rvServer) handshake(c net.Conn, secret []byte, host int) (ftrma.Rank, error) {
 	refuse := func(err error) (ftrma.Rank, error) {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
 		return -1, err
 	}
 
 	admitted, joinedID := false, uint32(0)
-	id, err := jobwire.ServerHandshake(c, s.cfg.Secret, jobwire.RendezvousHandshake, func(id uint32) error {
+	id, err := jobwire.ServerHandshake(c, secret, jobwire.RendezvousHandshake, func(id uint32) error {
 		if uint64(id) >= uint64(s.cfg.Size) {
 			return fmt.Errorf("rank %d out of range [0, %d)", id, s.cfg.Size)
+		}
+		s.mu.Lock()
+		placed := s.hostOf[id]
+		s.mu.Unlock()
+		if placed != host {
+			return fmt.Errorf("rank %d runs on another host than the one whose secret it proves (host %d)", id, host)
 		}
 		s.mu.Lock()
 		expected := int(id) < s.cfg.Initial || s.expecting[id] && s.spareErr[id] == ""
@@ -864,14 +893,15 @@ func (s *rvServer) admission(a, to ftrma.Rank) []byte {
 	return jobwire.Admission{Rank: a, Addr: s.addrs[a].For(int(to)), Payload: s.payloads[a]}.Append(nil)
 }
 
-// expect lets spare r join: ftrun is starting its process. payload is
-// what its admission will carry.
-func (s *rvServer) expect(r ftrma.Rank, payload []byte) error {
+// expect lets spare r join: ftrun is starting its process on host (whose
+// secret the spare must prove). payload is what its admission will carry.
+func (s *rvServer) expect(r ftrma.Rank, payload []byte, host int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(r) < s.cfg.Initial || int(r) >= s.cfg.Size || s.expecting[r] {
 		return fmt.Errorf("launcher: rank %d is not a spare left to start: %w", r, ftrma.ErrInvalid)
 	}
+	s.hostOf[r] = host
 	if s.commons == nil {
 		return errors.New("launcher: the job's rendezvous has not completed")
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // An address over a limit of the wire is refused with an error that names
@@ -104,13 +103,13 @@ func dialRank(t *testing.T, s *rvServer, r ftrma.Rank) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := seclink.Client(raw, jobwire.RendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
+	c, err := jobwire.DialRendezvous(raw, hostSecret0, 0, time.Now().Add(testTimeout))
 	if err != nil {
 		raw.Close()
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(testTimeout))
-	if err := jobwire.ClientHandshake(c, testSecret(1), jobwire.RendezvousHandshake, uint32(r)); err != nil {
+	if err := jobwire.ClientHandshake(c, hostSecret0, jobwire.RendezvousHandshake, uint32(r)); err != nil {
 		c.Close()
 		t.Fatal(err)
 	}

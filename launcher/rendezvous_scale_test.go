@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/verbs"
 )
 
@@ -249,12 +248,12 @@ func (sc *scaleRun) rank(ctx context.Context, r int) error {
 	}
 	defer raw.Close()
 	deadline, _ := ctx.Deadline()
-	c, err := seclink.Client(countConn{raw, &sc.in, &sc.out}, jobwire.RendezvousKey(testSecret(1)), deadline)
+	c, err := jobwire.DialRendezvous(countConn{raw, &sc.in, &sc.out}, hostSecret0, 0, deadline)
 	if err != nil {
 		return err
 	}
 	c.SetDeadline(deadline)
-	if err := jobwire.ClientHandshake(c, testSecret(1), jobwire.RendezvousHandshake, uint32(r)); err != nil {
+	if err := jobwire.ClientHandshake(c, hostSecret0, jobwire.RendezvousHandshake, uint32(r)); err != nil {
 		return err
 	}
 	pub := sc.j.published(r).Append(nil)

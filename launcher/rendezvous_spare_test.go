@@ -100,7 +100,7 @@ func TestRendezvousSpareAddresses(t *testing.T) {
 	}()
 
 	// Spare 2.
-	if err := s.expect(2, []byte("pay2")); err != nil {
+	if err := s.expect(2, []byte("pay2"), 0); err != nil {
 		t.Fatal(err)
 	}
 	c, addrs, err := fakeRank(s, 2, size).joinAddr(ctx, splitAddr(t, 2, size))
@@ -130,7 +130,7 @@ func TestRendezvousSpareAddresses(t *testing.T) {
 	// Rank 1 fails; spare 3 joins.
 	s.rankExited(1, "exited with status 1", false)
 	nextFrame(t, conns[0], jobwire.MsgExit)
-	if err := s.expect(3, []byte("pay3")); err != nil {
+	if err := s.expect(3, []byte("pay3"), 0); err != nil {
 		t.Fatal(err)
 	}
 	c, addrs, err = fakeRank(s, 3, size).joinAddr(ctx, splitAddr(t, 3, size))
@@ -156,7 +156,7 @@ func TestRendezvousSpareAddresses(t *testing.T) {
 			t.Errorf("rank %d's admission: %+v, %v; want %+v", q, a, err, want)
 		}
 	}
-	if err := s.expect(3, nil); err == nil {
+	if err := s.expect(3, nil, 0); err == nil {
 		t.Error("expect of spare 3 again: no error")
 	}
 }
@@ -176,7 +176,7 @@ func TestRendezvousSpareRefusals(t *testing.T) {
 	if _, _, err := fakeRank(s, 1, 3).join(ctx, "addr-1"); err == nil || !strings.Contains(err.Error(), "spare that ftrun has not started") {
 		t.Errorf("a spare not started joins: %v", err)
 	}
-	if err := s.expect(1, nil); err != nil {
+	if err := s.expect(1, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.awaitSpare(1, time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not join within") {
@@ -213,7 +213,7 @@ func TestRendezvousSpareLostWithHost(t *testing.T) {
 	if s.giveUpSpare(0, "host lost") || s.giveUpSpare(2, "host lost") {
 		t.Error("gave up a first rank, or a spare not being started")
 	}
-	if err := s.expect(1, nil); err != nil {
+	if err := s.expect(1, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	waited := make(chan error, 1)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // testTimeout bounds every wait in these tests; it is a safety net, never a
@@ -67,11 +66,16 @@ type testRank struct {
 	rank       ftrma.Rank
 	size       int
 	rendezvous string // the server's address
-	secret     []byte
+	secret     []byte // its host's secret
+	host       int    // its host
 }
 
+// hostSecret0 is the secret of host 0 of the test jobs, whose ranks
+// secret is testSecret(1).
+var hostSecret0 = jobwire.HostSecret(testSecret(1), 0)
+
 func fakeRank(s *rvServer, r ftrma.Rank, size int) testRank {
-	return testRank{rank: r, size: size, rendezvous: s.addr(), secret: testSecret(1)}
+	return testRank{rank: r, size: size, rendezvous: s.addr(), secret: hostSecret0}
 }
 
 // rankFromEnv is the testRank of a helper rank, from the environment ftrun
@@ -80,10 +84,11 @@ func rankFromEnv() (testRank, error) {
 	rank, err1 := strconv.Atoi(os.Getenv(jobwire.EnvRank))
 	size, err2 := strconv.Atoi(os.Getenv(jobwire.EnvSize))
 	secret, err3 := hex.DecodeString(os.Getenv(jobwire.EnvSecret))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	host, err4 := strconv.Atoi(os.Getenv(jobwire.EnvHostIndex))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return testRank{}, fmt.Errorf("job environment: %w", err)
 	}
-	return testRank{rank: ftrma.Rank(rank), size: size, rendezvous: os.Getenv(jobwire.EnvRendezvous), secret: secret}, nil
+	return testRank{rank: ftrma.Rank(rank), size: size, rendezvous: os.Getenv(jobwire.EnvRendezvous), secret: secret, host: host}, nil
 }
 
 // join dials the server as rank r, publishes addr and returns the open
@@ -103,7 +108,7 @@ func (r testRank) joinAddr(ctx context.Context, addr jobwire.Addr) (net.Conn, []
 	if !ok {
 		deadline = time.Now().Add(testTimeout)
 	}
-	c, err := seclink.Client(raw, jobwire.RendezvousKey(r.secret), deadline)
+	c, err := jobwire.DialRendezvous(raw, r.secret, r.host, deadline)
 	if err != nil {
 		raw.Close()
 		return nil, nil, err
@@ -287,6 +292,52 @@ func TestRendezvousRefusesWrongSecret(t *testing.T) {
 	}
 }
 
+// Each host's ranks hold that host's secret only: a rank of host 1 cannot
+// join as a rank placed on host 0, neither naming its own host (it runs
+// elsewhere) nor host 0 (whose secret it does not hold); the ranks of
+// both hosts then join.
+func TestRendezvousRanksSpeakOnlyForTheirHost(t *testing.T) {
+	const n = 3
+	logs := new(logRecorder)
+	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), HostOf: []int{0, 0, 1}, Logger: logs.logger(), HandshakeTimeout: testTimeout, logEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	host1 := jobwire.HostSecret(testSecret(1), 1)
+	for _, c := range []struct {
+		name   string
+		host   int
+		secret []byte
+		want   string
+	}{
+		{"naming its own host", 1, host1, "runs on another host"},
+		{"naming host 0", 0, host1, "does not know the key"},
+	} {
+		bad := fakeRank(s, 1, n) // placed on host 0
+		bad.host, bad.secret = c.host, c.secret
+		conn, _, err := bad.join(ctx, "evil")
+		if err == nil {
+			conn.Close()
+			t.Fatalf("a rank of host 1, %s, joined as rank 1 of host 0", c.name)
+		}
+		if !waitFor(func() bool { return strings.Contains(logs.String(), c.want) }) {
+			t.Errorf("%s: the server's log does not say %q:\n%s", c.name, c.want, logs)
+		}
+	}
+	ranks := []testRank{fakeRank(s, 0, n), fakeRank(s, 1, n), fakeRank(s, 2, n)}
+	ranks[2].host, ranks[2].secret = 1, host1
+	res := joinAll(ctx, ranks)
+	defer closeAll(res)
+	for i, r := range res {
+		if r.err != nil || !reflect.DeepEqual(r.addrs, wantAddrs(n)) {
+			t.Fatalf("rank %d got %q, %v", i, r.addrs, r.err)
+		}
+	}
+}
+
 // Clients that break the protocol are refused one by one, without crashing
 // the server, which then completes the rendezvous for the real ranks.
 func TestRendezvousRefusesBadClients(t *testing.T) {
@@ -310,7 +361,7 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 	goodAuth := func(r uint32) func(h jobwire.Hello) []byte {
 		return func(h jobwire.Hello) []byte {
 			nonce := bytes.Repeat([]byte{5}, jobwire.NonceSize)
-			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: r, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelRank, jobwire.RendezvousVersion, r, h.Nonce, nonce)}.Append(nil)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: r, Nonce: nonce, Proof: jobwire.Proof(hostSecret0, jobwire.LabelRank, jobwire.RendezvousVersion, r, h.Nonce, nonce)}.Append(nil)
 		}
 	}
 	bad := []struct {
@@ -325,11 +376,11 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		{"future version", rawAuth(func(jobwire.Hello) []byte { return []byte{0, 9} }), "version 9"},
 		{"replayed proof", rawAuth(func(jobwire.Hello) []byte {
 			nonce := make([]byte, jobwire.NonceSize)
-			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelRank, jobwire.RendezvousVersion, 0, make([]byte, jobwire.NonceSize), nonce)}.Append(nil)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(hostSecret0, jobwire.LabelRank, jobwire.RendezvousVersion, 0, make([]byte, jobwire.NonceSize), nonce)}.Append(nil)
 		}), "authentication failed"},
 		{"launcher's proof reflected", rawAuth(func(h jobwire.Hello) []byte {
 			nonce := make([]byte, jobwire.NonceSize)
-			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(testSecret(1), jobwire.LabelLauncher, jobwire.RendezvousVersion, 0, h.Nonce, nonce)}.Append(nil)
+			return jobwire.Auth{Version: jobwire.RendezvousVersion, Rank: 0, Nonce: nonce, Proof: jobwire.Proof(hostSecret0, jobwire.LabelLauncher, jobwire.RendezvousVersion, 0, h.Nonce, nonce)}.Append(nil)
 		}), "authentication failed"},
 		{"rank out of range", rawAuth(goodAuth(n)), "out of range"},
 		{"hang up after auth", rawAuth(goodAuth(0)), "EOF"},
@@ -341,7 +392,7 @@ func TestRendezvousRefusesBadClients(t *testing.T) {
 		}
 		// Inside TLS keyed by the job secret: the rendezvous protocol's own
 		// checks are what is tested here.
-		c, err := seclink.Client(raw, jobwire.RendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
+		c, err := jobwire.DialRendezvous(raw, hostSecret0, 0, time.Now().Add(testTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}

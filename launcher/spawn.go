@@ -113,7 +113,7 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 		}
 	}
 	size := j.opts.N + j.spares
-	if err := j.rv.expect(s, payload); err != nil {
+	if err := j.rv.expect(s, payload, host); err != nil {
 		j.spareFailed(s, err)
 		return -1, err
 	}
@@ -130,11 +130,11 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 		spawn = append(spawn, jobwire.EnvSparesLost+"="+strings.Join(lost, ","))
 	}
 	if h.link == nil {
-		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, j.hostAddr, &j.opts), spawn...)
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.hostSecret(host), host, j.id, j.hostAddr, &j.opts), spawn...)
 		err = j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(here)))
 	} else {
 		// The agent adds FTRMA_HOST_ADDR, as for the launch's ranks.
-		vars := append(rankVars(s, size, here, j.rv.addr(), j.secret, j.id, "", &j.opts), spawn...)
+		vars := append(rankVars(s, size, here, j.rv.addr(), j.hostSecret(host), host, j.id, "", &j.opts), spawn...)
 		err = j.startRemoteSpare(h.link, j.ranks[s], vars)
 	}
 	if err != nil {

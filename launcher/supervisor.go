@@ -224,7 +224,7 @@ func (s *hostSupervisor) admit(a jobwire.Admission) {
 const maxSupervisorHandshakes = 64
 
 // startSupervisor listens on the loopback for the ranks of a launch under
-// the arbiter's node a, and serves them until close. The job secret comes
+// the arbiter's node a, and serves them until close. The host's secret comes
 // from the ranks' environment (FTRMA_SECRET).
 func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any)) (*hostSupervisor, error) {
 	var secret []byte
@@ -237,7 +237,7 @@ func startSupervisor(spec *launchSpec, a *agentArbiter, logf func(string, ...any
 		break
 	}
 	if len(secret) < jobwire.MinSecret {
-		return nil, fmt.Errorf("the launch carries no job secret")
+		return nil, fmt.Errorf("the launch carries no host secret")
 	}
 	sup, err := listenSupervisor(secret, a.d.cfg.LeaseTerm, a.d.hostLease, logf)
 	if err != nil {

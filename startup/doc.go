@@ -18,7 +18,7 @@
 //     FTRMA_SECRET from the process environment; builds the transport ftrun
 //     chose (TCP, shared memory, shared memory to the ranks on this host and
 //     TCP to the others, or RDMA verbs) and installs the receiver; connects
-//     to the rendezvous, proves it knows the job secret and checks that the
+//     to the rendezvous, proves it knows its host's secret and checks that the
 //     launcher knows it too; publishes the transport's address; waits for
 //     every rank's address; and connects the transport to every peer.
 //  3. Use Session.Transport for the job's communication.

@@ -36,7 +36,8 @@ type jobEnv struct {
 	rank        ftrma.Rank
 	size        int
 	rendezvous  string
-	secret      []byte
+	secret      []byte // the secret of this rank's host (jobwire.HostSecret)
+	host        int    // FTRMA_HOST_INDEX: the index of this rank's host; 0 when unset
 	job         string
 	localSize   int
 	spin        time.Duration // 0 when FTRMA_SPIN is unset
@@ -87,6 +88,11 @@ func readEnv() (jobEnv, error) {
 	e.secret, err = hex.DecodeString(strings.TrimSpace(secret))
 	if err != nil || len(e.secret) < jobwire.MinSecret {
 		return e, fmt.Errorf("launcher: %s: want at least %d hex-encoded bytes", jobwire.EnvSecret, jobwire.MinSecret)
+	}
+	if _, ok := os.LookupEnv(jobwire.EnvHostIndex); ok {
+		if e.host, err = envInt(jobwire.EnvHostIndex, 0); err != nil {
+			return e, err
+		}
 	}
 	e.job = os.Getenv(jobwire.EnvJob)
 	switch v := os.Getenv(jobwire.EnvSeal); v {

@@ -486,7 +486,7 @@ func (s *Session) watchLocal() {
 }
 
 // dialSupervisor opens the lease channel to this host's agent at addr,
-// proving the job secret (jobwire.SupervisorKey).
+// proving its host's secret (jobwire.SupervisorKey).
 func dialSupervisor(ctx context.Context, env jobEnv) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", env.supervisor)
@@ -514,7 +514,7 @@ func dialSupervisor(ctx context.Context, env jobEnv) (net.Conn, error) {
 // the job's environment (and removes FTRMA_SECRET from it), builds the
 // transport ftrun chose and installs recv as its receiver, exchanges
 // addresses with every other rank through the launcher's rendezvous (proving
-// the job secret both ways), and connects the transport to every peer.
+// its host's secret both ways), and connects the transport to every peer.
 //
 // recv must not be nil: it is installed before any peer can send, as the
 // transport requires, because peers may send as soon as their own Join returns.
@@ -614,7 +614,7 @@ func watchEarly(env jobEnv, sess *Session, t transport.Transport, conn net.Conn)
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
 func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: env.transportSpin(),
 		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
@@ -687,7 +687,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Sessi
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, Secret: env.secret, Logger: logger, Spin: env.transportSpin(),
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: env.transportSpin(),
 		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
@@ -917,7 +917,7 @@ func rendezvous(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, [
 		deadline = time.Now().Add(time.Minute)
 	}
 	var addrs []string
-	tc, err := seclink.Client(conn, jobwire.RendezvousKey(env.secret), deadline)
+	tc, err := jobwire.DialRendezvous(conn, env.secret, env.host, deadline)
 	if err == nil {
 		conn = tc
 		// Client clears the deadline: a cancellation meanwhile is seen here.

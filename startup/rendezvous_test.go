@@ -14,7 +14,6 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/seclink"
 )
 
 // testTimeout bounds every wait in these tests; it is a safety net, never a
@@ -42,7 +41,7 @@ func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
 			return
 		}
 		defer c.Close()
-		tc, err := seclink.Server(c, jobwire.RendezvousKey(testSecret(1)), time.Now().Add(testTimeout))
+		tc, _, _, err := jobwire.AcceptRendezvous(c, func(int) ([]byte, error) { return testSecret(1), nil }, time.Now().Add(testTimeout))
 		if err != nil {
 			return
 		}

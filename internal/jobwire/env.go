@@ -11,7 +11,8 @@ const (
 	EnvRank        = "FTRMA_RANK"            // this rank, 0 <= rank < size
 	EnvSize        = "FTRMA_SIZE"            // number of ranks in the job
 	EnvRendezvous  = "FTRMA_RENDEZVOUS"      // host:port of the launcher's rendezvous server
-	EnvSecret      = "FTRMA_SECRET"          // the job secret, hex; the rank removes it from its environment
+	EnvSecret      = "FTRMA_SECRET"          // the secret of the rank's host (HostSecret), hex; the rank removes it from its environment
+	EnvHostIndex   = "FTRMA_HOST_INDEX"      // the index of the rank's host among the job's (whose secret EnvSecret is); 0 when unset
 	EnvJob         = "FTRMA_JOB"             // the job id, for logs
 	EnvLocalSize   = "FTRMA_LOCAL_SIZE"      // ranks of this job on this host
 	EnvSpin        = "FTRMA_SPIN"            // busy-poll duration (ftrun --spin), optional

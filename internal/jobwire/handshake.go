@@ -27,10 +27,10 @@ type HandshakeKind struct {
 
 // RendezvousHandshake is the handshake of the rendezvous: the launcher
 // serves, a rank is the client and its id is its rank, and the proofs are
-// keyed by the job secret.
+// keyed by the secret of the rank's host (HostSecret).
 var RendezvousHandshake = HandshakeKind{
 	Name: "rendezvous", Magic: RendezvousMagic, Version: RendezvousVersion,
-	Client: "rank", Server: "launcher", IDName: "rank", SecretName: "job secret",
+	Client: "rank", Server: "launcher", IDName: "rank", SecretName: "host secret",
 	ClientLabel: LabelRank, ServerLabel: LabelLauncher, MaxFrameSize: MaxSmallFrame,
 }
 

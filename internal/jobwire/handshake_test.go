@@ -36,7 +36,7 @@ func TestHandshake(t *testing.T) {
 	}
 	other := bytes.Repeat([]byte{2}, secretSize)
 	_, serr, cerr := handshake(secret, other, 3, nil)
-	if serr == nil || !strings.Contains(serr.Error(), "claims rank 3: authentication failed (wrong job secret)") {
+	if serr == nil || !strings.Contains(serr.Error(), "claims rank 3: authentication failed (wrong host secret)") {
 		t.Errorf("server with a client of another secret: %v", serr)
 	}
 	if cerr == nil || !strings.Contains(cerr.Error(), "authentication failed") {

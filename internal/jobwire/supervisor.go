@@ -11,7 +11,7 @@ import (
 // The host supervisor's channel (ftrun --arbiter). On an agent's host the
 // ranks take their lease from their agent, not from ftrun: the agent
 // listens on the host's loopback (EnvSupervisor), each rank dials it once
-// it has joined and proves the job secret with SupervisorKey (TLS,
+// it has joined and proves its host's secret with SupervisorKey (TLS,
 // internal/seclink), then sends MsgLeaseAsk (LeasePayload) every fifth of
 // its term as it does to ftrun. The agent answers with MsgLeaseGrant
 // carrying GrantPayload: the ask's seq and the term the rank may count
@@ -49,7 +49,7 @@ import (
 // connection then stays its channel as ftrun's would.
 
 // SupervisorKey is the TLS key of the channel between a rank and its
-// host's agent, from the job secret; distinct from RendezvousKey.
+// host's agent, from the host's secret; distinct from RendezvousKey.
 func SupervisorKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma host supervisor") }
 
 // GrantPayload encodes a supervisor's grant: the ask's seq and the term.

@@ -3,21 +3,31 @@ package jobwire
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/seclink"
 )
 
-// The rendezvous wire format, version 3.
+// The rendezvous wire format, version 4.
 //
-// A rank dials the launcher's rendezvous (FTRMA_RENDEZVOUS) and both run TLS
-// keyed by RendezvousKey of the job secret (internal/seclink). Inside it,
-// every message is one frame:
+// A rank holds the secret of its host (FTRMA_SECRET: HostSecret of the
+// job's ranks secret and the host's index, FTRMA_HOST_INDEX), never the
+// job's. It dials the launcher's rendezvous (FTRMA_RENDEZVOUS), sends
+//
+//	R→L  host     host uint32: the index of the host whose secret it holds
+//
+// in a frame before anything else, and both run TLS keyed by RendezvousKey
+// of that host's secret (internal/seclink; DialRendezvous,
+// AcceptRendezvous). The launcher accepts a rank only from the host it
+// placed the rank on, so the ranks of one host cannot speak for another's.
+// Inside TLS, every message is one frame:
 //
 //	length   uint32, big endian: the number of bytes that follow (1 + payload)
 //	type     uint8 (values below; append-only)
@@ -64,7 +74,7 @@ import (
 //	R→L  spawn    start spare ranks; L→R spawned (the answer), admit (a
 //	              spare joined), roster (to a spare): see spawn.go
 //
-// with, for both proofs, HMAC-SHA256 keyed by the job secret over
+// with, for both proofs, HMAC-SHA256 keyed by the host's secret over
 //
 //	label || version uint16 || rank uint32 || launcher nonce || rank nonce
 //
@@ -82,13 +92,16 @@ import (
 // the error and reads the frame away before it closes, so that the rank reads
 // the answer rather than a connection reset.
 //
+// Version 3 keyed every rank with one secret of the whole job: the ranks of
+// one host that was broken into could pose as any rank.
+//
 // Version 1 published every address whole and sent every rank the list of
 // them whole: O(size²) bytes per rank with verbs, which broke the limits
 // beyond about 570 ranks. Version 2's spawn request had no near list
 // (spawn.go): a spare's host could not follow the rank it replaces.
 const (
 	RendezvousMagic   = "FTRV"
-	RendezvousVersion = 3
+	RendezvousVersion = 4
 
 	NonceSize = 32
 	ProofSize = sha256.Size
@@ -126,6 +139,8 @@ const (
 	MsgSpawned    byte = 26 // L→R: SpawnAnswer — the answer to MsgSpawn with the same id
 	MsgAdmit      byte = 27 // L→R: Admission — a spare rank started and joined
 	MsgRoster     byte = 28 // L→R, to a spare only, right after addrs: the ranks that had failed by then
+	// 29..43 are the agent protocol's (launcher).
+	MsgHost byte = 44 // R→L, before TLS: host uint32 — the host whose secret the rank holds
 	// 29 and 30 are the agent protocol's (launcher/agentwire.go).
 	// The next free type is 31.
 )
@@ -168,9 +183,51 @@ const (
 // ErrMalformed is wrapped by every error about bytes that break the format.
 var ErrMalformed = errors.New("malformed rendezvous message")
 
-// RendezvousKey is the TLS key of rendezvous connections, from the job
-// secret the ranks hold.
+// RendezvousKey is the TLS key of rendezvous connections, from the
+// secret of the rank's host.
 func RendezvousKey(secret []byte) []byte { return seclink.DeriveKey(secret, "ftrma rendezvous") }
+
+// HostSecret is the secret of the ranks of host (an index into the job's
+// hosts), from the job's ranks secret, which only the launcher holds.
+func HostSecret(ranks []byte, host int) []byte {
+	return seclink.DeriveKey(ranks, fmt.Sprintf("ftrma ranks host %d", host))
+}
+
+// DialRendezvous runs a rank's side of the rendezvous's start on c: the
+// host frame, then TLS keyed by the host's secret. A non-zero deadline
+// bounds it (and is cleared, as seclink.Client does).
+func DialRendezvous(c net.Conn, hostSecret []byte, host int, deadline time.Time) (*tls.Conn, error) {
+	c.SetDeadline(deadline)
+	if err := WriteFrame(c, MsgHost, binary.BigEndian.AppendUint32(nil, uint32(host))); err != nil {
+		return nil, err
+	}
+	return seclink.Client(c, RendezvousKey(hostSecret), deadline)
+}
+
+// AcceptRendezvous runs the launcher's (or an agent's) side of the
+// rendezvous's start on c: it reads the host frame, asks secretFor for
+// that host's secret (an error refuses the host), and runs TLS keyed by
+// it. It returns the connection, the host and its secret.
+func AcceptRendezvous(c net.Conn, secretFor func(host int) ([]byte, error), deadline time.Time) (*tls.Conn, int, []byte, error) {
+	c.SetDeadline(deadline)
+	typ, p, err := ReadFrame(c, MaxSmallFrame)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if typ != MsgHost || len(p) != 4 {
+		return nil, 0, nil, fmt.Errorf("%w: no host frame first", ErrMalformed)
+	}
+	host := int(binary.BigEndian.Uint32(p))
+	secret, err := secretFor(host)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	tc, err := seclink.Server(c, RendezvousKey(secret), deadline)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return tc, host, secret, nil
+}
 
 // RankPayload encodes a rank for the exit and suspect messages.
 func RankPayload(r ftrma.Rank) []byte { return binary.BigEndian.AppendUint32(nil, uint32(r)) }

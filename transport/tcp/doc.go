@@ -37,12 +37,17 @@
 // the connection. Other copies go in pieces that let the process's other
 // goroutines run (transport.Copy, transport.Memory).
 //
-// Security: every connection proves the job secret in both directions with an
+// Security: every connection proves its secret in both directions with an
 // HMAC-SHA256 challenge–response before any frame is accepted; a connection that
-// fails is closed and logged. A connection to another host is then sealed
+// fails is closed and logged. The secret is the job secret (Config.Secret)
+// or, as ftrun runs its ranks, the key the two ranks' hosts share
+// (Config.HostKey, hostkey.go: each host's ranks hold their host's secret
+// only, and publish the host's X25519 public key in their address), so that
+// a host that is broken into can pose as none of another host's ranks. A
+// connection to another host is then sealed
 // (Config.Seal, seal.go): each direction's frames go in records of at most
 // 16 KiB encrypted and authenticated with AES-128-GCM, under a key of that
-// direction derived by HKDF-SHA256 from the job secret, both handshake
+// direction derived by HKDF-SHA256 from that secret, both handshake
 // nonces and both ranks, with the record's number as its nonce (not sent):
 // a relay reads nothing, and a record altered, dropped, repeated or moved
 // fails to open and takes the connection down, before any frame after the

@@ -20,7 +20,8 @@ import (
 // nonce is not sent: it is the record's number in its direction (4 zero
 // bytes, then the count as a big-endian u64), so a record dropped, repeated
 // or moved fails to open, and the connection goes down. Each direction has
-// its own key, derived by HKDF-SHA256 from the job secret, both
+// its own key, derived by HKDF-SHA256 from the connection's secret (the
+// job secret, or the pair key of the two hosts: hostkey.go), both
 // handshake nonces and both ranks (dataKeys): fresh per connection, bound
 // to the pair. After rekeyEvery records a direction's key is replaced by
 // HKDF-Expand(key, "ftrma tcp rekey"), at both ends at the same record,
