@@ -14,34 +14,13 @@ import (
 // hostKeys are the secrets of three hosts.
 var hostKeys = [][]byte{bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)}
 
-// keyedCluster starts n connected transports with host keys, rank r on
+// keyedCluster starts connected transports with host keys, rank r on
 // host hostOf[r], sealed as seal says.
 func keyedCluster(t *testing.T, hostOf []int, seal SealMode) ([]*Transport, *logSink) {
 	t.Helper()
-	logs := &logSink{}
-	n := len(hostOf)
-	ts := make([]*Transport, n)
-	addrs := make([]string, n)
-	for r := range ts {
-		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: n, HostKey: hostKeys[hostOf[r]], Spin: -1, Logger: logs.Logger(), Seal: seal})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts[r], addrs[r] = tr, tr.Addr()
-		t.Cleanup(func() { tr.Close() })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errc := make(chan error, n)
-	for _, tr := range ts {
-		go func() { errc <- tr.Connect(ctx, addrs) }()
-	}
-	for range ts {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ts, logs
+	return clusterConfig(t, len(hostOf), func(cfg *Config) {
+		cfg.Secret, cfg.HostKey, cfg.Spin, cfg.Seal = nil, hostKeys[hostOf[cfg.Rank]], -1, seal
+	})
 }
 
 // With host keys, ranks on different hosts and on one host connect, plain
