@@ -133,3 +133,41 @@ func TestHostKeyAddressRequired(t *testing.T) {
 		t.Error("a short host key was accepted")
 	}
 }
+
+// A rank may dial before its peer has the launcher's list (the peer does
+// not know yet which host key the dialer's address carries): the peer's
+// side waits for its Connect, within the handshake's bound, and the
+// connection is made then.
+func TestHostKeyDialBeforeTheBook(t *testing.T) {
+	ts := make([]*Transport, 2)
+	addrs := make([]string, 2)
+	logs := &logSink{}
+	for r := range ts {
+		tr, err := Listen(Config{Rank: ftrma.Rank(r), Size: 2, HostKey: hostKeys[r], Spin: -1, Logger: logs.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ts[r], addrs[r] = tr, tr.Addr()
+	}
+	ctx := testCtx(t)
+	dialed := make(chan error, 1)
+	go func() { dialed <- ts[0].Connect(ctx, addrs) }() // rank 0 dials rank 1 (each rank dials those above it)
+	// Rank 1 has no list yet: the handshake waits in secretFor.
+	for !ts[1].peers[0].waitingForKey.Load() {
+		select {
+		case err := <-dialed:
+			t.Fatalf("rank 0's Connect ended before rank 1 knew its key: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := ts[1].Connect(ctx, addrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dialed; err != nil {
+		t.Fatalf("rank 0's Connect: %v\n%s", err, logs.String())
+	}
+	if err := ts[0].Flush(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}

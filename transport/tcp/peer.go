@@ -43,6 +43,9 @@ type peer struct {
 	key      atomic.Pointer[[]byte]
 	keyKnown chan struct{}
 	keyOnce  sync.Once
+	// waitingForKey is set while an accepted handshake waits for keyKnown
+	// (for tests).
+	waitingForKey atomic.Bool
 
 	conn *net.TCPConn    // set once by attach, before ready is closed
 	rc   syscall.RawConn // conn's raw access

@@ -380,6 +380,8 @@ func (t *Transport) secretFor(from uint32, pub []byte) ([]byte, error) {
 	p := t.peers[from]
 	timer := time.NewTimer(handshakeTimeout)
 	defer timer.Stop()
+	p.waitingForKey.Store(true)
+	defer p.waitingForKey.Store(false)
 	select {
 	case <-p.keyKnown:
 	case <-timer.C:
