@@ -156,7 +156,7 @@ func ParseMessage(b []byte) (Message, error) {
 		if !raftAddressed(rm, m.From, m.To) {
 			return bad("raft message addressed otherwise")
 		}
-		if raft.IsLocalMsg(rm.GetType()) || !knownRaftType(rm.GetType()) {
+		if !knownRaftType(rm.GetType()) || raft.IsLocalMsg(rm.GetType()) { // IsLocalMsg indexes a table by the type: known types only
 			return bad("raft message of a local or unknown type")
 		}
 		m.raft = rm
