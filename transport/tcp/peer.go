@@ -657,13 +657,18 @@ var (
 // event any more (epoll reports an edge only if the socket is still
 // readable when it looks), so a poller that left them (a waiter that got
 // its own answer and stopped) would strand them, and with them the peer's
-// requests, until more bytes came.
+// requests, until more bytes came. Only whole records: the rest of a
+// partial one is still to come and raises its event, and a peer that
+// streams keeps a partial record buffered for as long as it streams —
+// looping on that held the read token, which down needs, for the whole
+// stream. It stops too once the peer is down (down is waiting for the
+// token).
 func (p *peer) pollLocked() (int, error) {
 	total := 0
 	for {
 		n, err := p.pollOnce()
 		total += n
-		if err != nil || n == 0 || p.open == nil || !p.open.buffered() {
+		if err != nil || n == 0 || p.open == nil || !p.open.whole() || p.downed.Load() {
 			return total, err
 		}
 	}

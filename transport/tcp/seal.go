@@ -140,6 +140,19 @@ func newOpener(k *recordKey) *opener {
 // buffered reports whether received bytes wait to be opened or taken.
 func (o *opener) buffered() bool { return o.end > o.off || o.oOff < len(o.out) }
 
+// whole reports whether the opener holds plaintext not taken or a whole
+// record: what the socket will raise no readiness event for, since it
+// already took the bytes. (A partial record's rest is still to come.)
+func (o *opener) whole() bool {
+	if o.oOff < len(o.out) {
+		return true
+	}
+	if o.end-o.off < 4 {
+		return false
+	}
+	return o.end-o.off >= 4+int(binary.BigEndian.Uint32(o.in[o.off:]))
+}
+
 // read fills b with plaintext without blocking: what is opened and not
 // taken, else the next record, which it reads with raw (the socket's
 // non-blocking read: (0, nil) when it has nothing) until one is whole. A

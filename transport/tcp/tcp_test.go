@@ -463,3 +463,70 @@ func jobSecret(secret []byte) func(uint32, []byte) ([]byte, error) {
 		return secret, nil
 	}
 }
+
+// A rank fences a peer that streams writes at it without pause, on a
+// sealed and a plain connection: Fence returns while the stream goes on.
+// (The sealed read loop used to go on reading while its opener held part
+// of a record, which a stream keeps true, holding the read token that
+// Fence takes: Fence waited for the stream to stop, 20 s in one CI run.)
+func TestFenceWhileStreaming(t *testing.T) {
+	for _, seal := range []SealMode{SealRemote, SealAll} {
+		for _, spin := range []time.Duration{-1, 0} {
+			t.Run(fmt.Sprintf("seal=%d/spin=%v", seal, spin), func(t *testing.T) {
+				ts, _ := clusterSealed(t, 2, spin, seal)
+				ctx := testCtx(t)
+				mem := words(1 << 10)
+				key, err := ts[0].Register(mem)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stop := make(chan struct{})
+				var posted atomic.Int64
+				streamed := make(chan error, 1)
+				go func() {
+					data := make([]byte, 512)
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							streamed <- nil
+							return
+						default:
+						}
+						if _, err := ts[1].Write(0, key, 0, data); err != nil {
+							streamed <- err
+							return
+						}
+						posted.Add(1)
+						if i%64 == 63 {
+							ts[1].Push(0)
+						}
+					}
+				}()
+				defer close(stop)
+				for posted.Load() < 20000 {
+					select {
+					case err := <-streamed:
+						t.Fatalf("the stream stopped before the fence: %v", err)
+					case <-ctx.Done():
+						t.Fatalf("%d writes posted, want 20000", posted.Load())
+					default:
+						time.Sleep(time.Millisecond)
+					}
+				}
+				fenced := make(chan error, 1)
+				go func() { fenced <- ts[0].Fence(1) }()
+				select {
+				case err := <-fenced:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-ctx.Done():
+					t.Fatalf("Fence did not return while the peer streamed (%d writes posted)", posted.Load())
+				}
+				if err := ts[0].Flush(ctx, 1); !errors.Is(err, ftrma.ErrProcFailed) {
+					t.Fatalf("flush toward the fenced rank: %v", err)
+				}
+			})
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,15 @@ func word(mem []byte, off int) *uint64 {
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Bound)
 	t.Cleanup(cancel)
+	// A failed test shows where every goroutine was (before the world's
+	// cleanup, registered earlier, tears it down): a stuck operation
+	// names its wait.
+	t.Cleanup(func() {
+		if t.Failed() {
+			buf := make([]byte, 4<<20)
+			t.Logf("goroutines when the test failed:\n%s", buf[:runtime.Stack(buf, true)])
+		}
+	})
 	return ctx
 }
 
@@ -672,17 +682,22 @@ func testFence(t *testing.T, f Factory) {
 			posted.Add(1)
 		}
 	}()
+	start := time.Now()
 	for posted.Load() < 200 {
 		select {
 		case err := <-writer:
 			t.Fatalf("the writer stopped before the fence: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the writer posted %d writes in %v, want 200", posted.Load(), time.Since(start))
 		default:
 			time.Sleep(time.Millisecond)
 		}
 	}
+	t.Logf("%v: 200 writes posted; fencing", time.Since(start))
 	if err := ts[0].Fence(1); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%v: fenced", time.Since(start))
 	landed := atomic.LoadUint64(word(mem0, 0))
 	// Give the writer time to post more (unless it saw the fence and
 	// stopped), then stop it and let what it posted reach rank 0, or fail.
@@ -691,11 +706,14 @@ func testFence(t *testing.T, f Factory) {
 		select {
 		case <-writer:
 			stopped = true
+		case <-ctx.Done():
+			t.Fatalf("after the fence the writer neither posted 200 more writes nor stopped (%d posted)", posted.Load())
 		default:
 			time.Sleep(time.Millisecond)
 		}
 	}
 	close(stop)
+	t.Logf("%v: writer stopped (%v) after %d posts", time.Since(start), stopped, posted.Load())
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	ts[1].Flush(fctx, 0) // any outcome: the fenced rank need not know yet
 	cancel()
@@ -717,11 +735,12 @@ func testFence(t *testing.T, f Factory) {
 		t.Fatalf("second fence: %v", err)
 	}
 	// Rank 2 is not affected, either way.
+	t.Logf("%v: rank 0's side checked", time.Since(start))
 	if seq, err := ts[2].Write(0, key0, 8, []byte{7}); complete(ctx, ts[2], 0, seq, err) != nil || mem0[8] != 7 {
-		t.Fatalf("rank 2's write toward rank 0: %v", err)
+		t.Fatalf("rank 2's write toward rank 0: %v (byte %d)", complete(ctx, ts[2], 0, seq, err), mem0[8])
 	}
 	if seq, err := ts[2].Write(1, key1, 8, []byte{9}); complete(ctx, ts[2], 1, seq, err) != nil || mem1[8] != 9 {
-		t.Fatalf("rank 2's write toward rank 1: %v", err)
+		t.Fatalf("rank 2's write toward rank 1: %v (byte %d)", complete(ctx, ts[2], 1, seq, err), mem1[8])
 	}
 	if err := ts[2].Send(0, []byte("hi")); err != nil {
 		t.Fatal(err)
