@@ -133,7 +133,7 @@ func (s *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 	}
 	out := map[ftrma.Rank][]uint64{}
 	for r, b := range bufs {
-		if err := s.v().w.Flush(ctx, r); err != nil {
+		if err := s.flush(ctx, r); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -172,6 +172,8 @@ func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 		return nil, 0, false
 	}
 	r := ranks[0]
+	t := traceOf(ctx)
+	t.phase("fast.find")
 	sl, err := s.findSlot(ctx, r, id, false)
 	if err != nil || sl.idx < 0 {
 		return nil, 0, false
@@ -181,6 +183,7 @@ func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 	guess := s.cache.desc[p.ref]
 	s.cache.Unlock()
 	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+	t.phase("fast.read")
 	if s.v().w.Get(r, p.addr, p.buf[:]) != nil {
 		return nil, 0, false
 	}
@@ -190,7 +193,7 @@ func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 			p.rec = nil
 		}
 	}
-	if s.v().w.Flush(ctx, r) != nil {
+	if s.flush(ctx, r) != nil {
 		return nil, 0, false
 	}
 	if s.checkSlots([]*replica{p}) != nil {
@@ -201,8 +204,9 @@ func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 		return nil, 0, false
 	}
 	if a != guess.addr || n != guess.len || p.rec == nil {
+		t.phase("fast.record") // the guess was wrong
 		p.rec = make([]byte, n)
-		if s.v().w.Get(r, a, p.rec) != nil || s.v().w.Flush(ctx, r) != nil {
+		if s.v().w.Get(r, a, p.rec) != nil || s.flush(ctx, r) != nil {
 			return nil, 0, false
 		}
 		s.cache.Lock()

@@ -158,7 +158,7 @@ func (s *op) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
 	if err := s.v().w.Get(r, s.v().tables[r]+s.chunk0, tbl); err != nil {
 		return nil, err
 	}
-	if err := s.v().w.Flush(ctx, r); err != nil {
+	if err := s.flush(ctx, r); err != nil {
 		return nil, err
 	}
 	s.cache.Lock()
@@ -212,7 +212,7 @@ func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 			if hook := testHookPosted.get(); hook != nil {
 				hook(ctx, s.Store, "chunk", "")
 			}
-			if err := s.v().w.Flush(ctx, r); err != nil {
+			if err := s.flush(ctx, r); err != nil {
 				if s.completed(ctx, r, err) && got == 0 {
 					// Taken all the same (through a window rebuilt
 					// meanwhile, or as ctx ended): sealed empty, its rank
@@ -241,7 +241,7 @@ func (s *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 		if err := s.v().w.Put(r, s.v().tables[r]+hdrWant*8, want[:]); err != nil {
 			return nil, err
 		}
-		if err := s.v().w.Flush(ctx, r); err != nil {
+		if err := s.flush(ctx, r); err != nil {
 			return nil, err
 		}
 		asked = true

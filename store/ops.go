@@ -59,6 +59,7 @@ func (s *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, er
 	ranks := s.v().replicas(id.h, s.failed)
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
+		traceOf(ctx).phase("find") // after a claim at the one before
 		i, err := s.findSlot(ctx, r, id, claim)
 		if retryErr(err) {
 			return nil, fmt.Errorf("%w: %v", errRetry, err)
@@ -88,16 +89,22 @@ var errLastVersion = fmt.Errorf("%w: key reached its last version", ftrma.ErrInv
 // flushAll flushes toward every replica, marking the ones that failed; the
 // first other error is returned.
 func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
+	t := traceOf(ctx) // one round trip, however many replicas
+	push := t.now()
 	for _, p := range reps {
 		if !p.failed {
 			s.v().w.Push(p.r)
 		}
 	}
+	t.sent(push)
+	t.batch()
 	for _, p := range reps {
 		if p.failed {
 			continue
 		}
+		start := t.now()
 		e := s.v().w.Flush(ctx, p.r)
+		t.flushed(start)
 		p.done = e == nil
 		if retryErr(e) {
 			p.failed, anyFailed = true, true
@@ -117,6 +124,7 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 // attempt starts again after a backoff. A replica failing returns errRetry.
 func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 	for attempt := 0; ; attempt++ {
+		traceOf(ctx).phase("lock")
 		var perr error // posting failed: the replicas from there on are not tried
 		for _, p := range reps {
 			if p.held {
@@ -186,6 +194,7 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			if s.stale() {
 				return errNewView // the holder may be waiting for the next view
 			}
+			traceOf(ctx).phase("backoff")
 			if err := backoff(ctx, attempt); err != nil {
 				return err
 			}
@@ -225,6 +234,7 @@ func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 // live): a replica marked failed because the view's window was rebuilt is
 // let go too.
 func (s *op) unlockAll(ctx context.Context, reps []*replica) {
+	traceOf(ctx).phase("unlock")
 	var w [8]byte
 	lw := s.live()
 	for _, p := range reps {
@@ -305,6 +315,9 @@ func (s *Store) Put(ctx context.Context, key, value []byte) error {
 	if err := s.check("store put", key, value); err != nil {
 		return err
 	}
+	t := traceOf(ctx)
+	t.begin("put")
+	defer t.end()
 	if err := s.write(ctx, s.ident(key), value, false); err != nil {
 		return &ftrma.OpError{Op: "store put", Rank: -1, Err: err}
 	}
@@ -318,6 +331,9 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 	if err := s.check("store delete", key, nil); err != nil {
 		return err
 	}
+	t := traceOf(ctx)
+	t.begin("delete")
+	defer t.end()
 	if err := s.write(ctx, s.ident(key), nil, true); err != nil {
 		return &ftrma.OpError{Op: "store delete", Rank: -1, Err: err}
 	}
@@ -344,6 +360,7 @@ func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, 
 		if !errors.Is(err, errRetry) {
 			return err
 		}
+		traceOf(ctx).phase("retry")
 		if err := rt.again(ctx, err); err != nil {
 			return err
 		}
@@ -355,6 +372,7 @@ func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, 
 // found (their slots claimed) and locked. No live replica at all is an
 // error wrapping ftrma.ErrProcFailed.
 func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
+	traceOf(ctx).phase("lease")
 	if useLease {
 		if reps, leased = s.leased(id); leased {
 			return reps, true, nil
@@ -365,6 +383,7 @@ func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 	// record may outlive them (its expiry would free locks another rank
 	// holds by then).
 	s.endLease(id)
+	traceOf(ctx).phase("find")
 	if reps, err = s.replicas(ctx, id, true); err != nil {
 		return nil, false, err
 	}
@@ -392,6 +411,7 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 		return err
 	}
 	if *wrote != 0 && !leased {
+		traceOf(ctx).phase("resettle")
 		if err := s.readRecords(ctx, reps); err != nil {
 			s.unlockAll(ctx, reps)
 			return err
@@ -411,6 +431,7 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 			p.same = false // settle's verdict: publish writes the new value everywhere
 		}
 	}
+	traceOf(ctx).phase("encode")
 	v := nextVersion(reps)
 	if v > maxVersion {
 		s.dropLease(id)
@@ -460,6 +481,8 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	}
 	// Blocks first, at every replica, so that a replica that cannot take
 	// the value (ErrFull) fails the write before anything is written.
+	t := traceOf(ctx)
+	t.phase("alloc")
 	if rec != nil {
 		for _, p := range reps {
 			if !p.held || p.failed || p.same {
@@ -484,6 +507,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			p.block = a
 		}
 	}
+	t.phase("publish.post")
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
 			hook(s.Store, reps, i)
@@ -511,10 +535,13 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		}
 		p.written = true
 	}
+	t.phase("publish.wait")
 	failed, err := s.flushAll(ctx, reps)
 	if !failed && err == nil {
+		t.phase("publish.done")
 		s.markDone(reps, v)
 	}
+	t.phase("publish.end")
 	for _, p := range reps {
 		if p.held && p.failed {
 			// Its lock word was the one held, or lw: let go of either.
@@ -592,6 +619,8 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 	var zero, lw [8]byte
 	putWords(desc, 0, v, 0, 0, 0, 0)
 	putWords(lw[:], lockWord(lv, -1))
+	t := traceOf(ctx)
+	t.phase("tombstone.post")
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
 			hook(s.Store, reps, i)
@@ -616,8 +645,11 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 	if hook := testHookPosted.get(); hook != nil {
 		hook(ctx, s.Store, "tombstone", id.key)
 	}
+	t.phase("floors")
 	s.raiseFloors(ctx, reps, lv)
+	t.phase("tombstone.wait")
 	_, err := s.flushAll(ctx, reps)
+	t.phase("release")
 	for _, p := range reps {
 		switch {
 		case p.held && (!p.failed || p.done):
@@ -666,7 +698,8 @@ func (s *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 			s.v().w.CompareAndSwap(r, s.v().tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
 		}
 		for r, g := range got {
-			if err := s.v().w.Flush(ctx, r); err != nil || uint64(*g) == todo[r] {
+			// Not pushed first: one round trip after another.
+			if err := s.flush(ctx, r); err != nil || uint64(*g) == todo[r] {
 				delete(todo, r) // raised, or the rank failed
 			} else {
 				todo[r] = uint64(*g)
@@ -705,6 +738,9 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := s.check("store get", key, nil); err != nil {
 		return nil, err
 	}
+	t := traceOf(ctx)
+	t.begin("get")
+	defer t.end()
 	v, _, err := s.get(ctx, s.ident(key))
 	if err != nil {
 		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
@@ -753,6 +789,7 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 			if s.stale() {
 				return nil, 0, errNewView
 			}
+			traceOf(ctx).phase("backoff")
 			if err := backoff(ctx, attempt); err != nil {
 				return nil, 0, err
 			}
@@ -760,8 +797,10 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 		}
 		// Nobody live is writing, yet the copies differ: a writer died in
 		// the middle. Make them agree.
+		traceOf(ctx).phase("repair")
 		rec, err := s.repair(ctx, id)
 		if errors.Is(err, errRetry) {
+			traceOf(ctx).phase("retry")
 			if err := rt.again(ctx, err); err != nil {
 				return nil, 0, err
 			}
@@ -781,14 +820,18 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 // readReplicas finds the key's live replicas and reads them (readAll),
 // starting again, paced by rt, while replicas fail under it.
 func (s *op) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
+	t := traceOf(ctx)
 	for {
+		t.phase("find")
 		reps, err := s.replicas(ctx, id, false)
 		if err == nil {
+			t.phase("read")
 			err = s.readAll(ctx, reps)
 		}
 		if !errors.Is(err, errRetry) {
 			return reps, err
 		}
+		t.phase("retry")
 		if err := rt.again(ctx, err); err != nil {
 			return nil, err
 		}

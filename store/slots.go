@@ -52,6 +52,7 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		}
 		return sl, err
 	}
+	traceOf(ctx).phase("claim")
 	s.claiming[r].Lock() // one claimer of this process at a time: the lock names a rank
 	defer s.claiming[r].Unlock()
 	if err := s.lockClaims(ctx, r); err != nil {
@@ -77,7 +78,7 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	posted := false // the claim's compare-and-swap
 	err = s.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
 	if err == nil {
-		err = s.v().w.Flush(ctx, r) // the block is whole before the slot names it
+		err = s.flush(ctx, r) // the block is whole before the slot names it
 	}
 	if err == nil {
 		err = s.v().w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
@@ -87,7 +88,7 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		hook(ctx, s.Store, "claim", id.key)
 	}
 	if err == nil {
-		err = s.v().w.Flush(ctx, r)
+		err = s.flush(ctx, r)
 	}
 	if err == nil && uint64(old) != free.key {
 		// Only a claim could have changed it, and claims hold the lock:
@@ -153,7 +154,7 @@ func (s *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slo
 		if err := s.v().w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
 			return noSlot, noSlot, err
 		}
-		if err := s.v().w.Flush(ctx, r); err != nil {
+		if err := s.flush(ctx, r); err != nil {
 			return noSlot, noSlot, err
 		}
 		for j := range n {
@@ -191,7 +192,7 @@ func (s *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (
 	b := make([]byte, keyBlockLen(len(id.key)))
 	err := s.v().w.Get(r, addr, b)
 	if err == nil {
-		err = s.v().w.Flush(ctx, r)
+		err = s.flush(ctx, r)
 	}
 	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
 		return false, nil // the block ends before id's would: a shorter key's
@@ -216,7 +217,7 @@ func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 		if hook := testHookPosted.get(); hook != nil {
 			hook(ctx, s.Store, "claim lock", "")
 		}
-		if err := s.v().w.Flush(ctx, r); err != nil {
+		if err := s.flush(ctx, r); err != nil {
 			if s.completed(ctx, r, err) && got == expect {
 				s.unlockClaims(r) // taken through a window rebuilt meanwhile
 			}

@@ -22,11 +22,11 @@ import (
 type benchOptions struct {
 	copies                                 copiesFlag
 	size, ops, warmup, gets, keys, writers int
-	json                                   bool
+	json, verbose                          bool
 	timeout                                time.Duration
 }
 
-const benchSynopsis = `usage: ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json] [flags]
+const benchSynopsis = `usage: ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json] [-v] [flags]
 
 Every rank is a writer that owns --keys keys and overwrites them in turn with
 values of S bytes: --warmup untimed puts, then M timed puts, then --gets timed
@@ -35,7 +35,13 @@ the latency percentiles of all ranks' operations pooled (put and get p50, p99,
 p999, in microseconds) and the put throughput (all ranks' timed puts over the
 slowest rank's timed phase); with -json, one line holding a JSON array of
 {"bench","size","copies","system","value","unit"} records, the shape of
-bench/rma's results. The copies reported are the store's.`
+bench/rma's results. The copies reported are the store's. With -v, the
+timed calls are traced (store.Trace) and rank 0 also prints, for puts and
+for gets, the mean per call of each phase of the store's code: its time,
+its round trips (waits for remote completion, a batch toward several ranks
+counting once), its flushes (ranks waited for) and the flushes that had to
+wait for their answers (with -json: records "put.PHASE" in us and
+"put.PHASE.rtt" in round trips, and the same for get).`
 
 func benchFlags(o *benchOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -47,6 +53,7 @@ func benchFlags(o *benchOptions) *flag.FlagSet {
 	fs.IntVar(&o.keys, "keys", 16, "keys each writer owns")
 	fs.IntVar(&o.writers, "writers", 0, "writers in all, spread over the ranks round robin (default: one per rank)")
 	fs.BoolVar(&o.json, "json", false, "print the results as one line of JSON")
+	fs.BoolVar(&o.verbose, "v", false, "trace the timed calls and print where their time goes: each phase's mean time and round trips")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
 	return fs
 }
@@ -122,7 +129,11 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	}
 	var mine []*writer
 	for w := me; w < writers; w += c.Size() {
-		mine = append(mine, newWriter(w, o))
+		wr := newWriter(w, o)
+		if o.verbose {
+			wr.trace = new(store.Trace)
+		}
+		mine = append(mine, wr)
 	}
 	// Each phase runs every writer of this rank at once, then all ranks meet.
 	phase := func(f func(*writer) error) error {
@@ -159,6 +170,9 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 				return err
 			}
 			w.putLat = append(w.putLat, us(d))
+			if w.trace != nil {
+				w.puts.add(w.trace)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -169,11 +183,17 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 		return err
 	}
 	var putLat, getLat []float64
+	var puts, gets breakdown
 	for _, w := range mine {
 		putLat, getLat = append(putLat, w.putLat...), append(getLat, w.getLat...)
+		puts.merge(&w.puts)
+		gets.merge(&w.gets)
 	}
 	// Pool the samples at rank 0, through the store itself.
 	samples := encodeSamples(elapsed, putLat, getLat)
+	if o.verbose {
+		samples = gets.append(puts.append(samples))
+	}
 	if err := s.Put(ctx, fmt.Appendf(nil, "bench/samples/%d", me), samples); err != nil {
 		return err
 	}
@@ -182,20 +202,33 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	}
 	if me == 0 {
 		var puts, gets []float64
+		var putTrace, getTrace breakdown
 		var slowest time.Duration
 		for r := range c.Size() {
 			b, err := s.Get(ctx, fmt.Appendf(nil, "bench/samples/%d", r))
 			if err != nil {
 				return err
 			}
-			ph, p, g, err := decodeSamples(b)
+			ph, p, g, rest, err := decodeSamples(b)
 			if err != nil {
 				return fmt.Errorf("samples of rank %d: %w", r, err)
 			}
 			puts, gets = append(puts, p...), append(gets, g...)
 			slowest = max(slowest, ph)
+			if o.verbose {
+				pt, rest, err := decodeBreakdown(rest)
+				if err != nil {
+					return fmt.Errorf("samples of rank %d: %w", r, err)
+				}
+				gt, _, err := decodeBreakdown(rest)
+				if err != nil {
+					return fmt.Errorf("samples of rank %d: %w", r, err)
+				}
+				putTrace.merge(pt)
+				getTrace.merge(gt)
+			}
 		}
-		report(stdout, o, s.Copies(), c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds())
+		report(stdout, o, s.Copies(), c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds(), &putTrace, &getTrace)
 		if !o.json {
 			fmt.Fprintf(stdout, "  rank 0's store: %+v\n", s.Stats())
 		}
@@ -212,6 +245,8 @@ type writer struct {
 	value          []byte
 	last           [][]byte
 	putLat, getLat []float64
+	trace          *store.Trace // with -v: the last call's
+	puts, gets     breakdown    // with -v: the timed calls' traces
 }
 
 func newWriter(w int, o benchOptions) *writer {
@@ -231,6 +266,9 @@ func (w *writer) put(ctx context.Context, s *store.Store, i int) (time.Duration,
 	var stamp [8]byte
 	binary.LittleEndian.PutUint64(stamp[:], uint64(i))
 	copy(w.value, stamp[:])
+	if w.trace != nil {
+		ctx = store.WithTrace(ctx, w.trace)
+	}
 	t := time.Now()
 	err := s.Put(ctx, w.keys[k], w.value)
 	d := time.Since(t)
@@ -240,6 +278,9 @@ func (w *writer) put(ctx context.Context, s *store.Store, i int) (time.Duration,
 
 // getAll reads back the writer's keys n times in all, checking each value.
 func (w *writer) getAll(ctx context.Context, s *store.Store, n int) error {
+	if w.trace != nil {
+		ctx = store.WithTrace(ctx, w.trace)
+	}
 	for i := range n {
 		k := i % len(w.keys)
 		if w.last[k] == nil {
@@ -255,6 +296,9 @@ func (w *writer) getAll(ctx context.Context, s *store.Store, n int) error {
 			return fmt.Errorf("get %s: read back %d bytes that differ from the last put", w.keys[k], len(v))
 		}
 		w.getLat = append(w.getLat, us(d))
+		if w.trace != nil {
+			w.gets.add(w.trace)
+		}
 	}
 	return nil
 }
@@ -274,12 +318,14 @@ func encodeSamples(phase time.Duration, puts, gets []float64) []byte {
 	return b
 }
 
-func decodeSamples(b []byte) (time.Duration, []float64, []float64, error) {
+// decodeSamples reads what encodeSamples wrote at the start of b; rest is
+// what follows (with -v, the breakdowns).
+func decodeSamples(b []byte) (phase time.Duration, puts, gets []float64, rest []byte, err error) {
 	bad := errors.New("malformed")
 	if len(b) < 12 {
-		return 0, nil, nil, bad
+		return 0, nil, nil, nil, bad
 	}
-	phase := time.Duration(binary.LittleEndian.Uint64(b))
+	phase = time.Duration(binary.LittleEndian.Uint64(b))
 	b = b[8:]
 	list := func() ([]float64, error) {
 		if len(b) < 4 {
@@ -297,16 +343,16 @@ func decodeSamples(b []byte) (time.Duration, []float64, []float64, error) {
 		b = b[8*n:]
 		return out, nil
 	}
-	puts, err := list()
-	if err != nil {
-		return 0, nil, nil, err
+	if puts, err = list(); err != nil {
+		return 0, nil, nil, nil, err
 	}
-	gets, err := list()
-	return phase, puts, gets, err
+	gets, err = list()
+	return phase, puts, gets, b, err
 }
 
-// report prints the results; copies is what the store uses.
-func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets []float64, rate float64) {
+// report prints the results; copies is what the store uses; with -v, the
+// breakdowns of the puts and gets too.
+func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets []float64, rate float64, putTrace, getTrace *breakdown) {
 	var rs []result.Result
 	add := func(bench string, v float64, unit string) {
 		rs = append(rs, result.Result{Bench: bench, Size: o.size, Copies: copies, System: system(), Value: math.Round(v*100) / 100, Unit: unit})
@@ -326,6 +372,14 @@ func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets 
 		}
 	}
 	add("put_rate", rate, "ops/s")
+	if o.verbose && o.json {
+		for i, b := range []*breakdown{putTrace, getTrace} {
+			names, values, units := b.results([]string{"put", "get"}[i])
+			for j := range names {
+				add(names[j], values[j], units[j])
+			}
+		}
+	}
 	if o.json {
 		b, _ := json.Marshal(rs)
 		fmt.Fprintln(w, string(b))
@@ -334,6 +388,10 @@ func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets 
 	fmt.Fprintf(w, "ftkv bench: %d writers on %d ranks, %d copies, %d-byte values, %d puts and %d gets in all\n", writers, ranks, copies, o.size, len(puts), len(gets))
 	for _, r := range rs {
 		fmt.Fprintf(w, "  %-9s %12.2f %s\n", r.Bench, r.Value, r.Unit)
+	}
+	if o.verbose {
+		putTrace.print(w, "put")
+		getTrace.print(w, "get")
 	}
 }
 
