@@ -310,6 +310,7 @@ func retryErr(err error) bool {
 // ctx's error if ctx ends (the store may then stay in its transition view,
 // slower but correct).
 func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
+	start := time.Now()
 	fail := func(err error) error { return &ftrma.OpError{Op: "store grow", Rank: -1, Err: err} }
 	if s.closed.Load() {
 		return fail(ErrClosed)
@@ -376,7 +377,11 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		}
 	}
 	s.install(tv)
-	return s.finishGrow(ctx, v, tv, true)
+	if err := s.finishGrow(ctx, v, tv, true); err != nil {
+		return err
+	}
+	s.st.growTime.Store(int64(time.Since(start)))
+	return nil
 }
 
 // Join is a new rank's side of Grow: the rank is a spare whose comm.Init
@@ -388,6 +393,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 // If ctx ends after the ranks started the Grow, the rank's memory stays in
 // the store (its housekeeping goes on) though Join returns an error.
 func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
+	start := time.Now()
 	fail := func(err error) error { return &ftrma.OpError{Op: "store join", Rank: -1, Err: err} }
 	rp, ok := nc.(replacer)
 	if nc == nil || !ok {
@@ -453,6 +459,7 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	if err := s.finishGrow(ctx, nil, tv, false); err != nil {
 		return nil, err
 	}
+	s.st.growTime.Store(int64(time.Since(start)))
 	// Transactions are numbered per rank under the rank's decision key,
 	// which the replaced process may have written: go on after its number.
 	if v, _, err := s.get(ctx, s.ident(txKey(int(s.me)))); err == nil && len(v) == 8 {

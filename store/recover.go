@@ -70,10 +70,7 @@ func (s *Store) housekeeping() {
 			}
 			last = v
 		}
-		var failCh <-chan struct{} // nil (never ready) without failure events
-		if fe, ok := v.c.(failureEvents); ok {
-			failCh = fe.FailuresChanged() // before reading the knowledge it announces
-		}
+		failCh := v.c.FailuresChanged() // before reading the knowledge it announces
 		busy := o.grow()
 		o.markSeen()
 		s.expireLeases()
@@ -118,13 +115,6 @@ func (s *Store) housekeeping() {
 		case <-t.C:
 		}
 	}
-}
-
-// failureEvents is what a communicator may offer to tell of failures as
-// they become known (comm.Comm does); without it the housekeeping finds
-// them at its next tick.
-type failureEvents interface {
-	FailuresChanged() <-chan struct{}
 }
 
 // recover restores the keys this rank holds that the failures since oldFailed

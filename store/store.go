@@ -125,18 +125,19 @@ func (o *Options) fitChunks(limit int) error {
 
 // Stats are counters of this rank's store handle.
 type Stats struct {
-	Puts, Gets, Deletes uint64 // completed calls
-	FastGets            uint64 // gets answered by the primary replica alone
-	Commits, Aborts     uint64 // transactions
-	Retries             uint64 // operations started again (conflict, failure, torn read)
-	Takeovers           uint64 // locks taken from failed holders
-	Repairs             uint64 // keys whose replicas this rank made consistent again
-	RecoveryChecks      uint64 // keys this rank's recovery looked at after failures
-	GrowKeys            uint64 // keys this rank copied to new replicas during Grow
-	GrowBytes           uint64 // bytes of records it wrote to them (one count per replica written)
-	KeysHeld            int    // key slots in use at this rank
-	HeapAttached        uint64 // bytes of heap this rank has attached
-	HeapLive            uint64 // bytes of live values in this rank's heap
+	Puts, Gets, Deletes uint64        // completed calls
+	FastGets            uint64        // gets answered by the primary replica alone
+	Commits, Aborts     uint64        // transactions
+	Retries             uint64        // operations started again (conflict, failure, torn read)
+	Takeovers           uint64        // locks taken from failed holders
+	Repairs             uint64        // keys whose replicas this rank made consistent again
+	RecoveryChecks      uint64        // keys this rank's recovery looked at after failures
+	GrowKeys            uint64        // keys this rank copied to new replicas during Grow
+	GrowBytes           uint64        // bytes of records it wrote to them (one count per replica written)
+	GrowTime            time.Duration // how long this rank's last Grow or Join that succeeded took
+	KeysHeld            int           // key slots in use at this rank
+	HeapAttached        uint64        // bytes of heap this rank has attached
+	HeapLive            uint64        // bytes of live values in this rank's heap
 }
 
 // Store is one rank's handle on a replicated key-value store. Its methods may
@@ -193,13 +194,20 @@ type Store struct {
 	growing atomic.Bool // a Grow is under way
 
 	closed atomic.Bool
-	stop   chan struct{}
-	done   chan struct{}
-	kick   chan chan int // asks the housekeeping to compact now (compactNow)
+	// owned are the communicators Respawn and JoinRespawned made: Close
+	// closes them after its windows.
+	owned struct {
+		sync.Mutex
+		cs []interface{ Close() error }
+	}
+	stop chan struct{}
+	done chan struct{}
+	kick chan chan int // asks the housekeeping to compact now (compactNow)
 
 	st struct {
 		puts, gets, fast, deletes, commits, aborts, retries, takeovers, repairs, checks atomic.Uint64
 		growKeys, growBytes                                                             atomic.Uint64
+		growTime                                                                        atomic.Int64 // nanoseconds
 	}
 }
 
@@ -351,7 +359,8 @@ func (s *Store) makeTable(w *window.Window) (uint64, error) {
 // Close stops this rank's handle: its housekeeping ends and every later call
 // returns ErrClosed. Collective when the ranks are alive (it frees the
 // window, which synchronizes with the other live ranks); it returns after
-// failures too.
+// failures too. Then it closes the communicators Respawn and
+// JoinRespawned made.
 func (s *Store) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return ErrClosed
@@ -381,6 +390,7 @@ func (s *Store) Close(ctx context.Context) error {
 	s.current().w.Release(s.tableMem)
 	s.table, s.tableMem = nil, nil
 	s.memMu.Unlock()
+	s.closeOwned()
 	return err
 }
 
@@ -390,7 +400,7 @@ func (s *Store) Stats() Stats {
 		Puts: s.st.puts.Load(), Gets: s.st.gets.Load(), FastGets: s.st.fast.Load(), Deletes: s.st.deletes.Load(),
 		Commits: s.st.commits.Load(), Aborts: s.st.aborts.Load(), Retries: s.st.retries.Load(),
 		Takeovers: s.st.takeovers.Load(), Repairs: s.st.repairs.Load(), RecoveryChecks: s.st.checks.Load(),
-		GrowKeys: s.st.growKeys.Load(), GrowBytes: s.st.growBytes.Load(),
+		GrowKeys: s.st.growKeys.Load(), GrowBytes: s.st.growBytes.Load(), GrowTime: time.Duration(s.st.growTime.Load()),
 	}
 	s.memMu.RLock()
 	defer s.memMu.RUnlock()

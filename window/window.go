@@ -39,6 +39,11 @@ type Failures interface {
 	// whether notice id has arrived here.
 	Notify(id string)
 	Noticed(id string) bool
+	// FailuresChanged returns a channel closed when this process next
+	// learns of a failure or a departure (ProcFailed may have changed), so
+	// that a waiter reacts at once instead of polling; ask again after it
+	// closes.
+	FailuresChanged() <-chan struct{}
 }
 
 // LockType selects a shared or an exclusive lock.

@@ -63,7 +63,7 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	var s *store.Store
 	_, replacement := c.Replaces()
 	if replacement {
-		s, c, err = joinStore(ctx, c, opt)
+		s, c, err = store.JoinRespawned(ctx, c, opt)
 	} else {
 		s, err = store.Open(ctx, c, opt)
 	}
@@ -331,12 +331,12 @@ func kvpause(ctx context.Context, c *comm.Comm, args []string) error {
 // survivorsMeet returns once every surviving rank has called it: the
 // fault-tolerant agreement, which works across failures, as a barrier.
 // watchReplace is kvlin's respawn: on each failure of the current
-// communicator it Replaces the failed ranks (again when a failure cuts a
-// Replace short) and grows s onto the new communicator, then calls set.
-// The returned stop waits until no failure of the current communicator
-// is left unreplaced (every survivor takes part in each Replace, so each
-// waits for the same ones), then ends the watch. A Replace that fails
-// otherwise (no spare left) ends the watch too.
+// communicator it replaces the failed ranks and grows s onto the new
+// communicator (store.Respawn), then calls set. The returned stop waits
+// until no failure of the current communicator is left unreplaced (every
+// survivor takes part in each Replace, so each waits for the same ones),
+// then ends the watch. A Respawn that fails (no spare left) ends the
+// watch too.
 func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*comm.Comm)) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -344,29 +344,18 @@ func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*c
 		for {
 			changed := c.FailuresChanged()
 			if len(c.Failed()) > 0 {
-				nc, err := c.Replace(ctx)
-				if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-					continue
-				}
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "replace: %v\n", err)
-					return
-				}
-				err = s.Grow(ctx, nc)
+				nc, _, err := store.Respawn(ctx, s, c)
+				grew := nc != c
 				c = nc
 				set(nc)
-				if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-					// A rank of nc failed during the Grow, which then
-					// failed at every rank and left the store as it was:
-					// replace that one too, and grow onto the result.
-					continue
-				}
 				if err != nil {
-					fmt.Fprintf(os.Stderr, "grow: %v\n", err)
+					fmt.Fprintf(os.Stderr, "respawn: %v\n", err)
 					return
 				}
-				fmt.Printf("replaced: %d ranks now\n", nc.Size())
-				continue
+				if grew {
+					fmt.Printf("replaced: %d ranks now\n", nc.Size())
+					continue
+				}
 			}
 			select {
 			case <-changed:
@@ -380,28 +369,6 @@ func watchReplace(ctx context.Context, c *comm.Comm, s *store.Store, set func(*c
 	return func() {
 		close(quit)
 		<-done
-	}
-}
-
-// joinStore is a replacement's side of Grow: store.Join on c, the
-// communicator its Init returned. When a rank of c fails during it, the
-// others Replace that one too and Grow again: so does this rank, as a
-// member of c, and it joins the result. It returns the store and the
-// communicator it joined.
-func joinStore(ctx context.Context, c *comm.Comm, opt store.Options) (*store.Store, *comm.Comm, error) {
-	for {
-		s, err := store.Join(ctx, c, opt)
-		if !errors.Is(err, ftrma.ErrProcFailed) || ctx.Err() != nil {
-			return s, c, err
-		}
-		nc, err := c.Replace(ctx)
-		for errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-			nc, err = c.Replace(ctx)
-		}
-		if err != nil {
-			return nil, c, err
-		}
-		c = nc
 	}
 }
 

@@ -153,22 +153,16 @@ func run(ctx context.Context, cfg config) error {
 	replaces, isReplacement := c.Replaces()
 	world := c
 	if isReplacement {
-		s, c, err = joinStore(ctx, c, opt)
+		s, c, err = store.JoinRespawned(ctx, c, opt)
 	} else {
 		s, err = store.Open(ctx, c, opt)
 	}
 	if err != nil {
-		if c != world {
-			c.Close()
-		}
 		world.Close()
 		return fmt.Errorf("open store: %w", err)
 	}
 	rs := &respawner{c: c, s: s}
-	if c != world {
-		rs.old = append(rs.old, world)
-	}
-	defer rs.close()
+	defer world.Close() // after the store, which closes the communicators it made
 	defer func() {
 		// Collective while everyone lives; after failures it may fail, and
 		// must not hold up the exit.
@@ -245,77 +239,26 @@ func run(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// respawner replaces failed ranks (-respawn): Replace on the current
-// communicator, then the store grows onto the new one. It keeps every
-// communicator it had: the store's old windows were made over them.
+// respawner replaces failed ranks (-respawn): store.Respawn on the
+// current communicator, which replaces them by spares and grows the store
+// onto the new one (the store closes the communicators it makes).
 type respawner struct {
 	c        *comm.Comm
 	s        *store.Store
-	old      []*comm.Comm
 	replaced []ftrma.Rank // communicator ranks replaced, in order, repeats included
 }
 
-// replace replaces the failed ranks of the current communicator. A failure
-// during the call makes it try again (the new failure is then replaced
-// too); an error wrapping comm.ErrReplace means no spare was left, at
-// every survivor alike.
+// replace replaces the failed ranks of the current communicator; an error
+// wrapping comm.ErrReplace means no spare was left, at every survivor
+// alike.
 func (rs *respawner) replace(ctx context.Context) (group, error) {
-	for {
-		nc, err := rs.c.Replace(ctx)
-		if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var fresh []ftrma.Rank
-		for r := range ftrma.Rank(nc.Size()) {
-			if nc.TransportRank(r) != rs.c.TransportRank(r) {
-				fresh = append(fresh, r)
-			}
-		}
-		if len(fresh) == 0 { // nothing had failed: a copy of c
-			nc.Close()
-			return rs.c, nil
-		}
-		err = rs.s.Grow(ctx, nc)
-		rs.old = append(rs.old, rs.c)
-		rs.c = nc
-		rs.replaced = append(rs.replaced, fresh...)
-		if errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-			// A rank of nc failed during the Grow, which then failed at
-			// every rank and left the store as it was: replace that one
-			// too (the replacements of nc take part), and grow onto the
-			// result.
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("grow the store onto the new communicator: %w", err)
-		}
-		return nc, nil
+	c, fresh, err := store.Respawn(ctx, rs.s, rs.c)
+	rs.c = c
+	rs.replaced = append(rs.replaced, fresh...)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// joinStore is a replacement's side of Grow: store.Join on c, the
-// communicator its Init returned. When a rank of c fails during it, the
-// others Replace that one too and Grow again: so does this rank, as a
-// member of c, and it joins the result. It returns the store and the
-// communicator it joined.
-func joinStore(ctx context.Context, c *comm.Comm, opt store.Options) (*store.Store, *comm.Comm, error) {
-	for {
-		s, err := store.Join(ctx, c, opt)
-		if !errors.Is(err, ftrma.ErrProcFailed) || ctx.Err() != nil {
-			return s, c, err
-		}
-		nc, err := c.Replace(ctx)
-		for errors.Is(err, ftrma.ErrProcFailed) && ctx.Err() == nil {
-			nc, err = c.Replace(ctx)
-		}
-		if err != nil {
-			return nil, c, err
-		}
-		c = nc
-	}
+	return c, nil
 }
 
 // replaceAtEnd is replace once every list is done: it reports whether it
@@ -326,15 +269,6 @@ func (rs *respawner) replaceAtEnd(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return rs.c != before, nil
-}
-
-// close closes every communicator this rank had, the world communicator
-// (which stops the runtime) last.
-func (rs *respawner) close() {
-	rs.c.Close()
-	for _, c := range slices.Backward(rs.old) {
-		c.Close()
-	}
 }
 
 // lowestLive returns the lowest of n ranks not in failed.

@@ -32,10 +32,12 @@
 //
 // grow: every rank opens a store (package store, -copies replicas) and
 // puts its share of -keys keys of -value bytes; then as replace mode up to
-// "knew", after which the survivors call Replace and then s.Grow on its
-// communicator, and the spare calls store.Join. Each prints, when its Grow
-// or Join returned, "grow <rank> <start> <end> <keys> <bytes> <held>": the
-// times (unixnano), its Stats.GrowKeys and GrowBytes, the keys and bytes it
+// "knew", after which the survivors call store.Respawn (Replace, then Grow
+// onto its communicator), and the spare calls store.JoinRespawned. Each
+// prints, when its Grow or Join returned, "grow <rank> <start> <end> <keys>
+// <bytes> <held>": the times (unixnano; a survivor's start is its end less
+// Stats.GrowTime, the Grow without the Replace), its Stats.GrowKeys and
+// GrowBytes, the keys and bytes it
 // copied to new replicas, and its Stats.KeysHeld, the key slots in use.
 // Rank 0 then reads back every key; then all leave after a closing Agree.
 //
@@ -329,16 +331,13 @@ func grow(ctx context.Context, c *comm.Comm, o options) error {
 	if err := watch(ctx, c, o); err != nil {
 		return err
 	}
-	nc, err := c.Replace(ctx)
+	nc, _, err := store.Respawn(ctx, s, c)
 	if err != nil {
-		return fmt.Errorf("replace: %w", err)
+		return fmt.Errorf("respawn: %w", err)
 	}
-	t0 := time.Now().UnixNano()
-	if err := s.Grow(ctx, nc); err != nil {
-		return fmt.Errorf("grow: %w", err)
-	}
-	t1 := time.Now().UnixNano()
 	st := s.Stats()
+	t1 := time.Now().UnixNano()
+	t0 := t1 - int64(st.GrowTime) // the Grow alone, without the Replace before it
 	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
 	if c.Rank() == 0 {
 		for i := range o.keys {
@@ -352,10 +351,9 @@ func grow(ctx context.Context, c *comm.Comm, o options) error {
 		}
 	}
 	leave(ctx, nc)
-	if err := s.Close(ctx); err != nil {
+	if err := s.Close(ctx); err != nil { // closes nc too
 		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
 	}
-	nc.Close()
 	return c.Close()
 }
 
@@ -363,14 +361,14 @@ func grow(ctx context.Context, c *comm.Comm, o options) error {
 // replaced communicator c.
 func growJoin(ctx context.Context, c *comm.Comm, o options) error {
 	t0 := time.Now().UnixNano()
-	s, err := store.Join(ctx, c, store.Options{})
+	s, jc, err := store.JoinRespawned(ctx, c, store.Options{})
 	if err != nil {
 		return fmt.Errorf("store join: %w", err)
 	}
 	t1 := time.Now().UnixNano()
 	st := s.Stats()
 	out("grow %d %d %d %d %d %d", c.Rank(), t0, t1, st.GrowKeys, st.GrowBytes, st.KeysHeld)
-	leave(ctx, c)
+	leave(ctx, jc)
 	if err := s.Close(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: warning: store close: %v\n", c.Rank(), err)
 	}
