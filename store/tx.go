@@ -151,16 +151,35 @@ func (t *Tx) Commit(ctx context.Context) error {
 			return err
 		}
 	}
-	defer func() {
-		for _, k := range keys {
-			s.keys.unlock(k.id)
+	repairs, err := s.commit(ctx, keys)
+	for _, k := range keys {
+		s.keys.unlock(k.id)
+	}
+	if err != nil {
+		return err
+	}
+	// Keys that lost a replica meanwhile get their new one now (recovery
+	// would too), under their process locks again, each alone: taken
+	// back while holding the others, they could wait on a Commit that
+	// took one and waits for ours.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for _, id := range repairs {
+		if err := s.inView(func(o *op) error { _, err := o.repair(cctx, id); return err }); err != nil {
+			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: fmt.Errorf("committed; restoring a lost copy: %w", err)}
 		}
-	}()
+	}
+	return nil
+}
+
+// commit runs the attempts of a commit whose keys' process locks the
+// caller holds; it returns the keys that lost a replica meanwhile.
+func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error) {
 	o := s.begin()
 	defer o.end()
 	rt := o.retrier()
 	for {
-		err := o.commitOnce(ctx, keys)
+		repairs, err := o.commitOnce(ctx, keys)
 		if errors.Is(err, errRetry) {
 			err = rt.again(ctx, err)
 			if err == nil {
@@ -174,29 +193,30 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 		if err != nil {
 			s.st.aborts.Add(1)
-			return &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
+			return nil, &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
 		}
 		s.st.commits.Add(1)
-		return nil
+		return repairs, nil
 	}
 }
 
 // commitOnce runs one attempt; errRetry and errNewView (before the commit
-// point only) mean nothing is visible and the locks are given back.
-func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
+// point only) mean nothing is visible and the locks are given back. Once it
+// committed it returns the keys that lost a replica meanwhile.
+func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []ident, err error) {
 	var all []*replica
 	for _, k := range keys {
 		s.endLease(k.id) // as in acquire: the commit's locks are its own
 		reps, err := s.replicas(ctx, k.id, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		k.reps = reps
 		all = append(all, reps...)
 	}
 	// Lock every key, in hash order within one round of compare-and-swaps.
 	if err := s.lockAll(ctx, ident{}, all); err != nil {
-		return err
+		return nil, err
 	}
 	s.countTakeovers(all)
 	seq := s.txSeq.Add(1)
@@ -213,7 +233,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 	writes := 0
 	for _, k := range keys {
 		if k.read && !unchanged(k) {
-			return abort(fmt.Errorf("%w: %q changed since the transaction read it", ErrConflict, k.id.key))
+			return nil, abort(fmt.Errorf("%w: %q changed since the transaction read it", ErrConflict, k.id.key))
 		}
 		if k.write {
 			writes++
@@ -223,7 +243,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		for _, k := range keys {
 			s.release(ctx, k.id, k.reps) // a read-only transaction: its reads hold now
 		}
-		return nil
+		return nil, nil
 	}
 	for _, k := range keys {
 		if !k.write {
@@ -231,17 +251,17 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		}
 		k.ver = nextVersion(k.reps)
 		if k.ver > maxVersion {
-			return abort(errLastVersion)
+			return nil, abort(errLastVersion)
 		}
 		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
 		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value, deleted: k.op.del})
 		for _, p := range k.reps {
 			a, err := s.alloc(ctx, p.r, len(k.rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
-				return abort(errRetry)
+				return nil, abort(errRetry)
 			}
 			if err != nil {
-				return abort(err)
+				return nil, abort(err)
 			}
 			p.pending = a
 			s.v().w.Put(p.r, a, k.rec)
@@ -253,7 +273,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		if err == nil {
 			err = errRetry
 		}
-		return abort(err)
+		return nil, abort(err)
 	}
 	commitHook := testHookCommit.get()
 	if commitHook != nil {
@@ -268,17 +288,16 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 		// Undecided: ask the decision key, which a Get makes consistent.
 		committed, err2 := s.txCommitted(cctx, tag)
 		if err2 != nil {
-			return err2 // locks stay held; the key is decided when this rank fails
+			return nil, err2 // locks stay held; the key is decided when this rank fails
 		}
 		if !committed {
-			return abort(err)
+			return nil, abort(err)
 		}
 	}
 	if commitHook != nil {
 		commitHook(s.Store, "decided")
 	}
 	// Publish: pending → current, unlock with the version.
-	var repairs []ident
 	for ki, k := range keys {
 		if ki == 1 && commitHook != nil {
 			s.flushAll(cctx, keys[0].reps)
@@ -341,16 +360,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) error {
 			repairs = append(repairs, k.id)
 		}
 	}
-	// Keys that lost a replica meanwhile get their new one now.
-	for _, id := range repairs {
-		s.keys.unlock(id)
-		err := s.inView(func(o *op) error { _, err := o.repair(cctx, id); return err })
-		s.keys.lock(cctx, id)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return repairs, nil
 }
 
 // dropPending clears the pending descriptors this attempt wrote and frees
