@@ -123,6 +123,7 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 // a live rank holds one of the locks, the ones taken are given back and the
 // attempt starts again after a backoff. A replica failing returns errRetry.
 func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
+	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		traceOf(ctx).phase("lock")
 		var perr error // posting failed: the replicas from there on are not tried
@@ -179,8 +180,12 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			var want [8]byte
 			putWords(want[:], uint64(s.me)+1)
 			asked := map[ftrma.Rank]bool{}
+			var held uint64
+			holder := ftrma.Rank(-1)
 			for _, p := range reps {
 				if p.wanted {
+					held = fingerprint(held, uint64(p.res))
+					holder = p.holder
 					s.v().w.Put(p.r, p.addr+slotWant*8, want[:])
 					p.wanted = false
 					if !asked[p.holder] {
@@ -193,6 +198,12 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			s.st.retries.Add(1)
 			if s.stale() {
 				return errNewView // the holder may be waiting for the next view
+			}
+			if hw == nil {
+				hw = s.holdWatch()
+			}
+			if err := hw.met(held, fmt.Sprintf("key %q", id.key), holder); err != nil {
+				return err
 			}
 			traceOf(ctx).phase("backoff")
 			if err := backoff(ctx, attempt); err != nil {
@@ -766,6 +777,7 @@ func (s *Store) get(ctx context.Context, id ident) (val []byte, ver uint64, err 
 // died in the middle (recovery's check of a key).
 func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 	rt := s.retrier()
+	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
@@ -788,6 +800,13 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 		if busy {
 			if s.stale() {
 				return nil, 0, errNewView
+			}
+			if hw == nil {
+				hw = s.holdWatch()
+			}
+			held, holder := heldWords(reps)
+			if err := hw.met(held, fmt.Sprintf("key %q", id.key), holder); err != nil {
+				return nil, 0, err
 			}
 			traceOf(ctx).phase("backoff")
 			if err := backoff(ctx, attempt); err != nil {
@@ -924,6 +943,24 @@ func (s *op) readAll(ctx context.Context, reps []*replica) error {
 		}
 	}
 	return nil
+}
+
+// heldWords is the fingerprint of the replicas' lock and pending words, and
+// a rank holding one of them, for holdWatch.
+func heldWords(reps []*replica) (uint64, ftrma.Rank) {
+	var sum uint64
+	holder := ftrma.Rank(-1)
+	for _, p := range reps {
+		if p.slot < 0 {
+			continue
+		}
+		lw := p.word(slotLock)
+		sum = fingerprint(fingerprint(sum, lw), p.word(slotPAddr))
+		if o := lockOwner(lw); o >= 0 {
+			holder = ftrma.Rank(o)
+		}
+	}
+	return sum, holder
 }
 
 // judge decides what a lock-free read of every replica shows: agree when all

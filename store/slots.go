@@ -209,6 +209,7 @@ func (s *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (
 func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 	at := s.v().tables[r] + hdrClaim*8
 	var expect int64
+	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		var got int64
 		if err := s.v().w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
@@ -236,6 +237,14 @@ func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 		expect = 0
 		if s.stale() {
 			return errNewView // the holder may be waiting for the next view
+		}
+		if hw == nil {
+			hw = s.holdWatch()
+		}
+		// One claim lets go at once; the same holder met for the whole
+		// bound is one that does not (its claims would have let us in).
+		if err := hw.met(uint64(got), fmt.Sprintf("rank %d's claim lock", r), ftrma.Rank(got-1)); err != nil {
+			return err
 		}
 		if err := backoff(ctx, attempt); err != nil {
 			return err

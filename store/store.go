@@ -153,6 +153,8 @@ type Store struct {
 	// fails without a verdict (unreachable, not declared failed): the
 	// runtime's verdict bound (see verdictBound).
 	verdict time.Duration
+	// holdFor, when set (tests), replaces holdBound's bound (see hold.go).
+	holdFor time.Duration
 
 	settled struct {
 		sync.Mutex

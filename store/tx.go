@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ftrma/ftrma"
 )
@@ -162,7 +161,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	// would too), under their process locks again, each alone: taken
 	// back while holding the others, they could wait on a Commit that
 	// took one and waits for ours.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
 	defer cancel()
 	for _, id := range repairs {
 		if err := s.inView(func(o *op) error { _, err := o.repair(cctx, id); return err }); err != nil {
@@ -280,7 +279,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		commitHook(s.Store, "pending")
 	}
 	// The commit point.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
 	defer cancel()
 	var num [8]byte
 	binary.LittleEndian.PutUint64(num[:], seq)
