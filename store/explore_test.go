@@ -1,0 +1,553 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/internal/kvcheck"
+)
+
+// The interleaving explorer.
+//
+// Ranks of a memnet world run clients that put, delete, compare-and-swap
+// and get a few keys, while the store's housekeeping recovers and, after
+// a crash, the survivors respawn the crashed rank (store.Respawn: Replace,
+// then Grow, with the spare's JoinRespawned). At every point where an
+// operation has posted what takes something and not flushed it yet
+// (testHookPosted: a lock, a claim lock, a claim, a claimed slot, a
+// tombstone, a heap chunk) and before each replica's write of a publish
+// (testHookPublish), the explorer decides from the seed what happens
+// there: nothing, a pause (the others run on), the end of the operation's
+// context, or the crash of its rank. A decision is drawn from the seed and
+// the point's name — rank, client, operation number, point, occurrence —
+// not from the order goroutines reach points in, so that a seed makes the
+// same decisions whatever the scheduler does, and its schedule (printed
+// when it fails, with FTRMA_STORE_SEED=S to replay it alone) names them.
+//
+// After every run it checks: the history is linearizable (porcupine,
+// kvcheck's model; writes cut short by a crash or an error may or may not
+// have happened); no rank holds two slots for a key; nothing a crashed
+// rank took (a key's lock, a claim lock) is still held once the survivors
+// are quiet, nor anything a live rank took once its operations ended; and
+// every key has its copies again.
+//
+// CI runs the first few seeds; FTRMA_STORE_SEEDS=N runs N of them,
+// FTRMA_STORE_SEED=S seed S alone, FTRMA_STORE_REPEAT=K each K times, and
+// FTRMA_STORE_SCHEDULE=1 prints every run's schedule.
+//
+// What is not deterministic: the goroutines' interleaving between the
+// decision points, and so which site a run's first crash lands on (it
+// comes once enough operations ended) and what the others did meanwhile.
+// A seed replays its decisions, not its timing: a failure that depends on
+// a race between two points may take several replays (REPEAT) to recur.
+
+// exploreOp marks an explorer client's operation in its context.
+type exploreOp struct {
+	rank   ftrma.Rank
+	client int
+	seq    int
+	cancel context.CancelFunc
+}
+
+type exploreKey struct{}
+
+// explorer is one run's scheduler: the decisions, and what it did.
+type explorer struct {
+	seed   uint64
+	ranks  int // the ranks clients run on (spares excluded)
+	w      *commtest.World
+	start  time.Time
+	budget atomic.Int32 // crashes left
+	// crashAfter is how many operations end before the first crash may
+	// come; ended counts them.
+	crashAfter int64
+	ended      atomic.Int64
+
+	mu      sync.Mutex
+	counts  map[string]int
+	events  []string
+	crashAt map[ftrma.Rank]int64 // when the rank was crashed (since start)
+}
+
+var exploreHashSeed = maphash.MakeSeed()
+
+// roll returns a number in [0, 1000) for the occurrence of site: the same
+// for the same seed and site whatever the interleaving.
+func (e *explorer) roll(site string) (int, string) {
+	e.mu.Lock()
+	n := e.counts[site]
+	e.counts[site] = n + 1
+	e.mu.Unlock()
+	name := fmt.Sprintf("%s #%d", site, n)
+	rng := rand.New(rand.NewPCG(e.seed, maphash.String(exploreHashSeed, name)))
+	return rng.IntN(1000), name
+}
+
+func (e *explorer) now() int64 { return int64(time.Since(e.start)) }
+
+func (e *explorer) log(format string, args ...any) {
+	e.mu.Lock()
+	e.events = append(e.events, fmt.Sprintf("%9.3f ms  ", float64(e.now())/1e6)+fmt.Sprintf(format, args...))
+	e.mu.Unlock()
+}
+
+// crash crashes r if the budget allows and it is not crashed yet.
+func (e *explorer) crash(r ftrma.Rank, at string) bool {
+	if e.ended.Load() < e.crashAfter {
+		return false // not yet: the run's first operations go undisturbed
+	}
+	e.mu.Lock()
+	if _, done := e.crashAt[r]; done || e.budget.Load() <= 0 {
+		e.mu.Unlock()
+		return false
+	}
+	e.budget.Add(-1)
+	e.crashAt[r] = e.now()
+	e.mu.Unlock()
+	e.log("crash rank %d at %s", r, at)
+	e.w.Crash(r)
+	return true
+}
+
+// crashedAt reports when r was crashed (ok false: it was not).
+func (e *explorer) crashedAt(r ftrma.Rank) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.crashAt[r]
+	return t, ok
+}
+
+// posted decides at testHookPosted.
+func (e *explorer) posted(ctx context.Context, s *Store, at, key string) {
+	op, _ := ctx.Value(exploreKey{}).(*exploreOp)
+	if op == nil {
+		// Housekeeping, recovery, Grow: pauses only.
+		if x, name := e.roll(fmt.Sprintf("rank %d background %s %q", s.me, at, key)); x < 30 {
+			e.pause(name, x)
+		}
+		return
+	}
+	x, name := e.roll(fmt.Sprintf("rank %d client %d op %d %s %q", op.rank, op.client, op.seq, at, key))
+	switch {
+	case x < 40:
+		e.pause(name, x)
+	case x < 55:
+		e.log("%s: the operation's context ends", name)
+		op.cancel()
+	case x < 60:
+		e.crash(op.rank, name)
+	case x < 66:
+		e.crash(e.other(name, op.rank), name) // a replica or a holder fails under it
+	}
+}
+
+// other is a rank other than r, drawn for the decision name.
+func (e *explorer) other(name string, r ftrma.Rank) ftrma.Rank {
+	n := ftrma.Rank(len(e.w.Comms))
+	if e.ranks > 0 {
+		n = ftrma.Rank(e.ranks)
+	}
+	o := ftrma.Rank(maphash.String(exploreHashSeed, name+" other") % uint64(n-1))
+	if o >= r {
+		o++
+	}
+	return o
+}
+
+// publishing decides at testHookPublish, before replica i's write.
+func (e *explorer) publishing(s *Store, reps []*replica, i int) {
+	key := ""
+	if len(reps) > 0 {
+		key = reps[0].id.key
+	}
+	x, name := e.roll(fmt.Sprintf("rank %d publish %q replica %d", s.me, key, i))
+	switch {
+	case x < 40:
+		e.pause(name, x)
+	case x < 46 && i > 0:
+		e.crash(s.me, name) // the writer dies in the middle of its writes
+	case x < 58:
+		// A replica fails under the write, after the writes before it
+		// went out; the others run on meanwhile.
+		var others []ftrma.Rank
+		for _, p := range reps {
+			if p.r != s.me {
+				others = append(others, p.r)
+			}
+		}
+		if len(others) > 0 && e.crash(others[x%len(others)], name) {
+			e.pause(name, 1+x%3)
+		}
+	}
+}
+
+func (e *explorer) pause(name string, x int) {
+	d := time.Duration(x%4) * time.Millisecond
+	e.log("%s: pause %v", name, d)
+	time.Sleep(d)
+}
+
+// exploreSeeds returns the seeds to run: FTRMA_STORE_SEED alone, or the
+// first FTRMA_STORE_SEEDS (default 8).
+func exploreSeeds(t *testing.T) []uint64 {
+	if s := os.Getenv("FTRMA_STORE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FTRMA_STORE_SEED=%q: %v", s, err)
+		}
+		return []uint64{v}
+	}
+	n := 8
+	if s := os.Getenv("FTRMA_STORE_SEEDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("FTRMA_STORE_SEEDS=%q: want a positive number", s)
+		}
+		n = v
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return seeds
+}
+
+func TestExplore(t *testing.T) {
+	repeat := 1
+	if s := os.Getenv("FTRMA_STORE_REPEAT"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("FTRMA_STORE_REPEAT=%q: want a positive number", s)
+		}
+		repeat = v
+	}
+	for _, seed := range exploreSeeds(t) {
+		for i := range repeat {
+			name := fmt.Sprintf("seed=%d", seed)
+			if repeat > 1 {
+				name += fmt.Sprintf("/run=%d", i)
+			}
+			t.Run(name, func(t *testing.T) { explore(t, seed) })
+		}
+	}
+}
+
+// explore runs one seed.
+func explore(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xe8))
+	const ranks, keys, clients = 5, 3, 2
+	copies := 2 + rng.IntN(2)
+	opsPerClient := 24
+	respawn := rng.IntN(2) == 0
+	ctx := testCtx(t, 2*time.Minute)
+	w, st := openSpares(t, ranks, 1, smallOptions(copies))
+	e := &explorer{seed: seed, ranks: ranks, w: w, start: time.Now(), counts: map[string]int{}, crashAt: map[ftrma.Rank]int64{}}
+	e.budget.Store(int32(copies - 1))
+	e.crashAfter = int64(rng.IntN(ranks * clients * opsPerClient / 2))
+	defer func() {
+		if t.Failed() || os.Getenv("FTRMA_STORE_SCHEDULE") != "" {
+			t.Logf("seed %d (replay: FTRMA_STORE_SEED=%d go test ./store -run 'TestExplore$'): copies %d, respawn %v; schedule:\n%s",
+				seed, seed, copies, respawn, strings.Join(e.events, "\n"))
+		}
+	}()
+	testHookPosted.set(t, e.posted)
+	testHookPublish.set(t, e.publishing)
+	key := func(k int) []byte { return fmt.Appendf(nil, "x/%d", k) }
+
+	var mu sync.Mutex // guards ops and errs
+	var ops []porcupine.Operation
+	errs := map[string]int{}
+	record := func(r ftrma.Rank, op porcupine.Operation, out kvcheck.Output, err error) {
+		in := op.Input.(kvcheck.Input)
+		op.Return = e.now()
+		e.ended.Add(1)
+		crashed, dead := e.crashedAt(r)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && !dead {
+			errs[in.Kind+": "+err.Error()]++
+		}
+		switch {
+		case in.Kind == "get" && (err != nil || dead && crashed <= op.Return):
+			return // a read that failed, or of a rank that died meanwhile, says nothing
+		case err != nil || dead && crashed <= op.Return:
+			out, op.Return = kvcheck.Output{Unknown: true}, math.MaxInt64
+		}
+		op.Output = out
+		ops = append(ops, op)
+	}
+
+	// Respawn: once a rank is crashed, every survivor replaces it and
+	// grows the store; the spare joins. The spare's store takes the
+	// crashed rank's place.
+	var respawnWG sync.WaitGroup // the spare's join
+	// A survivor's respawn, by rank: waited for unless the rank is crashed
+	// later (its Respawn then fails within the runtime's bounds).
+	respawnDone := map[ftrma.Rank]chan struct{}{}
+	// respawnOver is closed once the survivors' respawns ended: a spare
+	// joins before (their Grow waits for its Join) or not at all.
+	respawnOver := make(chan struct{})
+	var respawnOnce sync.Once
+	joined := make(chan *Store, 1)
+	startRespawn := func() {
+		respawnOnce.Do(func() {
+			for r := range ftrma.Rank(ranks) {
+				if _, dead := e.crashedAt(r); dead {
+					continue
+				}
+				respawned := make(chan struct{})
+				respawnDone[r] = respawned
+				go func() {
+					defer close(respawned)
+					_, replaced, err := Respawn(ctx, st[r], w.Comms[r])
+					e.log("rank %d: respawn replaced %v: %v", r, replaced, err)
+				}()
+			}
+			respawnWG.Go(func() {
+				select {
+				case <-respawnOver: // the survivors' Replace found no spare
+				case j := <-w.Joined():
+					if j.Err != nil {
+						e.log("spare %d: %v", j.Rank, j.Err)
+						return
+					}
+					s, _, err := JoinRespawned(ctx, j.Comm, Options{})
+					e.log("spare joined as rank %d: %v", j.Comm.Rank(), err)
+					if err == nil {
+						joined <- s
+					}
+				case <-ctx.Done():
+				}
+			})
+		})
+	}
+
+	var wg sync.WaitGroup
+	for r := range ftrma.Rank(ranks) {
+		for g := range clients {
+			cl := int(r)*clients + g
+			crng := rand.New(rand.NewPCG(seed, uint64(cl)))
+			wg.Go(func() {
+				var seen []string
+				for seq := range opsPerClient {
+					if _, dead := e.crashedAt(r); dead {
+						return
+					}
+					if respawn && e.budget.Load() < int32(copies-1) {
+						startRespawn()
+					}
+					time.Sleep(time.Duration(crng.IntN(300)) * time.Microsecond)
+					k := crng.IntN(keys)
+					in := kvcheck.Input{Key: k}
+					switch x := crng.IntN(10); {
+					case x < 4:
+						in.Kind, in.Value = "put", fmt.Sprintf("c%d.%d", cl, seq)
+					case x < 5:
+						in.Kind = "del"
+					case x < 6:
+						in.Kind, in.Value = "cas", fmt.Sprintf("c%d.%d", cl, seq)
+						if o := crng.IntN(2*len(seen) + 1); o < len(seen) {
+							in.Old = seen[o]
+						}
+					default:
+						in.Kind = "get"
+					}
+					octx, cancel := context.WithCancel(ctx)
+					octx = context.WithValue(octx, exploreKey{}, &exploreOp{rank: r, client: cl, seq: seq, cancel: cancel})
+					op := porcupine.Operation{ClientId: cl, Input: in, Call: e.now()}
+					var out kvcheck.Output
+					var err error
+					s := st[r]
+					switch in.Kind {
+					case "put":
+						err = s.Put(octx, key(k), []byte(in.Value))
+					case "del":
+						err = s.Delete(octx, key(k))
+					case "cas":
+						var old []byte
+						if in.Old != "" {
+							old = []byte(in.Old)
+						}
+						out.Swapped, err = s.CompareAndSwap(octx, key(k), old, []byte(in.Value))
+					case "get":
+						var v []byte
+						v, err = s.Get(octx, key(k))
+						out.Value = string(v)
+						if errors.Is(err, ErrNotFound) {
+							err = nil
+						}
+						if err == nil && out.Value != "" {
+							seen = append(seen[max(0, len(seen)-7):], out.Value)
+						}
+					}
+					cancel()
+					record(r, op, out, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	e.log("clients done")
+	var respawners []chan struct{}
+	respawnOnce.Do(func() {}) // no respawn starts from here on
+	for r, done := range respawnDone {
+		if _, dead := e.crashedAt(r); !dead {
+			respawners = append(respawners, done)
+		}
+	}
+	for _, done := range respawners {
+		<-done
+	}
+	close(respawnOver)
+	respawnWG.Wait()
+	e.log("respawn done")
+	if ctx.Err() != nil {
+		t.Fatalf("the run did not end within its context")
+	}
+
+	// The live stores: the survivors' and the spare's in the crashed
+	// rank's place.
+	live := slices.Clone(st)
+	var dead []ftrma.Rank
+	for r := range ftrma.Rank(ranks) {
+		if _, ok := e.crashedAt(r); ok {
+			live[r] = nil
+			dead = append(dead, r)
+		}
+	}
+	select {
+	case s := <-joined:
+		live[s.me] = s
+		t.Cleanup(func() { stopAll([]*Store{s}) })
+	default:
+	}
+	var anyLive *Store
+	for _, s := range live {
+		if s != nil && anyLive == nil {
+			anyLive = s
+		}
+	}
+
+	// Nothing a crashed rank took stays taken, nor anything a live one
+	// took once its operations ended (leases end after leaseIdle).
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left = left[:0]
+		for r, s := range live {
+			if s != nil {
+				left = append(left, takenBy(live, ftrma.Rank(r))...)
+			}
+		}
+		for _, r := range dead {
+			if live[r] == nil {
+				left = append(left, locksOf(live, anyLive, r)...)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("still held 5 s after the run:\n%s", strings.Join(left, "\n"))
+	}
+	e.log("quiet")
+	for r, s := range live {
+		if s == nil {
+			continue
+		}
+		for k, sl := range dupSlots(ctx, s) {
+			t.Errorf("rank %d holds key %s in slots %v", r, k, sl)
+		}
+	}
+
+	// Every key reads back (into the history) and has its copies again.
+	for r, s := range live {
+		if s == nil {
+			continue
+		}
+		for k := range keys {
+			op := porcupine.Operation{ClientId: 1000 + r, Input: kvcheck.Input{Kind: "get", Key: k}, Call: e.now()}
+			v, err := s.Get(ctx, key(k))
+			if errors.Is(err, ErrNotFound) {
+				err = nil
+			}
+			if err != nil {
+				t.Errorf("rank %d: final get of key %d: %v", r, k, err)
+				continue
+			}
+			record(-1, op, kvcheck.Output{Value: string(v)}, nil) // -1: no crashed rank's read
+		}
+	}
+	e.log("final reads done")
+	nlive := 0
+	for _, s := range live {
+		if s != nil {
+			nlive++
+		}
+	}
+	for k := range keys {
+		want := min(copies, nlive)
+		var whole int
+		var reps []Replica
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var err error
+			reps, err = anyLive.Locate(ctx, key(k))
+			if err != nil {
+				t.Errorf("locate key %d: %v", k, err)
+				break
+			}
+			whole = 0
+			for _, p := range reps {
+				if p.Complete && p.Version == reps[0].Version && live[p.Rank] != nil {
+					whole++
+				}
+			}
+			if whole >= want || len(reps) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(reps) > 0 && whole < want {
+			t.Errorf("key %d has %d whole copies 10 s after the run, want %d: %+v", k, whole, want, reps)
+		}
+	}
+	for msg, n := range errs {
+		t.Logf("%d× %s", n, msg)
+	}
+	t.Logf("%d operations, crashed %v, copies %d, respawn %v", len(ops), dead, copies, respawn)
+	checkLin(t, ops, 0)
+}
+
+// locksOf lists the key locks and claim locks that the crashed rank me
+// holds in the live stores' tables, as a live rank's view sees them.
+func locksOf(live []*Store, view *Store, me ftrma.Rank) []string {
+	var out []string
+	for r, s := range live {
+		if s == nil || view.current().c.ProcFailed(ftrma.Rank(r)) {
+			continue
+		}
+		if c := atomic.LoadUint64(&s.table[hdrClaim]); c == uint64(me)+1 {
+			out = append(out, fmt.Sprintf("rank %d's claim lock, held by crashed rank %d", r, me))
+		}
+		for i := range s.opt.Slots {
+			if lw := atomic.LoadUint64(&s.table[hdrWords+i*slotWords+slotLock]); lockOwner(lw) == int(me) {
+				out = append(out, fmt.Sprintf("rank %d's slot %d: locked by crashed rank %d", r, i, me))
+			}
+		}
+	}
+	return out
+}
