@@ -18,8 +18,9 @@ import (
 // while the lease lasts, so the writer's version and descriptors are the
 // replicas'. A lease ends, writing the lock words back free, when the key has
 // not been written for leaseIdle (by this rank's housekeeping), at the first
-// put after leaseMax, as soon as another rank asks for the key, when the
-// key's placement changes, or when a transaction or repair of the key
+// put after leaseMax, as soon as another rank asks for the key, when one of
+// its replicas fails or Grow installs another view (the key's placement may
+// change: see leased), or when a transaction or repair of the key
 // releases its locks. A writer that finds the lock held by a live rank
 // writes its rank into the slot's want word, which the lease holder reads
 // with each put, and counts up the ask word in the holder's own header: the
@@ -34,10 +35,10 @@ var (
 )
 
 type lease struct {
-	reps        []leased
+	reps        []leased // every replica of the key in view, in placement order
 	version     uint64
 	since, used time.Time
-	c           window.Comm // the communicator of the view it was taken in
+	view        *view // the view it was taken in
 }
 
 type leased struct {
@@ -49,7 +50,14 @@ type leased struct {
 }
 
 // leased returns the key's replicas as held under this rank's lease, when it
-// has one and the key's placement has not changed since.
+// has one and the key's placement has not changed since: the operation
+// works in the view the lease was taken in, and none of the lease's
+// replicas has failed. That is the placement check without computing the
+// placement again on every put: in one view failures only accumulate, and a
+// failed rank that is not among a key's replicas changes nothing of them
+// (placement.replicas takes the first Copies live ranks of the key's order,
+// one per host first, and passed that rank over already), so the replicas
+// are the lease's until one of them fails or Grow installs another view.
 func (s *op) leased(h ident) ([]*replica, bool) {
 	s.leases.Lock()
 	l := s.leases.m[h]
@@ -57,18 +65,19 @@ func (s *op) leased(h ident) ([]*replica, bool) {
 	if l == nil {
 		return nil, false
 	}
-	now := s.v().replicas(h.h, s.failed)
-	same := len(now) == len(l.reps)
-	for i := 0; same && i < len(now); i++ {
-		same = now[i] == l.reps[i].r
+	same := l.view == s.v()
+	for i := 0; same && i < len(l.reps); i++ {
+		same = !s.failed(l.reps[i].r)
 	}
 	if !same {
 		s.endLease(h)
 		return nil, false
 	}
 	reps := make([]*replica, len(l.reps))
+	held := make([]replica, len(l.reps)) // one allocation for all
 	for i, lr := range l.reps {
-		p := &replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true,
+		p := &held[i]
+		*p = replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true,
 			lock: lockWord(l.version, int(s.me)), keyAddr: lr.key, gen: lr.gen}
 		putWords(p.buf[:], h.h, p.lock, lr.block, l.version, lr.len, 0, 0, 0, 0, lr.key, lr.gen)
 		reps[i] = p
@@ -122,7 +131,7 @@ func (s *Store) endLease(h ident) {
 	var w, zero [8]byte
 	putWords(w[:], lockWord(l.version, -1))
 	for _, lr := range l.reps {
-		if !l.c.ProcFailed(lr.r) && !c.ProcFailed(lr.r) {
+		if !l.view.c.ProcFailed(lr.r) && !c.ProcFailed(lr.r) {
 			lw.Put(lr.r, lr.addr+slotWant*8, zero[:])
 			lw.Put(lr.r, lr.addr+slotLock*8, w[:])
 			lw.Push(lr.r)

@@ -565,13 +565,18 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	}
 	named := keep // the lock words written name this rank
 	keep = keep && !failed && err == nil
+	for _, p := range reps {
+		// A lease holds every replica of the key (see leased): also none
+		// that failed before the flush.
+		keep = keep && p.held && !p.failed
+	}
 	wanted := false
 	for _, p := range reps {
 		wanted = wanted || p.written && !p.failed && word(p.want[:], 0) != 0
 	}
 	var l *lease
 	if keep {
-		l = &lease{version: lv, since: time.Now(), used: time.Now(), c: s.v().c}
+		l = &lease{version: lv, since: time.Now(), used: time.Now(), view: s.v()}
 	}
 	for _, p := range reps {
 		if p.held && !p.failed {
