@@ -19,13 +19,16 @@ import (
 //
 // Done versions. After a write's flush has returned from every replica (so
 // the version is at all of them and no repair can go back behind it), the
-// writer posts the version into the primary's done word. A primary whose
+// writer posts the version into the primary's done word, and does not wait
+// for it (markDone); with one replica, it posts it right after the record,
+// in the same batch, and it lands after it (doneInBatch). A primary whose
 // current version equals its done word therefore holds a version that no
 // later read can miss, and any write that completed before the Get began
 // has reached the primary, since every write writes every live replica. A
-// done word left behind by an earlier write, or by a slot's earlier key, is
-// older than the slot's current version (versions only grow in a slot), so
-// it sends readers the long way, never to a wrong value.
+// done word left behind by an earlier write, or by a slot's earlier key, or
+// one that landed late, after a later write's, is older than the slot's
+// current version (versions only grow in a slot), so it sends readers the
+// long way, never to a wrong value.
 //
 // Failure views. Ranks learn of a failure at slightly different times. A
 // writer that knows rank f failed writes the keys f held elsewhere; a
@@ -150,16 +153,40 @@ func (s *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 
 // markDone posts version v into the done word of the key's primary replica
 // (reps[0], reps in placement order), once the write of v is complete at
-// every live replica. The write completes with the next flush toward it.
+// every live replica. It is posted, not pushed: a send of its own (on tcp a
+// system call) on every write, before the write returns, for a word no
+// reader needs at once. It leaves with this rank's next operation toward
+// the primary (a flush there completes it first: this rank's own fast reads
+// find it), or when the transport sends what it holds: tcp within its
+// nudge (1 ms after the first frame it held), shm and verbs when posted
+// (a posted operation takes effect, or goes to the device, at once). A fast
+// read that comes before it goes the long way, as for a write under way;
+// one that lands late, after a later write of another rank marked its own
+// version, leaves the done word behind the current version until the
+// key's next write: the long way again, never a wrong value (see above).
+// A write with one replica marks it in its batch instead (doneInBatch).
 func (s *op) markDone(reps []*replica, v uint64) {
 	if len(reps) == 0 || reps[0].failed || reps[0].slot < 0 {
 		return
 	}
+	s.postDone(reps[0], v)
+}
+
+// postDone posts version v into p's done word.
+func (s *op) postDone(p *replica, v uint64) {
 	var w [8]byte
 	putWords(w[:], v)
-	s.v().w.Put(reps[0].r, reps[0].addr+slotDone*8, w[:])
-	s.v().w.Push(reps[0].r)
+	s.v().w.Put(p.r, p.addr+slotDone*8, w[:])
 }
+
+// doneInBatch reports whether a write of reps marks its version done in
+// its batch, after the record, the descriptor and the lock word: when the
+// primary is its only replica. Operations toward a rank take effect in
+// posting order, so the done word lands after the record there, which is
+// then at every live replica whenever a reader sees the version done
+// (markDone's wait for the flush is for the other replicas), and it costs
+// no operation of its own.
+func doneInBatch(reps []*replica) bool { return len(reps) == 1 }
 
 // fastGet reads the key's primary alone; ok is false when the answer must
 // come from every replica (see above).

@@ -519,6 +519,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		}
 	}
 	t.phase("publish.post")
+	alone := doneInBatch(reps) // the done word goes in the batch
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
 			hook(s.Store, reps, i)
@@ -528,6 +529,9 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		}
 		if p.same {
 			s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			if alone {
+				s.postDone(p, v)
+			}
 			continue
 		}
 		if rec != nil {
@@ -539,6 +543,9 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
 		s.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
 		s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+		if alone {
+			s.postDone(p, v)
+		}
 		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if keep {
@@ -548,7 +555,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	}
 	t.phase("publish.wait")
 	failed, err := s.flushAll(ctx, reps)
-	if !failed && err == nil {
+	if !failed && err == nil && !alone {
 		t.phase("publish.done")
 		s.markDone(reps, v)
 	}
