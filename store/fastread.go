@@ -191,7 +191,7 @@ func doneInBatch(reps []*replica) bool { return len(reps) == 1 }
 // fastGet reads the key's primary alone; ok is false when the answer must
 // come from every replica (see above).
 func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
-	if v := s.v(); !v.fast || v.old != nil {
+	if v := s.v(); !v.fast || v.old != nil && !v.dropping {
 		return nil, 0, false // no fast reads in the transition view (grow.go)
 	}
 	ranks := s.v().replicas(id.h, s.failed)

@@ -38,6 +38,8 @@ import (
 //     its new placement (replaced ranks live). Writes lock and write all of
 //     them; reads read all of them, so an empty new replica reads as
 //     "replicas differ" and is repaired, as after a failure. No fast reads.
+//   - dropping: the new placement, while ranks drop the copies it no longer
+//     places; a deletion deletes such leftover copies too (see below).
 //   - new: the new placement alone.
 //
 // Grow at a survivor:
@@ -57,11 +59,16 @@ import (
 //     key's holders in placement order, the later ones after a delay, so
 //     that usually the first repairs and the others find the key whole).
 //     Agree (every key is whole at its new replicas).
-//  5. Install the new view and drain the transition; agree.
+//  5. Install the dropping view and drain the transition; agree.
 //  6. Drop: delete, under the key's lock at this rank, the copies of keys
 //     this rank no longer places, so that a later failure cannot bring a
 //     stale copy back (a deleted key's stale copy would be read as its
-//     value).
+//     value). Until every rank has, a failure can make a rank that still
+//     holds such a copy place its key again, and a deletion made meanwhile
+//     in the new placement alone would leave that copy the only one: so
+//     deletions in the dropping view delete the leftover copies at the old
+//     placement's ranks too (TestGrowDeleteThenFailureNoResurrection).
+//     Agree; install the new view; drain the dropping one.
 //
 // Join at a new rank does the same steps with nothing to clear, move or
 // drop. The agreements are the runtime's fault-tolerant agreement used as a
@@ -86,6 +93,11 @@ type view struct {
 	// process was replaced (failed in the old placement).
 	old      *placement
 	replaced []bool
+	// dropping marks the new view while ranks drop the copies it no longer
+	// places (old and replaced are still set): it places keys as the new
+	// view does, but a deletion also deletes the copies at the old
+	// placement's ranks (leftovers).
+	dropping bool
 
 	ops atomic.Int64 // operations working in this view
 }
@@ -231,7 +243,7 @@ func drain(ctx context.Context, v *view) error {
 // placements (the old ones first).
 func (v *view) replicas(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
 	now := v.place.replicas(h, failed)
-	if v.old == nil {
+	if v.old == nil || v.dropping {
 		return now
 	}
 	out := v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) })
@@ -243,10 +255,77 @@ func (v *view) replicas(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
 	return out
 }
 
+// leftovers returns, in the dropping view, the ranks of the key's old
+// placement that its new placement leaves out: they may hold a copy not
+// dropped yet. None in any other view.
+func (v *view) leftovers(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
+	if !v.dropping {
+		return nil
+	}
+	now := v.place.replicas(h, failed)
+	var out []ftrma.Rank
+	for _, r := range v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) }) {
+		if !slices.Contains(now, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// deletion is tombstone for the deletion of a key's value: in the dropping
+// view it deletes the leftover copies too (withLeftovers). (A rank dropping
+// its own copy, or an operation giving back slots it claimed for nothing,
+// tombstones only its replicas: holding its own lock while it waited for a
+// leftover's, one dropping rank could wait for another for ever.)
+func (s *op) deletion(ctx context.Context, id ident, reps []*replica, v uint64) error {
+	reps, err := s.withLeftovers(ctx, id, reps)
+	if err != nil {
+		return err
+	}
+	return s.tombstone(ctx, id, reps, v)
+}
+
+// withLeftovers adds to a deletion's replicas, in the dropping view, the
+// copies left at the ranks of the key's old placement (leftovers), locked:
+// until every rank has dropped them, a failure could make such a rank
+// place the key again, and its copy would then bring the deleted value
+// back. A leftover rank failing meanwhile takes its copy with it. On an
+// error the locks of reps are given back.
+func (s *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*replica, error) {
+	var extra []*replica
+	for _, r := range s.v().leftovers(id.h, s.failed) {
+		if slices.ContainsFunc(reps, func(p *replica) bool { return p.r == r }) {
+			continue
+		}
+		sl, err := s.findSlot(ctx, r, id, false)
+		if err != nil || sl.idx < 0 {
+			continue // none there, or its rank failed
+		}
+		p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: s.slotAddr(r, sl.idx)}
+		s.cache.Lock()
+		p.expect = s.cache.lock[p.ref]
+		s.cache.Unlock()
+		extra = append(extra, p)
+	}
+	if len(extra) == 0 {
+		return reps, nil
+	}
+	if err := s.lockAll(ctx, id, extra); err != nil && !errors.Is(err, errRetry) {
+		s.unlockAll(ctx, reps)
+		return nil, err
+	}
+	for _, p := range extra {
+		if p.held {
+			reps = append(reps, p)
+		}
+	}
+	return reps, nil
+}
+
 // mayHaveHeld is placement.mayHaveHeld in v (the old placement in
 // transition: the new ranks held nothing before it).
 func (v *view) mayHaveHeld(h uint64) int {
-	if v.old != nil {
+	if v.old != nil && !v.dropping {
 		return v.old.mayHaveHeld(h, func(r ftrma.Rank) bool { return v.replaced[r] || v.c.ProcFailed(r) })
 	}
 	return v.place.mayHaveHeld(h, v.c.ProcFailed)
@@ -262,6 +341,10 @@ func newArenas(n int) []*arena {
 
 // testHookMove is called before a survivor's move checks its i-th key.
 var testHookMove testHook[func(s *Store, i int)]
+
+// testHookDrop is called before a survivor's Grow drops the copies it no
+// longer places (in the new view).
+var testHookDrop testHook[func(s *Store)]
 
 // testHookExchange is called before a survivor's Grow starts its exchange
 // (its window rebuilt).
@@ -526,18 +609,33 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	if err := barrier(ctx, tv.c); err != nil {
 		return fail(err)
 	}
-	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
-		arenas: tv.arenas, keyArenas: tv.keyArenas}
-	s.cur.Store(nv)
+	// The new placement, deleting leftover copies too until every rank
+	// has dropped its own.
+	dv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
+		arenas: tv.arenas, keyArenas: tv.keyArenas, old: tv.old, replaced: tv.replaced, dropping: true}
+	s.cur.Store(dv)
 	if err := drain(ctx, tv); err != nil {
 		return fail(err)
 	}
 	if err := barrier(ctx, tv.c); err != nil {
 		return fail(err)
 	}
+	if hook := testHookDrop.get(); hook != nil && survivor {
+		hook(s)
+	}
 	o := s.begin()
-	defer o.end()
-	if err := o.dropKeys(ctx); err != nil {
+	err := o.dropKeys(ctx)
+	o.end()
+	if err != nil {
+		return fail(err)
+	}
+	if err := barrier(ctx, tv.c); err != nil {
+		return fail(err)
+	}
+	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
+		arenas: tv.arenas, keyArenas: tv.keyArenas}
+	s.cur.Store(nv)
+	if err := drain(ctx, dv); err != nil {
 		return fail(err)
 	}
 	return nil

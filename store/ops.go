@@ -480,7 +480,7 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 // are released and any lease on the key ends.
 func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
 	if rec == nil {
-		return s.tombstone(ctx, id, reps, v)
+		return s.deletion(ctx, id, reps, v)
 	}
 	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen

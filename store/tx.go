@@ -330,7 +330,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			s.release(cctx, k.id, k.reps) // read only
 		case k.op.del:
 			// Deletions free the key's slots (and release their locks).
-			s.tombstone(cctx, k.id, k.reps, k.ver)
+			s.deletion(cctx, k.id, k.reps, k.ver)
 		}
 	}
 	for _, k := range keys {
