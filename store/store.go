@@ -192,6 +192,9 @@ type Store struct {
 	}
 
 	txSeq atomic.Uint64
+	// decide is held by a Commit from drawing its number (txSeq) to
+	// writing its decision: decisions go out in number order (tx.go).
+	decide sync.Mutex
 
 	growing atomic.Bool // a Grow is under way
 

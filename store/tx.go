@@ -218,6 +218,18 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		return nil, err
 	}
 	s.countTakeovers(all)
+	// A transaction counts committed when its writer's decision key holds
+	// its number or a later one (txCommitted), so the key must never go
+	// back, nor hold a number while an earlier one is still to be decided:
+	// this rank's Commits draw numbers and write decisions one at a time
+	// (TestTxDecisionsInNumberOrder).
+	s.decide.Lock()
+	deciding := true
+	defer func() {
+		if deciding {
+			s.decide.Unlock()
+		}
+	}()
 	seq := s.txSeq.Add(1)
 	tag := txTag(seq, s.me)
 	// Pending records.
@@ -293,6 +305,8 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			return nil, abort(err)
 		}
 	}
+	s.decide.Unlock()
+	deciding = false
 	if commitHook != nil {
 		commitHook(s.Store, "decided")
 	}
