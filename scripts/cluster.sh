@@ -277,6 +277,18 @@ sweep_uts() {
 	if [ "$ino" = "$(stat -L -c %i /proc/self/ns/uts)" ]; then
 		die "refusing to sweep: holder $h shares the root UTS namespace"
 	fi
+	# Stop them all first, then kill: a host dies at once, so none of its
+	# processes may see another of them die and report it (an agent
+	# telling ftrun of its rank's death, and taking a spare, before the
+	# agent itself is killed).
+	while read -r line; do
+		pid=${line#* /proc/}
+		pid=${pid%%/*}
+		[ "${line%% *}" = "$ino" ] || continue
+		[ "$pid" = "$$" ] && continue
+		[ "$keep" = keep ] && [ "$pid" = "$h" ] && continue
+		kill -STOP "$pid" 2>/dev/null || true
+	done < <(stat -L -c '%i %n' /proc/[0-9]*/ns/uts 2>/dev/null || true)
 	for ((round = 0; round < 200; round++)); do
 		found=0
 		while read -r line; do
