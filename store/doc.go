@@ -131,6 +131,8 @@
 //     rank with ftrma.ErrProcFailed and the store stays as it was: every
 //     member of nc, the new ranks included, then calls nc.Replace, and
 //     the survivors Grow, the new ranks (old and new) Join, on the result.
+//     Respawn (survivors) and JoinRespawned (new ranks) do all of step 3,
+//     retries included, in one call each (respawn.go).
 //  4. s.Close(ctx) on every live rank.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
