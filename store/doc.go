@@ -52,6 +52,13 @@
 //
 // # Design (the "localized recovery variant" of Fohry and Fink)
 //
+// DESIGN.md in this directory is the protocol word by word: who writes
+// each shared word, with which operation, and what a reader concludes;
+// every operation's steps and round trips; the invariants and what keeps
+// each; and what is known to be wrong. The interleaving explorer
+// (explore_test.go, TestExplore) checks them under seeded crashes, context
+// ends and respawns.
+//
 // One dynamic window, one lock-all epoch, no collective after Open but Grow. Each rank
 // exposes a table — a header, Slots key slots and a chunk table — and a heap
 // of chunks it attaches as they are needed.
