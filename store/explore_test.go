@@ -370,30 +370,9 @@ func explore(t *testing.T, seed uint64) {
 					octx, cancel := context.WithCancel(ctx)
 					octx = context.WithValue(octx, exploreKey{}, &exploreOp{rank: r, client: cl, seq: seq, cancel: cancel})
 					op := porcupine.Operation{ClientId: cl, Input: in, Call: e.now()}
-					var out kvcheck.Output
-					var err error
-					s := st[r]
-					switch in.Kind {
-					case "put":
-						err = s.Put(octx, key(k), []byte(in.Value))
-					case "del":
-						err = s.Delete(octx, key(k))
-					case "cas":
-						var old []byte
-						if in.Old != "" {
-							old = []byte(in.Old)
-						}
-						out.Swapped, err = s.CompareAndSwap(octx, key(k), old, []byte(in.Value))
-					case "get":
-						var v []byte
-						v, err = s.Get(octx, key(k))
-						out.Value = string(v)
-						if errors.Is(err, ErrNotFound) {
-							err = nil
-						}
-						if err == nil && out.Value != "" {
-							seen = append(seen[max(0, len(seen)-7):], out.Value)
-						}
+					out, err := callKV(octx, st[r], key(k), in)
+					if in.Kind == "get" && err == nil && out.Value != "" {
+						seen = append(seen[max(0, len(seen)-7):], out.Value)
 					}
 					cancel()
 					record(r, op, out, err)

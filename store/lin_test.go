@@ -200,27 +200,7 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 						pending[cl] = &op
 						mu.Unlock()
 					}
-					var out kvcheck.Output
-					var err error
-					switch in.Kind {
-					case "put":
-						err = s.Put(ctx, key(k), []byte(in.Value))
-					case "del":
-						err = s.Delete(ctx, key(k))
-					case "cas":
-						var old []byte
-						if in.Old != "" {
-							old = []byte(in.Old)
-						}
-						out.Swapped, err = s.CompareAndSwap(ctx, key(k), old, []byte(in.Value))
-					case "get":
-						var v []byte
-						v, err = s.Get(ctx, key(k))
-						out.Value = string(v)
-						if errors.Is(err, ErrNotFound) {
-							err = nil
-						}
-					}
+					out, err := callKV(ctx, s, key(k), in)
 					op.Return = now()
 					mu.Lock()
 					if victim(r) {
@@ -364,6 +344,31 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 		t.Logf("%d× %s", n, e)
 	}
 	checkLin(t, ops, failed.Load())
+}
+
+// callKV makes the store call in describes on key, as a history records
+// it: a get that finds nothing returns "" and no error.
+func callKV(ctx context.Context, s *Store, key []byte, in kvcheck.Input) (out kvcheck.Output, err error) {
+	switch in.Kind {
+	case "put":
+		err = s.Put(ctx, key, []byte(in.Value))
+	case "del":
+		err = s.Delete(ctx, key)
+	case "cas":
+		var old []byte
+		if in.Old != "" {
+			old = []byte(in.Old)
+		}
+		out.Swapped, err = s.CompareAndSwap(ctx, key, old, []byte(in.Value))
+	case "get":
+		var v []byte
+		v, err = s.Get(ctx, key)
+		out.Value = string(v)
+		if errors.Is(err, ErrNotFound) {
+			err = nil
+		}
+	}
+	return out, err
 }
 
 // checkLin checks the history key by key and, for a key that is not
