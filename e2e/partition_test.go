@@ -80,13 +80,13 @@ func TestClusterStorePartition(t *testing.T) {
 				os.Chmod(hist, 0o777)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
-				args := []string{"--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "kvlin", hist, "9s", "3", "4", "6ms"}
+				args := []string{"--hostfile", hf, "--tag-output", filepath.Join(bin, "testprog"), "kvlin", hist, "7s", "3", "4", "6ms"}
 				if !arb {
 					args = append([]string{"--no-arbiter"}, args...)
 				}
 				cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), args...)
 				job := startLive(t, cmd)
-				// A job still running long after its 9 s: its ranks print
+				// A job still running long after its 7 s: its ranks print
 				// where they wait (SIGQUIT makes a Go program dump its
 				// goroutines and exit) before ftrun is stopped.
 				dump := time.AfterFunc(60*time.Second, func() {
