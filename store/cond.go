@@ -99,7 +99,7 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 	defer o.end()
 	rt := o.retrier()
 	done := false
-	var wrote uint64 // the version writeIfOnce published
+	var wrote prior // what writeIfOnce published
 	for {
 		var err error
 		if done {
@@ -141,7 +141,7 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 // have been); with done true, that the write took effect but a replica
 // failed under it.
 func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
-	cond func([]byte, bool, uint64) bool, wrote *uint64) (bool, error) {
+	cond func([]byte, bool, uint64) bool, wrote *prior) (bool, error) {
 	reps, leased, err := s.acquire(ctx, id, true)
 	if err != nil {
 		return false, err
@@ -195,11 +195,7 @@ func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
 	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
-	for _, p := range reps {
-		if p.written {
-			*wrote = v
-		}
-	}
+	s.published(wrote, reps, v)
 	if err != nil {
 		return false, err
 	}

@@ -759,8 +759,19 @@ func exchange(ctx context.Context, nc window.Comm, werr error, first []byte, sec
 	if agreed == 1 {
 		return g, nil
 	}
+	// A rank failing during the exchange also breaks what the others read
+	// of it (a new rank's round without its table): whatever this rank
+	// saw, the cause is a failure, and every member must say so alike, so
+	// that all of them replace it and try again (Respawn, JoinRespawned).
+	someFailed := errors.Is(aerr, ftrma.ErrProcFailed)
+	for r := range nc.Size() {
+		someFailed = someFailed || nc.ProcFailed(ftrma.Rank(r))
+	}
 	for _, e := range []error{werr, err, err2, err3, perr} {
 		if e != nil {
+			if someFailed && !errors.Is(e, ftrma.ErrProcFailed) {
+				return nil, fmt.Errorf("%w: a rank failed during the exchange (here: %v)", ftrma.ErrProcFailed, e)
+			}
 			return nil, e
 		}
 	}

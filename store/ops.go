@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -357,14 +358,51 @@ func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) err
 		return err
 	}
 	defer s.keys.unlock(id)
-	var wrote uint64
+	var wrote prior
 	return s.inView(func(o *op) error { return o.writeLocked(ctx, id, value, del, &wrote) })
 }
 
+// prior is what earlier attempts of a write published: the version (0:
+// none) and the processes (transport ranks) of the replicas that hold it.
+type prior struct {
+	ver uint64
+	at  []ftrma.Rank
+}
+
+// published records that this attempt published version v at the replicas
+// of reps marked written.
+func (s *op) published(w *prior, reps []*replica, v uint64) {
+	for _, p := range reps {
+		if p.written {
+			if w.ver != v {
+				w.ver, w.at = v, w.at[:0]
+			}
+			w.at = append(w.at, s.v().c.TransportRank(p.r))
+		}
+	}
+}
+
+// deletedSince reports whether a replica that holds w's version, by its
+// record, is live and holds no copy of the key now: only a deletion takes
+// a live replica's copy away (Grow's drop comes after its move, which
+// leaves a copy at least as new elsewhere), so the write came before a
+// deletion and is done.
+func (s *op) deletedSince(w *prior, reps []*replica) bool {
+	for _, p := range reps {
+		if p.failed || !slices.Contains(w.at, s.v().c.TransportRank(p.r)) {
+			continue
+		}
+		if p.slot < 0 || p.word(slotCurAddr) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // writeLocked is write, by a caller that holds the key's process lock;
-// *wrote is the version an earlier attempt of the same operation published
-// (0: none), and is kept up to date (see writeOnce).
-func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *uint64) error {
+// wrote is what earlier attempts of the same operation published, kept up
+// to date (see writeOnce).
+func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
 	rt := s.retrier()
 	for {
 		err := s.writeOnce(ctx, id, value, del, wrote)
@@ -409,19 +447,21 @@ func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 }
 
 // writeOnce is one attempt of a write. When an earlier attempt published
-// version *wrote at some replicas (a replica failed, or the view changed,
+// version wrote.ver at some replicas (a replica failed, or the view changed,
 // under it), readers may have seen it there; writing the value again under
 // a new version would bring it back after any write that came since. So the
 // replicas are settled first, as a repair does: a newer version means a
-// later write took over (this one came before it, and is done); the
-// version itself is copied to the replicas that lack it; only a version
-// that landed nowhere whole is written afresh.
-func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *uint64) error {
+// later write took over (this one came before it, and is done), and so
+// does a replica that held the version, still live, holding no copy now (a
+// deletion came since: it leaves no version to compare with); the version
+// itself is copied to the replicas that lack it; only a version that
+// landed nowhere that is still live is written afresh.
+func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
 	reps, leased, err := s.acquire(ctx, id, true)
 	if err != nil {
 		return err
 	}
-	if *wrote != 0 && !leased {
+	if wrote.ver != 0 && !leased {
 		traceOf(ctx).phase("resettle")
 		if err := s.readRecords(ctx, reps); err != nil {
 			s.unlockAll(ctx, reps)
@@ -432,10 +472,10 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 		case err != nil:
 			s.unlockAll(ctx, reps)
 			return err
-		case ver > *wrote || ver == *wrote && whole:
+		case ver > wrote.ver || ver == wrote.ver && whole || ver < wrote.ver && s.deletedSince(wrote, reps):
 			s.release(ctx, id, reps)
 			return nil
-		case ver == *wrote:
+		case ver == wrote.ver:
 			return s.publishSettled(ctx, id, reps, best, ver)
 		}
 		for _, p := range reps {
@@ -455,11 +495,7 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
 	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
-	for _, p := range reps {
-		if p.written {
-			*wrote = v
-		}
-	}
+	s.published(wrote, reps, v)
 	if err != nil {
 		return err
 	}

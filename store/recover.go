@@ -90,6 +90,7 @@ func (s *Store) housekeeping() {
 			for r := range s.n {
 				known[r] = known[r] || o.failed(ftrma.Rank(r))
 			}
+			o.freeFailedClaim()
 			work <- old
 			busy = true
 		}
@@ -114,6 +115,18 @@ func (s *Store) housekeeping() {
 			t.Stop() // a failure: recovery starts now, not at the next tick
 		case <-t.C:
 		}
+	}
+}
+
+// freeFailedClaim gives back this rank's claim lock when a failed rank
+// holds it, at once rather than when the next claimer takes it over
+// (lockClaims): nothing a failed rank took stays taken. The claim it was
+// making, if any, is a slot with a key and no value, which the next write of
+// the key uses and a deletion frees (DESIGN.md F5).
+func (s *op) freeFailedClaim() {
+	claim := localWord{&s.table[hdrClaim]}
+	if c := claim.Load(); c != 0 && s.failed(ftrma.Rank(c-1)) {
+		s.casOwn(claim, s.v().tables[s.me]+hdrClaim*8, c, 0)
 	}
 }
 
