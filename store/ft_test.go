@@ -316,11 +316,21 @@ func TestDepartedRankLeavesPlacement(t *testing.T) {
 }
 
 // A put whose replica fails in the middle of it writes again, but must not
-// bring its value back over a later write. Rank A's put of x reaches two of
-// the key's three replicas; the third fails; rank C reads x's new value;
-// rank B then puts another value and returns; A's put goes on and returns.
-// The key holds B's value: x's was seen before B's was written.
+// bring its value back over a later write or deletion. Rank A's put of x
+// reaches two of the key's three replicas; the third fails; rank C reads
+// x's new value; rank B then puts another value (or deletes the key) and
+// returns; A's put goes on and returns. The key holds B's value (or none):
+// x's was seen before B wrote. A deletion leaves no copy to compare
+// versions with, so A's retry once took "no copy anywhere" for "my write
+// landed nowhere" and wrote x again (DESIGN.md F20): a copy A wrote at a
+// replica still live and gone since can only have been deleted.
 func TestRetryKeepsLaterWrite(t *testing.T) {
+	for _, later := range []string{"put", "delete"} {
+		t.Run(later, func(t *testing.T) { testRetryKeepsLater(t, later == "delete") })
+	}
+}
+
+func testRetryKeepsLater(t *testing.T, del bool) {
 	ctx := testCtx(t, time.Minute)
 	w, st := openAllOn(t, commtest.New, 6, smallOptions(3))
 	key := []byte("x")
@@ -349,64 +359,11 @@ func TestRetryKeepsLaterWrite(t *testing.T) {
 			}
 			crashAndWait(ctx, t, w, st, reps[2].r)
 			seenVal, seen = c.Get(ctx, key)
-			bErr = b.Put(ctx, key, []byte("later"))
-		})
-	})
-	if err := a.Put(ctx, key, []byte("new")); err != nil {
-		t.Fatal(err)
-	}
-	if seenVal == nil && seen == nil {
-		t.Fatal("A's put never reached its third replica: the test tests nothing")
-	}
-	if seen != nil || string(seenVal) != "new" {
-		t.Fatalf("C's get during A's put: %q, %v; want \"new\"", seenVal, seen)
-	}
-	if bErr != nil {
-		t.Fatalf("B's put: %v", bErr)
-	}
-	if got, err := c.Get(ctx, key); err != nil || string(got) != "later" {
-		t.Fatalf("after both puts: %q, %v; want \"later\" (C saw \"new\" before B put \"later\")", got, err)
-	}
-}
-
-// As TestRetryKeepsLaterWrite, with a deletion for the later write: A's put
-// of x reaches two of three replicas, the third fails, C reads x's new
-// value, B deletes the key and returns, and A's put goes on. A deletion
-// leaves no copy to compare versions with, so A's retry took "no copy
-// anywhere" for "my write landed nowhere" and wrote x again: the deleted
-// value came back (the explorer found it, DESIGN.md F20). A copy A wrote
-// at a replica still live and gone since can only have been deleted: A's
-// put is done.
-func TestRetryKeepsLaterDelete(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
-	w, st := openAllOn(t, commtest.New, 6, smallOptions(3))
-	key := []byte("x")
-	place := st[0].current().place.replicas(st[0].hash(key), noneFailed)
-	var others []*Store
-	for _, s := range st {
-		if !slices.Contains(place, s.me) {
-			others = append(others, s)
-		}
-	}
-	a, b, c := others[0], others[1], others[2]
-	if err := b.Put(ctx, key, []byte("old")); err != nil {
-		t.Fatal(err)
-	}
-	a.contended(a.ident(key))
-	var once sync.Once
-	var seen, bErr error
-	var seenVal []byte
-	testHookPublish.set(t, func(s *Store, reps []*replica, i int) {
-		if s != a || i != 2 {
-			return
-		}
-		once.Do(func() {
-			for _, p := range reps[:2] {
-				s.current().w.Flush(ctx, p.r)
+			if del {
+				bErr = b.Delete(ctx, key)
+			} else {
+				bErr = b.Put(ctx, key, []byte("later"))
 			}
-			crashAndWait(ctx, t, w, st, reps[2].r)
-			seenVal, seen = c.Get(ctx, key)
-			bErr = b.Delete(ctx, key)
 		})
 	})
 	if err := a.Put(ctx, key, []byte("new")); err != nil {
@@ -419,9 +376,13 @@ func TestRetryKeepsLaterDelete(t *testing.T) {
 		t.Fatalf("C's get during A's put: %q, %v; want \"new\"", seenVal, seen)
 	}
 	if bErr != nil {
-		t.Fatalf("B's delete: %v", bErr)
+		t.Fatalf("B's write: %v", bErr)
 	}
-	if got, err := c.Get(ctx, key); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("after the put and the delete: %q, %v; want ErrNotFound (C saw \"new\" before B deleted it)", got, err)
+	got, err := c.Get(ctx, key)
+	switch {
+	case del && !errors.Is(err, ErrNotFound):
+		t.Fatalf("after both: %q, %v; want ErrNotFound (C saw \"new\" before B deleted the key)", got, err)
+	case !del && (err != nil || string(got) != "later"):
+		t.Fatalf("after both puts: %q, %v; want \"later\" (C saw \"new\" before B put \"later\")", got, err)
 	}
 }
