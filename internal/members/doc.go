@@ -12,7 +12,11 @@
 //   - All gossip is sealed with one 32-byte key (AES-256-GCM, memberlist's
 //     keyring with incoming and outgoing verification on), so only holders
 //     of the job's key are admitted; DeriveKey draws the key from the job
-//     secret.
+//     secret. One key for the group, not one per pair of members: SWIM
+//     passes on every member's claims about every other, so a member
+//     broken into can spread any claim whatever keys the others hold. A
+//     caller must therefore never act on a verdict alone (ftrun checks
+//     its own link to the host first).
 //   - LAN timing (DefaultTiming) that detects a vanished host in about 1 s
 //     (up to 32 members: under 2 s) instead of memberlist's 5-6 s, with
 //     the bound stated as a formula (Timing.Detection).
