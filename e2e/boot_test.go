@@ -14,10 +14,10 @@ import (
 // An agent started through Slurm (ftrun agent --boot --munge) obeys only a
 // boot line sealed with munge by its own user: a line in clear (what anyone
 // on the path of the step's unencrypted input could write) and a line
-// another user sealed for this user (munge -u) are refused; a line this
-// user sealed is opened and obeyed (the agent then dials the ftrun it
-// names, here an address nobody listens on). Runs where the cluster's
-// munged does (needCluster).
+// another user sealed for this user (munge -u) are refused, and so is a
+// sealed line altered on the way; a line this user sealed is opened and
+// obeyed (the agent then dials the ftrun it names, here an address nobody
+// listens on). Runs where the cluster's munged does (needCluster).
 func TestAgentBootLineMustBeOwnSealed(t *testing.T) {
 	needCluster(t)
 	ftrun := filepath.Join(bins(t), "ftrun")
@@ -32,6 +32,18 @@ func TestAgentBootLineMustBeOwnSealed(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
 		}
 		return "ftrma-boot1-munge " + strings.TrimSpace(string(out)) + "\n"
+	}
+	// forge alters one character of a sealed line's credential, in the
+	// middle of its encrypted part, as a relay on srun's input could.
+	forge := func(line string) string {
+		b := []byte(line)
+		i := len(b) / 2
+		if b[i] == 'A' {
+			b[i] = 'B'
+		} else {
+			b[i] = 'A'
+		}
+		return string(b)
 	}
 	boot := func(input string) (string, int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -48,6 +60,7 @@ func TestAgentBootLineMustBeOwnSealed(t *testing.T) {
 	}{
 		{"in clear", line, "refused a boot line not sealed with munge"},
 		{"sealed by another user", seal("nobody"), "boot line: refused a credential sealed by uid 65534"},
+		{"forged", forge(seal()), "boot line: unmunge:"},
 		{"sealed by this user", seal(), "cannot reach ftrun"},
 	} {
 		out, code := boot(c.input)
