@@ -40,32 +40,32 @@ func (s *Store) compactNow() int {
 
 // compact moves the live records of this rank's sparse chunks; it returns
 // how many it moved.
-func (s *op) compact(ctx context.Context) (moved int) {
+func (o *op) compact(ctx context.Context) (moved int) {
 	sparse := map[uint64]bool{} // regions of sparse chunks
-	for e := range int(s.heap.entries.Load()) {
-		owner := s.entry(e, chunkOwner).Load()
+	for e := range int(o.heap.entries.Load()) {
+		owner := o.entry(e, chunkOwner).Load()
 		if owner == chunkNotReady || owner == 0 {
 			continue
 		}
-		live, size := s.entry(e, chunkLive).Load(), s.entry(e, chunkSize).Load()
-		done := owner&sealed != 0 || s.failed(ftrma.Rank(owner&^sealed)-1)
+		live, size := o.entry(e, chunkLive).Load(), o.entry(e, chunkSize).Load()
+		done := owner&sealed != 0 || o.failed(ftrma.Rank(owner&^sealed)-1)
 		if done && live > 0 && live*4 <= size {
-			sparse[s.entry(e, chunkAddr).Load()>>40] = true
+			sparse[o.entry(e, chunkAddr).Load()>>40] = true
 		}
 	}
 	if len(sparse) == 0 {
 		return 0
 	}
-	for i := range s.opt.Slots {
+	for i := range o.opt.Slots {
 		if ctx.Err() != nil {
 			return moved
 		}
 		base := hdrWords + i*slotWords
-		a := atomic.LoadUint64(&s.table[base+slotCurAddr])
+		a := atomic.LoadUint64(&o.table[base+slotCurAddr])
 		if a == 0 || !sparse[a>>40] {
 			continue
 		}
-		if s.relocate(ctx, i) {
+		if o.relocate(ctx, i) {
 			moved++
 		}
 	}
@@ -73,58 +73,58 @@ func (s *op) compact(ctx context.Context) (moved int) {
 }
 
 // relocate moves the record of this rank's slot i into a fresh block.
-func (s *op) relocate(ctx context.Context, i int) bool {
+func (o *op) relocate(ctx context.Context, i int) bool {
 	base := hdrWords + i*slotWords
-	at := s.slotAddr(s.me, i)
-	ka, h := s.ownSlot(ctx, i)
+	at := o.slotAddr(o.me, i)
+	ka, h := o.ownSlot(ctx, i)
 	if ka == 0 || ka == slotTomb || h == 0 {
 		return false
 	}
-	id, err := s.ownKey(ctx, h, ka)
-	if err != nil || !s.keys.tryLock(id) {
+	id, err := o.ownKey(ctx, h, ka)
+	if err != nil || !o.keys.tryLock(id) {
 		return false
 	}
-	defer s.keys.unlock(id)
-	lw := localWord{&s.table[base+slotLock]}
+	defer o.keys.unlock(id)
+	lw := localWord{&o.table[base+slotLock]}
 	free := lw.Load()
-	if lockOwner(free) >= 0 || !s.casOwn(lw, at+slotLock*8, free, lockWord(lockVersion(free), int(s.me))) {
+	if lockOwner(free) >= 0 || !o.casOwn(lw, at+slotLock*8, free, lockWord(lockVersion(free), int(o.me))) {
 		return false // a writer holds it
 	}
 	defer func() {
 		var w [8]byte
 		putWords(w[:], free)
-		lw := s.live() // see live
-		lw.Put(s.me, at+slotLock*8, w[:])
-		lw.Flush(ctx, s.me)
+		lw := o.live() // see live
+		lw.Put(o.me, at+slotLock*8, w[:])
+		lw.Flush(ctx, o.me)
 	}()
 	// Under the lock nobody else changes the slot.
-	if atomic.LoadUint64(&s.table[base+slotKey]) != ka || atomic.LoadUint64(&s.table[base+slotPAddr]) != 0 {
+	if atomic.LoadUint64(&o.table[base+slotKey]) != ka || atomic.LoadUint64(&o.table[base+slotPAddr]) != 0 {
 		return false
 	}
-	old, n, v := atomic.LoadUint64(&s.table[base+slotCurAddr]), atomic.LoadUint64(&s.table[base+slotCurLen]), atomic.LoadUint64(&s.table[base+slotCurVer])
-	if old == 0 || n > uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize)) {
+	old, n, v := atomic.LoadUint64(&o.table[base+slotCurAddr]), atomic.LoadUint64(&o.table[base+slotCurLen]), atomic.LoadUint64(&o.table[base+slotCurVer])
+	if old == 0 || n > uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize)) {
 		return false
 	}
 	rec := make([]byte, n)
-	if s.v().w.Get(s.me, old, rec) != nil || s.v().w.Flush(ctx, s.me) != nil {
+	if o.v().w.Get(o.me, old, rec) != nil || o.v().w.Flush(ctx, o.me) != nil {
 		return false
 	}
 	if r, ok := decodeRecord(rec); !ok || !r.is(id) || r.version != v {
 		return false
 	}
-	addr, err := s.allocNow(ctx, int(n))
+	addr, err := o.allocNow(ctx, int(n))
 	if err != nil {
 		return false
 	}
-	if s.v().w.Put(s.me, addr, rec) != nil || s.v().w.Flush(ctx, s.me) != nil {
-		s.free(ctx, s.me, addr, n)
+	if o.v().w.Put(o.me, addr, rec) != nil || o.v().w.Flush(ctx, o.me) != nil {
+		o.free(ctx, o.me, addr, n)
 		return false
 	}
 	var d [8]byte
 	putWords(d[:], addr)
-	if s.v().w.Put(s.me, at+slotCurAddr*8, d[:]) != nil || s.v().w.Flush(ctx, s.me) != nil {
+	if o.v().w.Put(o.me, at+slotCurAddr*8, d[:]) != nil || o.v().w.Flush(ctx, o.me) != nil {
 		return false
 	}
-	s.free(ctx, s.me, old, n)
+	o.free(ctx, o.me, old, n)
 	return true
 }

@@ -140,28 +140,28 @@ func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del b
 // errRetry with done false means nothing was written by it (a repair may
 // have been); with done true, that the write took effect but a replica
 // failed under it.
-func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
+func (o *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	cond func([]byte, bool, uint64) bool, wrote *prior) (bool, error) {
-	reps, leased, err := s.acquire(ctx, id, true)
+	reps, leased, err := o.acquire(ctx, id, true)
 	if err != nil {
 		return false, err
 	}
 	release := func() {
-		s.dropLease(id)
-		s.unlockAll(context.WithoutCancel(ctx), reps)
+		o.dropLease(id)
+		o.unlockAll(context.WithoutCancel(ctx), reps)
 	}
-	if err := s.readRecords(ctx, reps); err != nil {
+	if err := o.readRecords(ctx, reps); err != nil {
 		release()
 		return false, err
 	}
-	best, ver, whole, err := s.settle(ctx, id, reps)
+	best, ver, whole, err := o.settle(ctx, id, reps)
 	if err != nil {
 		release()
 		return false, err
 	}
 	if !whole {
 		// Make the replicas agree first, then check against that.
-		if err := s.publishSettled(ctx, id, reps, best, ver); err != nil {
+		if err := o.publishSettled(ctx, id, reps, best, ver); err != nil {
 			return false, err
 		}
 		return false, errRetry
@@ -174,7 +174,7 @@ func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	if !cond(cur, best != nil, ver) {
 		if best == nil {
 			// No value: free the slots this attempt may have claimed.
-			return false, s.tombstone(ctx, id, reps, ver)
+			return false, o.tombstone(ctx, id, reps, ver)
 		}
 		if !leased {
 			release()
@@ -194,8 +194,8 @@ func (s *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 		rec = make([]byte, recordLen(len(id.key), len(value)))
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
-	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
-	s.published(wrote, reps, v)
+	err = o.publish(ctx, id, reps, rec, v, o.keepLease(id))
+	o.published(wrote, reps, v)
 	if err != nil {
 		return false, err
 	}

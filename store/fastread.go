@@ -50,17 +50,17 @@ import (
 func seenWords(n int) int { return (n + 63) / 64 }
 
 // markSeen sets this rank's bits for the failures its runtime knows of.
-func (s *op) markSeen() {
-	base := int(s.seen0 / 8)
-	for w := range seenWords(s.n) {
+func (o *op) markSeen() {
+	base := int(o.seen0 / 8)
+	for w := range seenWords(o.n) {
 		var bits uint64
 		for b := range 64 {
-			if r := w*64 + b; r < s.n && s.failed(ftrma.Rank(r)) {
+			if r := w*64 + b; r < o.n && o.failed(ftrma.Rank(r)) {
 				bits |= 1 << b
 			}
 		}
-		if atomic.LoadUint64(&s.table[base+w]) != bits {
-			atomic.StoreUint64(&s.table[base+w], bits)
+		if atomic.LoadUint64(&o.table[base+w]) != bits {
+			atomic.StoreUint64(&o.table[base+w], bits)
 		}
 	}
 }
@@ -72,25 +72,25 @@ const settleBound = 10 * time.Second
 
 // awaitSettled returns once every failure this rank knows of is known to
 // every rank it thinks live, or fails after settleBound.
-func (s *op) awaitSettled(ctx context.Context) error {
+func (o *op) awaitSettled(ctx context.Context) error {
 	start := time.Now()
 	for i := 0; ; i++ {
 		var todo []ftrma.Rank
-		s.settled.Lock()
-		for r := range ftrma.Rank(s.n) {
-			if s.failed(r) && !s.settled.ranks[r] {
+		o.settled.Lock()
+		for r := range ftrma.Rank(o.n) {
+			if o.failed(r) && !o.settled.ranks[r] {
 				todo = append(todo, r)
 			}
 		}
-		s.settled.Unlock()
+		o.settled.Unlock()
 		if len(todo) == 0 {
 			return nil
 		}
-		seen, err := s.readSeen(ctx)
+		seen, err := o.readSeen(ctx)
 		if err != nil {
 			return err
 		}
-		s.settled.Lock()
+		o.settled.Lock()
 		left := 0
 		for _, f := range todo {
 			all := true
@@ -98,16 +98,16 @@ func (s *op) awaitSettled(ctx context.Context) error {
 				all = all && bits[f/64]&(1<<(f%64)) != 0
 			}
 			if all {
-				s.settled.ranks[f] = true
+				o.settled.ranks[f] = true
 			} else {
 				left++
 			}
 		}
-		s.settled.Unlock()
+		o.settled.Unlock()
 		if left == 0 {
 			return nil
 		}
-		if s.stale() {
+		if o.stale() {
 			// The next view may count a rank live again that this one
 			// counts failed: the others stop marking it.
 			return errNewView
@@ -123,26 +123,26 @@ func (s *op) awaitSettled(ctx context.Context) error {
 
 // readSeen reads the failures-seen bitmaps of the ranks this rank thinks
 // live (a rank failing or closing meanwhile is left out).
-func (s *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
+func (o *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 	bufs := map[ftrma.Rank][]byte{}
-	for r := range ftrma.Rank(s.n) {
-		if s.failed(r) {
+	for r := range ftrma.Rank(o.n) {
+		if o.failed(r) {
 			continue
 		}
-		b := make([]byte, seenWords(s.n)*8)
-		if s.v().w.Get(r, s.v().tables[r]+s.seen0, b) == nil {
+		b := make([]byte, seenWords(o.n)*8)
+		if o.v().w.Get(r, o.v().tables[r]+o.seen0, b) == nil {
 			bufs[r] = b
 		}
 	}
 	out := map[ftrma.Rank][]uint64{}
 	for r, b := range bufs {
-		if err := s.flush(ctx, r); err != nil {
+		if err := o.flush(ctx, r); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			continue // failed or closed: not a reader to wait for
 		}
-		ws := make([]uint64, seenWords(s.n))
+		ws := make([]uint64, seenWords(o.n))
 		for i := range ws {
 			ws[i] = word(b, i)
 		}
@@ -165,18 +165,18 @@ func (s *op) readSeen(ctx context.Context) (map[ftrma.Rank][]uint64, error) {
 // version, leaves the done word behind the current version until the
 // key's next write: the long way again, never a wrong value (see above).
 // A write with one replica marks it in its batch instead (doneInBatch).
-func (s *op) markDone(reps []*replica, v uint64) {
+func (o *op) markDone(reps []*replica, v uint64) {
 	if len(reps) == 0 || reps[0].failed || reps[0].slot < 0 {
 		return
 	}
-	s.postDone(reps[0], v)
+	o.postDone(reps[0], v)
 }
 
 // postDone posts version v into p's done word.
-func (s *op) postDone(p *replica, v uint64) {
+func (o *op) postDone(p *replica, v uint64) {
 	var w [8]byte
 	putWords(w[:], v)
-	s.v().w.Put(p.r, p.addr+slotDone*8, w[:])
+	o.v().w.Put(p.r, p.addr+slotDone*8, w[:])
 }
 
 // doneInBatch reports whether a write of reps marks its version done in
@@ -190,40 +190,40 @@ func doneInBatch(reps []*replica) bool { return len(reps) == 1 }
 
 // fastGet reads the key's primary alone; ok is false when the answer must
 // come from every replica (see above).
-func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
-	if v := s.v(); !v.fast || v.old != nil && !v.dropping {
+func (o *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok bool) {
+	if v := o.v(); !v.fast || v.old != nil && !v.dropping {
 		return nil, 0, false // no fast reads in the transition view (grow.go)
 	}
-	ranks := s.v().replicas(id.h, s.failed)
+	ranks := o.v().replicas(id.h, o.failed)
 	if len(ranks) == 0 {
 		return nil, 0, false
 	}
 	r := ranks[0]
 	t := traceOf(ctx)
 	t.phase("fast.find")
-	sl, err := s.findSlot(ctx, r, id, false)
+	sl, err := o.findSlot(ctx, r, id, false)
 	if err != nil || sl.idx < 0 {
 		return nil, 0, false
 	}
-	p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, addr: s.slotAddr(r, sl.idx), keyAddr: sl.key, gen: sl.gen}
-	s.cache.Lock()
-	guess := s.cache.desc[p.ref]
-	s.cache.Unlock()
-	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+	p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, addr: o.slotAddr(r, sl.idx), keyAddr: sl.key, gen: sl.gen}
+	o.cache.Lock()
+	guess := o.cache.desc[p.ref]
+	o.cache.Unlock()
+	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
 	t.phase("fast.read")
-	if s.v().w.Get(r, p.addr, p.buf[:]) != nil {
+	if o.v().w.Get(r, p.addr, p.buf[:]) != nil {
 		return nil, 0, false
 	}
 	if guess.addr != 0 && guess.len <= limit {
 		p.rec = make([]byte, guess.len)
-		if s.v().w.Get(r, guess.addr, p.rec) != nil {
+		if o.v().w.Get(r, guess.addr, p.rec) != nil {
 			p.rec = nil
 		}
 	}
-	if s.flush(ctx, r) != nil {
+	if o.flush(ctx, r) != nil {
 		return nil, 0, false
 	}
-	if s.checkSlots([]*replica{p}) != nil {
+	if o.checkSlots([]*replica{p}) != nil {
 		return nil, 0, false
 	}
 	a, n, v := p.word(slotCurAddr), p.word(slotCurLen), p.word(slotCurVer)
@@ -233,12 +233,12 @@ func (s *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 	if a != guess.addr || n != guess.len || p.rec == nil {
 		t.phase("fast.record") // the guess was wrong
 		p.rec = make([]byte, n)
-		if s.v().w.Get(r, a, p.rec) != nil || s.flush(ctx, r) != nil {
+		if o.v().w.Get(r, a, p.rec) != nil || o.flush(ctx, r) != nil {
 			return nil, 0, false
 		}
-		s.cache.Lock()
-		s.cache.desc[p.ref] = desc{a, n}
-		s.cache.Unlock()
+		o.cache.Lock()
+		o.cache.desc[p.ref] = desc{a, n}
+		o.cache.Unlock()
 	}
 	rec, good := decodeRecord(p.rec)
 	if !good || !rec.is(id) || rec.version != v {

@@ -21,16 +21,11 @@ import (
 // the replaced numbers count as live again in placement, so exactly the keys
 // whose first Copies live ranks now include a new rank move, nothing else.
 //
-// Views. Every operation works in one view of the store: the window, the
-// communicator, each rank's table address and the placement rule. An
-// operation takes the view current when it starts and counts itself in it
-// (hold) and uses that view alone at every step (op); Grow installs a new
-// view and waits until the operations of the one before have ended
-// (drain). An attempt that meets a failure or a wait in a view no longer
-// current gives up (errNewView) and its operation starts again, from its
-// outermost call, in the current view; what it took through a window
-// rebuilt under it is let go through the current one (live, completed). Views only move forward, old → transition
-// → new, and each one's replica sets contain the ones before:
+// Views (op.go). Every operation works in one view of the store, from its
+// start to its end or its restart (errNewView) in the next; Grow installs
+// each view and drains the one before. Views only move forward, old →
+// transition → dropping → new, and each one's replica sets contain the
+// ones before:
 //
 //   - old: the store's communicator; replaced ranks are failed.
 //   - transition: the new communicator and window; a key's replicas are the
@@ -77,212 +72,17 @@ import (
 // ctx ending can leave a rank in the transition view; its operations stay
 // correct there.
 
-// view is what an operation works with: see above.
-type view struct {
-	w      *window.Window
-	c      window.Comm
-	tables []uint64 // address of each rank's table region
-	hosts  []string // each rank's host
-	place  *placement
-	fast   bool // fast reads allowed (see fastread.go)
-
-	arenas    []*arena // this rank's allocations of records, by target rank
-	keyArenas []*arena // and of key blocks
-
-	// In the transition view: the placement before, and the ranks whose
-	// process was replaced (failed in the old placement).
-	old      *placement
-	replaced []bool
-	// dropping marks the new view while ranks drop the copies it no longer
-	// places (old and replaced are still set): it places keys as the new
-	// view does, but a deletion also deletes the copies at the old
-	// placement's ranks (leftovers).
-	dropping bool
-
-	ops atomic.Int64 // operations working in this view
-}
-
-// current returns the current view. Operations use the view they hold
-// (op.v), never this one.
-func (s *Store) current() *view { return s.cur.Load() }
-
-// hold returns the current view, counting the caller as working in it until
-// it calls v.done().
-func (s *Store) hold() *view {
-	for {
-		v := s.cur.Load()
-		v.ops.Add(1)
-		if s.cur.Load() == v {
-			return v
-		}
-		v.ops.Add(-1)
-	}
-}
-
-func (v *view) done() { v.ops.Add(-1) }
-
-// op is one operation's handle on the store: the store, and the view the
-// operation works in from its start to its end (or to errNewView). Every
-// step of an operation — replica sets, window, tables, failed ranks, arenas
-// — comes from that one view, so an operation never mixes two.
-type op struct {
-	*Store
-	view *view
-}
-
-// begin starts an operation in the current view; end it with o.end.
-func (s *Store) begin() *op { return &op{Store: s, view: s.hold()} }
-
-func (o *op) end() { o.view.done() }
-
-// v is the operation's view.
-func (o *op) v() *view { return o.view }
-
-// failed reports whether rank r is out of the store in the operation's
-// view: failed, or departed (the runtime counts a rank that closed its
-// transport as gone too).
-func (o *op) failed(r ftrma.Rank) bool { return o.view.c.ProcFailed(r) }
-
-// stale reports whether Grow has installed a view after the operation's.
-func (o *op) stale() bool { return o.Store.cur.Load() != o.view }
-
-// renew moves the operation to the current view, after errNewView.
-func (o *op) renew() {
-	o.view.done()
-	o.view = o.Store.hold()
-}
-
-// errNewView: the operation's view is no longer current and an attempt of
-// it met a failure (the window of the view was rebuilt, or a replica
-// failed) or a wait that the next view ends; it gives up what it holds and
-// starts again, from its outermost call, in the current view. Operations
-// retry after a failure anyway, so an attempt given up is one they know how
-// to leave.
-var errNewView = errors.New("store view changed: start again in the new one")
-
-// restart reports whether the operation is to start again in the current
-// view after err: errNewView, or a use of its view's window that a Grow
-// rebuilt meanwhile.
-func (o *op) restart(err error) bool {
-	return errors.Is(err, errNewView) || errors.Is(err, window.ErrRebuilt) && o.stale()
-}
-
-// completed reports whether the operations this rank posted toward r,
-// whose flush failed with err, completed all the same, so that the results
-// of its compare-and-swaps are known and what they took can be let go.
-// Two failures leave posted operations under way: the view's window was
-// rebuilt (they went to the transport; a flush through the current window
-// completes them), or ctx ended. The flush here is bounded by the verdict
-// bound, not by ctx: a live rank answers within a round trip, and one that
-// does not is declared failed within it.
-func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
-	w := o.v().w
-	switch {
-	case errors.Is(err, window.ErrRebuilt):
-		if w = o.live(); w == o.v().w {
-			return false
-		}
-	case ctx.Err() == nil:
-		return false
-	}
-	return o.flushAnyway(ctx, w, r) == nil
-}
-
-// flushAnyway flushes toward r through w whether or not ctx has ended,
-// bounded by the verdict bound (see completed).
-func (s *Store) flushAnyway(ctx context.Context, w *window.Window, r ftrma.Rank) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.verdict)
-	defer cancel()
-	return w.Flush(fctx, r)
-}
-
-// inView runs f as one operation, again in the next view each time f
-// returns errNewView.
-func (s *Store) inView(f func(o *op) error) error {
-	o := s.begin()
-	defer o.end()
-	for {
-		if err := f(o); !o.restart(err) {
-			return err
-		}
-		o.renew()
-	}
-}
-
-// live is the current view's window: release writes (of locks, claims and
-// leases this process holds) go through it, so that an operation whose
-// view's window was rebuilt still lets go of what it took. The window of an
-// operation's view is either the current one, or rebuilt (every operation
-// on it fails), so the releases stay ordered after the operation's writes.
-// Between Rebuild replacing the current view's window and Grow installing
-// the view with the new one (a moment: no communication in between) live
-// waits, up to localBound.
-func (s *Store) live() *window.Window {
-	start := time.Now()
-	for {
-		w := s.current().w
-		if !w.IsRebuilt() || time.Since(start) > localBound {
-			return w
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-}
-
-// drain waits until no operation works in v (v is no longer current).
-func drain(ctx context.Context, v *view) error {
-	for i := 0; v.ops.Load() > 0; i++ {
-		if err := backoff(ctx, min(i, 5)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// replicas returns the key's replicas in v, given the failed ranks: its
-// placement, and in the transition view the union of its old and new
-// placements (the old ones first).
-func (v *view) replicas(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
-	now := v.place.replicas(h, failed)
-	if v.old == nil || v.dropping {
-		return now
-	}
-	out := v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) })
-	for _, r := range now {
-		if !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// leftovers returns, in the dropping view, the ranks of the key's old
-// placement that its new placement leaves out: they may hold a copy not
-// dropped yet. None in any other view.
-func (v *view) leftovers(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
-	if !v.dropping {
-		return nil
-	}
-	now := v.place.replicas(h, failed)
-	var out []ftrma.Rank
-	for _, r := range v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) }) {
-		if !slices.Contains(now, r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // deletion is tombstone for the deletion of a key's value: in the dropping
 // view it deletes the leftover copies too (withLeftovers). (A rank dropping
 // its own copy, or an operation giving back slots it claimed for nothing,
 // tombstones only its replicas: holding its own lock while it waited for a
 // leftover's, one dropping rank could wait for another for ever.)
-func (s *op) deletion(ctx context.Context, id ident, reps []*replica, v uint64) error {
-	reps, err := s.withLeftovers(ctx, id, reps)
+func (o *op) deletion(ctx context.Context, id ident, reps []*replica, v uint64) error {
+	reps, err := o.withLeftovers(ctx, id, reps)
 	if err != nil {
 		return err
 	}
-	return s.tombstone(ctx, id, reps, v)
+	return o.tombstone(ctx, id, reps, v)
 }
 
 // withLeftovers adds to a deletion's replicas, in the dropping view, the
@@ -291,27 +91,27 @@ func (s *op) deletion(ctx context.Context, id ident, reps []*replica, v uint64) 
 // place the key again, and its copy would then bring the deleted value
 // back. A leftover rank failing meanwhile takes its copy with it. On an
 // error the locks of reps are given back.
-func (s *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*replica, error) {
+func (o *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*replica, error) {
 	var extra []*replica
-	for _, r := range s.v().leftovers(id.h, s.failed) {
+	for _, r := range o.v().leftovers(id.h, o.failed) {
 		if slices.ContainsFunc(reps, func(p *replica) bool { return p.r == r }) {
 			continue
 		}
-		sl, err := s.findSlot(ctx, r, id, false)
+		sl, err := o.findSlot(ctx, r, id, false)
 		if err != nil || sl.idx < 0 {
 			continue // none there, or its rank failed
 		}
-		p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: s.slotAddr(r, sl.idx)}
-		s.cache.Lock()
-		p.expect = s.cache.lock[p.ref]
-		s.cache.Unlock()
+		p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(r, sl.idx)}
+		o.cache.Lock()
+		p.expect = o.cache.lock[p.ref]
+		o.cache.Unlock()
 		extra = append(extra, p)
 	}
 	if len(extra) == 0 {
 		return reps, nil
 	}
-	if err := s.lockAll(ctx, id, extra); err != nil && !errors.Is(err, errRetry) {
-		s.unlockAll(ctx, reps)
+	if err := o.lockAll(ctx, id, extra); err != nil && !errors.Is(err, errRetry) {
+		o.unlockAll(ctx, reps)
 		return nil, err
 	}
 	for _, p := range extra {
@@ -320,15 +120,6 @@ func (s *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*r
 		}
 	}
 	return reps, nil
-}
-
-// mayHaveHeld is placement.mayHaveHeld in v (the old placement in
-// transition: the new ranks held nothing before it).
-func (v *view) mayHaveHeld(h uint64) int {
-	if v.old != nil && !v.dropping {
-		return v.old.mayHaveHeld(h, func(r ftrma.Rank) bool { return v.replaced[r] || v.c.ProcFailed(r) })
-	}
-	return v.place.mayHaveHeld(h, v.c.ProcFailed)
 }
 
 func newArenas(n int) []*arena {
@@ -371,13 +162,6 @@ var failedJoins sync.Map
 
 func rebuild(ctx context.Context, nc window.Comm, old *window.Window) (*window.Window, error) {
 	return window.Rebuild(ctx, nc, old, nil)
-}
-
-// retryable reports whether an operation that met err starts again: a
-// replica failed, or Grow rebuilt the window under it (the next attempt
-// takes the new one).
-func retryErr(err error) bool {
-	return errors.Is(err, ftrma.ErrProcFailed) || errors.Is(err, window.ErrRebuilt)
 }
 
 // Grow extends the store to nc, the communicator Replace returned for the
@@ -827,38 +611,38 @@ func parseGrow(nc window.Comm, r1, r2 [][]byte) (*grown, error) {
 // takes their locks, as after any failure), the locks they held on keys
 // this rank does not place are freed, their claim is let go and the chunks
 // they were filling are sealed (the housekeeping reclaims them once empty).
-func (s *op) clearReplaced(ctx context.Context, replaced []bool) error {
-	v := s.v()
-	of := func(owner int) bool { return owner >= 0 && owner < s.n && replaced[owner] }
-	for i := range s.opt.Slots {
+func (o *op) clearReplaced(ctx context.Context, replaced []bool) error {
+	v := o.v()
+	of := func(owner int) bool { return owner >= 0 && owner < o.n && replaced[owner] }
+	for i := range o.opt.Slots {
 		base := hdrWords + i*slotWords
-		lw := atomic.LoadUint64(&s.table[base+slotLock])
+		lw := atomic.LoadUint64(&o.table[base+slotLock])
 		if !of(lockOwner(lw)) {
 			continue
 		}
-		ka, h := s.ownSlot(ctx, i)
-		if ka != 0 && ka != slotTomb && h != 0 && slices.Contains(v.replicas(h, s.failed), s.me) {
-			id, err := s.ownKey(ctx, h, ka)
+		ka, h := o.ownSlot(ctx, i)
+		if ka != 0 && ka != slotTomb && h != 0 && slices.Contains(v.replicas(h, o.failed), o.me) {
+			id, err := o.ownKey(ctx, h, ka)
 			if err == nil {
-				_, err = s.repair(ctx, id)
+				_, err = o.repair(ctx, id)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
-		addr := v.tables[s.me] + uint64(base+slotLock)*8
-		for lw := atomic.LoadUint64(&s.table[base+slotLock]); of(lockOwner(lw)); lw = atomic.LoadUint64(&s.table[base+slotLock]) {
-			s.casOwn(localWord{&s.table[base+slotLock]}, addr, lw, lockWord(lockVersion(lw), -1))
+		addr := v.tables[o.me] + uint64(base+slotLock)*8
+		for lw := atomic.LoadUint64(&o.table[base+slotLock]); of(lockOwner(lw)); lw = atomic.LoadUint64(&o.table[base+slotLock]) {
+			o.casOwn(localWord{&o.table[base+slotLock]}, addr, lw, lockWord(lockVersion(lw), -1))
 		}
 	}
-	claim := localWord{&s.table[hdrClaim]}
+	claim := localWord{&o.table[hdrClaim]}
 	if c := claim.Load(); c != 0 && of(int(c)-1) {
-		s.casOwn(claim, v.tables[s.me]+hdrClaim*8, c, 0)
+		o.casOwn(claim, v.tables[o.me]+hdrClaim*8, c, 0)
 	}
-	for e := range int(s.heap.entries.Load()) {
-		o := s.entry(e, chunkOwner)
-		if owner := o.Load(); owner != 0 && owner != chunkNotReady && owner&sealed == 0 && of(int(owner)-1) {
-			s.casOwn(o, s.entryAddr(s.me, e, chunkOwner), owner, owner|sealed)
+	for e := range int(o.heap.entries.Load()) {
+		ow := o.entry(e, chunkOwner)
+		if owner := ow.Load(); owner != 0 && owner != chunkNotReady && owner&sealed == 0 && of(int(owner)-1) {
+			o.casOwn(ow, o.entryAddr(o.me, e, chunkOwner), owner, owner|sealed)
 		}
 	}
 	return nil
@@ -868,24 +652,24 @@ func (s *op) clearReplaced(ctx context.Context, replaced []bool) error {
 // placement differs from its old one is checked like recovery checks a key
 // (getAll: when the replicas differ, the repair writes the newest copy to
 // the new replicas), by its holders in placement order.
-func (s *op) moveKeys(ctx context.Context) error {
-	v := s.v()
+func (o *op) moveKeys(ctx context.Context) error {
+	v := o.v()
 	type job struct {
 		h, key uint64
 		pos    int
 	}
 	var jobs []job
-	oldFailed := func(r ftrma.Rank) bool { return v.replaced[r] || s.failed(r) }
-	for i := range s.opt.Slots {
-		ka, h := s.ownSlot(ctx, i)
+	oldFailed := func(r ftrma.Rank) bool { return v.replaced[r] || o.failed(r) }
+	for i := range o.opt.Slots {
+		ka, h := o.ownSlot(ctx, i)
 		if ka == 0 || ka == slotTomb || h == 0 {
 			continue
 		}
-		pos := slices.Index(v.replicas(h, s.failed), s.me)
+		pos := slices.Index(v.replicas(h, o.failed), o.me)
 		if pos < 0 {
 			continue
 		}
-		was, now := v.old.replicas(h, oldFailed), v.place.replicas(h, s.failed)
+		was, now := v.old.replicas(h, oldFailed), v.place.replicas(h, o.failed)
 		slices.Sort(was)
 		slices.Sort(now)
 		if !slices.Equal(was, now) {
@@ -897,7 +681,7 @@ func (s *op) moveKeys(ctx context.Context) error {
 	start := time.Now()
 	for i, j := range jobs {
 		if hook := testHookMove.get(); hook != nil {
-			hook(s.Store, i)
+			hook(o.Store, i)
 		}
 		if d := time.Duration(j.pos)*staggerStep - time.Since(start); d > 0 {
 			t := time.NewTimer(d)
@@ -908,15 +692,15 @@ func (s *op) moveKeys(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		id, err := s.ownKey(gctx, j.h, j.key)
+		id, err := o.ownKey(gctx, j.h, j.key)
 		if err == nil {
-			_, _, err = s.getAll(gctx, id)
+			_, _, err = o.getAll(gctx, id)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) {
-			s.st.retries.Add(1) // a failure: recovery in this view takes over
+			o.st.retries.Add(1) // a failure: recovery in this view takes over
 		}
 	}
 	return nil
@@ -924,16 +708,16 @@ func (s *op) moveKeys(ctx context.Context) error {
 
 // dropKeys is Grow's drop (step 6): the copies of keys this rank no longer
 // places are deleted here.
-func (s *op) dropKeys(ctx context.Context) error {
-	v := s.v()
-	for i := range s.opt.Slots {
-		ka, h := s.ownSlot(ctx, i)
-		if ka == 0 || ka == slotTomb || h == 0 || slices.Contains(v.replicas(h, s.failed), s.me) {
+func (o *op) dropKeys(ctx context.Context) error {
+	v := o.v()
+	for i := range o.opt.Slots {
+		ka, h := o.ownSlot(ctx, i)
+		if ka == 0 || ka == slotTomb || h == 0 || slices.Contains(v.replicas(h, o.failed), o.me) {
 			continue
 		}
-		id, err := s.ownKey(ctx, h, ka)
+		id, err := o.ownKey(ctx, h, ka)
 		if err == nil {
-			err = s.dropKey(ctx, id)
+			err = o.dropKey(ctx, id)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -947,22 +731,22 @@ func (s *op) dropKeys(ctx context.Context) error {
 // that knows of a failure writes only once every live rank knows of it
 // (awaitSettled), so the check under the lock sees every failure that made
 // a writer write here.
-func (s *op) dropKey(ctx context.Context, id ident) error {
-	if err := s.keys.lock(ctx, id); err != nil {
+func (o *op) dropKey(ctx context.Context, id ident) error {
+	if err := o.keys.lock(ctx, id); err != nil {
 		return err
 	}
-	defer s.keys.unlock(id)
-	s.endLease(id) // a lease's other locks must not outlive it
+	defer o.keys.unlock(id)
+	o.endLease(id) // a lease's other locks must not outlive it
 	for attempt := 0; ; attempt++ {
-		s.forget(s.me, id)
-		sl, err := s.findSlot(ctx, s.me, id, false)
+		o.forget(o.me, id)
+		sl, err := o.findSlot(ctx, o.me, id, false)
 		if err != nil || sl.idx < 0 {
 			return err
 		}
-		p := &replica{r: s.me, id: id, slot: sl.idx, ref: slotRef{s.me, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: s.slotAddr(s.me, sl.idx)}
-		p.expect = lockWord(lockVersion(atomic.LoadUint64(&s.table[hdrWords+sl.idx*slotWords+slotLock])), -1)
+		p := &replica{r: o.me, id: id, slot: sl.idx, ref: slotRef{o.me, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(o.me, sl.idx)}
+		p.expect = lockWord(lockVersion(atomic.LoadUint64(&o.table[hdrWords+sl.idx*slotWords+slotLock])), -1)
 		reps := []*replica{p}
-		err = s.lockAll(ctx, id, reps)
+		err = o.lockAll(ctx, id, reps)
 		if errors.Is(err, errRetry) {
 			if err := backoff(ctx, min(attempt, 5)); err != nil {
 				return err
@@ -972,17 +756,17 @@ func (s *op) dropKey(ctx context.Context, id ident) error {
 		if err != nil {
 			return err
 		}
-		if slices.Contains(s.v().replicas(id.h, s.failed), s.me) {
-			s.unlockAll(ctx, reps)
+		if slices.Contains(o.v().replicas(id.h, o.failed), o.me) {
+			o.unlockAll(ctx, reps)
 			return nil
 		}
-		return s.tombstone(ctx, id, reps, newest(reps))
+		return o.tombstone(ctx, id, reps, newest(reps))
 	}
 }
 
 // countGrow counts a move's writes (publish by Grow's repairs): the key
 // once, if any replica was written, and the record's bytes per replica.
-func (s *op) countGrow(reps []*replica, n int) {
+func (o *op) countGrow(reps []*replica, n int) {
 	k := 0
 	for _, p := range reps {
 		if p.written && !p.failed && !p.same {
@@ -990,7 +774,7 @@ func (s *op) countGrow(reps []*replica, n int) {
 		}
 	}
 	if k > 0 {
-		s.st.growKeys.Add(1)
-		s.st.growBytes.Add(uint64(k * n))
+		o.st.growKeys.Add(1)
+		o.st.growBytes.Add(uint64(k * n))
 	}
 }

@@ -40,7 +40,7 @@ type holdWatch struct {
 	since time.Time
 }
 
-func (s *op) holdWatch() *holdWatch { return &holdWatch{bound: s.holdBound()} }
+func (o *op) holdWatch() *holdWatch { return &holdWatch{bound: o.holdBound()} }
 
 // met records the words a wait met this time (what, holder: for the
 // error); it returns an error once the same words were met for longer than

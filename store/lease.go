@@ -58,19 +58,19 @@ type leased struct {
 // (placement.replicas takes the first Copies live ranks of the key's order,
 // one per host first, and passed that rank over already), so the replicas
 // are the lease's until one of them fails or Grow installs another view.
-func (s *op) leased(h ident) ([]*replica, bool) {
-	s.leases.Lock()
-	l := s.leases.m[h]
-	s.leases.Unlock()
+func (o *op) leased(h ident) ([]*replica, bool) {
+	o.leases.Lock()
+	l := o.leases.m[h]
+	o.leases.Unlock()
 	if l == nil {
 		return nil, false
 	}
-	same := l.view == s.v()
+	same := l.view == o.v()
 	for i := 0; same && i < len(l.reps); i++ {
-		same = !s.failed(l.reps[i].r)
+		same = !o.failed(l.reps[i].r)
 	}
 	if !same {
-		s.endLease(h)
+		o.endLease(h)
 		return nil, false
 	}
 	reps := make([]*replica, len(l.reps))
@@ -78,7 +78,7 @@ func (s *op) leased(h ident) ([]*replica, bool) {
 	for i, lr := range l.reps {
 		p := &held[i]
 		*p = replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true,
-			lock: lockWord(l.version, int(s.me)), keyAddr: lr.key, gen: lr.gen}
+			lock: lockWord(l.version, int(o.me)), keyAddr: lr.key, gen: lr.gen}
 		putWords(p.buf[:], h.h, p.lock, lr.block, l.version, lr.len, 0, 0, 0, 0, lr.key, lr.gen)
 		reps[i] = p
 	}
@@ -164,14 +164,14 @@ func (s *Store) expireLeases() {
 }
 
 // askLeases asks rank r to look at the want words of the leases it holds.
-func (s *op) askLeases(r ftrma.Rank) {
-	s.v().w.Accumulate(r, s.v().tables[r]+hdrAsk*8, []int64{1}, window.Sum)
+func (o *op) askLeases(r ftrma.Rank) {
+	o.v().w.Accumulate(r, o.v().tables[r]+hdrAsk*8, []int64{1}, window.Sum)
 }
 
 // answerAsks ends the leases of this rank that another rank asked for, once
 // the ask word has moved since seen; it returns the ask word now.
-func (s *op) answerAsks(ctx context.Context, seen uint64) uint64 {
-	ask := atomic.LoadUint64(&s.table[hdrAsk])
+func (o *op) answerAsks(ctx context.Context, seen uint64) uint64 {
+	ask := atomic.LoadUint64(&o.table[hdrAsk])
 	if ask == seen {
 		return ask
 	}
@@ -180,18 +180,18 @@ func (s *op) answerAsks(ctx context.Context, seen uint64) uint64 {
 		want [][8]byte
 	}
 	var reads []*read
-	s.leases.Lock()
-	for id, l := range s.leases.m {
+	o.leases.Lock()
+	for id, l := range o.leases.m {
 		rd := &read{id: id, want: make([][8]byte, len(l.reps))}
 		for i, lr := range l.reps {
-			if !s.failed(lr.r) {
-				s.v().w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
+			if !o.failed(lr.r) {
+				o.v().w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
 			}
 		}
 		reads = append(reads, rd)
 	}
-	s.leases.Unlock()
-	s.v().w.FlushAll(ctx) // a failed replica's read fails; the others are done
+	o.leases.Unlock()
+	o.v().w.FlushAll(ctx) // a failed replica's read fails; the others are done
 	if ctx.Err() != nil {
 		return seen // the store is closing: the reads may still land
 	}
@@ -200,10 +200,10 @@ func (s *op) answerAsks(ctx context.Context, seen uint64) uint64 {
 		for _, w := range rd.want {
 			wanted = wanted || word(w[:], 0) != 0
 		}
-		if wanted && s.keys.tryLock(rd.id) {
-			s.contended(rd.id)
-			s.endLease(rd.id)
-			s.keys.unlock(rd.id)
+		if wanted && o.keys.tryLock(rd.id) {
+			o.contended(rd.id)
+			o.endLease(rd.id)
+			o.keys.unlock(rd.id)
 		}
 	}
 	return ask

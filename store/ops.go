@@ -43,25 +43,25 @@ type replica struct {
 
 func (p *replica) word(i int) uint64 { return word(p.buf[:], i) }
 
-func (s *op) slotAddr(r ftrma.Rank, i int) uint64 {
-	return s.v().tables[r] + uint64(hdrWords+i*slotWords)*8
+func (o *op) slotAddr(r ftrma.Rank, i int) uint64 {
+	return o.v().tables[r] + uint64(hdrWords+i*slotWords)*8
 }
 
 // replicas returns the key's live replicas with their slots found (claimed
 // when claim is set).
-func (s *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
+func (o *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, error) {
 	if claim {
 		// A write: not before every live rank knows the failures this one
 		// does (see fastread.go).
-		if err := s.awaitSettled(ctx); err != nil {
+		if err := o.awaitSettled(ctx); err != nil {
 			return nil, err
 		}
 	}
-	ranks := s.v().replicas(id.h, s.failed)
+	ranks := o.v().replicas(id.h, o.failed)
 	reps := make([]*replica, 0, len(ranks))
 	for _, r := range ranks {
 		traceOf(ctx).phase("find") // after a claim at the one before
-		i, err := s.findSlot(ctx, r, id, claim)
+		i, err := o.findSlot(ctx, r, id, claim)
 		if retryErr(err) {
 			return nil, fmt.Errorf("%w: %v", errRetry, err)
 		}
@@ -70,31 +70,27 @@ func (s *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, er
 		}
 		p := &replica{r: r, id: id, slot: i.idx, ref: slotRef{r, i.idx}, keyAddr: i.key, gen: i.gen}
 		if i.idx >= 0 {
-			p.addr = s.slotAddr(r, i.idx)
-			s.cache.Lock()
-			p.expect = s.cache.lock[p.ref]
-			s.cache.Unlock()
+			p.addr = o.slotAddr(r, i.idx)
+			o.cache.Lock()
+			p.expect = o.cache.lock[p.ref]
+			o.cache.Unlock()
 		}
 		reps = append(reps, p)
 	}
 	return reps, nil
 }
 
-// errRetry: a replica failed during the step; start it again with the new
-// placement.
-var errRetry = errors.New("replica failed, retry")
-
 // errLastVersion: the key's versions are used up (2^40 writes).
 var errLastVersion = fmt.Errorf("%w: key reached its last version", ftrma.ErrInvalid)
 
 // flushAll flushes toward every replica, marking the ones that failed; the
 // first other error is returned.
-func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
+func (o *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err error) {
 	t := traceOf(ctx) // one round trip, however many replicas
 	push := t.now()
 	for _, p := range reps {
 		if !p.failed {
-			s.v().w.Push(p.r)
+			o.v().w.Push(p.r)
 		}
 	}
 	t.sent(push)
@@ -104,12 +100,12 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 			continue
 		}
 		start := t.now()
-		e := s.v().w.Flush(ctx, p.r)
+		e := o.v().w.Flush(ctx, p.r)
 		t.flushed(start)
 		p.done = e == nil
 		if retryErr(e) {
 			p.failed, anyFailed = true, true
-			p.done = s.completed(ctx, p.r, e)
+			p.done = o.completed(ctx, p.r, e)
 		} else if e != nil && err == nil {
 			err = e
 		}
@@ -123,7 +119,7 @@ func (s *op) flushAll(ctx context.Context, reps []*replica) (anyFailed bool, err
 // executed after it at the target, so the slot is read under the lock. When
 // a live rank holds one of the locks, the ones taken are given back and the
 // attempt starts again after a backoff. A replica failing returns errRetry.
-func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
+func (o *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		traceOf(ctx).phase("lock")
@@ -137,38 +133,38 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 				continue
 			}
 			p.done = false
-			if perr = s.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(s.me))), &p.res); perr != nil {
+			if perr = o.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(o.me))), &p.res); perr != nil {
 				p.failed = true
 				continue
 			}
-			if perr = s.v().w.Get(p.r, p.addr, p.buf[:]); perr == nil {
-				perr = s.v().w.Get(p.r, s.v().tables[p.r]+hdrFloor*8, p.floor[:])
+			if perr = o.v().w.Get(p.r, p.addr, p.buf[:]); perr == nil {
+				perr = o.v().w.Get(p.r, o.v().tables[p.r]+hdrFloor*8, p.floor[:])
 			}
 		}
 		if hook := testHookPosted.get(); hook != nil && len(reps) > 0 {
-			hook(ctx, s.Store, "lock", reps[0].id.key)
+			hook(ctx, o.Store, "lock", reps[0].id.key)
 		}
 		// The compare-and-swaps posted are flushed and looked at even when
 		// the attempt fails, so that the locks they took are given back.
-		if failed, err := s.flushAll(ctx, reps); perr != nil || failed || err != nil {
+		if failed, err := o.flushAll(ctx, reps); perr != nil || failed || err != nil {
 			for _, p := range reps {
 				if !p.done && !p.failed && ctx.Err() != nil {
-					p.done = s.completed(ctx, p.r, ctx.Err())
+					p.done = o.completed(ctx, p.r, ctx.Err())
 				}
 			}
-			s.checkHeld(reps)
-			s.unlockAll(ctx, reps)
+			o.checkHeld(reps)
+			o.unlockAll(ctx, reps)
 			if perr != nil {
-				return s.retryable(perr)
+				return o.retryable(perr)
 			}
 			if err == nil {
 				err = errRetry
 			}
 			return err
 		}
-		conflict, again := s.checkHeld(reps)
-		if err := s.checkSlots(reps); err != nil {
-			s.unlockAll(ctx, reps)
+		conflict, again := o.checkHeld(reps)
+		if err := o.checkSlots(reps); err != nil {
+			o.unlockAll(ctx, reps)
 			return err
 		}
 		if !conflict && !again {
@@ -177,9 +173,9 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 		if conflict {
 			// Ask the live holders to end their leases, then give back
 			// what was taken; take no lease on a contended key.
-			s.contended(id)
+			o.contended(id)
 			var want [8]byte
-			putWords(want[:], uint64(s.me)+1)
+			putWords(want[:], uint64(o.me)+1)
 			asked := map[ftrma.Rank]bool{}
 			var held uint64
 			holder := ftrma.Rank(-1)
@@ -187,21 +183,21 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 				if p.wanted {
 					held = fingerprint(held, uint64(p.res))
 					holder = p.holder
-					s.v().w.Put(p.r, p.addr+slotWant*8, want[:])
+					o.v().w.Put(p.r, p.addr+slotWant*8, want[:])
 					p.wanted = false
 					if !asked[p.holder] {
 						asked[p.holder] = true
-						s.askLeases(p.holder)
+						o.askLeases(p.holder)
 					}
 				}
 			}
-			s.unlockAll(ctx, reps)
-			s.st.retries.Add(1)
-			if s.stale() {
+			o.unlockAll(ctx, reps)
+			o.st.retries.Add(1)
+			if o.stale() {
 				return errNewView // the holder may be waiting for the next view
 			}
 			if hw == nil {
-				hw = s.holdWatch()
+				hw = o.holdWatch()
 			}
 			if err := hw.met(held, fmt.Sprintf("key %q", id.key), holder); err != nil {
 				return err
@@ -217,7 +213,7 @@ func (s *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 // checkHeld looks at the compare-and-swap results: which locks are now held,
 // and whether a live rank holds one (conflict) or a retry with the value seen
 // may succeed at once (again).
-func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
+func (o *op) checkHeld(reps []*replica) (conflict, again bool) {
 	for _, p := range reps {
 		if p.held || !p.done {
 			continue // held already, or its compare-and-swap's result is unknown
@@ -226,13 +222,13 @@ func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 		switch owner := lockOwner(got); {
 		case got == p.expect:
 			p.held, p.lock = true, got
-		case owner == int(s.me):
+		case owner == int(o.me):
 			// Ours from an operation that ended early; this process's key
 			// lock makes sure no other goroutine of it is inside.
 			p.held, p.lock, p.expect = true, got, got
 		case owner < 0:
 			p.expect, again = got, true
-		case s.failed(ftrma.Rank(owner)):
+		case o.failed(ftrma.Rank(owner)):
 			p.expect, p.took, again = got, true, true
 		default:
 			p.expect, conflict, p.wanted, p.holder = lockWord(lockVersion(got), -1), true, true, ftrma.Rank(owner)
@@ -245,25 +241,25 @@ func (s *op) checkHeld(reps []*replica) (conflict, again bool) {
 // the next flush toward each rank. They go through the live window (see
 // live): a replica marked failed because the view's window was rebuilt is
 // let go too.
-func (s *op) unlockAll(ctx context.Context, reps []*replica) {
+func (o *op) unlockAll(ctx context.Context, reps []*replica) {
 	traceOf(ctx).phase("unlock")
 	var w [8]byte
-	lw := s.live()
+	lw := o.live()
 	for _, p := range reps {
 		switch {
 		case p.held && (!p.failed || p.done):
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
 			lw.Put(p.r, p.addr+slotLock*8, w[:])
-			if lw != s.v().w {
+			if lw != o.v().w {
 				lw.Push(p.r)
 			}
 			p.expect = lockWord(lockVersion(p.lock), -1)
 		case p.held:
-			s.letGo(p, lockVersion(p.lock))
+			o.letGo(p, lockVersion(p.lock))
 		}
 		p.held, p.took = false, false
 	}
-	s.flushAll(ctx, reps)
+	o.flushAll(ctx, reps)
 }
 
 // letGo releases the lock of p, which this rank holds with version ver,
@@ -271,16 +267,16 @@ func (s *op) unlockAll(ctx context.Context, reps []*replica) {
 // failed, yet its rank may well be alive): through the current window, by
 // compare-and-swap from the word this rank holds, so that a lock another
 // rank took since is left alone.
-func (s *op) letGo(p *replica, ver uint64) {
-	lw := s.live()
-	if lw == s.v().w {
+func (o *op) letGo(p *replica, ver uint64) {
+	lw := o.live()
+	if lw == o.v().w {
 		return // p's rank failed: its locks die with it
 	}
-	lw.CompareAndSwap(p.r, p.addr+slotLock*8, int64(lockWord(ver, int(s.me))), int64(lockWord(ver, -1)), new(int64))
+	lw.CompareAndSwap(p.r, p.addr+slotLock*8, int64(lockWord(ver, int(o.me))), int64(lockWord(ver, -1)), new(int64))
 	lw.Push(p.r)
 }
 
-func (s *op) retryable(err error) error {
+func (o *op) retryable(err error) error {
 	if retryErr(err) {
 		return fmt.Errorf("%w: %v", errRetry, err)
 	}
@@ -371,13 +367,13 @@ type prior struct {
 
 // published records that this attempt published version v at the replicas
 // of reps marked written.
-func (s *op) published(w *prior, reps []*replica, v uint64) {
+func (o *op) published(w *prior, reps []*replica, v uint64) {
 	for _, p := range reps {
 		if p.written {
 			if w.ver != v {
 				w.ver, w.at = v, w.at[:0]
 			}
-			w.at = append(w.at, s.v().c.TransportRank(p.r))
+			w.at = append(w.at, o.v().c.TransportRank(p.r))
 		}
 	}
 }
@@ -387,9 +383,9 @@ func (s *op) published(w *prior, reps []*replica, v uint64) {
 // a live replica's copy away (Grow's drop comes after its move, which
 // leaves a copy at least as new elsewhere), so the write came before a
 // deletion and is done.
-func (s *op) deletedSince(w *prior, reps []*replica) bool {
+func (o *op) deletedSince(w *prior, reps []*replica) bool {
 	for _, p := range reps {
-		if p.failed || !slices.Contains(w.at, s.v().c.TransportRank(p.r)) {
+		if p.failed || !slices.Contains(w.at, o.v().c.TransportRank(p.r)) {
 			continue
 		}
 		if p.slot < 0 || p.word(slotCurAddr) == 0 {
@@ -402,10 +398,10 @@ func (s *op) deletedSince(w *prior, reps []*replica) bool {
 // writeLocked is write, by a caller that holds the key's process lock;
 // wrote is what earlier attempts of the same operation published, kept up
 // to date (see writeOnce).
-func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
-	rt := s.retrier()
+func (o *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
+	rt := o.retrier()
 	for {
-		err := s.writeOnce(ctx, id, value, del, wrote)
+		err := o.writeOnce(ctx, id, value, del, wrote)
 		if !errors.Is(err, errRetry) {
 			return err
 		}
@@ -420,10 +416,10 @@ func (s *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, 
 // rank: under its lease on the key when it has one and may use it, else
 // found (their slots claimed) and locked. No live replica at all is an
 // error wrapping ftrma.ErrProcFailed.
-func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
+func (o *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*replica, leased bool, err error) {
 	traceOf(ctx).phase("lease")
 	if useLease {
-		if reps, leased = s.leased(id); leased {
+		if reps, leased = o.leased(id); leased {
 			return reps, true, nil
 		}
 	}
@@ -431,18 +427,18 @@ func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 	// this operation, which gives them back on every path, and no lease
 	// record may outlive them (its expiry would free locks another rank
 	// holds by then).
-	s.endLease(id)
+	o.endLease(id)
 	traceOf(ctx).phase("find")
-	if reps, err = s.replicas(ctx, id, true); err != nil {
+	if reps, err = o.replicas(ctx, id, true); err != nil {
 		return nil, false, err
 	}
 	if len(reps) == 0 {
 		return nil, false, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 	}
-	if err := s.lockAll(ctx, id, reps); err != nil {
+	if err := o.lockAll(ctx, id, reps); err != nil {
 		return nil, false, err
 	}
-	s.countTakeovers(reps)
+	o.countTakeovers(reps)
 	return reps, false, nil
 }
 
@@ -456,27 +452,27 @@ func (s *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 // deletion came since: it leaves no version to compare with); the version
 // itself is copied to the replicas that lack it; only a version that
 // landed nowhere that is still live is written afresh.
-func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
-	reps, leased, err := s.acquire(ctx, id, true)
+func (o *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
+	reps, leased, err := o.acquire(ctx, id, true)
 	if err != nil {
 		return err
 	}
 	if wrote.ver != 0 && !leased {
 		traceOf(ctx).phase("resettle")
-		if err := s.readRecords(ctx, reps); err != nil {
-			s.unlockAll(ctx, reps)
+		if err := o.readRecords(ctx, reps); err != nil {
+			o.unlockAll(ctx, reps)
 			return err
 		}
-		best, ver, whole, err := s.settle(ctx, id, reps)
+		best, ver, whole, err := o.settle(ctx, id, reps)
 		switch {
 		case err != nil:
-			s.unlockAll(ctx, reps)
+			o.unlockAll(ctx, reps)
 			return err
-		case ver > wrote.ver || ver == wrote.ver && whole || ver < wrote.ver && s.deletedSince(wrote, reps):
-			s.release(ctx, id, reps)
+		case ver > wrote.ver || ver == wrote.ver && whole || ver < wrote.ver && o.deletedSince(wrote, reps):
+			o.release(ctx, id, reps)
 			return nil
 		case ver == wrote.ver:
-			return s.publishSettled(ctx, id, reps, best, ver)
+			return o.publishSettled(ctx, id, reps, best, ver)
 		}
 		for _, p := range reps {
 			p.same = false // settle's verdict: publish writes the new value everywhere
@@ -485,8 +481,8 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 	traceOf(ctx).phase("encode")
 	v := nextVersion(reps)
 	if v > maxVersion {
-		s.dropLease(id)
-		s.unlockAll(ctx, reps)
+		o.dropLease(id)
+		o.unlockAll(ctx, reps)
 		return errLastVersion
 	}
 	var rec []byte
@@ -494,8 +490,8 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 		rec = make([]byte, recordLen(len(id.key), len(value)))
 		encodeRecord(rec, record{hash: id.h, version: v, key: []byte(id.key), value: value})
 	}
-	err = s.publish(ctx, id, reps, rec, v, s.keepLease(id))
-	s.published(wrote, reps, v)
+	err = o.publish(ctx, id, reps, rec, v, o.keepLease(id))
+	o.published(wrote, reps, v)
 	if err != nil {
 		return err
 	}
@@ -514,15 +510,15 @@ func (s *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 // version, and the release of the old blocks. With keep the lock words go on
 // naming this rank and the locks become a lease (see lease); without, they
 // are released and any lease on the key ends.
-func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
+func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
 	if rec == nil {
-		return s.deletion(ctx, id, reps, v)
+		return o.deletion(ctx, id, reps, v)
 	}
 	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen
 	var lw [8]byte
 	if keep {
-		putWords(lw[:], lockWord(lv, int(s.me)))
+		putWords(lw[:], lockWord(lv, int(o.me)))
 	} else {
 		putWords(lw[:], lockWord(lv, -1))
 	}
@@ -535,7 +531,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			if !p.held || p.failed || p.same {
 				continue
 			}
-			a, err := s.alloc(ctx, p.r, len(rec))
+			a, err := o.alloc(ctx, p.r, len(rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
 				p.failed = true
 				continue
@@ -543,12 +539,12 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			if err != nil {
 				for _, q := range reps {
 					if q.block != 0 {
-						s.free(ctx, q.r, q.block, uint64(len(rec)))
+						o.free(ctx, q.r, q.block, uint64(len(rec)))
 						q.block = 0
 					}
 				}
-				s.dropLease(id)
-				s.unlockAll(ctx, reps)
+				o.dropLease(id)
+				o.unlockAll(ctx, reps)
 				return err
 			}
 			p.block = a
@@ -558,53 +554,53 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	alone := doneInBatch(reps) // the done word goes in the batch
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
-			hook(s.Store, reps, i)
+			hook(o.Store, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
 		}
 		if p.same {
-			s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 			if alone {
-				s.postDone(p, v)
+				o.postDone(p, v)
 			}
 			continue
 		}
 		if rec != nil {
-			if err := s.v().w.Put(p.r, p.block, rec); err != nil {
+			if err := o.v().w.Put(p.r, p.block, rec); err != nil {
 				p.failed = true
 				continue
 			}
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
-		s.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
-		s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+		o.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
+		o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		if alone {
-			s.postDone(p, v)
+			o.postDone(p, v)
 		}
-		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if keep {
-			s.v().w.Get(p.r, p.addr+slotWant*8, p.want[:])
+			o.v().w.Get(p.r, p.addr+slotWant*8, p.want[:])
 		}
 		p.written = true
 	}
 	t.phase("publish.wait")
-	failed, err := s.flushAll(ctx, reps)
+	failed, err := o.flushAll(ctx, reps)
 	if !failed && err == nil && !alone {
 		t.phase("publish.done")
-		s.markDone(reps, v)
+		o.markDone(reps, v)
 	}
 	t.phase("publish.end")
 	for _, p := range reps {
 		if p.held && p.failed {
 			// Its lock word was the one held, or lw: let go of either.
-			s.letGo(p, lockVersion(p.lock))
-			s.letGo(p, lv)
+			o.letGo(p, lockVersion(p.lock))
+			o.letGo(p, lv)
 		}
 	}
 	if ctx.Value(growKey{}) != nil && rec != nil {
-		s.countGrow(reps, len(rec))
+		o.countGrow(reps, len(rec))
 	}
 	named := keep // the lock words written name this rank
 	keep = keep && !failed && err == nil
@@ -619,16 +615,16 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 	}
 	var l *lease
 	if keep {
-		l = &lease{version: lv, since: time.Now(), used: time.Now(), view: s.v()}
+		l = &lease{version: lv, since: time.Now(), used: time.Now(), view: o.v()}
 	}
 	for _, p := range reps {
 		if p.held && !p.failed {
-			s.cache.Lock()
-			s.cache.lock[p.ref] = lockWord(lv, -1)
+			o.cache.Lock()
+			o.cache.lock[p.ref] = lockWord(lv, -1)
 			if p.written {
-				s.cache.desc[p.ref] = desc{p.block, uint64(len(rec))}
+				o.cache.desc[p.ref] = desc{p.block, uint64(len(rec))}
 			}
-			s.cache.Unlock()
+			o.cache.Unlock()
 			switch {
 			case l != nil:
 				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec)), key: p.keyAddr, gen: p.gen})
@@ -637,26 +633,26 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 				// kept, so its lock words are released here.
 				var free [8]byte
 				putWords(free[:], lockWord(lv, -1))
-				s.live().Put(p.r, p.addr+slotLock*8, free[:])
-				s.live().Push(p.r)
+				o.live().Put(p.r, p.addr+slotLock*8, free[:])
+				o.live().Push(p.r)
 			}
 			p.held = false
 		}
 	}
 	if l != nil {
-		s.leases.Lock()
-		old := s.leases.m[id]
+		o.leases.Lock()
+		old := o.leases.m[id]
 		if old != nil {
 			l.since = old.since
 		}
-		s.leases.m[id] = l
-		s.leases.Unlock()
+		o.leases.m[id] = l
+		o.leases.Unlock()
 		if wanted {
-			s.contended(id)
-			s.endLease(id) // another rank waits for the key
+			o.contended(id)
+			o.endLease(id) // another rank waits for the key
 		}
 	} else {
-		s.dropLease(id)
+		o.dropLease(id)
 	}
 	return err
 }
@@ -672,7 +668,7 @@ func (s *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 // of the key is freed at once, so a tombstone never stands beside an older
 // copy of the key that a repair could bring back — but when this rank dies
 // in the middle, a reader's repair may (the deletion then did not happen).
-func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64) error {
+func (o *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64) error {
 	lv := max(v, newest(reps))
 	desc, tomb := make([]byte, 6*8), make([]byte, 3*8)
 	var zero, lw [8]byte
@@ -682,7 +678,7 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 	t.phase("tombstone.post")
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
-			hook(s.Store, reps, i)
+			hook(o.Store, reps, i)
 		}
 		if !p.held || p.failed {
 			continue
@@ -692,22 +688,22 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 		// a tombstone: a claim (which takes no slot lock) may take the slot
 		// as soon as it sees the tombstone, and its own hash word must not
 		// be overwritten by this one.
-		s.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
-		s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
-		s.v().w.Put(p.r, p.addr+slotWant*8, tomb)
-		s.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-		s.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		o.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
+		o.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
+		o.v().w.Put(p.r, p.addr+slotWant*8, tomb)
+		o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if k := p.word(slotKey); k != 0 && k != slotTomb {
-			s.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
+			o.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
 		}
 	}
 	if hook := testHookPosted.get(); hook != nil {
-		hook(ctx, s.Store, "tombstone", id.key)
+		hook(ctx, o.Store, "tombstone", id.key)
 	}
 	t.phase("floors")
-	s.raiseFloors(ctx, reps, lv)
+	o.raiseFloors(ctx, reps, lv)
 	t.phase("tombstone.wait")
-	_, err := s.flushAll(ctx, reps)
+	_, err := o.flushAll(ctx, reps)
 	t.phase("release")
 	for _, p := range reps {
 		switch {
@@ -715,23 +711,23 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 			// Released through the current window (see live), also when
 			// this one was rebuilt after the batch went out: a claim
 			// reuses the slot.
-			s.live().Put(p.r, p.addr+slotLock*8, lw[:])
-			s.live().Push(p.r)
+			o.live().Put(p.r, p.addr+slotLock*8, lw[:])
+			o.live().Push(p.r)
 			p.written = !p.failed
 		case p.held:
-			s.letGo(p, lockVersion(p.lock))
+			o.letGo(p, lockVersion(p.lock))
 		}
-		s.forget(p.r, id)
-		s.cache.Lock()
-		delete(s.cache.desc, p.ref)
-		s.cache.lock[p.ref] = lockWord(lv, -1)
-		s.cache.Unlock()
+		o.forget(p.r, id)
+		o.cache.Lock()
+		delete(o.cache.desc, p.ref)
+		o.cache.lock[p.ref] = lockWord(lv, -1)
+		o.cache.Unlock()
 		p.held = false
 	}
-	if _, e := s.flushAll(ctx, reps); err == nil {
+	if _, e := o.flushAll(ctx, reps); err == nil {
 		err = e
 	}
-	s.dropLease(id)
+	o.dropLease(id)
 	return err
 }
 
@@ -739,7 +735,7 @@ func (s *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 // v, by compare-and-swap from the floor read with the lock (again from what
 // it finds, while others raise it too). Called with the locks held, before
 // they are released.
-func (s *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
+func (o *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 	todo := make(map[ftrma.Rank]uint64)
 	for _, p := range reps {
 		if p.held && !p.failed {
@@ -754,11 +750,11 @@ func (s *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 				continue
 			}
 			got[r] = new(int64)
-			s.v().w.CompareAndSwap(r, s.v().tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
+			o.v().w.CompareAndSwap(r, o.v().tables[r]+hdrFloor*8, int64(f), int64(v), got[r])
 		}
 		for r, g := range got {
 			// Not pushed first: one round trip after another.
-			if err := s.flush(ctx, r); err != nil || uint64(*g) == todo[r] {
+			if err := o.flush(ctx, r); err != nil || uint64(*g) == todo[r] {
 				delete(todo, r) // raised, or the rank failed
 			} else {
 				todo[r] = uint64(*g)
@@ -770,20 +766,20 @@ func (s *op) raiseFloors(ctx context.Context, reps []*replica, v uint64) {
 // release gives back the key's locks this rank holds, and frees its slots
 // when no replica holds a value or a pending one (slots claimed for a key
 // that then got no value).
-func (s *op) release(ctx context.Context, id ident, reps []*replica) {
+func (o *op) release(ctx context.Context, id ident, reps []*replica) {
 	for _, p := range reps {
 		if !p.failed && p.slot >= 0 && (p.word(slotCurAddr) != 0 || p.word(slotPAddr) != 0) {
-			s.unlockAll(ctx, reps)
+			o.unlockAll(ctx, reps)
 			return
 		}
 	}
-	s.tombstone(ctx, id, reps, newest(reps))
+	o.tombstone(ctx, id, reps, newest(reps))
 }
 
-func (s *op) countTakeovers(reps []*replica) {
+func (o *op) countTakeovers(reps []*replica) {
 	for _, p := range reps {
 		if p.took {
-			s.st.takeovers.Add(1)
+			o.st.takeovers.Add(1)
 		}
 	}
 }
@@ -823,34 +819,34 @@ func (s *Store) get(ctx context.Context, id ident) (val []byte, ver uint64, err 
 
 // getAll is get from every live replica, making them agree when a writer
 // died in the middle (recovery's check of a key).
-func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
-	rt := s.retrier()
+func (o *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
+	rt := o.retrier()
 	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
 		}
-		reps, err := s.readReplicas(ctx, id, rt)
+		reps, err := o.readReplicas(ctx, id, rt)
 		if err != nil {
 			return nil, 0, err
 		}
 		if len(reps) == 0 {
 			return nil, 0, fmt.Errorf("%w: no live rank left", ftrma.ErrProcFailed)
 		}
-		val, ver, found, agree, busy := s.judge(id, reps)
+		val, ver, found, agree, busy := o.judge(id, reps)
 		if agree {
 			if !found {
-				return nil, 0, s.missing(id.h)
+				return nil, 0, o.missing(id.h)
 			}
 			return val, ver, nil
 		}
-		s.st.retries.Add(1)
+		o.st.retries.Add(1)
 		if busy {
-			if s.stale() {
+			if o.stale() {
 				return nil, 0, errNewView
 			}
 			if hw == nil {
-				hw = s.holdWatch()
+				hw = o.holdWatch()
 			}
 			held, holder := heldWords(reps)
 			if err := hw.met(held, fmt.Sprintf("key %q", id.key), holder); err != nil {
@@ -865,7 +861,7 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 		// Nobody live is writing, yet the copies differ: a writer died in
 		// the middle. Make them agree.
 		traceOf(ctx).phase("repair")
-		rec, err := s.repair(ctx, id)
+		rec, err := o.repair(ctx, id)
 		if errors.Is(err, errRetry) {
 			traceOf(ctx).phase("retry")
 			if err := rt.again(ctx, err); err != nil {
@@ -877,7 +873,7 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 			return nil, 0, err
 		}
 		if rec == nil {
-			return nil, 0, s.missing(id.h)
+			return nil, 0, o.missing(id.h)
 		}
 		r, _ := decodeRecord(rec) // repair chose a whole record of id
 		return r.value, r.version, nil
@@ -886,14 +882,14 @@ func (s *op) getAll(ctx context.Context, id ident) ([]byte, uint64, error) {
 
 // readReplicas finds the key's live replicas and reads them (readAll),
 // starting again, paced by rt, while replicas fail under it.
-func (s *op) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
+func (o *op) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replica, error) {
 	t := traceOf(ctx)
 	for {
 		t.phase("find")
-		reps, err := s.replicas(ctx, id, false)
+		reps, err := o.replicas(ctx, id, false)
 		if err == nil {
 			t.phase("read")
-			err = s.readAll(ctx, reps)
+			err = o.readAll(ctx, reps)
 		}
 		if !errors.Is(err, errRetry) {
 			return reps, err
@@ -906,8 +902,8 @@ func (s *op) readReplicas(ctx context.Context, id ident, rt *retrier) ([]*replic
 }
 
 // missing is the error for a key no live replica has.
-func (s *op) missing(h uint64) error {
-	if s.v().mayHaveHeld(h) >= s.opt.Copies {
+func (o *op) missing(h uint64) error {
+	if o.v().mayHaveHeld(h) >= o.opt.Copies {
 		return ErrDataLost
 	}
 	return ErrNotFound
@@ -915,7 +911,7 @@ func (s *op) missing(h uint64) error {
 
 // readAll reads the slot of every replica that has one, then the records the
 // slots point to.
-func (s *op) readAll(ctx context.Context, reps []*replica) error {
+func (o *op) readAll(ctx context.Context, reps []*replica) error {
 	// The record a replica's slot pointed to when this rank last saw it is
 	// read in the same round trip as the slot, speculatively: when the slot
 	// still points there (a stable key, or this rank's own last write) the
@@ -923,35 +919,35 @@ func (s *op) readAll(ctx context.Context, reps []*replica) error {
 	tolerable := func(err error) bool {
 		return err == nil || errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion)
 	}
-	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
 	for _, p := range reps {
 		p.rec, p.prec, p.guess = nil, nil, desc{}
 		if p.slot < 0 {
 			continue
 		}
-		if err := s.v().w.Get(p.r, p.addr, p.buf[:]); err != nil {
-			return s.retryable(err)
+		if err := o.v().w.Get(p.r, p.addr, p.buf[:]); err != nil {
+			return o.retryable(err)
 		}
 	}
 	for _, p := range reps {
 		if p.slot >= 0 {
-			s.cache.Lock()
-			p.guess = s.cache.desc[p.ref]
-			s.cache.Unlock()
+			o.cache.Lock()
+			p.guess = o.cache.desc[p.ref]
+			o.cache.Unlock()
 			if p.guess.addr != 0 && p.guess.len <= limit {
 				p.rec = make([]byte, p.guess.len)
-				if err := s.v().w.Get(p.r, p.guess.addr, p.rec); err != nil {
+				if err := o.v().w.Get(p.r, p.guess.addr, p.rec); err != nil {
 					p.rec = nil
 				}
 			}
 		}
 	}
-	if failed, err := s.flushAll(ctx, reps); failed {
+	if failed, err := o.flushAll(ctx, reps); failed {
 		return errRetry
 	} else if !tolerable(err) {
 		return err
 	}
-	if err := s.checkSlots(reps); err != nil {
+	if err := o.checkSlots(reps); err != nil {
 		return err
 	}
 	again := false
@@ -963,21 +959,21 @@ func (s *op) readAll(ctx context.Context, reps []*replica) error {
 			p.rec = nil
 		} else if a != p.guess.addr || n != p.guess.len || p.rec == nil {
 			p.rec = make([]byte, n)
-			if err := s.v().w.Get(p.r, a, p.rec); err != nil {
+			if err := o.v().w.Get(p.r, a, p.rec); err != nil {
 				p.rec = nil
 			}
 			again = true
 		}
 		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
 			p.prec = make([]byte, n)
-			if err := s.v().w.Get(p.r, a, p.prec); err != nil {
+			if err := o.v().w.Get(p.r, a, p.prec); err != nil {
 				p.prec = nil
 			}
 			again = true
 		}
 	}
 	if again {
-		if failed, err := s.flushAll(ctx, reps); failed {
+		if failed, err := o.flushAll(ctx, reps); failed {
 			return errRetry
 		} else if !tolerable(err) {
 			return err
@@ -985,9 +981,9 @@ func (s *op) readAll(ctx context.Context, reps []*replica) error {
 	}
 	for _, p := range reps {
 		if p.slot >= 0 {
-			s.cache.Lock()
-			s.cache.desc[p.ref] = desc{p.word(slotCurAddr), p.word(slotCurLen)}
-			s.cache.Unlock()
+			o.cache.Lock()
+			o.cache.desc[p.ref] = desc{p.word(slotCurAddr), p.word(slotCurLen)}
+			o.cache.Unlock()
 		}
 	}
 	return nil
@@ -1015,7 +1011,7 @@ func heldWords(reps []*replica) (uint64, ftrma.Rank) {
 // of them have the same version, complete, with no transaction pending (then
 // val and found are the answer); busy when they do not and a live rank holds
 // a lock, so waiting will do.
-func (s *op) judge(id ident, reps []*replica) (val []byte, ver uint64, found, agree, busy bool) {
+func (o *op) judge(id ident, reps []*replica) (val []byte, ver uint64, found, agree, busy bool) {
 	agree = true
 	for i, p := range reps {
 		var v uint64
@@ -1023,7 +1019,7 @@ func (s *op) judge(id ident, reps []*replica) (val []byte, ver uint64, found, ag
 		has := false
 		if p.slot >= 0 {
 			lw := p.word(slotLock)
-			if o := lockOwner(lw); o >= 0 && !s.failed(ftrma.Rank(o)) {
+			if w := lockOwner(lw); w >= 0 && !o.failed(ftrma.Rank(w)) {
 				busy = true
 			}
 			if p.word(slotPAddr) != 0 {

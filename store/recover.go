@@ -123,19 +123,19 @@ func (s *Store) housekeeping() {
 // (lockClaims): nothing a failed rank took stays taken. The claim it was
 // making, if any, is a slot with a key and no value, which the next write of
 // the key uses and a deletion frees (DESIGN.md F5).
-func (s *op) freeFailedClaim() {
-	claim := localWord{&s.table[hdrClaim]}
-	if c := claim.Load(); c != 0 && s.failed(ftrma.Rank(c-1)) {
-		s.casOwn(claim, s.v().tables[s.me]+hdrClaim*8, c, 0)
+func (o *op) freeFailedClaim() {
+	claim := localWord{&o.table[hdrClaim]}
+	if c := claim.Load(); c != 0 && o.failed(ftrma.Rank(c-1)) {
+		o.casOwn(claim, o.v().tables[o.me]+hdrClaim*8, c, 0)
 	}
 }
 
 // recover restores the keys this rank holds that the failures since oldFailed
 // touched. It reports false when it stopped because its view is no longer
 // current: it is to run again in the new one.
-func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
+func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 	if hook := testHookRecover.get(); hook != nil {
-		hook(ctx, s.Store)
+		hook(ctx, o.Store)
 	}
 	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
 	type job struct {
@@ -144,21 +144,21 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 		pos int
 	}
 	var jobs []job
-	for i := range s.opt.Slots {
+	for i := range o.opt.Slots {
 		base := hdrWords + i*slotWords
-		ka, h := s.ownSlot(ctx, i)
+		ka, h := o.ownSlot(ctx, i)
 		if ka == 0 || h == 0 {
 			continue // free, or a claim under way: no value yet
 		}
-		lw := atomic.LoadUint64(&s.table[base+slotLock])
-		now := s.v().replicas(h, s.failed)
-		pos := slices.Index(now, s.me)
+		lw := atomic.LoadUint64(&o.table[base+slotLock])
+		now := o.v().replicas(h, o.failed)
+		pos := slices.Index(now, o.me)
 		if pos < 0 {
 			continue
 		}
-		o := lockOwner(lw)
-		touched := !slices.Equal(now, s.v().replicas(h, wasFailed)) ||
-			(o >= 0 && s.failed(ftrma.Rank(o)) && !oldFailed[o])
+		w := lockOwner(lw)
+		touched := !slices.Equal(now, o.v().replicas(h, wasFailed)) ||
+			(w >= 0 && o.failed(ftrma.Rank(w)) && !oldFailed[w])
 		if touched {
 			jobs = append(jobs, job{h, ka, pos})
 		}
@@ -178,21 +178,21 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		if s.stale() {
+		if o.stale() {
 			return false
 		}
-		s.st.checks.Add(1)
+		o.st.checks.Add(1)
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		id, err := s.ownKey(jctx, j.h, j.key)
+		id, err := o.ownKey(jctx, j.h, j.key)
 		if err == nil {
-			_, _, err = s.getAll(jctx, id)
+			_, _, err = o.getAll(jctx, id)
 		}
 		cancel()
-		if s.restart(err) {
+		if o.restart(err) {
 			return false
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {
-			s.st.retries.Add(1)
+			o.st.retries.Add(1)
 		}
 	}
 	return true
@@ -204,40 +204,40 @@ func (s *op) recover(ctx context.Context, oldFailed []bool) bool {
 // claim's hash word or a tombstone's clearing of it was lost as the window
 // was rebuilt, or as its writer died) gets it back from its key block, so
 // that no copy is hidden from the scans.
-func (s *op) ownSlot(ctx context.Context, i int) (ka, h uint64) {
+func (o *op) ownSlot(ctx context.Context, i int) (ka, h uint64) {
 	base := hdrWords + i*slotWords
-	ka, h = atomic.LoadUint64(&s.table[base+slotKey]), atomic.LoadUint64(&s.table[base+slotHash])
-	if h != 0 || ka == 0 || ka == slotTomb || atomic.LoadUint64(&s.table[base+slotCurAddr]) == 0 {
+	ka, h = atomic.LoadUint64(&o.table[base+slotKey]), atomic.LoadUint64(&o.table[base+slotHash])
+	if h != 0 || ka == 0 || ka == slotTomb || atomic.LoadUint64(&o.table[base+slotCurAddr]) == 0 {
 		return ka, h
 	}
 	var hdr [keyHeader]byte
-	if s.v().w.Get(s.me, ka, hdr[:]) != nil || s.v().w.Flush(ctx, s.me) != nil || word(hdr[:], 0) == 0 {
+	if o.v().w.Get(o.me, ka, hdr[:]) != nil || o.v().w.Flush(ctx, o.me) != nil || word(hdr[:], 0) == 0 {
 		return ka, 0
 	}
 	h = word(hdr[:], 0)
-	s.casOwn(localWord{&s.table[base+slotHash]}, s.slotAddr(s.me, i)+slotHash*8, 0, h)
+	o.casOwn(localWord{&o.table[base+slotHash]}, o.slotAddr(o.me, i)+slotHash*8, 0, h)
 	return ka, h
 }
 
 // ownKey reads the key block at addr of this rank's heap: the key of a slot
 // of this rank whose hash word is h.
-func (s *op) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
+func (o *op) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
 	var hdr [keyHeader]byte
-	if err := s.v().w.Get(s.me, addr, hdr[:]); err != nil {
+	if err := o.v().w.Get(o.me, addr, hdr[:]); err != nil {
 		return ident{}, err
 	}
-	if err := s.v().w.Flush(ctx, s.me); err != nil {
+	if err := o.v().w.Flush(ctx, o.me); err != nil {
 		return ident{}, err
 	}
 	n := word(hdr[:], 1)
-	if word(hdr[:], 0) != h || n == 0 || n > uint64(s.opt.MaxKeySize) && n > uint64(len(reservedPrefix)+32) {
+	if word(hdr[:], 0) != h || n == 0 || n > uint64(o.opt.MaxKeySize) && n > uint64(len(reservedPrefix)+32) {
 		return ident{}, fmt.Errorf("store: slot's key block at %#x is not of hash %#x", addr, h)
 	}
 	b := make([]byte, keyBlockLen(int(n)))
-	if err := s.v().w.Get(s.me, addr, b); err != nil {
+	if err := o.v().w.Get(o.me, addr, b); err != nil {
 		return ident{}, err
 	}
-	if err := s.v().w.Flush(ctx, s.me); err != nil {
+	if err := o.v().w.Flush(ctx, o.me); err != nil {
 		return ident{}, err
 	}
 	return ident{h, string(b[keyHeader : keyHeader+n])}, nil

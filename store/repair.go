@@ -16,14 +16,14 @@ import (
 // (nil when the key has no value), a whole record of id. Readers call it when the copies differ and
 // no live writer holds a lock; recovery calls it for the keys a failed rank
 // shared.
-func (s *op) repair(ctx context.Context, id ident) (rec []byte, err error) {
-	if err := s.keys.lock(ctx, id); err != nil {
+func (o *op) repair(ctx context.Context, id ident) (rec []byte, err error) {
+	if err := o.keys.lock(ctx, id); err != nil {
 		return nil, err
 	}
-	defer s.keys.unlock(id)
-	rt := s.retrier()
+	defer o.keys.unlock(id)
+	rt := o.retrier()
 	for {
-		rec, err = s.repairOnce(ctx, id)
+		rec, err = o.repairOnce(ctx, id)
 		if !errors.Is(err, errRetry) {
 			return rec, err
 		}
@@ -33,21 +33,21 @@ func (s *op) repair(ctx context.Context, id ident) (rec []byte, err error) {
 	}
 }
 
-func (s *op) repairOnce(ctx context.Context, id ident) ([]byte, error) {
-	reps, _, err := s.acquire(ctx, id, false)
+func (o *op) repairOnce(ctx context.Context, id ident) ([]byte, error) {
+	reps, _, err := o.acquire(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.readRecords(ctx, reps); err != nil {
-		s.unlockAll(ctx, reps)
+	if err := o.readRecords(ctx, reps); err != nil {
+		o.unlockAll(ctx, reps)
 		return nil, err
 	}
-	best, ver, _, err := s.settle(ctx, id, reps)
+	best, ver, _, err := o.settle(ctx, id, reps)
 	if err != nil {
-		s.unlockAll(ctx, reps)
+		o.unlockAll(ctx, reps)
 		return nil, err
 	}
-	if err := s.publishSettled(ctx, id, reps, best, ver); err != nil {
+	if err := o.publishSettled(ctx, id, reps, best, ver); err != nil {
 		return nil, err
 	}
 	return best, nil
@@ -58,7 +58,7 @@ func (s *op) repairOnce(ctx context.Context, id ident) ([]byte, error) {
 // and the pending records of transactions that committed — best (nil for a
 // deletion, or no value at all) of version ver — and whether every live
 // replica already holds exactly that with nothing pending (whole).
-func (s *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte, ver uint64, whole bool, err error) {
+func (o *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte, ver uint64, whole bool, err error) {
 	have := false
 	consider := func(rec []byte, v uint64) {
 		if !have || v > ver {
@@ -86,7 +86,7 @@ func (s *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte
 			if !ok || !r.is(id) || r.version != p.word(slotPVer) {
 				continue
 			}
-			committed, err := s.txCommitted(ctx, r.tx)
+			committed, err := o.txCommitted(ctx, r.tx)
 			if err != nil {
 				return nil, 0, false, err
 			}
@@ -118,11 +118,11 @@ func (s *op) settle(ctx context.Context, id ident, reps []*replica) (best []byte
 
 // publishSettled makes the locked replicas hold what settle chose and
 // releases their locks; a key with no value at all gets its slots freed.
-func (s *op) publishSettled(ctx context.Context, id ident, reps []*replica, best []byte, ver uint64) error {
-	if err := s.publish(ctx, id, reps, best, ver, false); err != nil {
+func (o *op) publishSettled(ctx context.Context, id ident, reps []*replica, best []byte, ver uint64) error {
+	if err := o.publish(ctx, id, reps, best, ver, false); err != nil {
 		return err
 	}
-	s.st.repairs.Add(1)
+	o.st.repairs.Add(1)
 	for _, p := range reps {
 		if p.failed {
 			return errRetry
@@ -132,8 +132,8 @@ func (s *op) publishSettled(ctx context.Context, id ident, reps []*replica, best
 }
 
 // readRecords reads the records the (already read) slots point to.
-func (s *op) readRecords(ctx context.Context, reps []*replica) error {
-	limit := uint64(recordLen(s.opt.MaxKeySize, s.opt.MaxValueSize))
+func (o *op) readRecords(ctx context.Context, reps []*replica) error {
+	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
 	for _, p := range reps {
 		p.rec, p.prec = nil, nil
 		if p.slot < 0 || p.failed {
@@ -141,18 +141,18 @@ func (s *op) readRecords(ctx context.Context, reps []*replica) error {
 		}
 		if a, n := p.word(slotCurAddr), p.word(slotCurLen); a != 0 && n <= limit {
 			p.rec = make([]byte, n)
-			if err := s.v().w.Get(p.r, a, p.rec); err != nil {
+			if err := o.v().w.Get(p.r, a, p.rec); err != nil {
 				p.rec = nil
 			}
 		}
 		if a, n := p.word(slotPAddr), p.word(slotPLen); a != 0 && n <= limit {
 			p.prec = make([]byte, n)
-			if err := s.v().w.Get(p.r, a, p.prec); err != nil {
+			if err := o.v().w.Get(p.r, a, p.prec); err != nil {
 				p.prec = nil
 			}
 		}
 	}
-	failed, err := s.flushAll(ctx, reps)
+	failed, err := o.flushAll(ctx, reps)
 	if failed {
 		return errRetry
 	}

@@ -102,12 +102,12 @@ func (s *Store) listKeys(ctx context.Context, prefix string) ([]string, error) {
 // value. A key block is believed only when the key hashes to the slot's hash
 // word (a slot freed and reused under the read shows another key's, or a
 // freed block's bytes).
-func (s *op) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
-	tbl := make([]byte, s.opt.Slots*slotBytes)
-	if err := s.v().w.Get(r, s.slotAddr(r, 0), tbl); err != nil {
+func (o *op) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
+	tbl := make([]byte, o.opt.Slots*slotBytes)
+	if err := o.v().w.Get(r, o.slotAddr(r, 0), tbl); err != nil {
 		return nil, err
 	}
-	if err := s.v().w.Flush(ctx, r); err != nil {
+	if err := o.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	type cand struct {
@@ -116,38 +116,38 @@ func (s *op) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 		block   []byte
 	}
 	var cands []*cand
-	for i := range s.opt.Slots {
+	for i := range o.opt.Slots {
 		w := func(f int) uint64 { return word(tbl, i*slotWords+f) }
 		if k := w(slotKey); k != 0 && k != slotTomb && w(slotHash) != 0 && w(slotCurAddr) != 0 {
 			c := &cand{h: w(slotHash), addr: k}
-			if err := s.v().w.Get(r, c.addr, c.hdr[:]); err != nil {
+			if err := o.v().w.Get(r, c.addr, c.hdr[:]); err != nil {
 				return nil, err
 			}
 			cands = append(cands, c)
 		}
 	}
-	if err := s.v().w.Flush(ctx, r); err != nil {
+	if err := o.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	var reads []*cand
 	for _, c := range cands {
 		n := word(c.hdr[:], 1)
-		if word(c.hdr[:], 0) != c.h || n == 0 || n > uint64(max(s.opt.MaxKeySize, len(reservedPrefix)+32)) {
+		if word(c.hdr[:], 0) != c.h || n == 0 || n > uint64(max(o.opt.MaxKeySize, len(reservedPrefix)+32)) {
 			continue
 		}
 		c.block = make([]byte, keyBlockLen(int(n)))
-		if err := s.v().w.Get(r, c.addr, c.block); err != nil {
+		if err := o.v().w.Get(r, c.addr, c.block); err != nil {
 			continue
 		}
 		reads = append(reads, c)
 	}
-	if err := s.v().w.Flush(ctx, r); err != nil {
+	if err := o.v().w.Flush(ctx, r); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(reads))
 	for _, c := range reads {
 		key := c.block[keyHeader : keyHeader+int(word(c.block, 1))]
-		if s.hash(key) == c.h && bytes.Equal(c.block[:8], c.hdr[:8]) {
+		if o.hash(key) == c.h && bytes.Equal(c.block[:8], c.hdr[:8]) {
 			out = append(out, string(key))
 		}
 	}

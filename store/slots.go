@@ -37,58 +37,58 @@ var errStale = fmt.Errorf("%w: key slot reused", errRetry)
 
 // findSlot finds id's slot at rank r, claiming one when claim is set; noSlot
 // when r has none.
-func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
+func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
 	ck := keyAt{r, id.key}
-	s.cache.Lock()
-	sl, ok := s.cache.slot[ck]
-	s.cache.Unlock()
+	o.cache.Lock()
+	sl, ok := o.cache.slot[ck]
+	o.cache.Unlock()
 	if ok {
 		return sl, nil
 	}
-	sl, free, err := s.probe(ctx, r, id)
+	sl, free, err := o.probe(ctx, r, id)
 	if err != nil || sl.idx >= 0 || !claim {
 		if sl.idx >= 0 {
-			s.remember(r, id, sl)
+			o.remember(r, id, sl)
 		}
 		return sl, err
 	}
 	traceOf(ctx).phase("claim")
-	s.claiming[r].Lock() // one claimer of this process at a time: the lock names a rank
-	defer s.claiming[r].Unlock()
-	if err := s.lockClaims(ctx, r); err != nil {
+	o.claiming[r].Lock() // one claimer of this process at a time: the lock names a rank
+	defer o.claiming[r].Unlock()
+	if err := o.lockClaims(ctx, r); err != nil {
 		return noSlot, err
 	}
-	defer s.unlockClaims(r)
-	if sl, free, err = s.probe(ctx, r, id); err != nil || sl.idx >= 0 {
+	defer o.unlockClaims(r)
+	if sl, free, err = o.probe(ctx, r, id); err != nil || sl.idx >= 0 {
 		if sl.idx >= 0 {
-			s.remember(r, id, sl)
+			o.remember(r, id, sl)
 		}
 		return sl, err
 	}
 	if free.idx < 0 {
-		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, s.opt.Slots, r)}
+		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, o.opt.Slots, r)}
 	}
 	blockLen := keyBlockLen(len(id.key))
-	block, err := s.allocKey(ctx, r, blockLen)
+	block, err := o.allocKey(ctx, r, blockLen)
 	if err != nil {
 		return noSlot, err
 	}
-	at := s.slotAddr(r, free.idx)
+	at := o.slotAddr(r, free.idx)
 	var old int64
 	posted := false // the claim's compare-and-swap
-	err = s.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
+	err = o.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
 	if err == nil {
-		err = s.flush(ctx, r) // the block is whole before the slot names it
+		err = o.flush(ctx, r) // the block is whole before the slot names it
 	}
 	if err == nil {
-		err = s.v().w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
+		err = o.v().w.CompareAndSwap(r, at+slotKey*8, int64(free.key), int64(block), &old)
 		posted = err == nil
 	}
 	if hook := testHookPosted.get(); hook != nil && posted {
-		hook(ctx, s.Store, "claim", id.key)
+		hook(ctx, o.Store, "claim", id.key)
 	}
 	if err == nil {
-		err = s.flush(ctx, r)
+		err = o.flush(ctx, r)
 	}
 	if err == nil && uint64(old) != free.key {
 		// Only a claim could have changed it, and claims hold the lock:
@@ -97,32 +97,32 @@ func (s *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
 	}
 	if err != nil {
-		if posted && s.completed(ctx, r, err) && uint64(old) == free.key {
+		if posted && o.completed(ctx, r, err) && uint64(old) == free.key {
 			// The claim landed through a window rebuilt meanwhile: undo
 			// it (this rank still holds the claim lock), so that no slot
 			// names a key block freed below.
 			var back int64
-			lw := s.live()
+			lw := o.live()
 			lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-			s.flushAnyway(ctx, lw, r)
+			o.flushAnyway(ctx, lw, r)
 		}
-		s.free(ctx, r, block, uint64(blockLen))
+		o.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err
 	}
 	var hw [8]byte
 	putWords(hw[:], id.h)
 	if hook := testHookPosted.get(); hook != nil {
-		hook(ctx, s.Store, "claimed", id.key)
+		hook(ctx, o.Store, "claimed", id.key)
 	}
-	if s.v().w.Put(r, at+slotHash*8, hw[:]) != nil { // completes with the next flush toward r
+	if o.v().w.Put(r, at+slotHash*8, hw[:]) != nil { // completes with the next flush toward r
 		// The window was rebuilt since the claim: the claim stands, and
 		// its hash word (which the scans of recovery and Grow go by)
 		// goes through the current one.
-		s.live().Put(r, at+slotHash*8, hw[:])
-		s.live().Push(r)
+		o.live().Put(r, at+slotHash*8, hw[:])
+		o.live().Push(r)
 	}
 	sl = slotID{free.idx, block, free.gen}
-	s.remember(r, id, sl)
+	o.remember(r, id, sl)
 	return sl, nil
 }
 
@@ -143,18 +143,18 @@ func (s *Store) forget(r ftrma.Rank, id ident) {
 // the chain a claim could take (a tombstone, or the never-used slot that
 // ends the chain), with its key word and generation; free.idx is -1 when
 // the chain covers every slot and none is free.
-func (s *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slotID, err error) {
+func (o *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slotID, err error) {
 	const group = 8
 	free = noSlot
 	buf := make([]byte, group*slotBytes)
-	start := int(id.h % uint64(s.opt.Slots))
-	for probed := 0; probed < s.opt.Slots; {
-		first := (start + probed) % s.opt.Slots
-		n := min(group, s.opt.Slots-first, s.opt.Slots-probed)
-		if err := s.v().w.Get(r, s.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
+	start := int(id.h % uint64(o.opt.Slots))
+	for probed := 0; probed < o.opt.Slots; {
+		first := (start + probed) % o.opt.Slots
+		n := min(group, o.opt.Slots-first, o.opt.Slots-probed)
+		if err := o.v().w.Get(r, o.slotAddr(r, first), buf[:n*slotBytes]); err != nil {
 			return noSlot, noSlot, err
 		}
-		if err := s.flush(ctx, r); err != nil {
+		if err := o.flush(ctx, r); err != nil {
 			return noSlot, noSlot, err
 		}
 		for j := range n {
@@ -174,7 +174,7 @@ func (s *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slo
 			case hw != 0 && hw != id.h:
 				continue
 			}
-			mine, err := s.isKeyAt(ctx, r, sl.key, id)
+			mine, err := o.isKeyAt(ctx, r, sl.key, id)
 			if err != nil {
 				return noSlot, noSlot, err
 			}
@@ -188,11 +188,11 @@ func (s *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slo
 }
 
 // isKeyAt reports whether the key block at addr at rank r names id.
-func (s *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
+func (o *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (bool, error) {
 	b := make([]byte, keyBlockLen(len(id.key)))
-	err := s.v().w.Get(r, addr, b)
+	err := o.v().w.Get(r, addr, b)
 	if err == nil {
-		err = s.flush(ctx, r)
+		err = o.flush(ctx, r)
 	}
 	if errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion) {
 		return false, nil // the block ends before id's would: a shorter key's
@@ -206,40 +206,40 @@ func (s *op) isKeyAt(ctx context.Context, r ftrma.Rank, addr uint64, id ident) (
 // lockClaims takes rank r's claim lock: compare-and-swap free → this rank,
 // or a failed holder → this rank; a live holder claims one slot and lets go,
 // so it is waited for with a backoff.
-func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
-	at := s.v().tables[r] + hdrClaim*8
+func (o *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
+	at := o.v().tables[r] + hdrClaim*8
 	var expect int64
 	var hw *holdWatch
 	for attempt := 0; ; attempt++ {
 		var got int64
-		if err := s.v().w.CompareAndSwap(r, at, expect, int64(s.me)+1, &got); err != nil {
+		if err := o.v().w.CompareAndSwap(r, at, expect, int64(o.me)+1, &got); err != nil {
 			return err
 		}
 		if hook := testHookPosted.get(); hook != nil {
-			hook(ctx, s.Store, "claim lock", "")
+			hook(ctx, o.Store, "claim lock", "")
 		}
-		if err := s.flush(ctx, r); err != nil {
-			if s.completed(ctx, r, err) && got == expect {
-				s.unlockClaims(r) // taken through a window rebuilt meanwhile
+		if err := o.flush(ctx, r); err != nil {
+			if o.completed(ctx, r, err) && got == expect {
+				o.unlockClaims(r) // taken through a window rebuilt meanwhile
 			}
 			return err
 		}
 		switch holder := ftrma.Rank(got - 1); {
 		case got == expect:
 			return nil
-		case holder == s.me:
+		case holder == o.me:
 			return nil // left by an earlier claim of this process's whose unlock failed
-		case s.failed(holder):
+		case o.failed(holder):
 			expect = got
-			s.st.takeovers.Add(1)
+			o.st.takeovers.Add(1)
 			continue
 		}
 		expect = 0
-		if s.stale() {
+		if o.stale() {
 			return errNewView // the holder may be waiting for the next view
 		}
 		if hw == nil {
-			hw = s.holdWatch()
+			hw = o.holdWatch()
 		}
 		// One claim lets go at once; the same holder met for the whole
 		// bound is one that does not (its claims would have let us in).
@@ -252,20 +252,20 @@ func (s *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 	}
 }
 
-func (s *op) unlockClaims(r ftrma.Rank) {
+func (o *op) unlockClaims(r ftrma.Rank) {
 	var z [8]byte
-	lw := s.live() // see live
-	lw.Put(r, s.v().tables[r]+hdrClaim*8, z[:])
+	lw := o.live() // see live
+	lw.Put(r, o.v().tables[r]+hdrClaim*8, z[:])
 	lw.Push(r)
 }
 
 // checkSlots reports errStale, and forgets the slots, when a replica's slot
 // as just read is no longer the one this rank found for its key.
-func (s *op) checkSlots(reps []*replica) error {
+func (o *op) checkSlots(reps []*replica) error {
 	var err error
 	for _, p := range reps {
 		if p.slot >= 0 && !p.failed && (p.word(slotKey) != p.keyAddr || p.word(slotGen) != p.gen) {
-			s.forget(p.r, p.id)
+			o.forget(p.r, p.id)
 			err = errStale
 		}
 	}

@@ -174,14 +174,14 @@ func (t *Trace) flushed(start time.Time) {
 
 // flush is the operation's window's Flush toward r, counted in ctx's trace
 // as a round trip of its own.
-func (s *op) flush(ctx context.Context, r ftrma.Rank) error {
+func (o *op) flush(ctx context.Context, r ftrma.Rank) error {
 	t := traceOf(ctx)
 	if t == nil {
-		return s.v().w.Flush(ctx, r)
+		return o.v().w.Flush(ctx, r)
 	}
 	t.batch()
 	start := t.now()
-	err := s.v().w.Flush(ctx, r)
+	err := o.v().w.Flush(ctx, r)
 	t.flushed(start)
 	return err
 }

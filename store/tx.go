@@ -202,11 +202,11 @@ func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error)
 // commitOnce runs one attempt; errRetry and errNewView (before the commit
 // point only) mean nothing is visible and the locks are given back. Once it
 // committed it returns the keys that lost a replica meanwhile.
-func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []ident, err error) {
+func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []ident, err error) {
 	var all []*replica
 	for _, k := range keys {
-		s.endLease(k.id) // as in acquire: the commit's locks are its own
-		reps, err := s.replicas(ctx, k.id, true)
+		o.endLease(k.id) // as in acquire: the commit's locks are its own
+		reps, err := o.replicas(ctx, k.id, true)
 		if err != nil {
 			return nil, err
 		}
@@ -214,30 +214,30 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		all = append(all, reps...)
 	}
 	// Lock every key, in hash order within one round of compare-and-swaps.
-	if err := s.lockAll(ctx, ident{}, all); err != nil {
+	if err := o.lockAll(ctx, ident{}, all); err != nil {
 		return nil, err
 	}
-	s.countTakeovers(all)
+	o.countTakeovers(all)
 	// A transaction counts committed when its writer's decision key holds
 	// its number or a later one (txCommitted), so the key must never go
 	// back, nor hold a number while an earlier one is still to be decided:
 	// this rank's Commits draw numbers and write decisions one at a time
 	// (TestTxDecisionsInNumberOrder).
-	s.decide.Lock()
+	o.decide.Lock()
 	deciding := true
 	defer func() {
 		if deciding {
-			s.decide.Unlock()
+			o.decide.Unlock()
 		}
 	}()
-	seq := s.txSeq.Add(1)
-	tag := txTag(seq, s.me)
+	seq := o.txSeq.Add(1)
+	tag := txTag(seq, o.me)
 	// Pending records.
 	pdesc := make([]byte, 3*8)
 	abort := func(err error) error {
-		s.dropPending(ctx, keys)
+		o.dropPending(ctx, keys)
 		for _, k := range keys {
-			s.release(ctx, k.id, k.reps)
+			o.release(ctx, k.id, k.reps)
 		}
 		return err
 	}
@@ -252,7 +252,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	}
 	if writes == 0 {
 		for _, k := range keys {
-			s.release(ctx, k.id, k.reps) // a read-only transaction: its reads hold now
+			o.release(ctx, k.id, k.reps) // a read-only transaction: its reads hold now
 		}
 		return nil, nil
 	}
@@ -267,7 +267,7 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
 		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value, deleted: k.op.del})
 		for _, p := range k.reps {
-			a, err := s.alloc(ctx, p.r, len(k.rec))
+			a, err := o.alloc(ctx, p.r, len(k.rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
 				return nil, abort(errRetry)
 			}
@@ -275,12 +275,12 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 				return nil, abort(err)
 			}
 			p.pending = a
-			s.v().w.Put(p.r, a, k.rec)
+			o.v().w.Put(p.r, a, k.rec)
 			putWords(pdesc, a, k.ver, uint64(len(k.rec)))
-			s.v().w.Put(p.r, p.addr+slotPAddr*8, pdesc)
+			o.v().w.Put(p.r, p.addr+slotPAddr*8, pdesc)
 		}
 	}
-	if failed, err := s.flushAll(ctx, all); failed || err != nil {
+	if failed, err := o.flushAll(ctx, all); failed || err != nil {
 		if err == nil {
 			err = errRetry
 		}
@@ -288,16 +288,16 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	}
 	commitHook := testHookCommit.get()
 	if commitHook != nil {
-		commitHook(s.Store, "pending")
+		commitHook(o.Store, "pending")
 	}
 	// The commit point.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
 	defer cancel()
 	var num [8]byte
 	binary.LittleEndian.PutUint64(num[:], seq)
-	if err := s.write(cctx, s.ident(txKey(int(s.me))), num[:], false); err != nil {
+	if err := o.write(cctx, o.ident(txKey(int(o.me))), num[:], false); err != nil {
 		// Undecided: ask the decision key, which a Get makes consistent.
-		committed, err2 := s.txCommitted(cctx, tag)
+		committed, err2 := o.txCommitted(cctx, tag)
 		if err2 != nil {
 			return nil, err2 // locks stay held; the key is decided when this rank fails
 		}
@@ -305,16 +305,16 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			return nil, abort(err)
 		}
 	}
-	s.decide.Unlock()
+	o.decide.Unlock()
 	deciding = false
 	if commitHook != nil {
-		commitHook(s.Store, "decided")
+		commitHook(o.Store, "decided")
 	}
 	// Publish: pending → current, unlock with the version.
 	for ki, k := range keys {
 		if ki == 1 && commitHook != nil {
-			s.flushAll(cctx, keys[0].reps)
-			commitHook(s.Store, "published-one")
+			o.flushAll(cctx, keys[0].reps)
+			commitHook(o.Store, "published-one")
 		}
 		if !k.write || k.op.del {
 			continue // below
@@ -327,31 +327,31 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			putWords(lw[:], lockWord(max(k.ver, lockVersion(p.lock)), -1))
 			desc := make([]byte, 6*8)
 			putWords(desc, p.pending, k.ver, uint64(len(k.rec)), 0, 0, 0)
-			s.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
-			s.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			o.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
+			o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		}
 	}
-	if failed, err := s.flushAll(cctx, all); !failed && err == nil {
+	if failed, err := o.flushAll(cctx, all); !failed && err == nil {
 		for _, k := range keys {
 			if k.write && !k.op.del {
-				s.markDone(k.reps, k.ver)
+				o.markDone(k.reps, k.ver)
 			}
 		}
 	}
 	for _, k := range keys {
 		switch {
 		case !k.write:
-			s.release(cctx, k.id, k.reps) // read only
+			o.release(cctx, k.id, k.reps) // read only
 		case k.op.del:
 			// Deletions free the key's slots (and release their locks).
-			s.deletion(cctx, k.id, k.reps, k.ver)
+			o.deletion(cctx, k.id, k.reps, k.ver)
 		}
 	}
 	for _, k := range keys {
 		if !k.write {
 			continue
 		}
-		s.dropLease(k.id) // the commit released the key's locks
+		o.dropLease(k.id) // the commit released the key's locks
 		lost := false
 		for _, p := range k.reps {
 			if p.failed {
@@ -359,14 +359,14 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 				continue
 			}
 			if k.op.del {
-				s.free(cctx, p.r, p.pending, uint64(len(k.rec)))
+				o.free(cctx, p.r, p.pending, uint64(len(k.rec)))
 				continue // the tombstone freed the rest
 			}
-			s.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-			s.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
-			s.cache.Lock()
-			s.cache.lock[p.ref] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
-			s.cache.Unlock()
+			o.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+			o.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+			o.cache.Lock()
+			o.cache.lock[p.ref] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
+			o.cache.Unlock()
 			p.held = false
 		}
 		if lost {
@@ -378,19 +378,19 @@ func (s *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 
 // dropPending clears the pending descriptors this attempt wrote and frees
 // their blocks.
-func (s *op) dropPending(ctx context.Context, keys []*txKeyState) {
+func (o *op) dropPending(ctx context.Context, keys []*txKeyState) {
 	zero := make([]byte, 3*8)
 	for _, k := range keys {
 		for _, p := range k.reps {
 			if p.pending != 0 && !p.failed {
-				s.v().w.Put(p.r, p.addr+slotPAddr*8, zero)
+				o.v().w.Put(p.r, p.addr+slotPAddr*8, zero)
 			}
 		}
 	}
 	for _, k := range keys {
-		s.flushAll(ctx, k.reps)
+		o.flushAll(ctx, k.reps)
 		for _, p := range k.reps {
-			s.free(ctx, p.r, p.pending, uint64(len(k.rec)))
+			o.free(ctx, p.r, p.pending, uint64(len(k.rec)))
 			p.pending = 0
 		}
 	}

@@ -1,0 +1,324 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/window"
+)
+
+// The core of every operation: the view it works in (view), its handle on
+// the store (op), and how it starts again or retries.
+//
+// Views. Every operation works in one view of the store: the window, the
+// communicator, each rank's table address and the placement rule (Grow
+// moves the store from view to view: grow.go). An operation takes the view
+// current when it starts and counts itself in it (hold), and uses that view
+// alone at every step (op); Grow installs a new view and waits until the
+// operations of the one before have ended (drain).
+//
+// Two ways to try again, for two causes (store/DESIGN.md §5.1):
+//
+//   - errNewView: an attempt met a failure or a wait in a view that is no
+//     longer current. It gives up what it holds and the operation starts
+//     again, from its outermost call (inView), in the current view; what it
+//     took through a window rebuilt under it is let go through the current
+//     one (live, completed).
+//   - errRetry: a replica failed (or a remembered slot was reused). The
+//     operation tries again in the same view once this rank's view of the
+//     failures has moved on, paced by a retrier, which gives up only when
+//     no verdict came for the runtime's verdict bound.
+
+// view is what an operation works with: see above.
+type view struct {
+	w      *window.Window
+	c      window.Comm
+	tables []uint64 // address of each rank's table region
+	hosts  []string // each rank's host
+	place  *placement
+	fast   bool // fast reads allowed (see fastread.go)
+
+	arenas    []*arena // this rank's allocations of records, by target rank
+	keyArenas []*arena // and of key blocks
+
+	// In the transition view: the placement before, and the ranks whose
+	// process was replaced (failed in the old placement).
+	old      *placement
+	replaced []bool
+	// dropping marks the new view while ranks drop the copies it no longer
+	// places (old and replaced are still set): it places keys as the new
+	// view does, but a deletion also deletes the copies at the old
+	// placement's ranks (leftovers).
+	dropping bool
+
+	ops atomic.Int64 // operations working in this view
+}
+
+// current returns the current view. Operations use the view they hold
+// (op.v), never this one.
+func (s *Store) current() *view { return s.cur.Load() }
+
+// hold returns the current view, counting the caller as working in it until
+// it calls v.done().
+func (s *Store) hold() *view {
+	for {
+		v := s.cur.Load()
+		v.ops.Add(1)
+		if s.cur.Load() == v {
+			return v
+		}
+		v.ops.Add(-1)
+	}
+}
+
+func (v *view) done() { v.ops.Add(-1) }
+
+// op is one operation's handle on the store: the store, and the view the
+// operation works in from its start to its end (or to errNewView). Every
+// step of an operation — replica sets, window, tables, failed ranks, arenas
+// — comes from that one view, so an operation never mixes two.
+type op struct {
+	*Store
+	view *view
+}
+
+// begin starts an operation in the current view; end it with o.end.
+func (s *Store) begin() *op { return &op{Store: s, view: s.hold()} }
+
+func (o *op) end() { o.view.done() }
+
+// v is the operation's view.
+func (o *op) v() *view { return o.view }
+
+// failed reports whether rank r is out of the store in the operation's
+// view: failed, or departed (the runtime counts a rank that closed its
+// transport as gone too).
+func (o *op) failed(r ftrma.Rank) bool { return o.view.c.ProcFailed(r) }
+
+// stale reports whether Grow has installed a view after the operation's.
+func (o *op) stale() bool { return o.Store.cur.Load() != o.view }
+
+// renew moves the operation to the current view, after errNewView.
+func (o *op) renew() {
+	o.view.done()
+	o.view = o.Store.hold()
+}
+
+// errNewView: the operation's view is no longer current and an attempt of
+// it met a failure (the window of the view was rebuilt, or a replica
+// failed) or a wait that the next view ends; it gives up what it holds and
+// starts again, from its outermost call, in the current view. Operations
+// retry after a failure anyway, so an attempt given up is one they know how
+// to leave.
+var errNewView = errors.New("store view changed: start again in the new one")
+
+// restart reports whether the operation is to start again in the current
+// view after err: errNewView, or a use of its view's window that a Grow
+// rebuilt meanwhile.
+func (o *op) restart(err error) bool {
+	return errors.Is(err, errNewView) || errors.Is(err, window.ErrRebuilt) && o.stale()
+}
+
+// completed reports whether the operations this rank posted toward r,
+// whose flush failed with err, completed all the same, so that the results
+// of its compare-and-swaps are known and what they took can be let go.
+// Two failures leave posted operations under way: the view's window was
+// rebuilt (they went to the transport; a flush through the current window
+// completes them), or ctx ended. The flush here is bounded by the verdict
+// bound, not by ctx: a live rank answers within a round trip, and one that
+// does not is declared failed within it.
+func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
+	w := o.v().w
+	switch {
+	case errors.Is(err, window.ErrRebuilt):
+		if w = o.live(); w == o.v().w {
+			return false
+		}
+	case ctx.Err() == nil:
+		return false
+	}
+	return o.flushAnyway(ctx, w, r) == nil
+}
+
+// flushAnyway flushes toward r through w whether or not ctx has ended,
+// bounded by the verdict bound (see completed).
+func (s *Store) flushAnyway(ctx context.Context, w *window.Window, r ftrma.Rank) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.verdict)
+	defer cancel()
+	return w.Flush(fctx, r)
+}
+
+// inView runs f as one operation, again in the next view each time f
+// returns errNewView.
+func (s *Store) inView(f func(o *op) error) error {
+	o := s.begin()
+	defer o.end()
+	for {
+		if err := f(o); !o.restart(err) {
+			return err
+		}
+		o.renew()
+	}
+}
+
+// live is the current view's window: release writes (of locks, claims and
+// leases this process holds) go through it, so that an operation whose
+// view's window was rebuilt still lets go of what it took. The window of an
+// operation's view is either the current one, or rebuilt (every operation
+// on it fails), so the releases stay ordered after the operation's writes.
+// Between Rebuild replacing the current view's window and Grow installing
+// the view with the new one (a moment: no communication in between) live
+// waits, up to localBound.
+func (s *Store) live() *window.Window {
+	start := time.Now()
+	for {
+		w := s.current().w
+		if !w.IsRebuilt() || time.Since(start) > localBound {
+			return w
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// drain waits until no operation works in v (v is no longer current).
+func drain(ctx context.Context, v *view) error {
+	for i := 0; v.ops.Load() > 0; i++ {
+		if err := backoff(ctx, min(i, 5)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replicas returns the key's replicas in v, given the failed ranks: its
+// placement, and in the transition view the union of its old and new
+// placements (the old ones first).
+func (v *view) replicas(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
+	now := v.place.replicas(h, failed)
+	if v.old == nil || v.dropping {
+		return now
+	}
+	out := v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) })
+	for _, r := range now {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// leftovers returns, in the dropping view, the ranks of the key's old
+// placement that its new placement leaves out: they may hold a copy not
+// dropped yet. None in any other view.
+func (v *view) leftovers(h uint64, failed func(ftrma.Rank) bool) []ftrma.Rank {
+	if !v.dropping {
+		return nil
+	}
+	now := v.place.replicas(h, failed)
+	var out []ftrma.Rank
+	for _, r := range v.old.replicas(h, func(r ftrma.Rank) bool { return v.replaced[r] || failed(r) }) {
+		if !slices.Contains(now, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// retryErr reports whether an operation that met err tries again: a
+// replica failed, or Grow rebuilt the window under it (the next attempt
+// takes the new one).
+func retryErr(err error) bool {
+	return errors.Is(err, ftrma.ErrProcFailed) || errors.Is(err, window.ErrRebuilt)
+}
+
+// mayHaveHeld is placement.mayHaveHeld in v (the old placement in
+// transition: the new ranks held nothing before it).
+func (v *view) mayHaveHeld(h uint64) int {
+	if v.old != nil && !v.dropping {
+		return v.old.mayHaveHeld(h, func(r ftrma.Rank) bool { return v.replaced[r] || v.c.ProcFailed(r) })
+	}
+	return v.place.mayHaveHeld(h, v.c.ProcFailed)
+}
+
+// errRetry: a replica failed during the step; start it again with the new
+// placement.
+var errRetry = errors.New("replica failed, retry")
+
+// retrier paces an operation that starts again because a replica failed.
+// Progress needs this rank to learn of the failure, which can come a little
+// after the transport reported the broken connection, or, for a replica cut
+// off but not yet judged, only once the runtime's verdict comes: each retry
+// waits until the known failures change, or a pause growing from 1 to 64 ms
+// has passed. The operation gives up only when no verdict came for the
+// store's verdict bound since its first failed attempt or the last verdict
+// it saw: once the verdict comes, it completes on the new replica set.
+type retrier struct {
+	o     *op
+	since time.Time // the first failed attempt, or the last change of the known failures
+	i     int
+	known int
+}
+
+func (o *op) retrier() *retrier {
+	return &retrier{o: o, known: o.knownFailed()}
+}
+
+// knownFailed counts the ranks failed in the operation's view.
+func (o *op) knownFailed() int {
+	n := 0
+	for r := range o.n {
+		if o.failed(ftrma.Rank(r)) {
+			n++
+		}
+	}
+	return n
+}
+
+// again waits before the next attempt after err (an errRetry); it returns an
+// error wrapping ftrma.ErrProcFailed when replicas kept failing for the
+// verdict bound with no new verdict, ctx's error, or errNewView when the
+// operation's view is no longer current (the next attempt is to be made in
+// the new one).
+func (r *retrier) again(ctx context.Context, err error) error {
+	r.o.st.retries.Add(1)
+	if r.o.stale() {
+		return errNewView
+	}
+	if k := r.o.knownFailed(); r.since.IsZero() || k != r.known {
+		r.since, r.known = time.Now(), k
+	} else if bound := r.o.verdict; time.Since(r.since) > bound {
+		return fmt.Errorf("%w: replicas kept failing for %v, the runtime's verdict bound, with no verdict (%v)", ftrma.ErrProcFailed, bound, err)
+	}
+	deadline := time.Now().Add(time.Millisecond << min(r.i, 6))
+	r.i++
+	for r.o.knownFailed() == r.known && time.Now().Before(deadline) {
+		t := time.NewTimer(200 * time.Microsecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	r.known = r.o.knownFailed()
+	return ctx.Err()
+}
+
+// backoff sleeps before attempt i of a contended operation.
+func backoff(ctx context.Context, i int) error {
+	d := 20 * time.Microsecond << min(i, 7)
+	d += time.Duration(uint64(time.Now().UnixNano()) % uint64(d))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
