@@ -141,10 +141,6 @@ var testHookDrop testHook[func(s *Store)]
 // (its window rebuilt).
 var testHookExchange testHook[func(s *Store)]
 
-// growKey in a context marks the repairs of Grow's move, whose writes count
-// in Stats.GrowKeys and GrowBytes.
-type growKey struct{}
-
 // replacer is what Join needs to know of a communicator: whether this
 // process is new to the store (comm.Comm offers it).
 type replacer interface {
@@ -384,6 +380,7 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	}
 	if survivor {
 		o := s.begin()
+		o.moving = true
 		err := o.moveKeys(ctx)
 		o.end()
 		if err != nil {
@@ -677,7 +674,6 @@ func (o *op) moveKeys(ctx context.Context) error {
 		}
 	}
 	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
-	gctx := context.WithValue(ctx, growKey{}, true)
 	start := time.Now()
 	for i, j := range jobs {
 		if hook := testHookMove.get(); hook != nil {
@@ -692,9 +688,9 @@ func (o *op) moveKeys(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		id, err := o.ownKey(gctx, j.h, j.key)
+		id, err := o.ownKey(ctx, j.h, j.key)
 		if err == nil {
-			_, _, err = o.getAll(gctx, id)
+			_, _, err = o.getAll(ctx, id)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

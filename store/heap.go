@@ -50,7 +50,7 @@ func (o *op) entryAddr(r ftrma.Rank, e, w int) uint64 {
 // completes with the next flush toward r, before any free of the block can
 // be posted.
 func (o *op) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
-	return o.allocIn(ctx, o.v().arenas[r], r, n)
+	return o.allocIn(ctx, o.v().arenas[r], r, n, true)
 }
 
 // allocNow is alloc at this rank by its own housekeeping, which must not
@@ -58,25 +58,23 @@ func (o *op) alloc(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
 // waits for one (so it has an arena of its own). It fails with ErrFull when
 // no free chunk is at hand.
 func (o *op) allocNow(ctx context.Context, n int) (uint64, error) {
-	ctx = context.WithValue(ctx, noWaitKey{}, true)
-	a, err := o.allocIn(ctx, &o.ownArena, o.me, n)
+	a, err := o.allocIn(ctx, &o.ownArena, o.me, n, false)
 	if errors.Is(err, ErrFull) && o.attachChunk(o.opt.ChunkSize) {
-		a, err = o.allocIn(ctx, &o.ownArena, o.me, n) // a chunk of its own making
+		a, err = o.allocIn(ctx, &o.ownArena, o.me, n, false) // a chunk of its own making
 	}
 	return a, err
 }
-
-// noWaitKey in a context tells claimChunk not to ask for a chunk and wait.
-type noWaitKey struct{}
 
 // allocKey is alloc for a key block: key blocks live as long as their keys'
 // slots, so they get chunks of their own (keyArenas) rather than pin the
 // chunks that values churn through (see compact).
 func (o *op) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) {
-	return o.allocIn(ctx, o.v().keyArenas[r], r, n)
+	return o.allocIn(ctx, o.v().keyArenas[r], r, n, true)
 }
 
-func (o *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64, error) {
+// allocIn allocates n bytes at r from arena a; wait says whether it may ask
+// r for a chunk and wait for one (claimChunk).
+func (o *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int, wait bool) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	size := uint64(n)
@@ -95,7 +93,7 @@ func (o *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int) (uint64
 		lo = (size + 4095) &^ 4095
 		hi = 2 * lo
 	}
-	c, err := o.claimChunk(ctx, r, lo, hi)
+	c, err := o.claimChunk(ctx, r, lo, hi, wait)
 	if err != nil {
 		return 0, err
 	}
@@ -175,8 +173,9 @@ func (o *op) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
 // such), asking r to attach one when there is none. It fails with ErrFull
 // when r has no chunk to give: its chunk table is full, it answered a want
 // of this call's without attaching anything (no memory, no room in its
-// transport's region table), or it attached nothing for attachBound.
-func (o *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*ownedChunk, error) {
+// transport's region table), or it attached nothing for attachBound. With
+// wait false it fails at once when no free chunk is at hand.
+func (o *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64, wait bool) (*ownedChunk, error) {
 	full := func(why string, args ...any) error {
 		return &ftrma.OpError{Op: "store alloc", Rank: r, Err: fmt.Errorf("%w: rank %d: %s", ErrFull, r, fmt.Sprintf(why, args...))}
 	}
@@ -227,7 +226,7 @@ func (o *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64) (*owne
 			continue // somebody else took it
 		}
 		switch want, noRoom := word(hdr[:], hdrWant), word(hdr[:], hdrNoRoom); {
-		case ctx.Value(noWaitKey{}) != nil:
+		case !wait:
 			return nil, full("no free chunk at hand")
 		case !empty:
 			return nil, full("all %d chunks attached (Options.Chunks)", o.opt.Chunks)

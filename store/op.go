@@ -85,6 +85,9 @@ func (v *view) done() { v.ops.Add(-1) }
 type op struct {
 	*Store
 	view *view
+	// moving marks the operation of Grow's move: the writes of its repairs
+	// count in Stats.GrowKeys and GrowBytes.
+	moving bool
 }
 
 // begin starts an operation in the current view; end it with o.end.

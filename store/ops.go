@@ -599,7 +599,7 @@ func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			o.letGo(p, lv)
 		}
 	}
-	if ctx.Value(growKey{}) != nil && rec != nil {
+	if o.moving && rec != nil {
 		o.countGrow(reps, len(rec))
 	}
 	named := keep // the lock words written name this rank
