@@ -509,49 +509,77 @@ func (o *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 // block, the descriptor (clearing any pending one), the lock word with the
 // version, and the release of the old blocks. With keep the lock words go on
 // naming this rank and the locks become a lease (see lease); without, they
-// are released and any lease on the key ends.
+// are released and any lease on the key ends. Its phases: blocks at every
+// replica (allocBlocks), the batches (postPublish), one flush of them all
+// and the done word (markDone), then letting go of what failed replicas
+// hold and keeping the caches and the lease (afterPublish).
 func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte, v uint64, keep bool) error {
 	if rec == nil {
 		return o.deletion(ctx, id, reps, v)
 	}
-	dw := make([]byte, 6*8)
 	lv := max(v, newest(reps)) // the lock word's version: the highest seen
+	t := traceOf(ctx)
+	t.phase("alloc")
+	if err := o.allocBlocks(ctx, id, reps, len(rec)); err != nil {
+		return err
+	}
+	t.phase("publish.post")
+	alone := doneInBatch(reps) // the done word goes in the batch
+	o.postPublish(ctx, reps, rec, v, lv, keep, alone)
+	t.phase("publish.wait")
+	failed, err := o.flushAll(ctx, reps)
+	if !failed && err == nil && !alone {
+		t.phase("publish.done")
+		o.markDone(reps, v)
+	}
+	t.phase("publish.end")
+	o.afterPublish(id, reps, len(rec), lv, keep, failed || err != nil)
+	return err
+}
+
+// allocBlocks takes a block of n bytes at every held replica that needs
+// one, before anything is written, so that a replica that cannot take the
+// value (ErrFull) fails the write first; it then frees the blocks taken and
+// gives the locks back. A replica failing is marked so and skipped.
+func (o *op) allocBlocks(ctx context.Context, id ident, reps []*replica, n int) error {
+	for _, p := range reps {
+		if !p.held || p.failed || p.same {
+			continue
+		}
+		a, err := o.alloc(ctx, p.r, n)
+		if errors.Is(err, ftrma.ErrProcFailed) {
+			p.failed = true
+			continue
+		}
+		if err != nil {
+			for _, q := range reps {
+				if q.block != 0 {
+					o.free(ctx, q.r, q.block, uint64(n))
+					q.block = 0
+				}
+			}
+			o.dropLease(id)
+			o.unlockAll(ctx, reps)
+			return err
+		}
+		p.block = a
+	}
+	return nil
+}
+
+// postPublish posts publish's batch at every held replica: the record, the
+// descriptor, the lock word with version lv (naming this rank with keep),
+// the done word when the primary is the only replica (alone), the frees of
+// the old blocks, and with keep a read of the lease-ask word. A replica
+// that already holds v (same) gets its lock word alone.
+func (o *op) postPublish(ctx context.Context, reps []*replica, rec []byte, v, lv uint64, keep, alone bool) {
 	var lw [8]byte
 	if keep {
 		putWords(lw[:], lockWord(lv, int(o.me)))
 	} else {
 		putWords(lw[:], lockWord(lv, -1))
 	}
-	// Blocks first, at every replica, so that a replica that cannot take
-	// the value (ErrFull) fails the write before anything is written.
-	t := traceOf(ctx)
-	t.phase("alloc")
-	if rec != nil {
-		for _, p := range reps {
-			if !p.held || p.failed || p.same {
-				continue
-			}
-			a, err := o.alloc(ctx, p.r, len(rec))
-			if errors.Is(err, ftrma.ErrProcFailed) {
-				p.failed = true
-				continue
-			}
-			if err != nil {
-				for _, q := range reps {
-					if q.block != 0 {
-						o.free(ctx, q.r, q.block, uint64(len(rec)))
-						q.block = 0
-					}
-				}
-				o.dropLease(id)
-				o.unlockAll(ctx, reps)
-				return err
-			}
-			p.block = a
-		}
-	}
-	t.phase("publish.post")
-	alone := doneInBatch(reps) // the done word goes in the batch
+	dw := make([]byte, 6*8)
 	for i, p := range reps {
 		if hook := testHookPublish.get(); hook != nil {
 			hook(o.Store, reps, i)
@@ -566,11 +594,9 @@ func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			}
 			continue
 		}
-		if rec != nil {
-			if err := o.v().w.Put(p.r, p.block, rec); err != nil {
-				p.failed = true
-				continue
-			}
+		if err := o.v().w.Put(p.r, p.block, rec); err != nil {
+			p.failed = true
+			continue
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
 		o.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
@@ -585,13 +611,14 @@ func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		}
 		p.written = true
 	}
-	t.phase("publish.wait")
-	failed, err := o.flushAll(ctx, reps)
-	if !failed && err == nil && !alone {
-		t.phase("publish.done")
-		o.markDone(reps, v)
-	}
-	t.phase("publish.end")
+}
+
+// afterPublish ends a publish of n bytes with lock version lv: it lets go
+// of the locks of replicas that failed, counts Grow's move, updates the
+// caches, and keeps the lease (keep, when no replica failed and the batch
+// did not fail: failed) or ends it, releasing the lock words that named
+// this rank. Another rank's ask for the key ends the lease at once.
+func (o *op) afterPublish(id ident, reps []*replica, n int, lv uint64, keep, failed bool) {
 	for _, p := range reps {
 		if p.held && p.failed {
 			// Its lock word was the one held, or lw: let go of either.
@@ -599,11 +626,11 @@ func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 			o.letGo(p, lv)
 		}
 	}
-	if o.moving && rec != nil {
-		o.countGrow(reps, len(rec))
+	if o.moving {
+		o.countGrow(reps, n)
 	}
 	named := keep // the lock words written name this rank
-	keep = keep && !failed && err == nil
+	keep = keep && !failed
 	for _, p := range reps {
 		// A lease holds every replica of the key (see leased): also none
 		// that failed before the flush.
@@ -618,43 +645,42 @@ func (o *op) publish(ctx context.Context, id ident, reps []*replica, rec []byte,
 		l = &lease{version: lv, since: time.Now(), used: time.Now(), view: o.v()}
 	}
 	for _, p := range reps {
-		if p.held && !p.failed {
-			o.cache.Lock()
-			o.cache.lock[p.ref] = lockWord(lv, -1)
-			if p.written {
-				o.cache.desc[p.ref] = desc{p.block, uint64(len(rec))}
-			}
-			o.cache.Unlock()
-			switch {
-			case l != nil:
-				l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(len(rec)), key: p.keyAddr, gen: p.gen})
-			case named:
-				// A lease was meant, but a replica failed: no lease is
-				// kept, so its lock words are released here.
-				var free [8]byte
-				putWords(free[:], lockWord(lv, -1))
-				o.live().Put(p.r, p.addr+slotLock*8, free[:])
-				o.live().Push(p.r)
-			}
-			p.held = false
+		if !p.held || p.failed {
+			continue
 		}
+		o.cache.Lock()
+		o.cache.lock[p.ref] = lockWord(lv, -1)
+		if p.written {
+			o.cache.desc[p.ref] = desc{p.block, uint64(n)}
+		}
+		o.cache.Unlock()
+		switch {
+		case l != nil:
+			l.reps = append(l.reps, leased{r: p.r, slot: p.slot, addr: p.addr, block: p.block, len: uint64(n), key: p.keyAddr, gen: p.gen})
+		case named:
+			// A lease was meant, but a replica failed: no lease is
+			// kept, so its lock words are released here.
+			var free [8]byte
+			putWords(free[:], lockWord(lv, -1))
+			o.live().Put(p.r, p.addr+slotLock*8, free[:])
+			o.live().Push(p.r)
+		}
+		p.held = false
 	}
-	if l != nil {
-		o.leases.Lock()
-		old := o.leases.m[id]
-		if old != nil {
-			l.since = old.since
-		}
-		o.leases.m[id] = l
-		o.leases.Unlock()
-		if wanted {
-			o.contended(id)
-			o.endLease(id) // another rank waits for the key
-		}
-	} else {
+	if l == nil {
 		o.dropLease(id)
+		return
 	}
-	return err
+	o.leases.Lock()
+	if old := o.leases.m[id]; old != nil {
+		l.since = old.since
+	}
+	o.leases.m[id] = l
+	o.leases.Unlock()
+	if wanted {
+		o.contended(id)
+		o.endLease(id) // another rank waits for the key
+	}
 }
 
 // tombstone publishes the deletion of id as version v at every replica

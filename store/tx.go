@@ -201,23 +201,16 @@ func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error)
 
 // commitOnce runs one attempt; errRetry and errNewView (before the commit
 // point only) mean nothing is visible and the locks are given back. Once it
-// committed it returns the keys that lost a replica meanwhile.
+// committed it returns the keys that lost a replica meanwhile. Its phases
+// (DESIGN.md §4.4): lock every key (lockTx), check the reads (checkReads),
+// write the pending records (writePending), decide (the commit point,
+// decideTx), make the pending records current and release (publishTx), and
+// free what the old records held (finishTx).
 func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []ident, err error) {
-	var all []*replica
-	for _, k := range keys {
-		o.endLease(k.id) // as in acquire: the commit's locks are its own
-		reps, err := o.replicas(ctx, k.id, true)
-		if err != nil {
-			return nil, err
-		}
-		k.reps = reps
-		all = append(all, reps...)
-	}
-	// Lock every key, in hash order within one round of compare-and-swaps.
-	if err := o.lockAll(ctx, ident{}, all); err != nil {
+	all, err := o.lockTx(ctx, keys)
+	if err != nil {
 		return nil, err
 	}
-	o.countTakeovers(all)
 	// A transaction counts committed when its writer's decision key holds
 	// its number or a later one (txCommitted), so the key must never go
 	// back, nor hold a number while an earlier one is still to be decided:
@@ -232,23 +225,9 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	}()
 	seq := o.txSeq.Add(1)
 	tag := txTag(seq, o.me)
-	// Pending records.
-	pdesc := make([]byte, 3*8)
-	abort := func(err error) error {
-		o.dropPending(ctx, keys)
-		for _, k := range keys {
-			o.release(ctx, k.id, k.reps)
-		}
-		return err
-	}
-	writes := 0
-	for _, k := range keys {
-		if k.read && !unchanged(k) {
-			return nil, abort(fmt.Errorf("%w: %q changed since the transaction read it", ErrConflict, k.id.key))
-		}
-		if k.write {
-			writes++
-		}
+	writes, err := checkReads(keys)
+	if err != nil {
+		return nil, o.abortTx(ctx, keys, err)
 	}
 	if writes == 0 {
 		for _, k := range keys {
@@ -256,23 +235,98 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		}
 		return nil, nil
 	}
+	if err := o.writePending(ctx, keys, all, tag); err != nil {
+		return nil, o.abortTx(ctx, keys, err)
+	}
+	commitHook := testHookCommit.get()
+	if commitHook != nil {
+		commitHook(o.Store, "pending")
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
+	defer cancel()
+	if err := o.decideTx(cctx, seq, tag); err != nil {
+		if errors.Is(err, errUndecided) {
+			return nil, err // locks stay held; the key is decided when this rank fails
+		}
+		return nil, o.abortTx(ctx, keys, err)
+	}
+	o.decide.Unlock()
+	deciding = false
+	if commitHook != nil {
+		commitHook(o.Store, "decided")
+	}
+	o.publishTx(cctx, keys, all, commitHook)
+	return o.finishTx(cctx, keys), nil
+}
+
+// lockTx finds the replicas of every key of the transaction and locks them
+// all, in hash order within one round of compare-and-swaps; it returns them
+// all.
+func (o *op) lockTx(ctx context.Context, keys []*txKeyState) ([]*replica, error) {
+	var all []*replica
+	for _, k := range keys {
+		o.endLease(k.id) // as in acquire: the commit's locks are its own
+		reps, err := o.replicas(ctx, k.id, true)
+		if err != nil {
+			return nil, err
+		}
+		k.reps = reps
+		all = append(all, reps...)
+	}
+	if err := o.lockAll(ctx, ident{}, all); err != nil {
+		return nil, err
+	}
+	o.countTakeovers(all)
+	return all, nil
+}
+
+// checkReads fails with ErrConflict when a key the transaction read changed
+// since, and counts the keys it writes.
+func checkReads(keys []*txKeyState) (writes int, err error) {
+	for _, k := range keys {
+		if k.read && !unchanged(k) {
+			return 0, fmt.Errorf("%w: %q changed since the transaction read it", ErrConflict, k.id.key)
+		}
+		if k.write {
+			writes++
+		}
+	}
+	return writes, nil
+}
+
+// abortTx gives up the attempt before its commit point: the pending records
+// it wrote are dropped and the locks given back. It returns err.
+func (o *op) abortTx(ctx context.Context, keys []*txKeyState, err error) error {
+	o.dropPending(ctx, keys)
+	for _, k := range keys {
+		o.release(ctx, k.id, k.reps)
+	}
+	return err
+}
+
+// writePending writes every written key's record, tagged with the
+// transaction, into a fresh block at each of its replicas, and points the
+// slot's pending descriptor at it; it returns once every replica has them
+// (errRetry when one failed).
+func (o *op) writePending(ctx context.Context, keys []*txKeyState, all []*replica, tag uint64) error {
+	pdesc := make([]byte, 3*8)
 	for _, k := range keys {
 		if !k.write {
 			continue
 		}
 		k.ver = nextVersion(k.reps)
 		if k.ver > maxVersion {
-			return nil, abort(errLastVersion)
+			return errLastVersion
 		}
 		k.rec = make([]byte, recordLen(len(k.id.key), len(k.op.value)))
 		encodeRecord(k.rec, record{hash: k.id.h, version: k.ver, tx: tag, key: []byte(k.id.key), value: k.op.value, deleted: k.op.del})
 		for _, p := range k.reps {
 			a, err := o.alloc(ctx, p.r, len(k.rec))
 			if errors.Is(err, ftrma.ErrProcFailed) {
-				return nil, abort(errRetry)
+				return errRetry
 			}
 			if err != nil {
-				return nil, abort(err)
+				return err
 			}
 			p.pending = a
 			o.v().w.Put(p.r, a, k.rec)
@@ -284,36 +338,46 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		if err == nil {
 			err = errRetry
 		}
-		return nil, abort(err)
+		return err
 	}
-	commitHook := testHookCommit.get()
-	if commitHook != nil {
-		commitHook(o.Store, "pending")
-	}
-	// The commit point.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
-	defer cancel()
+	return nil
+}
+
+// errUndecided: the decision write failed and its outcome could not be
+// read either; the transaction's locks stay held, and its fate is decided
+// when this rank fails.
+var errUndecided = errors.New("transaction decision unknown")
+
+// decideTx is the commit point: it writes the transaction's number into
+// this rank's decision key. When the write fails, the key (which a Get
+// makes consistent) says whether it landed: nil if so, the write's error
+// if not (the attempt aborts), or an error wrapping errUndecided with the
+// reading's when even that fails.
+func (o *op) decideTx(ctx context.Context, seq, tag uint64) error {
 	var num [8]byte
 	binary.LittleEndian.PutUint64(num[:], seq)
-	if err := o.write(cctx, o.ident(txKey(int(o.me))), num[:], false); err != nil {
-		// Undecided: ask the decision key, which a Get makes consistent.
-		committed, err2 := o.txCommitted(cctx, tag)
-		if err2 != nil {
-			return nil, err2 // locks stay held; the key is decided when this rank fails
-		}
-		if !committed {
-			return nil, abort(err)
-		}
+	err := o.write(ctx, o.ident(txKey(int(o.me))), num[:], false)
+	if err == nil {
+		return nil
 	}
-	o.decide.Unlock()
-	deciding = false
-	if commitHook != nil {
-		commitHook(o.Store, "decided")
+	committed, err2 := o.txCommitted(ctx, tag)
+	switch {
+	case err2 != nil:
+		return fmt.Errorf("%w: %w", errUndecided, err2)
+	case committed:
+		return nil
 	}
-	// Publish: pending → current, unlock with the version.
+	return err
+}
+
+// publishTx makes every written key's pending record its current one and
+// releases its locks with the new version, marks the versions done once
+// every replica has them, releases the keys only read, and deletes the keys
+// deleted (their tombstones release their locks).
+func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, commitHook func(*Store, string)) {
 	for ki, k := range keys {
 		if ki == 1 && commitHook != nil {
-			o.flushAll(cctx, keys[0].reps)
+			o.flushAll(ctx, keys[0].reps)
 			commitHook(o.Store, "published-one")
 		}
 		if !k.write || k.op.del {
@@ -331,7 +395,7 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		}
 	}
-	if failed, err := o.flushAll(cctx, all); !failed && err == nil {
+	if failed, err := o.flushAll(ctx, all); !failed && err == nil {
 		for _, k := range keys {
 			if k.write && !k.op.del {
 				o.markDone(k.reps, k.ver)
@@ -341,12 +405,18 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	for _, k := range keys {
 		switch {
 		case !k.write:
-			o.release(cctx, k.id, k.reps) // read only
+			o.release(ctx, k.id, k.reps) // read only
 		case k.op.del:
 			// Deletions free the key's slots (and release their locks).
-			o.deletion(cctx, k.id, k.reps, k.ver)
+			o.deletion(ctx, k.id, k.reps, k.ver)
 		}
 	}
+}
+
+// finishTx frees the blocks the written keys' old records held (a deleted
+// key's pending block: its tombstone freed the rest), updates the caches,
+// and returns the keys that lost a replica during the commit.
+func (o *op) finishTx(ctx context.Context, keys []*txKeyState) (repairs []ident) {
 	for _, k := range keys {
 		if !k.write {
 			continue
@@ -359,11 +429,11 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 				continue
 			}
 			if k.op.del {
-				o.free(cctx, p.r, p.pending, uint64(len(k.rec)))
+				o.free(ctx, p.r, p.pending, uint64(len(k.rec)))
 				continue // the tombstone freed the rest
 			}
-			o.free(cctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-			o.free(cctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+			o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+			o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 			o.cache.Lock()
 			o.cache.lock[p.ref] = lockWord(max(k.ver, lockVersion(p.lock)), -1)
 			o.cache.Unlock()
@@ -373,7 +443,7 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 			repairs = append(repairs, k.id)
 		}
 	}
-	return repairs, nil
+	return repairs
 }
 
 // dropPending clears the pending descriptors this attempt wrote and frees
