@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 
 	"github.com/ftrma/ftrma"
 )
@@ -85,55 +84,42 @@ func sameVersion(version uint64) func([]byte, bool, uint64) bool {
 
 // writeIf writes value (del: deletes the key) if cond holds for the key's
 // current value (found: it has one) and version.
-func (s *Store) writeIf(ctx context.Context, op string, key, value []byte, del bool,
+func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del bool,
 	cond func(cur []byte, found bool, ver uint64) bool) (bool, error) {
-	if err := s.check(op, key, value); err != nil {
+	if err := s.check(name, key, value); err != nil {
 		return false, err
 	}
 	id := s.ident(key)
 	if err := s.keys.lock(ctx, id); err != nil {
-		return false, &ftrma.OpError{Op: op, Rank: -1, Err: err}
+		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
 	}
 	defer s.keys.unlock(id)
-	o := s.begin()
-	defer o.end()
-	rt := o.retrier()
 	done := false
 	var wrote prior // what writeIfOnce published
-	for {
-		var err error
-		if done {
-			// It took effect, but a replica failed meanwhile: the key
-			// needs its new replica, so the same is written again,
-			// unconditionally (as writeOnce does it after a published
-			// attempt).
-			err = o.writeLocked(ctx, id, value, del, &wrote)
-		} else {
+	err := s.inView(func(o *op) error {
+		return o.retry(ctx, func() (err error) {
+			if done {
+				// It took effect, but a replica failed meanwhile: the
+				// key needs its new replica, so the same is written
+				// again, unconditionally (as writeOnce does it after a
+				// published attempt).
+				return o.writeOnce(ctx, id, value, del, &wrote)
+			}
 			done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
-		}
-		if errors.Is(err, errRetry) {
-			err = rt.again(ctx, err)
-			if err == nil {
-				continue
-			}
-		}
-		if o.restart(err) {
-			o.renew()
-			rt = o.retrier()
-			continue
-		}
-		if err != nil {
-			return false, &ftrma.OpError{Op: op, Rank: -1, Err: err}
-		}
-		if done {
-			if del {
-				s.st.deletes.Add(1)
-			} else {
-				s.st.puts.Add(1)
-			}
-		}
-		return done, nil
+			return err
+		})
+	})
+	if err != nil {
+		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
 	}
+	if done {
+		if del {
+			s.st.deletes.Add(1)
+		} else {
+			s.st.puts.Add(1)
+		}
+	}
+	return done, nil
 }
 
 // writeIfOnce is one attempt of writeIf, under the key's process lock.
@@ -164,7 +150,7 @@ func (o *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 		if err := o.publishSettled(ctx, id, reps, best, ver); err != nil {
 			return false, err
 		}
-		return false, errRetry
+		return false, errAgain
 	}
 	var cur []byte
 	if best != nil {

@@ -252,6 +252,36 @@ func (v *view) mayHaveHeld(h uint64) int {
 // placement.
 var errRetry = errors.New("replica failed, retry")
 
+// errAgain: an attempt met no failure but must look again at once (a slot
+// this rank remembered holds another key now: errStale; a conditional
+// write made the replicas agree before checking its condition). It is an
+// errRetry, so every retry loop takes it, but the retrier does not wait
+// for a failure that is not coming: up to quickTries times per operation
+// it lets the next attempt start at once.
+var errAgain = fmt.Errorf("%w: look again", errRetry)
+
+// quickTries bounds the attempts a retrier lets start at once after
+// errAgain; past it they are paced as after a failure (a key churned by
+// other writers could otherwise keep one spinning).
+const quickTries = 3
+
+// retry runs attempt until it returns anything but errRetry, paced by a
+// retrier: the one loop of every retry after a replica's failure. Restarts
+// in the next view (errNewView) go out to inView.
+func (o *op) retry(ctx context.Context, attempt func() error) error {
+	rt := o.retrier()
+	for {
+		err := attempt()
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		traceOf(ctx).phase("retry")
+		if err := rt.again(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
 // retrier paces an operation that starts again because a replica failed.
 // Progress needs this rank to learn of the failure, which can come a little
 // after the transport reported the broken connection, or, for a replica cut
@@ -265,6 +295,7 @@ type retrier struct {
 	since time.Time // the first failed attempt, or the last change of the known failures
 	i     int
 	known int
+	quick int // attempts let start at once after errAgain
 }
 
 func (o *op) retrier() *retrier {
@@ -282,7 +313,8 @@ func (o *op) knownFailed() int {
 	return n
 }
 
-// again waits before the next attempt after err (an errRetry); it returns an
+// again waits before the next attempt after err (an errRetry; not after an
+// errAgain, the first quickTries times); it returns an
 // error wrapping ftrma.ErrProcFailed when replicas kept failing for the
 // verdict bound with no new verdict, ctx's error, or errNewView when the
 // operation's view is no longer current (the next attempt is to be made in
@@ -291,6 +323,10 @@ func (r *retrier) again(ctx context.Context, err error) error {
 	r.o.st.retries.Add(1)
 	if r.o.stale() {
 		return errNewView
+	}
+	if errors.Is(err, errAgain) && r.quick < quickTries {
+		r.quick++
+		return nil
 	}
 	if k := r.o.knownFailed(); r.since.IsZero() || k != r.known {
 		r.since, r.known = time.Now(), k

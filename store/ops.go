@@ -399,17 +399,7 @@ func (o *op) deletedSince(w *prior, reps []*replica) bool {
 // wrote is what earlier attempts of the same operation published, kept up
 // to date (see writeOnce).
 func (o *op) writeLocked(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
-	rt := o.retrier()
-	for {
-		err := o.writeOnce(ctx, id, value, del, wrote)
-		if !errors.Is(err, errRetry) {
-			return err
-		}
-		traceOf(ctx).phase("retry")
-		if err := rt.again(ctx, err); err != nil {
-			return err
-		}
-	}
+	return o.retry(ctx, func() error { return o.writeOnce(ctx, id, value, del, wrote) })
 }
 
 // acquire returns the key's live replicas with their locks held by this

@@ -21,16 +21,14 @@ func (o *op) repair(ctx context.Context, id ident) (rec []byte, err error) {
 		return nil, err
 	}
 	defer o.keys.unlock(id)
-	rt := o.retrier()
-	for {
+	err = o.retry(ctx, func() (err error) {
 		rec, err = o.repairOnce(ctx, id)
-		if !errors.Is(err, errRetry) {
-			return rec, err
-		}
-		if err := rt.again(ctx, err); err != nil {
-			return nil, err
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return rec, nil
 }
 
 func (o *op) repairOnce(ctx context.Context, id ident) ([]byte, error) {

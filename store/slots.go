@@ -33,7 +33,7 @@ var noSlot = slotID{idx: -1}
 
 // errStale: a slot this rank remembered for a key holds another key now (the
 // key was deleted and the slot reused); find it again.
-var errStale = fmt.Errorf("%w: key slot reused", errRetry)
+var errStale = fmt.Errorf("%w: key slot reused", errAgain)
 
 // findSlot finds id's slot at rank r, claiming one when claim is set; noSlot
 // when r has none.

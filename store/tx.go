@@ -173,30 +173,22 @@ func (t *Tx) Commit(ctx context.Context) error {
 
 // commit runs the attempts of a commit whose keys' process locks the
 // caller holds; it returns the keys that lost a replica meanwhile.
+// Attempts restart in the next view only before the commit point, where
+// nothing is visible (DESIGN.md §4.4).
 func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error) {
-	o := s.begin()
-	defer o.end()
-	rt := o.retrier()
-	for {
-		repairs, err := o.commitOnce(ctx, keys)
-		if errors.Is(err, errRetry) {
-			err = rt.again(ctx, err)
-			if err == nil {
-				continue
-			}
-		}
-		if o.restart(err) {
-			o.renew() // before the commit point: nothing is visible
-			rt = o.retrier()
-			continue
-		}
-		if err != nil {
-			s.st.aborts.Add(1)
-			return nil, &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
-		}
-		s.st.commits.Add(1)
-		return repairs, nil
+	var repairs []ident
+	err := s.inView(func(o *op) error {
+		return o.retry(ctx, func() (err error) {
+			repairs, err = o.commitOnce(ctx, keys)
+			return err
+		})
+	})
+	if err != nil {
+		s.st.aborts.Add(1)
+		return nil, &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
 	}
+	s.st.commits.Add(1)
+	return repairs, nil
 }
 
 // commitOnce runs one attempt; errRetry and errNewView (before the commit

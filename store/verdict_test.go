@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -55,5 +56,29 @@ func TestRetrierWaitsForVerdicts(t *testing.T) {
 	}
 	if err := r.again(ctx, errRetry); err != nil {
 		t.Fatalf("a verdict came since the last attempt: %v, want another try", err)
+	}
+}
+
+// A retrier lets an attempt that met no failure (errAgain: a reused slot, a
+// conditional write's replicas made to agree) start again at once, up to
+// quickTries times, and waits after a failure: with a context already
+// ended, waiting returns its error, not waiting returns nil.
+func TestRetrierDoesNotWaitToLookAgain(t *testing.T) {
+	_, st := openAll(t, 3, smallOptions(2))
+	o := st[0].begin()
+	defer o.end()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := o.retrier()
+	for i := range quickTries {
+		if err := r.again(ended, errStale); err != nil {
+			t.Fatalf("look again %d: %v, want at once", i, err)
+		}
+	}
+	if err := r.again(ended, errStale); !errors.Is(err, context.Canceled) {
+		t.Fatalf("look again %d: %v, want a paced retry (context.Canceled)", quickTries, err)
+	}
+	if err := o.retrier().again(ended, errRetry); !errors.Is(err, context.Canceled) {
+		t.Fatalf("after a failure: %v, want a paced retry (context.Canceled)", err)
 	}
 }
