@@ -179,12 +179,29 @@ func (o *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slo
 				return noSlot, noSlot, err
 			}
 			if mine {
+				if hw == 0 {
+					o.restoreHash(r, sl.idx, id.h)
+				}
 				return sl, free, nil
 			}
 		}
 		probed += n
 	}
 	return noSlot, free, nil
+}
+
+// restoreHash gives slot idx at r, found to name id.h's key with no hash
+// word, its hash word back: a claim cut short between its key word and its
+// hash word (its claimer failed, or its window was rebuilt and the second
+// Put did not land) leaves the slot so, and the scans of recovery, Grow and
+// Scan go by the hash word (DESIGN.md F21). It is a compare-and-swap from
+// 0, posted and completed by the caller's next flush toward r: a tombstone
+// under way (it clears the hash word before the key word) or a claim of
+// the slot after it (it writes its own hash word) can have come between
+// the probe's read and this, and must not be overwritten. A tombstone left
+// holding h is harmless: probes and scans skip tombstones by their key word.
+func (o *op) restoreHash(r ftrma.Rank, idx int, h uint64) {
+	o.v().w.CompareAndSwap(r, o.slotAddr(r, idx)+slotHash*8, 0, int64(h), new(int64))
 }
 
 // isKeyAt reports whether the key block at addr at rank r names id.

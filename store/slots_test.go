@@ -261,3 +261,38 @@ func TestOwnSlotRestoresHash(t *testing.T) {
 		}
 	}
 }
+
+// A slot that names a key but lost its hash word (a claim cut short between
+// its key word and its hash word: DESIGN.md F21) gets it back from the
+// next operation on the key that probes for the slot, so that the scans
+// that go by the hash word see the copy again.
+func TestProbeRestoresHash(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	_, st := openAllOn(t, commtest.New, 3, smallOptions(3))
+	key := []byte("k")
+	if err := st[0].Put(ctx, key, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	s := st[1]
+	idx := -1
+	var h uint64
+	for i := range s.opt.Slots {
+		sw := s.table[hdrWords+i*slotWords:][:slotWords]
+		if k := atomic.LoadUint64(&sw[slotKey]); k != 0 && k != slotTomb {
+			idx, h = i, atomic.SwapUint64(&sw[slotHash], 0)
+		}
+	}
+	if idx < 0 || h != st[0].ident(key).h {
+		t.Fatalf("rank 1's slot of k: %d, hash %#x", idx, h)
+	}
+	// Rank 2 has never looked for k's slots: it probes rank 1's.
+	if len(st[2].slotsOf(key)) != 0 {
+		t.Fatalf("rank 2 remembers k's slots already: %v", st[2].slotsOf(key))
+	}
+	if err := st[2].Put(ctx, key, []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := atomic.LoadUint64(&s.table[hdrWords+idx*slotWords+slotHash]); got != h {
+		t.Fatalf("slot %d's hash word %#x after rank 2's put, want %#x", idx, got, h)
+	}
+}
