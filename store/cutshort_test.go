@@ -22,7 +22,8 @@ type markOp struct{}
 // (gives up). Whatever it took — key locks, the claim lock, a key slot, a
 // heap chunk — is let go, and a slot it claimed gets its hash word (the
 // scans of recovery and Grow go by it): once everything is quiet, rank 0
-// holds nothing anywhere (takenBy).
+// holds nothing anywhere (takenBy), and no aborted commit left a pending
+// record.
 func TestCutShortLetsGo(t *testing.T) {
 	big := make([]byte, 70<<10) // larger than a chunk: a chunk of its own
 	put := func(key string, val []byte) func(context.Context, *Store) error {
@@ -30,6 +31,15 @@ func TestCutShortLetsGo(t *testing.T) {
 	}
 	del := func(key string) func(context.Context, *Store) error {
 		return func(ctx context.Context, s *Store) error { return s.Delete(ctx, []byte(key)) }
+	}
+	commit := func(key string, val []byte) func(context.Context, *Store) error {
+		return func(ctx context.Context, s *Store) error {
+			tx := s.Begin()
+			if err := tx.Put([]byte(key), val); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
 	}
 	for _, c := range []struct {
 		name    string
@@ -49,6 +59,8 @@ func TestCutShortLetsGo(t *testing.T) {
 		{"tombstone/rebuilt/gives up", "tombstone", true, true, del("k1")},
 		{"chunk/rebuilt/gives up", "chunk", true, true, put("fresh", big)},
 		{"chunk/gives up", "chunk", false, true, put("fresh", big)},
+		{"pending/rebuilt/gives up", "pending", true, true, commit("k1", []byte("new"))},
+		{"pending/gives up", "pending", false, true, commit("k1", []byte("new"))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testCtx(t, time.Minute)
@@ -142,7 +154,8 @@ func TestCutShortLetsGo(t *testing.T) {
 }
 
 // takenBy lists what rank me holds in the tables of the live stores st:
-// slot locks and claim locks naming it, key slots without a hash word, and
+// slot locks and claim locks naming it, key slots without a hash word,
+// pending records (any rank's: a pending record outlives no commit), and
 // heap chunks it owns unsealed that are not the chunks its arenas fill.
 func takenBy(st []*Store, me ftrma.Rank) []string {
 	var out []string
@@ -170,6 +183,9 @@ func takenBy(st []*Store, me ftrma.Rank) []string {
 			}
 			if key != 0 && key != slotTomb && h == 0 {
 				out = append(out, fmt.Sprintf("rank %d's slot %d: a key without its hash word", r, i))
+			}
+			if pa := atomic.LoadUint64(&sw[slotPAddr]); pa != 0 {
+				out = append(out, fmt.Sprintf("rank %d's slot %d: a pending record at %#x", r, i, pa))
 			}
 		}
 		mine := map[int]bool{filling(cv.arenas[r]): true, filling(cv.keyArenas[r]): true}

@@ -204,7 +204,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		// addresses; the replaced ranks stay failed in it).
 		ov := &view{w: nw, c: v.c, tables: v.tables, hosts: v.hosts, place: v.place, fast: nw.WholeWords(),
 			arenas: v.arenas, keyArenas: v.keyArenas}
-		s.cur.Store(ov)
+		s.setView(ov)
 		if err := drain(ctx, v); err != nil {
 			return fail(err)
 		}
@@ -312,7 +312,7 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	tv := &view{w: nw, c: nc, tables: g.tables, hosts: g.hosts, place: newPlacement(s.opt.Copies, g.hosts),
 		fast: nw.WholeWords(), old: newPlacement(s.opt.Copies, g.oldHosts), replaced: g.replaced,
 		arenas: newArenas(s.n), keyArenas: newArenas(s.n)}
-	s.cur.Store(tv)
+	s.setView(tv)
 	o := s.begin()
 	for range s.opt.Reserve {
 		o.attachChunk(s.opt.ChunkSize)
@@ -363,7 +363,7 @@ func (s *Store) install(v *view) {
 		}
 	}
 	s.settled.Unlock()
-	s.cur.Store(v)
+	s.setView(v)
 }
 
 // finishGrow runs steps 3–6 (see above) from the installed transition view
@@ -394,7 +394,7 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	// has dropped its own.
 	dv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
 		arenas: tv.arenas, keyArenas: tv.keyArenas, old: tv.old, replaced: tv.replaced, dropping: true}
-	s.cur.Store(dv)
+	s.setView(dv)
 	if err := drain(ctx, tv); err != nil {
 		return fail(err)
 	}
@@ -415,7 +415,7 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	}
 	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
 		arenas: tv.arenas, keyArenas: tv.keyArenas}
-	s.cur.Store(nv)
+	s.setView(nv)
 	if err := drain(ctx, dv); err != nil {
 		return fail(err)
 	}

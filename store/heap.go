@@ -120,7 +120,10 @@ func (o *op) seal(r ftrma.Rank, entry int) {
 }
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;
-// the update completes with the next flush toward r.
+// the update completes with the next flush toward r. When the operation's
+// window was rebuilt under it, the update goes through the current one
+// (pushed), as long as r is the same process there (sameProcess): else the
+// block's chunk was counted in a process that is gone (DESIGN.md F5).
 func (o *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 	if addr == 0 || n == 0 || o.failed(r) {
 		return
@@ -129,7 +132,12 @@ func (o *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 	if !ok {
 		return
 	}
-	o.v().w.Accumulate(r, o.entryAddr(r, e, chunkLive), []int64{-int64(n)}, window.Sum)
+	at, delta := o.entryAddr(r, e, chunkLive), []int64{-int64(n)}
+	if err := o.v().w.Accumulate(r, at, delta, window.Sum); errors.Is(err, window.ErrRebuilt) && o.sameProcess(r) {
+		if w := o.live(); w.Accumulate(r, at, delta, window.Sum) == nil {
+			w.Push(r)
+		}
+	}
 }
 
 // chunkOf finds the chunk entry of a block at rank r. Entries never change

@@ -57,6 +57,30 @@ type view struct {
 	dropping bool
 
 	ops atomic.Int64 // operations working in this view
+
+	next atomic.Pointer[view] // the view installed after this one (setView)
+}
+
+// setView makes v the current view, after the one current until now.
+func (s *Store) setView(v *view) {
+	if prev := s.cur.Load(); prev != nil {
+		prev.next.Store(v)
+	}
+	s.cur.Store(v)
+}
+
+// sameProcess reports whether rank r is, in the current view, the live
+// process it was in the operation's view: not failed, and not replaced by
+// a Grow since (a transition view installed after the operation's marks
+// it). Writes meant for what the operation's view's process held go
+// through the current window only then (clearPending, free).
+func (o *op) sameProcess(r ftrma.Rank) bool {
+	for v := o.view.next.Load(); v != nil; v = v.next.Load() {
+		if v.old != nil && !v.dropping && v.replaced[r] {
+			return false
+		}
+	}
+	return !o.current().c.ProcFailed(r)
 }
 
 // current returns the current view. Operations use the view they hold

@@ -585,6 +585,9 @@ func (o *op) postPublish(ctx context.Context, reps []*replica, rec []byte, v, lv
 			continue
 		}
 		if err := o.v().w.Put(p.r, p.block, rec); err != nil {
+			// Its window was rebuilt after the block was counted
+			// (allocBlocks): give the block back (DESIGN.md F5).
+			o.free(ctx, p.r, p.block, uint64(len(rec)))
 			p.failed = true
 			continue
 		}
@@ -1071,7 +1074,8 @@ var (
 	testHookRecover testHook[func(ctx context.Context, s *Store)]    // before a recovery scans the slots
 	// between posting compare-and-swaps (or a claim's words) and flushing
 	// them: "lock", "claim lock", "claim", "claimed" (before the hash
-	// word), "tombstone", "chunk"; ctx is the operation's
+	// word), "tombstone", "chunk", "pending" (a commit's pending records);
+	// ctx is the operation's
 	testHookPosted testHook[func(ctx context.Context, s *Store, at, key string)]
 )
 

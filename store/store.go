@@ -309,7 +309,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		v.hosts[r] = string(b[24:])
 	}
 	v.place = newPlacement(opt.Copies, v.hosts)
-	s.cur.Store(v)
+	s.setView(v)
 	o := s.begin()
 	for range opt.Reserve {
 		o.attachChunk(opt.ChunkSize)

@@ -326,6 +326,9 @@ func (o *op) writePending(ctx context.Context, keys []*txKeyState, all []*replic
 			o.v().w.Put(p.r, p.addr+slotPAddr*8, pdesc)
 		}
 	}
+	if hook := testHookPosted.get(); hook != nil {
+		hook(ctx, o.Store, "pending", keys[0].id.key)
+	}
 	if failed, err := o.flushAll(ctx, all); failed || err != nil {
 		if err == nil {
 			err = errRetry
@@ -439,23 +442,66 @@ func (o *op) finishTx(ctx context.Context, keys []*txKeyState) (repairs []ident)
 }
 
 // dropPending clears the pending descriptors this attempt wrote and frees
-// their blocks.
+// their blocks. A replica marked failed because the view's window was
+// rebuilt may be live, and hold the descriptor (when the batch went out
+// before the rebuild): there it is cleared through the current window, by
+// compare-and-swap from this attempt's block (clearPending), or a later
+// commit of this rank would make the aborted transaction's record count as
+// committed (DESIGN.md F3).
 func (o *op) dropPending(ctx context.Context, keys []*txKeyState) {
 	zero := make([]byte, 3*8)
+	var stranded []*replica
 	for _, k := range keys {
 		for _, p := range k.reps {
-			if p.pending != 0 && !p.failed {
+			switch {
+			case p.pending == 0:
+			case !p.failed:
 				o.v().w.Put(p.r, p.addr+slotPAddr*8, zero)
+			case o.sameProcess(p.r):
+				stranded = append(stranded, p)
 			}
 		}
 	}
+	cleared := o.clearPending(ctx, stranded)
 	for _, k := range keys {
 		o.flushAll(ctx, k.reps)
 		for _, p := range k.reps {
-			o.free(ctx, p.r, p.pending, uint64(len(k.rec)))
+			if !p.failed || cleared[p] {
+				o.free(ctx, p.r, p.pending, uint64(len(k.rec)))
+			}
 			p.pending = 0
 		}
 	}
+}
+
+// clearPending clears, through the current window, the pending descriptors
+// of reps (replicas of the same processes in the current view) that still
+// name their replica's pending block: the first word goes from the block's
+// address to 0 (a descriptor whose address is 0 names no pending record).
+// Nobody else writes a descriptor while this rank holds the key's lock, so
+// once the compare-and-swap completed, the descriptor no longer names the
+// block (it did not, or does not now) and the block can be freed: cleared
+// says which. Bounded by the verdict bound, whatever ctx.
+func (o *op) clearPending(ctx context.Context, reps []*replica) (cleared map[*replica]bool) {
+	if len(reps) == 0 {
+		return nil
+	}
+	w := o.live()
+	posted := map[ftrma.Rank][]*replica{}
+	for _, p := range reps {
+		if w.CompareAndSwap(p.r, p.addr+slotPAddr*8, int64(p.pending), 0, new(int64)) == nil {
+			posted[p.r] = append(posted[p.r], p)
+		}
+	}
+	cleared = map[*replica]bool{}
+	for r, ps := range posted {
+		if o.flushAnyway(ctx, w, r) == nil {
+			for _, p := range ps {
+				cleared[p] = true
+			}
+		}
+	}
+	return cleared
 }
 
 // unchanged reports whether key k, read by the transaction at version
