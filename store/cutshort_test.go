@@ -20,7 +20,7 @@ type markOp struct{}
 // swaps or a claim's words (testHookPosted), before it flushed them: Grow
 // rebuilds the store's window under it (rebuilt), and or its context ends
 // (gives up). Whatever it took — key locks, the claim lock, a key slot, a
-// heap chunk — is let go, and a slot it claimed gets its hash word (the
+// heap chunk — is let go, and a slot it claimed has its hash word (the
 // scans of recovery and Grow go by it): once everything is quiet, rank 0
 // holds nothing anywhere (takenBy), and no aborted commit left a pending
 // record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ftrma/ftrma/window"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -612,4 +613,56 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 		t.FailNow()
 	}
 	checkPlaced(ctx, t, nst, want)
+}
+
+// exchangeComm is a communicator for exchange alone: its Allgathers return
+// rounds, its agreement says ok, and ProcFailed names the failed ranks.
+type exchangeComm struct {
+	window.Comm
+	rounds [][][]byte
+	agreed uint64
+	failed map[ftrma.Rank]bool
+}
+
+func (c *exchangeComm) Size() int { return 3 }
+func (c *exchangeComm) Allgather(context.Context, []byte) ([][]byte, error) {
+	r := c.rounds[0]
+	c.rounds = c.rounds[1:]
+	return r, nil
+}
+func (c *exchangeComm) Agree(_ context.Context, flag uint64) (uint64, error) {
+	return min(flag, c.agreed), nil
+}
+func (c *exchangeComm) ProcFailed(r ftrma.Rank) bool { return c.failed[r] }
+
+// Grow's exchange reads a round that is not whole (a new rank's without
+// its table): when a rank failed meanwhile, the failure is the cause, and
+// every member says ErrProcFailed alike so that all of them replace it and
+// try again (DESIGN.md F22: a survivor said ErrInvalid, its Respawn gave
+// up, and the new rank waited for a Replace that never came); with no
+// failure it stays the error of the round itself.
+func TestExchangeBlamesAFailure(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	broken := [][]byte{{1}, {2}, {3}} // no rank's round parses
+	second := func([][]byte) ([]byte, error) { return []byte{4}, nil }
+	for _, c := range []struct {
+		name   string
+		failed map[ftrma.Rank]bool
+		agreed uint64
+		fails  bool // ErrProcFailed expected
+	}{
+		{"a rank failed", map[ftrma.Rank]bool{2: true}, 0, true},
+		{"no failure", nil, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nc := &exchangeComm{rounds: [][][]byte{broken, broken}, agreed: c.agreed, failed: c.failed}
+			_, err := exchange(ctx, nc, nil, []byte{1}, second)
+			if err == nil {
+				t.Fatal("exchange of broken rounds succeeded")
+			}
+			if got := errors.Is(err, ftrma.ErrProcFailed); got != c.fails {
+				t.Fatalf("exchange: %v; ErrProcFailed %v, want %v", err, got, c.fails)
+			}
+		})
+	}
 }

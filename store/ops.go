@@ -1073,8 +1073,9 @@ var (
 	testHookHash    testHook[func(key []byte) uint64]                // replaces the keyed hash
 	testHookRecover testHook[func(ctx context.Context, s *Store)]    // before a recovery scans the slots
 	// between posting compare-and-swaps (or a claim's words) and flushing
-	// them: "lock", "claim lock", "claim", "claimed" (before the hash
-	// word), "tombstone", "chunk", "pending" (a commit's pending records);
+	// them: "lock", "claim lock", "claim", "claimed" (the claim landed,
+	// its hash word first), "tombstone", "chunk", "pending" (a commit's
+	// pending records);
 	// ctx is the operation's
 	testHookPosted testHook[func(ctx context.Context, s *Store, at, key string)]
 )

@@ -147,8 +147,8 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 	for i := range o.opt.Slots {
 		base := hdrWords + i*slotWords
 		ka, h := o.ownSlot(ctx, i)
-		if ka == 0 || h == 0 {
-			continue // free, or a claim under way: no value yet
+		if ka == 0 || ka == slotTomb || h == 0 {
+			continue // free (a tombstone may keep a hash word: findSlot), or no value yet
 		}
 		lw := atomic.LoadUint64(&o.table[base+slotLock])
 		now := o.v().replicas(h, o.failed)

@@ -76,7 +76,19 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	at := o.slotAddr(r, free.idx)
 	var old int64
 	posted := false // the claim's compare-and-swap
+	var hw [8]byte
+	putWords(hw[:], id.h)
 	err = o.v().w.Put(r, block, encodeKeyBlock(id.h, id.key))
+	if err == nil {
+		// The hash word before the key word, so that no slot ever names a
+		// key without its hash word (the scans of recovery, Grow and Scan
+		// go by it: DESIGN.md F21). The slot is free (a tombstone, or never
+		// used) and this rank holds the claim lock, so nobody reads or
+		// writes its hash word meanwhile; a claim that stops here leaves a
+		// free slot with a hash word, which probes and scans skip by its
+		// key word, and which the next claim of it overwrites.
+		err = o.v().w.Put(r, at+slotHash*8, hw[:])
+	}
 	if err == nil {
 		err = o.flush(ctx, r) // the block is whole before the slot names it
 	}
@@ -93,7 +105,10 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	if err == nil && uint64(old) != free.key {
 		// Only a claim could have changed it, and claims hold the lock:
 		// a claimer taken over as failed whose compare-and-swap landed
-		// before its fencing. Probe again.
+		// before its fencing. Its key's hash word is its own, or 0 (the
+		// slot's key block says which key it names) but not this one's.
+		// Probe again.
+		o.v().w.CompareAndSwap(r, at+slotHash*8, int64(id.h), 0, new(int64))
 		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
 	}
 	if err != nil {
@@ -109,17 +124,8 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		o.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err
 	}
-	var hw [8]byte
-	putWords(hw[:], id.h)
 	if hook := testHookPosted.get(); hook != nil {
 		hook(ctx, o.Store, "claimed", id.key)
-	}
-	if o.v().w.Put(r, at+slotHash*8, hw[:]) != nil { // completes with the next flush toward r
-		// The window was rebuilt since the claim: the claim stands, and
-		// its hash word (which the scans of recovery and Grow go by)
-		// goes through the current one.
-		o.live().Put(r, at+slotHash*8, hw[:])
-		o.live().Push(r)
 	}
 	sl = slotID{free.idx, block, free.gen}
 	o.remember(r, id, sl)
@@ -179,29 +185,12 @@ func (o *op) probe(ctx context.Context, r ftrma.Rank, id ident) (found, free slo
 				return noSlot, noSlot, err
 			}
 			if mine {
-				if hw == 0 {
-					o.restoreHash(r, sl.idx, id.h)
-				}
 				return sl, free, nil
 			}
 		}
 		probed += n
 	}
 	return noSlot, free, nil
-}
-
-// restoreHash gives slot idx at r, found to name id.h's key with no hash
-// word, its hash word back: a claim cut short between its key word and its
-// hash word (its claimer failed, or its window was rebuilt and the second
-// Put did not land) leaves the slot so, and the scans of recovery, Grow and
-// Scan go by the hash word (DESIGN.md F21). It is a compare-and-swap from
-// 0, posted and completed by the caller's next flush toward r: a tombstone
-// under way (it clears the hash word before the key word) or a claim of
-// the slot after it (it writes its own hash word) can have come between
-// the probe's read and this, and must not be overwritten. A tombstone left
-// holding h is harmless: probes and scans skip tombstones by their key word.
-func (o *op) restoreHash(r ftrma.Rank, idx int, h uint64) {
-	o.v().w.CompareAndSwap(r, o.slotAddr(r, idx)+slotHash*8, 0, int64(h), new(int64))
 }
 
 // isKeyAt reports whether the key block at addr at rank r names id.
