@@ -38,8 +38,10 @@ type rvConfig struct {
 	// ListenAddr is where to listen. Default "127.0.0.1:0".
 	ListenAddr string
 	// HandshakeTimeout bounds how long a new connection may take to
-	// authenticate and publish its address, its wait for one of the
-	// maxHandshakes slots included. Default 10 s.
+	// authenticate and publish its address. Default 10 s. At most Size +
+	// maxHandshakes handshakes run at once; a new connection beyond that
+	// cuts off the oldest (seclink.Gate), so that silent connections
+	// cannot keep the job's ranks out for this long.
 	HandshakeTimeout time.Duration
 	// Logger reports refused connections and ranks' errors (warnings);
 	// nil means ftrma.Logger().
@@ -86,10 +88,9 @@ type rvServer struct {
 	wg    sync.WaitGroup // the accept loop and one goroutine per connection
 	quit  chan struct{}  // closed by close
 	ready chan struct{}  // closed when the rendezvous completed or failed
-	slots chan struct{}  // holds a token per handshake under way (at most maxHandshakes)
 	// refusals rate-limits the log lines of refused connections.
 	refusals *seclink.Refusals
-	queued   atomic.Int64 // connections waiting for a slot (at most Size)
+	gate     *seclink.Gate // the handshakes under way (Size + maxHandshakes)
 
 	mu        sync.Mutex            // guards the fields below
 	conns     map[net.Conn]struct{} // open connections; close closes them
@@ -169,7 +170,7 @@ func listenRendezvous(cfg rvConfig) (*rvServer, error) {
 		cfg:       cfg,
 		ln:        ln,
 		quit:      make(chan struct{}),
-		slots:     make(chan struct{}, maxHandshakes),
+		gate:      seclink.NewGate(cfg.Size + maxHandshakes),
 		ready:     make(chan struct{}),
 		conns:     make(map[net.Conn]struct{}),
 		joined:    make([]bool, cfg.Size),
@@ -463,22 +464,17 @@ func (s *rvServer) serve(raw net.Conn) {
 	}()
 
 	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
-	if !s.enterHandshake(deadline) {
-		select {
-		case <-s.quit:
-		default:
-			s.refused(raw.RemoteAddr(), "too many handshakes at once")
-		}
-		return
-	}
+	// A slot of the gate for the whole handshake: when all are taken, the
+	// oldest handshake under way is cut off (see seclink.Gate).
+	release := s.gate.Admit(raw)
 	c, host, secret, err := jobwire.AcceptRendezvous(raw, func(h int) ([]byte, error) {
 		if h < 0 || h > maxHostIndex {
 			return nil, fmt.Errorf("no host %d in this job", h)
 		}
 		return jobwire.HostSecret(s.cfg.Secret, h), nil
 	}, deadline)
-	<-s.slots
 	if err != nil {
+		release()
 		select {
 		case <-s.quit:
 		default:
@@ -488,6 +484,7 @@ func (s *rvServer) serve(raw net.Conn) {
 	}
 	c.SetDeadline(deadline)
 	rank, err := s.handshake(c, secret, host)
+	release()
 	if err != nil {
 		select {
 		case <-s.quit: // closing: not worth a report
@@ -658,33 +655,6 @@ func (s *rvServer) refused(addr net.Addr, why string) {
 	if ok, skipped := s.refusals.Note(addr, time.Now()); ok || s.cfg.logEvery < 0 {
 		s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: refused connection from %s: %s%s", addr, why, seclink.Suffix(skipped)))
 	}
-}
-
-// enterHandshake takes one of the maxHandshakes slots for a new
-// connection's handshake, waiting for one until deadline: the ranks of a
-// large job dial all at once, and every one must get its turn (a rank
-// refused would fail the job). Connections beyond the job's Size that wait
-// already are refused at once, as are all when the server closes.
-func (s *rvServer) enterHandshake(deadline time.Time) bool {
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	default:
-	}
-	if s.queued.Add(1) > int64(s.cfg.Size) {
-		s.queued.Add(-1)
-		return false
-	}
-	defer s.queued.Add(-1)
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	case <-timer.C:
-	case <-s.quit:
-	}
-	return false
 }
 
 // handshake authenticates a connection and takes its published address. It

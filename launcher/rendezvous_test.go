@@ -576,3 +576,61 @@ func TestSupervisionHangUp(t *testing.T) {
 	default:
 	}
 }
+
+// Connections that never start a handshake, more than the rendezvous runs
+// at once, and a thousand that send junk, do not keep the job's ranks out:
+// the oldest silent handshake is cut off when a new connection comes (the
+// silent ones would otherwise hold their slots for the handshake timeout,
+// here longer than the ranks wait), and the junk is logged once per source
+// a second.
+func TestRendezvousSilentAndJunkConnections(t *testing.T) {
+	const n = 3
+	logs := new(logRecorder)
+	s, err := listenRendezvous(rvConfig{Size: n, Secret: testSecret(1), Logger: logs.logger(), HandshakeTimeout: 4 * testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range maxHandshakes + n + 8 {
+		c, err := net.Dial("tcp", s.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	junk := make(chan struct{})
+	go func() {
+		defer close(junk)
+		for range 1000 {
+			c, err := net.Dial("tcp", s.addr())
+			if err != nil {
+				continue
+			}
+			c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	ranks := make([]testRank, n)
+	for r := range ranks {
+		ranks[r] = fakeRank(s, ftrma.Rank(r), n)
+	}
+	res := joinAll(ctx, ranks)
+	defer closeAll(res)
+	<-junk
+	for i, r := range res {
+		if r.err != nil || !reflect.DeepEqual(r.addrs, wantAddrs(n)) {
+			t.Fatalf("rank %d behind %d silent connections: %q, %v", i, len(silent), r.addrs, r.err)
+		}
+	}
+	if lines := strings.Count(logs.String(), "\n"); lines > 20 {
+		t.Errorf("%d log lines for 1,000 junk connections from one source:\n%s", lines, logs)
+	}
+}
