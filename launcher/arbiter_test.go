@@ -159,13 +159,37 @@ func TestArbiterPairKeys(t *testing.T) {
 	}
 }
 
-// A node proves on the mesh the id it claims: node 2's mesh refuses a
-// dialler that claims node 1 but holds another pair's key (1-3, or 2-3: the
-// keys node 3 has), and one that claims a higher node (the lower dials);
-// the one that holds the 1-2 key gets in, and even then a message it sends
-// in another node's name is dropped.
-func TestArbiterMeshRefusesOtherKeys(t *testing.T) {
-	root := make([]byte, 32)
+// meshDial connects to the mesh at ln as node claim with key, and sends
+// msg if it gets in.
+func meshDial(t *testing.T, ln net.Listener, claim uint64, key []byte, msg arbiter.Message) error {
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	c.SetDeadline(deadline)
+	jobwire.WriteFrame(c, msgArbiterLabel, binary.BigEndian.AppendUint32(nil, uint32(claim)))
+	tc, err := seclink.Client(c, key, deadline)
+	if err != nil {
+		return err
+	}
+	b, _ := msg.AppendBinary(nil)
+	if err := jobwire.WriteFrame(tc, msgArbiterMsg, b); err != nil {
+		return err
+	}
+	// The server's first bytes (a ping, or a close) tell the
+	// handshake was accepted.
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = jobwire.ReadFrame(tc, maxArbiterFrame)
+	return err
+}
+
+// testMesh starts node 2's mesh of a 3-node arbiter with a fresh root key,
+// expecting node 1 (the lower dials); the test's connections send no
+// pings.
+func testMesh(t *testing.T) (root []byte, ln net.Listener, mesh *arbMesh, logs *logBuffer) {
+	root = make([]byte, 32)
 	rand.Read(root)
 	ln, err := listenArbiter("127.0.0.1")
 	if err != nil {
@@ -173,36 +197,22 @@ func TestArbiterMeshRefusesOtherKeys(t *testing.T) {
 	}
 	cfg := arbiter.Config{Hosts: 3, Tick: 10 * time.Millisecond}
 	m := arbiterMsgFor(2, cfg, []string{"a", "b", "c"}, []string{"127.0.0.1:1", ln.Addr().String(), "127.0.0.1:1"}, root, "")
-	logs := new(logBuffer)
+	logs = new(logBuffer)
 	tm := meshTimingFor(cfg)
-	tm.idle = time.Minute // the test's connections send no pings
-	mesh := startMesh(ln, 2, m.peers[:1], tm, logs.logger())
-	defer mesh.Close()
+	tm.idle = time.Minute
+	mesh = startMesh(ln, 2, m.peers[:1], tm, logs.logger())
+	t.Cleanup(func() { mesh.Close() })
+	return root, ln, mesh, logs
+}
 
-	// dial connects as node claim with key, and sends msg if it gets in.
-	dial := func(claim uint64, key []byte, msg arbiter.Message) error {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		deadline := time.Now().Add(10 * time.Second)
-		c.SetDeadline(deadline)
-		jobwire.WriteFrame(c, msgArbiterLabel, binary.BigEndian.AppendUint32(nil, uint32(claim)))
-		tc, err := seclink.Client(c, key, deadline)
-		if err != nil {
-			return err
-		}
-		b, _ := msg.AppendBinary(nil)
-		if err := jobwire.WriteFrame(tc, msgArbiterMsg, b); err != nil {
-			return err
-		}
-		// The server's first bytes (a ping, or a close) tell the
-		// handshake was accepted.
-		tc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, _, err = jobwire.ReadFrame(tc, maxArbiterFrame)
-		return err
-	}
+// A node proves on the mesh the id it claims: node 2's mesh refuses a
+// dialler that claims node 1 but holds another pair's key (1-3, or 2-3: the
+// keys node 3 has), and one that claims a higher node (the lower dials);
+// the one that holds the 1-2 key gets in, and even then a message it sends
+// in another node's name is dropped.
+func TestArbiterMeshRefusesOtherKeys(t *testing.T) {
+	root, ln, mesh, logs := testMesh(t)
+
 	ask := func(from, to uint64) arbiter.Message {
 		return arbiter.Message{From: from, To: to, Kind: arbiter.KindLeaseAsk, Seq: 7}
 	}
@@ -215,7 +225,7 @@ func TestArbiterMeshRefusesOtherKeys(t *testing.T) {
 		{"claims node 1 with the 2-3 key", 1, arbiterPairKey(root, 2, 3)},
 		{"claims node 3 with the 2-3 key", 3, arbiterPairKey(root, 2, 3)},
 	} {
-		if err := dial(c.claim, c.key, ask(c.claim, 2)); err == nil {
+		if err := meshDial(t, ln, c.claim, c.key, ask(c.claim, 2)); err == nil {
 			t.Errorf("%s: got in", c.name)
 		}
 	}
@@ -234,10 +244,10 @@ func TestArbiterMeshRefusesOtherKeys(t *testing.T) {
 	}
 	// Node 1's key: in. A message in node 3's name is dropped; its own
 	// arrives.
-	if err := dial(1, arbiterPairKey(root, 1, 2), ask(3, 2)); err != nil {
+	if err := meshDial(t, ln, 1, arbiterPairKey(root, 1, 2), ask(3, 2)); err != nil {
 		t.Fatalf("node 1 with its key: %v", err)
 	}
-	if err := dial(1, arbiterPairKey(root, 1, 2), ask(1, 2)); err != nil {
+	if err := meshDial(t, ln, 1, arbiterPairKey(root, 1, 2), ask(1, 2)); err != nil {
 		t.Fatalf("node 1 with its key: %v", err)
 	}
 	select {
@@ -591,5 +601,48 @@ func TestArbiterProbeAnswerOnlyFromTheHost(t *testing.T) {
 		if v.reason == arbiter.ReasonUnresponsive {
 			t.Errorf("rank %d failed as unresponsive on another node's word", v.rank)
 		}
+	}
+}
+
+// Silent connections, more than the mesh runs handshakes at once, and a
+// thousand junk ones do not keep a node out of another's mesh: the oldest
+// silent handshake is cut off (seclink.Gate), and the junk is logged once
+// per source a second.
+func TestArbiterMeshSilentAndJunkConnections(t *testing.T) {
+	root, ln, mesh, logs := testMesh(t)
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range maxHandshakes + 8 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	for range 1000 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			continue
+		}
+		c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		c.Close()
+	}
+	if err := meshDial(t, ln, 1, arbiterPairKey(root, 1, 2), arbiter.Message{From: 1, To: 2, Kind: arbiter.KindLeaseAsk, Seq: 7}); err != nil {
+		t.Fatalf("node 1 behind %d silent and 1,000 junk connections: %v", len(silent), err)
+	}
+	select {
+	case msg := <-mesh.recv:
+		if msg.From != 1 {
+			t.Fatalf("got %v", msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("node 1's message never arrived; log:\n%s", logs)
+	}
+	if lines := strings.Count(logs.String(), "\n"); lines > 20 {
+		t.Errorf("%d log lines for the junk connections of one source:\n%s", lines, logs)
 	}
 }
