@@ -103,7 +103,7 @@ var sources = []source{
 	{
 		file:    "results/store.json",
 		title:   "Replicated store: ftrma against Hazelcast, Redis, etcd",
-		about:   "Recorded for issue 25 (`go run ./bench/store -quick`, 8 writers, 8 ranks on 2 CPUs, the TCP transport polling politely): median and p99 put and get latency over rounds, by copies; the driver draws the plot (store.svg) beside its JSON.",
+		about:   "Recorded at the close of issue 15 (`go run ./bench/store -quick`, 8 writers, 2 CPUs): median and p99 put and get latency over rounds, by copies; the driver draws the plot (store.svg) beside its JSON.",
 		refresh: "go run ./bench/store -quick -json bench/results/store.json",
 		sizeCol: "size (B)",
 		plot:    "results/store.svg",
