@@ -540,8 +540,7 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           and log at debug level in the ranks (FTRMA_LOG=debug
                           unless ftrun's environment sets FTRMA_LOG)
   --spin DURATION         how long ranks busy-poll for a reply before parking
-                          (default: the transport's, 50us; politely, or over
-                          shared memory and verbs not at all, when ranks
+                          (default: the transport's, 50us, or none when ranks
                           outnumber CPUs: see "CPUs" below); negative
                           disables busy-polling
   --cleanup               remove the shared memory (/dev/shm) of this user's
@@ -602,11 +601,8 @@ ranks divided by its CPUs, rounded up. On a full host every rank runs with
 GOMAXPROCS=1 (a rank cannot use more than one CPU) and the failure
 detector's default timeout is 60ms times the ranks per CPU (a rank waits
 that many time slices for a CPU). Where ranks outnumber CPUs (more than one
-rank per CPU) a spinning rank would take another's CPU (with one rank per CPU
-it takes only its own), so over TCP ranks poll politely, as Open MPI's
-mpi_yield_when_idle does: they yield the CPU between polls and stop spinning
-while spins do not get their answers in time; over shared memory and verbs
-they do not busy-poll.
+rank per CPU) ranks do not busy-poll by default: a spinning rank would take
+another's CPU; with one rank per CPU it takes only its own.
 
 SIGINT and SIGTERM are forwarded to every rank; a second one kills them all.
 The agents do the same for their ranks, and kill them if ftrun's connection

@@ -614,8 +614,7 @@ func watchEarly(env jobEnv, sess *Session, t transport.Transport, conn net.Conn)
 // joinTCP builds the TCP transport, exchanges addresses through the
 // rendezvous and connects to every peer.
 func joinTCP(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Session, logger *slog.Logger) (transport.Transport, net.Conn, error) {
-	spin, polite := env.tcpSpin()
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: spin, Polite: polite,
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: env.transportSpin(),
 		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0") // FTRMA_HOST_ADDR: where the other hosts reach this one
@@ -688,8 +687,7 @@ func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Sessi
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	spin, polite := env.tcpSpin()
-	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: spin, Polite: polite,
+	cfg := tcp.Config{Rank: env.rank, Size: env.size, HostKey: env.secret, Logger: logger, Spin: env.transportSpin(),
 		Absent: env.absent(), Late: env.spawned, Seal: env.seal}
 	if env.hostAddr != "" {
 		cfg.ListenAddr = net.JoinHostPort(env.hostAddr, "0")
@@ -831,20 +829,9 @@ func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog
 	})
 }
 
-// tcpSpin is the busy-poll setting of this rank's TCP transport: ftrun's
-// --spin when given, else the transport's default; where ranks share a CPU
-// (jobwire.CPUShare) it polls politely (tcp.Config.Polite: it yields the
-// CPU between polls, and stops spinning while spins do not pay), rather
-// than not at all: a wake-up from an idle CPU costs more than the poll.
-func (env jobEnv) tcpSpin() (spin time.Duration, polite bool) {
-	_, perCPU := jobwire.CPUShare(env.localSize)
-	return env.spin, perCPU > 1
-}
-
-// transportSpin is the busy-poll setting of this rank's shared-memory and
-// verbs transports: ftrun's --spin when given, none where ranks share a
-// CPU (jobwire.CPUShare: a spinning rank steals a peer's CPU), else the
-// transport's default.
+// transportSpin is the busy-poll setting of this rank's transport: ftrun's
+// --spin when given, none where ranks share a CPU (jobwire.CPUShare: a
+// spinning rank steals a peer's CPU), else the transport's default.
 func (env jobEnv) transportSpin() time.Duration {
 	if env.spin != 0 {
 		return env.spin

@@ -12,9 +12,7 @@
 // the transport busy-polls its sockets for a short while (Config.Spin): a rank
 // waiting in Wait or Flush reads its connection itself, and a target keeps
 // reading for Spin after each request it served. Ranks that outnumber the host's
-// cores poll politely (Config.Polite, set by package startup then: polite.go):
-// they yield the CPU between polls, one goroutine of a process spins at a time
-// and serves every connection, and spinning stops while it does not pay.
+// cores should not spin (package startup sets Spin negative then).
 //
 // Batching: posting goroutines write frames straight to the socket, and frames
 // posted while another goroutine is writing are gathered and written together

@@ -198,7 +198,6 @@ func (p *peer) attach(conn *net.TCPConn, k keys) error {
 	p.seal, p.open = seal, open
 	p.rbuf = make([]byte, 256<<10)
 	p.smu.Unlock()
-	p.t.pollSet.add(fd, int32(p.rank))
 	p.t.wg.Add(2)
 	go p.readLoop()
 	go p.writeLoopGoroutine()
@@ -581,13 +580,10 @@ func (p *peer) writeLoopGoroutine() {
 }
 
 // readLoop is the connection's progress goroutine: it reads and serves frames
-// until the connection breaks, polling for Spin after each request served
-// (politely with Config.Polite: polite.go).
+// until the connection breaks, polling for Spin after each request served.
 func (p *peer) readLoop() {
 	defer p.t.wg.Done()
 	var rerr error
-	g := p.t.serveGauge
-	spinning := false // polling politely since the last frame, holding t.spinning
 	err := p.rc.Read(func(uintptr) bool {
 		for i := 0; ; i++ {
 			p.rmu.Lock()
@@ -598,40 +594,15 @@ func (p *peer) readLoop() {
 				return true
 			}
 			if n > 0 {
-				if spinning {
-					g.paid(true)
-					spinning = false
-					p.t.spinning.Store(false)
-				}
 				i = 0
 				continue
 			}
-			switch {
-			case p.t.spin == 0:
+			// Consult the clock every few empty polls only.
+			if p.t.spin == 0 || i&15 == 15 && !p.busy() {
 				return false // park in the netpoller until readable
-			case g != nil && !spinning:
-				if !p.busy() || !g.allow() || !p.t.spinning.CompareAndSwap(false, true) {
-					return false
-				}
-				spinning = true
-			case i&15 == 15 && !p.busy(): // the clock every few empty polls only
-				if spinning {
-					g.paid(false)
-					p.t.spinning.Store(false)
-				}
-				return false
-			}
-			if spinning {
-				if p.t.serveReady(p) > 0 {
-					g.paid(true)
-				}
-				yieldCPU()
 			}
 		}
 	})
-	if spinning {
-		p.t.spinning.Store(false)
-	}
 	if rerr == nil {
 		rerr = err
 	}
@@ -651,32 +622,25 @@ func (p *peer) busy() bool {
 
 // poll reads the connection from the waiting goroutine itself until seq is
 // complete or spin has passed: a waiter that reads its own answer saves the
-// netpoller's wake-up. It reports whether seq completed; with
-// Config.Polite it yields between empty polls (polite.go).
-func (p *peer) poll(seq transport.Seq, spin time.Duration) bool {
+// netpoller's wake-up.
+func (p *peer) poll(seq transport.Seq, spin time.Duration) {
 	deadline := time.Now().Add(spin)
-	polite := p.t.waitGauge != nil
 	for i := 0; p.comp.Completed() < seq; i++ {
 		if p.rmu.TryLock() {
 			n, err := p.pollLocked()
 			p.rmu.Unlock()
 			if err != nil {
 				p.down(err, false)
-				return true // completed by the failure
+				return
 			}
 			if n > 0 {
 				continue
 			}
 		}
 		if i&7 == 7 && time.Now().After(deadline) {
-			return false
-		}
-		if polite {
-			p.t.serveReady(p)
-			yieldCPU()
+			return
 		}
 	}
-	return true
 }
 
 var (

@@ -37,10 +37,6 @@ type Config struct {
 	// how long a target keeps polling after serving a request. Default 50µs;
 	// negative disables busy-polling.
 	Spin time.Duration
-	// Polite makes busy-polling share the CPU, for ranks that outnumber
-	// the host's CPUs (polite.go): a poller yields between empty polls,
-	// and stops spinning while its spins do not get their answers.
-	Polite bool
 	// Logger logs refused connections and broken peers (warnings), with
 	// the field rank; nil means ftrma.Logger().
 	Logger *slog.Logger
@@ -102,13 +98,8 @@ type Transport struct {
 	log      *slog.Logger  // cfg.Logger with this rank
 	spin     time.Duration
 	spinning atomic.Bool // a waiter is busy-polling
-	// With Config.Polite, whether waiters' and progress goroutines' spins
-	// pay, and the sockets a spinner serves (polite.go); nil and no set
-	// otherwise.
-	waitGauge, serveGauge *spinGauge
-	pollSet               pollSet
-	mem                   transport.Memory
-	ln                    net.Listener
+	mem      transport.Memory
+	ln       net.Listener
 
 	// Keys named by the caller (RegisterKey): keyed is set by the first
 	// RegisterKey, after which Register is refused (and RegisterKey is
@@ -175,11 +166,6 @@ func Listen(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
 	t := &Transport{cfg: cfg, id: id, spin: spin, ln: ln, done: make(chan struct{}), gate: seclink.NewGate(cfg.Size + 64), refusals: seclink.NewRefusals(time.Second), log: cfg.Logger.With(ftrma.LogRank, cfg.Rank)}
-	t.pollSet.fd.Store(-1)
-	if cfg.Polite {
-		t.waitGauge, t.serveGauge = newGauge(), newGauge()
-		t.pollSet.open()
-	}
 	t.peers = make([]*peer, cfg.Size)
 	for r := range t.peers {
 		t.peers[r] = newPeer(t, ftrma.Rank(r))
@@ -667,12 +653,9 @@ func (t *Transport) Wait(ctx context.Context, r ftrma.Rank, seq transport.Seq) e
 		p.kick()
 		// One waiter of the process busy-polls at a time: more would only
 		// take the CPU from the peers they wait for (and from each other).
-		if t.spin > 0 && (t.waitGauge == nil || t.waitGauge.allow()) && t.spinning.CompareAndSwap(false, true) {
-			got := p.poll(seq, t.spin)
+		if t.spin > 0 && t.spinning.CompareAndSwap(false, true) {
+			p.poll(seq, t.spin)
 			t.spinning.Store(false)
-			if t.waitGauge != nil {
-				t.waitGauge.paid(got)
-			}
 		}
 	}
 	return p.comp.Wait(ctx, seq, 0)
@@ -815,6 +798,5 @@ func (t *Transport) Close() error {
 	wg.Wait()
 	close(t.done)
 	t.wg.Wait()
-	t.pollSet.close()
 	return nil
 }
