@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -84,7 +84,14 @@ type explorer struct {
 	crashAt map[ftrma.Rank]int64 // when the rank was crashed (since start)
 }
 
-var exploreHashSeed = maphash.MakeSeed()
+// siteHash is a decision site's name hashed the same in every process
+// (FNV-1a), so that a seed's decisions, and a failing seed, replay in
+// another run (maphash's seeds differ per process).
+func siteHash(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
 
 // roll returns a number in [0, 1000) for the occurrence of site: the same
 // for the same seed and site whatever the interleaving.
@@ -94,7 +101,7 @@ func (e *explorer) roll(site string) (int, string) {
 	e.counts[site] = n + 1
 	e.mu.Unlock()
 	name := fmt.Sprintf("%s #%d", site, n)
-	rng := rand.New(rand.NewPCG(e.seed, maphash.String(exploreHashSeed, name)))
+	rng := rand.New(rand.NewPCG(e.seed, siteHash(name)))
 	return rng.IntN(1000), name
 }
 
@@ -158,7 +165,7 @@ func (e *explorer) posted(ctx context.Context, s *Store, at, key string) {
 
 // other is a rank other than r, drawn for the decision name.
 func (e *explorer) other(name string, r ftrma.Rank) ftrma.Rank {
-	o := ftrma.Rank(maphash.String(exploreHashSeed, name+" other") % uint64(e.ranks-1))
+	o := ftrma.Rank(siteHash(name+" other") % uint64(e.ranks-1))
 	if o >= r {
 		o++
 	}
