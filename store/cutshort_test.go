@@ -161,8 +161,10 @@ func takenBy(st []*Store, me ftrma.Rank) []string {
 	var out []string
 	cv := st[me].current()
 	filling := func(a *arena) int {
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		if a.mu.lock(context.Background()) != nil {
+			return -1
+		}
+		defer a.mu.unlock()
 		if a.cur == nil {
 			return -1
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +31,7 @@ import (
 const sealed = 1 << 62 // in a chunk's owner word: the writer allocates no more in it
 
 type arena struct {
-	mu  sync.Mutex
+	mu  waitLock
 	cur *ownedChunk // the chunk being filled at that rank
 }
 
@@ -75,8 +74,10 @@ func (o *op) allocKey(ctx context.Context, r ftrma.Rank, n int) (uint64, error) 
 // allocIn allocates n bytes at r from arena a; wait says whether it may ask
 // r for a chunk and wait for one (claimChunk).
 func (o *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int, wait bool) (uint64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	if err := a.mu.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer a.mu.unlock()
 	size := uint64(n)
 	if c := a.cur; c != nil && c.next+size <= c.size {
 		addr := c.addr + c.next

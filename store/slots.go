@@ -53,8 +53,11 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		return sl, err
 	}
 	traceOf(ctx).phase("claim")
-	o.claiming[r].Lock() // one claimer of this process at a time: the lock names a rank
-	defer o.claiming[r].Unlock()
+	// One claimer of this process at a time: the lock names a rank.
+	if err := o.claiming[r].lock(ctx); err != nil {
+		return noSlot, err
+	}
+	defer o.claiming[r].unlock()
 	if err := o.lockClaims(ctx, r); err != nil {
 		return noSlot, err
 	}

@@ -301,3 +301,43 @@ func TestClaimCutShortKeepsHash(t *testing.T) {
 		})
 	}
 }
+
+// A claimer that waits for another operation of its process to finish a
+// claim at the same rank gives up when its own context ends: the other's
+// wait (here, for a claim lock that a live rank keeps) is bounded by the
+// hold bound, which is minutes, not by the waiter's context.
+func TestClaimWaiterKeepsItsContext(t *testing.T) {
+	_, st := openAll(t, 3, smallOptions(3))
+	ctx := testCtx(t, 10*time.Second)
+	// Live rank 2 holds rank 0's claim lock and does not let go.
+	atomic.StoreUint64(&st[0].table[hdrClaim], 2+1)
+	defer atomic.StoreUint64(&st[0].table[hdrClaim], 0)
+
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var aDone atomic.Bool
+	aErr := make(chan error, 1)
+	go func() {
+		err := st[1].Put(actx, []byte("a"), []byte("1")) // waits for rank 2's claim lock
+		aDone.Store(true)
+		aErr <- err
+	}()
+	// Once rank 1's first claim waits at rank 0, a second one there must
+	// wait for it in this process.
+	for len(st[1].claiming[0].c()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer bcancel()
+	err := st[1].Put(bctx, []byte("b"), []byte("2"))
+	if aDone.Load() {
+		t.Fatalf("the second put returned (%v) only after the first one ended", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the second put: %v, want its context's deadline", err)
+	}
+	cancel()
+	if err := <-aErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first put: %v, want its context's end", err)
+	}
+}

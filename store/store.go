@@ -172,8 +172,8 @@ type Store struct {
 	}
 
 	keys     keyLocks
-	ownArena arena        // the housekeeping's allocations at this rank (compaction)
-	claiming []sync.Mutex // held while this process claims a key slot at a rank
+	ownArena arena      // the housekeeping's allocations at this rank (compaction)
+	claiming []waitLock // held while this process claims a key slot at a rank
 
 	sip sipKey // the keyed hash's key, agreed at Open
 
@@ -194,7 +194,7 @@ type Store struct {
 	txSeq atomic.Uint64
 	// decide is held by a Commit from drawing its number (txSeq) to
 	// writing its decision: decisions go out in number order (tx.go).
-	decide sync.Mutex
+	decide waitLock
 
 	growing atomic.Bool // a Grow is under way
 
@@ -333,7 +333,7 @@ func newStore(c window.Comm, opt Options) *Store {
 	s.cache.desc = map[slotRef]desc{}
 	s.leases.m = map[ident]*lease{}
 	s.leases.contended = map[ident]time.Time{}
-	s.claiming = make([]sync.Mutex, s.n)
+	s.claiming = make([]waitLock, s.n)
 	s.settled.ranks = map[ftrma.Rank]bool{}
 	s.chunk0 = uint64(hdrWords+opt.Slots*slotWords) * 8
 	s.seen0 = s.chunk0 + uint64(opt.Chunks*chunkBytes)
@@ -448,6 +448,32 @@ func (s *Store) check(op string, key []byte, value []byte) error {
 
 // reservedPrefix starts the store's own keys (transaction decisions).
 const reservedPrefix = "\x00ftkv."
+
+// waitLock is a mutex for what this process holds while it waits for peers
+// (a claim at a rank, an arena's chunk, a transaction's decision): a waiter
+// gives up when its context ends, where a sync.Mutex would keep it until
+// the holder's remote wait ended. The zero value is unlocked.
+type waitLock struct {
+	once sync.Once
+	ch   chan struct{} // holds a token while locked
+}
+
+func (l *waitLock) c() chan struct{} {
+	l.once.Do(func() { l.ch = make(chan struct{}, 1) })
+	return l.ch
+}
+
+// lock takes l, or returns ctx's error once ctx ends first.
+func (l *waitLock) lock(ctx context.Context) error {
+	select {
+	case l.c() <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *waitLock) unlock() { <-l.c() }
 
 // keyLocks serializes this process's operations on one key: the lock word
 // names a rank, not a goroutine.

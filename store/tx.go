@@ -208,11 +208,13 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	// back, nor hold a number while an earlier one is still to be decided:
 	// this rank's Commits draw numbers and write decisions one at a time
 	// (TestTxDecisionsInNumberOrder).
-	o.decide.Lock()
+	if err := o.decide.lock(ctx); err != nil {
+		return nil, o.abortTx(ctx, keys, err)
+	}
 	deciding := true
 	defer func() {
 		if deciding {
-			o.decide.Unlock()
+			o.decide.unlock()
 		}
 	}()
 	seq := o.txSeq.Add(1)
@@ -242,7 +244,7 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		}
 		return nil, o.abortTx(ctx, keys, err)
 	}
-	o.decide.Unlock()
+	o.decide.unlock()
 	deciding = false
 	if commitHook != nil {
 		commitHook(o.Store, "decided")
