@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -372,10 +373,26 @@ func (r *retrier) again(ctx context.Context, err error) error {
 	return ctx.Err()
 }
 
+// jitterSeq numbers the backoffs of this process; each one's jitter is a
+// hash of its number (splitmix64), so that contenders that back off at the
+// same moment wake apart, and a test that sets the number replays them.
+var jitterSeq atomic.Uint64
+
+func init() { jitterSeq.Store(rand.Uint64()) }
+
+// jitter returns a duration in [0, d), d > 0.
+func jitter(d time.Duration) time.Duration {
+	z := jitterSeq.Add(0x9e3779b97f4a7c15)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return time.Duration(z % uint64(d))
+}
+
 // backoff sleeps before attempt i of a contended operation.
 func backoff(ctx context.Context, i int) error {
 	d := 20 * time.Microsecond << min(i, 7)
-	d += time.Duration(uint64(time.Now().UnixNano()) % uint64(d))
+	d += jitter(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
