@@ -441,7 +441,11 @@ func (o *op) acquire(ctx context.Context, id ident, useLease bool) (reps []*repl
 // does a replica that held the version, still live, holding no copy now (a
 // deletion came since: it leaves no version to compare with); the version
 // itself is copied to the replicas that lack it; only a version that
-// landed nowhere that is still live is written afresh.
+// landed nowhere that is still live is written afresh. A deletion's own
+// tombstones take copies away too, so for a deletion an older copy left at
+// a replica (one its earlier attempt did not reach) means only that it is
+// not done there: it deletes afresh (its tombstones cannot undo a later
+// write, which would show as a newer version).
 func (o *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wrote *prior) error {
 	reps, leased, err := o.acquire(ctx, id, true)
 	if err != nil {
@@ -458,7 +462,7 @@ func (o *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 		case err != nil:
 			o.unlockAll(ctx, reps)
 			return err
-		case ver > wrote.ver || ver == wrote.ver && whole || ver < wrote.ver && o.deletedSince(wrote, reps):
+		case ver > wrote.ver || ver == wrote.ver && whole || ver < wrote.ver && !del && o.deletedSince(wrote, reps):
 			o.release(ctx, id, reps)
 			return nil
 		case ver == wrote.ver:
@@ -710,6 +714,7 @@ func (o *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 		o.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
 		o.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
 		o.v().w.Put(p.r, p.addr+slotWant*8, tomb)
+		p.written = true // posted: it may land whatever the flush says (see published)
 		o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
 		o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if k := p.word(slotKey); k != 0 && k != slotTomb {
@@ -732,7 +737,6 @@ func (o *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 			// reuses the slot.
 			o.live().Put(p.r, p.addr+slotLock*8, lw[:])
 			o.live().Push(p.r)
-			p.written = !p.failed
 		case p.held:
 			o.letGo(p, lockVersion(p.lock))
 		}

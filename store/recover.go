@@ -139,9 +139,11 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 	}
 	wasFailed := func(r ftrma.Rank) bool { return oldFailed[r] }
 	type job struct {
-		h   uint64
-		key uint64 // the slot's key block
-		pos int
+		h    uint64
+		key  uint64 // the slot's key block
+		pos  int
+		slot int
+		lock uint64 // the slot's lock word as the scan read it
 	}
 	var jobs []job
 	for i := range o.opt.Slots {
@@ -160,7 +162,7 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 		touched := !slices.Equal(now, o.v().replicas(h, wasFailed)) ||
 			(w >= 0 && o.failed(ftrma.Rank(w)) && !oldFailed[w])
 		if touched {
-			jobs = append(jobs, job{h, ka, pos})
+			jobs = append(jobs, job{h, ka, pos, i, lw})
 		}
 	}
 	slices.SortFunc(jobs, func(a, b job) int { return a.pos - b.pos })
@@ -191,11 +193,29 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 		if o.restart(err) {
 			return false
 		}
+		if err == nil || errors.Is(err, ErrNotFound) {
+			o.freeFailedLock(j.slot, j.key, j.lock)
+		}
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) && ctx.Err() == nil {
 			o.st.retries.Add(1)
 		}
 	}
 	return true
+}
+
+// freeFailedLock gives back the lock of this rank's slot i when a failed
+// rank holds it, once a check of the slot's key (getAll) found its replicas
+// agreeing: a repair would have taken it over and given it back, an
+// agreement leaves nothing for it to guard (the failed holder is fenced).
+// key and lock are the slot's key and lock words as the scan read them
+// before the check: the lock is given back only if neither changed since.
+func (o *op) freeFailedLock(i int, key, lock uint64) {
+	base := hdrWords + i*slotWords
+	w := lockOwner(lock)
+	if w < 0 || !o.failed(ftrma.Rank(w)) || atomic.LoadUint64(&o.table[base+slotKey]) != key {
+		return
+	}
+	o.casOwn(localWord{&o.table[base+slotLock]}, o.slotAddr(o.me, i)+slotLock*8, lock, lockWord(lockVersion(lock), -1))
 }
 
 // ownSlot returns the key word and hash word of this rank's slot i, for the
