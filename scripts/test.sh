@@ -150,12 +150,13 @@ nr=$(notrun "$logs/race.sum")
 
 current=tests
 echo "== go test (without race: paths the race build replaces, e.g. tcp's in-place large writes;"
-echo "   the full 256-rank x 1,000-seed agreement simulation; process tests at real timing;"
+echo "   the full 256-rank x 1,000-seed agreement simulation and the store explorer's 1,000 seeds;"
+echo "   process tests at real timing;"
 echo "   e2e's multi-host suite over network namespaces)"
 # e2e runs alone, after the others: its process tests keep real time (leases
 # of 1 s, elections of 0.5-1 s) on a 2-CPU machine, and sharing it with the
 # agreement simulation made a leader's take-over miss its hosts' leases.
-gotest timing -count=1 -timeout 20m ./transport/... ./window/... ./agree/... ./failure/... ./revoke/...
+gotest timing -count=1 -timeout 20m ./transport/... ./window/... ./agree/... ./failure/... ./revoke/... ./store/...
 gotest tests -count=1 -timeout 20m ./e2e/...
 cat "$logs/timing.sum" "$logs/tests.sum" > "$logs/tests-all.sum"
 result[tests]="$(counted "$logs/tests-all.sum")"
