@@ -336,3 +336,76 @@ func TestFailuresChanged(t *testing.T) {
 	default:
 	}
 }
+
+// A rank that decided an agreement and closed the communicator still
+// answers it: agreement needs decided ranks to stay participants (a
+// decision may have to come again by another way). Ranks 0 and 1 decide
+// and close; the decision on its way to rank 3 through rank 2 (its parent
+// in the tree) is held back, and rank 2 crashes. Rank 3 asks the leader,
+// rank 0, which must answer from its closed communicator's agreement; it
+// once dropped the request and rank 3 waited for ever.
+func TestClosedCommunicatorStillAnswersItsAgreement(t *testing.T) {
+	const n = 4
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	dups := make([]*comm.Comm, n)
+	for r, err := range w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		d, err := c.Dup(ctx)
+		dups[c.Rank()] = d
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: dup: %v", r, err)
+		}
+	}
+	w.Net.Delay(2, 3, time.Hour) // the decision's way to rank 3
+	decided := make(chan ftrma.Rank, n)
+	got := make(chan error, 1)
+	var want uint64 = ^uint64(0)
+	for r := range ftrma.Rank(n) {
+		want &^= 1 << r
+	}
+	for r := range ftrma.Rank(n) {
+		go func() {
+			v, err := dups[r].Agree(ctx, ^uint64(0)&^(1<<r))
+			if r == 3 {
+				if err == nil || errors.Is(err, ftrma.ErrProcFailed) {
+					if v != want {
+						err = fmt.Errorf("decided %#x, want %#x", v, want)
+					} else {
+						err = nil
+					}
+				}
+				got <- err
+				return
+			}
+			if err != nil {
+				t.Errorf("rank %d: agree: %v", r, err)
+			}
+			if r < 2 {
+				dups[r].Close()
+			}
+			decided <- r
+		}()
+	}
+	for range 3 {
+		select {
+		case <-decided:
+		case err := <-got:
+			t.Fatalf("rank 3 ended (%v) before its decision could come", err)
+		case <-ctx.Done():
+			t.Fatal("ranks 0-2 did not decide")
+		}
+	}
+	w.Crash(2)
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("rank 3: %v", err)
+		}
+	case <-fctx.Done():
+		t.Fatal("rank 3 never decided: the ranks that closed the communicator did not answer it")
+	}
+}

@@ -68,14 +68,16 @@ type machine struct {
 	lostAt      []time.Time
 	reportAgain time.Duration
 
-	// comms holds the agreement of every live communicator, by context id;
+	// comms holds the agreement of every live communicator, and of the last
+	// keepLingering closed here (lingering, oldest first), by context id;
 	// ctxs lists their ids ascending, so that output comes in the same order
 	// on every run. early keeps agreement messages for communicators not
 	// created yet (a faster rank already uses a communicator this rank is
 	// still making in its Shrink), at most maxEarlyAgree per communicator.
-	comms map[uint32]*commAgree
-	ctxs  []uint32
-	early map[uint32][]earlyAgree
+	comms     map[uint32]*commAgree
+	ctxs      []uint32
+	lingering []uint32
+	early     map[uint32][]earlyAgree
 	// closed remembers the communicators closed here (prune.go), flagged
 	// when this rank has forwarded their revocation.
 	closed closedRing
@@ -88,7 +90,12 @@ type commAgree struct {
 	members []ftrma.Rank // world rank of each communicator rank
 	index   []ftrma.Rank // communicator rank of each world rank, -1 if not a member
 	ag      *agree.Agreement
+	closed  bool // closed here: it lingers (see dropComm)
 }
+
+// keepLingering is how many closed communicators' agreements a machine
+// keeps answering (dropComm).
+const keepLingering = 16
 
 type earlyAgree struct {
 	from ftrma.Rank
@@ -415,6 +422,9 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 	}
 	ca.ag = agree.New(self, len(members))
 	m.closed.remove(ctx) // live again: its revocations count
+	if i := slices.Index(m.lingering, ctx); i >= 0 {
+		m.lingering = slices.Delete(m.lingering, i, i+1)
+	}
 	if _, ok := m.comms[ctx]; !ok {
 		i, _ := slices.BinarySearch(m.ctxs, ctx)
 		m.ctxs = slices.Insert(m.ctxs, i, ctx)
@@ -433,23 +443,35 @@ func (m *machine) addComm(now time.Time, ctx uint32, members []ftrma.Rank) {
 	m.pump(now)
 }
 
-// dropComm forgets communicator ctx (it was closed): its agreement takes no
-// part any more, and what the machine keeps for it is pruned (prune.go).
+// dropComm forgets communicator ctx (it was closed): what the machine keeps
+// for it is pruned (prune.go), but its agreement lingers, answering the
+// others, until keepLingering communicators closed after it. A rank that
+// decided an agreement and closed the communicator may still be needed by
+// one that has not decided: a rank on the decision's way to it failed, and
+// the new round needs every member's answer (DESIGN.md, agreement). Its
+// decisions go to nobody here.
 func (m *machine) dropComm(ctx uint32) {
-	if _, ok := m.comms[ctx]; !ok {
+	ca, ok := m.comms[ctx]
+	if !ok || ca.closed {
 		return
 	}
-	delete(m.comms, ctx)
-	if i, ok := slices.BinarySearch(m.ctxs, ctx); ok {
-		m.ctxs = slices.Delete(m.ctxs, i, i+1)
-	}
+	ca.closed = true
+	m.lingering = append(m.lingering, ctx)
 	m.pruneComm(ctx)
+	for len(m.lingering) > keepLingering {
+		old := m.lingering[0]
+		m.lingering = m.lingering[1:]
+		delete(m.comms, old)
+		if i, ok := slices.BinarySearch(m.ctxs, old); ok {
+			m.ctxs = slices.Delete(m.ctxs, i, i+1)
+		}
+	}
 }
 
 // startAgree contributes flag to agreement instance inst of communicator
 // ctx.
 func (m *machine) startAgree(now time.Time, ctx uint32, inst, flag uint64) {
-	if ca := m.comms[ctx]; ca != nil {
+	if ca := m.comms[ctx]; ca != nil && !ca.closed {
 		ca.ag.Start(inst, flag)
 		m.pump(now)
 	}
@@ -531,7 +553,9 @@ func (m *machine) flushAgree(now time.Time, ctx uint32) bool {
 		for _, r := range d.Failed {
 			m.markFailed(now, ca.members[r], "agreed failed")
 		}
-		m.rd.Decided = append(m.rd.Decided, ctxDecision{ctx: ctx, d: d})
+		if !ca.closed { // else nobody here waits for it
+			m.rd.Decided = append(m.rd.Decided, ctxDecision{ctx: ctx, d: d})
+		}
 		if d.Inst > 2 {
 			ca.ag.Forget(d.Inst - 2)
 		}

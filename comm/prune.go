@@ -18,8 +18,11 @@ import (
 //     dropped on arrival, neither delivered nor forwarded again. One never
 //     seen before the close is forwarded once (other ranks may need it)
 //     and not delivered.
-//  3. Agreement messages for it (a slower rank's Shrink): dropped, not kept
-//     as early messages of a communicator to come.
+//  3. Agreement messages for it (a slower rank's Shrink): its agreement
+//     lingers and answers them until keepLingering more communicators are
+//     closed here (a slower rank may need this one's answers to decide
+//     what this one decided: machine.dropComm), then they are dropped, not
+//     kept as early messages of a communicator to come.
 //  4. Collective contributions for it: those received are dropped at Close,
 //     later ones on arrival. Contributions for a collective this rank has
 //     finished or abandoned on a live communicator (it returned an error
