@@ -320,6 +320,16 @@ func explore(t *testing.T, seed uint64) {
 		}
 	}()
 	traceOps := os.Getenv("FTRMA_STORE_TRACE") != ""
+	// A run that has not ended 10 s before its context does shows where
+	// it waits.
+	var stacks []byte
+	if d, ok := ctx.Deadline(); ok {
+		dump := time.AfterFunc(time.Until(d)-10*time.Second, func() {
+			b := make([]byte, 1<<22)
+			stacks = b[:runtime.Stack(b, true)]
+		})
+		defer dump.Stop()
+	}
 	testHookPosted.set(t, e.posted)
 	testHookPublish.set(t, e.publishing)
 	key := func(k int) []byte { return fmt.Appendf(nil, "x/%d", k) }
@@ -459,7 +469,7 @@ func explore(t *testing.T, seed uint64) {
 	respawnWG.Wait()
 	e.log("respawn done")
 	if ctx.Err() != nil {
-		t.Fatalf("the run did not end within its context")
+		t.Fatalf("the run did not end within its context; its goroutines 10 s before:\n%s", stacks)
 	}
 
 	// The live stores: the survivors' and the spare's in the crashed
