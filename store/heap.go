@@ -116,8 +116,10 @@ func (o *op) allocIn(ctx context.Context, a *arena, r ftrma.Rank, n int, wait bo
 func (o *op) seal(r ftrma.Rank, entry int) {
 	var b [8]byte
 	putWords(b[:], sealed|uint64(o.me+1))
-	o.live().Put(r, o.entryAddr(r, entry, chunkOwner), b[:])
-	o.live().Push(r)
+	if lw := o.liveAt(r); lw != nil {
+		lw.Put(r, o.entryAddr(r, entry, chunkOwner), b[:])
+		lw.Push(r)
+	}
 }
 
 // free subtracts a block of n bytes at rank r from its chunk's live count;

@@ -213,6 +213,18 @@ func (s *Store) live() *window.Window {
 	}
 }
 
+// liveAt is live for a release toward rank r, or nil when r is another
+// process there than in the operation's view (replaced since: what this
+// rank held at the old process went with it, and an address of the old
+// process's memory means nothing, or something else, at the new one).
+func (o *op) liveAt(r ftrma.Rank) *window.Window {
+	w := o.live()
+	if w != o.v().w && !o.sameProcess(r) {
+		return nil
+	}
+	return w
+}
+
 // drain waits until no operation works in v (v is no longer current).
 func drain(ctx context.Context, v *view) error {
 	for i := 0; v.ops.Load() > 0; i++ {

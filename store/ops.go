@@ -244,14 +244,15 @@ func (o *op) checkHeld(reps []*replica) (conflict, again bool) {
 func (o *op) unlockAll(ctx context.Context, reps []*replica) {
 	traceOf(ctx).phase("unlock")
 	var w [8]byte
-	lw := o.live()
 	for _, p := range reps {
 		switch {
 		case p.held && (!p.failed || p.done):
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
-			lw.Put(p.r, p.addr+slotLock*8, w[:])
-			if lw != o.v().w {
-				lw.Push(p.r)
+			if lw := o.liveAt(p.r); lw != nil {
+				lw.Put(p.r, p.addr+slotLock*8, w[:])
+				if lw != o.v().w {
+					lw.Push(p.r)
+				}
 			}
 			p.expect = lockWord(lockVersion(p.lock), -1)
 		case p.held:
@@ -269,7 +270,7 @@ func (o *op) unlockAll(ctx context.Context, reps []*replica) {
 // rank took since is left alone.
 func (o *op) letGo(p *replica, ver uint64) {
 	lw := o.live()
-	if lw == o.v().w {
+	if lw == o.v().w || !o.sameProcess(p.r) {
 		return // p's rank failed: its locks die with it
 	}
 	lw.CompareAndSwap(p.r, p.addr+slotLock*8, int64(lockWord(ver, int(o.me))), int64(lockWord(ver, -1)), new(int64))
@@ -582,7 +583,9 @@ func (o *op) postPublish(ctx context.Context, reps []*replica, rec []byte, v, lv
 			continue
 		}
 		if p.same {
-			o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			if w := o.liveAt(p.r); w != nil {
+				w.Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			}
 			if alone {
 				o.postDone(p, v)
 			}
@@ -597,7 +600,9 @@ func (o *op) postPublish(ctx context.Context, reps []*replica, rec []byte, v, lv
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
 		o.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
-		o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+		if w := o.liveAt(p.r); w != nil {
+			w.Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+		}
 		if alone {
 			o.postDone(p, v)
 		}
@@ -659,8 +664,10 @@ func (o *op) afterPublish(id ident, reps []*replica, n int, lv uint64, keep, fai
 			// kept, so its lock words are released here.
 			var free [8]byte
 			putWords(free[:], lockWord(lv, -1))
-			o.live().Put(p.r, p.addr+slotLock*8, free[:])
-			o.live().Push(p.r)
+			if lw := o.liveAt(p.r); lw != nil {
+				lw.Put(p.r, p.addr+slotLock*8, free[:])
+				lw.Push(p.r)
+			}
 		}
 		p.held = false
 	}
@@ -735,8 +742,10 @@ func (o *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 			// Released through the current window (see live), also when
 			// this one was rebuilt after the batch went out: a claim
 			// reuses the slot.
-			o.live().Put(p.r, p.addr+slotLock*8, lw[:])
-			o.live().Push(p.r)
+			if w := o.liveAt(p.r); w != nil {
+				w.Put(p.r, p.addr+slotLock*8, lw[:])
+				w.Push(p.r)
+			}
 		case p.held:
 			o.letGo(p, lockVersion(p.lock))
 		}

@@ -120,9 +120,10 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 			// it (this rank still holds the claim lock), so that no slot
 			// names a key block freed below.
 			var back int64
-			lw := o.live()
-			lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-			o.flushAnyway(ctx, lw, r)
+			if lw := o.liveAt(r); lw != nil {
+				lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
+				o.flushAnyway(ctx, lw, r)
+			}
 		}
 		o.free(ctx, r, block, uint64(blockLen))
 		return noSlot, err
@@ -263,9 +264,10 @@ func (o *op) lockClaims(ctx context.Context, r ftrma.Rank) error {
 
 func (o *op) unlockClaims(r ftrma.Rank) {
 	var z [8]byte
-	lw := o.live() // see live
-	lw.Put(r, o.v().tables[r]+hdrClaim*8, z[:])
-	lw.Push(r)
+	if lw := o.liveAt(r); lw != nil { // see live
+		lw.Put(r, o.v().tables[r]+hdrClaim*8, z[:])
+		lw.Push(r)
+	}
 }
 
 // checkSlots reports errStale, and forgets the slots, when a replica's slot

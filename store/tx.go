@@ -389,7 +389,9 @@ func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, 
 			desc := make([]byte, 6*8)
 			putWords(desc, p.pending, k.ver, uint64(len(k.rec)), 0, 0, 0)
 			o.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
-			o.live().Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			if w := o.liveAt(p.r); w != nil {
+				w.Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
+			}
 		}
 	}
 	if failed, err := o.flushAll(ctx, all); !failed && err == nil {
