@@ -187,9 +187,12 @@ func (o *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	}
 	for _, p := range reps {
 		if p.failed {
-			// The write took effect at the live replicas; the key needs
-			// its new replica (writeIf writes it).
-			return true, errRetry
+			// The write took effect where it went out; the key needs its
+			// new replica (writeIf writes it). If it went out nowhere
+			// (the window was rebuilt before any record was posted),
+			// nothing happened: the condition is checked again, against
+			// what others wrote meanwhile (DESIGN.md F27).
+			return wrote.ver == v, errRetry
 		}
 	}
 	return true, nil

@@ -80,6 +80,7 @@ var exploreFound = []uint64{
 	913,  // F23: a crashed writer's locks left at agreeing replicas
 	67,   // F26: a release wrote to a replaced rank's old addresses
 	2094, // comm: a closed communicator stopped answering its agreement (a Replace hung)
+	1581, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
 }
 
 // exploreOp marks an explorer client's operation in its context.
