@@ -110,7 +110,11 @@ func (o *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*r
 	if len(extra) == 0 {
 		return reps, nil
 	}
-	if err := o.lockAll(ctx, id, extra); err != nil && !errors.Is(err, errRetry) {
+	if err := o.lockAll(ctx, id, extra); err != nil {
+		// No leftover is left out: a leftover rank that failed takes its
+		// copy with it, but the deletion starts again once the failure is
+		// known (the rank is no leftover then), and a slot that changed is
+		// looked up again (errStale). lockAll gave back what it took.
 		o.unlockAll(ctx, reps)
 		return nil, err
 	}
