@@ -27,7 +27,9 @@ import (
 // The interleaving explorer.
 //
 // Ranks of a memnet world run clients that put, delete, compare-and-swap
-// and get a few keys, while the store's housekeeping recovers and, after
+// and get a few keys (and, with FTRMA_STORE_TX=1, commit transactions that
+// read a pair of keys and write one value to both: off by default while
+// they find two open defects, DESIGN.md F2 and F29), while the store's housekeeping recovers and, after
 // a crash, the survivors respawn the crashed rank (store.Respawn: Replace,
 // then Grow, with the spare's JoinRespawned). At every point where an
 // operation has posted what takes something and not flushed it yet
@@ -75,12 +77,10 @@ import (
 // A change to the explorer's draws changes what a seed does: check them
 // anew then.
 var exploreFound = []uint64{
-	285,  // DESIGN.md F25: a retried deletion stopped at its own tombstones
-	621,  // F24: a retried deletion deleted a later write
-	913,  // F23: a crashed writer's locks left at agreeing replicas
+	621,  // DESIGN.md F24: a retried deletion deleted a later write
 	67,   // F26: a release wrote to a replaced rank's old addresses
-	2094, // comm: a closed communicator stopped answering its agreement (a Replace hung)
 	1581, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
+	2143, // F28: a deletion during Grow's drop skipped leftovers
 }
 
 // exploreOp marks an explorer client's operation in its context.
@@ -226,6 +226,21 @@ func (e *explorer) publishing(s *Store, reps []*replica, i int) {
 	}
 }
 
+// growing decides at a survivor's Grow hooks (before its exchange, before
+// each key it moves, before it drops copies): a pause, or the crash of this
+// rank or of another one, so that a failure cuts a Grow short at each step.
+func (e *explorer) growing(s *Store, at string) {
+	x, name := e.roll(fmt.Sprintf("rank %d grow %s", s.me, at))
+	switch {
+	case x < 200:
+		e.pause(name, x)
+	case x < 300:
+		e.crash(s.me, name)
+	case x < 400:
+		e.crash(e.other(name, s.me), name)
+	}
+}
+
 func (e *explorer) pause(name string, x int) {
 	d := time.Duration(x%4) * time.Millisecond
 	e.log("%s: pause %v", name, d)
@@ -293,12 +308,18 @@ func TestExplore(t *testing.T) {
 // explore runs one seed.
 func explore(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xe8))
-	const ranks, keys, clients = 5, 3, 2
+	const ranks, spares, keys, clients = 5, 2, 3, 2
 	copies := 2 + rng.IntN(2)
 	opsPerClient := 24
 	respawn := rng.IntN(2) == 0
 	ctx := testCtx(t, 2*time.Minute)
-	w, st := openSpares(t, ranks, 1, smallOptions(copies))
+	// Leases end within the run (idle 2-100 ms, drawn from the seed's
+	// second stream so that the first one draws as it did before).
+	rng2 := rand.New(rand.NewPCG(seed, 0xe9))
+	defer func(d time.Duration) { leaseIdle = d }(leaseIdle)
+	leaseIdle = time.Duration(2+rng2.IntN(99)) * time.Millisecond
+	// Two spares: a failure during a respawn is replaced too.
+	w, st := openSpares(t, ranks, spares, smallOptions(copies))
 	// The hash's key and the backoffs' jitter from the seed, so that a
 	// seed places keys and spaces retries the same in every run.
 	jitterSeq.Store(seed)
@@ -307,7 +328,7 @@ func explore(t *testing.T, seed uint64) {
 	}
 	// Links of different lengths, so that what one rank posts to several
 	// lands in a different order at each (half of the links are short).
-	for a := range ftrma.Rank(ranks + 1) {
+	for a := range ftrma.Rank(ranks + 1) { // the first spare's links as well
 		for b := range ftrma.Rank(ranks + 1) {
 			if a != b && rng.IntN(2) == 0 {
 				w.Net.Delay(a, b, time.Duration(rng.IntN(100))*time.Microsecond)
@@ -324,6 +345,7 @@ func explore(t *testing.T, seed uint64) {
 		}
 	}()
 	traceOps := os.Getenv("FTRMA_STORE_TRACE") != ""
+	withTx := os.Getenv("FTRMA_STORE_TX") != ""
 	// A run that has not ended 10 s before its context does shows where
 	// it waits.
 	var stacks []byte
@@ -336,6 +358,20 @@ func explore(t *testing.T, seed uint64) {
 	}
 	testHookPosted.set(t, e.posted)
 	testHookPublish.set(t, e.publishing)
+	testHookExchange.set(t, func(s *Store) { e.growing(s, "exchange") })
+	testHookMove.set(t, func(s *Store, i int) { e.growing(s, fmt.Sprintf("move %d", i)) })
+	testHookDrop.set(t, func(s *Store) { e.growing(s, "drop") })
+	testHookCommit.set(t, func(s *Store, stage string) {
+		x, name := e.roll(fmt.Sprintf("rank %d commit %s", s.me, stage))
+		switch {
+		case x < 200:
+			e.pause(name, x)
+		case x < 260:
+			e.crash(s.me, name)
+		case x < 320:
+			e.crash(e.other(name, s.me), name)
+		}
+	})
 	key := func(k int) []byte { return fmt.Appendf(nil, "x/%d", k) }
 
 	var mu sync.Mutex // guards ops and errs
@@ -365,6 +401,30 @@ func explore(t *testing.T, seed uint64) {
 		ops = append(ops, op)
 	}
 
+	// A transaction reads both keys of the pair and writes one value to
+	// both: committed, it is a compare-and-swap of the pair (it commits
+	// only if what it read is still there); a committed one that read two
+	// values saw a transaction half done.
+	recordTx := func(r ftrma.Rank, cl int, call int64, a, b, v string, committing bool, err error) {
+		switch {
+		case err == nil && a != b:
+			mu.Lock()
+			wrong = append(wrong, fmt.Sprintf("rank %d client %d: a committed transaction read %q and %q", r, cl, a, b))
+			mu.Unlock()
+		case !committing || errors.Is(err, ErrConflict):
+			// Nothing written.
+			if _, dead := e.crashedAt(r); err != nil && !dead && !expectedError(err) && !errors.Is(err, ErrConflict) {
+				mu.Lock()
+				wrong = append(wrong, fmt.Sprintf("rank %d client %d: tx: %v", r, cl, err))
+				mu.Unlock()
+			}
+			e.ended.Add(1)
+			return
+		}
+		op := porcupine.Operation{ClientId: cl, Input: kvcheck.Input{Kind: "cas", Key: pairK, Old: a, Value: v}, Call: call}
+		record(r, op, kvcheck.Output{Swapped: err == nil}, err)
+	}
+
 	// Respawn: once a rank is crashed, every survivor replaces it and
 	// grows the store; the spare joins. The spare's store takes the
 	// crashed rank's place.
@@ -376,7 +436,7 @@ func explore(t *testing.T, seed uint64) {
 	// joins before (their Grow waits for its Join) or not at all.
 	respawnOver := make(chan struct{})
 	var respawnOnce sync.Once
-	joined := make(chan *Store, 1)
+	joined := make(chan *Store, spares)
 	startRespawn := func() {
 		respawnOnce.Do(func() {
 			for r := range ftrma.Rank(ranks) {
@@ -392,19 +452,25 @@ func explore(t *testing.T, seed uint64) {
 				}()
 			}
 			respawnWG.Go(func() {
-				select {
-				case <-respawnOver: // the survivors' Replace found no spare
-				case j := <-w.Joined():
-					if j.Err != nil {
-						e.log("spare %d: %v", j.Rank, j.Err)
+				for range spares {
+					select {
+					case <-respawnOver: // the survivors' Replace found no spare
+						return
+					case j := <-w.Joined():
+						if j.Err != nil {
+							e.log("spare %d: %v", j.Rank, j.Err)
+							continue
+						}
+						respawnWG.Go(func() {
+							s, _, err := JoinRespawned(ctx, j.Comm, Options{})
+							e.log("spare %d joined as rank %d: %v", j.Rank, j.Comm.Rank(), err)
+							if err == nil {
+								joined <- s
+							}
+						})
+					case <-ctx.Done():
 						return
 					}
-					s, _, err := JoinRespawned(ctx, j.Comm, Options{})
-					e.log("spare joined as rank %d: %v", j.Comm.Rank(), err)
-					if err == nil {
-						joined <- s
-					}
-				case <-ctx.Done():
 				}
 			})
 		})
@@ -415,6 +481,7 @@ func explore(t *testing.T, seed uint64) {
 		for g := range clients {
 			cl := int(r)*clients + g
 			crng := rand.New(rand.NewPCG(seed, uint64(cl)))
+			trng := rand.New(rand.NewPCG(seed, uint64(1000+cl))) // transactions
 			wg.Go(func() {
 				var seen []string
 				for seq := range opsPerClient {
@@ -425,6 +492,16 @@ func explore(t *testing.T, seed uint64) {
 						startRespawn()
 					}
 					time.Sleep(time.Duration(crng.IntN(300)) * time.Microsecond)
+					if withTx && trng.IntN(6) == 0 {
+						octx, cancel := context.WithCancel(ctx)
+						octx = context.WithValue(octx, exploreKey{}, &exploreOp{rank: r, client: cl, seq: seq, cancel: cancel})
+						call := e.now()
+						v := fmt.Sprintf("t%d.%d", cl, seq)
+						a, b, committing, err := pairTx(octx, st[r], v)
+						cancel()
+						recordTx(r, cl, call, a, b, v, committing, err)
+						continue
+					}
 					k := crng.IntN(keys)
 					in := kvcheck.Input{Key: k}
 					switch x := crng.IntN(10); {
@@ -490,11 +567,10 @@ func explore(t *testing.T, seed uint64) {
 			dead = append(dead, r)
 		}
 	}
-	select {
-	case s := <-joined:
-		live[s.me] = s
+	for len(joined) > 0 {
+		s := <-joined
+		live[s.me] = s // a later join took the same number over from an earlier one
 		t.Cleanup(func() { stopAll([]*Store{s}) })
-	default:
 	}
 	var anyLive *Store
 	for _, s := range live {
@@ -565,6 +641,22 @@ func explore(t *testing.T, seed uint64) {
 			record(-1, op, kvcheck.Output{Value: string(v)}, nil) // -1: no crashed rank's read
 		}
 	}
+	for r, s := range live {
+		if s == nil || !withTx {
+			continue
+		}
+		call := e.now()
+		a, b, _, err := pairTx(ctx, s, "")
+		if err != nil && !errors.Is(err, ErrConflict) {
+			t.Errorf("rank %d: final read of the pair: %v", r, err)
+			continue
+		}
+		if a != b {
+			t.Errorf("rank %d: the pair holds %q and %q: a transaction half applied", r, a, b)
+			continue
+		}
+		record(-1, porcupine.Operation{ClientId: 1000 + r, Input: kvcheck.Input{Kind: "get", Key: pairK}, Call: call}, kvcheck.Output{Value: a}, nil)
+	}
 	e.log("final reads done")
 	nlive := 0
 	for _, s := range live {
@@ -605,6 +697,38 @@ func explore(t *testing.T, seed uint64) {
 	}
 	t.Logf("%d operations, crashed %v, copies %d, respawn %v; %d claimed slots left without a value", len(ops), dead, copies, respawn, emptyClaims)
 	checkLin(t, ops, 0)
+}
+
+// pairK is the pair's key in the history; pairKey(i) its two store keys.
+const pairK = 100
+
+func pairKey(i int) []byte { return fmt.Appendf(nil, "y/%d", i) }
+
+// pairTx reads both keys of the pair in a transaction and, with v not
+// empty, writes v to both and commits; committing says whether it got to
+// Commit (an error before it wrote nothing).
+func pairTx(ctx context.Context, s *Store, v string) (a, b string, committing bool, err error) {
+	tx := s.Begin()
+	read := func(k []byte) (string, error) {
+		got, err := tx.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			return "", nil
+		}
+		return string(got), err
+	}
+	if a, err = read(pairKey(0)); err != nil {
+		return a, b, false, err
+	}
+	if b, err = read(pairKey(1)); err != nil || v == "" {
+		return a, b, false, err
+	}
+	if err := tx.Put(pairKey(0), []byte(v)); err != nil {
+		return a, b, false, err
+	}
+	if err := tx.Put(pairKey(1), []byte(v)); err != nil {
+		return a, b, false, err
+	}
+	return a, b, true, tx.Commit(ctx)
 }
 
 // expectedError reports whether err is one an operation of a live rank may
