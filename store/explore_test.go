@@ -77,7 +77,9 @@ import (
 // A change to the explorer's draws changes what a seed does: check them
 // anew then.
 var exploreFound = []uint64{
-	621,  // DESIGN.md F24: a retried deletion deleted a later write
+	5166, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
+	621,  // F24: a retried deletion deleted a later write
+	2200, // F25: a retried deletion stopped at its own tombstones
 	67,   // F26: a release wrote to a replaced rank's old addresses
 	1581, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
 	2143, // F28: a deletion during Grow's drop skipped leftovers

@@ -149,10 +149,16 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 	for i := range o.opt.Slots {
 		base := hdrWords + i*slotWords
 		ka, h := o.ownSlot(ctx, i)
-		if ka == 0 || ka == slotTomb || h == 0 {
-			continue // free (a tombstone may keep a hash word: findSlot), or no value yet
-		}
 		lw := atomic.LoadUint64(&o.table[base+slotLock])
+		if ka == slotTomb {
+			// A deletion whose writer failed between its tombstone and
+			// its release: the lock guards nothing any more (F23).
+			o.freeFailedLock(i, ka, lw)
+			continue
+		}
+		if ka == 0 || h == 0 {
+			continue // never used, or no value yet
+		}
 		now := o.v().replicas(h, o.failed)
 		pos := slices.Index(now, o.me)
 		if pos < 0 {
@@ -205,8 +211,10 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 
 // freeFailedLock gives back the lock of this rank's slot i when a failed
 // rank holds it, once a check of the slot's key (getAll) found its replicas
-// agreeing: a repair would have taken it over and given it back, an
-// agreement leaves nothing for it to guard (the failed holder is fenced).
+// agreeing (a repair would have taken it over and given it back, an
+// agreement leaves nothing for it to guard: the failed holder is fenced),
+// or when the slot is a tombstone (its deletion landed; a claim may reuse
+// the slot, and its writer would take the lock over anyway).
 // key and lock are the slot's key and lock words as the scan read them
 // before the check: the lock is given back only if neither changed since.
 func (o *op) freeFailedLock(i int, key, lock uint64) {
