@@ -83,6 +83,7 @@ var exploreFound = []uint64{
 	67,   // F26: a release wrote to a replaced rank's old addresses
 	1581, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
 	2143, // F28: a deletion during Grow's drop skipped leftovers
+	2094, // comm: a closed communicator's agreement stopped answering (a Replace hung)
 }
 
 // exploreOp marks an explorer client's operation in its context.
