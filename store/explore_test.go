@@ -319,7 +319,8 @@ func explore(t *testing.T, seed uint64) {
 	// Leases end within the run (idle 2-100 ms, drawn from the seed's
 	// second stream so that the first one draws as it did before).
 	rng2 := rand.New(rand.NewPCG(seed, 0xe9))
-	defer func(d time.Duration) { leaseIdle = d }(leaseIdle)
+	// Restored after the stores stop (cleanups run last first).
+	t.Cleanup(func(d time.Duration) func() { return func() { leaseIdle = d } }(leaseIdle))
 	leaseIdle = time.Duration(2+rng2.IntN(99)) * time.Millisecond
 	// Two spares: a failure during a respawn is replaced too.
 	w, st := openSpares(t, ranks, spares, smallOptions(copies))
