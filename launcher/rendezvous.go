@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -335,11 +334,8 @@ func (s *rvServer) hangUp(r ftrma.Rank) {
 	}
 }
 
-// closedByPeer reports whether err ends a connection because its other end
-// closed it: EOF (FIN) or a reset, not a timeout or this side's own Close.
-func closedByPeer(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
-}
+// closedByPeer is jobwire.ClosedByPeer.
+func closedByPeer(err error) bool { return jobwire.ClosedByPeer(err) }
 
 // revoke stops renewing rank r's lease (jobwire.LeaseTerm) and returns
 // when it did: from then on r cannot hold a lease past the returned time

@@ -97,38 +97,50 @@ func (r testRank) join(ctx context.Context, addr string) (net.Conn, []string, er
 	return r.joinAddr(ctx, jobwire.WholeAddr(addr))
 }
 
-// joinAddr is join with an address that may be split (jobwire.Addr).
+// joinAddr is join with an address that may be split (jobwire.Addr). As
+// startup's rank does, it dials again when the server cuts its handshake
+// off (jobwire.HandshakeTries).
 func (r testRank) joinAddr(ctx context.Context, addr jobwire.Addr) (net.Conn, []string, error) {
+	for try := 1; ; try++ {
+		c, addrs, cut, err := r.joinOnce(ctx, addr)
+		if !cut || try == jobwire.HandshakeTries || ctx.Err() != nil {
+			return c, addrs, err
+		}
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+	}
+}
+
+func (r testRank) joinOnce(ctx context.Context, addr jobwire.Addr) (net.Conn, []string, bool, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", r.rendezvous)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(testTimeout)
 	}
 	c, err := jobwire.DialRendezvous(raw, r.secret, r.host, deadline)
+	if err == nil {
+		err = jobwire.ClientHandshake(c, r.secret, jobwire.RendezvousHandshake, uint32(r.rank))
+	}
 	if err != nil {
 		raw.Close()
-		return nil, nil, err
+		return nil, nil, jobwire.ClosedByPeer(err), err
 	}
 	c.SetDeadline(deadline)
 	addrs, err := r.exchange(c, addr)
 	if err != nil {
 		c.Close()
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	c.SetDeadline(time.Time{})
-	return c, addrs, nil
+	return c, addrs, false, nil
 }
 
 // exchange is startup's, without its checks of addr: the server's are
 // tested.
 func (r testRank) exchange(c net.Conn, addr jobwire.Addr) ([]string, error) {
-	if err := jobwire.ClientHandshake(c, r.secret, jobwire.RendezvousHandshake, uint32(r.rank)); err != nil {
-		return nil, err
-	}
 	if err := jobwire.WriteFrame(c, jobwire.MsgPublish, addr.Append(nil)); err != nil {
 		return nil, err
 	}

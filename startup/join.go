@@ -904,6 +904,27 @@ func awaitStart(ctx context.Context, conn net.Conn, env jobEnv, exited func(ftrm
 // rendezvous dials the launcher, runs the rank's side of the protocol and
 // returns the open connection with every rank's address as this rank gets it.
 func rendezvous(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, []string, error) {
+	// The launcher may cut a handshake off (jobwire.HandshakeTries): dial
+	// again, a few times, after a pause.
+	for try := 1; ; try++ {
+		conn, addrs, err := rendezvousOnce(ctx, env, addr)
+		if err == nil || !errors.Is(err, errCutOff) || try == jobwire.HandshakeTries || ctx.Err() != nil {
+			return conn, addrs, err
+		}
+		t := time.NewTimer(time.Duration(try) * 20 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// errCutOff: the launcher closed the connection before the rendezvous's
+// handshake was through.
+var errCutOff = errors.New("cut off during the handshake")
+
+func rendezvousOnce(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, []string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", env.rendezvous)
 	if err != nil {
@@ -918,6 +939,12 @@ func rendezvous(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, [
 	}
 	var addrs []string
 	tc, err := jobwire.DialRendezvous(conn, env.secret, env.host, deadline)
+	if err == nil {
+		err = jobwire.ClientHandshake(tc, env.secret, jobwire.RendezvousHandshake, uint32(env.rank))
+	}
+	if err != nil && jobwire.ClosedByPeer(err) {
+		err = fmt.Errorf("%w: %w", errCutOff, err)
+	}
 	if err == nil {
 		conn = tc
 		// Client clears the deadline: a cancellation meanwhile is seen here.
@@ -938,14 +965,11 @@ func rendezvous(ctx context.Context, env jobEnv, addr jobwire.Addr) (net.Conn, [
 	return conn, addrs, nil
 }
 
-// exchange is the rank's side of the rendezvous conversation (see
-// internal/jobwire): the handshake, then publish and addrs. An address over
+// exchange is the rank's side of the rendezvous conversation after the
+// handshake (see internal/jobwire): publish and addrs. An address over
 // a limit of the wire is not published: the error, which names the limit,
 // goes to the launcher too, so that ftrun says why this rank gave up.
 func exchange(conn net.Conn, env jobEnv, addr jobwire.Addr) ([]string, error) {
-	if err := jobwire.ClientHandshake(conn, env.secret, jobwire.RendezvousHandshake, uint32(env.rank)); err != nil {
-		return nil, err
-	}
 	if err := addr.Check(int(env.rank), env.size); err != nil {
 		conn.SetWriteDeadline(time.Now().Add(time.Second))
 		jobwire.WriteFrame(conn, jobwire.MsgError, jobwire.ErrorText(err.Error()))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -203,6 +204,19 @@ func DialRendezvous(c net.Conn, hostSecret []byte, host int, deadline time.Time)
 	}
 	return seclink.Client(c, RendezvousKey(hostSecret), deadline)
 }
+
+// ClosedByPeer reports whether err ends a connection because its other end
+// closed it: EOF (FIN) or a reset, not a timeout or this side's own Close.
+func ClosedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// HandshakeTries is how many times a rank dials the rendezvous when the
+// other end closes the connection before the handshake is through: the
+// launcher cuts off its oldest handshake when too many are under way
+// (seclink.Gate), so that a flood of junk connections can delay a rank's
+// start but not end it.
+const HandshakeTries = 8
 
 // AcceptRendezvous runs the launcher's (or an agent's) side of the
 // rendezvous's start on c: it reads the host frame, asks secretFor for
