@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,5 +335,77 @@ func TestRankAddressOverLimit(t *testing.T) {
 			}
 			t.Logf("%v", err)
 		})
+	}
+}
+
+// cuttingLauncher closes the first cut connections after their host frame,
+// as a launcher whose handshake gate is full cuts a handshake off, and
+// serves the next one as a job of 2 ranks. It returns its address and the
+// number of connections it accepted.
+func cuttingLauncher(t *testing.T, cut int32, published chan<- string) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := new(atomic.Int32)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if accepted.Add(1) <= cut {
+				c.SetDeadline(time.Now().Add(testTimeout))
+				jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // the host frame
+				c.Close()
+				continue
+			}
+			tc, _, _, err := jobwire.AcceptRendezvous(c, func(int) ([]byte, error) { return testSecret(1), nil }, time.Now().Add(testTimeout))
+			if err != nil {
+				c.Close()
+				return
+			}
+			tc.SetDeadline(time.Now().Add(testTimeout))
+			a := acceptRank(tc)
+			published <- a
+			jobwire.WriteFrame(tc, jobwire.MsgAddrs, whole("addr-0", a))
+			jobwire.ReadFrame(tc, jobwire.MaxSmallFrame) // until the rank hangs up
+			tc.Close()
+			return
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+// A rank whose handshake the launcher cuts off dials again, a bounded
+// number of times (jobwire.HandshakeTries).
+func TestRendezvousDialsAgainWhenCutOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	published := make(chan string, 1)
+	addr, _ := cuttingLauncher(t, 2, published)
+	c, addrs, err := rendezvous(ctx, jobEnv{rank: 1, size: 2, rendezvous: addr, secret: testSecret(1)}, jobwire.WholeAddr("addr-1"))
+	if err != nil {
+		t.Fatalf("after two handshakes cut off: %v", err)
+	}
+	c.Close()
+	if got := <-published; got != "addr-1" {
+		t.Errorf("the launcher got %q, want addr-1", got)
+	}
+	if want := []string{"addr-0", "addr-1"}; !reflect.DeepEqual(addrs, want) {
+		t.Errorf("addresses %q, want %q", addrs, want)
+	}
+
+	addr, accepted := cuttingLauncher(t, 1<<30, nil)
+	_, _, err = rendezvous(ctx, jobEnv{rank: 1, size: 2, rendezvous: addr, secret: testSecret(1)}, jobwire.WholeAddr("addr-1"))
+	if !errors.Is(err, errCutOff) {
+		t.Fatalf("with every handshake cut off: %v, want one wrapping errCutOff", err)
+	}
+	if n := accepted.Load(); n != jobwire.HandshakeTries {
+		t.Errorf("the rank dialed %d times, want %d", n, jobwire.HandshakeTries)
 	}
 }
