@@ -5,12 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -449,9 +447,7 @@ func (m *arbMesh) serve(p *meshPeer, c net.Conn) {
 // sockets), rather than by a silence, a deadline or this side's own close.
 // A peer that closes its end for other reasons (its own idle timeout) gives
 // a wrong hint, which the arbiter tolerates (arbiter.Node.LeaderGone).
-func peerEnded(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
-}
+func peerEnded(err error) bool { return jobwire.ClosedByPeer(err) }
 
 func (m *arbMesh) writeLoop(mc *meshConn) {
 	ping := jobwire.AppendFrame(nil, msgPing, nil)

@@ -334,9 +334,6 @@ func (s *rvServer) hangUp(r ftrma.Rank) {
 	}
 }
 
-// closedByPeer is jobwire.ClosedByPeer.
-func closedByPeer(err error) bool { return jobwire.ClosedByPeer(err) }
-
 // revoke stops renewing rank r's lease (jobwire.LeaseTerm) and returns
 // when it did: from then on r cannot hold a lease past the returned time
 // plus LeaseTerm, by its own clock, and 1.5 terms after it r has
@@ -576,7 +573,7 @@ func (s *rvServer) serve(raw net.Conn) {
 	for {
 		typ, p, err := jobwire.ReadFrame(c, jobwire.MaxSuperFrame)
 		if err != nil {
-			if closedByPeer(err) {
+			if jobwire.ClosedByPeer(err) {
 				s.hangUp(rank)
 			}
 			return
