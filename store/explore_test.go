@@ -233,14 +233,21 @@ func (e *explorer) publishing(s *Store, reps []*replica, i int) {
 // each key it moves, before it drops copies): a pause, or the crash of this
 // rank or of another one, so that a failure cuts a Grow short at each step.
 func (e *explorer) growing(s *Store, at string) {
-	x, name := e.roll(fmt.Sprintf("rank %d grow %s", s.me, at))
+	e.disturb(s.me, fmt.Sprintf("rank %d grow %s", s.me, at), 100, 100)
+}
+
+// disturb decides at site, a point of rank me's: in 200 of 1000 a pause,
+// in self of 1000 the crash of me, in other of 1000 the crash of another
+// rank.
+func (e *explorer) disturb(me ftrma.Rank, site string, self, other int) {
+	x, name := e.roll(site)
 	switch {
 	case x < 200:
 		e.pause(name, x)
-	case x < 300:
-		e.crash(s.me, name)
-	case x < 400:
-		e.crash(e.other(name, s.me), name)
+	case x < 200+self:
+		e.crash(me, name)
+	case x < 200+self+other:
+		e.crash(e.other(name, me), name)
 	}
 }
 
@@ -366,15 +373,7 @@ func explore(t *testing.T, seed uint64) {
 	testHookMove.set(t, func(s *Store, i int) { e.growing(s, fmt.Sprintf("move %d", i)) })
 	testHookDrop.set(t, func(s *Store) { e.growing(s, "drop") })
 	testHookCommit.set(t, func(s *Store, stage string) {
-		x, name := e.roll(fmt.Sprintf("rank %d commit %s", s.me, stage))
-		switch {
-		case x < 200:
-			e.pause(name, x)
-		case x < 260:
-			e.crash(s.me, name)
-		case x < 320:
-			e.crash(e.other(name, s.me), name)
-		}
+		e.disturb(s.me, fmt.Sprintf("rank %d commit %s", s.me, stage), 60, 60)
 	})
 	key := func(k int) []byte { return fmt.Appendf(nil, "x/%d", k) }
 
