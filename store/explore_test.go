@@ -409,6 +409,7 @@ func explore(t *testing.T, seed uint64) {
 	// only if what it read is still there); a committed one that read two
 	// values saw a transaction half done.
 	recordTx := func(r ftrma.Rank, cl int, call int64, a, b, v string, committing bool, err error) {
+		e.log("rank %d client %d: tx read %q %q, wrote %q (committing %v): %v", r, cl, a, b, v, committing, err)
 		switch {
 		case err == nil && a != b:
 			mu.Lock()

@@ -128,11 +128,14 @@ func (o *op) lockAll(ctx context.Context, id ident, reps []*replica) error {
 			if p.held {
 				continue
 			}
+			// A replica not tried in this attempt has no result: what
+			// p.res holds is the last attempt's, whose lock was given
+			// back since (F30).
+			p.done = false
 			if perr != nil {
 				p.failed = true
 				continue
 			}
-			p.done = false
 			if perr = o.v().w.CompareAndSwap(p.r, p.addr+slotLock*8, int64(p.expect), int64(lockWord(lockVersion(p.expect), int(o.me))), &p.res); perr != nil {
 				p.failed = true
 				continue
