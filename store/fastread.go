@@ -205,7 +205,7 @@ func (o *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 	if err != nil || sl.idx < 0 {
 		return nil, 0, false
 	}
-	p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, addr: o.slotAddr(r, sl.idx), keyAddr: sl.key, gen: sl.gen}
+	p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{o.v().epoch, r, sl.idx}, addr: o.slotAddr(r, sl.idx), keyAddr: sl.key, gen: sl.gen}
 	o.cache.Lock()
 	guess := o.cache.desc[p.ref]
 	o.cache.Unlock()

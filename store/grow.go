@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -101,7 +102,7 @@ func (o *op) withLeftovers(ctx context.Context, id ident, reps []*replica) ([]*r
 		if err != nil || sl.idx < 0 {
 			continue // none there, or its rank failed
 		}
-		p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{r, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(r, sl.idx)}
+		p := &replica{r: r, id: id, slot: sl.idx, ref: slotRef{o.v().epoch, r, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(r, sl.idx)}
 		o.cache.Lock()
 		p.expect = o.cache.lock[p.ref]
 		o.cache.Unlock()
@@ -207,7 +208,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		// new one (its ranks are the same processes, its memory the same
 		// addresses; the replaced ranks stay failed in it).
 		ov := &view{w: nw, c: v.c, tables: v.tables, hosts: v.hosts, place: v.place, fast: nw.WholeWords(),
-			arenas: v.arenas, keyArenas: v.keyArenas}
+			epoch: v.epoch, arenas: v.arenas, keyArenas: v.keyArenas}
 		s.setView(ov)
 		if err := drain(ctx, v); err != nil {
 			return fail(err)
@@ -236,7 +237,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 	}
 	// 3. The transition view.
 	tv := &view{w: nw, c: nc, tables: g.tables, hosts: g.hosts, place: newPlacement(s.opt.Copies, g.hosts),
-		fast: nw.WholeWords(), old: v.place, replaced: g.replaced,
+		fast: nw.WholeWords(), old: v.place, replaced: g.replaced, epoch: v.epoch + 1,
 		arenas: slices.Clone(v.arenas), keyArenas: slices.Clone(v.keyArenas)}
 	for r, gone := range g.replaced {
 		if gone {
@@ -315,7 +316,7 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	s.sip = g.sip
 	tv := &view{w: nw, c: nc, tables: g.tables, hosts: g.hosts, place: newPlacement(s.opt.Copies, g.hosts),
 		fast: nw.WholeWords(), old: newPlacement(s.opt.Copies, g.oldHosts), replaced: g.replaced,
-		arenas: newArenas(s.n), keyArenas: newArenas(s.n)}
+		epoch: 1, arenas: newArenas(s.n), keyArenas: newArenas(s.n)}
 	s.setView(tv)
 	o := s.begin()
 	for range s.opt.Reserve {
@@ -335,30 +336,16 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	return s, nil
 }
 
-// install makes v the current view and forgets what this rank learned of
-// the replaced ranks under the view before.
+// install makes v, a transition view, the current view and forgets what
+// this rank learned under the epochs before. Operations of the view before
+// may still add to the caches; what they add is of their epoch, which no
+// operation of v looks up (F31), and goes at the next install.
 func (s *Store) install(v *view) {
 	s.cache.Lock()
-	for k := range s.cache.slot {
-		if v.replaced[k.rank] {
-			delete(s.cache.slot, k)
-		}
-	}
-	for k := range s.cache.lock {
-		if v.replaced[k.rank] {
-			delete(s.cache.lock, k)
-		}
-	}
-	for k := range s.cache.desc {
-		if v.replaced[k.rank] {
-			delete(s.cache.desc, k)
-		}
-	}
-	for k := range s.cache.chunk {
-		if v.replaced[k.rank] {
-			delete(s.cache.chunk, k)
-		}
-	}
+	maps.DeleteFunc(s.cache.slot, func(k keyAt, _ slotID) bool { return k.epoch != v.epoch })
+	maps.DeleteFunc(s.cache.lock, func(k slotRef, _ uint64) bool { return k.epoch != v.epoch })
+	maps.DeleteFunc(s.cache.desc, func(k slotRef, _ desc) bool { return k.epoch != v.epoch })
+	maps.DeleteFunc(s.cache.chunk, func(k regionRef, _ int) bool { return k.epoch != v.epoch })
 	s.cache.Unlock()
 	s.settled.Lock()
 	for r := range s.settled.ranks {
@@ -396,7 +383,7 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	}
 	// The new placement, deleting leftover copies too until every rank
 	// has dropped its own.
-	dv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
+	dv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast, epoch: tv.epoch,
 		arenas: tv.arenas, keyArenas: tv.keyArenas, old: tv.old, replaced: tv.replaced, dropping: true}
 	s.setView(dv)
 	if err := drain(ctx, tv); err != nil {
@@ -417,7 +404,7 @@ func (s *Store) finishGrow(ctx context.Context, prev, tv *view, survivor bool) e
 	if err := barrier(ctx, tv.c); err != nil {
 		return fail(err)
 	}
-	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast,
+	nv := &view{w: tv.w, c: tv.c, tables: tv.tables, hosts: tv.hosts, place: tv.place, fast: tv.fast, epoch: tv.epoch,
 		arenas: tv.arenas, keyArenas: tv.keyArenas}
 	s.setView(nv)
 	if err := drain(ctx, dv); err != nil {
@@ -743,7 +730,7 @@ func (o *op) dropKey(ctx context.Context, id ident) error {
 		if err != nil || sl.idx < 0 {
 			return err
 		}
-		p := &replica{r: o.me, id: id, slot: sl.idx, ref: slotRef{o.me, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(o.me, sl.idx)}
+		p := &replica{r: o.me, id: id, slot: sl.idx, ref: slotRef{o.v().epoch, o.me, sl.idx}, keyAddr: sl.key, gen: sl.gen, addr: o.slotAddr(o.me, sl.idx)}
 		p.expect = lockWord(lockVersion(atomic.LoadUint64(&o.table[hdrWords+sl.idx*slotWords+slotLock])), -1)
 		reps := []*replica{p}
 		err = o.lockAll(ctx, id, reps)

@@ -148,7 +148,7 @@ func (o *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 func (o *op) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool) {
 	region := addr >> 40
 	o.cache.Lock()
-	e, ok := o.cache.chunk[regionRef{r, region}]
+	e, ok := o.cache.chunk[regionRef{o.v().epoch, r, region}]
 	o.cache.Unlock()
 	if ok {
 		return e, true
@@ -157,7 +157,7 @@ func (o *op) chunkOf(ctx context.Context, r ftrma.Rank, addr uint64) (int, bool)
 		return 0, false
 	}
 	o.cache.Lock()
-	e, ok = o.cache.chunk[regionRef{r, region}]
+	e, ok = o.cache.chunk[regionRef{o.v().epoch, r, region}]
 	o.cache.Unlock()
 	return e, ok
 }
@@ -173,7 +173,7 @@ func (o *op) readChunkTable(ctx context.Context, r ftrma.Rank) ([]byte, error) {
 	o.cache.Lock()
 	for e := range o.opt.Chunks {
 		if a := word(tbl, e*chunkWords+chunkAddr); a != 0 {
-			o.cache.chunk[regionRef{r, a >> 40}] = e
+			o.cache.chunk[regionRef{o.v().epoch, r, a >> 40}] = e
 		}
 	}
 	o.cache.Unlock()

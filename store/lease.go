@@ -77,7 +77,7 @@ func (o *op) leased(h ident) ([]*replica, bool) {
 	held := make([]replica, len(l.reps)) // one allocation for all
 	for i, lr := range l.reps {
 		p := &held[i]
-		*p = replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{lr.r, lr.slot}, addr: lr.addr, held: true,
+		*p = replica{r: lr.r, id: h, slot: lr.slot, ref: slotRef{o.v().epoch, lr.r, lr.slot}, addr: lr.addr, held: true,
 			lock: lockWord(l.version, int(o.me)), keyAddr: lr.key, gen: lr.gen}
 		putWords(p.buf[:], h.h, p.lock, lr.block, l.version, lr.len, 0, 0, 0, 0, lr.key, lr.gen)
 		reps[i] = p
@@ -176,19 +176,28 @@ func (o *op) answerAsks(ctx context.Context, seen uint64) uint64 {
 		return ask
 	}
 	type read struct {
-		id   ident
-		want [][8]byte
+		id    ident
+		want  [][8]byte
+		stale bool // the lease is of an epoch before: end it unread
 	}
 	var reads []*read
 	o.leases.Lock()
 	for id, l := range o.leases.m {
 		rd := &read{id: id, want: make([][8]byte, len(l.reps))}
+		reads = append(reads, rd)
+		if l.view.epoch != o.v().epoch {
+			// Its ranks may be other processes now, where its slot
+			// addresses name other memory, or none: a read there fails,
+			// and the failure would reach whatever else this process
+			// flushes toward the rank (F29).
+			rd.stale = true
+			continue
+		}
 		for i, lr := range l.reps {
 			if !o.failed(lr.r) {
 				o.v().w.Get(lr.r, lr.addr+slotWant*8, rd.want[i][:])
 			}
 		}
-		reads = append(reads, rd)
 	}
 	o.leases.Unlock()
 	o.v().w.FlushAll(ctx) // a failed replica's read fails; the others are done
@@ -196,12 +205,14 @@ func (o *op) answerAsks(ctx context.Context, seen uint64) uint64 {
 		return seen // the store is closing: the reads may still land
 	}
 	for _, rd := range reads {
-		wanted := false
+		wanted := rd.stale
 		for _, w := range rd.want {
 			wanted = wanted || word(w[:], 0) != 0
 		}
 		if wanted && o.keys.tryLock(rd.id) {
-			o.contended(rd.id)
+			if !rd.stale {
+				o.contended(rd.id)
+			}
 			o.endLease(rd.id)
 			o.keys.unlock(rd.id)
 		}

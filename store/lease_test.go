@@ -3,10 +3,13 @@ package store
 import (
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/comm/commtest"
 )
 
 // A lease keeps the replica list of the put that took it, and is used only
@@ -142,5 +145,72 @@ func keyAwayFrom(s *Store, r ftrma.Rank) []byte {
 		if !slices.Contains(s.current().place.replicas(s.hash(k), noneFailed), r) {
 			return k
 		}
+	}
+}
+
+// A lease taken before a Grow that replaced one of its ranks is of an
+// earlier epoch: its slot address at that rank is the old process's
+// memory, which the new process does not have. Answering asks ends such a
+// lease without reading its want words there (F29: the read failed with
+// "access out of bounds", and the failure reached whatever else the
+// process flushed toward the rank next — another operation's write). In
+// the explorer such a lease outlived the Grow; here the lease the writer
+// took is put back after the Grow, as it would be had its idle end not come
+// yet.
+func TestLeaseOfAnEarlierEpochEndsUnread(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openSpares(t, 3, 1, smallOptions(3))
+	if err := st[0].Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	id := st[0].ident([]byte("k"))
+	st[0].leases.Lock()
+	l := st[0].leases.m[id]
+	st[0].leases.Unlock()
+	if l == nil || !slices.ContainsFunc(l.reps, func(lr leased) bool { return lr.r == 2 }) {
+		t.Fatal("rank 0 holds no lease on the key it wrote, with rank 2 among its replicas")
+	}
+	crashAndWait(ctx, t, w, st, 2)
+	nst := slices.Clone(st)
+	nst[2] = nil
+	var wg sync.WaitGroup
+	for _, r := range []ftrma.Rank{0, 1} {
+		wg.Go(func() {
+			if _, _, err := Respawn(ctx, st[r], w.Comms[r]); err != nil {
+				t.Errorf("rank %d: respawn: %v", r, err)
+			}
+		})
+	}
+	var j commtest.Joined
+	select {
+	case j = <-w.Joined():
+	case <-ctx.Done():
+		t.Fatal("no spare joined")
+	}
+	if j.Err != nil {
+		t.Fatalf("spare: %v", j.Err)
+	}
+	s, _, err := JoinRespawned(ctx, j.Comm, Options{})
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("spare: join: %v", err)
+	}
+	nst[2] = s
+	t.Cleanup(func() { stopAll(nst) })
+
+	st[0].leases.Lock()
+	st[0].leases.m[id] = l
+	st[0].leases.Unlock()
+	o := st[0].begin()
+	ask := atomic.LoadUint64(&o.table[hdrAsk])
+	o.answerAsks(ctx, ask+1) // an ask came: the ask word moved since seen
+	err = o.v().w.Flush(ctx, 2)
+	o.end()
+	kept := leasedNow(st[0], id)
+	if err != nil {
+		t.Errorf("a flush toward the replaced rank after answering asks: %v", err)
+	}
+	if kept {
+		t.Error("a lease of the epoch before the Grow was kept after an ask: its want words were read at the replaced rank")
 	}
 }

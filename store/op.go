@@ -43,6 +43,10 @@ type view struct {
 	hosts  []string // each rank's host
 	place  *placement
 	fast   bool // fast reads allowed (see fastread.go)
+	// epoch numbers the processes the ranks are: a transition view, whose
+	// replaced ranks are new processes, has the next one; the caches keep
+	// what they learn under it (keyAt, slotRef, regionRef).
+	epoch uint64
 
 	arenas    []*arena // this rank's allocations of records, by target rank
 	keyArenas []*arena // and of key blocks

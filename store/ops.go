@@ -68,7 +68,7 @@ func (o *op) replicas(ctx context.Context, id ident, claim bool) ([]*replica, er
 		if err != nil {
 			return nil, err
 		}
-		p := &replica{r: r, id: id, slot: i.idx, ref: slotRef{r, i.idx}, keyAddr: i.key, gen: i.gen}
+		p := &replica{r: r, id: id, slot: i.idx, ref: slotRef{o.v().epoch, r, i.idx}, keyAddr: i.key, gen: i.gen}
 		if i.idx >= 0 {
 			p.addr = o.slotAddr(r, i.idx)
 			o.cache.Lock()

@@ -38,7 +38,7 @@ var errStale = fmt.Errorf("%w: key slot reused", errAgain)
 // findSlot finds id's slot at rank r, claiming one when claim is set; noSlot
 // when r has none.
 func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (slotID, error) {
-	ck := keyAt{r, id.key}
+	ck := keyAt{o.v().epoch, r, id.key}
 	o.cache.Lock()
 	sl, ok := o.cache.slot[ck]
 	o.cache.Unlock()
@@ -136,17 +136,17 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	return sl, nil
 }
 
-func (s *Store) remember(r ftrma.Rank, id ident, sl slotID) {
-	s.cache.Lock()
-	s.cache.slot[keyAt{r, id.key}] = sl
-	s.cache.Unlock()
+func (o *op) remember(r ftrma.Rank, id ident, sl slotID) {
+	o.cache.Lock()
+	o.cache.slot[keyAt{o.v().epoch, r, id.key}] = sl
+	o.cache.Unlock()
 }
 
 // forget drops what this rank remembered of id's slot at r.
-func (s *Store) forget(r ftrma.Rank, id ident) {
-	s.cache.Lock()
-	delete(s.cache.slot, keyAt{r, id.key})
-	s.cache.Unlock()
+func (o *op) forget(r ftrma.Rank, id ident) {
+	o.cache.Lock()
+	delete(o.cache.slot, keyAt{o.v().epoch, r, id.key})
+	o.cache.Unlock()
 }
 
 // probe looks for id's slot at r along its chain; free is the first slot of

@@ -227,17 +227,24 @@ type ident struct {
 }
 
 // keyAt names a key at a rank; slotRef a key slot (index) at a rank;
-// regionRef a heap region (window address >> 40) at a rank.
+// regionRef a heap region (window address >> 40) at a rank. Each is of
+// the processes of one epoch (view.epoch): what the caches hold of a rank
+// is of the process that was that rank when it was learned, and means
+// nothing to an operation of a later epoch, where the rank may be another
+// process (F31).
 type (
 	keyAt struct {
-		rank ftrma.Rank
-		key  string
+		epoch uint64
+		rank  ftrma.Rank
+		key   string
 	}
 	slotRef struct {
-		rank ftrma.Rank
-		slot int
+		epoch uint64
+		rank  ftrma.Rank
+		slot  int
 	}
 	regionRef struct {
+		epoch  uint64
 		rank   ftrma.Rank
 		region uint64
 	}
