@@ -128,6 +128,20 @@ func (o *op) seal(r ftrma.Rank, entry int) {
 // (pushed), as long as r is the same process there (sameProcess): else the
 // block's chunk was counted in a process that is gone (DESIGN.md F5).
 func (o *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
+	o.freeBlock(ctx, r, addr, n, true)
+}
+
+// freeBehind is free for a block that a write posted just before, in the
+// same batch, stops naming (a new descriptor, a tombstone): the update goes
+// behind that write, through the operation's window only. When that window
+// was rebuilt, the write could not be posted either, or the update could
+// not follow it: the block stays counted (a leak), and is never counted
+// free while a slot still names it (F32).
+func (o *op) freeBehind(ctx context.Context, r ftrma.Rank, addr, n uint64) {
+	o.freeBlock(ctx, r, addr, n, false)
+}
+
+func (o *op) freeBlock(ctx context.Context, r ftrma.Rank, addr, n uint64, anyWindow bool) {
 	if addr == 0 || n == 0 || o.failed(r) {
 		return
 	}
@@ -136,7 +150,7 @@ func (o *op) free(ctx context.Context, r ftrma.Rank, addr, n uint64) {
 		return
 	}
 	at, delta := o.entryAddr(r, e, chunkLive), []int64{-int64(n)}
-	if err := o.v().w.Accumulate(r, at, delta, window.Sum); errors.Is(err, window.ErrRebuilt) && o.sameProcess(r) {
+	if err := o.v().w.Accumulate(r, at, delta, window.Sum); errors.Is(err, window.ErrRebuilt) && anyWindow && o.sameProcess(r) {
 		if w := o.live(); w.Accumulate(r, at, delta, window.Sum) == nil {
 			w.Push(r)
 		}

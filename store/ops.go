@@ -602,15 +602,20 @@ func (o *op) postPublish(ctx context.Context, reps []*replica, rec []byte, v, lv
 			continue
 		}
 		putWords(dw, p.block, v, uint64(len(rec)), 0, 0, 0)
-		o.v().w.Put(p.r, p.addr+slotCurAddr*8, dw)
+		if err := o.v().w.Put(p.r, p.addr+slotCurAddr*8, dw); err != nil {
+			// Rebuilt since the record went out: the slot keeps naming
+			// the old blocks, and the new one stays counted (F32).
+			p.failed = true
+			continue
+		}
 		if w := o.liveAt(p.r); w != nil {
 			w.Put(p.r, p.addr+slotLock*8, lw[:]) // a release: see live
 		}
 		if alone {
 			o.postDone(p, v)
 		}
-		o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-		o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		o.freeBehind(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		o.freeBehind(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if keep {
 			o.v().w.Get(p.r, p.addr+slotWant*8, p.want[:])
 		}
@@ -721,14 +726,20 @@ func (o *op) tombstone(ctx context.Context, id ident, reps []*replica, v uint64)
 		// a tombstone: a claim (which takes no slot lock) may take the slot
 		// as soon as it sees the tombstone, and its own hash word must not
 		// be overwritten by this one.
-		o.v().w.Put(p.r, p.addr+slotHash*8, zero[:])
+		if err := o.v().w.Put(p.r, p.addr+slotHash*8, zero[:]); err != nil {
+			p.failed = true // its window was rebuilt: nothing went out
+			continue
+		}
 		o.v().w.Put(p.r, p.addr+slotCurAddr*8, desc)
 		o.v().w.Put(p.r, p.addr+slotWant*8, tomb)
 		p.written = true // posted: it may land whatever the flush says (see published)
-		o.free(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
-		o.free(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
+		// Freed behind the tombstone, through the same window: a free that
+		// went out while the tombstone did not would let the key block be
+		// reused while the slot still names it (F32).
+		o.freeBehind(ctx, p.r, p.word(slotCurAddr), p.word(slotCurLen))
+		o.freeBehind(ctx, p.r, p.word(slotPAddr), p.word(slotPLen))
 		if k := p.word(slotKey); k != 0 && k != slotTomb {
-			o.free(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
+			o.freeBehind(ctx, p.r, k, uint64(keyBlockLen(len(id.key))))
 		}
 	}
 	if hook := testHookPosted.get(); hook != nil {
