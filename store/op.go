@@ -161,7 +161,8 @@ func (o *op) restart(err error) bool {
 // of its compare-and-swaps are known and what they took can be let go.
 // Two failures leave posted operations under way: the view's window was
 // rebuilt (they went to the transport; a flush through the current window
-// completes them), or ctx ended. The flush here is bounded by the verdict
+// completes them), or ctx ended — and the window may be rebuilt after that,
+// before the flush here (F33). The flush here is bounded by the verdict
 // bound, not by ctx: a live rank answers within a round trip, and one that
 // does not is declared failed within it.
 func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
@@ -174,7 +175,13 @@ func (o *op) completed(ctx context.Context, r ftrma.Rank, err error) bool {
 	case ctx.Err() == nil:
 		return false
 	}
-	return o.flushAnyway(ctx, w, r) == nil
+	err = o.flushAnyway(ctx, w, r)
+	if errors.Is(err, window.ErrRebuilt) && w == o.v().w {
+		if lw := o.live(); lw != w {
+			err = o.flushAnyway(ctx, lw, r)
+		}
+	}
+	return err == nil
 }
 
 // flushAnyway flushes toward r through w whether or not ctx has ended,
