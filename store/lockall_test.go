@@ -233,7 +233,7 @@ func TestCompletedAfterTheContextEndedAndTheWindowWasRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	octx, cancel := context.WithCancel(ctx)
-	cancel() // the operation's context ends before its flush
+	cancel()               // the operation's context ends before its flush
 	o.v().w.Flush(octx, 1) // fails with the context's end, or is done: either way completed must say done
 	defer rebuildUnder(ctx, t, w, st, o, 2)()
 	if !o.completed(octx, 1, octx.Err()) {
