@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -241,4 +242,84 @@ func TestCompletedAfterTheContextEndedAndTheWindowWasRebuilt(t *testing.T) {
 	}
 	o.end()
 	ended = true
+}
+
+// A claim whose compare-and-swap took, but whose flush then failed (its
+// context ended), cannot undo itself when a deletion made the slot a
+// tombstone meanwhile: the slot was the key's for everyone as soon as it
+// took, and the deletion freed its key block. The claim must then leave the
+// block alone. Before, it freed it a second time: its chunk counted a live
+// block's bytes free, was handed out again while a slot named a block in
+// it, and a rank ended with a key in two slots and a deletion undone (F34:
+// explorer seed 7407 with transactions).
+func TestClaimCutShortAfterADeletionFreesNothing(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openAll(t, 3, smallOptions(1))
+	var key []byte
+	var r ftrma.Rank
+	for i := 0; r == 0; i++ { // a key placed away from the claimer
+		key = fmt.Appendf(nil, "k%d", i)
+		r = st[0].current().replicas(st[0].ident(key).h, func(ftrma.Rank) bool { return false })[0]
+	}
+
+	// The key once written and deleted by rank 0: rank 0 knows rank r's
+	// chunk table then (a free needs it, and its context ends below).
+	if err := st[0].Put(ctx, key, []byte("v0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st[0].Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+
+	var live1 uint64
+	entry := -1
+	var once sync.Once
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	testHookPosted.set(t, func(_ context.Context, s *Store, point, k string) {
+		if s != st[0] || point != "claim" || k != string(key) {
+			return
+		}
+		once.Do(func() {
+			// The claim's compare-and-swap lands at r, its answer is held
+			// up; a deletion from rank 1 makes the slot a tombstone; then
+			// the claimer's context ends, before the answer arrives.
+			c := st[0].current().keyArenas[r].cur
+			entry = c.entry
+			block := c.addr + c.next - uint64(keyBlockLen(len(key)))
+			for landed := false; !landed; {
+				for i := range st[r].opt.Slots {
+					landed = landed || atomic.LoadUint64(&st[r].table[hdrWords+i*slotWords+slotKey]) == block
+				}
+				select {
+				case <-ctx.Done():
+					t.Error("the claim never landed")
+					return
+				case <-time.After(100 * time.Microsecond):
+				}
+			}
+			live1 = st[r].entry(entry, chunkLive).Load()
+			if err := st[1].Delete(ctx, key); err != nil {
+				t.Errorf("deletion of the key being claimed: %v", err)
+			}
+			cancel()
+		})
+	})
+	w.Net.Delay(r, 0, 50*time.Millisecond)
+	err := st[0].Put(cctx, key, []byte("v"))
+	w.Net.Delay(r, 0, 0)
+	if err == nil {
+		t.Fatal("the put whose context ended during its claim succeeded")
+	}
+	if entry < 0 {
+		t.Fatal("the claim's hook never ran")
+	}
+	if err := st[0].current().w.Flush(ctx, r); err != nil { // what the claim posted last is there
+		t.Fatal(err)
+	}
+	// The deletion freed the key block; nothing else of the chunk changed.
+	want := live1 - uint64(keyBlockLen(len(key)))
+	if got := st[r].entry(entry, chunkLive).Load(); got != want {
+		t.Fatalf("the claimer's key chunk at rank %d counts %d live bytes, want %d (%d before the deletion): the key block was freed twice", r, got, want, live1)
+	}
 }

@@ -115,17 +115,33 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		err = fmt.Errorf("%w: slot %d of rank %d claimed under the claim lock", errRetry, free.idx, r)
 	}
 	if err != nil {
-		if posted && o.completed(ctx, r, err) && uint64(old) == free.key {
-			// The claim landed through a window rebuilt meanwhile: undo
-			// it (this rank still holds the claim lock), so that no slot
-			// names a key block freed below.
-			var back int64
-			if lw := o.liveAt(r); lw != nil {
-				lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-				o.flushAnyway(ctx, lw, r)
+		// The key block is this claim's to free only while no slot names
+		// it: the compare-and-swap did not go out or did not take, or it
+		// took and is undone here. A claim that took is the key's slot at
+		// once for everyone else: a deletion may have made it a tombstone
+		// and freed the block already, and a second free would count a
+		// live block of the chunk free (F34). When the outcome is unknown,
+		// the block is left counted (a leak, never a reuse).
+		named := false
+		if posted {
+			switch {
+			case !o.completed(ctx, r, err):
+				named = true
+			case uint64(old) == free.key:
+				// The claim landed (through a window rebuilt meanwhile, or
+				// with the operation's context ended): undo it, this rank
+				// still holding the claim lock.
+				named = true
+				var back int64
+				if lw := o.liveAt(r); lw != nil {
+					lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
+					named = o.flushAnyway(ctx, lw, r) != nil || uint64(back) != block
+				}
 			}
 		}
-		o.free(ctx, r, block, uint64(blockLen))
+		if !named {
+			o.free(ctx, r, block, uint64(blockLen))
+		}
 		return noSlot, err
 	}
 	if hook := testHookPosted.get(); hook != nil {
