@@ -29,6 +29,20 @@ func testSecret(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
 // launcher.)
 func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
 	t.Helper()
+	return testLauncher(t, func(_ int32, c net.Conn) bool {
+		defer c.Close()
+		if tc, ok := acceptHandshake(c); ok {
+			talk(tc)
+		}
+		return true
+	})
+}
+
+// testLauncher accepts connections one at a time and hands each to serve
+// (n counts them from 1) until serve says it is done; it returns its
+// address. It stops when the test ends.
+func testLauncher(t *testing.T, serve func(n int32, c net.Conn) (done bool)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,19 +51,25 @@ func fakeLauncher(t *testing.T, talk func(c net.Conn)) string {
 	t.Cleanup(func() { ln.Close(); <-done })
 	go func() {
 		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
+		for n := int32(1); ; n++ {
+			c, err := ln.Accept()
+			if err != nil || serve(n, c) {
+				return
+			}
 		}
-		defer c.Close()
-		tc, _, _, err := jobwire.AcceptRendezvous(c, func(int) ([]byte, error) { return testSecret(1), nil }, time.Now().Add(testTimeout))
-		if err != nil {
-			return
-		}
-		tc.SetDeadline(time.Now().Add(testTimeout))
-		talk(tc)
 	}()
 	return ln.Addr().String()
+}
+
+// acceptHandshake is the launcher's side of a rendezvous connection's
+// handshake; the connection it returns has the test's deadline.
+func acceptHandshake(c net.Conn) (net.Conn, bool) {
+	tc, _, _, err := jobwire.AcceptRendezvous(c, func(int) ([]byte, error) { return testSecret(1), nil }, time.Now().Add(testTimeout))
+	if err != nil {
+		return nil, false
+	}
+	tc.SetDeadline(time.Now().Add(testTimeout))
+	return tc, true
 }
 
 // acceptRank is the launcher's side of a rank's handshake and publish (of a
@@ -344,41 +364,26 @@ func TestRankAddressOverLimit(t *testing.T) {
 // number of connections it accepted.
 func cuttingLauncher(t *testing.T, cut int32, published chan<- string) (string, *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	accepted := new(atomic.Int32)
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if accepted.Add(1) <= cut {
-				c.SetDeadline(time.Now().Add(testTimeout))
-				jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // the host frame
-				c.Close()
-				continue
-			}
-			tc, _, _, err := jobwire.AcceptRendezvous(c, func(int) ([]byte, error) { return testSecret(1), nil }, time.Now().Add(testTimeout))
-			if err != nil {
-				c.Close()
-				return
-			}
-			tc.SetDeadline(time.Now().Add(testTimeout))
-			a := acceptRank(tc)
-			published <- a
-			jobwire.WriteFrame(tc, jobwire.MsgAddrs, whole("addr-0", a))
-			jobwire.ReadFrame(tc, jobwire.MaxSmallFrame) // until the rank hangs up
-			tc.Close()
-			return
+	addr := testLauncher(t, func(n int32, c net.Conn) bool {
+		defer c.Close()
+		accepted.Store(n)
+		if n <= cut {
+			c.SetDeadline(time.Now().Add(testTimeout))
+			jobwire.ReadFrame(c, jobwire.MaxSmallFrame) // the host frame
+			return false
 		}
-	}()
-	return ln.Addr().String(), accepted
+		tc, ok := acceptHandshake(c)
+		if !ok {
+			return true
+		}
+		a := acceptRank(tc)
+		published <- a
+		jobwire.WriteFrame(tc, jobwire.MsgAddrs, whole("addr-0", a))
+		jobwire.ReadFrame(tc, jobwire.MaxSmallFrame) // until the rank hangs up
+		return true
+	})
+	return addr, accepted
 }
 
 // A rank whose handshake the launcher cuts off dials again, a bounded
