@@ -102,8 +102,10 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	if hook := testHookPosted.get(); hook != nil && posted {
 		hook(ctx, o.Store, "claim", id.key)
 	}
+	known := false // the compare-and-swap's result is in old
 	if err == nil {
 		err = o.flush(ctx, r)
+		known = err == nil
 	}
 	if err == nil && uint64(old) != free.key {
 		// Only a claim could have changed it, and claims hold the lock:
@@ -125,7 +127,7 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		named := false
 		if posted {
 			switch {
-			case !o.completed(ctx, r, err):
+			case !known && !o.completed(ctx, r, err):
 				named = true
 			case uint64(old) == free.key:
 				// The claim landed (through a window rebuilt meanwhile, or

@@ -323,3 +323,63 @@ func TestClaimCutShortAfterADeletionFreesNothing(t *testing.T) {
 		t.Fatalf("the claimer's key chunk at rank %d counts %d live bytes, want %d (%d before the deletion): the key block was freed twice", r, got, want, live1)
 	}
 }
+
+// A deletion whose writer dies after its tombstones landed and before it
+// released their locks leaves tombstone slots locked by a failed rank:
+// recovery gives those locks back (F23's second half), since a tombstone
+// guards nothing, rather than leave them for the next claimer to take over.
+func TestTombstoneOfAFailedDeleterIsUnlocked(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openAll(t, 3, smallOptions(3))
+	if err := st[0].Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	st[0].endLease(st[0].ident([]byte("k")))
+	st[0].current().w.FlushAll(ctx)
+	var once sync.Once
+	testHookPosted.set(t, func(_ context.Context, s *Store, point, key string) {
+		if s != st[1] || point != "tombstone" || key != "k" {
+			return
+		}
+		once.Do(func() {
+			s.current().w.FlushAll(ctx) // the tombstones land, the releases never go out
+			w.Crash(1)
+		})
+	})
+	if err := st[1].Delete(ctx, []byte("k")); err == nil {
+		t.Fatal("a deletion whose rank crashed in the middle succeeded")
+	}
+	heldBy1 := func(s *Store) (tombs, held int) {
+		for i := range s.opt.Slots {
+			base := hdrWords + i*slotWords
+			if atomic.LoadUint64(&s.table[base+slotKey]) != slotTomb {
+				continue
+			}
+			tombs++
+			if lockOwner(atomic.LoadUint64(&s.table[base+slotLock])) == 1 {
+				held++
+			}
+		}
+		return tombs, held
+	}
+	// Recovery runs once the crash is known, within a housekeeping tick;
+	// 10 s is far beyond that.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, r := range []int{0, 2} {
+		for {
+			tombs, held := heldBy1(st[r])
+			if tombs == 0 {
+				t.Fatalf("rank %d has no tombstone: the deletion's tombstones did not land", r)
+			}
+			if held == 0 {
+				break
+			}
+			select {
+			case <-wctx.Done():
+				t.Fatalf("rank %d: %d tombstone slots still locked by crashed rank 1", r, held)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
