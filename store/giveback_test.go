@@ -383,3 +383,92 @@ func TestTombstoneOfAFailedDeleterIsUnlocked(t *testing.T) {
 		}
 	}
 }
+
+// A transaction's fate, for a writer that died while its decision write
+// was on the way, must read the same to every rank that asks: a decision
+// that landed at one replica and not at the key's primary is settled by
+// the first full read (which repairs the replicas), so a fast read at the
+// primary must not answer first. Before, a reader's fast read said "not
+// committed" and dropped the pending record at one key, while a later full
+// read repaired the decision and made the record current at the other: a
+// transaction half applied (F35: explorer seed 2110, rarely).
+func TestDecisionOfADeadWriterReadsTheSameToAll(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	w, st := openAll(t, 3, smallOptions(3))
+	for _, s := range st { // a fixed hash key: the placement below is the same every run
+		s.sip = sipKey{k0: 7, k1: 11}
+	}
+	// A writer whose decision key it places last: the key's primary is the
+	// same rank whether or not the writer's failure is known yet.
+	writer := ftrma.Rank(-1)
+	for r := range ftrma.Rank(3) {
+		order := st[0].current().replicas(st[0].ident(txKey(int(r))).h, func(ftrma.Rank) bool { return false })
+		if order[2] == r {
+			writer = r
+			break
+		}
+	}
+	if writer < 0 {
+		t.Fatal("no rank is last in its decision key's placement under this hash key: pick another")
+	}
+	id := st[0].ident(txKey(int(writer)))
+	seqBytes := func(n uint64) []byte { return binary.LittleEndian.AppendUint64(nil, n) }
+	if err := st[writer].write(ctx, id, seqBytes(1), false); err != nil { // as decideTx writes it
+		t.Fatal(err)
+	}
+	st[writer].endLease(id)
+	st[writer].current().w.FlushAll(ctx)
+	// After the writer fails, the key's primary is the first other rank in
+	// its placement; the decision for transaction 2 reaches the other
+	// replica at once and the primary never (the writer dies first).
+	var order []ftrma.Rank
+	for _, r := range st[0].current().replicas(id.h, func(ftrma.Rank) bool { return false }) {
+		if r != writer {
+			order = append(order, r)
+		}
+	}
+	primary, other := order[0], order[1]
+	o := st[other].peek()
+	sl, _, err := o.probe(ctx, other, id)
+	if err != nil || sl.idx < 0 {
+		t.Fatalf("no slot of the decision key at rank %d: %v", other, err)
+	}
+	verAt := func() uint64 {
+		return atomic.LoadUint64(&st[other].table[hdrWords+sl.idx*slotWords+slotCurVer])
+	}
+	before := verAt()
+	var armed atomic.Bool
+	armed.Store(true)
+	testHookPublish.set(t, func(s *Store, _ []*replica, i int) {
+		if s == st[writer] && i == 0 && armed.Swap(false) {
+			w.Net.Delay(writer, primary, time.Hour) // from the publish on: its locks are taken
+		}
+	})
+	go st[writer].write(ctx, id, seqBytes(2), false) // its flush never returns: the writer crashes
+	for verAt() == before {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the decision never reached the other replica")
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	w.Crash(writer) // the primary asks at once, before recovery repairs the key
+
+	tag := txTag(2, writer)
+	first, err := st[primary].txCommitted(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A full read of the key (a reader's repair, or recovery's check)
+	// settles what the replicas hold.
+	if err := st[other].inView(func(o *op) error { _, _, err := o.getAll(ctx, id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	second, err := st[other].txCommitted(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second {
+		t.Fatalf("transaction 2 of the dead writer read committed=%v first (at the primary, rank %d), then committed=%v (rank %d)", first, primary, second, other)
+	}
+}

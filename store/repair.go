@@ -168,14 +168,25 @@ func txKey(writer int) []byte { return []byte(reservedPrefix + "tx." + strconv.I
 func txTag(seq uint64, writer ftrma.Rank) uint64 { return lockWord(seq, int(writer)) }
 
 // txCommitted reports whether the transaction tagged tag committed: whether
-// its writer's decision key holds its number or a later one.
+// its writer's decision key holds its number or a later one. The key is
+// read at every replica (getAll), never by a fast read: a decision its
+// writer wrote in part before it died is then settled by the first reader
+// (the replicas disagree, and the read repairs them), so that every reader
+// concludes the same. A fast read at a primary the write had not reached
+// answered "not committed", and the pending records were dropped at one
+// key, while a later full read repaired the decision and made them current
+// at another (F35).
 func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
 	writer, seq := lockOwner(tag), lockVersion(tag)
 	if writer < 0 {
 		return true, nil // not a transaction
 	}
-	k := txKey(writer)
-	v, _, err := s.get(ctx, s.ident(k))
+	id := s.ident(txKey(writer))
+	var v []byte
+	err := s.inView(func(o *op) (err error) {
+		v, _, err = o.getAll(ctx, id)
+		return err
+	})
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
