@@ -67,7 +67,9 @@ import (
 //
 // CI runs the first 1,000 seeds (40 under -race: about 15 s and 7 s) and
 // the seeds in exploreFound;
-// FTRMA_STORE_SEEDS=N runs N of them, FTRMA_STORE_SEED=S seed S alone,
+// FTRMA_STORE_SEEDS=N runs N of them, FTRMA_STORE_SEED=S seed S alone
+// (FTRMA_STORE_SLOTS=N with it: N key slots per rank, 0 the default;
+// every fourth seed of the default runs has 16),
 // FTRMA_STORE_REPEAT=K each K times, FTRMA_STORE_SCHEDULE=1 prints every
 // run's schedule, and FTRMA_STORE_TRACE=1 adds each operation's phases
 // (Trace) to it.
@@ -80,32 +82,48 @@ import (
 // Those found with transactions on (tx) fail in only some runs with their
 // fix undone (the rate is given): each also has a deterministic test.
 var exploreFound = []exploreSeed{
-	{5166, false}, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
-	{621, false},  // F24: a retried deletion deleted a later write
-	{2200, false}, // F25: a retried deletion stopped at its own tombstones
-	{67, false},   // F26: a release wrote to a replaced rank's old addresses
-	{1581, false}, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
-	{2143, false}, // F28: a deletion during Grow's drop skipped leftovers
-	{2094, false}, // comm: a closed communicator's agreement stopped answering (a Replace hung)
-	{497, true},   // F30: a lock attempt gave back locks it had not taken (every run)
-	{135, true},   // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
-	{2287, true},  // F32: blocks freed while a slot still named them (about 2 in 3)
-	{2970, true},  // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
-	{7407, true},  // F34: a claim cut short freed a key block twice (about 1 in 6)
+	{5166, false, 0}, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
+	{621, false, 0},  // F24: a retried deletion deleted a later write
+	{2200, false, 0}, // F25: a retried deletion stopped at its own tombstones
+	{67, false, 0},   // F26: a release wrote to a replaced rank's old addresses
+	{1581, false, 0}, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
+	{2143, false, 0}, // F28: a deletion during Grow's drop skipped leftovers
+	{2094, false, 0}, // comm: a closed communicator's agreement stopped answering (a Replace hung)
+	{497, true, 0},   // F30: a lock attempt gave back locks it had not taken (every run)
+	{135, true, 0},   // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
+	{2287, true, 0},  // F32: blocks freed while a slot still named them (about 2 in 3)
+	{2970, true, 0},  // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
+	{7407, true, 0},  // F34: a claim cut short freed a key block twice (about 1 in 6)
 }
 
-// exploreSeed is one run of the explorer: its seed, and whether its
-// clients run transactions too.
+// exploreSeed is one run of the explorer: its seed, whether its clients
+// run transactions too, and the key slots per rank (0: smallOptions').
 type exploreSeed struct {
-	n  uint64
-	tx bool
+	n     uint64
+	tx    bool
+	slots int
+}
+
+// newExploreSeed is seed n as the default runs draw it: every fourth seed
+// has 16 key slots per rank, so that its keys share probe chains (two
+// groups of 8) and claims meet tombstones and other keys' slots on the way.
+func newExploreSeed(n uint64, tx bool) exploreSeed {
+	s := exploreSeed{n: n, tx: tx}
+	if n%4 == 0 {
+		s.slots = 16
+	}
+	return s
 }
 
 func (s exploreSeed) String() string {
-	if s.tx {
-		return fmt.Sprintf("seed=%d", s.n)
+	name := fmt.Sprintf("seed=%d", s.n)
+	if !s.tx {
+		name += "/notx"
 	}
-	return fmt.Sprintf("seed=%d/notx", s.n)
+	if s.slots > 0 {
+		name += fmt.Sprintf("/slots=%d", s.slots)
+	}
+	return name
 }
 
 // exploreOp marks an explorer client's operation in its context.
@@ -290,7 +308,15 @@ func exploreSeeds(t *testing.T) []exploreSeed {
 		if err != nil {
 			t.Fatalf("FTRMA_STORE_SEED=%q: %v", s, err)
 		}
-		return []exploreSeed{{v, tx}}
+		es := newExploreSeed(v, tx)
+		if s := os.Getenv("FTRMA_STORE_SLOTS"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				t.Fatalf("FTRMA_STORE_SLOTS=%q: want a number of slots (0: the default)", s)
+			}
+			es.slots = n
+		}
+		return []exploreSeed{es}
 	}
 	n := 1000
 	if raceEnabled {
@@ -307,7 +333,7 @@ func exploreSeeds(t *testing.T) []exploreSeed {
 		seeds = slices.Clone(exploreFound)
 	}
 	for i := range n {
-		seeds = append(seeds, exploreSeed{uint64(i + 1), tx})
+		seeds = append(seeds, newExploreSeed(uint64(i+1), tx))
 	}
 	return seeds
 }
@@ -355,7 +381,11 @@ func explore(t *testing.T, es exploreSeed) {
 	t.Cleanup(func(d time.Duration) func() { return func() { leaseIdle = d } }(leaseIdle))
 	leaseIdle = time.Duration(2+rng2.IntN(99)) * time.Millisecond
 	// Two spares: a failure during a respawn is replaced too.
-	w, st := openSpares(t, ranks, spares, smallOptions(copies))
+	opt := smallOptions(copies)
+	if es.slots > 0 {
+		opt.Slots = es.slots
+	}
+	w, st := openSpares(t, ranks, spares, opt)
 	// The hash's key and the backoffs' jitter from the seed, so that a
 	// seed places keys and spaces retries the same in every run.
 	jitterSeq.Store(seed)
@@ -376,7 +406,7 @@ func explore(t *testing.T, es exploreSeed) {
 	e.crashAfter = int64(rng.IntN(ranks * clients * opsPerClient / 2))
 	defer func() {
 		if t.Failed() || os.Getenv("FTRMA_STORE_SCHEDULE") != "" {
-			replay := fmt.Sprintf("FTRMA_STORE_SEED=%d", seed)
+			replay := fmt.Sprintf("FTRMA_STORE_SEED=%d FTRMA_STORE_SLOTS=%d", seed, es.slots)
 			if !withTx {
 				replay += " FTRMA_STORE_TX=0"
 			}
