@@ -40,14 +40,7 @@ func TestLockAllAttemptThatStopsEarlyGivesBackNothing(t *testing.T) {
 	// Rank 2 fails; its replica goes first, so posting stops there. The
 	// others carry what an earlier attempt left: a compare-and-swap that
 	// found the lock free and took it (given back since).
-	w.Crash(2)
-	for !o.failed(2) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("rank 2's crash never became known")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	crashAndWait(ctx, t, w, st, 2)
 	var order []*replica
 	for _, p := range reps {
 		if p.r == 2 {
@@ -156,12 +149,28 @@ func TestTombstoneThroughARebuiltWindowFreesNothing(t *testing.T) {
 	ended = true
 }
 
-// rebuildUnder crashes the victim and respawns it (the survivors' Respawn,
-// the spare's JoinRespawned) in the background, and returns once the
-// window of o, an operation of the view before, is rebuilt: the Grow then
-// waits for o to end. The function it returns waits for the respawn; the
-// new store is stopped when the test ends.
+// rebuildUnder crashes the victim and respawns it in the background
+// (respawnInBackground), and returns once the window of o, an operation of
+// the view before, is rebuilt: the Grow then waits for o to end. The
+// function it returns waits for the respawn.
 func rebuildUnder(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, o *op, victim ftrma.Rank) (wait func()) {
+	t.Helper()
+	wait = respawnInBackground(ctx, t, w, st, victim)
+	for !o.v().w.IsRebuilt() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the window was never rebuilt")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return wait
+}
+
+// respawnInBackground crashes the victim and respawns it: the survivors'
+// Respawn and the spare's JoinRespawned run in the background, and the
+// function it returns waits for them. The new store is stopped when the
+// test ends.
+func respawnInBackground(ctx context.Context, t *testing.T, w *commtest.World, st []*Store, victim ftrma.Rank) (wait func()) {
 	t.Helper()
 	crashAndWait(ctx, t, w, st, victim)
 	nst := slices.Clone(st)
@@ -198,13 +207,6 @@ func rebuildUnder(ctx context.Context, t *testing.T, w *commtest.World, st []*St
 			t.Error("no spare joined")
 		}
 	})
-	for !o.v().w.IsRebuilt() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the window was never rebuilt")
-		case <-time.After(time.Millisecond):
-		}
-	}
 	return wg.Wait
 }
 

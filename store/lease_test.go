@@ -3,13 +3,11 @@ package store
 import (
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/comm/commtest"
 )
 
 // A lease keeps the replica list of the put that took it, and is used only
@@ -170,33 +168,10 @@ func TestLeaseOfAnEarlierEpochEndsUnread(t *testing.T) {
 	if l == nil || !slices.ContainsFunc(l.reps, func(lr leased) bool { return lr.r == 2 }) {
 		t.Fatal("rank 0 holds no lease on the key it wrote, with rank 2 among its replicas")
 	}
-	crashAndWait(ctx, t, w, st, 2)
-	nst := slices.Clone(st)
-	nst[2] = nil
-	var wg sync.WaitGroup
-	for _, r := range []ftrma.Rank{0, 1} {
-		wg.Go(func() {
-			if _, _, err := Respawn(ctx, st[r], w.Comms[r]); err != nil {
-				t.Errorf("rank %d: respawn: %v", r, err)
-			}
-		})
+	respawnInBackground(ctx, t, w, st, 2)()
+	if t.Failed() {
+		t.FailNow()
 	}
-	var j commtest.Joined
-	select {
-	case j = <-w.Joined():
-	case <-ctx.Done():
-		t.Fatal("no spare joined")
-	}
-	if j.Err != nil {
-		t.Fatalf("spare: %v", j.Err)
-	}
-	s, _, err := JoinRespawned(ctx, j.Comm, Options{})
-	wg.Wait()
-	if err != nil {
-		t.Fatalf("spare: join: %v", err)
-	}
-	nst[2] = s
-	t.Cleanup(func() { stopAll(nst) })
 
 	st[0].leases.Lock()
 	st[0].leases.m[id] = l
@@ -204,7 +179,7 @@ func TestLeaseOfAnEarlierEpochEndsUnread(t *testing.T) {
 	o := st[0].begin()
 	ask := atomic.LoadUint64(&o.table[hdrAsk])
 	o.answerAsks(ctx, ask+1) // an ask came: the ask word moved since seen
-	err = o.v().w.Flush(ctx, 2)
+	err := o.v().w.Flush(ctx, 2)
 	o.end()
 	kept := leasedNow(st[0], id)
 	if err != nil {
