@@ -106,7 +106,7 @@ func TestClusterLoad(t *testing.T) {
 			t.Fatalf("ftrun did not end:\n%s", out)
 		}
 		if err != nil {
-			t.Errorf("ftrun: %v", err)
+			t.Errorf("ftrun: %v:\n%s", err, out)
 		}
 		got, survivors, _ := ckptResult(t, out)
 		if got != want || survivors != "12" {

@@ -662,7 +662,7 @@ func (j *agentJob) rankList() []ftrma.Rank {
 	return slices.Clone(j.ranks)
 }
 
-// startRank starts one rank in a process group of its own, as ftrun does,
+// startRank starts one rank in a session and process group of its own, as ftrun does,
 // with its output files (--output-filename) open.
 func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*agentProc, error) {
 	var files [2]*rankFile

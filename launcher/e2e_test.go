@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"golang.org/x/sys/unix"
 )
 
 // runJob runs ftrun with flags over the helper in mode and returns its output
@@ -312,6 +313,61 @@ func TestProcessRanksDieWithLauncher(t *testing.T) {
 		if !waitFor(func() bool { return !alive(pid) }) {
 			t.Errorf("rank process %d outlived its launcher", pid)
 		}
+	}
+}
+
+// Every rank leads a session of its own, whether ftrun or an agent starts
+// it: where the kernel shares the CPU among sessions first
+// (sched_autogroup), a host's busy ranks would otherwise share one share
+// with their agent and starve it (proc_linux.go).
+func TestProcessRanksLeadSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: skipped in -short mode")
+	}
+	leads := func(who string, pid int) {
+		t.Helper()
+		sid, err := unix.Getsid(pid)
+		if err != nil {
+			t.Fatalf("%s (pid %d): getsid: %v", who, pid, err)
+		}
+		pgid, err := unix.Getpgid(pid)
+		if err != nil {
+			t.Fatalf("%s (pid %d): getpgid: %v", who, pid, err)
+		}
+		if sid != pid || pgid != pid {
+			t.Errorf("%s (pid %d) is in session %d, process group %d; want its own", who, pid, sid, pgid)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	defer cancel()
+	cmd := helperCmd(t, ctx, "pid", []string{"-n", "2", "--timeout", "60s"})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for _, l := range waitLines(t, lineReader(stdout), "pid ", 2) {
+		var pid int
+		fmt.Sscanf(l, "pid %d", &pid)
+		leads("a rank ftrun started", pid)
+	}
+
+	a, _ := startAgent(t, "pid", false)
+	l, err := dialAgent(a.Addr().String(), testAgentKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	pids, err := l.launch(&launchSpec{job: "t", prog: selfPath(t), size: 2,
+		ranks: []launchRank{{rank: 1, env: []string{"FTRMA_RANK=1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		leads("a rank an agent started", p.pid)
 	}
 }
 

@@ -177,7 +177,7 @@ func (r *Result) ExitCode() int {
 }
 
 // Start starts the job opts describes: a fresh secret and job id, a
-// rendezvous server, and opts.N ranks, each in a process group of its own:
+// rendezvous server, and opts.N ranks, each in a session of its own:
 // on this host, or in blocks over opts.Hosts, where the ftrun agent of each
 // remote host starts that host's ranks. The rendezvous listens on 127.0.0.1,
 // or, when there are remote hosts, on this host's IP of the connection to the

@@ -4,8 +4,8 @@ package launcher
 
 import "syscall"
 
-// sysProcAttr puts a rank in a process group of its own (see proc_linux.go).
+// sysProcAttr starts a process in a session of its own (see proc_linux.go).
 // There is no Pdeathsig here: a rank may outlive a launcher that is killed.
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
+	return &syscall.SysProcAttr{Setsid: true}
 }
