@@ -13,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -137,6 +139,33 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
+}
+
+// cpuHog keeps the CPUs busy beside a job until the test ends, or life
+// passes: a busy loop in each of twice as many child processes as there are
+// CPUs, each in a session of its own. A rank leads a session of its own
+// (launcher/proc_linux.go), and where the kernel shares the CPU among
+// sessions first (sched_autogroup) a single loop, or several in one
+// session, would get one share against one per rank: the job would barely
+// notice it.
+func cpuHog(t *testing.T, life time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), life)
+	var hogs []*exec.Cmd
+	t.Cleanup(func() {
+		cancel()
+		for _, h := range hogs {
+			h.Wait()
+		}
+	})
+	for range 2 * runtime.NumCPU() {
+		h := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		h.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := h.Start(); err != nil {
+			t.Fatalf("cpu hog: %v", err)
+		}
+		hogs = append(hogs, h)
+	}
 }
 
 // ftrun runs ftrun with args, bounded by timeout, and returns its combined

@@ -240,14 +240,7 @@ func TestNoFalseSuspicions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hog, cancel := context.WithTimeout(context.Background(), d+time.Minute)
-	defer cancel()
-	// A CPU hog of our own: a busy loop in a child process, stopped with the test.
-	h := exec.CommandContext(hog, "sh", "-c", "while :; do :; done")
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); h.Wait() }()
+	cpuHog(t, d+time.Minute)
 	args := []string{"-n", "16", "--tag-output"}
 	if hb := os.Getenv("FTRMA_SOAK_HB_TIMEOUT"); hb != "" {
 		args = append(args, "--hb-timeout", hb) // e.g. 60ms: the unscaled default

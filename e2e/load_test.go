@@ -16,12 +16,14 @@ import (
 // Slow is not dead, across hosts. The checkpointing example on two hosts
 // with four ranks each runs beside a CPU hog on this 2-core machine: no rank
 // is killed, and the result is the failure-free one. A suspicion that ftrun
-// refutes (the suspect answers its probe) is logged and counted; with
-// FTRMA_LOAD_STRICT=1 it fails the run too (the issue's bar: none at all;
-// measured 1 in 20 runs of 32,768 tasks, so CI does not hold it to that).
-// FTRMA_LOAD_RUNS sets the number of runs (default 2; the issue's bar is
-// 20) and FTRMA_LOAD_TASKS the example's tasks (default 4096; the issue's
-// run had 32,768, about 17 s a run here).
+// refutes (the suspect answers its probe) fails the run too (the issue's
+// bar: none at all), unless FTRMA_LOAD_STRICT=0, which only counts them.
+// Since every rank leads a session of its own (launcher/proc_linux.go) there
+// were none in 20 runs of 32,768 tasks beside cpuHog; before, with the ranks
+// in their agent's session, 70 in 8 runs beside one loop, 2 of them ending
+// with a rank whose lease ran out. FTRMA_LOAD_RUNS sets the number of runs
+// (default 2; the issue's bar is 20) and FTRMA_LOAD_TASKS the example's
+// tasks (default 4096; the issue's run had 32,768, about 17 s a run here).
 //
 // Then four hosts with four ranks each, and one host cut midway: the
 // failure-free result, with every rank of the three hosts that reach ftrun
@@ -52,16 +54,10 @@ func TestClusterLoad(t *testing.T) {
 	want := result(tasks)
 	suspected := regexp.MustCompile(`(?m)^ftrun: rank \d+.* suspected by .*$|^ftrun: rank \d+ was declared failed.*$`)
 	declared := regexp.MustCompile(`(?m)^ftrun: rank \d+ was declared failed.*$`)
-	strict := os.Getenv("FTRMA_LOAD_STRICT") == "1"
+	strict := os.Getenv("FTRMA_LOAD_STRICT") != "0"
 
 	t.Run("hog", func(t *testing.T) {
-		hog, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		h := exec.CommandContext(hog, "sh", "-c", "while :; do :; done")
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cancel(); h.Wait() }()
+		cpuHog(t, time.Duration(runs)*4*time.Minute)
 		hf := hostfile(t, 2, 4)
 		total := 0
 		for i := range runs {
