@@ -122,18 +122,22 @@ type starter struct {
 	err   error         // cmd's exit, once done
 }
 
-// tailBuffer keeps the last bytes written to it.
+// tailBuffer keeps the last tailBytes written to it.
 type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
+	mu    sync.Mutex
+	buf   []byte
+	since bool // bytes were dropped from the front
 }
+
+const tailBytes = 8 << 10
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
-	if len(t.buf) > 4096 {
-		t.buf = t.buf[len(t.buf)-4096:]
+	if len(t.buf) > tailBytes {
+		t.buf = t.buf[len(t.buf)-tailBytes:]
+		t.since = true
 	}
 	return len(p), nil
 }
@@ -142,6 +146,38 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(string(t.buf))
+}
+
+// lines are the whole lines kept: the first is left out when bytes were
+// dropped from the front (it is likely cut).
+func (t *tailBuffer) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ls := strings.Split(strings.TrimRight(string(t.buf), "\n"), "\n")
+	if t.since && len(ls) > 0 {
+		ls = ls[1:]
+	}
+	if len(ls) == 1 && ls[0] == "" {
+		return nil
+	}
+	return ls
+}
+
+// reportLogs reports the last lines each starter printed, each line after
+// the starter's name ("ssh h4: ftrun agent: ..."): the logs of the agents
+// it started, which are the only account of what an agent did to its ranks
+// (a rank it killed because it did not answer a probe, its arbiter node
+// that stopped acting, a link to ftrun it lost). Called once the starters
+// have ended (stop), for a job that did not end well.
+func (d *dialBack) reportLogs(out *sink) {
+	d.mu.Lock()
+	starters := slices.Clone(d.starters)
+	d.mu.Unlock()
+	for _, s := range starters {
+		for _, l := range s.errs.lines() {
+			out.reportf("%s: %s", s.what, l)
+		}
+	}
 }
 
 // listenDialBack listens on every interface for agents dialling back.

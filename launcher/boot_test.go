@@ -95,6 +95,26 @@ func TestStartedAgentsRunJob(t *testing.T) {
 	}
 }
 
+// A job that does not end well shows what its agents logged, each line
+// after the name of what started the agent; a job that ends well does not.
+func TestFailedJobShowsItsAgentsLogs(t *testing.T) {
+	ssh, _ := fakeSSH(t)
+	flags := []string{"-H", "fakehost1:2,fakehost2:2", "--ssh", ssh, "--timeout", "60s"}
+	_, stderr, code := runJob(t, "exit", flags, "3", "7")
+	if code != ExitFailed {
+		t.Fatalf("rank 3 exited with 7: ftrun's exit %d, want %d; stderr:\n%s", code, ExitFailed, stderr)
+	}
+	for _, h := range []string{"fakehost1: .*ranks \\[0 1\\]", "fakehost2: .*ranks \\[2 3\\]"} {
+		if !regexp.MustCompile(`(?m)^ftrun: ssh ` + h + ` of 4$`).MatchString(stderr) {
+			t.Errorf("stderr does not show the log of the agent on %s:\n%s", h, stderr)
+		}
+	}
+	_, stderr, code = runJob(t, "exit", flags, "9", "7") // there is no rank 9
+	if code != ExitOK || strings.Contains(stderr, "ftrun agent:") {
+		t.Errorf("a job that ended well: exit %d, and its agents' logs in stderr:\n%s", code, stderr)
+	}
+}
+
 // An agent that cannot be started fails the job before any rank starts,
 // naming the host and what ssh said.
 func TestAgentStartFailureNamesHost(t *testing.T) {

@@ -878,6 +878,10 @@ func (j *Job) finish() {
 		report = j.reportLocked(res)
 	}
 	j.mu.Unlock()
+	if j.dial != nil && !quiet && res.ExitCode() != ExitOK {
+		// What the agents logged says why a remote rank was lost.
+		j.dial.reportLogs(j.out)
+	}
 	if len(failed) > 0 && !quiet && !res.Aborted {
 		j.out.reportf("%d rank(s) failed: %s; %d survived", len(failed), strings.Join(failed, ", "), survivors)
 	}
