@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -293,27 +294,40 @@ func TestProcessRanksDieWithLauncher(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
-	defer cancel()
-	cmd := helperCmd(t, ctx, "pid", []string{"-n", "2", "--timeout", "60s"})
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := lineReader(stdout)
-	pids := waitLines(t, lines, "pid ", 2)
+	cmd, pids := startPIDJob(t, 2)
 	cmd.Process.Kill()
 	cmd.Wait()
-	for _, l := range pids {
-		var pid int
-		fmt.Sscanf(l, "pid %d", &pid)
+	for _, pid := range pids {
 		if !waitFor(func() bool { return !alive(pid) }) {
 			t.Errorf("rank process %d outlived its launcher", pid)
 		}
 	}
+}
+
+// startPIDJob starts ftrun over n helper ranks that print their pid and
+// sleep, and returns ftrun's command, stopped with the test, and the
+// ranks' pids.
+func startPIDJob(t *testing.T, n int) (*exec.Cmd, []int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
+	cmd := helperCmd(t, ctx, "pid", []string{"-n", strconv.Itoa(n), "--timeout", "60s"})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	var pids []int
+	for _, l := range waitLines(t, lineReader(stdout), "pid ", n) {
+		var pid int
+		fmt.Sscanf(l, "pid %d", &pid)
+		pids = append(pids, pid)
+	}
+	return cmd, pids
 }
 
 // Every rank leads a session of its own, whether ftrun or an agent starts
@@ -338,20 +352,8 @@ func TestProcessRanksLeadSessions(t *testing.T) {
 			t.Errorf("%s (pid %d) is in session %d, process group %d; want its own", who, pid, sid, pgid)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
-	defer cancel()
-	cmd := helperCmd(t, ctx, "pid", []string{"-n", "2", "--timeout", "60s"})
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	for _, l := range waitLines(t, lineReader(stdout), "pid ", 2) {
-		var pid int
-		fmt.Sscanf(l, "pid %d", &pid)
+	_, pids := startPIDJob(t, 2)
+	for _, pid := range pids {
 		leads("a rank ftrun started", pid)
 	}
 
@@ -361,12 +363,12 @@ func TestProcessRanksLeadSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.close()
-	pids, err := l.launch(&launchSpec{job: "t", prog: selfPath(t), size: 2,
+	started, err := l.launch(&launchSpec{job: "t", prog: selfPath(t), size: 2,
 		ranks: []launchRank{{rank: 1, env: []string{"FTRMA_RANK=1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pids {
+	for _, p := range started {
 		leads("a rank an agent started", p.pid)
 	}
 }
