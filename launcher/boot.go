@@ -124,9 +124,9 @@ type starter struct {
 
 // tailBuffer keeps the last tailBytes written to it.
 type tailBuffer struct {
-	mu    sync.Mutex
-	buf   []byte
-	since bool // bytes were dropped from the front
+	mu  sync.Mutex
+	buf []byte
+	cut bool // bytes were dropped from the front
 }
 
 const tailBytes = 8 << 10
@@ -137,7 +137,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > tailBytes {
 		t.buf = t.buf[len(t.buf)-tailBytes:]
-		t.since = true
+		t.cut = true
 	}
 	return len(p), nil
 }
@@ -154,7 +154,7 @@ func (t *tailBuffer) lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ls := strings.Split(strings.TrimRight(string(t.buf), "\n"), "\n")
-	if t.since && len(ls) > 0 {
+	if t.cut && len(ls) > 0 {
 		ls = ls[1:]
 	}
 	if len(ls) == 1 && ls[0] == "" {
@@ -168,7 +168,7 @@ func (t *tailBuffer) lines() []string {
 // it started, which are the only account of what an agent did to its ranks
 // (a rank it killed because it did not answer a probe, its arbiter node
 // that stopped acting, a link to ftrun it lost). Called once the starters
-// have ended (stop), for a job that did not end well.
+// have ended (stop), for a job that did not end well or lost ranks.
 func (d *dialBack) reportLogs(out *sink) {
 	d.mu.Lock()
 	starters := slices.Clone(d.starters)

@@ -878,8 +878,9 @@ func (j *Job) finish() {
 		report = j.reportLocked(res)
 	}
 	j.mu.Unlock()
-	if j.dial != nil && !quiet && res.ExitCode() != ExitOK {
-		// What the agents logged says why a remote rank was lost.
+	if j.dial != nil && !quiet && (res.ExitCode() != ExitOK || len(failed) > 0) {
+		// What the agents logged says why a remote rank was lost, also
+		// when the survivors ended well.
 		j.dial.reportLogs(j.out)
 	}
 	if len(failed) > 0 && !quiet && !res.Aborted {
