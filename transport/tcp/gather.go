@@ -207,10 +207,7 @@ func (p *peer) writev(parts [][]byte) (int, error) {
 func (p *peer) writevSome(fd uintptr) bool {
 	iov := p.iov
 	for len(iov) > 0 {
-		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if e == syscall.EINTR {
-			continue
-		}
+		m, e := rawWritev(int(fd), iov)
 		if e == syscall.EAGAIN {
 			return true
 		}
@@ -218,7 +215,6 @@ func (p *peer) writevSome(fd uintptr) bool {
 			p.werr = e
 			return true
 		}
-		m := int(r)
 		p.wn += m
 		for len(iov) > 0 && m >= int(iov[0].Len) {
 			m -= int(iov[0].Len)

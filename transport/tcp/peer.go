@@ -525,15 +525,12 @@ func (p *peer) tryWrite(buf []byte) (int, error) {
 // writeSome is tryWrite's callback: it writes p.wbuf until done or EAGAIN.
 func (p *peer) writeSome(fd uintptr) bool {
 	for p.wn < len(p.wbuf) {
-		m, err := syscall.Write(int(fd), p.wbuf[p.wn:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err == syscall.EAGAIN {
+		m, e := rawWrite(int(fd), p.wbuf[p.wn:])
+		if e == syscall.EAGAIN {
 			return true
 		}
-		if err != nil {
-			p.werr = err
+		if e != 0 {
+			p.werr = e
 			return true
 		}
 		p.wn += m
@@ -735,15 +732,12 @@ func (p *peer) read(b []byte) (int, error) {
 // rawRead reads from the socket without blocking: (0, nil) when it has
 // nothing.
 func (p *peer) rawRead(b []byte) (int, error) {
-	n, err := syscall.Read(p.fd, b)
-	for err == syscall.EINTR {
-		n, err = syscall.Read(p.fd, b)
-	}
+	n, e := rawRead(p.fd, b)
 	switch {
-	case err == syscall.EAGAIN:
+	case e == syscall.EAGAIN:
 		return 0, nil
-	case err != nil:
-		return 0, err
+	case e != 0:
+		return 0, e
 	case n == 0:
 		return 0, io.EOF
 	}
