@@ -93,6 +93,9 @@
 #       partition), `split DIR root,h1,h2 h3,h4` splits 3+2 with h3 and h4
 #       still reaching each other.  Several splits add up.
 #   cluster.sh join DIR            remove every route split added
+#   cluster.sh munge               install MUNGE if missing and start the
+#       root namespace's munged (left running, as up leaves it): what tests
+#       that seal credentials outside a cluster need
 #   cluster.sh status DIR          hosts, their recorded processes, sinfo
 #   cluster.sh selftest [N]        up a cluster of N (default 3, >= 2) hosts
 #       with --ssh --slurm in a temporary DIR, check ssh, on, per-host
@@ -583,6 +586,13 @@ start_munge() {
 		sleep 0.05
 	done
 	die "munged does not work (munge -n | unmunge fails)"
+}
+
+cmd_munge() {
+	[ $# -eq 0 ] || usage
+	need_root
+	ensure /usr/sbin/munged=munge munge=munge unmunge=munge
+	start_munge
 }
 
 write_slurm() { # DIR N
@@ -1225,6 +1235,7 @@ main() {
 	split) cmd_split "$@" ;;
 	join) cmd_join "$@" ;;
 	status) cmd_status "$@" ;;
+	munge) cmd_munge "$@" ;;
 	selftest) cmd_selftest "$@" ;;
 	_super) cmd_super "$@" ;;
 	-h | --help | help) usage ;;
