@@ -38,7 +38,10 @@ import (
 // tombstone, a heap chunk) and before each replica's write of a publish
 // (testHookPublish), the explorer decides from the seed what happens
 // there: nothing, a pause (the others run on), the end of the operation's
-// context, or the crash of its rank. A decision is drawn from the seed and
+// context, or the crash of its rank — which first lets part of what the
+// operation posted land (FTRMA_STORE_TORN=0: none of it, as the seeds
+// marked so in exploreFound ran): a batch on the wire is not all or
+// nothing. A decision is drawn from the seed and
 // the point's name — rank, client, operation number, point, occurrence —
 // not from the order goroutines reach points in, so that a seed makes the
 // same decisions whatever the scheduler does, and its schedule (printed
@@ -79,37 +82,43 @@ import (
 // race detector shuffles the scheduler, so under it seeds do not replay).
 // A change to the explorer's draws changes what a seed does: check them
 // anew then.
-// Those found with transactions on (tx) fail in only some runs with their
-// fix undone (the rate is given): each also has a deterministic test.
+// Most of those found with transactions on (tx) fail in only some runs
+// with their fix undone (the rate is given): each of those also has a
+// deterministic test. The seeds of torn batches (torn, F36) fail every run.
 var exploreFound = []exploreSeed{
-	{5166, false, 0}, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
-	{621, false, 0},  // F24: a retried deletion deleted a later write
-	{2200, false, 0}, // F25: a retried deletion stopped at its own tombstones
-	{67, false, 0},   // F26: a release wrote to a replaced rank's old addresses
-	{1581, false, 0}, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
-	{2143, false, 0}, // F28: a deletion during Grow's drop skipped leftovers
-	{2094, false, 0}, // comm: a closed communicator's agreement stopped answering (a Replace hung)
-	{497, true, 0},   // F30: a lock attempt gave back locks it had not taken (every run)
-	{135, true, 0},   // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
-	{2287, true, 0},  // F32: blocks freed while a slot still named them (about 2 in 3)
-	{2970, true, 0},  // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
-	{7407, true, 0},  // F34: a claim cut short freed a key block twice (about 1 in 6)
-	{112, true, 16},  // 653d472: a reused tombstone's version counted as a deletion in a repair (every run; 21 of 750 small-table seeds)
+	{5166, false, 0, false}, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
+	{621, false, 0, false},  // F24: a retried deletion deleted a later write
+	{2200, false, 0, false}, // F25: a retried deletion stopped at its own tombstones
+	{67, false, 0, false},   // F26: a release wrote to a replaced rank's old addresses
+	{1581, false, 0, false}, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
+	{2143, false, 0, false}, // F28: a deletion during Grow's drop skipped leftovers
+	{2094, false, 0, false}, // comm: a closed communicator's agreement stopped answering (a Replace hung)
+	{497, true, 0, false},   // F30: a lock attempt gave back locks it had not taken (every run)
+	{135, true, 0, false},   // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
+	{2287, true, 0, false},  // F32: blocks freed while a slot still named them (about 2 in 3)
+	{2970, true, 0, false},  // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
+	{7407, true, 0, false},  // F34: a claim cut short freed a key block twice (about 1 in 6)
+	{112, true, 16, false},  // 653d472: a reused tombstone's version counted as a deletion in a repair (every run; 21 of 750 small-table seeds)
+	{438, true, 0, true},    // F36: a Commit that took over a dead writer's key and aborted left its pending record (every run)
+	{1910, true, 0, true},   // F36, the same
 }
 
 // exploreSeed is one run of the explorer: its seed, whether its clients
-// run transactions too, and the key slots per rank (0: smallOptions').
+// run transactions too, the key slots per rank (0: smallOptions'), and
+// whether a rank that crashes where one of its operations has posted
+// writes first lets part of them land (torn).
 type exploreSeed struct {
 	n     uint64
 	tx    bool
 	slots int
+	torn  bool
 }
 
 // newExploreSeed is seed n as the default runs draw it: every fourth seed
 // has 16 key slots per rank, so that its keys share probe chains (two
 // groups of 8) and claims meet tombstones and other keys' slots on the way.
-func newExploreSeed(n uint64, tx bool) exploreSeed {
-	s := exploreSeed{n: n, tx: tx}
+func newExploreSeed(n uint64, tx, torn bool) exploreSeed {
+	s := exploreSeed{n: n, tx: tx, torn: torn}
 	if n%4 == 0 {
 		s.slots = 16
 	}
@@ -123,6 +132,9 @@ func (s exploreSeed) String() string {
 	}
 	if s.slots > 0 {
 		name += fmt.Sprintf("/slots=%d", s.slots)
+	}
+	if !s.torn {
+		name += "/whole"
 	}
 	return name
 }
@@ -140,7 +152,8 @@ type exploreKey struct{}
 // explorer is one run's scheduler: the decisions, and what it did.
 type explorer struct {
 	seed   uint64
-	ranks  int // the ranks clients run on (spares excluded)
+	ranks  int  // the ranks clients run on (spares excluded)
+	torn   bool // exploreSeed.torn
 	w      *commtest.World
 	start  time.Time
 	budget atomic.Int32 // crashes left
@@ -202,6 +215,17 @@ func (e *explorer) crash(r ftrma.Rank, at string) bool {
 	return true
 }
 
+// mayCrash reports whether crash(r) would crash r now.
+func (e *explorer) mayCrash(r ftrma.Rank) bool {
+	if e.ended.Load() < e.crashAfter {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, done := e.crashAt[r]
+	return !done && e.budget.Load() > 0
+}
+
 // crashedAt reports when r was crashed (ok false: it was not).
 func (e *explorer) crashedAt(r ftrma.Rank) (int64, bool) {
 	e.mu.Lock()
@@ -221,6 +245,12 @@ func (e *explorer) posted(ctx context.Context, s *Store, at, key string) {
 		return
 	}
 	x, name := e.roll(fmt.Sprintf("rank %d client %d op %d %s %q", op.rank, op.client, op.seq, at, key))
+	if e.torn && at == "pending" && x >= 66 && x < 266 {
+		// A transaction's pending records, where a torn batch leaves a
+		// dead writer's records at some replicas before its decision:
+		// the rank crashes there in 205 of 1000, not 5.
+		x = 55 + x%5
+	}
 	switch {
 	case x < 40:
 		e.pause(name, x)
@@ -228,6 +258,16 @@ func (e *explorer) posted(ctx context.Context, s *Store, at, key string) {
 		e.log("%s: the operation's context ends", name)
 		op.cancel()
 	case x < 60:
+		if e.torn && e.mayCrash(op.rank) {
+			// Part of what the operation posted lands first: the writes
+			// on short links arrive, those on long ones are lost with
+			// the rank, as when a process dies while its batch is on
+			// the wire (a batch is not all or nothing).
+			y, _ := e.roll(name + " landing")
+			d := time.Duration(y%100) * time.Microsecond
+			e.log("%s: %v of its writes' travel, then the crash", name, d)
+			time.Sleep(d)
+		}
 		e.crash(op.rank, name)
 	case x < 66:
 		e.crash(e.other(name, op.rank), name) // a replica or a holder fails under it
@@ -304,12 +344,13 @@ func (e *explorer) pause(name string, x int) {
 // clients run transactions too unless FTRMA_STORE_TX=0.
 func exploreSeeds(t *testing.T) []exploreSeed {
 	tx := os.Getenv("FTRMA_STORE_TX") != "0"
+	torn := os.Getenv("FTRMA_STORE_TORN") != "0"
 	if s := os.Getenv("FTRMA_STORE_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatalf("FTRMA_STORE_SEED=%q: %v", s, err)
 		}
-		es := newExploreSeed(v, tx)
+		es := newExploreSeed(v, tx, torn)
 		if s := os.Getenv("FTRMA_STORE_SLOTS"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
@@ -334,7 +375,7 @@ func exploreSeeds(t *testing.T) []exploreSeed {
 		seeds = slices.Clone(exploreFound)
 	}
 	for i := range n {
-		seeds = append(seeds, newExploreSeed(uint64(i+1), tx))
+		seeds = append(seeds, newExploreSeed(uint64(i+1), tx, torn))
 	}
 	return seeds
 }
@@ -402,7 +443,7 @@ func explore(t *testing.T, es exploreSeed) {
 			}
 		}
 	}
-	e := &explorer{seed: seed, ranks: ranks, w: w, start: time.Now(), counts: map[string]int{}, crashAt: map[ftrma.Rank]int64{}}
+	e := &explorer{seed: seed, ranks: ranks, torn: es.torn, w: w, start: time.Now(), counts: map[string]int{}, crashAt: map[ftrma.Rank]int64{}}
 	e.budget.Store(int32(copies - 1))
 	e.crashAfter = int64(rng.IntN(ranks * clients * opsPerClient / 2))
 	defer func() {
@@ -410,6 +451,9 @@ func explore(t *testing.T, es exploreSeed) {
 			replay := fmt.Sprintf("FTRMA_STORE_SEED=%d FTRMA_STORE_SLOTS=%d", seed, es.slots)
 			if !withTx {
 				replay += " FTRMA_STORE_TX=0"
+			}
+			if !es.torn {
+				replay += " FTRMA_STORE_TORN=0"
 			}
 			t.Logf("seed %d (replay: %s go test ./store -run 'TestExplore$'): copies %d, respawn %v, transactions %v; schedule:\n%s",
 				seed, replay, copies, respawn, withTx, strings.Join(e.events, "\n"))

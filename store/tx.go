@@ -203,6 +203,9 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	if err != nil {
 		return nil, err
 	}
+	if err := o.settleLeftPending(ctx, keys); err != nil {
+		return nil, err
+	}
 	// A transaction counts committed when its writer's decision key holds
 	// its number or a later one (txCommitted), so the key must never go
 	// back, nor hold a number while an earlier one is still to be decided:
@@ -272,6 +275,51 @@ func (o *op) lockTx(ctx context.Context, keys []*txKeyState) ([]*replica, error)
 	}
 	o.countTakeovers(all)
 	return all, nil
+}
+
+// settleLeftPending decides the pending records that the locked keys hold
+// (each left by a writer that failed: a live one holds its keys' locks
+// until it publishes or drops them) before the attempt goes on. Each such
+// key is settled as a repair does (settle, publishSettled: its locks go
+// back), the other keys' locks are given back, and the attempt starts again
+// (errAgain). Without this, an attempt that took such a key over and then
+// aborted (its reads had changed, as they have while the record is pending)
+// gave the lock back with the record still there, where nothing would
+// settle it: a fast read takes the primary alone, and recovery checks only
+// the keys whose lock or replicas a failure touched; every later
+// transaction on the key then aborted (DESIGN.md F36).
+func (o *op) settleLeftPending(ctx context.Context, keys []*txKeyState) error {
+	left := func(k *txKeyState) bool {
+		return slices.ContainsFunc(k.reps, func(p *replica) bool {
+			return p.held && !p.failed && p.slot >= 0 && p.word(slotPAddr) != 0
+		})
+	}
+	if !slices.ContainsFunc(keys, left) {
+		return nil
+	}
+	var first error
+	for _, k := range keys {
+		if !left(k) || first != nil {
+			o.release(ctx, k.id, k.reps)
+			continue
+		}
+		err := o.readRecords(ctx, k.reps)
+		var best []byte
+		var ver uint64
+		if err == nil {
+			best, ver, _, err = o.settle(ctx, k.id, k.reps)
+		}
+		if err != nil {
+			o.release(ctx, k.id, k.reps)
+			first = err
+			continue
+		}
+		first = o.publishSettled(ctx, k.id, k.reps, best, ver)
+	}
+	if first != nil {
+		return first
+	}
+	return errAgain
 }
 
 // checkReads fails with ErrConflict when a key the transaction read changed
