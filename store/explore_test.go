@@ -215,6 +215,20 @@ func (e *explorer) crash(r ftrma.Rank, at string) bool {
 	return true
 }
 
+// crashTorn crashes r, which has posted writes that are on their way:
+// with torn, part of them land first (the writes on short links arrive,
+// those on long ones are lost with the rank), as when a process dies while
+// its batch is on the wire; without, none of them.
+func (e *explorer) crashTorn(r ftrma.Rank, name string) {
+	if e.torn && e.mayCrash(r) {
+		y, _ := e.roll(name + " landing")
+		d := time.Duration(y%100) * time.Microsecond
+		e.log("%s: %v of its writes' travel, then the crash", name, d)
+		time.Sleep(d)
+	}
+	e.crash(r, name)
+}
+
 // mayCrash reports whether crash(r) would crash r now.
 func (e *explorer) mayCrash(r ftrma.Rank) bool {
 	if e.ended.Load() < e.crashAfter {
@@ -258,17 +272,7 @@ func (e *explorer) posted(ctx context.Context, s *Store, at, key string) {
 		e.log("%s: the operation's context ends", name)
 		op.cancel()
 	case x < 60:
-		if e.torn && e.mayCrash(op.rank) {
-			// Part of what the operation posted lands first: the writes
-			// on short links arrive, those on long ones are lost with
-			// the rank, as when a process dies while its batch is on
-			// the wire (a batch is not all or nothing).
-			y, _ := e.roll(name + " landing")
-			d := time.Duration(y%100) * time.Microsecond
-			e.log("%s: %v of its writes' travel, then the crash", name, d)
-			time.Sleep(d)
-		}
-		e.crash(op.rank, name)
+		e.crashTorn(op.rank, name)
 	case x < 66:
 		e.crash(e.other(name, op.rank), name) // a replica or a holder fails under it
 	}
@@ -294,7 +298,7 @@ func (e *explorer) publishing(s *Store, reps []*replica, i int) {
 	case x < 40:
 		e.pause(name, x)
 	case x < 46 && i > 0:
-		e.crash(s.me, name) // the writer dies in the middle of its writes
+		e.crashTorn(s.me, name) // the writer dies in the middle of its writes
 	case x < 58:
 		// A replica fails under the write, after the writes before it
 		// went out; the others run on meanwhile.
