@@ -30,7 +30,9 @@ import (
 // and get a few keys, and commit transactions that read a pair of keys and
 // write one value to both (FTRMA_STORE_TX=0 leaves them out: the seeds
 // found before transactions were on, marked so in exploreFound, ran
-// without), while the store's housekeeping recovers and, after
+// without; there are two pairs, and a rank's two clients commit on
+// different ones, so that one process's Commits run side by side —
+// FTRMA_STORE_PAIRS=1 for one, as the seeds found before ran), while the store's housekeeping recovers and, after
 // a crash, the survivors respawn the crashed rank (store.Respawn: Replace,
 // then Grow, with the spare's JoinRespawned). At every point where an
 // operation has posted what takes something and not flushed it yet
@@ -84,41 +86,49 @@ import (
 // anew then.
 // Most of those found with transactions on (tx) fail in only some runs
 // with their fix undone (the rate is given): each of those also has a
-// deterministic test. The seeds of torn batches (torn, F36) fail every run.
+// deterministic test. The seeds of torn batches (torn: F36, F3, F37) fail
+// every run.
 var exploreFound = []exploreSeed{
-	{5166, false, 0, false}, // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
-	{621, false, 0, false},  // F24: a retried deletion deleted a later write
-	{2200, false, 0, false}, // F25: a retried deletion stopped at its own tombstones
-	{67, false, 0, false},   // F26: a release wrote to a replaced rank's old addresses
-	{1581, false, 0, false}, // F27: a compare-and-swap that wrote nothing took effect later, unchecked
-	{2143, false, 0, false}, // F28: a deletion during Grow's drop skipped leftovers
-	{2094, false, 0, false}, // comm: a closed communicator's agreement stopped answering (a Replace hung)
-	{497, true, 0, false},   // F30: a lock attempt gave back locks it had not taken (every run)
-	{135, true, 0, false},   // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
-	{2287, true, 0, false},  // F32: blocks freed while a slot still named them (about 2 in 3)
-	{2970, true, 0, false},  // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
-	{7407, true, 0, false},  // F34: a claim cut short freed a key block twice (about 1 in 6)
-	{112, true, 16, false},  // 653d472: a reused tombstone's version counted as a deletion in a repair (every run; 21 of 750 small-table seeds)
-	{438, true, 0, true},    // F36: a Commit that took over a dead writer's key and aborted left its pending record (every run)
-	{1910, true, 0, true},   // F36, the same
+	{n: 5166},                                // DESIGN.md F23: a crashed writer's locks left at agreeing replicas
+	{n: 621},                                 // F24: a retried deletion deleted a later write
+	{n: 2200},                                // F25: a retried deletion stopped at its own tombstones
+	{n: 67},                                  // F26: a release wrote to a replaced rank's old addresses
+	{n: 1581},                                // F27: a compare-and-swap that wrote nothing took effect later, unchecked
+	{n: 2143},                                // F28: a deletion during Grow's drop skipped leftovers
+	{n: 2094},                                // comm: a closed communicator's agreement stopped answering (a Replace hung)
+	{n: 497, tx: true},                       // F30: a lock attempt gave back locks it had not taken (every run)
+	{n: 135, tx: true},                       // F29: a lease's read at a replaced rank failed another operation's flush (about 1 in 2)
+	{n: 2287, tx: true},                      // F32: blocks freed while a slot still named them (about 2 in 3)
+	{n: 2970, tx: true},                      // F33: a lock taken by an operation whose context ended, kept (about 4 in 5)
+	{n: 7407, tx: true},                      // F34: a claim cut short freed a key block twice (about 1 in 6)
+	{n: 112, tx: true, slots: 16},            // 653d472: a reused tombstone's version counted as a deletion in a repair (every run; 21 of 750 small-table seeds)
+	{n: 438, tx: true, torn: true},           // F36: a Commit that took over a dead writer's key and aborted left its pending record (every run)
+	{n: 1910, tx: true, torn: true},          // F36, the same
+	{n: 233, tx: true, torn: true, pairs: 2}, // F3: a rank's Commits decided out of number order (every run)
+	{n: 309, tx: true, torn: true, pairs: 2}, // F3, the same
+	{n: 2105, tx: true, torn: true, pairs: 2}, // F37: an aborted attempt's pending record left behind through a rebuilt window (every run)
+	{n: 2394, tx: true, torn: true, pairs: 2}, // F37, the same
 }
 
 // exploreSeed is one run of the explorer: its seed, whether its clients
 // run transactions too, the key slots per rank (0: smallOptions'), and
 // whether a rank that crashes where one of its operations has posted
-// writes first lets part of them land (torn).
+// writes first lets part of them land (torn), and the pairs of keys its
+// transactions write: with two, a rank's two clients commit on different
+// pairs, so that Commits of one process run side by side.
 type exploreSeed struct {
 	n     uint64
 	tx    bool
 	slots int
 	torn  bool
+	pairs int // pairs of keys the transactions write (0: one)
 }
 
 // newExploreSeed is seed n as the default runs draw it: every fourth seed
 // has 16 key slots per rank, so that its keys share probe chains (two
 // groups of 8) and claims meet tombstones and other keys' slots on the way.
 func newExploreSeed(n uint64, tx, torn bool) exploreSeed {
-	s := exploreSeed{n: n, tx: tx, torn: torn}
+	s := exploreSeed{n: n, tx: tx, torn: torn, pairs: 2}
 	if n%4 == 0 {
 		s.slots = 16
 	}
@@ -135,6 +145,9 @@ func (s exploreSeed) String() string {
 	}
 	if !s.torn {
 		name += "/whole"
+	}
+	if s.pairs < 2 {
+		name += "/onepair"
 	}
 	return name
 }
@@ -362,6 +375,13 @@ func exploreSeeds(t *testing.T) []exploreSeed {
 			}
 			es.slots = n
 		}
+		if s := os.Getenv("FTRMA_STORE_PAIRS"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 2 {
+				t.Fatalf("FTRMA_STORE_PAIRS=%q: want 1 or 2", s)
+			}
+			es.pairs = n
+		}
 		return []exploreSeed{es}
 	}
 	n := 1000
@@ -459,6 +479,9 @@ func explore(t *testing.T, es exploreSeed) {
 			if !es.torn {
 				replay += " FTRMA_STORE_TORN=0"
 			}
+			if es.pairs < 2 {
+				replay += " FTRMA_STORE_PAIRS=1"
+			}
 			t.Logf("seed %d (replay: %s go test ./store -run 'TestExplore$'): copies %d, respawn %v, transactions %v; schedule:\n%s",
 				seed, replay, copies, respawn, withTx, strings.Join(e.events, "\n"))
 		}
@@ -515,8 +538,9 @@ func explore(t *testing.T, es exploreSeed) {
 	// both: committed, it is a compare-and-swap of the pair (it commits
 	// only if what it read is still there); a committed one that read two
 	// values saw a transaction half done.
-	recordTx := func(r ftrma.Rank, cl int, call int64, a, b, v string, committing bool, err error) {
-		e.log("rank %d client %d: tx read %q %q, wrote %q (committing %v): %v", r, cl, a, b, v, committing, err)
+	pairs := max(1, es.pairs)
+	recordTx := func(r ftrma.Rank, cl, pair int, call int64, a, b, v string, committing bool, err error) {
+		e.log("rank %d client %d: tx on pair %d read %q %q, wrote %q (committing %v): %v", r, cl, pair, a, b, v, committing, err)
 		switch {
 		case err == nil && a != b:
 			mu.Lock()
@@ -532,7 +556,7 @@ func explore(t *testing.T, es exploreSeed) {
 			e.ended.Add(1)
 			return
 		}
-		op := porcupine.Operation{ClientId: cl, Input: kvcheck.Input{Kind: "cas", Key: pairK, Old: a, Value: v}, Call: call}
+		op := porcupine.Operation{ClientId: cl, Input: kvcheck.Input{Kind: "cas", Key: pairK + pair, Old: a, Value: v}, Call: call}
 		record(r, op, kvcheck.Output{Swapped: err == nil}, err)
 	}
 
@@ -608,9 +632,10 @@ func explore(t *testing.T, es exploreSeed) {
 						octx = context.WithValue(octx, exploreKey{}, &exploreOp{rank: r, client: cl, seq: seq, cancel: cancel})
 						call := e.now()
 						v := fmt.Sprintf("t%d.%d", cl, seq)
-						a, b, committing, err := pairTx(octx, st[r], v)
+						pair := g % pairs // a rank's clients on different pairs
+						a, b, committing, err := pairTx(octx, st[r], pair, v)
 						cancel()
-						recordTx(r, cl, call, a, b, v, committing, err)
+						recordTx(r, cl, pair, call, a, b, v, committing, err)
 						continue
 					}
 					k := crng.IntN(keys)
@@ -756,17 +781,19 @@ func explore(t *testing.T, es exploreSeed) {
 		if s == nil || !withTx {
 			continue
 		}
-		call := e.now()
-		a, b, _, err := pairTx(ctx, s, "")
-		if err != nil && !errors.Is(err, ErrConflict) {
-			t.Errorf("rank %d: final read of the pair: %v", r, err)
-			continue
+		for pair := range pairs {
+			call := e.now()
+			a, b, _, err := pairTx(ctx, s, pair, "")
+			if err != nil && !errors.Is(err, ErrConflict) {
+				t.Errorf("rank %d: final read of pair %d: %v", r, pair, err)
+				continue
+			}
+			if a != b {
+				t.Errorf("rank %d: pair %d holds %q and %q: a transaction half applied", r, pair, a, b)
+				continue
+			}
+			record(-1, porcupine.Operation{ClientId: 1000 + r, Input: kvcheck.Input{Kind: "get", Key: pairK + pair}, Call: call}, kvcheck.Output{Value: a}, nil)
 		}
-		if a != b {
-			t.Errorf("rank %d: the pair holds %q and %q: a transaction half applied", r, a, b)
-			continue
-		}
-		record(-1, porcupine.Operation{ClientId: 1000 + r, Input: kvcheck.Input{Kind: "get", Key: pairK}, Call: call}, kvcheck.Output{Value: a}, nil)
 	}
 	e.log("final reads done")
 	nlive := 0
@@ -810,15 +837,16 @@ func explore(t *testing.T, es exploreSeed) {
 	checkLin(t, ops, 0)
 }
 
-// pairK is the pair's key in the history; pairKey(i) its two store keys.
+// pairK+p is pair p's key in the history; pairKey(p, i) its two store keys
+// (pair 0: y/0 and y/1, pair 1: z/0 and z/1).
 const pairK = 100
 
-func pairKey(i int) []byte { return fmt.Appendf(nil, "y/%d", i) }
+func pairKey(p, i int) []byte { return fmt.Appendf(nil, "%c/%d", 'y'+p, i) }
 
-// pairTx reads both keys of the pair in a transaction and, with v not
+// pairTx reads both keys of pair p in a transaction and, with v not
 // empty, writes v to both and commits; committing says whether it got to
 // Commit (an error before it wrote nothing).
-func pairTx(ctx context.Context, s *Store, v string) (a, b string, committing bool, err error) {
+func pairTx(ctx context.Context, s *Store, p int, v string) (a, b string, committing bool, err error) {
 	tx := s.Begin()
 	read := func(k []byte) (string, error) {
 		got, err := tx.Get(ctx, k)
@@ -827,16 +855,16 @@ func pairTx(ctx context.Context, s *Store, v string) (a, b string, committing bo
 		}
 		return string(got), err
 	}
-	if a, err = read(pairKey(0)); err != nil {
+	if a, err = read(pairKey(p, 0)); err != nil {
 		return a, b, false, err
 	}
-	if b, err = read(pairKey(1)); err != nil || v == "" {
+	if b, err = read(pairKey(p, 1)); err != nil || v == "" {
 		return a, b, false, err
 	}
-	if err := tx.Put(pairKey(0), []byte(v)); err != nil {
+	if err := tx.Put(pairKey(p, 0), []byte(v)); err != nil {
 		return a, b, false, err
 	}
-	if err := tx.Put(pairKey(1), []byte(v)); err != nil {
+	if err := tx.Put(pairKey(p, 1), []byte(v)); err != nil {
 		return a, b, false, err
 	}
 	return a, b, true, tx.Commit(ctx)

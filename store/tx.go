@@ -494,31 +494,39 @@ func (o *op) finishTx(ctx context.Context, keys []*txKeyState) (repairs []ident)
 }
 
 // dropPending clears the pending descriptors this attempt wrote and frees
-// their blocks. A replica marked failed because the view's window was
-// rebuilt may be live, and hold the descriptor (when the batch went out
-// before the rebuild): there it is cleared through the current window, by
-// compare-and-swap from this attempt's block (clearPending), or a later
-// commit of this rank would make the aborted transaction's record count as
-// committed (DESIGN.md F3).
+// their blocks. Where the clearing is not known to have landed — the
+// replica is marked failed because the view's window was rebuilt (before
+// the clearing went out, or under it), or its flush did not complete (the
+// context ended) — the replica may be live and hold the descriptor: there
+// it is cleared through the current window, by compare-and-swap from this
+// attempt's block (clearPending), or a later commit of this rank would make
+// the aborted transaction's record count as committed (DESIGN.md F3, F37).
 func (o *op) dropPending(ctx context.Context, keys []*txKeyState) {
 	zero := make([]byte, 3*8)
-	var stranded []*replica
 	for _, k := range keys {
 		for _, p := range k.reps {
-			switch {
-			case p.pending == 0:
-			case !p.failed:
-				o.v().w.Put(p.r, p.addr+slotPAddr*8, zero)
-			case o.sameProcess(p.r):
+			if p.pending == 0 {
+				continue
+			}
+			p.done = false
+			if !p.failed && o.v().w.Put(p.r, p.addr+slotPAddr*8, zero) != nil {
+				p.failed = true // its window was rebuilt: nothing went out
+			}
+		}
+	}
+	var stranded []*replica
+	for _, k := range keys {
+		o.flushAll(ctx, k.reps) // p.done: the clearing landed
+		for _, p := range k.reps {
+			if p.pending != 0 && !p.done && o.sameProcess(p.r) {
 				stranded = append(stranded, p)
 			}
 		}
 	}
 	cleared := o.clearPending(ctx, stranded)
 	for _, k := range keys {
-		o.flushAll(ctx, k.reps)
 		for _, p := range k.reps {
-			if !p.failed || cleared[p] {
+			if p.pending != 0 && (p.done || cleared[p]) {
 				o.free(ctx, p.r, p.pending, uint64(len(k.rec)))
 			}
 			p.pending = 0
