@@ -194,7 +194,8 @@ func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error)
 // commitOnce runs one attempt; errRetry and errNewView (before the commit
 // point only) mean nothing is visible and the locks are given back. Once it
 // committed it returns the keys that lost a replica meanwhile. Its phases
-// (DESIGN.md §4.4): lock every key (lockTx), check the reads (checkReads),
+// (DESIGN.md §4.4): lock every key (lockTx), settle what failed writers
+// left pending there (settleLeftPending), check the reads (checkReads),
 // write the pending records (writePending), decide (the commit point,
 // decideTx), make the pending records current and release (publishTx), and
 // free what the old records held (finishTx).
