@@ -212,11 +212,8 @@ func (e *explorer) log(format string, args ...any) {
 
 // crash crashes r if the budget allows and it is not crashed yet.
 func (e *explorer) crash(r ftrma.Rank, at string) bool {
-	if e.ended.Load() < e.crashAfter {
-		return false // not yet: the run's first operations go undisturbed
-	}
 	e.mu.Lock()
-	if _, done := e.crashAt[r]; done || e.budget.Load() <= 0 {
+	if !e.mayCrashLocked(r) {
 		e.mu.Unlock()
 		return false
 	}
@@ -244,13 +241,16 @@ func (e *explorer) crashTorn(r ftrma.Rank, name string) {
 
 // mayCrash reports whether crash(r) would crash r now.
 func (e *explorer) mayCrash(r ftrma.Rank) bool {
-	if e.ended.Load() < e.crashAfter {
-		return false
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.mayCrashLocked(r)
+}
+
+// mayCrashLocked is mayCrash with e.mu held: not before the run's first
+// operations went undisturbed, not twice, not past the budget.
+func (e *explorer) mayCrashLocked(r ftrma.Rank) bool {
 	_, done := e.crashAt[r]
-	return !done && e.budget.Load() > 0
+	return e.ended.Load() >= e.crashAfter && !done && e.budget.Load() > 0
 }
 
 // crashedAt reports when r was crashed (ok false: it was not).
