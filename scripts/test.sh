@@ -144,7 +144,8 @@ result[static]="ran, passed"
 current=race
 # Tests that seal MUNGE credentials outside a cluster (launcher's host
 # proofs) need the root namespace's munged, which the multi-host suite's
-# clusters start only later: start it now where that suite can run.
+# clusters start only later: start it now when running as root (the
+# suite's own condition; cluster.sh says NOT RUN where it cannot).
 if [ "${FTRMA_CLUSTER:-}" != 0 ] && [ "$(id -u)" = 0 ]; then
 	echo "== MUNGE for the host-proof tests (scripts/cluster.sh munge)"
 	./scripts/cluster.sh munge || echo "(the tests that need it will say NOT RUN)"
