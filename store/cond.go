@@ -90,25 +90,38 @@ func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del
 		return false, err
 	}
 	id := s.ident(key)
-	if err := s.keys.lock(ctx, id); err != nil {
-		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
-	}
-	defer s.keys.unlock(id)
 	done := false
 	var wrote prior // what writeIfOnce published
-	err := s.inView(func(o *op) error {
-		return o.retry(ctx, func() (err error) {
-			if done {
-				// It took effect, but a replica failed meanwhile: the
-				// key needs its new replica, so the same is written
-				// again, unconditionally (as writeOnce does it after a
-				// published attempt).
-				return o.writeOnce(ctx, id, value, del, &wrote)
-			}
-			done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
+	attempt := func() error {
+		if err := s.keys.lock(ctx, id); err != nil {
 			return err
+		}
+		defer s.keys.unlock(id)
+		return s.inView(func(o *op) error {
+			if del {
+				if err := o.interim(); err != nil {
+					return err
+				}
+			}
+			return o.retry(ctx, func() (err error) {
+				if done {
+					// It took effect, but a replica failed meanwhile: the
+					// key needs its new replica, so the same is written
+					// again, unconditionally (as writeOnce does it after a
+					// published attempt).
+					return o.writeOnce(ctx, id, value, del, &wrote)
+				}
+				done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
+				return err
+			})
 		})
-	})
+	}
+	var err error
+	if del {
+		err = s.outsideInterim(ctx, attempt)
+	} else {
+		err = attempt()
+	}
 	if err != nil {
 		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
 	}

@@ -187,7 +187,11 @@ func takenBy(st []*Store, me ftrma.Rank) []string {
 				out = append(out, fmt.Sprintf("rank %d's slot %d: a key without its hash word", r, i))
 			}
 			if pa := atomic.LoadUint64(&sw[slotPAddr]); pa != 0 {
-				out = append(out, fmt.Sprintf("rank %d's slot %d: a pending record at %#x", r, i, pa))
+				o := s.begin()
+				ka, h := o.ownSlot(context.Background(), i)
+				id, _ := o.ownKey(context.Background(), h, ka)
+				o.end()
+				out = append(out, fmt.Sprintf("rank %d's slot %d: a pending record at %#x (key %q, lock %x)", r, i, pa, id.key, lw))
 			}
 		}
 		mine := map[int]bool{filling(cv.arenas[r]): true, filling(cv.keyArenas[r]): true}

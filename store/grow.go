@@ -142,9 +142,10 @@ var testHookMove testHook[func(s *Store, i int)]
 // longer places (in the new view).
 var testHookDrop testHook[func(s *Store)]
 
-// testHookExchange is called before a survivor's Grow starts its exchange
-// (its window rebuilt).
-var testHookExchange testHook[func(s *Store)]
+// testHookGrow is called at two points of a survivor's Grow: "exchange",
+// before its exchange (its window rebuilt), and "transition", before it
+// installs its transition view.
+var testHookGrow testHook[func(s *Store, at string)]
 
 // replacer is what Join needs to know of a communicator: whether this
 // process is new to the store (comm.Comm offers it).
@@ -209,15 +210,23 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		// addresses; the replaced ranks stay failed in it).
 		ov := &view{w: nw, c: v.c, tables: v.tables, hosts: v.hosts, place: v.place, fast: nw.WholeWords(),
 			epoch: v.epoch, arenas: v.arenas, keyArenas: v.keyArenas}
+		ov.interim.Store(true)
 		s.setView(ov)
+		// A Grow that stops before its transition view leaves the store
+		// in this one, no longer interim.
+		defer func() {
+			if s.current() == ov {
+				ov.interim.Store(false)
+			}
+		}()
 		if err := drain(ctx, v); err != nil {
 			return fail(err)
 		}
 		v.w.Free(ctx) // local: its control words
 		v = ov
 	}
-	if hook := testHookExchange.get(); hook != nil {
-		hook(s)
+	if hook := testHookGrow.get(); hook != nil {
+		hook(s, "exchange")
 	}
 	g, err := exchange(ctx, nc, werr, s.survivorInfo(v, world), func([][]byte) ([]byte, error) { return []byte{'S'}, nil })
 	if err != nil {
@@ -243,6 +252,9 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 		if gone {
 			tv.arenas[r], tv.keyArenas[r] = &arena{}, &arena{}
 		}
+	}
+	if hook := testHookGrow.get(); hook != nil {
+		hook(s, "transition")
 	}
 	s.install(tv)
 	if err := s.finishGrow(ctx, v, tv, true); err != nil {
@@ -595,8 +607,9 @@ func parseGrow(nc window.Comm, r1, r2 [][]byte) (*grown, error) {
 }
 
 // clearReplaced clears what the replaced processes left in this rank's own
-// table, in the old view: keys they held locked are repaired (the repair
-// takes their locks, as after any failure), the locks they held on keys
+// table, in the old view: keys they held locked, and keys with a pending
+// record nobody live holds (orphanPending), are repaired (the repair takes
+// their locks, as after any failure), the locks they held on keys
 // this rank does not place are freed, their claim is let go and the chunks
 // they were filling are sealed (the housekeeping reclaims them once empty).
 func (o *op) clearReplaced(ctx context.Context, replaced []bool) error {
@@ -605,7 +618,8 @@ func (o *op) clearReplaced(ctx context.Context, replaced []bool) error {
 	for i := range o.opt.Slots {
 		base := hdrWords + i*slotWords
 		lw := atomic.LoadUint64(&o.table[base+slotLock])
-		if !of(lockOwner(lw)) {
+		orphan := orphanPending(atomic.LoadUint64(&o.table[base+slotPAddr]), lockOwner(lw), o.failed)
+		if !of(lockOwner(lw)) && !orphan {
 			continue
 		}
 		ka, h := o.ownSlot(ctx, i)

@@ -526,7 +526,10 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 	crashAndWait(ctx, t, w, st, 4)
 	var once sync.Once
 	var fired atomic.Bool
-	testHookExchange.set(t, func(*Store) {
+	testHookGrow.set(t, func(_ *Store, at string) {
+		if at != "exchange" {
+			return
+		}
 		once.Do(func() { w.Crash(1); fired.Store(true) })
 	})
 	survivors := []ftrma.Rank{0, 2, 3, 5} // and rank 1, until the hook

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,5 +137,98 @@ func TestGrowDeleteThenFailureNoResurrection(t *testing.T) {
 	}
 	if v, err := nst[D].Get(context.Background(), []byte(key)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after Grow: get of the deleted key: %q, %v", v, err)
+	}
+}
+
+// A deletion in a survivor's interim view — after Grow's exchange, before
+// its transition view — must not miss the copy that another survivor,
+// already in its transition view, wrote at the new rank (DESIGN.md F39,
+// found by the explorer). Rank D's Grow is held before it installs its
+// transition view; rank X, past that point, puts key k, whose placement
+// includes the new rank; then D deletes k. Once the Grow is done, k reads as
+// deleted from every rank. (Without the deletion's wait for the transition
+// view, it tombstoned the old placement only, and the next read repaired
+// the new rank's copy back everywhere.)
+func TestGrowInterimDeletionReachesNewRank(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	defer stacksIfSlow(t, 60*time.Second)()
+	const R, D, X = ftrma.Rank(4), ftrma.Rank(0), ftrma.Rank(1)
+	w, st := openSpares(t, 6, 1, smallOptions(3))
+	pl := st[0].current().place
+	var key string
+	for i := 0; key == "" && i < 1000; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if slices.Contains(pl.replicas(st[0].hash([]byte(k)), func(ftrma.Rank) bool { return false }), R) {
+			key = k
+		}
+	}
+	if err := st[D].Put(ctx, []byte(key), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	crashAndWait(ctx, t, w, st, R)
+	// A write of D's after the failure, so that D's later writes do not
+	// wait for the others to learn of it (awaitSettled), which would hold
+	// them until D's transition view anyway.
+	if err := st[D].Put(ctx, []byte("other"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	testHookGrow.set(t, func(s *Store, at string) {
+		if s.me == D && at == "transition" {
+			close(held)
+			<-release
+		}
+	})
+	type grown struct {
+		st   []*Store
+		errs map[ftrma.Rank]error
+	}
+	grew := make(chan grown, 1)
+	go func() {
+		nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{R})
+		grew <- grown{nst, errs}
+	}()
+	unhold := sync.OnceFunc(func() { close(release) })
+	defer unhold()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("rank D never reached its transition view")
+	}
+	for st[X].current().old == nil {
+		if ctx.Err() != nil {
+			t.Fatal("rank X never installed its transition view")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := st[X].Put(ctx, []byte(key), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- st[D].Delete(ctx, []byte(key)) }()
+	// Give a deletion that does not wait the time to end in the interim
+	// view; one that waits ends once D's Grow goes on.
+	select {
+	case err := <-deleted:
+		deleted <- err
+	case <-time.After(200 * time.Millisecond):
+	}
+	unhold()
+	g := <-grew
+	for r, err := range g.errs {
+		if err != nil {
+			t.Fatalf("rank %d's Grow: %v", r, err)
+		}
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	for r, s := range g.st {
+		if s == nil {
+			continue
+		}
+		if v, err := s.Get(ctx, []byte(key)); !errors.Is(err, ErrNotFound) {
+			t.Errorf("rank %d reads %s after its deletion: %q, %v; copies:\n%s", r, key, v, err, describeKey(ctx, g.st, key))
+		}
 	}
 }

@@ -354,12 +354,25 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 }
 
 func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) error {
-	if err := s.keys.lock(ctx, id); err != nil {
-		return err
-	}
-	defer s.keys.unlock(id)
 	var wrote prior
-	return s.inView(func(o *op) error { return o.writeLocked(ctx, id, value, del, &wrote) })
+	attempt := func() error {
+		if err := s.keys.lock(ctx, id); err != nil {
+			return err
+		}
+		defer s.keys.unlock(id)
+		return s.inView(func(o *op) error {
+			if del {
+				if err := o.interim(); err != nil {
+					return err
+				}
+			}
+			return o.writeLocked(ctx, id, value, del, &wrote)
+		})
+	}
+	if !del {
+		return attempt()
+	}
+	return s.outsideInterim(ctx, attempt)
 }
 
 // prior is what earlier attempts of a write published: the version (0:

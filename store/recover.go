@@ -166,7 +166,8 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 		}
 		w := lockOwner(lw)
 		touched := !slices.Equal(now, o.v().replicas(h, wasFailed)) ||
-			(w >= 0 && o.failed(ftrma.Rank(w)) && !oldFailed[w])
+			(w >= 0 && o.failed(ftrma.Rank(w)) && !oldFailed[w]) ||
+			orphanPending(atomic.LoadUint64(&o.table[base+slotPAddr]), w, o.failed)
 		if touched {
 			jobs = append(jobs, job{h, ka, pos, i, lw})
 		}
@@ -207,6 +208,17 @@ func (o *op) recover(ctx context.Context, oldFailed []bool) bool {
 		}
 	}
 	return true
+}
+
+// orphanPending reports whether a slot whose pending descriptor names
+// block pending (0: none) and whose lock holder is w (-1: free) holds a
+// pending record that no live writer will settle: a transaction's records
+// exist only under its writer's locks, so one under a free lock, or a
+// failed rank's, is left over — by a writer that died after a repair that
+// took its lock over gave the lock back unsettled (DESIGN.md F40), or by
+// an attempt that could not clear it. A check of the key settles it.
+func orphanPending(pending uint64, w int, failed func(ftrma.Rank) bool) bool {
+	return pending != 0 && (w < 0 || failed(ftrma.Rank(w)))
 }
 
 // freeFailedLock gives back the lock of this rank's slot i when a failed

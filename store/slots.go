@@ -118,29 +118,17 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 	}
 	if err != nil {
 		// The key block is this claim's to free only while no slot names
-		// it: the compare-and-swap did not go out or did not take, or it
-		// took and is undone here. A claim that took is the key's slot at
-		// once for everyone else: a deletion may have made it a tombstone
-		// and freed the block already, and a second free would count a
-		// live block of the chunk free (F34). When the outcome is unknown,
-		// the block is left counted (a leak, never a reuse).
-		named := false
-		if posted {
-			switch {
-			case !known && !o.completed(ctx, r, err):
-				named = true
-			case uint64(old) == free.key:
-				// The claim landed (through a window rebuilt meanwhile, or
-				// with the operation's context ended): undo it, this rank
-				// still holding the claim lock.
-				named = true
-				var back int64
-				if lw := o.liveAt(r); lw != nil {
-					lw.CompareAndSwap(r, at+slotKey*8, int64(block), int64(free.key), &back)
-					named = o.flushAnyway(ctx, lw, r) != nil || uint64(back) != block
-				}
-			}
-		}
+		// it: the compare-and-swap did not go out, or did not take. A claim
+		// that took stays, even when its operation fails: the slot is the
+		// key's at once for every other writer of the key, whose probes
+		// without the claim lock find it, lock it and write the key's value
+		// there (undoing the claim then lost that value: F38), and a
+		// deletion may have made it a tombstone and freed the block (a
+		// second free counted a live block free: F34). It is then as a
+		// claimer's death leaves it: the key's slot without a value. When
+		// the outcome is unknown, the block is left counted (a leak, never
+		// a reuse).
+		named := posted && (!known && !o.completed(ctx, r, err) || uint64(old) == free.key)
 		if !named {
 			o.free(ctx, r, block, uint64(blockLen))
 		}

@@ -142,17 +142,28 @@ func (t *Tx) Commit(ctx context.Context) error {
 	slices.SortFunc(keys, func(a, b *txKeyState) int {
 		return cmp.Or(cmp.Compare(a.id.h, b.id.h), strings.Compare(a.id.key, b.id.key))
 	})
-	for i, k := range keys {
-		if err := s.keys.lock(ctx, k.id); err != nil {
-			for _, l := range keys[:i] {
-				s.keys.unlock(l.id)
+	del := slices.ContainsFunc(keys, func(k *txKeyState) bool { return k.op.del })
+	var repairs []ident
+	attempt := func() (err error) {
+		for i, k := range keys {
+			if err := s.keys.lock(ctx, k.id); err != nil {
+				for _, l := range keys[:i] {
+					s.keys.unlock(l.id)
+				}
+				return err
 			}
-			return err
 		}
+		repairs, err = s.commit(ctx, keys, del)
+		for _, k := range keys {
+			s.keys.unlock(k.id)
+		}
+		return err
 	}
-	repairs, err := s.commit(ctx, keys)
-	for _, k := range keys {
-		s.keys.unlock(k.id)
+	var err error
+	if del {
+		err = s.outsideInterim(ctx, attempt)
+	} else {
+		err = attempt()
 	}
 	if err != nil {
 		return err
@@ -172,17 +183,26 @@ func (t *Tx) Commit(ctx context.Context) error {
 }
 
 // commit runs the attempts of a commit whose keys' process locks the
-// caller holds; it returns the keys that lost a replica meanwhile.
+// caller holds; it returns the keys that lost a replica meanwhile, or,
+// for a commit that deletes (del), errInterim (see outsideInterim).
 // Attempts restart in the next view only before the commit point, where
 // nothing is visible (DESIGN.md §4.4).
-func (s *Store) commit(ctx context.Context, keys []*txKeyState) ([]ident, error) {
+func (s *Store) commit(ctx context.Context, keys []*txKeyState, del bool) ([]ident, error) {
 	var repairs []ident
 	err := s.inView(func(o *op) error {
+		if del {
+			if err := o.interim(); err != nil {
+				return err // before the commit point: nothing is visible
+			}
+		}
 		return o.retry(ctx, func() (err error) {
 			repairs, err = o.commitOnce(ctx, keys)
 			return err
 		})
 	})
+	if errors.Is(err, errInterim) {
+		return nil, err
+	}
 	if err != nil {
 		s.st.aborts.Add(1)
 		return nil, &ftrma.OpError{Op: "tx commit", Rank: -1, Err: err}
