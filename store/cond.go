@@ -98,10 +98,8 @@ func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del
 		}
 		defer s.keys.unlock(id)
 		return s.inView(func(o *op) error {
-			if del {
-				if err := o.interim(); err != nil {
-					return err
-				}
+			if err := o.interim(del); err != nil {
+				return err
 			}
 			return o.retry(ctx, func() (err error) {
 				if done {
@@ -116,13 +114,7 @@ func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del
 			})
 		})
 	}
-	var err error
-	if del {
-		err = s.outsideInterim(ctx, attempt)
-	} else {
-		err = attempt()
-	}
-	if err != nil {
+	if err := s.outsideInterim(ctx, del, attempt); err != nil {
 		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
 	}
 	if done {

@@ -64,7 +64,7 @@ type view struct {
 	// rebuilt the window, until its transition view: its ranks' tables
 	// are known only to the survivors, so a deletion here could not reach
 	// a copy that another rank, already in the transition view, wrote at a
-	// new rank; a deletion waits it out (outOfInterim, DESIGN.md F39).
+	// new rank; a deletion waits it out (outsideInterim, DESIGN.md F39).
 	interim atomic.Bool
 
 	ops atomic.Int64 // operations working in this view
@@ -243,27 +243,30 @@ func (o *op) liveAt(r ftrma.Rank) *window.Window {
 }
 
 // errInterim: a deletion found its view interim (see view.interim); it
-// gives back the key's process locks, waits (awaitInterim) and starts
+// gives back the key's process locks, waits (outsideInterim) and starts
 // again. It never leaves the package.
 var errInterim = errors.New("store: a deletion waits out Grow's interim view")
 
-// interim returns errInterim when the operation's view is interim. A view
-// found not interim stays so.
-func (o *op) interim() error {
-	if o.v().interim.Load() {
+// interim returns errInterim for a deletion (del) when the operation's
+// view is interim. A view found not interim stays so.
+func (o *op) interim(del bool) error {
+	if del && o.v().interim.Load() {
 		return errInterim
 	}
 	return nil
 }
 
-// outsideInterim runs attempt, a deletion that takes and gives back the
-// key's process locks, again each time it returns errInterim, after
-// waiting without them until the current view is not interim: Grow
-// installs its transition view, or stops before it and clears the mark.
-// So the wait is Grow's exchange; a deletion waiting with the process
-// locks held could stop an operation of the view before, which Grow's
-// drain waits for.
-func (s *Store) outsideInterim(ctx context.Context, attempt func() error) error {
+// outsideInterim runs attempt, a write that takes and gives back the key's
+// process locks; when it deletes (del), again each time it returns
+// errInterim, after waiting without them until the current view is not
+// interim: Grow installs its transition view, or stops before it and
+// clears the mark. So the wait is Grow's exchange; a deletion waiting with
+// the process locks held could stop an operation of the view before, which
+// Grow's drain waits for.
+func (s *Store) outsideInterim(ctx context.Context, del bool, attempt func() error) error {
+	if !del {
+		return attempt()
+	}
 	for {
 		for i := 0; s.current().interim.Load(); i++ {
 			if err := backoff(ctx, min(i, 5)); err != nil {

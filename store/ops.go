@@ -361,18 +361,13 @@ func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) err
 		}
 		defer s.keys.unlock(id)
 		return s.inView(func(o *op) error {
-			if del {
-				if err := o.interim(); err != nil {
-					return err
-				}
+			if err := o.interim(del); err != nil {
+				return err
 			}
 			return o.writeLocked(ctx, id, value, del, &wrote)
 		})
 	}
-	if !del {
-		return attempt()
-	}
-	return s.outsideInterim(ctx, attempt)
+	return s.outsideInterim(ctx, del, attempt)
 }
 
 // prior is what earlier attempts of a write published: the version (0:

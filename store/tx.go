@@ -159,13 +159,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 		return err
 	}
-	var err error
-	if del {
-		err = s.outsideInterim(ctx, attempt)
-	} else {
-		err = attempt()
-	}
-	if err != nil {
+	if err := s.outsideInterim(ctx, del, attempt); err != nil {
 		return err
 	}
 	// Keys that lost a replica meanwhile get their new one now (recovery
@@ -190,10 +184,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 func (s *Store) commit(ctx context.Context, keys []*txKeyState, del bool) ([]ident, error) {
 	var repairs []ident
 	err := s.inView(func(o *op) error {
-		if del {
-			if err := o.interim(); err != nil {
-				return err // before the commit point: nothing is visible
-			}
+		if err := o.interim(del); err != nil {
+			return err // before the commit point: nothing is visible
 		}
 		return o.retry(ctx, func() (err error) {
 			repairs, err = o.commitOnce(ctx, keys)
