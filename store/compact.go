@@ -102,7 +102,7 @@ func (o *op) relocate(ctx context.Context, i int) bool {
 		return false
 	}
 	old, n, v := atomic.LoadUint64(&o.table[base+slotCurAddr]), atomic.LoadUint64(&o.table[base+slotCurLen]), atomic.LoadUint64(&o.table[base+slotCurVer])
-	if old == 0 || n > uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize)) {
+	if old == 0 || n > o.recordLimit() {
 		return false
 	}
 	rec := make([]byte, n)

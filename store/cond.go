@@ -137,10 +137,7 @@ func (o *op) writeIfOnce(ctx context.Context, id ident, value []byte, del bool,
 	if err != nil {
 		return false, err
 	}
-	release := func() {
-		o.dropLease(id)
-		o.unlockAll(context.WithoutCancel(ctx), reps)
-	}
+	release := func() { o.unlockAll(context.WithoutCancel(ctx), reps) }
 	if err := o.readRecords(ctx, reps); err != nil {
 		release()
 		return false, err

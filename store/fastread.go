@@ -209,7 +209,7 @@ func (o *op) fastGet(ctx context.Context, id ident) (val []byte, ver uint64, ok 
 	o.cache.Lock()
 	guess := o.cache.desc[p.ref]
 	o.cache.Unlock()
-	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
+	limit := o.recordLimit()
 	t.phase("fast.read")
 	if o.v().w.Get(r, p.addr, p.buf[:]) != nil {
 		return nil, 0, false

@@ -414,8 +414,7 @@ func TestDecisionOfADeadWriterReadsTheSameToAll(t *testing.T) {
 		t.Fatal("no rank is last in its decision key's placement under this hash key: pick another")
 	}
 	id := st[0].ident(txKey(int(writer)))
-	seqBytes := func(n uint64) []byte { return binary.LittleEndian.AppendUint64(nil, n) }
-	if err := st[writer].write(ctx, id, seqBytes(1), false); err != nil { // as decideTx writes it
+	if err := st[writer].write(ctx, id, encodeDecisions(txBlock, []uint64{1}), false); err != nil { // as decideTx writes it
 		t.Fatal(err)
 	}
 	st[writer].endLease(id)
@@ -446,7 +445,7 @@ func TestDecisionOfADeadWriterReadsTheSameToAll(t *testing.T) {
 			w.Net.Delay(writer, primary, time.Hour) // from the publish on: its locks are taken
 		}
 	})
-	go st[writer].write(ctx, id, seqBytes(2), false) // its flush never returns: the writer crashes
+	go st[writer].write(ctx, id, encodeDecisions(txBlock, []uint64{1, 2}), false) // its flush never returns: the writer crashes
 	for verAt() == before {
 		select {
 		case <-ctx.Done():

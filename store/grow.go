@@ -340,11 +340,6 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 		return nil, err
 	}
 	s.st.growTime.Store(int64(time.Since(start)))
-	// Transactions are numbered per rank under the rank's decision key,
-	// which the replaced process may have written: go on after its number.
-	if v, _, err := s.get(ctx, s.ident(txKey(int(s.me)))); err == nil && len(v) == 8 {
-		s.txSeq.Store(binary.LittleEndian.Uint64(v))
-	}
 	return s, nil
 }
 

@@ -21,7 +21,7 @@ import (
 // put after leaseMax, as soon as another rank asks for the key, when one of
 // its replicas fails or Grow installs another view (the key's placement may
 // change: see leased), or when a transaction or repair of the key
-// releases its locks. A writer that finds the lock held by a live rank
+// releases its locks, or any operation gives them back (unlockAll). A writer that finds the lock held by a live rank
 // writes its rank into the slot's want word, which the lease holder reads
 // with each put, and counts up the ask word in the holder's own header: the
 // holder's housekeeping sees it at its next tick (local memory, no message),

@@ -243,11 +243,18 @@ func (o *op) checkHeld(reps []*replica) (conflict, again bool) {
 // unlockAll gives back the locks held, unchanged; the writes complete with
 // the next flush toward each rank. They go through the live window (see
 // live): a replica marked failed because the view's window was rebuilt is
-// let go too.
+// let go too. A lease this rank holds on a key whose locks go back here
+// goes with them: the locks may have been the lease's (an operation that
+// wrote under the lease and gives up), and a lease record that outlived
+// its lock words let a later put write under locks another rank had taken
+// since (DESIGN.md F42).
 func (o *op) unlockAll(ctx context.Context, reps []*replica) {
 	traceOf(ctx).phase("unlock")
 	var w [8]byte
-	for _, p := range reps {
+	for i, p := range reps {
+		if p.held && (i == 0 || p.id != reps[i-1].id) {
+			o.dropLease(p.id)
+		}
 		switch {
 		case p.held && (!p.failed || p.done):
 			putWords(w[:], lockWord(lockVersion(p.lock), -1))
@@ -487,7 +494,6 @@ func (o *op) writeOnce(ctx context.Context, id ident, value []byte, del bool, wr
 	traceOf(ctx).phase("encode")
 	v := nextVersion(reps)
 	if v > maxVersion {
-		o.dropLease(id)
 		o.unlockAll(ctx, reps)
 		return errLastVersion
 	}
@@ -564,7 +570,6 @@ func (o *op) allocBlocks(ctx context.Context, id ident, reps []*replica, n int) 
 					q.block = 0
 				}
 			}
-			o.dropLease(id)
 			o.unlockAll(ctx, reps)
 			return err
 		}
@@ -973,7 +978,7 @@ func (o *op) readAll(ctx context.Context, reps []*replica) error {
 	tolerable := func(err error) bool {
 		return err == nil || errors.Is(err, ftrma.ErrOutOfBounds) || errors.Is(err, ftrma.ErrUnknownRegion)
 	}
-	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
+	limit := o.recordLimit()
 	for _, p := range reps {
 		p.rec, p.prec, p.guess = nil, nil, desc{}
 		if p.slot < 0 {

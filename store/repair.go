@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"strconv"
 
 	"github.com/ftrma/ftrma"
 )
@@ -131,7 +129,7 @@ func (o *op) publishSettled(ctx context.Context, id ident, reps []*replica, best
 
 // readRecords reads the records the (already read) slots point to.
 func (o *op) readRecords(ctx context.Context, reps []*replica) error {
-	limit := uint64(recordLen(o.opt.MaxKeySize, o.opt.MaxValueSize))
+	limit := o.recordLimit()
 	for _, p := range reps {
 		p.rec, p.prec = nil, nil
 		if p.slot < 0 || p.failed {
@@ -158,43 +156,4 @@ func (o *op) readRecords(ctx context.Context, reps []*replica) error {
 		return err
 	}
 	return nil
-}
-
-// txKey is the key under which writer keeps the number of its last
-// committed transaction: the commit point of a transaction is the Put of
-// that number.
-func txKey(writer int) []byte { return []byte(reservedPrefix + "tx." + strconv.Itoa(writer)) }
-
-func txTag(seq uint64, writer ftrma.Rank) uint64 { return lockWord(seq, int(writer)) }
-
-// txCommitted reports whether the transaction tagged tag committed: whether
-// its writer's decision key holds its number or a later one. The key is
-// read at every replica (getAll), never by a fast read: a decision its
-// writer wrote in part before it died is then settled by the first reader
-// (the replicas disagree, and the read repairs them), so that every reader
-// concludes the same. A fast read at a primary the write had not reached
-// answered "not committed", and the pending records were dropped at one
-// key, while a later full read repaired the decision and made them current
-// at another (F35).
-func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
-	writer, seq := lockOwner(tag), lockVersion(tag)
-	if writer < 0 {
-		return true, nil // not a transaction
-	}
-	id := s.ident(txKey(writer))
-	var v []byte
-	err := s.inView(func(o *op) (err error) {
-		v, _, err = o.getAll(ctx, id)
-		return err
-	})
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if len(v) != 8 {
-		return false, nil
-	}
-	return binary.LittleEndian.Uint64(v) >= seq, nil
 }

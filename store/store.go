@@ -191,10 +191,11 @@ type Store struct {
 		contended map[ident]time.Time
 	}
 
-	txSeq atomic.Uint64
-	// decide is held by a Commit from drawing its number (txSeq) to
-	// writing its decision: decisions go out in number order (tx.go).
+	// decide is held while this process writes its rank's decision
+	// record (a reservation of numbers, or a Commit's decision), and
+	// guards tx: each write carries the whole record as it stands.
 	decide waitLock
+	tx     txNumbers
 
 	growing atomic.Bool // a Grow is under way
 
@@ -283,6 +284,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
 	}
 	s := newStore(c, opt)
+	s.tx.loaded = true // the rank's first process: no decision record yet
 	v := &view{w: w, c: c, fast: w.WholeWords()}
 	v.arenas, v.keyArenas = newArenas(s.n), newArenas(s.n)
 	addr, err := s.makeTable(w)

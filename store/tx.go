@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -219,22 +218,6 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 	if err := o.settleLeftPending(ctx, keys); err != nil {
 		return nil, err
 	}
-	// A transaction counts committed when its writer's decision key holds
-	// its number or a later one (txCommitted), so the key must never go
-	// back, nor hold a number while an earlier one is still to be decided:
-	// this rank's Commits draw numbers and write decisions one at a time
-	// (TestTxDecisionsInNumberOrder).
-	if err := o.decide.lock(ctx); err != nil {
-		return nil, o.abortTx(ctx, keys, err)
-	}
-	deciding := true
-	defer func() {
-		if deciding {
-			o.decide.unlock()
-		}
-	}()
-	seq := o.txSeq.Add(1)
-	tag := txTag(seq, o.me)
 	writes, err := checkReads(keys)
 	if err != nil {
 		return nil, o.abortTx(ctx, keys, err)
@@ -245,6 +228,11 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		}
 		return nil, nil
 	}
+	seq, err := o.drawTx(ctx)
+	if err != nil {
+		return nil, o.abortTx(ctx, keys, err)
+	}
+	tag := txTag(seq, o.me)
 	if err := o.writePending(ctx, keys, all, tag); err != nil {
 		return nil, o.abortTx(ctx, keys, err)
 	}
@@ -260,13 +248,15 @@ func (o *op) commitOnce(ctx context.Context, keys []*txKeyState) (repairs []iden
 		}
 		return nil, o.abortTx(ctx, keys, err)
 	}
-	o.decide.unlock()
-	deciding = false
 	if commitHook != nil {
 		commitHook(o.Store, "decided")
 	}
-	o.publishTx(cctx, keys, all, commitHook)
-	return o.finishTx(cctx, keys), nil
+	clean := o.publishTx(cctx, keys, all, commitHook)
+	repairs = o.finishTx(cctx, keys)
+	if clean && len(repairs) == 0 {
+		o.publishedTx(seq)
+	}
+	return repairs, nil
 }
 
 // lockTx finds the replicas of every key of the transaction and locks them
@@ -401,38 +391,13 @@ func (o *op) writePending(ctx context.Context, keys []*txKeyState, all []*replic
 	return nil
 }
 
-// errUndecided: the decision write failed and its outcome could not be
-// read either; the transaction's locks stay held, and its fate is decided
-// when this rank fails.
-var errUndecided = errors.New("transaction decision unknown")
-
-// decideTx is the commit point: it writes the transaction's number into
-// this rank's decision key. When the write fails, the key (which a Get
-// makes consistent) says whether it landed: nil if so, the write's error
-// if not (the attempt aborts), or an error wrapping errUndecided with the
-// reading's when even that fails.
-func (o *op) decideTx(ctx context.Context, seq, tag uint64) error {
-	var num [8]byte
-	binary.LittleEndian.PutUint64(num[:], seq)
-	err := o.write(ctx, o.ident(txKey(int(o.me))), num[:], false)
-	if err == nil {
-		return nil
-	}
-	committed, err2 := o.txCommitted(ctx, tag)
-	switch {
-	case err2 != nil:
-		return fmt.Errorf("%w: %w", errUndecided, err2)
-	case committed:
-		return nil
-	}
-	return err
-}
-
 // publishTx makes every written key's pending record its current one and
 // releases its locks with the new version, marks the versions done once
 // every replica has them, releases the keys only read, and deletes the keys
-// deleted (their tombstones release their locks).
-func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, commitHook func(*Store, string)) {
+// deleted (their tombstones release their locks). It reports whether every
+// write went out and completed: then no pending record of the transaction
+// is left.
+func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, commitHook func(*Store, string)) (clean bool) {
 	for ki, k := range keys {
 		if ki == 1 && commitHook != nil {
 			o.flushAll(ctx, keys[0].reps)
@@ -455,7 +420,9 @@ func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, 
 			}
 		}
 	}
-	if failed, err := o.flushAll(ctx, all); !failed && err == nil {
+	failed, err := o.flushAll(ctx, all)
+	clean = !failed && err == nil
+	if clean {
 		for _, k := range keys {
 			if k.write && !k.op.del {
 				o.markDone(k.reps, k.ver)
@@ -468,9 +435,10 @@ func (o *op) publishTx(ctx context.Context, keys []*txKeyState, all []*replica, 
 			o.release(ctx, k.id, k.reps) // read only
 		case k.op.del:
 			// Deletions free the key's slots (and release their locks).
-			o.deletion(ctx, k.id, k.reps, k.ver)
+			clean = o.deletion(ctx, k.id, k.reps, k.ver) == nil && clean
 		}
 	}
+	return clean
 }
 
 // finishTx frees the blocks the written keys' old records held (a deleted

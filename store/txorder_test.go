@@ -9,13 +9,14 @@ import (
 
 // Two transactions of one rank, committing at once: A draws its number
 // first, B after it. B decides and publishes one of its two keys; then A
-// decides and the rank dies. A transaction counts committed when its
-// writer's decision key holds its number or a later one, so the decision
-// key must never go back: written A-after-B, it said B's number had not
-// committed, and B came out half applied (its published key new, its
-// pending one rolled back). Decisions now go out in number order: B cannot
-// draw its number before A decided, and whatever the crash catches is all
-// or nothing.
+// decides and the rank dies. When a transaction counted committed if its
+// writer's decision key held its number or a later one, A's decision
+// written after B's said B's number had not committed, and B came out half
+// applied (its published key new, its pending one rolled back); decisions
+// then had to go out in number order. Now a transaction is committed when
+// its number is open in its writer's decision record (DESIGN.md F41), in
+// whatever order they are decided: B runs ahead, and whatever the crash
+// catches is all or nothing.
 func TestTxDecisionsInNumberOrder(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	w, st := openAll(t, 4, smallOptions(3))
@@ -44,7 +45,7 @@ func TestTxDecisionsInNumberOrder(t *testing.T) {
 			close(aAtPending)
 			select {
 			case <-bPublished:
-			case <-time.After(time.Second): // B cannot (decisions in order)
+			case <-time.After(time.Second): // B did not get there
 			}
 		case stage == "published-one": // B
 			bOnce.Do(func() { close(bPublished) })
@@ -98,4 +99,50 @@ func pendingsAt(mu *sync.Mutex, n *int) int {
 	mu.Lock()
 	defer mu.Unlock()
 	return *n
+}
+
+// An attempt of a Commit that aborted and left its pending record behind
+// (its clearing lost, as in DESIGN.md F37) must never count as committed,
+// whatever its rank decides afterwards: its number is in no decision
+// record. Under the rule before (a transaction committed when its writer's
+// decision key held its number or a later one), the writer's next Commit,
+// of another key, made the leftover record current at the next read.
+func TestAbortedLeftoverIsNoCommit(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	_, st := openAll(t, 4, smallOptions(3))
+	writer := st[0]
+	if err := writer.Put(ctx, []byte("a"), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	// The leftover: a pending record of "a" under a number the writer
+	// drew and never decided, with the key's locks given back.
+	k := &txKeyState{id: writer.ident([]byte("a")), op: txOp{value: []byte("aborted")}, write: true}
+	err := writer.inView(func(o *op) error {
+		all, err := o.lockTx(ctx, []*txKeyState{k})
+		if err != nil {
+			return err
+		}
+		defer o.unlockAll(ctx, all)
+		seq, err := o.drawTx(ctx)
+		if err != nil {
+			return err
+		}
+		return o.writePending(ctx, []*txKeyState{k}, all, txTag(seq, o.me))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := writer.Begin()
+	tx.Put([]byte("b"), []byte("B"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for r, s := range st {
+		if v, err := s.Get(ctx, []byte("a")); err != nil || string(v) != "old" {
+			t.Errorf("rank %d reads a = %q, %v after the writer's later commit; want \"old\" (the leftover is no commit)", r, v, err)
+		}
+	}
+	if v, err := st[1].Get(ctx, []byte("b")); err != nil || string(v) != "B" {
+		t.Errorf("b = %q, %v; want \"B\"", v, err)
+	}
 }
