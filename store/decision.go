@@ -196,7 +196,7 @@ func (o *op) decideTx(ctx context.Context, seq, tag uint64) error {
 	t := &o.tx
 	t.prune()
 	if len(t.open) >= maxOpen {
-		return fmt.Errorf("%w: %d transactions of rank %d are decided and not yet published everywhere", ftrma.ErrInvalid, len(t.open), o.me)
+		return fmt.Errorf("%w: %d transactions of rank %d are decided and not yet published everywhere", ErrFull, len(t.open), o.me)
 	}
 	t.open = append(t.open, seq)
 	err := o.writeDecisions(ctx, t.reserved)

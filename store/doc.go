@@ -145,7 +145,10 @@
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
 // ErrConflict (a transaction's read changed before it committed),
 // ErrFull (a replica's slots or chunks are used up, or it cannot attach
-// memory: every Put returns, never waits for room), ftrma.ErrInvalid for bad
+// memory: every Put returns, never waits for room; or, for a Commit, 500
+// transactions of its rank are decided and not yet published everywhere:
+// Commits under way, and those a failure cut short while they published),
+// ftrma.ErrInvalid for bad
 // input (empty, oversized or reserved key, oversized value), and the
 // runtime's errors (ftrma.ErrProcFailed when no live replica is left,
 // ftrma.ErrRevoked, context errors).

@@ -17,7 +17,7 @@ import (
 // its number is open in its writer's decision record (DESIGN.md F41), in
 // whatever order they are decided: B runs ahead, and whatever the crash
 // catches is all or nothing.
-func TestTxDecisionsInNumberOrder(t *testing.T) {
+func TestTxDecisionsInAnyOrder(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	w, st := openAll(t, 4, smallOptions(3))
 	writer, reader := st[0], st[1]
