@@ -92,29 +92,20 @@ func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del
 	id := s.ident(key)
 	done := false
 	var wrote prior // what writeIfOnce published
-	attempt := func() error {
-		if err := s.keys.lock(ctx, id); err != nil {
-			return err
-		}
-		defer s.keys.unlock(id)
-		return s.inView(func(o *op) error {
-			if err := o.interim(del); err != nil {
-				return err
+	err := s.writeKey(ctx, id, del, func(o *op) error {
+		return o.retry(ctx, func() (err error) {
+			if done {
+				// It took effect, but a replica failed meanwhile: the
+				// key needs its new replica, so the same is written
+				// again, unconditionally (as writeOnce does it after a
+				// published attempt).
+				return o.writeOnce(ctx, id, value, del, &wrote)
 			}
-			return o.retry(ctx, func() (err error) {
-				if done {
-					// It took effect, but a replica failed meanwhile: the
-					// key needs its new replica, so the same is written
-					// again, unconditionally (as writeOnce does it after a
-					// published attempt).
-					return o.writeOnce(ctx, id, value, del, &wrote)
-				}
-				done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
-				return err
-			})
+			done, err = o.writeIfOnce(ctx, id, value, del, cond, &wrote)
+			return err
 		})
-	}
-	if err := s.outsideInterim(ctx, del, attempt); err != nil {
+	})
+	if err != nil {
 		return false, &ftrma.OpError{Op: name, Rank: -1, Err: err}
 	}
 	if done {

@@ -279,6 +279,24 @@ func (s *Store) outsideInterim(ctx context.Context, del bool, attempt func() err
 	}
 }
 
+// writeKey runs f as one operation on key id, under the key's process
+// lock, again in each next view (inView); a deletion (del) first waits out
+// Grow's interim view without the lock (outsideInterim).
+func (s *Store) writeKey(ctx context.Context, id ident, del bool, f func(o *op) error) error {
+	return s.outsideInterim(ctx, del, func() error {
+		if err := s.keys.lock(ctx, id); err != nil {
+			return err
+		}
+		defer s.keys.unlock(id)
+		return s.inView(func(o *op) error {
+			if err := o.interim(del); err != nil {
+				return err
+			}
+			return f(o)
+		})
+	})
+}
+
 // drain waits until no operation works in v (v is no longer current).
 func drain(ctx context.Context, v *view) error {
 	for i := 0; v.ops.Load() > 0; i++ {

@@ -362,19 +362,7 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 
 func (s *Store) write(ctx context.Context, id ident, value []byte, del bool) error {
 	var wrote prior
-	attempt := func() error {
-		if err := s.keys.lock(ctx, id); err != nil {
-			return err
-		}
-		defer s.keys.unlock(id)
-		return s.inView(func(o *op) error {
-			if err := o.interim(del); err != nil {
-				return err
-			}
-			return o.writeLocked(ctx, id, value, del, &wrote)
-		})
-	}
-	return s.outsideInterim(ctx, del, attempt)
+	return s.writeKey(ctx, id, del, func(o *op) error { return o.writeLocked(ctx, id, value, del, &wrote) })
 }
 
 // prior is what earlier attempts of a write published: the version (0:
