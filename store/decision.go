@@ -59,12 +59,15 @@ type txNumbers struct {
 // published everywhere: Commits under way, and those a failure cut short).
 const maxOpen = 500
 
+// keyLimit is the longest key a reader believes a key block's length for:
+// the options' MaxKeySize, or one of the store's own (reserved) keys.
+func (o *op) keyLimit() int { return max(o.opt.MaxKeySize, len(reservedPrefix)+32) }
+
 // recordLimit is the longest record a reader believes a slot's length for:
 // one of a key and a value within the options, or of the store's own keys
-// (a reserved key, a decision record of up to maxOpen numbers), whatever
-// the options.
+// (a decision record of up to maxOpen numbers), whatever the options.
 func (o *op) recordLimit() uint64 {
-	return uint64(recordLen(max(o.opt.MaxKeySize, len(reservedPrefix)+32), max(o.opt.MaxValueSize, 8*(1+maxOpen))))
+	return uint64(recordLen(o.keyLimit(), max(o.opt.MaxValueSize, 8*(1+maxOpen))))
 }
 
 // encodeDecisions is the decision record: reserved, then the open numbers.
@@ -91,20 +94,20 @@ func decodeDecisions(b []byte) (reserved uint64, open []uint64, ok bool) {
 // readDecisions reads rank writer's decision record at every replica
 // (getAll: a record its writer wrote in part before it died is settled by
 // the first reader, so that every reader concludes the same, F35); a rank
-// that never wrote one has none (ok false, nil error).
-func (o *op) readDecisions(ctx context.Context, writer int) (reserved uint64, open []uint64, ok bool, err error) {
+// that never wrote one has none (0, nil).
+func (o *op) readDecisions(ctx context.Context, writer int) (reserved uint64, open []uint64, err error) {
 	v, _, err := o.getAll(ctx, o.ident(txKey(writer)))
 	if errors.Is(err, ErrNotFound) {
-		return 0, nil, false, nil
+		return 0, nil, nil
 	}
 	if err != nil {
-		return 0, nil, false, err
+		return 0, nil, err
 	}
-	reserved, open, ok = decodeDecisions(v)
+	reserved, open, ok := decodeDecisions(v)
 	if !ok {
-		return 0, nil, false, fmt.Errorf("%w: rank %d's decision record is %d bytes", ErrDataLost, writer, len(v))
+		return 0, nil, fmt.Errorf("%w: rank %d's decision record is %d bytes", ErrDataLost, writer, len(v))
 	}
-	return reserved, open, true, nil
+	return reserved, open, nil
 }
 
 // txCommitted reports whether the transaction tagged tag committed: whether
@@ -119,7 +122,7 @@ func (s *Store) txCommitted(ctx context.Context, tag uint64) (bool, error) {
 	}
 	var open []uint64
 	err := s.inView(func(o *op) (err error) {
-		_, open, _, err = o.readDecisions(ctx, writer)
+		_, open, err = o.readDecisions(ctx, writer)
 		return err
 	})
 	if err != nil {
@@ -140,7 +143,7 @@ func (o *op) drawTx(ctx context.Context) (uint64, error) {
 	defer o.decide.unlock()
 	t := &o.tx
 	if !t.loaded {
-		reserved, open, _, err := o.readDecisions(ctx, int(o.me))
+		reserved, open, err := o.readDecisions(ctx, int(o.me))
 		if err != nil {
 			return 0, err
 		}

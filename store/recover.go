@@ -270,7 +270,7 @@ func (o *op) ownKey(ctx context.Context, h, addr uint64) (ident, error) {
 		return ident{}, err
 	}
 	n := word(hdr[:], 1)
-	if word(hdr[:], 0) != h || n == 0 || n > uint64(o.opt.MaxKeySize) && n > uint64(len(reservedPrefix)+32) {
+	if word(hdr[:], 0) != h || n == 0 || n > uint64(o.keyLimit()) {
 		return ident{}, fmt.Errorf("store: slot's key block at %#x is not of hash %#x", addr, h)
 	}
 	b := make([]byte, keyBlockLen(int(n)))

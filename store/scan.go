@@ -132,7 +132,7 @@ func (o *op) keysAt(ctx context.Context, r ftrma.Rank) ([]string, error) {
 	var reads []*cand
 	for _, c := range cands {
 		n := word(c.hdr[:], 1)
-		if word(c.hdr[:], 0) != c.h || n == 0 || n > uint64(max(o.opt.MaxKeySize, len(reservedPrefix)+32)) {
+		if word(c.hdr[:], 0) != c.h || n == 0 || n > uint64(o.keyLimit()) {
 			continue
 		}
 		c.block = make([]byte, keyBlockLen(int(n)))

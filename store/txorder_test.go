@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ftrma/ftrma"
 )
 
 // Two transactions of one rank, committing at once: A draws its number
@@ -144,5 +147,71 @@ func TestAbortedLeftoverIsNoCommit(t *testing.T) {
 	}
 	if v, err := st[1].Get(ctx, []byte("b")); err != nil || string(v) != "B" {
 		t.Errorf("b = %q, %v; want \"B\"", v, err)
+	}
+}
+
+// A rank's respawned process goes on with its predecessor's decision
+// record (DESIGN.md §3.3, F41): the predecessor decided a transaction and
+// died before publishing it, so its number must stay open — its pending
+// records read as committed — and the new process must draw its numbers
+// above its predecessor's reservation, never one the predecessor may have
+// used. A new process that started afresh drew number 1 again and wrote a
+// record without the old open number.
+func TestRespawnedWriterGoesOnWithItsDecisions(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	defer stacksIfSlow(t, 60*time.Second)()
+	const W = ftrma.Rank(1)
+	w, st := openSpares(t, 4, 1, smallOptions(3))
+	for _, k := range []string{"a", "b"} {
+		if err := st[0].Put(ctx, []byte(k), []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var crashed sync.Once
+	testHookCommit.set(t, func(s *Store, stage string) {
+		if s == st[W] && stage == "decided" {
+			crashed.Do(func() { w.Crash(W) })
+			<-ctx.Done() // dies before it publishes
+		}
+	})
+	go func() {
+		tx := st[W].Begin()
+		tx.Put([]byte("a"), []byte("new"))
+		tx.Put([]byte("b"), []byte("new"))
+		tx.Commit(ctx)
+	}()
+	for !st[0].current().c.ProcFailed(W) {
+		if ctx.Err() != nil {
+			t.Fatal("the writer's failure never became known")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	testHookCommit.set(t, nil)
+	nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{W})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d's Grow or Join: %v", r, err)
+		}
+	}
+	tx := nst[W].Begin()
+	tx.Put([]byte("c"), []byte("C"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if last := nst[W].tx.last; last <= txBlock {
+		t.Errorf("the respawned process drew number %d, within its predecessor's reservation (1..%d)", last, txBlock)
+	}
+	var reserved uint64
+	var open []uint64
+	if err := nst[0].inView(func(o *op) (err error) { reserved, open, err = o.readDecisions(ctx, int(W)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if reserved < 2*txBlock || !slices.Contains(open, 1) {
+		t.Errorf("rank %d's decision record: reserved %d, open %v; want a second reservation and the predecessor's decided number 1 still open", W, reserved, open)
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, err := nst[2].Get(ctx, []byte(k)); err != nil || string(v) != "new" {
+			t.Errorf("%s = %q, %v; want \"new\" (decided before its writer died)", k, v, err)
+		}
 	}
 }
