@@ -32,8 +32,8 @@ import (
 // found before transactions were on, marked so in exploreFound, ran
 // without; there are two pairs, and a rank's two clients commit on
 // different ones, so that one process's Commits run side by side —
-// FTRMA_STORE_PAIRS=1 for one, as the seeds found before ran), while the store's housekeeping recovers and, after
-// a crash, the survivors respawn the crashed rank (store.Respawn: Replace,
+// FTRMA_STORE_PAIRS=1 for one, as the seeds found before ran), while the
+// store's housekeeping recovers and, after a crash, the survivors respawn the crashed rank (store.Respawn: Replace,
 // then Grow, with the spare's JoinRespawned). At every point where an
 // operation has posted what takes something and not flushed it yet
 // (testHookPosted: a lock, a claim lock, a claim, a claimed slot, a
@@ -77,7 +77,9 @@ import (
 // every fourth seed of the default runs has 16),
 // FTRMA_STORE_REPEAT=K each K times, FTRMA_STORE_SCHEDULE=1 prints every
 // run's schedule, and FTRMA_STORE_TRACE=1 adds each operation's phases
-// (Trace) to it.
+// (Trace) to it. FTRMA_STORE_TRANSITION=0 leaves Grow undisturbed right
+// before a survivor installs its transition view, as the seeds in
+// exploreFound ran (that point came after them).
 
 // exploreFound are seeds that found a defect: each fails every run when
 // its fix is undone, and the others pass then (checked without -race: the
@@ -125,13 +127,16 @@ type exploreSeed struct {
 	slots int
 	torn  bool
 	pairs int // pairs of keys the transactions write (0: one)
+	// transition: Grow is also disturbed right before a survivor installs
+	// its transition view (the seeds found before ran without).
+	transition bool
 }
 
 // newExploreSeed is seed n as the default runs draw it: every fourth seed
 // has 16 key slots per rank, so that its keys share probe chains (two
 // groups of 8) and claims meet tombstones and other keys' slots on the way.
-func newExploreSeed(n uint64, tx, torn bool) exploreSeed {
-	s := exploreSeed{n: n, tx: tx, torn: torn, pairs: 2}
+func newExploreSeed(n uint64, tx, torn, transition bool) exploreSeed {
+	s := exploreSeed{n: n, tx: tx, torn: torn, pairs: 2, transition: transition}
 	if n%4 == 0 {
 		s.slots = 16
 	}
@@ -151,6 +156,9 @@ func (s exploreSeed) String() string {
 	}
 	if s.pairs < 2 {
 		name += "/onepair"
+	}
+	if !s.transition {
+		name += "/notransition"
 	}
 	return name
 }
@@ -331,7 +339,8 @@ func (e *explorer) publishing(s *Store, reps []*replica, i int) {
 }
 
 // growing decides at a survivor's Grow hooks (before its exchange, before
-// each key it moves, before it drops copies): a pause, or the crash of this
+// its transition view unless the seed is one found without, before each
+// key it moves, before it drops copies): a pause, or the crash of this
 // rank or of another one, so that a failure cuts a Grow short at each step.
 func (e *explorer) growing(s *Store, at string) {
 	e.disturb(s.me, fmt.Sprintf("rank %d grow %s", s.me, at), 100, 100)
@@ -365,12 +374,13 @@ func (e *explorer) pause(name string, x int) {
 func exploreSeeds(t *testing.T) []exploreSeed {
 	tx := os.Getenv("FTRMA_STORE_TX") != "0"
 	torn := os.Getenv("FTRMA_STORE_TORN") != "0"
+	transition := os.Getenv("FTRMA_STORE_TRANSITION") != "0"
 	if s := os.Getenv("FTRMA_STORE_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatalf("FTRMA_STORE_SEED=%q: %v", s, err)
 		}
-		es := newExploreSeed(v, tx, torn)
+		es := newExploreSeed(v, tx, torn, transition)
 		if s := os.Getenv("FTRMA_STORE_SLOTS"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
@@ -402,7 +412,7 @@ func exploreSeeds(t *testing.T) []exploreSeed {
 		seeds = slices.Clone(exploreFound)
 	}
 	for i := range n {
-		seeds = append(seeds, newExploreSeed(uint64(i+1), tx, torn))
+		seeds = append(seeds, newExploreSeed(uint64(i+1), tx, torn, transition))
 	}
 	return seeds
 }
@@ -442,6 +452,13 @@ func explore(t *testing.T, es exploreSeed) {
 	copies := 2 + rng.IntN(2)
 	opsPerClient := 24
 	respawn := rng.IntN(2) == 0
+	// Every rank's Respawn goroutine ends before the run does (a synctest
+	// bubble ends with none left): a crashed rank's may still be under way
+	// when the checks end, and it stops once the run's context has ended
+	// and the stores have stopped (the cleanups registered after this one
+	// run before it).
+	var respawns sync.WaitGroup
+	t.Cleanup(respawns.Wait)
 	ctx := testCtx(t, 2*time.Minute)
 	// Leases end within the run (idle 2-100 ms, drawn from the seed's
 	// second stream so that the first one draws as it did before).
@@ -485,6 +502,9 @@ func explore(t *testing.T, es exploreSeed) {
 			if es.pairs < 2 {
 				replay += " FTRMA_STORE_PAIRS=1"
 			}
+			if !es.transition {
+				replay += " FTRMA_STORE_TRANSITION=0"
+			}
 			t.Logf("seed %d (replay: %s go test ./store -run 'TestExplore$'): copies %d, respawn %v, transactions %v; schedule:\n%s",
 				seed, replay, copies, respawn, withTx, strings.Join(e.events, "\n"))
 		}
@@ -503,7 +523,7 @@ func explore(t *testing.T, es exploreSeed) {
 	testHookPosted.set(t, e.posted)
 	testHookPublish.set(t, e.publishing)
 	testHookGrow.set(t, func(s *Store, at string) {
-		if at == "exchange" {
+		if at == "exchange" || es.transition {
 			e.growing(s, at)
 		}
 	})
@@ -587,11 +607,11 @@ func explore(t *testing.T, es exploreSeed) {
 				}
 				respawned := make(chan struct{})
 				respawnDone[r] = respawned
-				go func() {
+				respawns.Go(func() {
 					defer close(respawned)
 					_, replaced, err := Respawn(ctx, st[r], w.Comms[r])
 					e.log("rank %d: respawn replaced %v: %v", r, replaced, err)
-				}()
+				})
 			}
 			respawnWG.Go(func() {
 				for range spares {

@@ -139,7 +139,7 @@ func newArenas(n int) []*arena {
 var testHookMove testHook[func(s *Store, i int)]
 
 // testHookDrop is called before a survivor's Grow drops the copies it no
-// longer places (in the new view).
+// longer places (in the dropping view, installed just before).
 var testHookDrop testHook[func(s *Store)]
 
 // testHookGrow is called at two points of a survivor's Grow: "exchange",
