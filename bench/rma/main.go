@@ -180,6 +180,9 @@ func run() int {
 	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark, so both systems' latencies will be inflated\n", 100*b)
 	}
+	if idle := host.IdleWake(); idle != "" {
+		fmt.Printf("machine: %s\n", idle)
+	}
 
 	var set result.Set
 	start := time.Now()

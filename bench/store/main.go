@@ -229,6 +229,10 @@ func run() int {
 	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark and inflate every column\n", 100*b)
 	}
+	idle := host.IdleWake()
+	if idle != "" {
+		fmt.Printf("machine: %s\n", idle)
+	}
 
 	set, failures := measure(ctx, o, systems)
 	if ctx.Err() != nil {
@@ -272,6 +276,9 @@ func run() int {
 		for _, n := range s.Notes() {
 			fmt.Printf("  %s: %s\n", s.Name(), n)
 		}
+	}
+	if idle != "" {
+		fmt.Printf("  machine: %s\n", idle)
 	}
 
 	status := 0

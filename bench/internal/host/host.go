@@ -81,3 +81,32 @@ func parseCPULine(b []byte) (idle, total uint64, ok bool) {
 	}
 	return idle, total, true
 }
+
+// IdleWake describes how this machine's idle CPUs wait, when that decides
+// what a wake-up of a process on another CPU costs: in a KVM guest whose
+// cpuidle driver is haltpoll, guest_halt_poll_ns is how long an idle CPU
+// polls before it halts. At 0 every wake-up of a halted CPU exits to the
+// hypervisor (tens of microseconds here), and a round trip between two
+// processes that sleep on different CPUs pays two of them, while two
+// processes the scheduler happens to keep on one CPU pay none. It returns
+// "" when the machine has no such driver.
+func IdleWake() string {
+	driver, err := os.ReadFile("/sys/devices/system/cpu/cpuidle/current_driver")
+	if err != nil || strings.TrimSpace(string(driver)) != "haltpoll" {
+		return ""
+	}
+	ns, err := os.ReadFile("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+	if err != nil {
+		return ""
+	}
+	return describeHaltPoll(strings.TrimSpace(string(ns)))
+}
+
+func describeHaltPoll(ns string) string {
+	if ns == "0" {
+		return "idle CPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0): " +
+			"each wake-up of a process on an idle CPU exits to the hypervisor, " +
+			"so latencies depend on whether the scheduler keeps the two ends of an exchange on one CPU"
+	}
+	return fmt.Sprintf("idle CPUs poll for %s ns before halting (cpuidle haltpoll, guest_halt_poll_ns)", ns)
+}
