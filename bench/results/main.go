@@ -109,6 +109,22 @@ var sources = []source{
 		plot:    "results/store.svg",
 		missing: "No run recorded yet: bench/store needs Hazelcast, Redis and etcd installed, and about 3 minutes with -quick.",
 	},
+	{
+		file:    "results/store-floor-w1.json",
+		title:   "Store at its round-trip floor against Redis: one writer",
+		about:   "Recorded at the close of issue 25 (8 ranks on 2 CPUs; medians over 5 interleaved rounds; the ratio is ftrma-tcp/Redis, below 1: ftrma faster). A leased put and a get are one round trip each (`ftkv bench -v`); what a round trip costs depends on where the two processes sleep. This VM's idle CPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0, as the driver prints), so every wake-up of a process on an idle CPU exits to the hypervisor: a Go client and redis-server answer in 16 us on one CPU and in 54 us on two. Redis's two processes are often kept on one CPU by the scheduler; ftrma's eight ranks cannot all be, and the run-to-run spread is wide: in this run the 1-copy put and get were 3.4x Redis, in another of the same session 1.16x and 1.11x. With halt polling on (guest_halt_poll_ns 200000, the haltpoll driver's own default, set by hand for one run) the same rows were 1.11x (put, 18.9 against 17.0 us) and 0.96x (get), the 3-copy put 0.76x. With one rank per CPU (`-ftkv-n 2`, polling) ftrma's put and get are 0.5-0.7x Redis's.",
+		refresh: "go run ./bench/store -quick -copies 1,3 -sizes 64,4096 -only ftrma-tcp,redis -writers 1 -json bench/results/store-floor-w1.json",
+		sizeCol: "size (B)",
+		ratios:  [][2]string{{"ftrma-tcp", "redis"}},
+	},
+	{
+		file:    "results/store-floor-w8.json",
+		title:   "Store at its round-trip floor against Redis: eight writers",
+		about:   "The same session and settings with 8 writers (one per rank for ftrma; 8 connections of one client process for Redis). The p99 rows are eight busy processes on two CPUs, each both client and server, against Redis's one server and one client process; with halt polling on, put p50 was 1.14-1.34x and get p50 0.92-1.27x.",
+		refresh: "go run ./bench/store -quick -copies 1,3 -sizes 64,4096 -only ftrma-tcp,redis -writers 8 -json bench/results/store-floor-w8.json",
+		sizeCol: "size (B)",
+		ratios:  [][2]string{{"ftrma-tcp", "redis"}},
+	},
 }
 
 func main() {
