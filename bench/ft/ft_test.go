@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"math"
 	"reflect"
 	"runtime"
@@ -34,6 +35,7 @@ func TestParseEvent(t *testing.T) {
 		{line: "op replace 2 100 250", ok: true, want: event{kind: kOp, op: "replace", rank: 2, start: 100, nanos: 250}},
 		{line: "op spareinit 3 100 100", ok: true, want: event{kind: kOp, op: "spareinit", rank: 3, start: 100, nanos: 100}},
 		{line: "grow 7 100 300 0 0 3750", ok: true, want: event{kind: kGrow, rank: 7, start: 100, nanos: 300, counts: [3]int64{0, 0, 3750}}},
+		{line: "error 2 agree MPI_ERR_PROC_FAILED: Process Failure", ok: true, want: event{kind: kError, text: "error 2 agree MPI_ERR_PROC_FAILED: Process Failure"}},
 
 		// not the rank program's: ignored
 		{line: "ftrun: rank 3 (pid 99) killed by signal 9", ok: false},
@@ -64,6 +66,8 @@ func TestParseEvent(t *testing.T) {
 		{line: "grow 7 100 300 0 0", err: true},
 		{line: "grow 7 300 100 0 0 1", err: true},
 		{line: "grow 7 100 300 -1 0 1", err: true},
+		{line: "error 2 agree", err: true},
+		{line: "error x agree failed", err: true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parseEvent(tt.line)
@@ -247,32 +251,12 @@ func TestRevokeLatencies(t *testing.T) {
 	}
 }
 
-func TestParentPID(t *testing.T) {
-	tests := []struct {
-		stat string
-		want int
-		err  bool
-	}{
-		{stat: "4242 (ft-rank) S 4200 4242 4200 0 -1 4194560 ...", want: 4200},
-		{stat: "17 (a (b) c) R 3 17 3 0", want: 3}, // comm with spaces and parentheses
-		{stat: "17 ft-rank S 3", err: true},
-		{stat: "17 (x) S", err: true},
-		{stat: "17 (x) S y", err: true},
-	}
-	for _, tt := range tests {
-		got, err := parentPID(tt.stat)
-		if (err != nil) != tt.err || got != tt.want {
-			t.Errorf("parentPID(%q) = %v, %v; want %v, error %v", tt.stat, got, err, tt.want, tt.err)
-		}
-	}
-}
-
 func TestResultsOrderAndPercentiles(t *testing.T) {
 	o := options{sizes: []int{4, 8}, quick: true, detectRuns: 10, collRuns: 3, replaceRuns: 4, growRuns: 3}
-	m := &measurement{detect: map[int][]float64{
+	m := &measurement{detect: map[string]map[int][]float64{sysFtrma: {
 		8: {1, 2, 3, 4, 10},
 		4: {2},
-	}, replace: map[int][]float64{4: {50, 10, 30}}, shrinkK: map[int][]float64{}, failures: map[string]int{},
+	}}, replace: map[int][]float64{4: {50, 10, 30}}, shrinkK: map[int][]float64{}, failures: map[string]int{},
 		grow: map[int][]growSample{8: {{ms: 200, keys: 3700, bytes: 444000, spareHeld: 3700}, {ms: 100, keys: 3600, bytes: 432000, spareHeld: 3600}, {ms: 300, keys: 3800, bytes: 456000, spareHeld: 3800}}}}
 	for _, r := range []result.Result{
 		{Bench: "revoke_lat", Size: 8, Value: 0.5},
@@ -433,5 +417,53 @@ func TestTimeoutForStretchesWithRanksPerCPU(t *testing.T) {
 	}
 	if _, to, def := (options{hbPeriod: 100 * time.Millisecond}).detectorSettings(); to != 300*time.Millisecond || def {
 		t.Errorf("-hb-period 100ms alone: timeout %v (defaults %v), want 300ms as the ranks use", to, def)
+	}
+}
+
+// With a peer, each bench's rows are ftrma's and then the peer's for each
+// N; the peer's values never stand in for ftrma's, and what the peer
+// missed is listed under its name (only for the benches it runs).
+func TestResultsWithPeer(t *testing.T) {
+	const peer = "ulfm-tcp"
+	o := options{sizes: []int{4, 8}, quick: true, detectRuns: 2, collRuns: 1}
+	m := &measurement{detect: map[string]map[int][]float64{
+		sysFtrma: {4: {1, 3}},
+		peer:     {4: {2}, 8: {5}},
+	}, failures: map[string]int{"ulfm-tcp agree/shrink/revoke N=8": 2}, firstErr: map[string]string{"ulfm-tcp agree/shrink/revoke N=8": "the program failed: error 0 agree x"}}
+	for _, r := range []result.Result{
+		{Bench: "agree_lat", Size: 4, System: sysFtrma, Value: 0.1},
+		{Bench: "agree_lat", Size: 4, System: peer, Value: 0.03},
+		{Bench: "agree_lat", Size: 8, System: sysFtrma, Value: 0.2},
+	} {
+		r.Unit = "ms"
+		if err := m.coll.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := m.results(o, peer)
+	var rows []string
+	for _, r := range got {
+		rows = append(rows, fmt.Sprintf("%s %d %s %v", r.Bench, r.Size, r.System, r.Value))
+	}
+	want := []string{
+		"detect_p50 4 ftrma-tcp 2", "detect_p50 4 ulfm-tcp 2", "detect_p50 8 ulfm-tcp 5",
+		"detect_p99 4 ftrma-tcp 2.98", "detect_p99 4 ulfm-tcp 2", "detect_p99 8 ulfm-tcp 5",
+		"agree_lat 4 ftrma-tcp 0.1", "agree_lat 4 ulfm-tcp 0.03", "agree_lat 8 ftrma-tcp 0.2",
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	missing := m.missing(o, got, peer)
+	wantMissing := []string{
+		"detect_p50 for N = 8 (every job failed)", "detect_p99 for N = 8 (every job failed)",
+		"shrink_lat for N = 4, 8 (every job failed)", "revoke_lat for N = 4, 8 (every job failed)",
+		"ulfm-tcp agree_lat for N = 8 (every job failed)", "ulfm-tcp shrink_lat for N = 4, 8 (every job failed)",
+		"ulfm-tcp revoke_lat for N = 4, 8 (every job failed)",
+	}
+	if !reflect.DeepEqual(missing, wantMissing) {
+		t.Errorf("missing:\n%s\nwant:\n%s", strings.Join(missing, "\n"), strings.Join(wantMissing, "\n"))
+	}
+	if len(m.notes) != 1 || !strings.Contains(m.notes[0], "ulfm-tcp agree/shrink/revoke N=8: 2 failed attempt(s)") || !strings.Contains(m.notes[0], "0 of 1 planned") {
+		t.Errorf("notes = %q", m.notes)
 	}
 }

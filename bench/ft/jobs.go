@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"context"
 	"fmt"
 	"github.com/ftrma/ftrma/bench/internal/host"
@@ -9,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma/internal/result"
@@ -40,10 +44,10 @@ func build(ctx context.Context, dir string) (binaries, error) {
 
 // measurement collects what the jobs produced.
 type measurement struct {
-	coll     result.Set        // agree_lat, shrink_lat, revoke_lat: one sample per coll job
-	detect   map[int][]float64 // N -> everyone-knows of each good detect job, ms
-	replace  map[int][]float64 // N -> kill to full-size communicator of each good replace-first job, ms
-	shrinkK  map[int][]float64 // N -> kill to Shrink returned of each good shrink-first job, ms
+	coll     result.Set                   // agree_lat, shrink_lat, revoke_lat: one sample per coll job
+	detect   map[string]map[int][]float64 // system -> N -> everyone-knows of each good detect job, ms
+	replace  map[int][]float64            // N -> kill to full-size communicator of each good replace-first job, ms
+	shrinkK  map[int][]float64            // N -> kill to Shrink returned of each good shrink-first job, ms
 	grow     map[int][]growSample
 	failures map[string]int    // "detect N=8" -> failed attempts
 	firstErr map[string]string // "detect N=8" -> the first line of the first failure
@@ -54,9 +58,11 @@ type measurement struct {
 // measure runs the jobs, each up to o.attempts times until it succeeds.
 // Jobs repeat in rounds over the sizes (N=4, 8, 16, 32, N=4, ...) so that the
 // machine's slow and fast phases are spread over all sizes instead of hitting
-// one.
-func measure(ctx context.Context, o options, bins binaries) *measurement {
-	m := &measurement{detect: make(map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
+// one. The detect and coll jobs run on every system (ftrma first, then its
+// peer, in even rounds; the other way round in odd ones), the replace and
+// grow jobs on ftrma only.
+func measure(ctx context.Context, o options, bins binaries, systems []system) *measurement {
+	m := &measurement{detect: make(map[string]map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
 		grow:     make(map[int][]growSample),
 		failures: make(map[string]int), firstErr: make(map[string]string)}
 	rounds := max(o.collRuns, o.detectRuns, o.replaceRuns, o.growRuns)
@@ -68,21 +74,29 @@ func measure(ctx context.Context, o options, bins binaries) *measurement {
 		}
 	}
 	// Progress on stderr, one line per job: a full run takes minutes.
-	total := len(o.sizes) * (o.collRuns + o.detectRuns + o.replaceRuns + o.growRuns)
+	total := len(o.sizes) * (len(systems)*(o.collRuns+o.detectRuns) + o.replaceRuns + o.growRuns)
 	done := 0
 	progress := func(what string, n, round int) {
 		done++
 		fmt.Fprintf(os.Stderr, "bench/ft: job %d/%d: %s, N=%d, round %d/%d\n", done, total, what, n, round+1, rounds)
 	}
 	for round := range rounds {
+		order := slices.Clone(systems)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
 		for _, n := range o.sizes {
-			if round < o.collRuns && ctx.Err() == nil {
-				progress("agree/shrink/revoke", n, round)
-				try(func() bool { return m.collJob(ctx, o, bins, n, round) })
+			for _, sys := range order {
+				if round < o.collRuns && ctx.Err() == nil {
+					progress(sys.name+" agree/shrink/revoke", n, round)
+					try(func() bool { return m.collJob(ctx, o, sys, n, round) })
+				}
 			}
-			if round < o.detectRuns && ctx.Err() == nil {
-				progress("detect", n, round)
-				try(func() bool { return m.detectJob(ctx, o, bins, n, round) })
+			for _, sys := range order {
+				if round < o.detectRuns && ctx.Err() == nil {
+					progress(sys.name+" detect", n, round)
+					try(func() bool { return m.detectJob(ctx, o, sys, n, round) })
+				}
 			}
 			if round < o.replaceRuns && ctx.Err() == nil {
 				first := "replace"
@@ -139,23 +153,34 @@ func (m *measurement) fail(what string, n, round int, err error, verbose bool) {
 	fmt.Fprintf(os.Stderr, "%s job %d FAILED (attempt %d): %s\n", key, round+1, m.attempt, msg)
 }
 
-// collJob runs one failure-free job that measures agree_lat, shrink_lat and
-// revoke_lat, and reports whether it gave them.
-func (m *measurement) collJob(ctx context.Context, o options, bins binaries, n, round int) bool {
-	argv := ftrunArgs(o, bins, n, "-mode", "coll",
-		"-iters", strconv.Itoa(o.iters), "-warmup", strconv.Itoa(o.warmup), "-rounds", strconv.Itoa(o.revokeRounds))
+// jobName is how failures and notes name a kind of job on system sys:
+// ftrma's plainly, its peer's with the system's name.
+func jobName(sys system, what string) string {
+	if sys.name == sysFtrma {
+		return what
+	}
+	return sys.name + " " + what
+}
+
+// collJob runs one failure-free job on sys that measures agree_lat,
+// shrink_lat and revoke_lat, and reports whether it gave them.
+func (m *measurement) collJob(ctx context.Context, o options, sys system, n, round int) bool {
+	what := jobName(sys, "agree/shrink/revoke")
 	var rs []result.Result
 	var revokes []event
 	t0 := time.Now()
-	err := runJob(ctx, argv, o.timeout, func(_ *exec.Cmd, ev event) error {
+	err := runJob(ctx, sys.argv(n, "coll", collArgs(o)...), sys.mpirun, o.timeout, func(_ *exec.Cmd, ev event) error {
 		switch ev.kind {
 		case kResult:
-			ev.res.System = sysFtrma
+			ev.res.System = sys.name
 			rs = append(rs, ev.res)
 		case kRevokeT0, kRevokeSeen:
 			revokes = append(revokes, ev)
 		case kRankDown:
 			return fmt.Errorf("a rank failed in a failure-free job: %s", ev.text)
+		}
+		if len(rs) == 2 && len(revokes) == o.revokeRounds*(n+1) {
+			return errEnough
 		}
 		return nil
 	})
@@ -167,25 +192,25 @@ func (m *measurement) collJob(ctx context.Context, o options, bins binaries, n, 
 		err = fmt.Errorf("%d RESULT lines, want agree_lat and shrink_lat", len(rs))
 	}
 	if err != nil {
-		m.fail("agree/shrink/revoke", n, round, err, o.verbose)
+		m.fail(what, n, round, err, o.verbose)
 		return false
 	}
-	rs = append(rs, result.Result{Bench: "revoke_lat", Size: n, System: sysFtrma, Value: result.Median(lat), Unit: "ms"})
+	rs = append(rs, result.Result{Bench: "revoke_lat", Size: n, System: sys.name, Value: result.Median(lat), Unit: "ms"})
 	var line []string
 	for _, r := range rs {
 		if r.Size != n {
-			m.fail("agree/shrink/revoke", n, round, fmt.Errorf("%s for size %d in a job of %d", r.Bench, r.Size, n), o.verbose)
+			m.fail(what, n, round, fmt.Errorf("%s for size %d in a job of %d", r.Bench, r.Size, n), o.verbose)
 			return false
 		}
 	}
 	for _, r := range rs {
 		if err := m.coll.Add(r); err != nil {
-			m.fail("agree/shrink/revoke", n, round, err, o.verbose)
+			m.fail(what, n, round, err, o.verbose)
 			return false
 		}
 		line = append(line, fmt.Sprintf("%s %s ms", r.Bench, result.FormatValue(r.Value)))
 	}
-	fmt.Printf("N=%-2d agree/shrink/revoke job %d/%d (%.1fs): %s\n", n, round+1, o.collRuns,
+	fmt.Printf("N=%-2d %s job %d/%d (%.1fs): %s\n", n, what, round+1, o.collRuns,
 		time.Since(t0).Seconds(), strings.Join(line, ", "))
 	if o.verbose {
 		fmt.Printf("      revoke rounds, ms: %s\n", formatFloats(lat))
@@ -197,15 +222,15 @@ func (m *measurement) collJob(ctx context.Context, o options, bins binaries, n, 
 // victim has given its pid, before it kills the victim.
 const settle = 50 * time.Millisecond
 
-// detectJob runs one job in which the driver kills the last rank and
-// measures how long until every survivor knows; it reports whether it got
-// the value.
-func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n, round int) bool {
+// detectJob runs one job on sys in which the driver kills the last rank
+// and measures how long until every survivor knows; it reports whether it
+// got the value.
+func (m *measurement) detectJob(ctx context.Context, o options, sys system, n, round int) bool {
 	victim := n - 1
-	argv := ftrunArgs(o, bins, n, "-mode", "detect", "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
+	what := jobName(sys, "detect")
 	others := make(map[int]bool)
 	t0 := time.Now()
-	kill, knew, _, err := killJob(ctx, o, argv, n, victim, kNone, others)
+	kill, knew, _, err := killJob(ctx, o, sys.argv(n, "detect", "-victim", strconv.Itoa(victim)), sys.mpirun, n, victim, kNone, others)
 	var ms float64
 	if err == nil {
 		ms, err = everyoneKnows(knew, n, victim, kill)
@@ -215,14 +240,17 @@ func (m *measurement) detectJob(ctx context.Context, o options, bins binaries, n
 		for r := range others {
 			rs = append(rs, r)
 		}
-		m.notes = append(m.notes, fmt.Sprintf("detect N=%d job %d: survivors also believed ranks %v failed (false suspicion under load)", n, round+1, rs))
+		m.notes = append(m.notes, fmt.Sprintf("%s N=%d job %d: survivors also believed ranks %v failed (false suspicion under load)", what, n, round+1, rs))
 	}
 	if err != nil {
-		m.fail("detect", n, round, err, o.verbose)
+		m.fail(what, n, round, err, o.verbose)
 		return false
 	}
-	m.detect[n] = append(m.detect[n], ms)
-	fmt.Printf("N=%-2d detect job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL\n", n, round+1, o.detectRuns,
+	if m.detect[sys.name] == nil {
+		m.detect[sys.name] = make(map[int][]float64)
+	}
+	m.detect[sys.name][n] = append(m.detect[sys.name][n], ms)
+	fmt.Printf("N=%-2d %s job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL\n", n, what, round+1, o.detectRuns,
 		time.Since(t0).Seconds(), result.FormatValue(ms))
 	return true
 }
@@ -238,7 +266,7 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "replace", "-first", first, "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	what := first + " first"
 	t0 := time.Now()
-	kill, knew, ops, err := killJob(ctx, o, argv, n, victim, kOp, nil)
+	kill, knew, ops, err := killJob(ctx, o, argv, false, n, victim, kOp, nil)
 	survivors := make([]int, 0, n-1)
 	for r := range n - 1 {
 		survivors = append(survivors, r)
@@ -286,12 +314,12 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 // error: it would measure two failures. So does a false suspicion
 // (alsofailed), unless others is not nil: the ranks suspected are then
 // recorded there (detection still measures the victim's).
-func killJob(ctx context.Context, o options, argv []string, n, victim int, keep kind, others map[int]bool) (kill int64, knew, kept []event, err error) {
+func killJob(ctx context.Context, o options, argv []string, mpirun bool, n, victim int, keep kind, others map[int]bool) (kill int64, knew, kept []event, err error) {
 	var (
 		ready = make(map[int]bool)
 		pid   int
 	)
-	err = runJob(ctx, argv, o.timeout, func(cmd *exec.Cmd, ev event) error {
+	err = runJob(ctx, argv, mpirun, o.timeout, func(cmd *exec.Cmd, ev event) error {
 		switch ev.kind {
 		case kReady:
 			ready[ev.rank] = true
@@ -320,9 +348,12 @@ func killJob(ctx context.Context, o options, argv []string, n, victim int, keep 
 				return fmt.Errorf("a rank other than the victim failed: %s", ev.text)
 			}
 		}
+		if kill != 0 && len(knew) == n-1 && keep == kNone {
+			return errEnough // a detect job: what is left is leaving
+		}
 		if kill == 0 && pid != 0 && len(ready) == n-1 {
 			time.Sleep(settle)
-			now, err := killChild(cmd.Process.Pid, pid)
+			now, err := host.KillDescendant(cmd.Process.Pid, pid)
 			if err != nil {
 				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
 			}
@@ -352,7 +383,7 @@ func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "grow", "-keys", strconv.Itoa(o.growKeys), "-value", strconv.Itoa(o.growValue),
 		"-copies", strconv.Itoa(o.growCopies), "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	t0 := time.Now()
-	kill, knew, grows, err := killJob(ctx, o, argv, n, victim, kGrow, nil)
+	kill, knew, grows, err := killJob(ctx, o, argv, false, n, victim, kGrow, nil)
 	var g growSample
 	if err == nil {
 		_, err = everyoneKnows(knew, n, victim, kill)
@@ -377,20 +408,43 @@ func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, 
 	return true
 }
 
-// runJob runs ftrun with argv, bounded by ftrun's --timeout and, 15 seconds
-// later, by the driver killing ftrun (its ranks die with it: ftrun starts
-// them with a parent-death signal). Every line of ftrun's stdout is parsed as
-// it arrives and handed to handle, with the running command, and so is every
+// errEnough, returned by a job's handler, says that an mpirun job gave
+// everything it measures: the driver gives mpirun lingerGrace to end by
+// itself (the ULFM program finalizes), then kills its process group, and
+// the job counts as good whatever mpirun's exit status (after a killed
+// rank it need not be 0, and mpirun does not always end: bench/ulfm saw it
+// linger in 4 or 5 of 24 jobs).
+var errEnough = errors.New("everything measured")
+
+// lingerGrace is how long an mpirun job that gave everything it measures
+// may take to end by itself; lingeredJobs counts those killed after it.
+const lingerGrace = 10 * time.Second
+
+var lingeredJobs atomic.Int64
+
+// runJob runs the launcher argv (ftrun, or mpirun when mpirun is set),
+// bounded by ftrun's --timeout and, 15 seconds after timeout, by the driver
+// killing the launcher (ftrun's ranks die with it: ftrun starts them with a
+// parent-death signal; mpirun runs in a process group of its own, which the
+// driver kills whole). Every line of the launcher's stdout is parsed as it
+// arrives and handed to handle, with the running command, and so is every
 // report of ftrun on stderr that a rank is down (kRankDown). The first error
-// of parsing or of handle ends the job at once (the driver kills ftrun) and
-// is returned. A job whose ftrun exits non-zero fails too; the error then
-// holds the informative end of ftrun's stderr.
-func runJob(ctx context.Context, argv []string, timeout time.Duration, handle func(*exec.Cmd, event) error) error {
+// of parsing or of handle, or an error line of the program (kError), ends
+// the job at once (the driver kills the launcher) and is returned. A job
+// whose launcher exits non-zero fails too; the error then holds the
+// informative end of its stderr.
+func runJob(ctx context.Context, argv []string, mpirun bool, timeout time.Duration, handle func(*exec.Cmd, event) error) error {
 	limit := timeout + 15*time.Second
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second
+	launcher := "ftrun"
+	if mpirun {
+		launcher = "mpirun"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -401,6 +455,9 @@ func runJob(ctx context.Context, argv []string, timeout time.Duration, handle fu
 	}
 	if err := cmd.Start(); err != nil {
 		return err
+	}
+	if mpirun {
+		defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what is left of the group
 	}
 
 	type line struct {
@@ -422,14 +479,15 @@ func runJob(ctx context.Context, argv []string, timeout time.Duration, handle fu
 			}
 			if err := sc.Err(); err != nil {
 				scanErr <- err
-				io.Copy(io.Discard, src.r) // keep ftrun from blocking on a full pipe
+				io.Copy(io.Discard, src.r) // keep the launcher from blocking on a full pipe
 			}
 		})
 	}
 	go func() { wg.Wait(); close(lines) }()
 
 	var first error
-	var errLines []string // ftrun's stderr and stray stdout, for the error
+	var errLines []string // the launcher's stderr and stray stdout, for the error
+	var enough atomic.Bool
 	for l := range lines {
 		var ev event
 		var ok bool
@@ -440,19 +498,29 @@ func runJob(ctx context.Context, argv []string, timeout time.Duration, handle fu
 		} else if ev, ok, err = parseEvent(l.text); !ok && err == nil {
 			errLines = append(errLines, l.text)
 		}
+		if ok && err == nil && ev.kind == kError {
+			err = fmt.Errorf("the program failed: %s", ev.text)
+		}
 		if ok && err == nil && first == nil {
 			err = handle(cmd, ev)
 		}
+		if errors.Is(err, errEnough) {
+			err = nil
+			if mpirun && !enough.Swap(true) {
+				t := time.AfterFunc(lingerGrace, func() { lingeredJobs.Add(1); cancel() })
+				defer t.Stop()
+			}
+		}
 		if err != nil && first == nil {
 			first = err
-			cancel() // no use waiting for the rest: kill ftrun and, with it, the ranks
+			cancel() // no use waiting for the rest: kill the launcher and, with it, the ranks
 		}
 	}
 	waitErr := cmd.Wait()
 	select {
 	case err := <-scanErr:
 		if first == nil {
-			first = fmt.Errorf("reading ftrun's output: %w", err)
+			first = fmt.Errorf("reading %s's output: %w", launcher, err)
 		}
 	default:
 	}
@@ -460,10 +528,12 @@ func runJob(ctx context.Context, argv []string, timeout time.Duration, handle fu
 	switch {
 	case first != nil:
 		return fmt.Errorf("%w\n%s", first, detail)
+	case enough.Load():
+		return nil
 	case ctx.Err() == context.DeadlineExceeded:
-		return fmt.Errorf("killed ftrun %v after the job's start\n%s", limit, detail)
+		return fmt.Errorf("killed %s %v after the job's start\n%s", launcher, limit, detail)
 	case waitErr != nil:
-		return fmt.Errorf("ftrun: %v\n%s", waitErr, detail)
+		return fmt.Errorf("%s: %v\n%s", launcher, waitErr, detail)
 	}
 	return nil
 }
@@ -484,20 +554,35 @@ func informative(lines []string) []string {
 	return out
 }
 
-// results returns the table's rows in order: for each bench, each N.
-func (m *measurement) results(o options) []result.Result {
-	byKey := make(map[result.Key]result.Result)
-	for _, r := range m.coll.Medians() {
-		byKey[r.Key()] = r
+// peerBench reports whether the peer systems measure bench b too (the
+// detect and coll jobs; replace has its own driver, bench/ulfm, and grow is
+// ftrma's store).
+func peerBench(b string) bool {
+	return slices.Contains(jobKinds["detect"], b) || slices.Contains(jobKinds["coll"], b)
+}
+
+// results returns the table's rows in order: for each bench, each N,
+// ftrma's row and then each peer's.
+func (m *measurement) results(o options, peers ...string) []result.Result {
+	byKey := make(map[result.Key]result.Result) // ftrma's rows
+	type sysKey struct {
+		result.Key
+		system string
 	}
-	for n, xs := range m.detect {
-		for _, p := range []struct {
-			bench string
-			pct   float64
-		}{{"detect_p50", 50}, {"detect_p99", 99}} {
-			r := result.Result{Bench: p.bench, Size: n, System: sysFtrma, Value: result.Percentile(xs, p.pct), Unit: "ms"}
-			byKey[r.Key()] = r
+	bySys := make(map[sysKey]result.Result) // rows of the systems but ftrma, by key
+	for sys, byN := range m.detect {
+		for n, xs := range byN {
+			for _, p := range []struct {
+				bench string
+				pct   float64
+			}{{"detect_p50", 50}, {"detect_p99", 99}} {
+				r := result.Result{Bench: p.bench, Size: n, System: sys, Value: result.Percentile(xs, p.pct), Unit: "ms"}
+				bySys[sysKey{r.Key(), sys}] = r
+			}
 		}
+	}
+	for _, r := range m.coll.Medians() {
+		bySys[sysKey{r.Key(), r.System}] = r
 	}
 	for _, x := range []struct {
 		bench string
@@ -526,11 +611,22 @@ func (m *measurement) results(o options) []result.Result {
 			byKey[r.Key()] = r
 		}
 	}
+	for k, r := range bySys {
+		if k.system == sysFtrma {
+			byKey[k.Key] = r
+		}
+	}
 	var out []result.Result
 	for _, b := range benches {
 		for _, n := range o.sizes {
-			if r, ok := byKey[result.Key{Bench: b, Size: n}]; ok {
+			k := result.Key{Bench: b, Size: n}
+			if r, ok := byKey[k]; ok {
 				out = append(out, r)
+			}
+			for _, sys := range peers {
+				if r, ok := bySys[sysKey{k, sys}]; ok {
+					out = append(out, r)
+				}
 			}
 		}
 	}
@@ -539,34 +635,52 @@ func (m *measurement) results(o options) []result.Result {
 
 // missing lists, in words, the values that were not measured and the jobs
 // that failed.
-func (m *measurement) missing(o options, rs []result.Result) []string {
-	have := make(map[result.Key]bool)
+func (m *measurement) missing(o options, rs []result.Result, peers ...string) []string {
+	type sysKey struct {
+		result.Key
+		system string
+	}
+	have := make(map[sysKey]bool)
 	for _, r := range rs {
-		have[r.Key()] = true
+		have[sysKey{r.Key(), r.System}] = true
 	}
 	var out []string
-	for _, b := range benches {
-		if !o.runs(b) {
-			continue
-		}
-		var ns []int
-		for _, n := range o.sizes {
-			if !have[result.Key{Bench: b, Size: n}] {
-				ns = append(ns, n)
+	for _, sys := range append([]string{sysFtrma}, peers...) {
+		for _, b := range benches {
+			if !o.runs(b) || sys != sysFtrma && !peerBench(b) {
+				continue
 			}
-		}
-		if len(ns) > 0 {
-			out = append(out, fmt.Sprintf("%s for N = %s (every job failed)", b, joinInts(ns)))
+			var ns []int
+			for _, n := range o.sizes {
+				if !have[sysKey{result.Key{Bench: b, Size: n}, sys}] {
+					ns = append(ns, n)
+				}
+			}
+			if len(ns) > 0 {
+				name := b
+				if sys != sysFtrma {
+					name = sys + " " + b
+				}
+				out = append(out, fmt.Sprintf("%s for N = %s (every job failed)", name, joinInts(ns)))
+			}
 		}
 	}
 	for _, n := range o.sizes {
-		for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
-			key := fmt.Sprintf("%s N=%d", what, n)
-			if f := m.failures[key]; f > 0 {
-				planned, got := o.collRuns, len(m.coll.Samples(result.Key{Bench: "agree_lat", Size: n}, sysFtrma))
+		for _, sys := range append([]string{sysFtrma}, peers...) {
+			for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
+				name := what
+				if sys != sysFtrma {
+					name = sys + " " + what
+				}
+				key := fmt.Sprintf("%s N=%d", name, n)
+				f := m.failures[key]
+				if f == 0 {
+					continue
+				}
+				planned, got := o.collRuns, len(m.coll.Samples(result.Key{Bench: "agree_lat", Size: n}, sys))
 				switch what {
 				case "detect":
-					planned, got = o.detectRuns, len(m.detect[n])
+					planned, got = o.detectRuns, len(m.detect[sys][n])
 				case "replace first":
 					planned, got = (o.replaceRuns+1)/2, len(m.replace[n])
 				case "shrink first":

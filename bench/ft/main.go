@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/result"
 )
@@ -55,8 +56,17 @@ spare; medians over jobs:
   grow_keys, grow_bytes   keys and bytes copied to new replicas, all ranks
   grow_new_keys           keys the new rank holds after Join
 
-There is no peer system: Debian's MPI packages offer no working ULFM here, so
-detection is shown against the configured failure detector timeout.
+The detect and coll jobs run on ULFM too, in the same run and interleaved
+with ftrma's (the ulfm-tcp or ulfm-shm column, and a ratio column
+ftrma/ULFM): Open MPI 5 with ULFM, found under -ulfm (at the default
+prefix, installed there from PyPI when missing), running mpi/ulfm_ft.c,
+which does what bench/ft/rank does the ULFM way (a blocking receive that
+fails once a failure or a revocation is known; MPIX_Comm_agree,
+MPIX_Comm_shrink, MPIX_Comm_revoke), over the same transport (btl
+self,tcp or self,sm,tcp). Detection is also shown against ftrma's
+configured failure detector timeout (the hb-timeout column); ULFM learns of
+a SIGKILL from its runtime (PRRTE sees its child die), not from heartbeats.
+The replace jobs' peer is bench/ulfm.
 
 Exit status: 0 when every value was measured, 3 when some are missing (the
 others are still printed and written), 1 when none were, 2 on bad flags.
@@ -85,18 +95,9 @@ var jobKinds = map[string][]string{
 	"grow":    {"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"},
 }
 
-const noPeerNote = `No MPI peer in this run: Debian's MPI packages offer no working ULFM here.
-MPICH 4.0.2's MPIX_Comm_* abort in its ch4 device, and its hydra launcher kills
-the survivors of a SIGKILL; Open MPI 4.1.4 has no MPIX_Comm_* at all. So
-detection is reported against ftrma's configured failure detector timeout (the
-hb-timeout column; ftrun --hb-period/--hb-timeout), not against a peer. (The
-replace jobs have a ULFM peer, Open MPI 5 from PyPI's wheel: go run ./bench/ulfm.)`
-
-const referenceNote = `For context, figures MEASURED ELSEWHERE, NOT IN THIS RUN (DESIGN.md, "Numbers to
-beat": ULFM Open MPI 5.0.10 built from source, on this machine kind):
-  SIGKILL of a rank -> first error at every survivor   1.4-3 ms (N = 4-16)
-  agree over TCP                                      29-157 us (0.029-0.157 ms)
-  shrink                                               0.3-1.6 ms`
+const noPeerNote = `No ULFM peer in this run (-ulfm off, or Open MPI 5 with ULFM could not be found
+or installed): detection is reported against ftrma's configured failure
+detector timeout only (the hb-timeout column; ftrun --hb-period/--hb-timeout).`
 
 type options struct {
 	quick        bool
@@ -119,6 +120,7 @@ type options struct {
 	transport    string // ftrun --transport
 	attempts     int
 	verbose      bool
+	ulfm         string // Open MPI 5 with ULFM: its prefix, or "off"
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -163,6 +165,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.transport, "transport", "tcp", "ftrun --transport of every job: tcp or shm")
 	fs.IntVar(&o.attempts, "attempts", 5, "tries of a job that fails (a rank lost at start-up, a false suspicion) before it counts as missing")
 	fs.BoolVar(&o.verbose, "v", false, "print every job's values and the ranks' stderr of failed jobs in full")
+	fs.StringVar(&o.ulfm, "ulfm", ulfm.DefaultPrefix, "the ULFM peer: the prefix `DIR` of an Open MPI 5 built with ULFM (at the default, installed from PyPI when missing), or off")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -288,6 +291,19 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "ft:", err)
 		return 1
 	}
+	systems := []system{ftrmaSystem(o, bins)}
+	var peers []string
+	peerMissing := ""
+	if o.ulfm != "off" && (o.detectRuns > 0 || o.collRuns > 0) {
+		peer, about, err := ulfmSystem(ctx, o, dir)
+		if err != nil {
+			peerMissing = "ulfm-" + o.transport + ": " + err.Error()
+		} else {
+			systems = append(systems, peer)
+			peers = append(peers, peer.name)
+			fmt.Printf("peer: %s: %s\n", peer.name, about)
+		}
+	}
 
 	period, hbTimeout, defaults := o.detectorSettings()
 	src := "ftrun's defaults"
@@ -312,28 +328,35 @@ func run() int {
 	}
 
 	start := time.Now()
-	m := measure(ctx, o, bins)
+	m := measure(ctx, o, bins, systems)
 	fmt.Printf("measured in %.0fs\n\n", time.Since(start).Seconds())
 
-	rs := m.results(o)
+	rs := m.results(o, peers...)
 	fmt.Printf("ftrma over %s, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", o.transport, hbTimeout, period, src, runtime.NumCPU())
 	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; replace_lat, kill_shrink_lat: SIGKILL -> full-size / shrunk communicator everywhere, median over jobs; the others: median of calls\n")
-	if err := result.WriteTable(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), []string{sysFtrma, colTimeout}); err != nil {
+	columns := append(append([]string{sysFtrma}, peers...), colTimeout)
+	if err := result.WriteTableRatios(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), columns, sysFtrma); err != nil {
 		fmt.Fprintln(os.Stderr, "ft:", err)
 		return 1
 	}
 	fmt.Println()
-	fmt.Println(noPeerNote)
-	fmt.Println()
-	fmt.Println(referenceNote)
-	fmt.Println()
+	if len(peers) == 0 {
+		fmt.Println(noPeerNote)
+		fmt.Println()
+	}
 
-	missing := m.missing(o, rs)
+	missing := m.missing(o, rs, peers...)
+	if peerMissing != "" {
+		missing = append(missing, peerMissing)
+	}
 	for _, s := range missing {
 		fmt.Println("MISSING:", s)
 	}
 	for _, s := range m.notes {
 		fmt.Println("NOTE:", s)
+	}
+	if n := lingeredJobs.Load(); n > 0 {
+		fmt.Printf("NOTE: in %d job(s) mpirun had not ended %v after the ULFM program printed everything the job measures; its process group was killed (the values do not include that time)\n", n, lingerGrace)
 	}
 	return result.Finish(ctx, "ft", o.jsonPath, rs, len(missing))
 }

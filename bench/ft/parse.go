@@ -26,6 +26,7 @@ const (
 	kRankDown               // ftrun (stderr) reports that a rank died, was declared failed or exited non-zero
 	kOp                     // op <name> <rank> <start> <end>: a rank's Replace, Shrink or spare Init returned
 	kGrow                   // grow <rank> <start> <end> <keys> <bytes> <held>: a rank's store Grow or Join returned
+	kError                  // error <rank> <step> <text>: a call of the ULFM program failed (it exits 3)
 )
 
 // event is one parsed line of the rank program.
@@ -37,7 +38,7 @@ type event struct {
 	pid    int           // kPid
 	others []int         // kAlsoFailed
 	res    result.Result // kResult (System unset)
-	text   string        // kRankDown: ftrun's report
+	text   string        // kRankDown: ftrun's report; kError: the whole line
 	op     string        // kOp: replace, shrink or spareinit
 	start  int64         // kOp, kGrow: when the call began, ns since 1970 (nanos: when it returned)
 	counts [3]int64      // kGrow: keys and bytes the rank copied to new replicas, keys it holds
@@ -123,6 +124,14 @@ func parseEvent(line string) (ev event, ok bool, err error) {
 			ev.kind = kAlsoFailed
 		}
 		return ev, true, nil
+	case "error":
+		if len(f) < 4 {
+			return bad("want error RANK STEP TEXT")
+		}
+		if _, ok := nat(f[1]); !ok {
+			return bad("bad rank")
+		}
+		return event{kind: kError, text: strings.Join(f, " ")}, true, nil
 	case "op":
 		if len(f) != 5 {
 			return bad("want op NAME RANK START END")

@@ -3,37 +3,26 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ftrma/ftrma/bench/internal/host"
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 )
 
-// mpirunArgv is the command of one job: n ranks of bin under ULFM over
-// shared memory (btl self,sm,tcp) or TCP on loopback (btl self,tcp). The shm
-// job needs tcp too: Open MPI 5.0.11 does not see the spawned process as on
-// this host ("host: unknown"), so with btl self,sm it cannot reach the
-// survivors and its MPI_Intercomm_merge fails with MPI_ERR_INTERN; the ranks
-// of the first job still talk over sm.
-func mpirunArgv(mpirun, bin, transport string, n int, mapBy string) []string {
-	argv := []string{mpirun, "--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm",
-		"--mca", "pml", "ob1"}
-	btl := "self,tcp"
-	if transport == "shm" {
-		btl = "self,sm,tcp"
-	}
-	argv = append(argv, "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo")
-	argv = append(argv, "-n", strconv.Itoa(n), bin)
+// mpirunArgv is the command of one job: n ranks of bin under ULFM
+// (ulfm.MPI.Argv), with MPI_Comm_spawn's map_by info key when mapBy is set.
+func mpirunArgv(mpi ulfm.MPI, bin, transport string, n int, mapBy string) []string {
 	if mapBy != "" {
-		argv = append(argv, "-map-by", mapBy)
+		return mpi.Argv(bin, transport, n, "-map-by", mapBy)
 	}
-	return argv
+	return mpi.Argv(bin, transport, n)
 }
 
 // outcome is one job's result: its times, or why it gave none.
@@ -152,13 +141,11 @@ func runJob(ctx context.Context, argv []string, n int, settle, timeout time.Dura
 			}
 		case <-settleC:
 			settleC = nil
-			if err := checkDescendant(pid, cmd.Process.Pid); err != nil {
-				return fail(err)
+			at, err := host.KillDescendant(cmd.Process.Pid, pid)
+			if err != nil {
+				return fail(fmt.Errorf("kill the victim: %w", err))
 			}
-			kill = time.Now().UnixNano()
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				return fail(fmt.Errorf("kill %d: %w", pid, err))
-			}
+			kill = at
 		case <-ctx.Done():
 			return fail(timedOut(kill, evs, n, timeout))
 		}
@@ -190,43 +177,4 @@ func timedOut(kill int64, evs []event, n int, timeout time.Duration) error {
 		return fmt.Errorf("no kill within %v: the ranks never all reported ready", timeout)
 	}
 	return fmt.Errorf("timed out %v after start; last steps: %s", timeout, lastSteps(evs, n))
-}
-
-// checkDescendant refuses to kill pid unless mpirun (root) is among its
-// ancestors.
-func checkDescendant(pid, root int) error {
-	p := pid
-	for range 64 {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
-		if err != nil {
-			return fmt.Errorf("process %d: %w", pid, err)
-		}
-		ppid, err := parentPID(string(b))
-		if err != nil {
-			return err
-		}
-		if ppid == root {
-			return nil
-		}
-		if ppid <= 1 {
-			break
-		}
-		p = ppid
-	}
-	return fmt.Errorf("process %d does not descend from mpirun (%d): not killing it", pid, root)
-}
-
-// parentPID returns the parent's pid from the text of /proc/PID/stat:
-// "pid (comm) state ppid ...", where comm may hold spaces and parentheses.
-func parentPID(stat string) (int, error) {
-	i := strings.LastIndexByte(stat, ')')
-	f := strings.Fields(stat[i+1:])
-	if i < 0 || len(f) < 2 {
-		return 0, errors.New("cannot parse /proc stat " + strconv.Quote(stat))
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return 0, errors.New("cannot parse /proc stat " + strconv.Quote(stat))
-	}
-	return ppid, nil
 }

@@ -20,10 +20,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -32,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/bench/internal/host"
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 	"github.com/ftrma/ftrma/internal/result"
 )
 
@@ -135,9 +134,9 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	mpicc, mpirun, version, err := findULFM(ctx, o.prefix)
+	mpi, err := ulfm.Find(ctx, o.prefix)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ulfm:", err)
+		fmt.Fprintln(os.Stderr, "ulfm:", err, "(see bench/README.md)")
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "bench-ulfm-")
@@ -147,22 +146,19 @@ func run() int {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "ulfm_replace")
-	if err := os.WriteFile(bin+".c", source, 0o644); err != nil {
+	if err := mpi.Compile(ctx, source, bin); err != nil {
 		fmt.Fprintln(os.Stderr, "ulfm:", err)
 		return 1
 	}
-	if out, err := exec.CommandContext(ctx, mpicc, "-O2", "-o", bin, bin+".c").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "ulfm: %s failed: %v\n%s", mpicc, err, out)
-		return 1
-	}
-	fmt.Printf("bench/ulfm: Open MPI %s (%s), ulfm_replace built in %s\n", version, filepath.Dir(mpirun), dir)
+	version := mpi.Version
+	fmt.Printf("bench/ulfm: Open MPI %s (%s), ulfm_replace built in %s\n", version, mpi.Prefix, dir)
 	fmt.Printf("plan: N = %v, transports %v, %d jobs each (a failed job tried up to %d times), job bound %v\n",
 		o.sizes, o.transports, o.runs, o.attempts, o.timeout)
 	fmt.Printf("machine: %d CPUs\n", runtime.NumCPU())
 	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy in the second before measuring\n", 100*b)
 	}
-	fmt.Printf("command: %s\n\n", strings.Join(mpirunArgv(mpirun, bin, o.transports[0], o.sizes[0], o.mapBy), " "))
+	fmt.Printf("command: %s\n\n", strings.Join(mpirunArgv(mpi, bin, o.transports[0], o.sizes[0], o.mapBy), " "))
 
 	samples := map[[2]string]map[int][]float64{} // (bench, system) -> N -> values
 	add := func(bench, sys string, n int, v float64) {
@@ -178,7 +174,7 @@ func run() int {
 		for _, n := range o.sizes {
 			for _, tr := range o.transports {
 				sys := "ulfm-" + tr
-				argv := mpirunArgv(mpirun, bin, tr, n, o.mapBy)
+				argv := mpirunArgv(mpi, bin, tr, n, o.mapBy)
 				for a := 1; a <= o.attempts && ctx.Err() == nil; a++ {
 					t0 := time.Now()
 					oc := runJob(ctx, argv, n, o.settle, o.timeout)
@@ -252,58 +248,4 @@ func indent(s string) string {
 		return ""
 	}
 	return "    | " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    | ") + "\n"
-}
-
-// findULFM finds mpicc and mpirun of an Open MPI 5 with ULFM under prefix
-// (or next to ompi_info in PATH) and returns them with the version. It fails,
-// saying what it found, when Open MPI is older than 5 or was built without
-// ULFM.
-func findULFM(ctx context.Context, prefix string) (mpicc, mpirun, version string, err error) {
-	info := filepath.Join(prefix, "bin", "ompi_info")
-	if prefix == "" {
-		if info, err = exec.LookPath("ompi_info"); err != nil {
-			return "", "", "", errors.New("no ompi_info in PATH: give -prefix DIR of an Open MPI 5 installation (see bench/README.md)")
-		}
-		prefix = filepath.Dir(filepath.Dir(info))
-	}
-	out, err := exec.CommandContext(ctx, info).Output()
-	if err != nil {
-		return "", "", "", fmt.Errorf("%s: %v", info, err)
-	}
-	version, ft, ulfm := parseOmpiInfo(string(out))
-	if version == "" {
-		return "", "", "", fmt.Errorf("%s printed no \"Open MPI:\" version", info)
-	}
-	if !ulfm {
-		return "", "", "", fmt.Errorf("%s: Open MPI %s has no ULFM (no \"FT MPI support: yes\"; ULFM came with 5.0); its lines: %q", info, version, ft)
-	}
-	mpicc = filepath.Join(prefix, "bin", "mpicc")
-	mpirun = filepath.Join(prefix, "bin", "mpirun")
-	for _, p := range []string{mpicc, mpirun} {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", "", err
-		}
-	}
-	return mpicc, mpirun, version, nil
-}
-
-var (
-	ompiVersion = regexp.MustCompile(`(?m)^\s*Open MPI:\s*(\S+)\s*$`)
-	ompiFT      = regexp.MustCompile(`(?m)^\s*((?:Fault Tolerance|FT MPI|FT Checkpoint) support:.*|MPI extensions:.*)$`)
-	ompiFTMPI   = regexp.MustCompile(`(?m)^\s*FT MPI support:\s*yes\s*$`)
-)
-
-// parseOmpiInfo returns the "Open MPI:" version of ompi_info's output, its
-// fault tolerance and MPI extensions lines, and whether they say ULFM is
-// built in: "FT MPI support: yes" (Open MPI 5, whose extensions then include
-// ftmpi). Open MPI 4.1 prints only "FT Checkpoint support: no".
-func parseOmpiInfo(out string) (version, ft string, ulfm bool) {
-	if m := ompiVersion.FindStringSubmatch(out); m != nil {
-		version = m[1]
-	}
-	var fts []string
-	for _, m := range ompiFT.FindAllStringSubmatch(out, -1) {
-		fts = append(fts, strings.TrimSpace(m[1]))
-	}
-	return version, strings.Join(fts, "; "), ompiFTMPI.MatchString(out)
 }

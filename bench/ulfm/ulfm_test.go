@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 )
 
 func TestParseEvent(t *testing.T) {
@@ -109,31 +111,15 @@ func TestLastSteps(t *testing.T) {
 	}
 }
 
-func TestParseOmpiInfo(t *testing.T) {
-	v4 := "                Open MPI: 4.1.4\n          MPI extensions: affinity, cuda, pcollreq\n   FT Checkpoint support: no (checkpoint thread: no)\n"
-	version, ft, ulfm := parseOmpiInfo(v4)
-	if version != "4.1.4" || ulfm || ft != "MPI extensions: affinity, cuda, pcollreq; FT Checkpoint support: no (checkpoint thread: no)" {
-		t.Errorf("4.1.4: got %q %q %v", version, ft, ulfm)
-	}
-	v5 := "                Open MPI: 5.0.3\n          MPI extensions: affinity, cuda, ftmpi, rocm, shortfloat\n Fault Tolerance support: yes\n          FT MPI support: yes\n"
-	version, _, ulfm = parseOmpiInfo(v5)
-	if version != "5.0.3" || !ulfm {
-		t.Errorf("5.0.3: got %q %v", version, ulfm)
-	}
-	version, _, ulfm = parseOmpiInfo(strings.Replace(v5, "FT MPI support: yes", "FT MPI support: no", 1))
-	if version != "5.0.3" || ulfm {
-		t.Errorf("5.0.3 without ULFM: got %q %v", version, ulfm)
-	}
-}
-
 func TestMpirunArgv(t *testing.T) {
-	got := strings.Join(mpirunArgv("/o/bin/mpirun", "/t/ulfm_replace", "tcp", 8, ""), " ")
+	mpi := ulfm.MPI{Mpirun: "/o/bin/mpirun"}
+	got := strings.Join(mpirunArgv(mpi, "/t/ulfm_replace", "tcp", 8, ""), " ")
 	want := "/o/bin/mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo -n 8 /t/ulfm_replace"
 	if got != want {
 		t.Errorf("tcp:\n got %s\nwant %s", got, want)
 	}
-	got = strings.Join(mpirunArgv("mpirun", "b", "shm", 4, ":OVERSUBSCRIBE"), " ")
-	want = "mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,sm,tcp --mca btl_tcp_if_include lo -n 4 b -map-by :OVERSUBSCRIBE"
+	got = strings.Join(mpirunArgv(mpi, "b", "shm", 4, ":OVERSUBSCRIBE"), " ")
+	want = "/o/bin/mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,sm,tcp --mca btl_tcp_if_include lo -n 4 b -map-by :OVERSUBSCRIBE"
 	if got != want {
 		t.Errorf("shm:\n got %s\nwant %s", got, want)
 	}
@@ -147,17 +133,6 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{{"-n", "1"}, {"-n", "x"}, {"-transport", "udp"}, {"-runs", "0"}, {"-timeout", "0s"}, {"extra"}} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
-		}
-	}
-}
-
-func TestParentPID(t *testing.T) {
-	if p, err := parentPID("123 (a) b) (c) S 77 123 123 0"); err != nil || p != 77 {
-		t.Errorf("got %d, %v; want 77", p, err)
-	}
-	for _, s := range []string{"", "123 no paren", "123 (x) S"} {
-		if _, err := parentPID(s); err == nil {
-			t.Errorf("parentPID(%q): no error", s)
 		}
 	}
 }

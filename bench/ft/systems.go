@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
+)
+
+// ulfmSource is the ULFM side's program: it prints the same lines as
+// bench/ft/rank, so that one parser reads both.
+//
+//go:embed mpi/ulfm_ft.c
+var ulfmSource []byte
+
+// system is one column of the table: ftrma under ftrun, or its peer, ULFM
+// (Open MPI 5) under mpirun. Each runs a program that prints the lines of
+// bench/ft/rank (parse.go).
+type system struct {
+	name string
+	// argv is the command of a failure-free job of n processes (mode coll)
+	// or of one whose last rank the driver kills (mode detect), with the
+	// mode's arguments.
+	argv func(n int, mode string, args ...string) []string
+	// mpirun: the job's launcher is mpirun, not ftrun (see runJob).
+	mpirun bool
+}
+
+// ftrmaSystem runs the jobs under ftrun with bench/ft/rank.
+func ftrmaSystem(o options, bins binaries) system {
+	return system{name: sysFtrma, argv: func(n int, mode string, args ...string) []string {
+		rankArgs := append([]string{"-mode", mode}, args...)
+		if mode == "detect" {
+			rankArgs = append(rankArgs, "-wait", o.timeout.String())
+		}
+		return ftrunArgs(o, bins, n, rankArgs...)
+	}}
+}
+
+// ulfmSystem finds (or, at the default prefix, installs) Open MPI 5 with
+// ULFM and builds mpi/ulfm_ft.c with it into dir; its jobs run over the
+// same transport as ftrma's (ulfm.MPI.Argv: btl self,tcp or self,sm,tcp).
+func ulfmSystem(ctx context.Context, o options, dir string) (system, string, error) {
+	var mpi ulfm.MPI
+	var err error
+	if o.ulfm == ulfm.DefaultPrefix {
+		mpi, err = ulfm.FindOrInstall(ctx, o.ulfm, os.Stderr)
+	} else {
+		mpi, err = ulfm.Find(ctx, o.ulfm)
+	}
+	if err != nil {
+		return system{}, "", err
+	}
+	bin := filepath.Join(dir, "ulfm_ft")
+	if err := mpi.Compile(ctx, ulfmSource, bin); err != nil {
+		return system{}, "", err
+	}
+	s := system{name: "ulfm-" + o.transport, mpirun: true, argv: func(n int, mode string, args ...string) []string {
+		return mpi.Argv(bin, o.transport, n, append([]string{"-mode", mode}, args...)...)
+	}}
+	about := fmt.Sprintf("Open MPI %s with ULFM (%s), mpirun --with-ft ulfm, %s", mpi.Version, mpi.Prefix, btlOf(mpi, o.transport))
+	return s, about, nil
+}
+
+// btlOf names the byte transfer layers of a ULFM job over transport.
+func btlOf(mpi ulfm.MPI, transport string) string {
+	argv := mpi.Argv("x", transport, 2)
+	for i, a := range argv {
+		if a == "btl" && i > 0 && argv[i-1] == "--mca" && i+1 < len(argv) {
+			return "btl " + argv[i+1]
+		}
+	}
+	return "btl ?"
+}
+
+// collArgs are the arguments of a coll job, the same for both systems.
+func collArgs(o options) []string {
+	return []string{"-iters", strconv.Itoa(o.iters), "-warmup", strconv.Itoa(o.warmup), "-rounds", strconv.Itoa(o.revokeRounds)}
+}
