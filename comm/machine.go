@@ -107,7 +107,7 @@ type earlyAgree struct {
 type outgoing struct {
 	to  ftrma.Rank
 	msg []byte
-	bid string // the ID of a reliable-broadcast message; "" for other kinds
+	bid string // the ID of a reliable-broadcast flood copy; "" for other kinds and tree copies
 }
 
 // learned is a failure or a departure this rank has just learned of.
@@ -260,7 +260,7 @@ func (m *machine) step(now time.Time, from ftrma.Rank, msg []byte) {
 			if forwarded, closed := m.closedRevocation(bm.ID); closed && forwarded {
 				break // a late copy of a pruned revocation
 			}
-			if m.bc.Seen(bm.ID) {
+			if bm.Flood() && m.bc.Seen(bm.ID) {
 				m.holds(from, bm.ID)
 			}
 			m.bc.Step(int(from), bm)
@@ -504,7 +504,11 @@ func (m *machine) pump(now time.Time) {
 			rd := m.bc.Ready()
 			m.bc.Advance()
 			for _, o := range rd.Send {
-				m.rd.Send = append(m.rd.Send, outgoing{to: ftrma.Rank(o.To), msg: o.Msg.AppendBinary([]byte{kindBcast}), bid: o.Msg.ID})
+				out := outgoing{to: ftrma.Rank(o.To), msg: o.Msg.AppendBinary([]byte{kindBcast})}
+				if o.Msg.Flood() {
+					out.bid = o.Msg.ID // holds may leave it out
+				}
+				m.rd.Send = append(m.rd.Send, out)
 			}
 			for _, bm := range rd.Deliver {
 				m.deliver(now, bm)
@@ -591,12 +595,14 @@ func failureNotice(msg []byte) bool {
 	return err == nil && strings.HasPrefix(bm.ID, "fail/")
 }
 
-// holds records that rank from has sent this rank a copy of broadcast id,
-// which this rank had already: from holds it, so the copy this rank is
-// about to forward to it (output not yet taken by ready) is dropped. The
-// broadcast stays reliable: a rank that holds a message has forwarded it to
-// its own neighbours. Copies that arrive together (runtime.run steps what
-// arrived before it sends) are so not sent back.
+// holds records that rank from has sent this rank a flood copy of
+// broadcast id, which this rank had already: from floods it, so the flood
+// copy this rank is about to forward to it (output not yet taken by ready)
+// is dropped. The broadcast stays reliable: a rank that floods a message
+// forwards it to its own neighbours (a tree copy, or a flood copy to a rank
+// that sent only a tree copy, must still go: revoke's caller's duty 5).
+// Copies that arrive together (runtime.run steps what arrived before it
+// sends) are so not sent back.
 func (m *machine) holds(from ftrma.Rank, id string) {
 	m.rd.Send = slices.DeleteFunc(m.rd.Send, func(o outgoing) bool { return o.to == from && o.bid == id })
 }

@@ -81,8 +81,28 @@ func (j *spareJob) originate(r int, id string) {
 	j.drain(r)
 }
 
-// run delivers everything in flight, in a random order.
+// run delivers everything in flight, in a random order; then every live
+// rank learns of every failure (as comm's detector and launcher see to,
+// which a tree relies on: see the package documentation) and what that
+// sends is delivered too.
 func (j *spareJob) run() {
+	j.deliverAll()
+	for r, b := range j.bs {
+		if b == nil || j.dead[r] {
+			continue
+		}
+		for d, dead := range j.dead {
+			if dead {
+				b.Failed(d)
+			}
+		}
+		j.drain(r)
+	}
+	j.deliverAll()
+}
+
+// deliverAll delivers everything in flight, in a random order.
+func (j *spareJob) deliverAll() {
 	for len(j.inflight) > 0 {
 		i := j.rng.IntN(len(j.inflight))
 		o, from := j.inflight[i], j.from[i]

@@ -22,12 +22,27 @@ type Broadcast struct {
 	// since the last Settle (or New), the present set now included.
 	neighbors []int
 	dead      overlay.Set // ranks known to have failed; only grows; never sent to
-	seen      map[string]struct{}
+	// settled is false from an Admit until the next Settle: the ranks may
+	// count different ranks present, so their trees may differ, and this
+	// rank floods.
+	settled bool
+	// seen holds every ID seen here: nil once it is a flood here, or, while
+	// it has travelled only as a tree, what a flood of it would need.
+	seen map[string]*treeState
 
 	// The output not yet acknowledged by Advance. send never names a rank
 	// in dead; deliver holds each ID at most once over the Broadcast's life.
 	send    []Outgoing
 	deliver []Message
+}
+
+// treeState is an ID that has come here only down one tree: the message,
+// the tree's root, and the ranks that hold it from or through this rank
+// (the one it came from and those it was sent to), which a flood skips.
+type treeState struct {
+	msg  Message
+	root int
+	has  overlay.Set
 }
 
 // Outgoing is a message to send to one neighbour.
@@ -60,7 +75,7 @@ func New(self, n int, absent ...int) *Broadcast {
 		n:       n,
 		present: make([]bool, n),
 		dead:    overlay.NewSet(n),
-		seen:    map[string]struct{}{},
+		seen:    map[string]*treeState{},
 	}
 	for r := range b.present {
 		b.present[r] = true
@@ -87,6 +102,7 @@ func (b *Broadcast) Admit(r int) bool {
 		return false
 	}
 	b.present[r] = true
+	b.settled = false
 	b.regraph()
 	return true
 }
@@ -97,6 +113,7 @@ func (b *Broadcast) Admit(r int) bool {
 // now on, and forgets the graphs of its earlier present sets.
 func (b *Broadcast) Settle() {
 	b.neighbors = b.graphNeighbors()
+	b.settled = true
 }
 
 // Neighbors returns the ranks this Broadcast forwards to (dead ones
@@ -114,16 +131,7 @@ func (b *Broadcast) regraph() {
 // graphNeighbors returns self's neighbours in the binomial graph over the
 // present ranks, numbered 0..m-1 in rank order.
 func (b *Broadcast) graphNeighbors() []int {
-	var ranks []int
-	self := -1
-	for r, p := range b.present {
-		if p {
-			if r == b.self {
-				self = len(ranks)
-			}
-			ranks = append(ranks, r)
-		}
-	}
+	ranks, self := b.presentRanks(b.self)
 	var out []int
 	for _, i := range overlay.Neighbors(self, len(ranks)) {
 		out = append(out, ranks[i])
@@ -131,12 +139,56 @@ func (b *Broadcast) graphNeighbors() []int {
 	return out
 }
 
+// presentRanks returns the present ranks in rank order and the index of
+// rank r among them (-1 if r is absent).
+func (b *Broadcast) presentRanks(r int) (ranks []int, at int) {
+	at = -1
+	for q, p := range b.present {
+		if p {
+			if q == r {
+				at = len(ranks)
+			}
+			ranks = append(ranks, q)
+		}
+	}
+	return ranks, at
+}
+
+// treeChildren returns self's children in the binomial tree over the
+// present ranks rooted at root, and false when root is not present here.
+func (b *Broadcast) treeChildren(root int) ([]int, bool) {
+	ranks, at := b.presentRanks(root)
+	if at < 0 {
+		return nil, false
+	}
+	m := len(ranks)
+	_, self := b.presentRanks(b.self)
+	var out []int
+	for _, c := range overlay.TreeChildren((self-at+m)%m, m) {
+		out = append(out, ranks[(at+c)%m])
+	}
+	return out, true
+}
+
+// treeOK reports whether this rank may send a tree copy: it is settled and
+// knows of no failure.
+func (b *Broadcast) treeOK() bool { return b.settled && b.dead.Len() == 0 }
+
 // Originate starts the broadcast of m from this rank: the next Ready sends it
-// to every live neighbour and delivers it here. If m.ID was already seen
-// (originated here, or received), Originate does nothing: the broadcast is
-// under way. The Broadcast keeps m.Payload without copying it, and every
-// Outgoing and delivered copy shares it: the caller must not modify it.
+// down this rank's tree, or floods it to every live neighbour when this
+// rank knows of a failure or is not settled, and delivers it here. If m.ID
+// was already seen (originated here, or received), Originate does nothing:
+// the broadcast is under way. The Broadcast keeps m.Payload without
+// copying it, and every Outgoing and delivered copy shares it: the caller
+// must not modify it.
 func (b *Broadcast) Originate(m Message) {
+	if _, ok := b.seen[m.ID]; ok {
+		return
+	}
+	m.tree = 0
+	if b.treeOK() {
+		m.tree = b.self + 1
+	}
 	b.maybeForward(-1, m)
 }
 
@@ -156,6 +208,8 @@ func (b *Broadcast) Step(from int, m Message) {
 // started, and failed before this rank admitted it) is admitted, failed:
 // it counts in the graph, as at the ranks that admitted it before it
 // failed, and is never sent to.
+// Every ID that has come here only as a tree turns into a flood: r may have
+// died before passing it on.
 func (b *Broadcast) Failed(r int) {
 	if r < 0 || r >= b.n || r == b.self || !b.dead.Add(r) {
 		return
@@ -165,6 +219,11 @@ func (b *Broadcast) Failed(r int) {
 		b.regraph()
 	}
 	b.send = slices.DeleteFunc(b.send, func(o Outgoing) bool { return o.To == r })
+	for id, ts := range b.seen {
+		if ts != nil {
+			b.flood(id, ts)
+		}
+	}
 }
 
 // Seen reports whether a message with this ID was originated here or
@@ -177,9 +236,14 @@ func (b *Broadcast) Seen(id string) bool {
 // Forget drops the memory of id, so that the Broadcast's memory does not
 // grow with every ID ever seen: a later copy of id is taken as new
 // (forwarded and delivered again). The caller forgets only IDs it no
-// longer needs and drops their late copies itself. This rank forwarded id
-// when it first saw it, so forgetting costs no other rank its copy.
+// longer needs and drops their late copies itself. An ID that has come
+// here only as a tree is flooded first (the next Ready sends it), since
+// this rank could not turn it later: so forgetting costs no other rank its
+// copy.
 func (b *Broadcast) Forget(id string) {
+	if ts := b.seen[id]; ts != nil {
+		b.flood(id, ts)
+	}
 	delete(b.seen, id)
 }
 
@@ -201,17 +265,68 @@ func (b *Broadcast) Advance() {
 	b.send, b.deliver = nil, nil
 }
 
-// maybeForward is the whole protocol: on the first sight of an ID, forward
-// once to every live neighbour but the sender, then deliver.
+// maybeForward is the whole protocol. On the first sight of an ID: as a
+// tree copy that this rank may pass on as one, send it to this rank's
+// children in its tree; otherwise flood it to every live neighbour but the
+// sender; then deliver. A later copy turns an ID that has come only down a
+// tree into a flood, unless it is from the same tree (the root's own
+// copies, from a parent that sent it twice, never arrive: each rank sends
+// each ID to each neighbour once).
 func (b *Broadcast) maybeForward(from int, m Message) {
-	if _, ok := b.seen[m.ID]; ok {
+	ts, ok := b.seen[m.ID]
+	switch {
+	case ok && ts == nil:
+		return // a flood here already
+	case ok:
+		if from >= 0 && from < b.n {
+			ts.has.Add(from)
+		}
+		if m.tree != ts.root+1 {
+			b.flood(m.ID, ts)
+		}
 		return
 	}
-	b.seen[m.ID] = struct{}{}
-	for _, nb := range b.neighbors {
-		if nb != from && !b.dead.Has(nb) {
-			b.send = append(b.send, Outgoing{To: nb, Msg: m})
+	root := m.tree - 1
+	var children []int
+	tree := root >= 0 && root < b.n && b.treeOK()
+	if tree {
+		children, tree = b.treeChildren(root)
+	}
+	if !tree {
+		m.tree = 0
+		b.seen[m.ID] = nil
+		for _, nb := range b.neighbors {
+			if nb != from && !b.dead.Has(nb) {
+				b.send = append(b.send, Outgoing{To: nb, Msg: m})
+			}
+		}
+		b.deliver = append(b.deliver, m)
+		return
+	}
+	ts = &treeState{msg: m, root: root, has: overlay.NewSet(b.n)}
+	if from >= 0 && from < b.n {
+		ts.has.Add(from)
+	}
+	b.seen[m.ID] = ts
+	for _, c := range children {
+		if !b.dead.Has(c) {
+			ts.has.Add(c)
+			b.send = append(b.send, Outgoing{To: c, Msg: m})
 		}
 	}
 	b.deliver = append(b.deliver, m)
+}
+
+// flood turns id, which has come here only down a tree, into a flood: a
+// flood copy to every live neighbour that does not hold it from or through
+// this rank. id is a flood here from then on.
+func (b *Broadcast) flood(id string, ts *treeState) {
+	m := ts.msg
+	m.tree = 0
+	for _, nb := range b.neighbors {
+		if !ts.has.Has(nb) && !b.dead.Has(nb) {
+			b.send = append(b.send, Outgoing{To: nb, Msg: m})
+		}
+	}
+	b.seen[id] = nil
 }

@@ -14,16 +14,31 @@ import (
 type Message struct {
 	ID      string
 	Payload []byte
+	// tree is 1 + the root of the binomial tree this copy travels down, or
+	// 0 for a flood copy (see the package documentation). The Broadcast
+	// sets it on the copies it sends; the caller's Message is a flood copy
+	// until Originate picks the way.
+	tree int
 }
 
+// Flood reports whether m is a flood copy (the caller may then leave out
+// its own flood copy to the rank m came from; see the caller's duty 5).
+func (m Message) Flood() bool { return m.tree == 0 }
+
 // AppendBinary appends the encoding of m to b and returns the extended
-// slice: uvarint(len(ID)), ID, uvarint(len(Payload)), Payload.
+// slice: uvarint(len(ID)), ID, uvarint(len(Payload)), Payload, uvarint(1 +
+// the tree's root, or 0 for a flood copy).
 func (m Message) AppendBinary(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m.ID)))
 	b = append(b, m.ID...)
 	b = binary.AppendUvarint(b, uint64(len(m.Payload)))
-	return append(b, m.Payload...)
+	b = append(b, m.Payload...)
+	return binary.AppendUvarint(b, uint64(m.tree))
 }
+
+// maxRoot bounds the root a copy may name (a rank of the job: the
+// Broadcast checks it against its n).
+const maxRoot = 1<<31 - 2
 
 // ErrBadMessage is wrapped by every error ParseMessage returns.
 var ErrBadMessage = errors.New("revoke: malformed message")
@@ -42,10 +57,20 @@ func ParseMessage(b []byte) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("%w: payload: %v", ErrBadMessage, err)
 	}
+	tree, k := binary.Uvarint(b)
+	switch {
+	case k <= 0:
+		return Message{}, fmt.Errorf("%w: tree: truncated or overflowing", ErrBadMessage)
+	case k != (bits.Len64(tree|1)+6)/7:
+		return Message{}, fmt.Errorf("%w: tree: overlong", ErrBadMessage)
+	case tree > maxRoot+1:
+		return Message{}, fmt.Errorf("%w: tree root %d beyond %d", ErrBadMessage, tree-1, maxRoot)
+	}
+	b = b[k:]
 	if len(b) != 0 {
 		return Message{}, fmt.Errorf("%w: %d trailing bytes", ErrBadMessage, len(b))
 	}
-	m := Message{ID: string(id)}
+	m := Message{ID: string(id), tree: int(tree)}
 	if len(payload) > 0 {
 		m.Payload = append([]byte(nil), payload...)
 	}

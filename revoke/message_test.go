@@ -34,6 +34,13 @@ func TestMessageRoundTrip(t *testing.T) {
 	if got, err := ParseMessage(Message{ID: "x", Payload: []byte{}}.AppendBinary(nil)); err != nil || got.Payload != nil {
 		t.Fatalf("empty payload decodes as %#v, %v; want nil", got.Payload, err)
 	}
+	// A tree copy keeps its root; a flood copy says so.
+	if got, err := ParseMessage(Message{ID: "x", tree: 1 + 300}.AppendBinary(nil)); err != nil || got.tree != 301 || got.Flood() {
+		t.Fatalf("tree copy of root 300 decodes as %+v, %v", got, err)
+	}
+	if got, err := ParseMessage(Message{ID: "x"}.AppendBinary(nil)); err != nil || !got.Flood() {
+		t.Fatalf("flood copy decodes as %+v, %v", got, err)
+	}
 }
 
 func TestParseMessageRejects(t *testing.T) {
@@ -45,7 +52,10 @@ func TestParseMessageRejects(t *testing.T) {
 		{"no payload length", []byte{1, 'a'}},
 		{"ID beyond end", []byte{5, 'a', 'b'}},
 		{"payload beyond end", []byte{1, 'a', 3, 1, 2}},
-		{"trailing bytes", []byte{1, 'a', 1, 9, 0}},
+		{"no tree", []byte{1, 'a', 1, 9}},
+		{"trailing bytes", []byte{1, 'a', 1, 9, 0, 0}},
+		{"overlong tree", []byte{1, 'a', 0, 0x80, 0x00}},
+		{"tree root beyond any rank", []byte{1, 'a', 0, 0x80, 0x80, 0x80, 0x80, 0x08}},
 		{"overlong length", []byte{0x81, 0x00, 'a', 0}},
 		{"overflowing length", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
 		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}},

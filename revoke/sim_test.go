@@ -36,13 +36,15 @@ type job struct {
 	told  []overlay.Set // told[r]: ranks r was told had failed
 
 	inflight []packet
-	lazy     []int // ranks whose Ready the caller has not acted on yet
+	lazy     []int    // ranks whose Ready the caller has not acted on yet
+	late     []packet // failure notices held until the network is quiet
 
 	// crashInSend is the probability that a rank that has something to send
 	// crashes after sending only part of it; crashBudget bounds how many
 	// ranks may crash that way.
 	crashInSend float64
 	crashBudget int
+	never       bool // some crashes are never learned (a flood's test)
 
 	delivered []map[string][]byte        // per rank: ID -> payload delivered
 	sent      map[string]map[[2]int]bool // per ID: (from, to) pairs sent
@@ -81,7 +83,10 @@ func (j *job) fatalf(format string, args ...any) {
 }
 
 // kill crashes rank r before or between steps. Every live rank is told
-// now (known), at a random later moment (notice), or never.
+// now (known), at a random later moment (notice), once nothing else is
+// left to do (late: the detector's bound passed), or never — which only a
+// flood survives (see TestFloodSurvivesUnknownFailures): comm's detector
+// and launcher tell every survivor of every failure, which the tree needs.
 func (j *job) kill(r int, how string) {
 	j.alive[r] = false
 	for q := range j.n {
@@ -93,6 +98,8 @@ func (j *job) kill(r int, how string) {
 			j.fail(q, r)
 		case "notice":
 			j.inflight = append(j.inflight, packet{to: q, notice: r})
+		case "late":
+			j.late = append(j.late, packet{to: q, notice: r})
 		}
 	}
 }
@@ -153,7 +160,7 @@ func (j *job) drain(r int) {
 		j.inflight = append(j.inflight, packet{from: r, to: o.To, notice: -1, msg: o.Msg})
 	}
 	if crash {
-		j.kill(r, []string{"known", "notice", "never"}[j.rng.IntN(3)])
+		j.kill(r, j.how())
 		return
 	}
 	for _, m := range rd.Deliver {
@@ -195,9 +202,27 @@ func (j *job) step() bool {
 	return true
 }
 
+// run steps until nothing is left to do, then hands out the late failure
+// notices, and steps again, until none are left.
 func (j *job) run() {
-	for j.step() {
+	for {
+		for j.step() {
+		}
+		if len(j.late) == 0 {
+			return
+		}
+		j.inflight, j.late = j.late, nil
 	}
+}
+
+// how picks how the live ranks learn of a crash during a broadcast: now,
+// at a random moment, or late; or never, when the job says so.
+func (j *job) how() string {
+	ways := []string{"known", "notice", "late"}
+	if j.never {
+		ways = append(ways, "never")
+	}
+	return ways[j.rng.IntN(len(ways))]
 }
 
 // liveConnected reports whether the live ranks are connected in the
@@ -336,7 +361,7 @@ func deadSet(rng *rand.Rand, n, keep int, pattern string) []int {
 // TestAgreementUnderFailures: with at most Degree(n)-1 ranks failed before
 // the broadcast (at random, or chosen to cut the originator or another rank
 // off as far as possible), known to the others, learned during the
-// broadcast, or never learned, a broadcast from a live rank reaches every
+// broadcast, or only once the network is quiet, a broadcast from a live rank reaches every
 // live rank exactly once, whatever the delivery order.
 func TestAgreementUnderFailures(t *testing.T) {
 	patterns := []string{"random", "isolate originator", "isolate victim", "block"}
@@ -348,7 +373,7 @@ func TestAgreementUnderFailures(t *testing.T) {
 				dead := deadSet(rng, n, origin, pattern)
 				j := newJob(t, fmt.Sprintf("n=%d, %s, seed %d, dead %v, origin %d", n, pattern, seed, dead, origin), n, seed)
 				for _, r := range dead {
-					j.kill(r, []string{"known", "notice", "never"}[rng.IntN(3)])
+					j.kill(r, []string{"known", "notice", "late"}[rng.IntN(3)])
 				}
 				// Some notices arrive before the broadcast starts.
 				for range rng.IntN(len(j.inflight) + 1) {
@@ -387,7 +412,7 @@ func TestAgreementUnderCrashesDuringBroadcast(t *testing.T) {
 			j.crashInSend = []float64{0.01, 0.05, 0.3}[rng.IntN(3)]
 			j.crashBudget = []int{d - 1 - len(dead), 2 * d, n / 2}[rng.IntN(3)]
 			for _, r := range dead {
-				j.kill(r, []string{"known", "notice", "never"}[rng.IntN(3)])
+				j.kill(r, []string{"known", "notice", "late"}[rng.IntN(3)])
 			}
 			j.originate(origin, Message{ID: "fail/3"})
 			j.run()
@@ -490,21 +515,44 @@ func TestInterleavedBroadcasts(t *testing.T) {
 	}
 }
 
-// TestMessageCount: without failures, the originator sends to all D
-// neighbours and every other rank to D-1 (all but the sender of its first
-// copy): D + (n-1)(D-1) messages, at most n·D.
+// TestMessageCount: without failures the originator's tree carries the
+// message, n-1 messages; once one failure is known to every rank, it is a
+// flood: the originator sends to every live neighbour and every other live
+// rank to all but the sender of its first copy, at most n·D.
 func TestMessageCount(t *testing.T) {
 	for _, n := range append(sizes, 1, 100, 1000) {
 		j := newJob(t, fmt.Sprintf("n=%d", n), n, 1)
 		j.originate(n/2, Message{ID: "x"})
 		j.run()
-		d := overlay.Degree(n)
-		want := 0
-		if n > 1 {
-			want = d + (n-1)*(d-1)
+		if want := max(0, n-1); j.total["x"] != want {
+			t.Errorf("n=%d, tree: %d messages, want %d", n, j.total["x"], want)
 		}
-		if j.total["x"] != want {
-			t.Errorf("n=%d: %d messages, want %d", n, j.total["x"], want)
+		j.checkAgreement("x", nil)
+		if n < 3 {
+			continue
+		}
+		j = newJob(t, fmt.Sprintf("n=%d, one failure known", n), n, 1)
+		j.kill(n-1, "known")
+		j.originate(n/2, Message{ID: "x"})
+		j.run()
+		// Every live rank sends to its live neighbours, but the one its
+		// first copy came from (the originator to all of them).
+		flood := 0
+		for r := range n - 1 {
+			nb := 0
+			for _, q := range overlay.Neighbors(r, n) {
+				if q != n-1 {
+					nb++
+				}
+			}
+			if r == n/2 {
+				flood += nb
+			} else {
+				flood += nb - 1
+			}
+		}
+		if j.total["x"] != flood {
+			t.Errorf("n=%d, flood: %d messages, want %d", n, j.total["x"], flood)
 		}
 		j.checkAgreement("x", nil)
 	}
