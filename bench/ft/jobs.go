@@ -46,6 +46,7 @@ func build(ctx context.Context, dir string) (binaries, error) {
 type measurement struct {
 	coll     result.Set                   // agree_lat, shrink_lat, revoke_lat: one sample per coll job
 	detect   map[string]map[int][]float64 // system -> N -> everyone-knows of each good detect job, ms
+	stop     map[string]map[int][]float64 // the same for the stop jobs
 	replace  map[int][]float64            // N -> kill to full-size communicator of each good replace-first job, ms
 	shrinkK  map[int][]float64            // N -> kill to Shrink returned of each good shrink-first job, ms
 	grow     map[int][]growSample
@@ -62,10 +63,10 @@ type measurement struct {
 // peer, in even rounds; the other way round in odd ones), the replace and
 // grow jobs on ftrma only.
 func measure(ctx context.Context, o options, bins binaries, systems []system) *measurement {
-	m := &measurement{detect: make(map[string]map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
+	m := &measurement{detect: make(map[string]map[int][]float64), stop: make(map[string]map[int][]float64), replace: make(map[int][]float64), shrinkK: make(map[int][]float64),
 		grow:     make(map[int][]growSample),
 		failures: make(map[string]int), firstErr: make(map[string]string)}
-	rounds := max(o.collRuns, o.detectRuns, o.replaceRuns, o.growRuns)
+	rounds := max(o.collRuns, o.detectRuns, o.stopRuns, o.replaceRuns, o.growRuns)
 	try := func(job func() bool) {
 		for m.attempt = 1; m.attempt <= o.attempts && ctx.Err() == nil; m.attempt++ {
 			if job() {
@@ -74,7 +75,7 @@ func measure(ctx context.Context, o options, bins binaries, systems []system) *m
 		}
 	}
 	// Progress on stderr, one line per job: a full run takes minutes.
-	total := len(o.sizes) * (len(systems)*(o.collRuns+o.detectRuns) + o.replaceRuns + o.growRuns)
+	total := len(o.sizes) * (len(systems)*(o.collRuns+o.detectRuns+o.stopRuns) + o.replaceRuns + o.growRuns)
 	done := 0
 	progress := func(what string, n, round int) {
 		done++
@@ -95,7 +96,13 @@ func measure(ctx context.Context, o options, bins binaries, systems []system) *m
 			for _, sys := range order {
 				if round < o.detectRuns && ctx.Err() == nil {
 					progress(sys.name+" detect", n, round)
-					try(func() bool { return m.detectJob(ctx, o, sys, n, round) })
+					try(func() bool { return m.detectJob(ctx, o, sys, n, round, syscall.SIGKILL) })
+				}
+			}
+			for _, sys := range order {
+				if round < o.stopRuns && ctx.Err() == nil {
+					progress(sys.name+" stop", n, round)
+					try(func() bool { return m.detectJob(ctx, o, sys, n, round, syscall.SIGSTOP) })
 				}
 			}
 			if round < o.replaceRuns && ctx.Err() == nil {
@@ -222,15 +229,20 @@ func (m *measurement) collJob(ctx context.Context, o options, sys system, n, rou
 // victim has given its pid, before it kills the victim.
 const settle = 50 * time.Millisecond
 
-// detectJob runs one job on sys in which the driver kills the last rank
-// and measures how long until every survivor knows; it reports whether it
-// got the value.
-func (m *measurement) detectJob(ctx context.Context, o options, sys system, n, round int) bool {
+// detectJob runs one job on sys in which the driver kills (sig SIGKILL:
+// a detect job) or stops (SIGSTOP: a stop job) the last rank and measures
+// how long until every survivor knows; it reports whether it got the
+// value.
+func (m *measurement) detectJob(ctx context.Context, o options, sys system, n, round int, sig syscall.Signal) bool {
 	victim := n - 1
-	what := jobName(sys, "detect")
+	kind, into, runs := "detect", m.detect, o.detectRuns
+	if sig == syscall.SIGSTOP {
+		kind, into, runs = "stop", m.stop, o.stopRuns
+	}
+	what := jobName(sys, kind)
 	others := make(map[int]bool)
 	t0 := time.Now()
-	kill, knew, _, err := killJob(ctx, o, sys.argv(n, "detect", "-victim", strconv.Itoa(victim)), sys.mpirun, n, victim, kNone, others)
+	kill, knew, _, err := killJob(ctx, o, sys.argv(n, kind, "-victim", strconv.Itoa(victim)), sys.mpirun, sig, n, victim, kNone, others)
 	var ms float64
 	if err == nil {
 		ms, err = everyoneKnows(knew, n, victim, kill)
@@ -246,12 +258,12 @@ func (m *measurement) detectJob(ctx context.Context, o options, sys system, n, r
 		m.fail(what, n, round, err, o.verbose)
 		return false
 	}
-	if m.detect[sys.name] == nil {
-		m.detect[sys.name] = make(map[int][]float64)
+	if into[sys.name] == nil {
+		into[sys.name] = make(map[int][]float64)
 	}
-	m.detect[sys.name][n] = append(m.detect[sys.name][n], ms)
-	fmt.Printf("N=%-2d %s job %d/%d (%.1fs): every survivor knew %s ms after SIGKILL\n", n, what, round+1, o.detectRuns,
-		time.Since(t0).Seconds(), result.FormatValue(ms))
+	into[sys.name][n] = append(into[sys.name][n], ms)
+	fmt.Printf("N=%-2d %s job %d/%d (%.1fs): every survivor knew %s ms after %s\n", n, what, round+1, runs,
+		time.Since(t0).Seconds(), result.FormatValue(ms), signalName(sig))
 	return true
 }
 
@@ -266,7 +278,7 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "replace", "-first", first, "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	what := first + " first"
 	t0 := time.Now()
-	kill, knew, ops, err := killJob(ctx, o, argv, false, n, victim, kOp, nil)
+	kill, knew, ops, err := killJob(ctx, o, argv, false, syscall.SIGKILL, n, victim, kOp, nil)
 	survivors := make([]int, 0, n-1)
 	for r := range n - 1 {
 		survivors = append(survivors, r)
@@ -314,7 +326,7 @@ func (m *measurement) replaceJob(ctx context.Context, o options, bins binaries, 
 // error: it would measure two failures. So does a false suspicion
 // (alsofailed), unless others is not nil: the ranks suspected are then
 // recorded there (detection still measures the victim's).
-func killJob(ctx context.Context, o options, argv []string, mpirun bool, n, victim int, keep kind, others map[int]bool) (kill int64, knew, kept []event, err error) {
+func killJob(ctx context.Context, o options, argv []string, mpirun bool, sig syscall.Signal, n, victim int, keep kind, others map[int]bool) (kill int64, knew, kept []event, err error) {
 	var (
 		ready = make(map[int]bool)
 		pid   int
@@ -349,13 +361,19 @@ func killJob(ctx context.Context, o options, argv []string, mpirun bool, n, vict
 			}
 		}
 		if kill != 0 && len(knew) == n-1 && keep == kNone {
-			return errEnough // a detect job: what is left is leaving
+			if sig == syscall.SIGSTOP {
+				// Measured: the stopped victim goes, so that the
+				// launcher can end (ftrun kills a rank its detector
+				// declared itself; mpirun waits for it).
+				host.KillDescendant(cmd.Process.Pid, pid)
+			}
+			return errEnough // a detect or stop job: what is left is leaving
 		}
 		if kill == 0 && pid != 0 && len(ready) == n-1 {
 			time.Sleep(settle)
-			now, err := host.KillDescendant(cmd.Process.Pid, pid)
+			now, err := host.SignalDescendant(cmd.Process.Pid, pid, sig)
 			if err != nil {
-				return fmt.Errorf("kill victim rank %d (pid %d): %w", victim, pid, err)
+				return fmt.Errorf("%s victim rank %d (pid %d): %w", signalName(sig), victim, pid, err)
 			}
 			kill = now
 		}
@@ -383,7 +401,7 @@ func (m *measurement) growJob(ctx context.Context, o options, bins binaries, n, 
 	argv := ftrunArgsSpares(o, bins, n, 1, "-mode", "grow", "-keys", strconv.Itoa(o.growKeys), "-value", strconv.Itoa(o.growValue),
 		"-copies", strconv.Itoa(o.growCopies), "-victim", strconv.Itoa(victim), "-wait", o.timeout.String())
 	t0 := time.Now()
-	kill, knew, grows, err := killJob(ctx, o, argv, false, n, victim, kGrow, nil)
+	kill, knew, grows, err := killJob(ctx, o, argv, false, syscall.SIGKILL, n, victim, kGrow, nil)
 	var g growSample
 	if err == nil {
 		_, err = everyoneKnows(knew, n, victim, kill)
@@ -555,10 +573,10 @@ func informative(lines []string) []string {
 }
 
 // peerBench reports whether the peer systems measure bench b too (the
-// detect and coll jobs; replace has its own driver, bench/ulfm, and grow is
+// detect, stop and coll jobs; replace has its own driver, bench/ulfm, and grow is
 // ftrma's store).
 func peerBench(b string) bool {
-	return slices.Contains(jobKinds["detect"], b) || slices.Contains(jobKinds["coll"], b)
+	return slices.Contains(jobKinds["detect"], b) || slices.Contains(jobKinds["stop"], b) || slices.Contains(jobKinds["coll"], b)
 }
 
 // results returns the table's rows in order: for each bench, each N,
@@ -570,14 +588,16 @@ func (m *measurement) results(o options, peers ...string) []result.Result {
 		system string
 	}
 	bySys := make(map[sysKey]result.Result) // rows of the systems but ftrma, by key
-	for sys, byN := range m.detect {
-		for n, xs := range byN {
-			for _, p := range []struct {
-				bench string
-				pct   float64
-			}{{"detect_p50", 50}, {"detect_p99", 99}} {
-				r := result.Result{Bench: p.bench, Size: n, System: sys, Value: result.Percentile(xs, p.pct), Unit: "ms"}
-				bySys[sysKey{r.Key(), sys}] = r
+	for kind, bySysN := range map[string]map[string]map[int][]float64{"detect": m.detect, "stop": m.stop} {
+		for sys, byN := range bySysN {
+			for n, xs := range byN {
+				for _, p := range []struct {
+					bench string
+					pct   float64
+				}{{kind + "_p50", 50}, {kind + "_p99", 99}} {
+					r := result.Result{Bench: p.bench, Size: n, System: sys, Value: result.Percentile(xs, p.pct), Unit: "ms"}
+					bySys[sysKey{r.Key(), sys}] = r
+				}
 			}
 		}
 	}
@@ -667,7 +687,7 @@ func (m *measurement) missing(o options, rs []result.Result, peers ...string) []
 	}
 	for _, n := range o.sizes {
 		for _, sys := range append([]string{sysFtrma}, peers...) {
-			for _, what := range []string{"detect", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
+			for _, what := range []string{"detect", "stop", "agree/shrink/revoke", "replace first", "shrink first", "grow"} {
 				name := what
 				if sys != sysFtrma {
 					name = sys + " " + what
@@ -681,6 +701,8 @@ func (m *measurement) missing(o options, rs []result.Result, peers ...string) []
 				switch what {
 				case "detect":
 					planned, got = o.detectRuns, len(m.detect[sys][n])
+				case "stop":
+					planned, got = o.stopRuns, len(m.stop[sys][n])
 				case "replace first":
 					planned, got = (o.replaceRuns+1)/2, len(m.replace[n])
 				case "shrink first":
@@ -720,4 +742,12 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], fmt.Sprintf("    ... (%d more lines; -v shows all)", len(lines)-n))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// signalName names what the driver did to the victim.
+func signalName(sig syscall.Signal) string {
+	if sig == syscall.SIGSTOP {
+		return "SIGSTOP"
+	}
+	return "SIGKILL"
 }

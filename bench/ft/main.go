@@ -39,6 +39,9 @@ this machine, each job started by ftrun:
 
   detect_p50, detect_p99  SIGKILL of one rank -> the last survivor knows
                           (c.ProcFailed), median and 99th percentile over jobs, ms
+  stop_p50, stop_p99      SIGSTOP of one rank (a hung process) -> the last
+                          survivor knows it failed: the failure detector's
+                          declaration, median and 99th percentile over jobs, ms
   agree_lat               one Agree (fault-tolerant AND), median of K calls, ms
   shrink_lat              one Shrink (each on the previous result), median of K, ms
   revoke_lat              Revoke at rank 0 -> the last rank sees IsRevoked,
@@ -56,7 +59,7 @@ spare; medians over jobs:
   grow_keys, grow_bytes   keys and bytes copied to new replicas, all ranks
   grow_new_keys           keys the new rank holds after Join
 
-The detect and coll jobs run on ULFM too, in the same run and interleaved
+The detect, stop and coll jobs run on ULFM too, in the same run and interleaved
 with ftrma's (the ulfm-tcp or ulfm-shm column, and a ratio column
 ftrma/ULFM): Open MPI 5 with ULFM, found under -ulfm (at the default
 prefix, installed there from PyPI when missing), running mpi/ulfm_ft.c,
@@ -65,7 +68,9 @@ fails once a failure or a revocation is known; MPIX_Comm_agree,
 MPIX_Comm_shrink, MPIX_Comm_revoke), over the same transport (btl
 self,tcp or self,sm,tcp). Detection is also shown against ftrma's
 configured failure detector timeout (the hb-timeout column); ULFM learns of
-a SIGKILL from its runtime (PRRTE sees its child die), not from heartbeats.
+a SIGKILL from its runtime (PRRTE sees its child die), not from heartbeats,
+and of a SIGSTOP from its heartbeat detector, which the stop jobs turn on
+with ftrma's timeout for that N (and a quarter of it as the period).
 The replace jobs' peer is bench/ulfm.
 
 Exit status: 0 when every value was measured, 3 when some are missing (the
@@ -84,12 +89,13 @@ var sysFtrma = "ftrma-tcp"
 const colTimeout = "hb-timeout"
 
 // benches is the order of the table's rows (then by N).
-var benches = []string{"detect_p50", "detect_p99", "agree_lat", "shrink_lat", "revoke_lat", "replace_lat", "kill_shrink_lat",
+var benches = []string{"detect_p50", "detect_p99", "stop_p50", "stop_p99", "agree_lat", "shrink_lat", "revoke_lat", "replace_lat", "kill_shrink_lat",
 	"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"}
 
 // jobKinds are the kinds of job, -only's words, and the benches each gives.
 var jobKinds = map[string][]string{
 	"detect":  {"detect_p50", "detect_p99"},
+	"stop":    {"stop_p50", "stop_p99"},
 	"coll":    {"agree_lat", "shrink_lat", "revoke_lat"},
 	"replace": {"replace_lat", "kill_shrink_lat"},
 	"grow":    {"grow_lat", "grow_keys", "grow_bytes", "grow_new_keys"},
@@ -104,6 +110,7 @@ type options struct {
 	jsonPath     string
 	sizes        []int
 	detectRuns   int // detect jobs per N
+	stopRuns     int // stop jobs per N
 	collRuns     int
 	replaceRuns  int // replace jobs per N: Replace first in even rounds, Shrink first in odd ones
 	growRuns     int // store grow jobs per N
@@ -148,13 +155,14 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "fewer jobs and iterations: under 5 minutes")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results to `FILE` as a JSON array of {bench,size,system,value,unit}")
 	fs.IntVar(&o.detectRuns, "detect-runs", 0, "detect jobs per N (default 10 with -quick, 30 without)")
+	fs.IntVar(&o.stopRuns, "stop-runs", 0, "stop jobs per N (default 5 with -quick, 15 without)")
 	fs.IntVar(&o.collRuns, "coll-runs", 0, "agree/shrink/revoke jobs per N, median over them (default 3 with -quick, 5 without)")
 	fs.IntVar(&o.replaceRuns, "replace-runs", 0, "replace jobs per N, half with Replace first, half with Shrink first (default 4 with -quick, 6 without)")
 	fs.IntVar(&o.growRuns, "grow-runs", 3, "store grow jobs per N (with -only grow)")
 	fs.IntVar(&o.growKeys, "grow-keys", 10000, "grow: keys in the store")
 	fs.IntVar(&o.growValue, "grow-value", 64, "grow: bytes per value")
 	fs.IntVar(&o.growCopies, "grow-copies", 3, "grow: replicas per key")
-	only := fs.String("only", "detect,coll,replace", "the kinds of job to run: `KIND,...` of detect, coll, replace, grow")
+	only := fs.String("only", "detect,stop,coll,replace", "the kinds of job to run: `KIND,...` of detect, stop, coll, replace, grow")
 	fs.IntVar(&o.iters, "iters", 0, "timed Agree and Shrink calls per job (default 50 with -quick, 200 without)")
 	fs.IntVar(&o.warmup, "warmup", 5, "untimed Agree and Shrink calls before timing")
 	fs.IntVar(&o.revokeRounds, "revoke-rounds", 0, "revoke rounds per job (default 10 with -quick, 30 without)")
@@ -179,7 +187,7 @@ func parseFlags(args []string) (options, error) {
 	if o.growRuns < 0 || o.growKeys < 1 || o.growValue < 1 || o.growCopies < 1 {
 		return o, errors.New("-grow-runs must not be negative, -grow-keys, -grow-value and -grow-copies must be positive")
 	}
-	if o.detectRuns < 0 || o.collRuns < 0 || o.replaceRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
+	if o.detectRuns < 0 || o.stopRuns < 0 || o.collRuns < 0 || o.replaceRuns < 0 || o.iters < 0 || o.warmup < 0 || o.revokeRounds < 0 || o.attempts < 1 {
 		return o, errors.New("counts must not be negative, -attempts at least 1")
 	}
 	if o.hbPeriod < 0 || o.hbTimeout < 0 || o.poll < 0 || o.timeout <= 0 {
@@ -197,6 +205,7 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	def(&o.detectRuns, 10, 30)
+	def(&o.stopRuns, 5, 15)
 	def(&o.collRuns, 3, 5)
 	def(&o.iters, 50, 200)
 	def(&o.revokeRounds, 10, 30)
@@ -205,12 +214,15 @@ func parseFlags(args []string) (options, error) {
 	for _, k := range strings.Split(*only, ",") {
 		k = strings.TrimSpace(k)
 		if jobKinds[k] == nil {
-			return o, fmt.Errorf("-only %q: want a comma-separated list of detect, coll, replace, grow", *only)
+			return o, fmt.Errorf("-only %q: want a comma-separated list of detect, stop, coll, replace, grow", *only)
 		}
 		kinds[k] = true
 	}
 	if !kinds["detect"] {
 		o.detectRuns = 0
+	}
+	if !kinds["stop"] {
+		o.stopRuns = 0
 	}
 	if !kinds["coll"] {
 		o.collRuns = 0
@@ -231,6 +243,8 @@ func (o options) runs(b string) bool {
 			switch k {
 			case "detect":
 				return o.detectRuns > 0
+			case "stop":
+				return o.stopRuns > 0
 			case "coll":
 				return o.collRuns > 0
 			case "replace":
@@ -294,7 +308,7 @@ func run() int {
 	systems := []system{ftrmaSystem(o, bins)}
 	var peers []string
 	peerMissing := ""
-	if o.ulfm != "off" && (o.detectRuns > 0 || o.collRuns > 0) {
+	if o.ulfm != "off" && (o.detectRuns > 0 || o.stopRuns > 0 || o.collRuns > 0) {
 		peer, about, err := ulfmSystem(ctx, o, dir)
 		if err != nil {
 			peerMissing = "ulfm-" + o.transport + ": " + err.Error()
@@ -333,7 +347,7 @@ func run() int {
 
 	rs := m.results(o, peers...)
 	fmt.Printf("ftrma over %s, one host, N processes; failure detector timeout %v (heartbeat %v, %s), stretched by ranks per CPU where N exceeds the %d CPUs (hb-timeout column)\n", o.transport, hbTimeout, period, src, runtime.NumCPU())
-	fmt.Printf("detect_*: SIGKILL -> last survivor knows, p50/p99 over jobs; replace_lat, kill_shrink_lat: SIGKILL -> full-size / shrunk communicator everywhere, median over jobs; the others: median of calls\n")
+	fmt.Printf("detect_*, stop_*: SIGKILL, SIGSTOP -> last survivor knows, p50/p99 over jobs; replace_lat, kill_shrink_lat: SIGKILL -> full-size / shrunk communicator everywhere, median over jobs; the others: median of calls\n")
 	columns := append(append([]string{sysFtrma}, peers...), colTimeout)
 	if err := result.WriteTableRatios(os.Stdout, withTimeoutColumn(rs, o.timeoutFor), columns, sysFtrma); err != nil {
 		fmt.Fprintln(os.Stderr, "ft:", err)
@@ -387,7 +401,7 @@ func loadNote() string {
 func withTimeoutColumn(rs []result.Result, timeoutFor func(n int) time.Duration) []result.Result {
 	out := slices.Clone(rs)
 	for _, r := range rs {
-		if strings.HasPrefix(r.Bench, "detect_") {
+		if strings.HasPrefix(r.Bench, "detect_") || strings.HasPrefix(r.Bench, "stop_") {
 			out = append(out, result.Result{Bench: r.Bench, Size: r.Size, System: colTimeout,
 				Value: float64(timeoutFor(r.Size)) / float64(time.Millisecond), Unit: "ms"})
 		}

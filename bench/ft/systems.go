@@ -23,8 +23,9 @@ var ulfmSource []byte
 type system struct {
 	name string
 	// argv is the command of a failure-free job of n processes (mode coll)
-	// or of one whose last rank the driver kills (mode detect), with the
-	// mode's arguments.
+	// or of one whose last rank the driver kills (mode detect) or stops
+	// (mode stop: the program's detect mode, with a failure detector that
+	// declares a hung process), with the mode's arguments.
 	argv func(n int, mode string, args ...string) []string
 	// mpirun: the job's launcher is mpirun, not ftrun (see runJob).
 	mpirun bool
@@ -33,6 +34,9 @@ type system struct {
 // ftrmaSystem runs the jobs under ftrun with bench/ft/rank.
 func ftrmaSystem(o options, bins binaries) system {
 	return system{name: sysFtrma, argv: func(n int, mode string, args ...string) []string {
+		if mode == "stop" {
+			mode = "detect" // ftrun's detector is always on
+		}
 		rankArgs := append([]string{"-mode", mode}, args...)
 		if mode == "detect" {
 			rankArgs = append(rankArgs, "-wait", o.timeout.String())
@@ -60,6 +64,14 @@ func ulfmSystem(ctx context.Context, o options, dir string) (system, string, err
 		return system{}, "", err
 	}
 	s := system{name: "ulfm-" + o.transport, mpirun: true, argv: func(n int, mode string, args ...string) []string {
+		if mode == "stop" {
+			// ULFM's heartbeat detector, off by default, with ftrma's
+			// timeout for this job and a quarter of it as the period
+			// (Open MPI wants the timeout above three periods).
+			timeout := o.timeoutFor(n)
+			argv := mpi.Argv(bin, o.transport, n, append([]string{"-mode", "detect"}, args...)...)
+			return ulfm.WithMCA(argv, ulfm.Detector(timeout/4, timeout)...)
+		}
 		return mpi.Argv(bin, o.transport, n, append([]string{"-mode", mode}, args...)...)
 	}}
 	about := fmt.Sprintf("Open MPI %s with ULFM (%s), mpirun --with-ft ulfm, %s", mpi.Version, mpi.Prefix, btlOf(mpi, o.transport))

@@ -16,6 +16,12 @@ import (
 // wall clock just before the signal, in nanoseconds since 1970. Without
 // /proc (not Linux) it refuses.
 func KillDescendant(root, pid int) (int64, error) {
+	return SignalDescendant(root, pid, syscall.SIGKILL)
+}
+
+// SignalDescendant is KillDescendant with another signal (SIGSTOP: a rank
+// that hangs).
+func SignalDescendant(root, pid int, sig syscall.Signal) (int64, error) {
 	p := pid
 	for range 64 {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
@@ -28,7 +34,7 @@ func KillDescendant(root, pid int) (int64, error) {
 		}
 		if ppid == root {
 			now := time.Now().UnixNano()
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			if err := syscall.Kill(pid, sig); err != nil {
 				return 0, err
 			}
 			return now, nil
@@ -38,7 +44,7 @@ func KillDescendant(root, pid int) (int64, error) {
 		}
 		p = ppid
 	}
-	return 0, fmt.Errorf("process %d does not descend from the launcher (%d): not killing it", pid, root)
+	return 0, fmt.Errorf("process %d does not descend from the launcher (%d): not signalling it", pid, root)
 }
 
 // ParentPID returns the parent's pid from the text of /proc/PID/stat:

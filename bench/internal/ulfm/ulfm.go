@@ -16,8 +16,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Wheel is the PyPI requirement Install installs: pinned, so that every run
@@ -134,6 +136,30 @@ func (m MPI) Argv(bin, transport string, n int, args ...string) []string {
 	argv = append(argv, "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo")
 	argv = append(argv, "-n", strconv.Itoa(n), bin)
 	return append(argv, args...)
+}
+
+// WithMCA returns argv, a command of Argv, with "--mca name value" for
+// each pair of pairs (name, value, name, value, ...) before its "-n".
+func WithMCA(argv []string, pairs ...string) []string {
+	i := slices.Index(argv, "-n")
+	if i < 0 {
+		i = len(argv)
+	}
+	out := slices.Clone(argv[:i])
+	for k := 0; k+1 < len(pairs); k += 2 {
+		out = append(out, "--mca", pairs[k], pairs[k+1])
+	}
+	return append(out, argv[i:]...)
+}
+
+// Detector returns the MCA pairs that turn ULFM's heartbeat failure
+// detector on with period and timeout (Open MPI 5 takes seconds, and wants
+// the timeout above three periods). Without it, ULFM learns of a process
+// only when the runtime sees it exit: a stopped process is never declared.
+func Detector(period, timeout time.Duration) []string {
+	return []string{"mpi_ft_detector", "true",
+		"mpi_ft_detector_period", strconv.FormatFloat(period.Seconds(), 'g', -1, 64),
+		"mpi_ft_detector_timeout", strconv.FormatFloat(timeout.Seconds(), 'g', -1, 64)}
 }
 
 var (

@@ -3,6 +3,7 @@ package ulfm
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseInfo(t *testing.T) {
@@ -33,5 +34,15 @@ func TestArgv(t *testing.T) {
 	want = "/o/bin/mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,sm,tcp --mca btl_tcp_if_include lo -n 4 b -map-by :OVERSUBSCRIBE"
 	if got != want {
 		t.Errorf("shm:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestWithMCA(t *testing.T) {
+	m := MPI{Mpirun: "mpirun"}
+	got := strings.Join(WithMCA(m.Argv("b", "tcp", 4, "-mode", "detect"), Detector(25*time.Millisecond, 120*time.Millisecond)...), " ")
+	want := "mpirun --allow-run-as-root --oversubscribe --with-ft ulfm --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo " +
+		"--mca mpi_ft_detector true --mca mpi_ft_detector_period 0.025 --mca mpi_ft_detector_timeout 0.12 -n 4 b -mode detect"
+	if got != want {
+		t.Errorf("\n got %s\nwant %s", got, want)
 	}
 }
