@@ -219,10 +219,15 @@ func (b *Broadcast) Failed(r int) {
 		b.regraph()
 	}
 	b.send = slices.DeleteFunc(b.send, func(o Outgoing) bool { return o.To == r })
+	var trees []string
 	for id, ts := range b.seen {
 		if ts != nil {
-			b.flood(id, ts)
+			trees = append(trees, id)
 		}
+	}
+	slices.Sort(trees) // the same sends in the same order every run (the simulators replay)
+	for _, id := range trees {
+		b.flood(id, b.seen[id])
 	}
 }
 
@@ -269,9 +274,9 @@ func (b *Broadcast) Advance() {
 // tree copy that this rank may pass on as one, send it to this rank's
 // children in its tree; otherwise flood it to every live neighbour but the
 // sender; then deliver. A later copy turns an ID that has come only down a
-// tree into a flood, unless it is from the same tree (the root's own
-// copies, from a parent that sent it twice, never arrive: each rank sends
-// each ID to each neighbour once).
+// tree into a flood: a flood copy, or one from another root (a copy from
+// the same root again would need a second parent, which a tree does not
+// have, and is only noted as held by its sender).
 func (b *Broadcast) maybeForward(from int, m Message) {
 	ts, ok := b.seen[m.ID]
 	switch {

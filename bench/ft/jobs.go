@@ -59,7 +59,7 @@ type measurement struct {
 // measure runs the jobs, each up to o.attempts times until it succeeds.
 // Jobs repeat in rounds over the sizes (N=4, 8, 16, 32, N=4, ...) so that the
 // machine's slow and fast phases are spread over all sizes instead of hitting
-// one. The detect and coll jobs run on every system (ftrma first, then its
+// one. The detect, stop and coll jobs run on every system (ftrma first, then its
 // peer, in even rounds; the other way round in odd ones), the replace and
 // grow jobs on ftrma only.
 func measure(ctx context.Context, o options, bins binaries, systems []system) *measurement {
