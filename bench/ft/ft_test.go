@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -465,5 +471,77 @@ func TestResultsWithPeer(t *testing.T) {
 	}
 	if len(m.notes) != 1 || !strings.Contains(m.notes[0], "ulfm-tcp agree/shrink/revoke N=8: 2 failed attempt(s)") || !strings.Contains(m.notes[0], "0 of 1 planned") {
 		t.Errorf("notes = %q", m.notes)
+	}
+}
+
+// An mpirun job whose handler has everything (errEnough) ends well even
+// when the launcher lingers: after lingerGrace its whole process group is
+// killed, the sleeper it left behind included. An error line of the ULFM
+// program ends a job at once, as a failure that quotes it.
+func TestRunJobMpirunEnds(t *testing.T) {
+	defer func(d time.Duration) { lingerGrace = d }(lingerGrace)
+	lingerGrace = 100 * time.Millisecond
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "sleeper")
+	script := filepath.Join(dir, "fake-mpirun")
+	body := "#!/bin/sh\nsleep 600 &\necho $! > " + pidFile + "\necho 'RESULT agree_lat 4 0.05 ms'\nwait\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the sleeper, should the group kill have missed it
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		done <- runJob(ctx, []string{script}, true, time.Minute, func(_ *exec.Cmd, ev event) error {
+			if ev.kind == kResult {
+				return errEnough
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("a lingering mpirun that measured everything: %v, want success", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("runJob still waits 30 s after the job measured everything: the lingering group was not killed")
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool { // alive and not a zombie waiting for its reaper
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		return i < 0 || !strings.HasPrefix(string(b[i+1:]), " Z")
+	}
+	for i := 0; running(); i++ {
+		if i == 100 {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the sleeper %d of the lingering mpirun's group still runs", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'error 2 agree MPI_ERR_OTHER: boom'\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = runJob(ctx, []string{script}, true, time.Minute, func(*exec.Cmd, event) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "error 2 agree MPI_ERR_OTHER: boom") {
+		t.Fatalf("an error line: %v, want a failure quoting it", err)
 	}
 }

@@ -436,7 +436,7 @@ var errEnough = errors.New("everything measured")
 
 // lingerGrace is how long an mpirun job that gave everything it measures
 // may take to end by itself; lingeredJobs counts those killed after it.
-const lingerGrace = 5 * time.Second
+var lingerGrace = 5 * time.Second
 
 var lingeredJobs atomic.Int64
 
