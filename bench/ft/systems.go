@@ -74,19 +74,8 @@ func ulfmSystem(ctx context.Context, o options, dir string) (system, string, err
 		}
 		return mpi.Argv(bin, o.transport, n, append([]string{"-mode", mode}, args...)...)
 	}}
-	about := fmt.Sprintf("Open MPI %s with ULFM (%s), mpirun --with-ft ulfm, %s", mpi.Version, mpi.Prefix, btlOf(mpi, o.transport))
+	about := fmt.Sprintf("Open MPI %s with ULFM (%s), mpirun --with-ft ulfm, %s", mpi.Version, mpi.Prefix, "btl "+ulfm.BTL(o.transport))
 	return s, about, nil
-}
-
-// btlOf names the byte transfer layers of a ULFM job over transport.
-func btlOf(mpi ulfm.MPI, transport string) string {
-	argv := mpi.Argv("x", transport, 2)
-	for i, a := range argv {
-		if a == "btl" && i > 0 && argv[i-1] == "--mca" && i+1 < len(argv) {
-			return "btl " + argv[i+1]
-		}
-	}
-	return "btl ?"
 }
 
 // collArgs are the arguments of a coll job, the same for both systems.

@@ -129,13 +129,18 @@ func (m MPI) Compile(ctx context.Context, src []byte, out string) error {
 func (m MPI) Argv(bin, transport string, n int, args ...string) []string {
 	argv := []string{m.Mpirun, "--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm",
 		"--mca", "pml", "ob1"}
-	btl := "self,tcp"
-	if transport == "shm" {
-		btl = "self,sm,tcp"
-	}
-	argv = append(argv, "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo")
+	argv = append(argv, "--mca", "btl", BTL(transport), "--mca", "btl_tcp_if_include", "lo")
 	argv = append(argv, "-n", strconv.Itoa(n), bin)
 	return append(argv, args...)
+}
+
+// BTL is the byte transfer layers of a job over transport (see Argv):
+// self,sm,tcp for "shm", self,tcp otherwise.
+func BTL(transport string) string {
+	if transport == "shm" {
+		return "self,sm,tcp"
+	}
+	return "self,tcp"
 }
 
 // WithMCA returns argv, a command of Argv, with "--mca name value" for
