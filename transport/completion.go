@@ -20,7 +20,8 @@ import (
 // order is the order on the wire) and completed in order by Complete, from one
 // goroutine at a time. A transport whose operations take effect while they
 // are posted calls SetImmediate once and then numbers each operation, after
-// it took effect, with Done, which needs no lock.
+// it took effect, with Done, which needs no lock; there only failed
+// operations get numbers of their own (see Done).
 type Completion struct {
 	posted    atomic.Uint64 // last sequence handed out by Next or Done
 	done      atomic.Uint64 // last sequence completed; done <= posted
@@ -49,11 +50,17 @@ func (c *Completion) SetImmediate() { c.immediate = true }
 // Done numbers an operation that has taken effect already, and records err,
 // if not nil, as its failure, reported by the next Wait or Flush that covers
 // it. It is for a Completion set immediate, and may be called by several
-// goroutines at once without a lock of the caller's: an operation without
-// error costs one atomic add.
+// goroutines at once without a lock of the caller's.
+//
+// Only a failed operation takes a new number. One that succeeded shares the
+// number of the last failure numbered before it (0 before any): every
+// failure numbered before it is covered by Wait on its number, as Wait on an
+// operation covers the operations posted before it, and no later failure
+// is. So the common case is one atomic load, no read-modify-write; numbers
+// are not distinct, and Posted counts failures.
 func (c *Completion) Done(err error) Seq {
 	if err == nil {
-		return Seq(c.posted.Add(1))
+		return Seq(c.posted.Load())
 	}
 	// Numbered under mu, so failures are kept in sequence order.
 	c.mu.Lock()
