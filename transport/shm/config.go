@@ -86,6 +86,13 @@ type Config struct {
 	// down nor exited (a peer stopped in the middle of an operation).
 	// Default 5s.
 	DrainTimeout time.Duration
+	// SlowPath makes every one-sided operation take the slow path (the
+	// peer's mapping lock and the target's active count, four
+	// read-modify-writes) even where the fast path could (see "The fast
+	// path" in the package documentation): to measure one against the
+	// other, or to work around a kernel whose membarrier misbehaves. The
+	// environment variable FTRMA_SHM_SLOWPATH=1 sets it too.
+	SlowPath bool
 	// Logger logs lost peers and anomalies (warnings), with the field
 	// rank; nil means ftrma.Logger().
 	Logger *slog.Logger
@@ -159,6 +166,9 @@ func (cfg Config) withDefaults() (Config, error) {
 			cfg.Regions = n
 			break
 		}
+	}
+	if os.Getenv("FTRMA_SHM_SLOWPATH") == "1" {
+		cfg.SlowPath = true
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = defaultDrainTimeout

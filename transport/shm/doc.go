@@ -60,7 +60,10 @@
 //	header   512 B      magic, version, job size, rank, R, K, pid, file size;
 //	                    state (open, closed), m and a fingerprint of the
 //	                    served ranks; the sleeping flag, epoch, release
-//	                    count
+//	                    count, barrier flag
+//	readers  64 × 64 B  per processor of the owner's Go runtime: the rank
+//	                    whose memory an operation running there accesses,
+//	                    and a count of those operations (the fast path)
 //	active   m × 64 B   per served origin rank: operations under way here
 //	                    (two counters, by epoch) and the fence flag for that
 //	                    origin
@@ -99,14 +102,68 @@
 // returns (Wait and Flush never block), and its
 // errors are reported by the next Wait or Flush, as with every transport.
 //
-// While it accesses a target, an origin is counted in its line of the
-// target's active table, in the counter the target's epoch selects, and only
-// then reads the key table and its fence flag. Deregister clears the key's
-// entry, flips the epoch and waits until every origin's counter of the old
-// epoch has been seen at zero: an access it did not wait for saw the entry
-// gone, so none that found the key runs on after Deregister returns (see
-// Config.DrainTimeout). Release removes the file and counts the release; an
-// origin that sees the count change unmaps the segments whose files are gone.
+// While it accesses a target, an origin is announced, and only then reads
+// the target's state, its fence flag and the key table: Deregister clears
+// the key's entry, and Fence raises the flag, and then each waits for the
+// origins announced before, so that no access that found the key (or no
+// flag) runs on after it returns (see Config.DrainTimeout). Release removes
+// the file and counts the release; an origin that sees the count change
+// unmaps the segments whose files are gone. An origin announces itself in
+// one of two ways.
+//
+// # The fast path
+//
+// Where the kernel has membarrier(2)'s global expedited command (Open
+// registers for it, and says so in the header's barrier flag), an operation
+// between two ranks that both registered costs no read-modify-write and
+// takes no lock. The origin pins its goroutine to its Go processor P (the
+// runtime's procPin, as sync.Pool does), stores a new count and then the
+// target's slot into its own reader line for P with plain stores, reads the
+// target's state, fence flag and key entry, finds the region in a cache of
+// resolved keys, does the operation, stores 0 into the line and unpins. The
+// target's Deregister and Fence, having stored their change, issue the
+// barrier, which runs a full memory barrier on every CPU running a thread of
+// a registered process, and then wait until every reader line of every
+// local rank that named the target has changed (its target or its count).
+// Why no access can land late:
+//
+//   - One writer per line. A pinned goroutine cannot be preempted, so no
+//     other goroutine runs on P until it unpins: P's line has one writer,
+//     and the stores need no atomicity beyond that of an aligned word. The
+//     thread under P may still be descheduled by the kernel, which is a
+//     full barrier of its own and leaves the line announced.
+//   - Announcement before the reads. If the target's wait did not see the
+//     origin's announcement, that store was not visible when the barrier
+//     had run on the origin's CPU; it came after that CPU's barrier, and so
+//     did the origin's later reads, which therefore see the cleared entry
+//     or the raised flag, stored before the barrier was issued. If the wait
+//     did see it, it waits for that access to end (the count changes with
+//     each access, so a stream of later accesses, which do see the change,
+//     does not hold it up).
+//   - Mappings stay valid. An origin unmaps a peer's memory (the peer is
+//     down, released a segment, or this rank closes) only after making it
+//     unreachable (the peer's fast-path pointer cleared, the key cache
+//     emptied, closed set) and waiting a grace period in which every pinned
+//     goroutine of the process has unpinned: the runtime stops the world
+//     (runtime.ReadMemStats), which waits for every P to reach a safe point,
+//     which a pinned goroutine is not.
+//   - Nothing that can block runs pinned: a key not in the cache, a peer not
+//     yet mapped, released segments to sweep, a processor numbered 64 or
+//     more, or a peer that did not register send the operation down the slow
+//     path, which maps what it needs under the peer's mapping lock and
+//     counts itself in the target's active table with read-modify-writes
+//     (the counter the target's epoch selects; Deregister flips the epoch
+//     and waits for the other's count to reach zero). The waits check
+//     both. Config.SlowPath (or FTRMA_SHM_SLOWPATH=1) sends every operation
+//     this way.
+//
+// A pinned goroutine holds up the runtime's stop-the-world pauses for as long
+// as its copy takes: at most half of transport.CopyChunk (about 20 µs).
+// On x86-64 the announcements are plain stores; elsewhere they are atomic
+// stores (store-release), as the memory model there is weaker. With no
+// read-modify-write at the end of an operation, Flush, Wait and Test run a
+// full barrier themselves. TestNoLateWriteAcrossProcesses, with the waits
+// left out on purpose, sees late writes in most rounds; with them, none.
 //
 // # Control messages
 //

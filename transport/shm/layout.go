@@ -15,7 +15,7 @@ import (
 // Words written by different processes sit on different 64-byte lines.
 const (
 	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
-	layoutVersion = 3                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes, ring headers apart from their data
+	layoutVersion = 4                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes, ring headers apart from their data; 4: reader lines, offBarrier
 
 	// Header: written once by Open before the file gets its final name,
 	// except for the words from offState on.
@@ -41,7 +41,21 @@ const (
 	// offReleaseGen counts Release calls: a peer that sees it change drops
 	// its mappings of segments whose files are gone.
 	offReleaseGen = 256
-	headerBytes   = 512
+	// offBarrier is 1 when the owner registered for membarrier's global
+	// expedited command (Open): it takes the fast path toward peers that did
+	// too, and its Deregister and Fence issue the barrier (see fast.go).
+	offBarrier  = 320
+	headerBytes = 512
+
+	// One line per processor (P) of the owner's Go runtime below
+	// readerSlots: the fast path's announcement (fast.go). target is the
+	// slot+1 of the rank whose memory an operation running on that P is
+	// accessing, 0 when none; seq counts the operations begun there.
+	// Written by the owner only, read by every rank it may access.
+	readerSlots  = 64
+	readerStride = 64
+	readerTarget = 0
+	readerSeq    = 8
 
 	// One line per served origin rank, by its slot (its position in the
 	// sorted Config.Ranks): operations of that origin under way in this
@@ -88,15 +102,16 @@ func alignUp(n, a int) int { return (n + a - 1) / a * a }
 // message (reserveRing), and nobody touches the data of a ring that never
 // carried one, so the pages of pairs that do not talk are never allocated.
 type layout struct {
-	slots, ringBytes, regions int
-	active, keys, ringHeads   int // offsets of the active lines, key table, ring headers
-	ringData, ringStride      int // offset and stride of the rings' data areas
-	reserved, total           int // bytes reserved by Open; bytes in all
+	slots, ringBytes, regions        int
+	readers, active, keys, ringHeads int // offsets of the reader lines, active lines, key table, ring headers
+	ringData, ringStride             int // offset and stride of the rings' data areas
+	reserved, total                  int // bytes reserved by Open; bytes in all
 }
 
 func makeLayout(slots, ringBytes, regions int) layout {
 	l := layout{slots: slots, ringBytes: ringBytes, regions: regions}
-	l.active = headerBytes
+	l.readers = headerBytes
+	l.active = l.readers + readerSlots*readerStride
 	l.keys = l.active + slots*activeStride
 	l.ringHeads = l.keys + regions*entryBytes
 	l.ringData = alignUp(l.ringHeads+slots*ringHeader, pageSize)
@@ -119,6 +134,9 @@ type ctl struct {
 
 func (c *ctl) word(off int) *uint64   { return (*uint64)(unsafe.Pointer(&c.mem[off])) }
 func (c *ctl) word32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&c.mem[off])) }
+
+// reader returns the offset of the reader line of processor i.
+func (c *ctl) reader(i int) int { return c.lay.readers + i*readerStride }
 
 // active returns the offset of the line of the origin in slot.
 func (c *ctl) active(slot int) int { return c.lay.active + slot*activeStride }

@@ -9,7 +9,6 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -90,6 +89,9 @@ func (t *Transport) Release(buf []byte) error {
 	}
 	t.segs = append(t.segs[:i], t.segs[i+1:]...)
 	t.peers[t.cfg.Rank].removeSelfSegment(s.id)
+	if t.fast {
+		grace() // fast operations of this rank that found it in the hot cache are done
+	}
 	unmap(s.mem)
 	if !t.unmapped {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -187,13 +189,21 @@ func (t *Transport) Deregister(key transport.Key) error {
 	}
 	atomic.StoreUint64(t.own.word(t.own.entry(reg.slot)+entryState), 0)
 	// Operations that enter from now on count themselves in the other slot
-	// and see the entry gone; wait for those counted in this one.
+	// and see the entry gone; wait for those counted in this one, and for
+	// those on the fast path that may have found the entry.
 	ep := t.own.word(offEpoch)
 	e := atomic.LoadUint64(ep)
 	atomic.StoreUint64(ep, e+1)
 	slot := actCount0 + 8*int(e&1)
+	what := fmt.Sprintf("deregister key %d", key)
+	if t.fast {
+		t.barrier()
+	}
 	for _, p := range t.local {
-		t.drain(p, slot, fmt.Sprintf("deregister key %d", key))
+		t.drain(p, slot, what)
+		if t.fast {
+			t.drainFast(p, what)
+		}
 	}
 	delete(t.regions, key)
 	reg.seg.regs--
@@ -210,27 +220,8 @@ func (t *Transport) drain(p *peer, slot int, what string) {
 	if atomic.LoadUint64(w) == 0 {
 		return
 	}
-	start := time.Now()
-	pause := time.Microsecond
-	for i := 0; atomic.LoadUint64(w) != 0; i++ {
-		if !p.self && p.downErr() != nil {
-			return
-		}
-		if i < 64 {
-			runtime.Gosched()
-			continue
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, time.Millisecond)
-		p.mu.RLock()
-		pid := p.pid
-		p.mu.RUnlock()
-		if !p.self && processGone(pid) {
-			return
-		}
-		if time.Since(start) > t.cfg.DrainTimeout {
-			t.log.Warn(fmt.Sprintf("shm transport: %s: rank %d still has an operation under way after %v; not waiting longer", what, p.rank, t.cfg.DrainTimeout), ftrma.LogPeer, p.rank)
-			return
-		}
-	}
+	p.mu.RLock()
+	pid := p.pid
+	p.mu.RUnlock()
+	t.waitOut(p, pid, time.Now(), what, func() bool { return atomic.LoadUint64(w) == 0 })
 }

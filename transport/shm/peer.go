@@ -24,12 +24,18 @@ type peer struct {
 	self bool
 
 	// mu guards the mappings of the peer's memory: ctl, gone, and unmapping
-	// the segments in segs. Operations and Send hold it for reading while they
-	// touch the peer's memory; mapping the control segment, sweeping released
-	// segments and unmapping everything take it for writing, so nothing is
-	// unmapped under an access.
-	mu   sync.RWMutex
-	ctl  *ctl // the peer's control segment; nil until mapped and once gone
+	// the segments in segs. Operations on the slow path and Send hold it for
+	// reading while they touch the peer's memory; mapping the control
+	// segment, sweeping released segments and unmapping everything take it
+	// for writing, so nothing is unmapped under such an access (those on
+	// the fast path hold no lock: the unmappers wait a grace period for
+	// them, see fast.go).
+	mu  sync.RWMutex
+	ctl *ctl // the peer's control segment; nil until mapped and once gone
+	// fast is ctl while operations toward the peer may take the fast path
+	// (fast.go): both ranks registered for the barrier. Set under mu with
+	// ctl; cleared before a grace period that precedes unmapping.
+	fast atomic.Pointer[ctl]
 	gone bool // the mappings were dropped for good (the peer is down, or Close)
 	pid  int  // the peer's process id, from its header; 0 when unknown
 	bell int  // the peer's bell, open for ringing; -1 when not open
@@ -158,6 +164,9 @@ func (p *peer) prepare() error {
 		released = p.sweepLocked()
 	}
 	p.mu.Unlock()
+	if len(released) > 0 && p.t.fast {
+		grace() // fast operations that found them in the hot cache are done
+	}
 	for _, mem := range released {
 		unmap(mem)
 	}
@@ -193,6 +202,9 @@ func (p *peer) mapCtlLocked() error {
 	p.pid = int(*c.word(offPID))
 	p.relGen.Store(atomic.LoadUint64(c.word(offReleaseGen)))
 	p.ctl = c
+	if t.fast && atomic.LoadUint64(c.word(offBarrier)) == 1 {
+		p.fast.Store(c)
+	}
 	return nil
 }
 
@@ -313,6 +325,9 @@ func (p *peer) drop() {
 		return
 	}
 	p.gone = true
+	if p.fast.Swap(nil) != nil {
+		grace() // the fast operations under way are done
+	}
 	m := map[uint64][]byte{}
 	p.segMu.Lock()
 	old := p.segs.Swap(&m)

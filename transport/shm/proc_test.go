@@ -128,6 +128,22 @@ func runChild(role string) error {
 		}
 		_, err := expect("bye")
 		return err
+	case "late":
+		// Write ones to the key of rank 0 that rank 0 stores at word 16 of
+		// this rank's memory, counting attempts at word 24, each access
+		// waiting announced before it writes (spinInAccess), until fenced.
+		spins, _ := strconv.Atoi(os.Getenv("SHM_SPINS"))
+		testHookFast = func() { spin(spins) }
+		cur, attempts := (*uint64)(unsafe.Pointer(&mem[128])), (*uint64)(unsafe.Pointer(&mem[136]))
+		ones := bytes.Repeat([]byte{0xff}, 64)
+		for {
+			if k := atomic.LoadUint64(cur); k != 0 {
+				if _, err := tr.Write(0, transport.Key(k), 0, ones); errors.Is(err, ftrma.ErrProcFailed) {
+					return nil
+				}
+				atomic.AddUint64(attempts, 1)
+			}
+		}
 	case "spin":
 		// Increment rank 0's counter until killed.
 		for {

@@ -100,10 +100,9 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	return p.comp.Done(opErr), nil
 }
 
-// execute runs o on the peer's memory. opErr is the operation's own failure
-// (region, bounds, alignment); status is what the access found out about the
-// peer, for t.lost.
-func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status error) {
+// executeSlow is execute without the fast path: under the peer's mapping
+// lock, counted in the target's active table with read-modify-writes.
+func (p *peer) executeSlow(key transport.Key, off uint64, o *rma) (opErr, status error) {
 	c, err := p.lock()
 	if err != nil {
 		return nil, err
@@ -114,9 +113,9 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 	}
 	act := c.active(p.t.selfSlot)
 	slot := enter(c, act)
-	// No defers: this is the hot path of every operation, and access has
-	// too many returns for the compiler to inline deferred calls.
-	opErr, status = p.access(c, act, key, off, o)
+	// No defers: access has too many returns for the compiler to inline
+	// deferred calls.
+	opErr, status = p.access(c, act, key, off, o, false)
 	atomic.AddUint64(slot, ^uint64(0))
 	p.mu.RUnlock()
 	return opErr, status
@@ -160,8 +159,10 @@ func (p *peer) executeInPieces(key transport.Key, off uint64, o *rma) (opErr, st
 }
 
 // access is execute's part inside the target: the peer's mapping lock held
-// and this origin counted in the target's active table.
-func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (opErr, status error) {
+// and this origin counted in the target's active table, or on the fast path
+// (fast), pinned and announced in this rank's reader line. On the fast path
+// a key that is not in the hot cache gives status errSlow.
+func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma, fast bool) (opErr, status error) {
 	// Checked after entering: Fence and Deregister publish their change before
 	// they wait for the operations that entered earlier. A peer that closed
 	// (it marks itself closed before it cuts its peers off) has left; a
@@ -174,7 +175,10 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (o
 	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
 		return nil, errFencedByPeer
 	}
-	reg, err := p.resolve(c, key)
+	reg, err := p.resolve(c, key, fast)
+	if err == errSlow {
+		return nil, errSlow
+	}
 	if err != nil {
 		return err, nil
 	}
@@ -186,6 +190,9 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (o
 		return ftrma.ErrOutOfBounds, nil
 	}
 	b := reg[off : off+n]
+	if fast && testHookFast != nil {
+		testHookFast()
+	}
 	switch o.kind {
 	case rmaWrite:
 		storeTo(b, o.src)
@@ -232,8 +239,10 @@ func enter(c *ctl, act int) *uint64 {
 }
 
 // resolve looks key up in the peer's key table and returns the region's
-// memory. The caller holds p.mu for reading and is counted active.
-func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
+// memory. The caller holds p.mu for reading and is counted active, or is on
+// the fast path (fast): then a key not in the hot cache gives errSlow, as
+// mapping a segment is no work for a pinned goroutine.
+func (p *peer) resolve(c *ctl, key transport.Key, fast bool) ([]byte, error) {
 	if key == 0 || key > transport.MaxKey {
 		return nil, ftrma.ErrUnknownRegion
 	}
@@ -244,6 +253,9 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 	hot := &p.hot[key&(hotKeys-1)]
 	if h := hot.Load(); h != nil && h.key == key {
 		return h.reg, nil
+	}
+	if fast {
+		return nil, errSlow
 	}
 	id := atomic.LoadUint64(c.word(e + entrySeg))
 	off := atomic.LoadUint64(c.word(e + entryOffset))
@@ -361,6 +373,7 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	if seq > p.comp.Posted() {
 		return &ftrma.OpError{Op: "wait", Rank: peer, Err: fmt.Errorf("%w: shm transport: sequence %d not posted", ftrma.ErrInvalid, seq)}
 	}
+	fullFence()
 	return p.comp.Wait(ctx, seq, 0)
 }
 
@@ -371,20 +384,24 @@ func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
 	if err != nil {
 		return true, err
 	}
+	fullFence()
 	return p.comp.Test(seq)
 }
 
 // Flush is Wait for every operation posted toward peer; it never blocks.
 // Toward a peer that is down it fails with an error wrapping
-// ftrma.ErrProcFailed even when nothing is pending. It needs no memory fence
-// of its own: each operation ends with a sequentially consistent
-// read-modify-write (leaving the target's active count), which orders its
-// stores before anything this rank does next.
+// ftrma.ErrProcFailed even when nothing is pending. Flush, Wait and Test
+// run a full memory barrier (fullFence): an operation on the fast path ends
+// with plain stores, and what this rank loads after a Flush must come after
+// what it stored before, as MPI's flush orders it (a rank that puts to one
+// window and then gets from another after Flush sees the other's put if
+// that one's origin also flushed first).
 func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	p, err := t.peer("flush", peer)
 	if err != nil {
 		return err
 	}
+	fullFence()
 	return p.comp.Flush(ctx, 0)
 }
 

@@ -56,6 +56,11 @@ type Transport struct {
 	selfMu sync.Mutex // guards selfQ
 	selfQ  [][]byte   // messages to self, not yet delivered
 
+	// fast says that this rank registered for membarrier's global expedited
+	// barrier (offBarrier): its operations take the fast path toward peers
+	// that did too (fast.go). Fixed by Open.
+	fast bool
+
 	closed  atomic.Bool    // set first thing by Close
 	stop    atomic.Bool    // the progress goroutine must return
 	closeMu sync.Mutex     // serializes Close
@@ -134,6 +139,10 @@ func Open(cfg Config) (*Transport, error) {
 	}
 	own := &ctl{mem: mem, lay: lay}
 	own.initHeader(cfg.Rank, cfg.Size, sum, os.Getpid())
+	fast := !cfg.SlowPath && registerBarrier()
+	if fast {
+		*own.word(offBarrier) = 1
+	}
 	atomic.StoreUint64(own.word(offState), stateOpen)
 	err = unix.Link(tmp, path)
 	unix.Unlink(tmp)
@@ -156,6 +165,7 @@ func Open(cfg Config) (*Transport, error) {
 		lockFD:   lockFD,
 		ownDir:   ownDir,
 		ranksSum: sum,
+		fast:     fast,
 		regions:  make(map[transport.Key]region),
 		slotGen:  make([]uint32, cfg.Regions),
 	}
@@ -170,6 +180,9 @@ func Open(cfg Config) (*Transport, error) {
 		p := newPeer(t, r, slot)
 		if p.self {
 			p.ctl = own
+			if fast {
+				p.fast.Store(own)
+			}
 			t.selfSlot = slot
 		} else {
 			p.in = own.ring(slot)
@@ -354,8 +367,14 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 		return &ftrma.OpError{Op: "fence", Rank: r, Err: ftrma.ErrClosed}
 	}
 	atomic.StoreUint64(t.own.word(t.own.active(p.slot)+actFenced), 1)
+	if t.fast {
+		t.barrier()
+	}
 	t.drain(p, actCount0, "fence")
 	t.drain(p, actCount1, "fence")
+	if t.fast {
+		t.drainFast(p, "fence")
+	}
 	t.life.RUnlock()
 	p.mu.RLock()
 	if c := p.ctl; c != nil {
@@ -411,6 +430,14 @@ func (t *Transport) Close() error {
 	defer t.closeMu.Unlock()
 	if t.closed.Swap(true) {
 		return nil
+	}
+	// Fast operations check closed once pinned: after a grace period none
+	// is under way, and none starts.
+	for _, p := range t.local {
+		p.fast.Store(nil)
+	}
+	if t.fast {
+		grace()
 	}
 	for _, p := range t.local {
 		p.wakeSender() // a Send parked on a full ring returns
