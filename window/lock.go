@@ -62,9 +62,9 @@ import (
 // transport, also by their owner. How each transport keeps the order:
 //   - shm: the origin's CPU runs each operation when it is posted: the CAS is
 //     a locked read-modify-write (acquire and release in Go's memory model)
-//     and the Read's loads come after it in program order. Every shm
-//     operation also ends with a sequentially consistent read-modify-write
-//     (leaving the target's active count), which orders it before the next.
+//     and the Read's loads come after it in program order. The epoch's puts
+//     are plain stores, ordered before the release's CAS by that locked
+//     instruction itself (and by the barrier Unlock's Flush runs).
 //   - tcp, memnet (and multi, whose shm part is as above): the target's
 //     goroutine runs one origin's operations one after another in posting
 //     order (CapOrdered without CapOneSided), with sync/atomic for the

@@ -161,8 +161,8 @@
 // as its copy takes: at most half of transport.CopyChunk (about 20 µs).
 // On x86-64 the announcements are plain stores; elsewhere they are atomic
 // stores (store-release), as the memory model there is weaker. With no
-// read-modify-write at the end of an operation, Flush, Wait and Test run a
-// full barrier themselves. TestNoLateWriteAcrossProcesses, with the waits
+// read-modify-write at the end of an operation, Flush runs a full barrier
+// itself. TestNoLateWriteAcrossProcesses, with the waits
 // left out on purpose, sees late writes in most rounds; with them, none.
 //
 // # Control messages

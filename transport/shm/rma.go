@@ -373,7 +373,6 @@ func (t *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	if seq > p.comp.Posted() {
 		return &ftrma.OpError{Op: "wait", Rank: peer, Err: fmt.Errorf("%w: shm transport: sequence %d not posted", ftrma.ErrInvalid, seq)}
 	}
-	fullFence()
 	return p.comp.Wait(ctx, seq, 0)
 }
 
@@ -384,18 +383,20 @@ func (t *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	fullFence()
 	return p.comp.Test(seq)
 }
 
 // Flush is Wait for every operation posted toward peer; it never blocks.
 // Toward a peer that is down it fails with an error wrapping
-// ftrma.ErrProcFailed even when nothing is pending. Flush, Wait and Test
-// run a full memory barrier (fullFence): an operation on the fast path ends
-// with plain stores, and what this rank loads after a Flush must come after
-// what it stored before, as MPI's flush orders it (a rank that puts to one
-// window and then gets from another after Flush sees the other's put if
-// that one's origin also flushed first).
+// ftrma.ErrProcFailed even when nothing is pending. Flush runs a full
+// memory barrier (fullFence): an operation on the fast path ends with plain
+// stores, and what this rank loads after a Flush must come after what it
+// stored before, as MPI's flush orders it (of two ranks that each put to
+// the other's window, flush, and then get, at least one sees the other's
+// put). Wait and Test need none: the data a Write stored is visible to
+// every later load of any rank as soon as the store buffer drains, in
+// order (x86-TSO), and every way to tell another rank that it is there
+// (Send, an atomic, Flush) is a barrier of its own.
 func (t *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 	p, err := t.peer("flush", peer)
 	if err != nil {
