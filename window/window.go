@@ -475,8 +475,27 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 }
 
 // target validates an access of n bytes at disp of rank r and returns the
-// region and offset to name to the transport.
+// region and offset to name to the transport. Its common case (a usable
+// window made with memory, r and the bytes in range) is small enough to be
+// inlined; everything else is targetSlow.
 func (w *Window) target(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
+	if w.kind != dynamic && uint(r) < uint(len(w.peers)) && (!atomic || disp%8 == 0) {
+		p := &w.peers[r]
+		if disp <= p.size && uint64(n) <= p.size-disp && w.open() {
+			return p.tr, p.key, disp, nil
+		}
+	}
+	return w.targetSlow(op, r, disp, n, atomic)
+}
+
+// open reports whether the window is neither freed nor revoked (usable
+// says why not).
+func (w *Window) open() bool {
+	return !w.freed.Load() && !w.revoked.Load() && !w.c.Noticed(w.revokeID)
+}
+
+// targetSlow is target past its common case.
+func (w *Window) targetSlow(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
 	if err := w.usable(op, r); err != nil {
 		return 0, 0, 0, err
 	}

@@ -42,6 +42,9 @@ order (A, B, C, ..., A, B, C, ...):
                and authenticated) as between hosts, though on loopback
   openmpi-tcp  Open MPI 4.1, --mca pml ob1 --mca btl self,tcp --mca osc pt2pt, on lo
   ftrma-shm    ftrma under ftrun --transport shm
+  ftrma-shm-slow
+               the same with FTRMA_SHM_SLOWPATH=1: every operation on the
+               slow path (as before the fast path), for the ratio between them
   openmpi-shm  Open MPI 4.1, --mca pml ob1 --mca btl self,vader --mca osc sm
                (not the default osc rdma: it segfaults on MPI_Compare_and_swap here)
   mpich        MPICH with its defaults (shared memory within a node)
@@ -291,7 +294,7 @@ func setup(ctx context.Context, goBin, root, dir string, o options) []*system {
 	)
 	for _, n := range o.only {
 		switch n {
-		case sysFtrmaTCP, sysFtrmaTCPSealed, sysFtrmaSHM:
+		case sysFtrmaTCP, sysFtrmaTCPSealed, sysFtrmaSHM, sysFtrmaSHMSlow:
 			ftrmaNames = append(ftrmaNames, n)
 		case sysOpenMPITCP, sysOpenMPISHM:
 			ompiNames = append(ompiNames, n)

@@ -26,13 +26,16 @@ const (
 	sysFtrmaTCPSealed = "ftrma-tcp-sealed"
 	sysOpenMPITCP     = "openmpi-tcp" // Open MPI, osc pt2pt over btl tcp
 	sysFtrmaSHM       = "ftrma-shm"   // ftrun --transport shm
+	// ftrun --transport shm with FTRMA_SHM_SLOWPATH=1: every operation on
+	// the slow path (mapping lock and active counts), as before the fast path
+	sysFtrmaSHMSlow = "ftrma-shm-slow"
 	sysOpenMPISHM     = "openmpi-shm" // Open MPI, osc sm over btl vader
 	sysMPICH          = "mpich"       // MPICH with its defaults
 )
 
 // allSystems is every system, in the order a round runs them and the table
 // shows them: each ftrma transport next to its Open MPI counterpart.
-var allSystems = []string{sysFtrmaTCP, sysFtrmaTCPSealed, sysOpenMPITCP, sysFtrmaSHM, sysOpenMPISHM, sysMPICH}
+var allSystems = []string{sysFtrmaTCP, sysFtrmaTCPSealed, sysOpenMPITCP, sysFtrmaSHM, sysFtrmaSHMSlow, sysOpenMPISHM, sysMPICH}
 
 // ratioPairs are the table's ratio columns, a/b: ftrma against the MPI that
 // moves data the same way.
@@ -41,6 +44,7 @@ var ratioPairs = [][2]string{
 	{sysFtrmaTCPSealed, sysFtrmaTCP},
 	{sysFtrmaTCPSealed, sysOpenMPITCP},
 	{sysFtrmaSHM, sysOpenMPISHM},
+	{sysFtrmaSHM, sysFtrmaSHMSlow},
 	{sysFtrmaSHM, sysMPICH},
 }
 
@@ -104,7 +108,7 @@ func missingAll(names []string, why string) []*system {
 }
 
 // ftrmaTransports maps the ftrma systems to ftrun's --transport.
-var ftrmaTransports = map[string]string{sysFtrmaTCP: "tcp", sysFtrmaTCPSealed: "tcp", sysFtrmaSHM: "shm"}
+var ftrmaTransports = map[string]string{sysFtrmaTCP: "tcp", sysFtrmaTCPSealed: "tcp", sysFtrmaSHM: "shm", sysFtrmaSHMSlow: "shm"}
 
 // ftrmaArgv is the command of one ftrma run: the same rank program under
 // ftrun with the given transport. ftrun's default (auto) is shared memory on
@@ -135,6 +139,10 @@ func setupFtrma(ctx context.Context, goBin, root, dir string, ftrunArgs, names [
 		if name == sysFtrmaTCPSealed {
 			s.env = append(s.env, "FTRMA_SEAL=all")
 			s.notes = append(s.notes, "FTRMA_SEAL=all: the connection sealed as between hosts (AES-128-GCM records), loopback too")
+		}
+		if name == sysFtrmaSHMSlow {
+			s.env = append(s.env, "FTRMA_SHM_SLOWPATH=1")
+			s.notes = append(s.notes, "FTRMA_SHM_SLOWPATH=1: every operation on the shm transport's slow path (its mapping lock and the target's active count: four read-modify-writes)")
 		}
 		if len(ftrunArgs) > 0 {
 			s.notes = append(s.notes, fmt.Sprintf("ftrun extra arguments: %q", ftrunArgs))

@@ -256,6 +256,16 @@ func (t *Transport) Caps() transport.Caps {
 // transport, a rank out of range or a rank not served (not in
 // Config.Ranks).
 func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
+	if uint(r) < uint(len(t.peers)) && !t.closed.Load() {
+		if p := t.peers[r]; p != nil && !p.absent.Load() {
+			return p, nil // inlined: the common case
+		}
+	}
+	return t.peerSlow(op, r)
+}
+
+// peerSlow is peer past its common case: the errors.
+func (t *Transport) peerSlow(op string, r ftrma.Rank) (*peer, error) {
 	if t.closed.Load() {
 		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrClosed}
 	}
