@@ -9,8 +9,9 @@ import (
 	"github.com/ftrma/ftrma"
 )
 
-// ftrun passes its log settings on to the ranks (their base environment
-// has no FTRMA_ variable), and -v asks for debug when ftrun sets no level.
+// ftrun passes its log settings (and the shm transport's slow-path switch)
+// on to the ranks (their base environment has no FTRMA_ variable), and -v
+// asks for debug when ftrun sets no level.
 func TestLogVars(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	for _, c := range []struct {
@@ -22,6 +23,7 @@ func TestLogVars(t *testing.T) {
 		{true, nil, []string{"FTRMA_LOG=debug"}},
 		{true, map[string]string{ftrma.EnvLog: "warn"}, []string{"FTRMA_LOG=warn"}},
 		{false, map[string]string{ftrma.EnvLog: "error", ftrma.EnvLogFormat: "json"}, []string{"FTRMA_LOG=error", "FTRMA_LOG_FORMAT=json"}},
+		{false, map[string]string{"FTRMA_SHM_SLOWPATH": "1"}, []string{"FTRMA_SHM_SLOWPATH=1"}},
 	} {
 		if got := logVars(&Options{Verbose: c.verbose}, env(c.env)); !slices.Equal(got, c.want) {
 			t.Errorf("-v %v, env %v: %q, want %q", c.verbose, c.env, got, c.want)

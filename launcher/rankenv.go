@@ -11,6 +11,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // The environment of ftrun and its agents (the ranks' own is in
@@ -125,9 +126,13 @@ func sealOf(o *Options, getenv func(string) string) (string, error) {
 // logVars returns the log settings of the ranks (ftrma.EnvLog and
 // ftrma.EnvLogFormat): ftrun's own, read through getenv, passed on (the
 // ranks' base environment has no FTRMA_ variable), and with -v (Verbose)
-// debug level when ftrun's environment sets none.
+// debug level when ftrun's environment sets none; and shm.EnvSlowPath, a
+// switch for measurement, passed on the same way.
 func logVars(o *Options, getenv func(string) string) []string {
 	var env []string
+	if v := getenv(shm.EnvSlowPath); v != "" {
+		env = append(env, shm.EnvSlowPath+"="+v)
+	}
 	if v := getenv(ftrma.EnvLog); v != "" {
 		env = append(env, ftrma.EnvLog+"="+v)
 	} else if o.Verbose {

@@ -30,6 +30,10 @@ func JobDir(base, job string) string {
 	return filepath.Join(base, "ftrma-"+job)
 }
 
+// EnvSlowPath is the environment variable that, set to 1, sets
+// Config.SlowPath in every transport the process opens.
+const EnvSlowPath = "FTRMA_SHM_SLOWPATH"
+
 // Config configures a shared-memory transport. The zero value of each field
 // means its default.
 type Config struct {
@@ -91,7 +95,8 @@ type Config struct {
 	// read-modify-writes) even where the fast path could (see "The fast
 	// path" in the package documentation): to measure one against the
 	// other, or to work around a kernel whose membarrier misbehaves. The
-	// environment variable FTRMA_SHM_SLOWPATH=1 sets it too.
+	// environment variable EnvSlowPath=1 sets it too (ftrun passes it on
+	// to the ranks from its own environment).
 	SlowPath bool
 	// Logger logs lost peers and anomalies (warnings), with the field
 	// rank; nil means ftrma.Logger().
@@ -167,7 +172,7 @@ func (cfg Config) withDefaults() (Config, error) {
 			break
 		}
 	}
-	if os.Getenv("FTRMA_SHM_SLOWPATH") == "1" {
+	if os.Getenv(EnvSlowPath) == "1" {
 		cfg.SlowPath = true
 	}
 	if cfg.DrainTimeout <= 0 {
