@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +96,36 @@ func benchLarge(b *testing.B, write bool) {
 		} else {
 			ts[0].Read(1, key, 0, buf)
 		}
+	}
+}
+
+// BenchmarkFastPathFloor is the floor of a fast-path write: what
+// executeFast does to memory (pin, announce, the target's state, fence
+// flag, key entry and release count, the 8-byte store, the announcement
+// cleared, unpin), in one function, without the calls, checks and
+// bookkeeping around it. BenchmarkWrite8 against it is the cost of the
+// layers.
+func BenchmarkFastPathFloor(b *testing.B) {
+	ts, _, key := benchPair(b)
+	t, p := ts[0], ts[0].peers[1]
+	c := p.fast.Load()
+	reg, err := p.resolve(c, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := c.entry(int(key) & (c.lay.regions - 1))
+	act := c.active(t.selfSlot)
+	for b.Loop() {
+		i := procPin()
+		line := t.own.reader(i)
+		tw, sw := t.own.word(line+readerTarget), t.own.word(line+readerSeq)
+		announce(sw, *sw+1)
+		announce(tw, 2)
+		if atomic.LoadUint64(c.word(offState)) == stateOpen && atomic.LoadUint64(c.word(act+actFenced)) == 0 &&
+			atomic.LoadUint64(c.word(e+entryState)) == uint64(key)<<8|1 && atomic.LoadUint64(c.word(offReleaseGen)) == p.relGen.Load() {
+			storeWord(&reg[0], 1)
+		}
+		announce(tw, 0)
+		procUnpin()
 	}
 }

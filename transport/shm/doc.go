@@ -147,11 +147,14 @@
 //     goroutine of the process has unpinned: the runtime stops the world
 //     (runtime.ReadMemStats), which waits for every P to reach a safe point,
 //     which a pinned goroutine is not.
-//   - Nothing that can block runs pinned: a key not in the cache, a peer not
-//     yet mapped, released segments to sweep, a processor numbered 64 or
-//     more, or a peer that did not register send the operation down the slow
-//     path, which maps what it needs under the peer's mapping lock and
-//     counts itself in the target's active table with read-modify-writes
+//   - Nothing that can block runs pinned, and no error is made there: a key
+//     not in the cache, a peer not yet mapped, released segments to sweep, a
+//     processor numbered 64 or more, a peer that did not register, and
+//     anything that fails (a peer that left or fenced this rank, a key not
+//     registered, bytes out of bounds, a misaligned atomic) send the
+//     operation down the slow path, which finds the same and says so. The
+//     slow path maps what it needs under the peer's mapping lock and counts
+//     itself in the target's active table with read-modify-writes
 //     (the counter the target's epoch selects; Deregister flips the epoch
 //     and waits for the other's count to reach zero). The waits check
 //     both. Config.SlowPath (or FTRMA_SHM_SLOWPATH=1) sends every operation

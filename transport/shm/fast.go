@@ -103,30 +103,31 @@ func fullFence() {
 	atomic.AddUint32(&w, 1)
 }
 
-// execute runs o on the peer's memory. opErr is the operation's own failure
-// (region, bounds, alignment); status is what the access found out about the
-// peer, for t.lost. It takes the fast path when it can.
+// execute runs o on the peer's memory, on the fast path when it can. opErr
+// is the operation's own failure (region, bounds, alignment); status is what
+// the access found out about the peer, for t.lost.
 func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status error) {
-	if p.t.fast {
-		if opErr, status, ok := p.executeFast(key, off, o); ok {
-			return opErr, status
-		}
+	if p.t.fast && p.fastOp(key, off, o) {
+		return nil, nil
 	}
 	return p.executeSlow(key, off, o)
 }
 
-// executeFast is execute announced in this rank's reader line of the
-// processor it runs on, pinned there. ok is false when it could not run
-// there (a processor beyond readerSlots, a peer not mapped or not taking
-// the fast path, a key not in the hot cache, released segments to sweep,
-// Close under way): executeSlow must then do it.
-func (p *peer) executeFast(key transport.Key, off uint64, o *rma) (opErr, status error, ok bool) {
+// fastOp runs o on the fast path, announced in this rank's reader line of
+// the processor it is pinned to, and reports whether it did. It does all of
+// o or nothing: whatever is not the common case (a processor beyond
+// readerSlots, a peer not mapped or not taking the fast path, Close under
+// way, released segments to sweep, a peer that left, exited or fenced this
+// rank, a key not registered or not in the hot cache, bytes out of bounds,
+// a misaligned atomic) it leaves to executeSlow, which finds the same and
+// says so.
+func (p *peer) fastOp(key transport.Key, off uint64, o *rma) bool {
 	t := p.t
 	i := procPin()
 	c := p.fast.Load()
 	if i >= readerSlots || c == nil || t.closed.Load() {
 		procUnpin()
-		return nil, nil, false
+		return false
 	}
 	// t.own stays mapped while this goroutine is pinned: Close sets closed
 	// and waits a grace period before it unmaps it.
@@ -134,23 +135,24 @@ func (p *peer) executeFast(key transport.Key, off uint64, o *rma) (opErr, status
 	tw, sw := t.own.word(line+readerTarget), t.own.word(line+readerSeq)
 	announce(sw, *sw+1)
 	announce(tw, uint64(p.slot)+1)
-	if !p.self && atomic.LoadUint64(c.word(offReleaseGen)) != p.relGen.Load() {
-		announce(tw, 0)
-		procUnpin()
-		return nil, nil, false
+	done := false
+	if (p.self || atomic.LoadUint64(c.word(offState)) == stateOpen && atomic.LoadUint64(c.word(offReleaseGen)) == p.relGen.Load()) &&
+		atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) == 0 &&
+		atomic.LoadUint64(c.word(c.entry(int(key)&(c.lay.regions-1))+entryState)) == uint64(key)<<8|1 {
+		if h := p.hot[key&(hotKeys-1)].Load(); h != nil && h.key == key {
+			if b, ok := span(h.reg, off, o); ok && (!o.atomic() || aligned(b)) {
+				if testHookFast != nil {
+					testHookFast()
+				}
+				apply(b, o)
+				done = true
+			}
+		}
 	}
-	opErr, status = p.access(c, c.active(t.selfSlot), key, off, o, true)
 	announce(tw, 0)
 	procUnpin()
-	if status == errSlow {
-		return nil, nil, false
-	}
-	return opErr, status, true
+	return done
 }
-
-// errSlow is access's status when the fast path cannot resolve the key (it
-// is not in the hot cache): the operation must take the slow path.
-var errSlow = fmt.Errorf("shm transport: not on the fast path")
 
 // drainFast waits until no reader line of p (a local rank, or this rank)
 // that named this rank when drainFast began still does: each such line's

@@ -85,7 +85,10 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	}
 	var opErr, status error
 	if len(o.src)+len(o.dst) <= copyPiece {
-		opErr, status = p.execute(key, off, o)
+		if p.t.fast && p.fastOp(key, off, o) {
+			return p.comp.Done(nil), nil
+		}
+		opErr, status = p.executeSlow(key, off, o)
 	} else {
 		opErr, status = p.executeInPieces(key, off, o)
 	}
@@ -115,7 +118,7 @@ func (p *peer) executeSlow(key transport.Key, off uint64, o *rma) (opErr, status
 	slot := enter(c, act)
 	// No defers: access has too many returns for the compiler to inline
 	// deferred calls.
-	opErr, status = p.access(c, act, key, off, o, false)
+	opErr, status = p.access(c, act, key, off, o)
 	atomic.AddUint64(slot, ^uint64(0))
 	p.mu.RUnlock()
 	return opErr, status
@@ -158,11 +161,9 @@ func (p *peer) executeInPieces(key transport.Key, off uint64, o *rma) (opErr, st
 	}
 }
 
-// access is execute's part inside the target: the peer's mapping lock held
-// and this origin counted in the target's active table, or on the fast path
-// (fast), pinned and announced in this rank's reader line. On the fast path
-// a key that is not in the hot cache gives status errSlow.
-func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma, fast bool) (opErr, status error) {
+// access is executeSlow's part inside the target: the peer's mapping lock
+// held and this origin counted in the target's active table.
+func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma) (opErr, status error) {
 	// Checked after entering: Fence and Deregister publish their change before
 	// they wait for the operations that entered earlier. A peer that closed
 	// (it marks itself closed before it cuts its peers off) has left; a
@@ -175,33 +176,49 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma, fa
 	if atomic.LoadUint64(c.word(act+actFenced)) != 0 {
 		return nil, errFencedByPeer
 	}
-	reg, err := p.resolve(c, key, fast)
-	if err == errSlow {
-		return nil, errSlow
-	}
+	reg, err := p.resolve(c, key)
 	if err != nil {
 		return err, nil
 	}
+	b, ok := span(reg, off, o)
+	if !ok {
+		return ftrma.ErrOutOfBounds, nil
+	}
+	if o.atomic() && !aligned(b) {
+		return ftrma.ErrMisaligned, nil
+	}
+	apply(b, o)
+	return nil, nil
+}
+
+// atomic reports whether o is a compare-and-swap or a fetch-and-add.
+func (o *rma) atomic() bool { return o.kind == rmaCAS || o.kind == rmaFAdd }
+
+// span returns the bytes of reg that o accesses at off, and false if they
+// (or, for the first piece of a large operation, the whole) are out of
+// bounds.
+func span(reg []byte, off uint64, o *rma) ([]byte, bool) {
 	n := uint64(len(o.src) + len(o.dst))
-	if o.kind == rmaCAS || o.kind == rmaFAdd {
+	if o.atomic() {
 		n = 8
 	}
 	if off > uint64(len(reg)) || max(n, o.whole) > uint64(len(reg))-off {
-		return ftrma.ErrOutOfBounds, nil
+		return nil, false
 	}
-	b := reg[off : off+n]
-	if fast && testHookFast != nil {
-		testHookFast()
-	}
+	return reg[off : off+n], true
+}
+
+// aligned reports whether b starts on an 8-byte boundary.
+func aligned(b []byte) bool { return uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0 }
+
+// apply does o on b, the target's bytes (aligned for an atomic).
+func apply(b []byte, o *rma) {
 	switch o.kind {
 	case rmaWrite:
 		storeTo(b, o.src)
 	case rmaRead:
 		loadFrom(o.dst, b)
 	case rmaCAS, rmaFAdd:
-		if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
-			return ftrma.ErrMisaligned, nil
-		}
 		w := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))
 		var v uint64
 		if o.kind == rmaFAdd {
@@ -218,7 +235,6 @@ func (p *peer) access(c *ctl, act int, key transport.Key, off uint64, o *rma, fa
 			*o.result = v
 		}
 	}
-	return nil, nil
 }
 
 // enter counts an operation of this rank in the peer's active line act, in
@@ -239,10 +255,9 @@ func enter(c *ctl, act int) *uint64 {
 }
 
 // resolve looks key up in the peer's key table and returns the region's
-// memory. The caller holds p.mu for reading and is counted active, or is on
-// the fast path (fast): then a key not in the hot cache gives errSlow, as
-// mapping a segment is no work for a pinned goroutine.
-func (p *peer) resolve(c *ctl, key transport.Key, fast bool) ([]byte, error) {
+// memory, caching it in p.hot for the fast path. The caller holds p.mu for
+// reading and is counted active.
+func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 	if key == 0 || key > transport.MaxKey {
 		return nil, ftrma.ErrUnknownRegion
 	}
@@ -253,9 +268,6 @@ func (p *peer) resolve(c *ctl, key transport.Key, fast bool) ([]byte, error) {
 	hot := &p.hot[key&(hotKeys-1)]
 	if h := hot.Load(); h != nil && h.key == key {
 		return h.reg, nil
-	}
-	if fast {
-		return nil, errSlow
 	}
 	id := atomic.LoadUint64(c.word(e + entrySeg))
 	off := atomic.LoadUint64(c.word(e + entryOffset))
