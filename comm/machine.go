@@ -305,7 +305,8 @@ func (m *machine) stepAgree(from ftrma.Rank, msg []byte) {
 // its connection, or ftrun saw its process go. What it does depends on what
 // the loss proves (classifyDown): a peer that said goodbye is gone here, and
 // nobody else needs telling; a peer that can no longer act has failed, which
-// is announced to the job; a peer that may still act is a suspect, reported
+// is announced to the job, unless the proof came from the confirmer, which
+// tells every rank itself; a peer that may still act is a suspect, reported
 // to the confirmer until its verdict comes.
 func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
 	if int(from) < 0 || int(from) >= m.n {
@@ -315,7 +316,17 @@ func (m *machine) peerDown(now time.Time, from ftrma.Rank, err error) {
 	case downLeft:
 		m.markGone(now, from, "left the job", true)
 	case downFailed:
-		m.markFailed(now, from, fmt.Sprintf("connection lost: %v", err))
+		why := fmt.Sprintf("connection lost: %v", err)
+		if m.confirm {
+			// Under a confirmer a failure is proven only by ftrun (its
+			// exit notice, or its mark on a reaped rank's shared memory,
+			// which its notice follows), and ftrun tells every rank:
+			// announcing it again would cost n-1 notices per failure that
+			// nobody needs (95% of a shrink's messages at 4,096 ranks).
+			m.markGone(now, from, why, false)
+		} else {
+			m.markFailed(now, from, why)
+		}
 	case downSuspect:
 		m.suspectLost(now, from)
 	}

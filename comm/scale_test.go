@@ -14,6 +14,7 @@ import (
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/overlay"
+	"github.com/ftrma/ftrma/startup"
 )
 
 // This file measures how Shrink's cost grows with the job size, from 4 to
@@ -63,7 +64,8 @@ type shrinkOpts struct {
 	n    int
 	seed int64
 	// dead ranks crash before the shrink starts; every rank is told at
-	// once when knownToAll, otherwise only each one's observer, within
+	// once by ftrun's exit notice when knownToAll (the ranks run under
+	// ftrun: a confirmer), otherwise only each one's observer, within
 	// shrinkDetect.
 	dead       int
 	knownToAll bool
@@ -124,7 +126,7 @@ func runShrink(o shrinkOpts) shrinkResult {
 		members[r] = ftrma.Rank(r)
 	}
 	for r := range n {
-		m, err := newMachine(cfg, r, n, false, s.t0)
+		m, err := newMachine(cfg, r, n, o.knownToAll, s.t0)
 		if err != nil {
 			s.errorf("newMachine(%d, %d): %v", r, n, err)
 			return s.res
@@ -201,9 +203,10 @@ func (s *shrinkNet) errorf(format string, args ...any) {
 // within shrinkDetect.
 func (s *shrinkNet) tell(r int, all bool) {
 	if all {
+		exit := fmt.Errorf("launcher: the process of rank %d exited (%w): %w", r, startup.ErrExitReported, ftrma.ErrProcFailed)
 		for q := range s.o.n {
 			if !s.dead[q] {
-				s.ms[q].fail(s.clock(), ftrma.Rank(r), "exit notice")
+				s.ms[q].peerDown(s.clock(), ftrma.Rank(r), exit)
 				s.drain(q)
 			}
 		}
@@ -398,13 +401,15 @@ func TestScaleShrink(t *testing.T) {
 		rounds    int
 		fails     int  // failures announced by notices
 		viaNotice bool // the agreement may wait on a notice
+		fromFtrun bool // ftrun tells every rank: no rank sends a notice
 	}
 	scenarios := []scenario{
 		{name: "no failure", rounds: 1},
 		{
-			// Every rank knows before it calls Shrink: rank 0 opens
-			// round 1 over the survivors at once.
-			name: fmt.Sprintf("%d failed, known to all", shrinkFailed), rounds: 2, fails: shrinkFailed,
+			// Every rank knows before it calls Shrink, from ftrun: rank 0
+			// opens round 1 over the survivors at once, and no rank
+			// announces what ftrun told everyone (no notice at all).
+			name: fmt.Sprintf("%d failed, known to all from ftrun", shrinkFailed), rounds: 2, fails: shrinkFailed, fromFtrun: true,
 			opts: shrinkOpts{dead: shrinkFailed, knownToAll: true},
 		},
 		{
@@ -442,6 +447,9 @@ func TestScaleShrink(t *testing.T) {
 						n&(n-1) == 0 && r.depth != 2*l || r.depth > 2*l) {
 						t.Errorf("n=%d seed=%d no failure: %d messages (%d agreement), busiest rank %d, depth %d; want 2(n-1) = %d, all agreement, %d, depth 2·%d",
 							n, seed, r.total, r.agreeMsgs, r.maxSent, r.depth, 2*(n-1), l, l)
+					}
+					if sc.fromFtrun && r.bcastMsgs != 0 {
+						t.Errorf("n=%d seed=%d: %d notices re-broadcast what ftrun told every rank", n, seed, r.bcastMsgs)
 					}
 					if d := overlay.Degree(n); r.maxBcast > sc.fails*d {
 						t.Errorf("n=%d seed=%d: a rank sent %d notices for %d failures; want at most %d·Degree = %d",
