@@ -173,12 +173,13 @@ func run() int {
 	}
 
 	p := newPlan(o.quick)
-	args := p.args()
+	args, shmArgs := p.args(), p.scaled(sharedMemoryScale).args()
 	mode := "full"
 	if o.quick {
 		mode = "quick"
 	}
 	fmt.Printf("plan (%s, %d rounds): %s\n", mode, o.rounds, strings.Join(args, " "))
+	fmt.Printf("plan for shared memory (%d times the iterations): %s\n", sharedMemoryScale, strings.Join(shmArgs, " "))
 
 	if b, ok := host.CPUBusy(time.Second); ok && b > 0.25 {
 		fmt.Printf("WARNING: the CPUs were %.0f%% busy before measuring: other processes compete with the benchmark, so both systems' latencies will be inflated\n", 100*b)
@@ -203,7 +204,11 @@ func run() int {
 			// Progress on stderr: a round of every system takes minutes.
 			fmt.Fprintf(os.Stderr, "bench/rma: round %d/%d, system %d/%d: %s\n", r+1, o.rounds, i+1, len(ready), s.name)
 			t0 := time.Now()
-			rs, err := runOnce(ctx, s, args, o.timeout)
+			a := args
+			if sharedMemory(s.name) {
+				a = shmArgs
+			}
+			rs, err := runOnce(ctx, s, a, o.timeout)
 			for _, x := range rs {
 				if aerr := set.Add(x); aerr != nil && err == nil {
 					err = aerr

@@ -46,6 +46,26 @@ func newPlan(quick bool) plan {
 	return p
 }
 
+// sharedMemoryScale multiplies every iteration count for the systems that
+// move data through shared memory (sharedMemory): their operations take
+// tens of nanoseconds, so the counts sized for TCP's tens of microseconds
+// timed 100 µs loops, within which timer, cache and scheduler noise moved a
+// median by a third from run to run.
+const sharedMemoryScale = 100
+
+// scaled returns p with every iteration and warm-up count multiplied by k.
+func (p plan) scaled(k int) plan {
+	lat := make([]latStep, len(p.lat))
+	for i, s := range p.lat {
+		lat[i] = latStep{s.size, k * s.iters, k * s.warmup}
+	}
+	p.lat = lat
+	p.atomicIters, p.atomicWarmup = k*p.atomicIters, k*p.atomicWarmup
+	p.lockIters, p.lockWarmup = k*p.lockIters, k*p.lockWarmup
+	p.rateBatches, p.rateWarmup = k*p.rateBatches, k*p.rateWarmup
+	return p
+}
+
 func quickStep(size int) latStep {
 	switch {
 	case size <= 1024:

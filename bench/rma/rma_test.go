@@ -31,6 +31,18 @@ func TestQuickPlan(t *testing.T) {
 	if got := p.args(); !reflect.DeepEqual(got, want) {
 		t.Errorf("args = %q\nwant %q", got, want)
 	}
+	want = []string{
+		"-lat", "8:200000:20000,64:200000:20000,1024:200000:20000,16384:100000:10000,65536:50000:5000,1048576:10000:1000",
+		"-atomic", "200000:20000", "-lock", "100000:10000", "-rate", "8:64:100000:10000",
+	}
+	if got := p.scaled(100).args(); !reflect.DeepEqual(got, want) {
+		t.Errorf("args scaled by 100 = %q\nwant %q", got, want)
+	}
+	for _, pair := range ratioPairs {
+		if sharedMemory(pair[0]) != sharedMemory(pair[1]) {
+			t.Errorf("ratio %s/%s compares a shared-memory system with one that is not: their plans differ", pair[0], pair[1])
+		}
+	}
 }
 
 func TestFullPlanEveryPowerOfTwo(t *testing.T) {

@@ -37,6 +37,17 @@ const (
 // shows them: each ftrma transport next to its Open MPI counterpart.
 var allSystems = []string{sysFtrmaTCP, sysFtrmaTCPSealed, sysOpenMPITCP, sysFtrmaSHM, sysFtrmaSHMSlow, sysOpenMPISHM, sysMPICH}
 
+// sharedMemory reports whether system name moves data through shared
+// memory (it runs the plan scaled by sharedMemoryScale). Every ratio pair
+// is two systems of the same kind.
+func sharedMemory(name string) bool {
+	switch name {
+	case sysFtrmaSHM, sysFtrmaSHMSlow, sysOpenMPISHM, sysMPICH:
+		return true
+	}
+	return false
+}
+
 // ratioPairs are the table's ratio columns, a/b: ftrma against the MPI that
 // moves data the same way.
 var ratioPairs = [][2]string{
