@@ -197,9 +197,9 @@
 // its mappings are dropped, and the receiver gets HandlePeerDown once.
 //
 // Fence raises this rank's fence flag for the peer, which the peer's
-// operations check after counting themselves active, and waits for the ones
-// under way, then cuts the peer off as PeerDown does. A peer that sees the
-// flag treats the fencing rank as down. But shared memory a process has
+// operations check after announcing themselves (see "The fast path"), and
+// waits for the ones under way, then cuts the peer off as PeerDown does. A
+// peer that sees the flag treats the fencing rank as down. But shared memory a process has
 // mapped cannot be revoked: a fenced peer that ignores the flag (a bug, a
 // process stopped in the middle of an operation) can still write. A rank
 // declared failed must therefore be killed by the launcher, as ftrun does.
