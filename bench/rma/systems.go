@@ -29,8 +29,8 @@ const (
 	// ftrun --transport shm with FTRMA_SHM_SLOWPATH=1: every operation on
 	// the slow path (mapping lock and active counts), as before the fast path
 	sysFtrmaSHMSlow = "ftrma-shm-slow"
-	sysOpenMPISHM     = "openmpi-shm" // Open MPI, osc sm over btl vader
-	sysMPICH          = "mpich"       // MPICH with its defaults
+	sysOpenMPISHM   = "openmpi-shm" // Open MPI, osc sm over btl vader
+	sysMPICH        = "mpich"       // MPICH with its defaults
 )
 
 // allSystems is every system, in the order a round runs them and the table

@@ -298,13 +298,14 @@ func lateWritesOfChild(t *testing.T, broken bool) (late int) {
 	return late
 }
 
-// An unmapping (here PeerDown's drop of the peer's mappings) waits for the
-// fast access under way: a read is held announced, right before it touches
-// the peer's memory, for about 1e8 loads (the hook cannot wait for another
-// goroutine: the grace period stops them all), and PeerDown must return
-// only after it let go. Run again in a child process with the grace period
-// left out on purpose, PeerDown returns at once, and the read, let go, dies
-// of the access to unmapped memory.
+// An unmapping (PeerDown's drop of the peer's mappings, or Close's of
+// everything) waits for the fast access under way: a read is held
+// announced, right before it touches the peer's memory, for about 1e8
+// loads (the hook cannot wait for another goroutine: the grace period stops
+// them all), and the unmapping call must return only after it let go. Run
+// again in a child process with the grace period left out on purpose, the
+// call returns at once, and the read, let go, dies of the access to
+// unmapped memory.
 func TestNoAccessAfterUnmap(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two processors: the held read holds its own")
@@ -324,54 +325,68 @@ func TestNoAccessAfterUnmap(t *testing.T) {
 	}
 	defer func() { testHookFast = nil }()
 	ctx := testCtx(t)
-	for round := range 5 {
-		ts, _, _ := cluster(t, 2, clusterOpts{})
-		mem := must(ts[1].Alloc(1 << 16))
-		key := must(ts[1].Register(mem))
-		buf := make([]byte, 4096)
-		if _, err := ts[0].Read(1, key, 0, buf); err != nil { // resolves the key
-			t.Fatal(err)
+	for _, cut := range []struct {
+		name  string
+		cut   func(*Transport)
+		after error // what a read fails with afterwards
+	}{
+		{"PeerDown", func(tr *Transport) { tr.PeerDown(1, errors.New("gone")) }, ftrma.ErrProcFailed},
+		{"Close", func(tr *Transport) { tr.Close() }, ftrma.ErrClosed},
+	} {
+		if broken && os.Getenv("SHM_CUT") != cut.name {
+			continue
 		}
-		held.Store(false)
-		release.Store(false)
-		letGo.Store(false)
-		armed.Store(true)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := ts[0].Read(1, key, 0, buf)
-			errc <- err
-		}()
-		for !held.Load() {
-			if ctx.Err() != nil {
-				t.Fatal("the read was not held")
+		for round := range 5 {
+			ts, _, _ := cluster(t, 2, clusterOpts{})
+			mem := must(ts[1].Alloc(1 << 16))
+			key := must(ts[1].Register(mem))
+			buf := make([]byte, 4096)
+			if _, err := ts[0].Read(1, key, 0, buf); err != nil { // resolves the key
+				t.Fatal(err)
 			}
-			runtime.Gosched()
-		}
-		ts[0].PeerDown(1, errors.New("gone"))
-		if !letGo.Load() {
-			if !broken {
-				t.Fatalf("round %d: PeerDown returned, the peer's memory unmapped, under a read", round)
+			held.Store(false)
+			release.Store(false)
+			letGo.Store(false)
+			armed.Store(true)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := ts[0].Read(1, key, 0, buf)
+				errc <- err
+			}()
+			for !held.Load() {
+				if ctx.Err() != nil {
+					t.Fatal("the read was not held")
+				}
+				runtime.Gosched()
 			}
-			release.Store(true) // the read goes on into unmapped memory
-		}
-		if err := <-errc; err != nil { // it found the peer up
-			t.Fatalf("round %d: held read: %v", round, err)
-		}
-		if _, err := ts[0].Read(1, key, 0, buf); !errors.Is(err, ftrma.ErrProcFailed) {
-			t.Fatalf("round %d: read after PeerDown: %v", round, err)
+			cut.cut(ts[0])
+			if !letGo.Load() {
+				if !broken {
+					t.Fatalf("%s, round %d: returned, the memory unmapped, under a read", cut.name, round)
+				}
+				release.Store(true) // the read goes on into unmapped memory
+			}
+			if err := <-errc; err != nil { // it began before the cut
+				t.Fatalf("%s, round %d: held read: %v", cut.name, round, err)
+			}
+			if _, err := ts[0].Read(1, key, 0, buf); !errors.Is(err, cut.after) {
+				t.Fatalf("%s, round %d: read afterwards: %v, want %v", cut.name, round, err, cut.after)
+			}
 		}
 	}
 	if broken {
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNoAccessAfterUnmap$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SHM_BREAK_GRACE=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("with the grace period left out, the held read never touched unmapped memory:\n%s", out)
-	}
-	if s := string(out); !strings.Contains(s, "fault") && !strings.Contains(s, "SIGSEGV") {
-		t.Fatalf("with the grace period left out the test failed, but not of a fault: %v\n%s", err, out)
+	for _, name := range []string{"PeerDown", "Close"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNoAccessAfterUnmap$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "SHM_BREAK_GRACE=1", "SHM_CUT="+name)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("%s with the grace period left out: the held read never touched unmapped memory:\n%s", name, out)
+		}
+		if s := string(out); !strings.Contains(s, "fault") && !strings.Contains(s, "SIGSEGV") {
+			t.Fatalf("%s with the grace period left out: the test failed, but not of a fault: %v\n%s", name, err, out)
+		}
 	}
 }
 
