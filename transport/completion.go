@@ -83,7 +83,8 @@ func (c *Completion) completed() Seq {
 // posting toward the peer.
 func (c *Completion) Next() Seq { return Seq(c.posted.Add(1)) }
 
-// Posted returns the last sequence handed out.
+// Posted returns the last sequence handed out (set immediate: the number of
+// the last failure, see Done).
 func (c *Completion) Posted() Seq { return Seq(c.posted.Load()) }
 
 // Completed returns the last sequence completed.

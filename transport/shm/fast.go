@@ -181,7 +181,7 @@ func (t *Transport) drainFast(p *peer, what string) {
 			break
 		}
 	}
-	t.releaseReaders(p, c)
+	t.releaseReaders(p)
 }
 
 // readersOf returns the control segment holding p's reader lines, mapping
@@ -207,7 +207,7 @@ func (t *Transport) readersOf(p *peer) *ctl {
 }
 
 // releaseReaders lets go of what readersOf took.
-func (t *Transport) releaseReaders(p *peer, c *ctl) {
+func (t *Transport) releaseReaders(p *peer) {
 	if !p.self {
 		p.mu.RUnlock()
 	}

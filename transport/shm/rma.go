@@ -85,6 +85,8 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	}
 	var opErr, status error
 	if len(o.src)+len(o.dst) <= copyPiece {
+		// execute, written out: the call it saves is an eighth of a small
+		// write's time.
 		if p.t.fast && p.fastOp(key, off, o) {
 			return p.comp.Done(nil), nil
 		}
