@@ -31,7 +31,10 @@ import (
 // Built reports whether this binary carries the verbs transport.
 const Built = true
 
-var _ transport.Admitter = (*Transport)(nil)
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+)
 
 // Sizes of the per-peer resources.
 const (
