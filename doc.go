@@ -3,14 +3,21 @@
 //
 // ftrma is a fault-tolerant one-sided communication runtime: MPI-style
 // passive-target RMA windows and the ULFM failure API, over TCP, shared memory
-// and RDMA verbs, started by the ftrun launcher. The layers, lowest first:
+// and RDMA verbs, started by the ftrun launcher, with a replicated in-memory
+// key-value store on top. The layers, lowest first (layering_test.go holds
+// the exact rules):
 //
-//	transport/          the one-sided + control-message interface; tcp/, memnet/ implement it
+//	transport/          the one-sided + control-message interface; shm/, tcp/, verbs/
+//	                    and memnet/ implement it, multi/ combines them per peer
+//	failure/, revoke/,  the pure state machines: the heartbeat failure detector,
+//	agree/              the reliable broadcast, the fault-tolerant agreement
 //	startup/            a rank's start-up: environment, rendezvous client, transport choice
-//	comm/               communicator: ranks, collectives, the per-process runtime
+//	comm/               communicator: ranks, collectives, ULFM, the per-process runtime
 //	window/             RMA windows: put/get/atomics, flush, locks
+//	store/              the replicated key-value store for checkpoints
 //	launcher/           ftrun's side: starting ranks, rendezvous server, supervision,
-//	                    agents (cmd/ftrun is its front end); ranks do not link it
+//	                    agents, the arbiter (cmd/ftrun is its front end); ranks do not
+//	                    link it
 //
 // The root package also holds the runtime's log (Logger, SetLogger): log/slog,
 // with its level and format from the environment (EnvLog, EnvLogFormat), and

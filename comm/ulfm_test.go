@@ -318,3 +318,55 @@ func TestIagreeAcrossFailure(t *testing.T) {
 		}
 	}
 }
+
+// AckFailed with two failures known: acknowledging the first leaves the
+// other reported by Agree (with its value), the count only grows (0, a
+// negative n and a smaller n change nothing), FailureGetAcked is the
+// first count ranks of GetFailed, and acknowledging all quiets Agree.
+func TestAckFailedSeveral(t *testing.T) {
+	const n = 6
+	w := commtest.New(t, n)
+	ctx := testCtx(t, time.Minute)
+	w.Net.Crash(4)
+	w.Net.Crash(5)
+	errs := w.RunRanks(ctx, []ftrma.Rank{0, 1, 2, 3}, func(ctx context.Context, c *comm.Comm) error {
+		if err := waitGone(ctx, c, 4, 5); err != nil {
+			return err
+		}
+		failed := c.GetFailed()
+		if len(failed) != 2 {
+			return fmt.Errorf("GetFailed() = %v, want ranks 4 and 5", failed)
+		}
+		if got := c.AckFailed(1); got != 1 {
+			return fmt.Errorf("AckFailed(1) = %d, want 1", got)
+		}
+		if acked := c.FailureGetAcked(); !slices.Equal(acked, failed[:1]) {
+			return fmt.Errorf("acknowledged %v after AckFailed(1), want the first of GetFailed %v", acked, failed)
+		}
+		v, err := c.Agree(ctx, 6)
+		var oe *ftrma.OpError
+		if v != 6 || !errors.Is(err, ftrma.ErrProcFailed) || !errors.As(err, &oe) || oe.Rank != failed[1] {
+			return fmt.Errorf("Agree with %d of %v acknowledged: %d, %v; want 6 and ErrProcFailed for rank %d", 1, failed, v, err, failed[1])
+		}
+		for _, k := range []int{0, -1, 1} {
+			if got := c.AckFailed(k); got != 1 {
+				return fmt.Errorf("AckFailed(%d) after AckFailed(1) = %d, want 1", k, got)
+			}
+		}
+		if got := c.AckFailed(c.Size()); got != 2 {
+			return fmt.Errorf("AckFailed(size) = %d, want 2", got)
+		}
+		if got := c.AckFailed(1); got != 2 {
+			return fmt.Errorf("AckFailed(1) after acknowledging both = %d, want 2: acknowledgements only grow", got)
+		}
+		if v, err := c.Agree(ctx, 7); v != 7 || err != nil {
+			return fmt.Errorf("Agree with both acknowledged: %d, %v; want 7, nil", v, err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -2,9 +2,11 @@
 // registered memory, one-sided operations posted asynchronously toward a peer,
 // per-peer completion, small control messages, and fencing.
 //
-// The concrete transports live in sub-packages (tcp, memnet, and later shm and
-// verbs). Only a rank's start-up (package startup), the launcher, commands and
-// tests name one; comm/ and window/ see this interface alone.
+// The concrete transports live in sub-packages: shm (shared memory between the
+// ranks of a host), tcp, verbs (RDMA) and memnet (in-process, for tests);
+// multi combines them, one per peer. Only a rank's start-up (package startup),
+// the launcher, commands and tests name one; comm/ and window/ see this
+// interface alone.
 //
 // A caller's duties, in order:
 //
