@@ -289,7 +289,7 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 		if p.downed.Load() {
 			return nil // reported down meanwhile: nothing to connect
 		}
-		conn, err := d.DialContext(ctx, "tcp", p.netAddr(addr))
+		conn, err := dialTCP(ctx, &d, p.netAddr(addr))
 		if err == nil {
 			var k keys
 			secret, pub := t.cfg.Secret, []byte(nil)
@@ -309,7 +309,12 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 			}
 			// The rank has not admitted this one yet, or (a late
 			// rank) it hung up, perhaps ending: try again.
-		} else if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+		} else if !(errors.Is(err, syscall.ECONNREFUSED) || t.cfg.Late && errors.Is(err, syscall.ECONNRESET)) || ctx.Err() != nil {
+			// Tried again are only a refusal (not listening yet) and,
+			// for a late rank, a reset (the rank it dials is ending: its
+			// listening socket reset the connection under way), whose
+			// attempts ftrun's exit notice (PeerDown) ends, as for a
+			// hang-up during the handshake.
 			return fmt.Errorf("tcp: connect to rank %d at %s: %w", r, addr, err)
 		}
 		select {
@@ -320,6 +325,11 @@ func (t *Transport) dial(ctx context.Context, r ftrma.Rank, addr string) error {
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+}
+
+// dialTCP dials addr with d; tests replace it to inject dial errors.
+var dialTCP = func(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error) {
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 func (t *Transport) acceptLoop() {
