@@ -3,8 +3,11 @@
 // reaches the ranks of its own host through shared memory (transport/shm)
 // and the others through the network (transport/tcp), behind the one
 // transport.Transport interface, so that window/, comm/ and store/ see no
-// difference. Failure and fencing stay per peer: each peer is served by
-// exactly one transport, which detects its loss and fences it.
+// difference; with an RDMA device, verbs takes tcp's place. Failure and
+// fencing stay per peer: each peer is served by the one transport its
+// route names (and by a transport that reaches every rank, when there is
+// one: see "Atomics through one transport"), which detect its loss and
+// fence it.
 //
 // # Routing
 //
@@ -41,10 +44,49 @@
 //     are atomic only among themselves (IBV_ATOMIC_HCA: no CapLocalAtomics)
 //     breaks this, and no capability flag could repair it, since the shm
 //     peers would still use their CPUs: New refuses to combine such a
-//     transport with any other.
+//     transport with any other, unless it executes every atomic (next
+//     section).
 //   - Whole words. shm stores and loads aligned words whole, and so does
 //     tcp's target, so a reader on either path never sees a torn word
 //     written through the other.
+//
+// # Atomics through one transport
+//
+// On a host with an RDMA device, ranks reach the ranks of their host
+// through shm and the others through verbs. When the device's atomics are
+// atomic only among themselves (IBV_ATOMIC_HCA, as Soft-RoCE's: verbs
+// lacks CapLocalAtomics), no CPU may execute an atomic on words the device
+// updates atomically, so every atomic goes through the device, as Open
+// MPI's osc rdma does: the verbs Sub has Reach set (its Connect gets every
+// rank's address, and it has a queue pair to every rank, this one's
+// loopback pair included), and multi posts every CompareAndSwap64 and
+// FetchAndAdd64 through it, toward every rank, this one too; writes,
+// reads and messages keep the route. Caps then lacks CapLocalAtomics (the
+// owner's own atomics go through the transport, toward itself, as over
+// verbs alone) and CapOrdered: an atomic and a write toward one peer take
+// different paths and may take effect in either order, so window/ flushes
+// before it releases a lock.
+//
+// Sequences toward such a peer (routed to shm, reached by verbs too) stay
+// in order across both paths: an atomic's sequence is verbs' with the top
+// bit set (shm's never reach it), and multi keeps the last one posted
+// toward the peer. Waiting for an atomic waits for it at verbs and
+// flushes shm (whose operations are complete when posted, but may hold a
+// failure to report); waiting for a write or read waits for the last
+// atomic posted toward the peer at verbs, then for the write at shm. Flush
+// and Push go to both, Fence and PeerDown too (the peer reaches this
+// rank's memory by both paths), and either path's peer-down event is
+// passed on, the first only.
+//
+// Who writes a word, with what: an shm peer stores and loads with its CPU
+// (its writes and reads), the device executes every atomic, and the owner
+// reaches its words as its peers do. A CPU store that races with a device
+// atomic on the same word may be lost; MPI leaves such a race undefined
+// (a put and an accumulate on one location in one epoch), and window/'s
+// own words (locks, counters) are touched by atomics only where
+// CapLocalAtomics is missing. With a device whose atomics are the CPU's
+// (IBV_ATOMIC_GLOB) nothing is split: every operation keeps the route, and
+// Reach only makes Fence and PeerDown cut verbs too.
 //
 // # Memory and keys
 //
@@ -52,7 +94,9 @@
 // the single transport that chooses its own keys (shm, whose key selects
 // the slot of the key table its peers read without the owner's help)
 // registers it, and the others take that key through KeyRegisterer (tcp's
-// RegisterKey). Packing per-transport keys into one transport.Key would not
+// and verbs' RegisterKey; verbs enters it in its key table at the slot
+// key mod 2^14, which shm's keys, selecting one of at most 2^14 slots with
+// their low bits, never share while registered). Packing per-transport keys into one transport.Key would not
 // fit (shm's keys use all 24 bits), and a translation table would have to
 // travel to every peer. New refuses two transports that both choose keys.
 // Memory must be acceptable to every transport: Alloc and Release delegate
@@ -127,11 +171,9 @@
 //
 // # Limits
 //
-//   - verbs cannot be combined with shm yet: it chooses its own keys (it
-//     lacks RegisterKey), its Connect needs every peer's address, and a
-//     device without IBV_ATOMIC_GLOB (Soft-RoCE) could not share words
-//     with CPU atomics at all. verbs alone, or tcp alone, need no multi
-//     transport.
+//   - A transport with Reach cannot be combined with admission of spares
+//     (NewAdmitting refuses it): a job of verbs with spares runs verbs
+//     alone, and its ranks on one host talk through the device.
 //   - The route is fixed by New, but for the absent ranks Admit routes
 //     once; a rank cannot move to another transport.
 package multi

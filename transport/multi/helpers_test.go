@@ -4,10 +4,12 @@ package multi_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/multi"
 	"github.com/ftrma/ftrma/transport/shm"
 	"github.com/ftrma/ftrma/transport/tcp"
@@ -32,6 +34,7 @@ type world struct {
 	ts     []*multi.Transport
 	shms   []*shm.Transport
 	tcps   []*tcp.Transport
+	hcas   []*hcaTCP // with splitAtomics
 	recs   []*recorder
 	hostOf []int
 	logs   *logSink
@@ -40,6 +43,41 @@ type world struct {
 type worldOpts struct {
 	noReceiver bool // install no receiver (a caller installs its own, then connects)
 	noConnect  bool
+	// splitAtomics: tcp reaches every rank (multi.Sub.Reach) and, lacking
+	// CapLocalAtomics (hcaTCP), executes every atomic; data goes by route.
+	splitAtomics bool
+}
+
+// hcaTCP is a tcp transport that says its atomics are not atomic with the
+// CPU's, as an RDMA device with IBV_ATOMIC_HCA does, and counts the
+// atomics and data operations posted through it, by target.
+type hcaTCP struct {
+	*tcp.Transport
+	atomics, data []atomic.Int64
+}
+
+func (h *hcaTCP) Caps() transport.Caps {
+	return h.Transport.Caps() &^ transport.CapLocalAtomics
+}
+
+func (h *hcaTCP) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	h.atomics[peer].Add(1)
+	return h.Transport.CompareAndSwap64(peer, key, off, old, new, result)
+}
+
+func (h *hcaTCP) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	h.atomics[peer].Add(1)
+	return h.Transport.FetchAndAdd64(peer, key, off, delta, result)
+}
+
+func (h *hcaTCP) Write(peer ftrma.Rank, key transport.Key, off uint64, src []byte) (transport.Seq, error) {
+	h.data[peer].Add(1)
+	return h.Transport.Write(peer, key, off, src)
+}
+
+func (h *hcaTCP) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []byte) (transport.Seq, error) {
+	h.data[peer].Add(1)
+	return h.Transport.Read(peer, key, off, dst)
 }
 
 // newWorld builds and connects a world; hosts lists each host's ranks.
@@ -55,6 +93,7 @@ func newWorld(tb testing.TB, hosts [][]ftrma.Rank, o worldOpts) *world {
 		tcps:   make([]*tcp.Transport, n),
 		recs:   make([]*recorder, n),
 		hostOf: make([]int, n),
+		hcas:   make([]*hcaTCP, n),
 		logs:   &logSink{},
 	}
 	addrs := make([]string, n)
@@ -70,7 +109,13 @@ func newWorld(tb testing.TB, hosts [][]ftrma.Rank, o worldOpts) *world {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			m, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}, multi.HostRoute(n, ranks))
+			subs := []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}
+			if o.splitAtomics {
+				h := &hcaTCP{Transport: tt, atomics: make([]atomic.Int64, n), data: make([]atomic.Int64, n)}
+				w.hcas[r] = h
+				subs[1] = multi.Sub{Name: "tcp", T: h, Reach: true}
+			}
+			m, err := multi.New(subs, multi.HostRoute(n, ranks))
 			if err != nil {
 				tb.Fatal(err)
 			}

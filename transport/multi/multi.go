@@ -17,6 +17,14 @@ import (
 type Sub struct {
 	Name string
 	T    transport.Transport
+	// Reach says the transport reaches every rank of the job, not only
+	// those routed to it (verbs: a queue pair per rank): Connect gives it
+	// every address, and Fence and PeerDown cut it too. When its atomics
+	// are not atomic with the CPU's (no transport.CapLocalAtomics: a
+	// device with IBV_ATOMIC_HCA), it executes every atomic of this rank,
+	// toward every rank, this one included (see the package doc, "Atomics
+	// through one transport"). At most one sub has Reach.
+	Reach bool
 }
 
 // KeyRegisterer is implemented by transports that can register memory under
@@ -58,6 +66,15 @@ type Transport struct {
 	keyer *sub                // the transport that chooses keys; nil: this transport counts them
 	alloc transport.Allocator // where registrable memory comes from; nil: the Go heap
 	limit int                 // regions at once; 0 for no limit
+
+	// reach is the sub with Sub.Reach, or nil; reachAt its index. When
+	// split, every atomic goes through it, and atomPosted[r] is the last
+	// of its sequences handed out for an atomic toward r while r is routed
+	// to another sub.
+	reach      *sub
+	reachAt    int32
+	split      bool
+	atomPosted []atomic.Uint64
 
 	recv  atomic.Pointer[receiverBox]
 	peers []peerState // by rank
@@ -190,6 +207,15 @@ func newTransport(subs []Sub, route []int, adm *Admission) (*Transport, error) {
 	}
 	for i, s := range subs {
 		ss := &sub{name: s.Name, t: s.T}
+		if s.Reach {
+			if m.reach != nil {
+				return bad("%s and %s both reach every rank (Sub.Reach)", m.reach.name, s.Name)
+			}
+			if adm != nil {
+				return bad("%s reaches every rank (Sub.Reach), which a transport that admits ranks later does not support", s.Name)
+			}
+			m.reach, m.reachAt, ss.inUse = ss, int32(i), true
+		}
 		ss.keyed, _ = s.T.(KeyRegisterer)
 		ss.recv = &subReceiver{m: m, at: i}
 		m.subs = append(m.subs, ss)
@@ -237,9 +263,16 @@ func newTransport(subs []Sub, route []int, adm *Admission) (*Transport, error) {
 		if l, ok := s.t.(transport.RegionLimiter); ok && l.RegionLimit() > 0 && (m.limit == 0 || l.RegionLimit() < m.limit) {
 			m.limit = l.RegionLimit()
 		}
-		if len(used) > 1 && !s.t.Caps().Has(transport.CapLocalAtomics) {
+		if len(used) > 1 && !s.t.Caps().Has(transport.CapLocalAtomics) && s != m.reach {
 			return bad("%s's atomics are not atomic with the CPU's (no CapLocalAtomics), so they cannot share words with the atomics of %d other transports", s.name, len(used)-1)
 		}
+	}
+	if m.reach != nil && len(used) > 1 && !m.reach.t.Caps().Has(transport.CapLocalAtomics) {
+		// Every atomic through one transport, data by the route: an
+		// atomic and a write toward one peer take different paths.
+		m.split = true
+		m.caps &^= transport.CapOrdered
+		m.atomPosted = make([]atomic.Uint64, size)
 	}
 	return m, nil
 }
@@ -285,7 +318,8 @@ func (m *Transport) Addr() string {
 // others are then cancelled). addrs holds every rank's address from the
 // rendezvous (tcp's Addr). A transport with Connect(ctx, addrs) gets addrs
 // with "" for every rank not routed to it (this rank's own entry kept): tcp
-// then connects only its own peers and refuses the others. A transport
+// then connects only its own peers and refuses the others. The sub that
+// reaches every rank (Sub.Reach) gets them all. A transport
 // with Connect(ctx) (shm) is connected to the ranks it was opened for, which
 // New checked against the route. addrs may be nil when no transport needs
 // addresses.
@@ -309,7 +343,7 @@ func (m *Transport) Connect(ctx context.Context, addrs []string) error {
 			}
 			mine := make([]string, m.size)
 			for r := range mine {
-				if int(m.at[r].Load()) == i || ftrma.Rank(r) == m.self {
+				if int(m.at[r].Load()) == i || ftrma.Rank(r) == m.self || s == m.reach {
 					mine[r] = addrs[r]
 				}
 			}
@@ -339,17 +373,35 @@ func (m *Transport) Connect(ctx context.Context, addrs []string) error {
 
 // to returns the transport that reaches r.
 func (m *Transport) to(op string, r ftrma.Rank) (transport.Transport, error) {
+	i, err := m.route(op, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.subs[i].t, nil
+}
+
+// route returns the index in subs of the transport that reaches r.
+func (m *Transport) route(op string, r ftrma.Rank) (int32, error) {
 	if uint(r) >= uint(m.size) {
-		return nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
+		return 0, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRankOutOfRange}
 	}
 	i := m.at[r].Load()
 	if i < 0 {
 		if e := m.peers[r].failed.Load(); e != nil {
-			return nil, *e
+			return 0, *e
 		}
-		return nil, transport.ErrAbsent(op, r)
+		return 0, transport.ErrAbsent(op, r)
 	}
-	return m.subs[i].t, nil
+	return i, nil
+}
+
+// also is the sub that reaches every rank (Sub.Reach) when rank r, routed
+// to subs[i], is reached by it too; else nil.
+func (m *Transport) also(i int32) *sub {
+	if m.reach == nil || i == m.reachAt {
+		return nil
+	}
+	return m.reach
 }
 
 // Admit routes the absent rank peer (Absent in the route) by the host its
@@ -448,8 +500,14 @@ func (m *Transport) Read(peer ftrma.Rank, key transport.Key, off uint64, dst []b
 }
 
 // CompareAndSwap64 posts a compare-and-swap through the transport that
-// reaches peer.
+// reaches peer, or when atomics are split, through the one that executes
+// every atomic.
 func (m *Transport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uint64, old, new uint64, result *uint64) (transport.Seq, error) {
+	if m.split {
+		return m.atomic("compare-and-swap", peer, func(t transport.Transport) (transport.Seq, error) {
+			return t.CompareAndSwap64(peer, key, off, old, new, result)
+		})
+	}
 	t, err := m.to("compare-and-swap", peer)
 	if err != nil {
 		return 0, err
@@ -457,9 +515,13 @@ func (m *Transport) CompareAndSwap64(peer ftrma.Rank, key transport.Key, off uin
 	return t.CompareAndSwap64(peer, key, off, old, new, result)
 }
 
-// FetchAndAdd64 posts a fetch-and-add through the transport that reaches
-// peer.
+// FetchAndAdd64 posts a fetch-and-add as CompareAndSwap64 does.
 func (m *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64, delta uint64, result *uint64) (transport.Seq, error) {
+	if m.split {
+		return m.atomic("fetch-and-add", peer, func(t transport.Transport) (transport.Seq, error) {
+			return t.FetchAndAdd64(peer, key, off, delta, result)
+		})
+	}
 	t, err := m.to("fetch-and-add", peer)
 	if err != nil {
 		return 0, err
@@ -467,49 +529,132 @@ func (m *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64
 	return t.FetchAndAdd64(peer, key, off, delta, result)
 }
 
+// atomicSeq marks the sequences of atomics posted through the sub that
+// reaches every rank toward a rank routed to another: the rest is that
+// sub's sequence. The routed sub's sequences never reach it.
+const atomicSeq transport.Seq = 1 << 63
+
+// atomic posts an atomic toward peer through the sub that reaches every
+// rank, when atomics are split. Toward a rank routed to another sub it
+// records the sequence for Wait and marks it (atomicSeq).
+func (m *Transport) atomic(op string, peer ftrma.Rank, post func(transport.Transport) (transport.Seq, error)) (transport.Seq, error) {
+	i, err := m.route(op, peer)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := post(m.reach.t)
+	if err != nil || i == m.reachAt {
+		return seq, err
+	}
+	p := &m.atomPosted[peer]
+	for {
+		a := p.Load()
+		if a >= uint64(seq) || p.CompareAndSwap(a, uint64(seq)) {
+			break
+		}
+	}
+	return seq | atomicSeq, nil
+}
+
 // Wait waits for seq toward peer on the transport that reaches it: the
-// sequence numbers toward a peer are that transport's.
+// sequence numbers toward a peer are that transport's. When atomics are
+// split and peer is routed to another sub than the one executing them,
+// the wait covers both paths: for an atomic, its own sequence there and a
+// flush of the routed sub (whose operations, shared memory's, are
+// complete when posted, but may hold failures to report); for any other
+// operation, the last atomic posted toward peer and then seq.
 func (m *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq) error {
-	t, err := m.to("wait", peer)
+	i, err := m.route("wait", peer)
 	if err != nil {
 		return err
 	}
-	return t.Wait(ctx, peer, seq)
+	t := m.subs[i].t
+	if !m.split || i == m.reachAt {
+		return t.Wait(ctx, peer, seq)
+	}
+	if seq&atomicSeq != 0 {
+		return joinErrs(m.reach.t.Wait(ctx, peer, seq&^atomicSeq), t.Flush(ctx, peer))
+	}
+	var errA error
+	if a := m.atomPosted[peer].Load(); a != 0 {
+		errA = m.reach.t.Wait(ctx, peer, transport.Seq(a))
+	}
+	return joinErrs(errA, t.Wait(ctx, peer, seq))
+}
+
+// joinErrs joins the errors of the two paths toward one peer; when both
+// say the peer is down, the first says it.
+func joinErrs(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil, errors.Is(a, ftrma.ErrProcFailed) && errors.Is(b, ftrma.ErrProcFailed):
+		return a
+	}
+	return errors.Join(a, b)
 }
 
 // Test tests seq on the transport that reaches peer (transport.Tester);
-// one without Test is asked by Wait with a context that has ended.
+// one without Test is asked by Wait with a context that has ended. With
+// atomics split it covers both paths as Wait does, without blocking.
 func (m *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
-	t, err := m.to("test", peer)
+	i, err := m.route("test", peer)
 	if err != nil {
 		return true, err
 	}
+	t := m.subs[i].t
+	if !m.split || i == m.reachAt {
+		return test(t, peer, seq)
+	}
+	if seq&atomicSeq != 0 {
+		return test(m.reach.t, peer, seq&^atomicSeq)
+	}
+	if a := m.atomPosted[peer].Load(); a != 0 {
+		if done, err := test(m.reach.t, peer, transport.Seq(a)); !done || err != nil {
+			return done, err
+		}
+	}
+	return test(t, peer, seq)
+}
+
+// test is Test on one transport.
+func test(t transport.Transport, peer ftrma.Rank, seq transport.Seq) (bool, error) {
 	if tt, ok := t.(transport.Tester); ok {
 		return tt.Test(peer, seq)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = t.Wait(ctx, peer, seq)
+	err := t.Wait(ctx, peer, seq)
 	if errors.Is(err, context.Canceled) {
 		return false, nil
 	}
 	return true, err
 }
 
-// Flush flushes peer on the transport that reaches it.
+// Flush flushes peer on the transport that reaches it, and with atomics
+// split on the one that executes them too.
 func (m *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
-	t, err := m.to("flush", peer)
+	i, err := m.route("flush", peer)
 	if err != nil {
 		return err
 	}
-	return t.Flush(ctx, peer)
+	if a := m.also(i); a != nil && m.split {
+		return joinErrs(a.t.Flush(ctx, peer), m.subs[i].t.Flush(ctx, peer))
+	}
+	return m.subs[i].t.Flush(ctx, peer)
 }
 
-// Push pushes peer's operations on the transport that reaches it.
+// Push pushes peer's operations on the transport that reaches it, and
+// with atomics split on the one that executes them too.
 func (m *Transport) Push(peer ftrma.Rank) {
-	if t, err := m.to("push", peer); err == nil {
-		t.Push(peer)
+	i, err := m.route("push", peer)
+	if err != nil {
+		return
 	}
+	if a := m.also(i); a != nil && m.split {
+		a.t.Push(peer)
+	}
+	m.subs[i].t.Push(peer)
 }
 
 // Send sends a control message through the transport that reaches peer.
@@ -521,18 +666,22 @@ func (m *Transport) Send(peer ftrma.Rank, msg []byte) error {
 	return t.Send(peer, msg)
 }
 
-// Fence fences peer on the transport that reaches it. That is the only way
-// peer reaches this rank: the others refuse it (tcp refuses connections from
-// ranks that are not its peers; shared memory does not span hosts).
+// Fence fences peer on the transport that reaches it, and on the one that
+// reaches every rank (Sub.Reach) if there is one. Those are the only ways
+// peer reaches this rank: the others refuse it (tcp refuses connections
+// from ranks that are not its peers; shared memory does not span hosts).
 func (m *Transport) Fence(peer ftrma.Rank) error {
 	if peer >= 0 && int(peer) < m.size && !m.closed.Load() && m.failAbsent(peer, errFencedAbsent) {
 		return nil
 	}
-	t, err := m.to("fence", peer)
+	i, err := m.route("fence", peer)
 	if err != nil {
 		return err
 	}
-	return t.Fence(peer)
+	if a := m.also(i); a != nil {
+		return joinErrs(a.t.Fence(peer), m.subs[i].t.Fence(peer))
+	}
+	return m.subs[i].t.Fence(peer)
 }
 
 // PeerDown passes the launcher's notice that peer's process exited to the
@@ -552,7 +701,16 @@ func (m *Transport) PeerDown(peer ftrma.Rank, err error) {
 	if m.failAbsent(peer, cause) {
 		return
 	}
-	t := m.subs[m.at[peer].Load()].t
+	i := m.at[peer].Load()
+	if a := m.also(i); a != nil {
+		m.peerDown(a.t, peer, err, cause)
+	}
+	m.peerDown(m.subs[i].t, peer, err, cause)
+}
+
+// peerDown passes the launcher's notice about peer to t, or fences peer
+// there when t has no PeerDown.
+func (m *Transport) peerDown(t transport.Transport, peer ftrma.Rank, err, cause error) {
 	if pd, ok := t.(peerDowner); ok {
 		pd.PeerDown(peer, err)
 		return

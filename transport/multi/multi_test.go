@@ -369,11 +369,12 @@ func TestNewRefusesWhatCannotBeCombined(t *testing.T) {
 	}{
 		{"no transports", nil, []int{0, 0}, "no transports"},
 		{"no name", []multi.Sub{{T: st}}, []int{0, 0}, "no name"},
-		{"other rank", []multi.Sub{{"shm", st}, {"tcp", rank1}}, []int{0, 1}, "rank 1 of 2"},
-		{"short route", []multi.Sub{{"shm", st}}, []int{0}, "route of 1 ranks"},
-		{"bad index", []multi.Sub{{"shm", st}}, []int{0, 2}, "routed to transport 2"},
-		{"two key choosers", []multi.Sub{{"shm", st}, {"shm2", other}}, []int{0, 1}, "both choose"},
-		{"hca atomics", []multi.Sub{{"shm", st}, {"tcp", fakeT{tt, transport.CapOrdered | transport.CapWholeWords}}}, []int{0, 1}, "not atomic with the CPU"},
+		{"other rank", []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: rank1}}, []int{0, 1}, "rank 1 of 2"},
+		{"short route", []multi.Sub{{Name: "shm", T: st}}, []int{0}, "route of 1 ranks"},
+		{"bad index", []multi.Sub{{Name: "shm", T: st}}, []int{0, 2}, "routed to transport 2"},
+		{"two key choosers", []multi.Sub{{Name: "shm", T: st}, {Name: "shm2", T: other}}, []int{0, 1}, "both choose"},
+		{"two reaching every rank", []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt, Reach: true}, {Name: "tcp2", T: tt, Reach: true}}, []int{0, 1}, "both reach every rank"},
+		{"hca atomics", []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: fakeT{tt, transport.CapOrdered | transport.CapWholeWords}}}, []int{0, 1}, "not atomic with the CPU"},
 	}
 	for _, c := range cases {
 		_, err := multi.New(c.subs, c.route)
@@ -384,12 +385,12 @@ func TestNewRefusesWhatCannotBeCombined(t *testing.T) {
 	// shm opened for ranks {0} cannot be routed rank 1.
 	lone := must(shm.Open(shm.Config{Rank: 0, Size: 2, Job: "u", Dir: t.TempDir(), Ranks: []ftrma.Rank{0}}))
 	defer lone.Close()
-	if _, err := multi.New([]multi.Sub{{"shm", lone}}, []int{0, 0}); !errors.Is(err, ftrma.ErrInvalid) || !strings.Contains(err.Error(), "does not connect") {
+	if _, err := multi.New([]multi.Sub{{Name: "shm", T: lone}}, []int{0, 0}); !errors.Is(err, ftrma.ErrInvalid) || !strings.Contains(err.Error(), "does not connect") {
 		t.Errorf("rank routed to an shm that does not serve it: %v", err)
 	}
 	// A transport without ranks is idle: its capabilities and keys do not
 	// count, and the multi transport works as the other alone.
-	m, err := multi.New([]multi.Sub{{"shm", st}, {"tcp", fakeT{tt, 0}}}, []int{0, 0})
+	m, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: fakeT{tt, 0}}}, []int{0, 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +453,7 @@ func TestHeapWithoutAllocator(t *testing.T) {
 	}
 	ms := make([]*multi.Transport, 2)
 	for r := range ms {
-		ms[r] = must(multi.New([]multi.Sub{{"tcp", ts[r]}}, []int{0, 0}))
+		ms[r] = must(multi.New([]multi.Sub{{Name: "tcp", T: ts[r]}}, []int{0, 0}))
 		defer ms[r].Close()
 	}
 	ctx := testCtx(t)

@@ -60,9 +60,10 @@ func (s *subReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
 }
 
 // HandlePeerDown implements transport.Receiver: the first event for a peer
-// is passed on, with the launcher's cause if PeerDown fenced the peer.
+// is passed on, with the launcher's cause if PeerDown fenced the peer. The
+// sub that reaches every rank (Sub.Reach) reports any rank's loss.
 func (s *subReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
-	if !s.mine(peer) {
+	if !s.mine(peer) && (s.m.reach == nil || int(s.m.reachAt) != s.at || peer < 0 || int(peer) >= s.m.size) {
 		return
 	}
 	ps := &s.m.peers[peer]

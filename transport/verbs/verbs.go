@@ -46,7 +46,7 @@ const (
 	maxFrag    = slotBytes - fragHeader
 	tableSlots = 1 << 14 // key table entries
 	entryBytes = 32      // key table entry: key, address, length, rkey
-	keySlotBit = 14      // a key is generation<<14 | slot
+	keySlotBit = 14      // a key of Register is generation<<14 | slot
 	maxInline  = 128
 )
 
@@ -129,8 +129,10 @@ type Transport struct {
 
 	regMu   sync.Mutex
 	regs    map[transport.Key]*localReg
-	gens    []uint16 // per table slot: the generation of its last key
-	nextTab int      // slots below it have been used
+	gens    []uint16        // per table slot: the generation of its last key (Register)
+	slotKey []transport.Key // per table slot: the key registered in it, or 0
+	nextTab int             // slots below it have been used (Register)
+	keyMode uint8           // who chooses keys: 0 (nothing registered yet), keysOwn or keysCallers
 
 	revMu   sync.Mutex
 	revokes map[transport.Key]*revocation
@@ -208,6 +210,12 @@ type localReg struct {
 	mr   *C.struct_ibv_mr
 	slot int
 }
+
+// Who chooses a transport's keys (Transport.keyMode).
+const (
+	keysOwn     = 1 // Register
+	keysCallers = 2 // RegisterKey
+)
 
 // revocation is a Deregister waiting for the live peers' acknowledgements.
 type revocation struct {
@@ -324,7 +332,7 @@ func Open(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger.With(ftrma.LogRank, cfg.Rank), dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots),
+	t := &Transport{cfg: cfg, log: cfg.Logger.With(ftrma.LogRank, cfg.Rank), dev: dev, regs: map[transport.Key]*localReg{}, gens: make([]uint16, tableSlots), slotKey: make([]transport.Key, tableSlots),
 		revokes: map[transport.Key]*revocation{}, done: make(chan struct{})}
 	if err := t.open(); err != nil {
 		t.release()
@@ -643,9 +651,12 @@ func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	}
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
+	if t.keyMode == keysCallers {
+		return 0, &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: the caller chooses this transport's keys (RegisterKey was used)", ftrma.ErrInvalid)}
+	}
 	slot := -1
 	for s := range t.nextTab {
-		if t.gens[s] != 0 && t.gens[s] < 1<<(24-keySlotBit)-1 && t.regOfSlot(s) == nil {
+		if t.gens[s] != 0 && t.gens[s] < 1<<(24-keySlotBit)-1 && t.slotKey[s] == 0 {
 			slot = s
 			break
 		}
@@ -657,32 +668,71 @@ func (t *Transport) Register(mem []byte) (transport.Key, error) {
 		slot = t.nextTab
 		t.nextTab++
 	}
-	reg := &localReg{mem: mem, slot: slot}
+	key := transport.Key(uint32(t.gens[slot]+1)<<keySlotBit | uint32(slot))
+	if err := t.publish(key, slot, mem); err != nil {
+		return 0, err
+	}
+	t.gens[slot]++
+	t.keyMode = keysOwn
+	return key, nil
+}
+
+// RegisterKey registers mem as Register does, under key, chosen by the
+// caller: a transport that combines this one with others (transport/multi,
+// with shared memory choosing the keys) registers a region with each under
+// the one key its peers name it by. The key table entry is slot key mod
+// 2^14, so the keys registered at once must differ in their low 14 bits,
+// as keys that select a slot of a table of at most 2^14 entries with their
+// low bits do (shared memory's, Config.Regions <= 16384); key must not be
+// 0 or above transport.MaxKey, and the caller must not reuse a key while the
+// transport is open. A transport uses either RegisterKey or Register: the
+// first registration decides, and the other then fails with
+// ftrma.ErrInvalid. After Close it fails with ftrma.ErrClosed.
+func (t *Transport) RegisterKey(key transport.Key, mem []byte) error {
+	if t.closed.Load() {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: ftrma.ErrClosed}
+	}
+	if key == 0 || key > transport.MaxKey {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: key %d out of range", ftrma.ErrInvalid, key)}
+	}
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if t.keyMode == keysOwn {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: this transport chooses its own keys (Register was used)", ftrma.ErrInvalid)}
+	}
+	slot := int(key) & (tableSlots - 1)
+	if k := t.slotKey[slot]; k != 0 {
+		return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: key %d takes the key table entry of key %d, registered still", ftrma.ErrInvalid, key, k)}
+	}
+	if err := t.publish(key, slot, mem); err != nil {
+		return err
+	}
+	t.keyMode = keysCallers
+	return nil
+}
+
+// publish registers mem with the device and enters it in the key table at
+// slot under key. The caller holds regMu.
+func (t *Transport) publish(key transport.Key, slot int, mem []byte) error {
+	reg := &localReg{key: key, mem: mem, slot: slot}
 	var addr uint64
 	var rkey uint32
 	if len(mem) > 0 {
 		p := unsafe.Pointer(unsafe.SliceData(mem))
 		reg.mr = C.ftv_reg_mr(t.pd, p, C.size_t(len(mem)), C.int(accessFlags(regionUser)))
 		if reg.mr == nil {
-			return 0, &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: ibv_reg_mr of %d bytes failed", ftrma.ErrInvalid, len(mem))}
+			return &ftrma.OpError{Op: "register", Rank: t.cfg.Rank, Err: fmt.Errorf("%w: verbs: ibv_reg_mr of %d bytes failed", ftrma.ErrInvalid, len(mem))}
 		}
 		addr, rkey = uint64(uintptr(p)), uint32(C.ftv_mr_rkey(reg.mr))
 	}
-	t.gens[slot]++
-	reg.key = transport.Key(uint32(t.gens[slot])<<keySlotBit | uint32(slot))
 	e := (*[4]uint64)(unsafe.Add(t.table, slot*entryBytes))
 	atomic.StoreUint64(&e[1], addr)
 	atomic.StoreUint64(&e[2], uint64(len(mem)))
 	atomic.StoreUint64(&e[3], uint64(rkey))
-	atomic.StoreUint64(&e[0], uint64(reg.key)) // last: the entry is valid
-	t.regs[reg.key] = reg
-	return reg.key, nil
-}
-
-// regOfSlot is the live registration in slot s, or nil. The caller holds regMu.
-func (t *Transport) regOfSlot(s int) *localReg {
-	k := transport.Key(uint32(t.gens[s])<<keySlotBit | uint32(s))
-	return t.regs[k]
+	atomic.StoreUint64(&e[0], uint64(key)) // last: the entry is valid
+	t.regs[key] = reg
+	t.slotKey[slot] = key
+	return nil
 }
 
 // Deregister withdraws a region: it clears the key table entry, tells every
@@ -737,6 +787,7 @@ func (t *Transport) Deregister(key transport.Key) error {
 
 	t.regMu.Lock()
 	delete(t.regs, key)
+	t.slotKey[reg.slot] = 0
 	t.regMu.Unlock()
 	if reg.mr != nil {
 		C.ftv_dereg_mr(reg.mr)
@@ -1053,8 +1104,8 @@ func (p *peer) region(key transport.Key) (region, error) {
 		if p.dead {
 			return region{}, p.downErr()
 		}
-		slot := int(key) & (1<<keySlotBit - 1)
-		if key == 0 || int(key)>>keySlotBit == 0 {
+		slot := int(key) & (tableSlots - 1)
+		if key == 0 {
 			return region{gone: true}, nil
 		}
 		f := p.fetching[key]
