@@ -390,3 +390,64 @@ func TestClusterPartition(t *testing.T) {
 		t.Errorf("ranks of the cut host still run after the heal: %s", o)
 	}
 }
+
+// TestRoutesByHost runs four ranks on two hosts, two on each: every rank
+// reaches the ranks of its own host through shared memory and the others
+// through the network, and counters, puts and gets verify over both paths.
+// The hosts are the cluster's (network namespaces: TCP between them), or
+// with FTRMA_E2E_HOSTS the verbs suite's two Soft-RoCE guests (verbs between
+// them, and every atomic through the device: transport/multi).
+func TestRoutesByHost(t *testing.T) {
+	bin := bins(t)
+	prog := filepath.Join(bin, "testprog")
+	var out string
+	var code int
+	network := "tcp"
+	if multiHost() {
+		network = "verbs"
+		out, code = ftrun(t, 5*time.Minute, "-n", "4", "-v", "--tag-output", prog, "routes")
+	} else {
+		dir := needCluster(t)
+		out, code, _ = runCluster(t, dir, 2*time.Minute, filepath.Join(bin, "ftrun"), "--hostfile", hostfile(t, 2, 2), "-v", "--tag-output", prog, "routes")
+	}
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`(?m)^\[(\d+)\] routes host=(\S+) (\S+)$`)
+	hostOf := map[int]string{}
+	routes := map[int][]string{}
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		r, _ := strconv.Atoi(m[1])
+		hostOf[r], routes[r] = m[2], strings.Split(m[3], ",")
+	}
+	if len(hostOf) != 4 {
+		t.Fatalf("%d ranks said their routes, want 4:\n%s", len(hostOf), out)
+	}
+	perHost := map[string]int{}
+	for _, h := range hostOf {
+		perHost[h]++
+	}
+	if len(perHost) != 2 || perHost[hostOf[0]] != 2 {
+		t.Fatalf("ranks by host %v, want two on each of two hosts:\n%s", perHost, out)
+	}
+	for r, names := range routes {
+		if len(names) != 4 {
+			t.Fatalf("rank %d names %d routes:\n%s", r, len(names), out)
+		}
+		for q, name := range names {
+			want := network
+			if hostOf[q] == hostOf[r] {
+				want = "shm"
+			}
+			if name != want {
+				t.Errorf("rank %d (on %s) reaches rank %d (on %s) through %q, want %q", r, hostOf[r], q, hostOf[q], name, want)
+			}
+		}
+	}
+	if !strings.Contains(out, "[0] routes verified") {
+		t.Errorf("no verified result:\n%s", out)
+	}
+	if want := "transport shm+" + network; !strings.Contains(out, want) {
+		t.Errorf("ftrun does not say %q:\n%s", want, out)
+	}
+}

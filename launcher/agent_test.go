@@ -124,19 +124,29 @@ func TestParseArgsHosts(t *testing.T) {
 func TestChooseTransportMultiHost(t *testing.T) {
 	defer func(p func(string, int) (verbs.Choice, error)) { probeVerbs = p }(probeVerbs)
 	probeVerbs = func(string, int) (verbs.Choice, error) { return verbs.Choice{}, verbs.ErrNoDevice }
-	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportHybrid || !strings.Contains(why, "several hosts") || !strings.Contains(why, "no usable RDMA device") {
+	if tr, why, err := chooseTransport("auto", 4, 0, true, "", ""); err != nil || tr != TransportHybrid || !strings.Contains(why, "several hosts") || !strings.Contains(why, "no usable RDMA device") {
 		t.Errorf("auto over hosts without RDMA: %q, %q, %v", tr, why, err)
 	}
 	probeVerbs = func(string, int) (verbs.Choice, error) {
 		return verbs.Choice{Device: "mlx5_0", Why: "mlx5_0 port 1"}, nil
 	}
-	if tr, why, err := chooseTransport("auto", 4, true, "", ""); err != nil || tr != TransportVerbs || !strings.Contains(why, "mlx5_0") {
+	if tr, why, err := chooseTransport("auto", 4, 0, true, "", ""); err != nil || tr != TransportVerbsHybrid || !strings.Contains(why, "mlx5_0") || !strings.Contains(why, "shared memory") {
 		t.Errorf("auto over hosts with RDMA: %q, %q, %v", tr, why, err)
 	}
-	if tr, _, err := chooseTransport("tcp", 4, true, "", ""); err != nil || tr != TransportTCP {
+	if tr, why, err := chooseTransport("auto", 4, 1, true, "", ""); err != nil || tr != TransportVerbs || !strings.Contains(why, "spares") {
+		t.Errorf("auto over hosts with RDMA and a spare: %q, %q, %v", tr, why, err)
+	}
+	if !verbs.Built {
+		// Asked for by name, verbs needs a build with them (TestResolveTransport).
+	} else if tr, why, err := chooseTransport("verbs", 4, 0, true, "", ""); err != nil || tr != TransportVerbs || why != "as asked, on mlx5_0 port 1" {
+		t.Errorf("verbs as asked: %q, %q, %v", tr, why, err)
+	} else if _, _, err := chooseTransport("shm+verbs", 4, 1, true, "", ""); err == nil || !strings.Contains(err.Error(), "spares") {
+		t.Errorf("shm+verbs with a spare: %v, want refused", err)
+	}
+	if tr, _, err := chooseTransport("tcp", 4, 0, true, "", ""); err != nil || tr != TransportTCP {
 		t.Errorf("tcp over hosts: %q, %v", tr, err)
 	}
-	if _, _, err := chooseTransport("shm", 4, true, "", ""); err == nil {
+	if _, _, err := chooseTransport("shm", 4, 0, true, "", ""); err == nil {
 		t.Error("shm over hosts accepted")
 	}
 }

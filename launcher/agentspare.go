@@ -166,7 +166,7 @@ func (sp *agentSpares) start(r ftrma.Rank, payload []byte) {
 		jobwire.EnvRendezvous+"="+sp.ln.Addr().String(),
 		jobwire.EnvLocalSize+"="+strconv.Itoa(len(here)),
 		jobwire.EnvSpawn+"="+base64.StdEncoding.EncodeToString(payload))
-	if slices.Contains(sp.env, jobwire.EnvTransport+"="+jobwire.TransportHybrid) {
+	if slices.Contains(sp.env, jobwire.EnvTransport+"="+jobwire.TransportHybrid) || slices.Contains(sp.env, jobwire.EnvTransport+"="+jobwire.TransportVerbsHybrid) {
 		vars = append(vars, jobwire.EnvLocalRanks+"="+strings.Join(here, ","))
 	}
 	if len(lost) > 0 {

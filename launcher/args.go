@@ -808,6 +808,10 @@ const (
 	// TransportHybrid picks per peer: shared memory to the ranks on the
 	// same host, TCP to the others (transport/multi).
 	TransportHybrid = jobwire.TransportHybrid
+	// TransportVerbsHybrid is TransportHybrid with RDMA verbs between
+	// hosts, and for every atomic where the device's atomics are not the
+	// CPU's (transport/multi, "Atomics through one transport").
+	TransportVerbsHybrid = jobwire.TransportVerbsHybrid
 )
 
 // ResolveTransport turns a --transport value into the transport the ranks
@@ -821,27 +825,29 @@ func ResolveTransport(name string) (string, error) {
 		return TransportTCP, nil
 	case TransportHybrid:
 		return TransportHybrid, nil
-	case TransportVerbs:
+	case TransportVerbs, TransportVerbsHybrid:
 		if !verbs.Built {
-			return "", errors.New("--transport verbs: this ftrun is built without RDMA verbs support (build it with CGO_ENABLED=1 -tags verbs)")
+			return "", fmt.Errorf("--transport %s: this ftrun is built without RDMA verbs support (build it with CGO_ENABLED=1 -tags verbs)", name)
 		}
-		return TransportVerbs, nil
+		return name, nil
 	}
-	return "", fmt.Errorf("--transport %q: want auto, tcp, shm, shm+tcp or verbs", name)
+	return "", fmt.Errorf("--transport %q: want auto, tcp, shm, shm+tcp, verbs or shm+verbs", name)
 }
 
 // probeVerbs reports whether the verbs transport is usable on this host
 // (a variable for tests).
 var probeVerbs = func(device string, gidIndex int) (verbs.Choice, error) { return verbs.Probe(device, gidIndex) }
 
-// chooseTransport resolves a --transport value for a job of n ranks, on
-// several hosts if multi, and says why. Over several hosts auto is verbs
-// when this ftrun has them and a device is usable here (else TCP, and why),
-// and shm an error. On one host auto picks shared memory unless its
+// chooseTransport resolves a --transport value for a job of n ranks with
+// spares spares, on several hosts if multi, and says why. Over several
+// hosts auto is shared memory on each host and verbs between them when this
+// ftrun has verbs and a device is usable here (verbs alone in a job with
+// spares, which transport/multi cannot admit beside verbs), else shared
+// memory and TCP, and why; shm is an error. On one host auto picks shared memory unless its
 // directory lacks the room a job of n ranks needs at least (the message
 // rings grow with n²), and then falls back to TCP. verbs asked for is
 // probed: a clear error when no device is usable.
-func chooseTransport(name string, n int, multi bool, device, gid string) (string, string, error) {
+func chooseTransport(name string, n, spares int, multi bool, device, gid string) (string, string, error) {
 	gidIndex := -1
 	if gid != "" {
 		gidIndex, _ = strconv.Atoi(gid)
@@ -857,13 +863,18 @@ func chooseTransport(name string, n int, multi bool, device, gid string) (string
 		if err != nil {
 			return TransportHybrid, fmt.Sprintf("auto: the ranks run on several hosts; RDMA verbs unusable here (%v): shared memory between ranks on the same host, TCP between hosts", err), nil
 		}
-		return TransportVerbs, "auto: the ranks run on several hosts; RDMA verbs on " + c.Why, nil
-	case tr == TransportVerbs:
+		if spares > 0 {
+			return TransportVerbs, "auto: the ranks run on several hosts; RDMA verbs on " + c.Why + ", between the ranks of a host too (a job with spares cannot use shared memory beside verbs)", nil
+		}
+		return TransportVerbsHybrid, "auto: the ranks run on several hosts; shared memory between ranks on the same host, RDMA verbs between hosts on " + c.Why, nil
+	case tr == TransportVerbsHybrid && spares > 0:
+		return "", "", fmt.Errorf("--transport %s: a job with spares cannot use shared memory beside verbs (use verbs)", name)
+	case tr == TransportVerbs || tr == TransportVerbsHybrid:
 		c, err := probeVerbs(device, gidIndex)
 		if err != nil {
-			return "", "", fmt.Errorf("--transport verbs: %w", err)
+			return "", "", fmt.Errorf("--transport %s: %w", name, err)
 		}
-		return TransportVerbs, "as asked, on " + c.Why, nil
+		return tr, "as asked, on " + c.Why, nil
 	case multi && tr == TransportSHM:
 		return "", "", fmt.Errorf("--transport %s: ranks on several hosts cannot share memory", name)
 	case !auto:

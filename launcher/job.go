@@ -234,7 +234,7 @@ func Start(opts *Options) (*Job, error) {
 			}
 		}
 	}
-	tr, why, err := chooseTransport(opts.Transport, size, multi, opts.VerbsDevice, opts.VerbsGID)
+	tr, why, err := chooseTransport(opts.Transport, size, opts.Spares, multi, opts.VerbsDevice, opts.VerbsGID)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
@@ -350,7 +350,7 @@ func Start(opts *Options) (*Job, error) {
 	case opts.Arbiter:
 		j.out.reportf("--arbiter: the job runs on this host alone, where ftrun alone decides: no arbiter runs")
 	}
-	if (tr == TransportSHM || tr == TransportHybrid) && len(local) > 0 {
+	if jobwire.SharesMemory(tr) && len(local) > 0 {
 		// Before any rank makes a segment: an ftrun killed by SIGKILL
 		// leaves them, and the next ftrun sweeps them (shmsweep.go).
 		if release, err := claimShm(j.id); err != nil {
@@ -425,7 +425,7 @@ func (j *Job) removeShm() {
 		if err := shm.RemoveJob("", j.id); err != nil {
 			j.out.reportf("removing the job's shared memory: %v", err)
 		}
-	case TransportHybrid:
+	case TransportHybrid, TransportVerbsHybrid:
 		// Only this host's ranks: the agents remove their own, and the
 		// others' files may be in use still where hosts share /dev/shm
 		// (namespaces of one machine, containers), their ranks alive

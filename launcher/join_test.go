@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/members"
 	"github.com/ftrma/ftrma/startup"
+	"github.com/ftrma/ftrma/transport/verbs"
 )
 
 func TestResolveTransport(t *testing.T) {
@@ -27,9 +29,17 @@ func TestResolveTransport(t *testing.T) {
 			t.Errorf("ResolveTransport(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"verbs", "udp"} {
-		if _, err := ResolveTransport(bad); err == nil {
-			t.Errorf("ResolveTransport(%q) accepted", bad)
+	for _, name := range []string{"verbs", "shm+verbs", "udp"} {
+		got, err := ResolveTransport(name)
+		switch {
+		case verbs.Built && name != "udp":
+			if err != nil || got != name {
+				t.Errorf("ResolveTransport(%q) = %q, %v in a build with verbs", name, got, err)
+			}
+		case err == nil:
+			t.Errorf("ResolveTransport(%q) accepted", name)
+		case name != "udp" && !strings.Contains(err.Error(), "built without RDMA verbs"):
+			t.Errorf("ResolveTransport(%q): %v, want built without verbs", name, err)
 		}
 	}
 	if _, err := ParseArgs([]string{"--transport", "udp", "-n", "2", "prog"}); err == nil {
@@ -352,12 +362,12 @@ func TestOneCPURule(t *testing.T) {
 
 func TestChooseTransport(t *testing.T) {
 	for _, c := range []struct{ name, want string }{{"tcp", "tcp"}, {"shm", "shm"}} {
-		if got, why, err := chooseTransport(c.name, 4, false, "", ""); err != nil || got != c.want || why != "as asked" {
+		if got, why, err := chooseTransport(c.name, 4, 0, false, "", ""); err != nil || got != c.want || why != "as asked" {
 			t.Errorf("chooseTransport(%q) = %q, %q, %v", c.name, got, why, err)
 		}
 	}
 	free, ok := shmFree()
-	got, why, err := chooseTransport("auto", 4, false, "", "")
+	got, why, err := chooseTransport("auto", 4, 0, false, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +375,7 @@ func TestChooseTransport(t *testing.T) {
 		t.Errorf("auto with %d bytes free: %q (%s), want %q", free, got, why, want)
 	}
 	// A job too large for any /dev/shm falls back to TCP.
-	if got, why, _ := chooseTransport("", 1<<20, false, "", ""); ok && got != "tcp" {
+	if got, why, _ := chooseTransport("", 1<<20, 0, false, "", ""); ok && got != "tcp" {
 		t.Errorf("auto for 2^20 ranks: %q (%s)", got, why)
 	}
 }

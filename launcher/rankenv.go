@@ -55,7 +55,7 @@ func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, sec
 	}
 	if tr, err := ResolveTransport(o.Transport); err == nil {
 		env = append(env, jobwire.EnvTransport+"="+tr)
-		if tr == TransportHybrid {
+		if jobwire.PerHost(tr) {
 			rs := make([]string, len(local))
 			for i, l := range local {
 				rs[i] = strconv.Itoa(int(l))

@@ -363,11 +363,11 @@ func jobsInEnvironments(uid int) map[string]bool {
 }
 
 // sharesMemory reports whether the launch's ranks use shared memory on the
-// agent's host (their FTRMA_TRANSPORT is shm or shm+tcp).
+// agent's host (their FTRMA_TRANSPORT is shm, shm+tcp or shm+verbs).
 func (l *launchSpec) sharesMemory() bool {
 	for _, r := range l.ranks {
 		for _, kv := range r.env {
-			if kv == jobwire.EnvTransport+"="+jobwire.TransportHybrid || kv == jobwire.EnvTransport+"="+jobwire.TransportSHM {
+			if tr, ok := strings.CutPrefix(kv, jobwire.EnvTransport+"="); ok && jobwire.SharesMemory(tr) {
 				return true
 			}
 		}

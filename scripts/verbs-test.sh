@@ -9,7 +9,10 @@
 #               process suites (e2e) through ftrun --transport verbs, and
 #               ftrun --respawn over verbs (launcher: TestVerbsProcessReplace)
 #   two guests  the process suites with every job's ranks split over both
-#               guests (an ftrun agent in guest 2), joined by a virtual wire
+#               guests (an ftrun agent in guest 2), joined by a virtual wire,
+#               over shm+verbs: shared memory between the ranks of a guest,
+#               verbs between guests and for every atomic (Soft-RoCE's are
+#               not the CPU's); TestRoutesByHost checks each rank's routes
 #   bench       ftrma verbs put/get/CAS latency beside perftest on rxe0
 #               (emulator times: only the ratios mean anything)
 #
@@ -99,14 +102,14 @@ fi
 case $MODE in
 full)
 	WINDOW_RUN=. STORE_RUN=. E2E_RUN='TestCountersAndLocks|TestKill|TestLockTakeover|TestStoppedRankIsFenced|TestStore|TestCkpt'
-	E2E2_RUN=$E2E_RUN ;;
+	E2E2_RUN="$E2E_RUN|TestRoutesByHost" ;;
 ci | one | two | bench)
 	WINDOW_RUN='TestCountersEightRanks|TestPutFlushGetFromThirdRank|TestSharedLocksCoexist|TestDynamicWindow|TestOperationSemantics|TestReplaceAccumulateNeverTorn'
 	STORE_RUN='TestPutGetDeleteAcrossRanks|TestHeapReuse|TestTransaction|TestConcurrentWriters|TestCollidingKeysKeepTheirValues|TestConditionalWrites|TestTxGet$'
 	# The store's linearizability test kills at fixed times, which in an
 	# emulated guest can land before the job has started: full mode only.
 	E2E_RUN='TestCountersAndLocks|TestKillWhileHammering|TestStoppedRankIsFenced|TestStoreUninvolved'
-	E2E2_RUN='TestCountersAndLocks|TestKillWhileHammering/verbs/kill_1$|TestStoppedRankIsFenced|TestStoreUninvolved' ;;
+	E2E2_RUN='TestCountersAndLocks|TestKillWhileHammering/shm\+verbs/kill_1$|TestStoppedRankIsFenced|TestStoreUninvolved|TestRoutesByHost' ;;
 *) echo "usage: $0 [ci|full|one|two|bench]" >&2; exit 2 ;;
 esac
 
@@ -139,7 +142,7 @@ if [ "$MODE" != bench ] && [ "$MODE" != one ]; then
 	say "two guests: process suites with the ranks split over both"
 	secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 	rm -f "$share/.done" "$share/.agent"
-	"$VM" run2 "$share" "$ENVS FTRMA_AGENT_SECRET=$secret
+	"$VM" run2 "$share" "$ENVS FTRMA_AGENT_SECRET=$secret FTRMA_E2E_TRANSPORTS=shm+verbs
 $SUITE
 if [ \$RXEVM_ID = 2 ]; then
 	/host/bin/ftrun agent --listen \$RXEVM_IP:7770 > /tmp/agent.log 2>&1 &

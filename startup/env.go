@@ -42,13 +42,13 @@ type jobEnv struct {
 	localSize   int
 	spin        time.Duration // 0 when FTRMA_SPIN is unset
 	seal        tcp.SealMode  // FTRMA_SEAL: which TCP connections are sealed
-	transport   string        // jobwire.TransportTCP, TransportSHM, TransportHybrid or TransportVerbs
+	transport   string        // jobwire.TransportTCP, TransportSHM, TransportHybrid, TransportVerbs or TransportVerbsHybrid
 	verbsDev    string        // FTRMA_VERBS_DEVICE
 	verbsGID    int           // FTRMA_VERBS_GID_INDEX, -1 when unset
 	hostAddr    string        // IP to listen on, "" for the transport's default
 	lease       time.Duration // the lease term (jobwire.EnvLease)
 	hostVerdict time.Duration // the arbiter's verdict bound on a silent host (jobwire.EnvHostVerdict); 0 when unset
-	localRanks  []ftrma.Rank  // the ranks on this host (jobwire.TransportHybrid)
+	localRanks  []ftrma.Rank  // the ranks on this host (jobwire.PerHost)
 	spares      int           // FTRMA_SPARES: ranks >= size-spares start absent; 0 when unset
 	spawn       []byte        // FTRMA_SPAWN decoded: the payload of a spare started later
 	spawned     bool          // this rank is a spare started later (FTRMA_SPAWN set)
@@ -114,13 +114,13 @@ func readEnv() (jobEnv, error) {
 	case "":
 		e.transport = jobwire.TransportTCP
 	case jobwire.TransportTCP:
-	case jobwire.TransportSHM, jobwire.TransportHybrid:
+	case jobwire.TransportSHM, jobwire.TransportHybrid, jobwire.TransportVerbsHybrid:
 		if e.job == "" || strings.Trim(e.job, "0123456789abcdef") != "" {
 			return e, fmt.Errorf("launcher: %s=%q: shared memory needs a hex job id", jobwire.EnvJob, e.job)
 		}
 	case jobwire.TransportVerbs:
 	default:
-		return e, fmt.Errorf("launcher: %s=%q: want %s, %s, %s or %s", jobwire.EnvTransport, e.transport, jobwire.TransportTCP, jobwire.TransportSHM, jobwire.TransportHybrid, jobwire.TransportVerbs)
+		return e, fmt.Errorf("launcher: %s=%q: want %s, %s, %s, %s or %s", jobwire.EnvTransport, e.transport, jobwire.TransportTCP, jobwire.TransportSHM, jobwire.TransportHybrid, jobwire.TransportVerbs, jobwire.TransportVerbsHybrid)
 	}
 	e.verbsDev, e.verbsGID = os.Getenv(jobwire.EnvVerbsDevice), -1
 	if v, ok := os.LookupEnv(jobwire.EnvVerbsGID); ok {
@@ -182,7 +182,7 @@ func readEnv() (jobEnv, error) {
 			return e, err
 		}
 	}
-	if e.transport == jobwire.TransportHybrid {
+	if jobwire.PerHost(e.transport) {
 		bad := fmt.Errorf("launcher: %s=%q: want the ranks on this host, this one among them", jobwire.EnvLocalRanks, os.Getenv(jobwire.EnvLocalRanks))
 		for _, f := range strings.Split(os.Getenv(jobwire.EnvLocalRanks), ",") {
 			n, err := strconv.Atoi(f)

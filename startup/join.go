@@ -558,7 +558,7 @@ func join(ctx context.Context, env jobEnv, recv transport.Receiver) (*Session, e
 	switch env.transport {
 	case jobwire.TransportSHM:
 		t, conn, err = joinSHM(ctx, env, x, sess, logger)
-	case jobwire.TransportVerbs:
+	case jobwire.TransportVerbs, jobwire.TransportVerbsHybrid:
 		t, conn, err = joinVerbs(ctx, env, x, logger)
 	case jobwire.TransportHybrid:
 		t, conn, err = joinHybrid(ctx, env, x, sess, logger)
@@ -801,14 +801,40 @@ func (env jobEnv) hybridPlan() hybridPlan {
 // for it only, which keeps the exchange O(size) bytes per rank. Spares are
 // absent (verbs.Config.Absent) until admitted; a spare started later
 // (verbs.Config.Late) reports the ranks that had failed before it connects.
+//
+// With jobwire.TransportVerbsHybrid (never with spares: ftrun refuses
+// them) and other ranks on this host, the ranks of the host reach each
+// other through shared memory (shm with Config.Ranks) and every rank
+// through verbs, which executes every atomic when the device's atomics are
+// not the CPU's (transport/multi, Sub.Reach); the shm segments exist
+// before the address goes out too.
 func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog.Logger) (transport.Transport, net.Conn, error) {
 	_, bound := DetectorSettings()
-	t, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
+	vt, err := verbs.Open(verbs.Config{Rank: env.rank, Size: env.size, Device: env.verbsDev, GIDIndex: env.verbsGID,
 		Bound: bound, Logger: logger, Spin: env.transportSpin(), Absent: env.absent(), Late: env.spawned})
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
-	common, parts, err := verbs.SplitAddress(t.Addr())
+	var t interface {
+		transport.Transport
+		Connect(context.Context, []string) error
+	} = vt
+	if env.transport == jobwire.TransportVerbsHybrid && len(env.localRanks) > 1 && env.spares == 0 {
+		st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: env.job, Ranks: env.localRanks,
+			Logger: logger, Spin: env.transportSpin()})
+		if err != nil {
+			vt.Close()
+			return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+		}
+		mt, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "verbs", T: vt, Reach: true}}, multi.HostRoute(env.size, env.localRanks))
+		if err != nil {
+			st.Close()
+			vt.Close()
+			return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
+		}
+		t = mt
+	}
+	common, parts, err := verbs.SplitAddress(vt.Addr())
 	var addr jobwire.Addr
 	if err == nil {
 		addr, err = jobwire.SplitAddr(common, parts)

@@ -40,6 +40,11 @@
 //	                       every rank prints "bigmove failed N" (see bigmove.go)
 //	testprog outwait FILE  every rank prints "ready PID", waits until FILE
 //	                       exists, prints "saw FILE" and ends
+//	testprog routes        every rank prints "routes host=HOSTNAME R0,R1,.."
+//	                       (the transport reaching each rank, from its
+//	                       transport's Route, or "single"), then counters,
+//	                       locks, puts and gets over every path; rank 0
+//	                       prints "routes verified"
 package main
 
 import (
@@ -51,6 +56,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -125,6 +131,8 @@ func run(ctx context.Context, args []string) error {
 		if c.Rank() == 0 {
 			fmt.Println("intruder test verified")
 		}
+	case "routes":
+		return routes(ctx, c)
 	case "hammer":
 		return hammer(ctx, c, args[1:])
 	case "stopped":
@@ -524,5 +532,33 @@ func outwait(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Printf("saw %s\n", filepath.Base(args[0]))
+	return nil
+}
+
+// routes prints which transport reaches each rank, then checks counters,
+// locks, puts and gets between every pair of ranks.
+func routes(ctx context.Context, c *comm.Comm) error {
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	names := make([]string, c.Size())
+	rt, ok := c.Transport().(interface{ Route(ftrma.Rank) string })
+	for r := range names {
+		names[r] = "single"
+		if ok {
+			names[r] = rt.Route(ftrma.Rank(r))
+		}
+	}
+	fmt.Printf("routes host=%s %s\n", host, strings.Join(names, ","))
+	if _, _, err := rmacheck.Counters(ctx, c, 100); err != nil {
+		return err
+	}
+	if err := rmacheck.PutGetThird(ctx, c, []int{8, 4096, 1 << 20}); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		fmt.Println("routes verified")
+	}
 	return nil
 }

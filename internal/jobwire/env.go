@@ -51,7 +51,19 @@ const (
 	// TransportHybrid picks per peer: shared memory to the ranks on the
 	// same host (EnvLocalRanks), TCP to the others (transport/multi).
 	TransportHybrid = "shm+tcp"
+	// TransportVerbsHybrid is TransportHybrid with RDMA verbs between
+	// hosts (and for every atomic where the device's atomics are not the
+	// CPU's).
+	TransportVerbsHybrid = "shm+verbs"
 )
+
+// PerHost reports whether the ranks of transport tr are told the ranks of
+// their host (EnvLocalRanks): those of shared memory beside a network.
+func PerHost(tr string) bool { return tr == TransportHybrid || tr == TransportVerbsHybrid }
+
+// SharesMemory reports whether the ranks of transport tr on one host share
+// memory segments.
+func SharesMemory(tr string) bool { return tr == TransportSHM || PerHost(tr) }
 
 // CPUShare is the one rule by which the ranks of a job share a host's CPUs
 // (ftrun's help states it too): localSize ranks of the job run on this host.

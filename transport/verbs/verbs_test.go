@@ -332,6 +332,60 @@ func TestDeregister(t *testing.T) {
 	}
 }
 
+// RegisterKey takes the caller's keys (shared memory's, beside verbs in a
+// multi transport): a key whose bits above the slot's are 0 (shm's first
+// keys) is found by peers, a key whose slot is taken is refused, Register
+// is refused once RegisterKey was used, and a deregistered key stays
+// unknown.
+func TestRegisterKey(t *testing.T) {
+	ts, _ := world(t, 2)
+	a, b := make([]byte, 64), make([]byte, 64)
+	ka := transport.Key(1<<12 | 5)        // generation 1 of slot 5 of a 4096-entry table
+	kb := transport.Key(0x3ff<<12 | 1<<2) // a high generation
+	if err := ts[1].RegisterKey(ka, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].RegisterKey(kb, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].RegisterKey(ka+tableSlots, make([]byte, 8)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("a key on a taken slot: %v, want ErrInvalid", err)
+	}
+	if _, err := ts[1].Register(make([]byte, 8)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("Register after RegisterKey: %v, want ErrInvalid", err)
+	}
+	if err := ts[1].RegisterKey(0, make([]byte, 8)); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Errorf("key 0: %v, want ErrInvalid", err)
+	}
+	if _, err := ts[0].Write(1, ka, 0, []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	var old uint64
+	if _, err := ts[0].FetchAndAdd64(1, kb, 8, 3, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Flush(ctx(t), 1); err != nil || a[0] != 7 || binary.LittleEndian.Uint64(b[8:]) != 3 {
+		t.Fatalf("write and fetch-and-add: %v, %d, %d", err, a[0], binary.LittleEndian.Uint64(b[8:]))
+	}
+	if err := ts[1].Deregister(ka); err != nil {
+		t.Fatal(err)
+	}
+	seq, err := ts[0].Write(1, ka, 0, []byte{8})
+	if err == nil {
+		err = ts[0].Wait(ctx(t), 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrUnknownRegion) || a[0] != 7 {
+		t.Fatalf("write after deregister: %v, memory %d", err, a[0])
+	}
+	// The slot is free again for the caller's next key.
+	if err := ts[1].RegisterKey(ka+tableSlots, make([]byte, 8)); err != nil {
+		t.Fatalf("a new key on the freed slot: %v", err)
+	}
+	if _, err := ts[0].Register(make([]byte, 8)); err != nil {
+		t.Errorf("the other rank's Register: %v", err)
+	}
+}
+
 func TestPeerDownAndClose(t *testing.T) {
 	ts, recs := world(t, 3)
 	ts[2].PeerDown(0, errors.New("the launcher saw it exit"))
