@@ -525,13 +525,14 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           host; hosts without N share the rest evenly, earlier
                           ones getting one more. Needs FTRMA_AGENT_SECRET, the
                           agents' secret. Default: every rank on this host
-  --transport NAME        auto, tcp, shm, shm+tcp or verbs (default auto:
-                          shared memory when every rank runs on this host;
-                          over several hosts, where shm is refused, RDMA
-                          verbs when this ftrun has them and a device is
-                          usable here, else shm+tcp: shared memory between
-                          ranks on the same host and TCP between hosts,
-                          chosen per peer; -v says why)
+  --transport NAME        auto, tcp, shm, shm+tcp, verbs or shm+verbs
+                          (default auto: shared memory when every rank runs
+                          on this host; over several hosts, where shm is
+                          refused, shm+verbs when this ftrun has verbs and a
+                          device is usable here (verbs alone with spares),
+                          else shm+tcp: shared memory between ranks on the
+                          same host and verbs or TCP between hosts, chosen
+                          per peer; -v says why)
   --verbs-device NAME     RDMA device of the verbs transport (default: the
                           first with an active port)
   --verbs-gid-index N     GID table index (default: the RoCE v2 GID of the
@@ -683,7 +684,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 		return err
 	})
 	fs.BoolVar(&o.NoFT, "no-ft", false, "abort the job at the first rank failure")
-	fs.StringVar(&o.Transport, "transport", "", "transport: auto (default), tcp, shm or verbs")
+	fs.StringVar(&o.Transport, "transport", "", "transport: auto (default), tcp, shm, shm+tcp, verbs or shm+verbs")
 	fs.StringVar(&o.VerbsDevice, "verbs-device", "", "RDMA device of the verbs transport")
 	fs.Func("verbs-gid-index", "GID table index of the verbs transport", func(v string) error {
 		if n, err := strconv.Atoi(v); err != nil || n < 0 {

@@ -18,7 +18,7 @@ const (
 	EnvSpin        = "FTRMA_SPIN"            // busy-poll duration (ftrun --spin), optional
 	EnvHBPeriod    = "FTRMA_HB_PERIOD"       // failure detector heartbeat period (ftrun --hb-period), optional
 	EnvHBTimeout   = "FTRMA_HB_TIMEOUT"      // failure detector timeout (ftrun --hb-timeout), optional
-	EnvTransport   = "FTRMA_TRANSPORT"       // tcp, shm, shm+tcp or verbs (ftrun --transport, resolved); tcp when unset
+	EnvTransport   = "FTRMA_TRANSPORT"       // tcp, shm, shm+tcp, verbs or shm+verbs (ftrun --transport, resolved); tcp when unset
 	EnvVerbsDevice = "FTRMA_VERBS_DEVICE"    // RDMA device (ftrun --verbs-device), optional
 	EnvVerbsGID    = "FTRMA_VERBS_GID_INDEX" // GID table index (ftrun --verbs-gid-index), optional
 	EnvHostAddr    = "FTRMA_HOST_ADDR"       // IP the rank's transport listens on (multi-host jobs); 127.0.0.1 when unset

@@ -76,7 +76,9 @@
 // atomic posted toward the peer at verbs, then for the write at shm. Flush
 // and Push go to both, Fence and PeerDown too (the peer reaches this
 // rank's memory by both paths), and either path's peer-down event is
-// passed on, the first only.
+// passed on, the first only, except verbs' report of the peer's orderly
+// departure (its goodbye, transport.ErrPeerLeft): that may overtake the
+// peer's last messages through shm, which reports the departure after them.
 //
 // Who writes a word, with what: an shm peer stores and loads with its CPU
 // (its writes and reads), the device executes every atomic, and the owner

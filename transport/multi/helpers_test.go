@@ -54,6 +54,12 @@ type worldOpts struct {
 type hcaTCP struct {
 	*tcp.Transport
 	atomics, data []atomic.Int64
+	recv          atomic.Pointer[transport.Receiver] // what multi installed
+}
+
+func (h *hcaTCP) SetReceiver(r transport.Receiver) {
+	h.recv.Store(&r)
+	h.Transport.SetReceiver(r)
 }
 
 func (h *hcaTCP) Caps() transport.Caps {

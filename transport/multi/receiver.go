@@ -1,6 +1,8 @@
 package multi
 
 import (
+	"errors"
+
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
 )
@@ -61,10 +63,16 @@ func (s *subReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
 
 // HandlePeerDown implements transport.Receiver: the first event for a peer
 // is passed on, with the launcher's cause if PeerDown fenced the peer. The
-// sub that reaches every rank (Sub.Reach) reports any rank's loss.
+// sub that reaches every rank (Sub.Reach) reports the loss of a rank routed
+// to another too, but not its orderly departure (transport.ErrPeerLeft):
+// the routed sub reports that after the last message the peer sent on it,
+// and the receiver must hear of the departure only then (a barrier's last
+// message from a rank that then closes would otherwise come too late).
 func (s *subReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
-	if !s.mine(peer) && (s.m.reach == nil || int(s.m.reachAt) != s.at || peer < 0 || int(peer) >= s.m.size) {
-		return
+	if !s.mine(peer) {
+		if s.m.reach == nil || int(s.m.reachAt) != s.at || peer < 0 || int(peer) >= s.m.size || errors.Is(err, transport.ErrPeerLeft) {
+			return
+		}
 	}
 	ps := &s.m.peers[peer]
 	if ps.reported.Swap(true) {

@@ -4,6 +4,7 @@ package multi_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -183,5 +184,35 @@ func TestSplitPeerLostOnce(t *testing.T) {
 	}
 	if n := len(w.recs[0].DownsOf(1)); n != 1 {
 		t.Errorf("rank 0 heard of rank 1 %d times, want once", n)
+	}
+}
+
+// The transport that reaches every rank does not report the orderly
+// departure of a rank of this host (its goodbye may overtake the rank's
+// last messages through shm, which reports the departure after them), but
+// it does report that rank's failure. Its events are injected here as the
+// sub-transport would deliver them.
+func TestSplitDepartureKeepsOrder(t *testing.T) {
+	w := newWorld(t, twoHosts, worldOpts{splitAtomics: true})
+	reach := *w.hcas[0].recv.Load()
+	reach.HandlePeerDown(1, transport.ErrPeerDown(1, transport.ErrPeerLeft))
+	if err := w.ts[1].Send(0, []byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	w.recs[0].Await(t, ctx, "rank 1's message through shm", func() bool { return len(w.recs[0].From(1)) == 1 })
+	if d := w.recs[0].DownsOf(1); len(d) != 0 {
+		t.Fatalf("rank 1's departure reported by tcp, before its last message: %v", d)
+	}
+	// A failure it sees is passed on, once.
+	reach.HandlePeerDown(1, transport.ErrPeerDown(1, errors.New("queue pair broke")))
+	reach.HandlePeerDown(1, transport.ErrPeerDown(1, errors.New("again")))
+	if d := w.recs[0].DownsOf(1); len(d) != 1 || !strings.Contains(d[0].Error(), "queue pair broke") {
+		t.Fatalf("rank 1's failure seen by tcp: reported %v, want once", d)
+	}
+	// A rank of the other host is tcp's own: its departure is reported.
+	reach.HandlePeerDown(2, transport.ErrPeerDown(2, transport.ErrPeerLeft))
+	if d := w.recs[0].DownsOf(2); len(d) != 1 {
+		t.Fatalf("rank 2's departure through tcp: reported %v, want once", d)
 	}
 }
