@@ -67,8 +67,10 @@ func (m *Transport) withdraw(key transport.Key, failed int) {
 
 // Deregister withdraws key from every transport in use, each waiting for
 // the operations executing on the region (shm: its peers' accesses; tcp:
-// the target's progress goroutines), and returns their errors. An unknown
-// key fails with ftrma.ErrUnknownRegion.
+// the target's progress goroutines), and returns their errors. The
+// transport that chose the key goes last: until then no new key can take
+// the slot (shm's) that the others' tables (verbs') still hold for it. An
+// unknown key fails with ftrma.ErrUnknownRegion.
 func (m *Transport) Deregister(key transport.Key) error {
 	if m.closed.Load() {
 		return &ftrma.OpError{Op: "deregister", Rank: -1, Err: ftrma.ErrClosed}
@@ -81,12 +83,18 @@ func (m *Transport) Deregister(key transport.Key) error {
 		return &ftrma.OpError{Op: "deregister", Rank: -1, Err: fmt.Errorf("multi transport: deregister key %d: %w", key, ftrma.ErrUnknownRegion)}
 	}
 	var errs []error
-	for _, s := range m.subs {
-		if s.inUse {
-			if err := s.t.Deregister(key); err != nil {
-				errs = append(errs, fmt.Errorf("multi transport: %s: %w", s.name, err))
-			}
+	deregister := func(s *sub) {
+		if err := s.t.Deregister(key); err != nil {
+			errs = append(errs, fmt.Errorf("multi transport: %s: %w", s.name, err))
 		}
+	}
+	for _, s := range m.subs {
+		if s.inUse && s != m.keyer {
+			deregister(s)
+		}
+	}
+	if m.keyer != nil {
+		deregister(m.keyer)
 	}
 	return errors.Join(errs...)
 }
