@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -433,6 +434,12 @@ func (c *Comm) Noticed(id string) bool {
 	defer c.rt.mu.Unlock()
 	return c.rt.notices[id]
 }
+
+// NoticeGeneration is a counter of the notices this process has recorded,
+// which only grows: while it has not changed since Noticed(id) said false,
+// Noticed(id) still says false. A window reads it on every operation
+// instead of asking Noticed (window.NoticeCounter).
+func (c *Comm) NoticeGeneration() *atomic.Uint64 { return &c.rt.noticeGen }
 
 // VerdictBound is the longest the runtime may take from a peer falling
 // silent (its host cut off, its process hung) to this rank knowing the

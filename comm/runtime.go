@@ -99,6 +99,7 @@ type runtime struct {
 	left      []ftrma.Rank             // departed ranks in the order learned
 	notices   map[string]bool          // revocation notices delivered
 	noticed   atomic.Int64             // len(notices), read without the lock
+	noticeGen atomic.Uint64            // notices recorded so far, ever (NoticeGeneration)
 	awaited   map[string]chan struct{} // closed when the notice arrives (noticeChan)
 	comms     map[uint32]*Comm         // live communicators by context id
 	closedC   closedRing               // communicators closed here (prune.go); their contributions are dropped
@@ -577,6 +578,7 @@ func (rt *runtime) notice(id string) {
 func (rt *runtime) noticeLocked(id string) {
 	rt.notices[id] = true
 	rt.noticed.Store(int64(len(rt.notices)))
+	rt.noticeGen.Add(1)
 	if ch := rt.awaited[id]; ch != nil {
 		close(ch)
 		delete(rt.awaited, id)

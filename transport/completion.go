@@ -62,6 +62,11 @@ func (c *Completion) Done(err error) Seq {
 	if err == nil {
 		return Seq(c.posted.Load())
 	}
+	return c.doneFailed(err)
+}
+
+// doneFailed is Done of a failed operation (not inlined, unlike Done).
+func (c *Completion) doneFailed(err error) Seq {
 	// Numbered under mu, so failures are kept in sequence order.
 	c.mu.Lock()
 	seq := Seq(c.posted.Add(1))

@@ -63,6 +63,74 @@ func TestWindowRevoke(t *testing.T) {
 	})
 }
 
+// A revocation by another rank stops Put and Get by themselves, with no
+// Flush or other call that asks the communicator: the window's common path
+// skips asking while no notice arrived in the process (window.NoticeCounter),
+// so it must see this one arrive. Another notice (a second window's
+// revocation) arriving first changes nothing for this window.
+func TestRevokeStopsPutAlone(t *testing.T) {
+	run(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Allocate(ctx, c, 64)
+		if err != nil {
+			return err
+		}
+		other, err := window.Allocate(ctx, c, 64)
+		if err != nil {
+			return err
+		}
+		target := ftrma.Rank((int(c.Rank()) + 1) % c.Size())
+		if err := w.Put(target, 0, []byte{1}); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 2 {
+			if err := other.Revoke(); err != nil {
+				return err
+			}
+		}
+		for !other.IsRevoked() {
+			if ctx.Err() != nil {
+				return errors.New("the other window's revocation never arrived")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := w.Put(target, 0, []byte{2}); err != nil {
+			return fmt.Errorf("put after another window's revocation: %v", err)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 1 {
+			if err := w.Revoke(); err != nil {
+				return err
+			}
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := w.Put(target, 0, []byte{3})
+			if errors.Is(err, ftrma.ErrRevoked) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("put before the revocation arrived: %v", err)
+			}
+			if time.Now().After(deadline) {
+				return errors.New("Put never saw the revocation")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := w.Get(target, 0, make([]byte, 1)); !errors.Is(err, ftrma.ErrRevoked) {
+			return fmt.Errorf("get on the revoked window: %v", err)
+		}
+		if err := other.Free(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	})
+}
+
 // Shrink gives a window over the survivors that keeps their memory, renumbered
 // in the old order, without shrinking the communicator; operations work on it
 // and Free completes although a rank is dead.

@@ -202,7 +202,7 @@ func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 		return nil, err
 	}
 
-	w := &Window{c: r.nc, t: r.t, rank: r.me, kind: plan.kind, ctl: ctl,
+	w := &Window{c: r.nc, t: r.t, rank: r.me, kind: plan.kind, ctl: ctl, notices: noticeCounter(r.nc),
 		owned: [][]byte{ctlMem}, ordered: r.t.Caps().Has(transport.CapOrdered),
 		attached: make(map[transport.Key]struct{})}
 	peers := make([]peerInfo, r.n)

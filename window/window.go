@@ -103,6 +103,11 @@ type Window struct {
 
 	revokeID string      // the notice that revokes this window (and its shrunk successors)
 	revoked  atomic.Bool // a revocation was seen
+	// notices is the Comm's NoticeCounter, or unwatched; noticesSeen its value
+	// when Noticed(revokeID) last said false (open skips Noticed while
+	// they are equal).
+	notices     *atomic.Uint64
+	noticesSeen atomic.Uint64
 
 	ordered bool // the transport completes operations in order (transport.CapOrdered)
 
@@ -260,6 +265,7 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		ctl:   wordSlice(ctlMem, ctlWords(c.Size())),
 		owned: [][]byte{ctlMem}, ordered: t.Caps().Has(transport.CapOrdered),
 		attached: make(map[transport.Key]struct{})}
+	w.notices = noticeCounter(c)
 	var info peerInfo
 	if k != dynamic {
 		if info.key, err = t.Register(mem); err != nil {
@@ -459,7 +465,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 		return nil, wrap("shrink", -1, err)
 	}
 	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
-		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true}
+		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true, notices: w.notices}
 	var peers []peerInfo
 	for _, p := range w.peers {
 		if w.c.ProcFailed(p.cr) {
@@ -475,27 +481,78 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 }
 
 // target validates an access of n bytes at disp of rank r and returns the
-// region and offset to name to the transport. Its common case (a usable
-// window made with memory, r and the bytes in range) is small enough to be
-// inlined; everything else is targetSlow.
+// region and offset to name to the transport. Its common case is direct;
+// everything else is targetSlow.
 func (w *Window) target(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
-	if w.kind != dynamic && uint(r) < uint(len(w.peers)) && (!atomic || disp%8 == 0) {
-		p := &w.peers[r]
-		if disp <= p.size && uint64(n) <= p.size-disp && w.open() {
-			return p.tr, p.key, disp, nil
-		}
+	if p := w.direct(r, disp, n); p != nil && (!atomic || disp%8 == 0) {
+		return p.tr, p.key, disp, nil
 	}
 	return w.targetSlow(op, r, disp, n, atomic)
 }
 
-// open reports whether the window is neither freed nor revoked (usable
-// says why not).
-func (w *Window) open() bool {
-	return !w.freed.Load() && !w.revoked.Load() && !w.c.Noticed(w.revokeID)
+// direct is the common case of target, small enough to be inlined: a
+// window made with memory, neither freed nor revoked, no notice arrived
+// since open last looked, r a rank of it and n bytes at disp inside its
+// window; nil otherwise (target then finds out why).
+func (w *Window) direct(r ftrma.Rank, disp uint64, n int) *peerInfo {
+	if uint(r) >= uint(len(w.peers)) || w.kind == dynamic || w.freed.Load() || w.revoked.Load() ||
+		w.notices.Load() != w.noticesSeen.Load() {
+		return nil
+	}
+	if p := &w.peers[r]; disp <= p.size && uint64(n) <= p.size-disp {
+		return p
+	}
+	return nil
 }
+
+// open reports whether the window is neither freed nor revoked (usable
+// says why not). While no notice arrived since the last look it asks the
+// Comm nothing.
+func (w *Window) open() bool {
+	if w.freed.Load() || w.revoked.Load() {
+		return false
+	}
+	return w.notices.Load() == w.noticesSeen.Load() || w.openSlow()
+}
+
+// openSlow is open when notices may have arrived: it asks Noticed, and
+// records the generation it asked at when the answer is no.
+func (w *Window) openSlow() bool {
+	g := w.notices.Load()
+	if w.c.Noticed(w.revokeID) {
+		w.revoked.Store(true)
+		return false
+	}
+	if w.notices != &unwatched {
+		w.noticesSeen.Store(g)
+	}
+	return true
+}
+
+// NoticeCounter is implemented by a Comm (comm.Comm) whose notices can be
+// watched cheaply: NoticeGeneration counts the notices recorded in the
+// process, only growing, so that while it holds still Noticed's answers
+// hold too. A window then asks Noticed only when it moved.
+type NoticeCounter interface {
+	NoticeGeneration() *atomic.Uint64
+}
+
+// noticeCounter is c's NoticeGeneration, or for a Comm without one
+// unwatched, which never equals noticesSeen: open then always asks.
+func noticeCounter(c Comm) *atomic.Uint64 {
+	if nc, ok := c.(NoticeCounter); ok {
+		return nc.NoticeGeneration()
+	}
+	return &unwatched
+}
+
+var unwatched atomic.Uint64
+
+func init() { unwatched.Store(1) }
 
 // targetSlow is target past its common case.
 func (w *Window) targetSlow(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
+	w.openSlow() // notes the notices seen, for direct
 	if err := w.usable(op, r); err != nil {
 		return 0, 0, 0, err
 	}
@@ -553,7 +610,14 @@ func (w *Window) Put(target ftrma.Rank, disp uint64, data []byte) error {
 }
 
 func (w *Window) put(op string, target ftrma.Rank, disp uint64, data []byte) (ftrma.Rank, transport.Seq, error) {
-	tr, key, off, err := w.target(op, target, disp, len(data), false)
+	if p := w.direct(target, disp, len(data)); p != nil {
+		seq, err := w.t.Write(p.tr, p.key, disp, data)
+		if err != nil {
+			err = wrap(op, target, err)
+		}
+		return p.tr, seq, err
+	}
+	tr, key, off, err := w.targetSlow(op, target, disp, len(data), false)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -579,7 +643,14 @@ func (w *Window) Get(target ftrma.Rank, disp uint64, buf []byte) error {
 }
 
 func (w *Window) get(op string, target ftrma.Rank, disp uint64, buf []byte) (ftrma.Rank, transport.Seq, error) {
-	tr, key, off, err := w.target(op, target, disp, len(buf), false)
+	if p := w.direct(target, disp, len(buf)); p != nil {
+		seq, err := w.t.Read(p.tr, p.key, disp, buf)
+		if err != nil {
+			err = wrap(op, target, err)
+		}
+		return p.tr, seq, err
+	}
+	tr, key, off, err := w.targetSlow(op, target, disp, len(buf), false)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -108,7 +108,7 @@ func benchLarge(b *testing.B, write bool) {
 func BenchmarkFastPathFloor(b *testing.B) {
 	ts, _, key := benchPair(b)
 	t, p := ts[0], ts[0].peers[1]
-	c := p.fast.Load()
+	c := p.fast.Load().c
 	reg, err := p.resolve(c, key)
 	if err != nil {
 		b.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-	_ "unsafe" // go:linkname
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
@@ -125,21 +125,20 @@ func (p *peer) execute(key transport.Key, off uint64, o *rma) (opErr, status err
 func (p *peer) fastOp(key transport.Key, off uint64, o *rma) bool {
 	t := p.t
 	i := procPin()
-	c := p.fast.Load()
-	if i >= readerSlots || c == nil || t.closed.Load() {
+	v := p.fast.Load()
+	if i >= readerSlots || v == nil || t.closed.Load() {
 		procUnpin()
 		return false
 	}
 	// t.own stays mapped while this goroutine is pinned: Close sets closed
 	// and waits a grace period before it unmaps it.
-	line := t.own.reader(i)
-	tw, sw := t.own.word(line+readerTarget), t.own.word(line+readerSeq)
+	line := unsafe.Add(t.readers, i*readerStride)
+	tw, sw := (*uint64)(unsafe.Add(line, readerTarget)), (*uint64)(unsafe.Add(line, readerSeq))
 	announce(sw, *sw+1)
 	announce(tw, uint64(p.slot)+1)
 	done := false
-	if (p.self || atomic.LoadUint64(c.word(offState)) == stateOpen && atomic.LoadUint64(c.word(offReleaseGen)) == p.relGen.Load()) &&
-		atomic.LoadUint64(c.word(c.active(t.selfSlot)+actFenced)) == 0 &&
-		atomic.LoadUint64(c.word(c.entry(int(key)&(c.lay.regions-1))+entryState)) == uint64(key)<<8|1 {
+	if (p.self || atomic.LoadUint64(v.state) == stateOpen && atomic.LoadUint64(v.relGen) == p.relGen.Load()) &&
+		atomic.LoadUint64(v.fenced) == 0 && atomic.LoadUint64(v.keyState(key)) == uint64(key)<<8|1 {
 		if h := p.hot[key&(hotKeys-1)].Load(); h != nil && h.key == key {
 			if b, ok := span(h.reg, off, o); ok && (!o.atomic() || aligned(b)) {
 				if testHookFast != nil {
@@ -153,6 +152,30 @@ func (p *peer) fastOp(key transport.Key, off uint64, o *rma) bool {
 	announce(tw, 0)
 	procUnpin()
 	return done
+}
+
+// fastView is what the fast path reads of a control segment c, its words
+// found once when c is mapped: the state and release count, the fence
+// flag for this rank (in its active line), and the key table, whose
+// layout parseCtl checked (c.lay.regions entries, a power of two). It
+// holds c, and so the mapping's slice.
+type fastView struct {
+	c             *ctl
+	state, relGen *uint64
+	fenced        *uint64
+	keys          unsafe.Pointer // key table entry 0
+	mask          int            // c.lay.regions - 1
+}
+
+// newFastView is the view of c for the rank in slot selfSlot.
+func newFastView(c *ctl, selfSlot int) *fastView {
+	return &fastView{c: c, state: c.word(offState), relGen: c.word(offReleaseGen),
+		fenced: c.word(c.active(selfSlot) + actFenced), keys: unsafe.Pointer(&c.mem[c.entry(0)]), mask: c.lay.regions - 1}
+}
+
+// keyState is the state word of key's entry in the key table.
+func (v *fastView) keyState(key transport.Key) *uint64 {
+	return (*uint64)(unsafe.Add(v.keys, (int(key)&v.mask)*entryBytes+entryState))
 }
 
 // drainFast waits until no reader line of p (a local rank, or this rank)

@@ -35,7 +35,7 @@ type peer struct {
 	// fast is ctl while operations toward the peer may take the fast path
 	// (fast.go): both ranks registered for the barrier. Set under mu with
 	// ctl; cleared before a grace period that precedes unmapping.
-	fast atomic.Pointer[ctl]
+	fast atomic.Pointer[fastView]
 	gone bool // the mappings were dropped for good (the peer is down, or Close)
 	pid  int  // the peer's process id, from its header; 0 when unknown
 	bell int  // the peer's bell, open for ringing; -1 when not open
@@ -203,7 +203,7 @@ func (p *peer) mapCtlLocked() error {
 	p.relGen.Store(atomic.LoadUint64(c.word(offReleaseGen)))
 	p.ctl = c
 	if t.fast && atomic.LoadUint64(c.word(offBarrier)) == 1 {
-		p.fast.Store(c)
+		p.fast.Store(newFastView(c, t.selfSlot))
 	}
 	return nil
 }

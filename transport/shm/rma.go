@@ -76,9 +76,15 @@ func (t *Transport) FetchAndAdd64(peer ftrma.Rank, key transport.Key, off uint64
 
 // post executes o toward peer and numbers it, complete.
 func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (transport.Seq, error) {
-	p, err := t.peer(opNames[o.kind], r)
-	if err != nil {
-		return 0, err
+	var p *peer
+	if uint(r) < uint(len(t.peers)) {
+		p = t.peers[r] // t.peer's common case, written out
+	}
+	if p == nil || p.absent.Load() || t.closed.Load() {
+		var err error
+		if p, err = t.peerSlow(opNames[o.kind], r); err != nil {
+			return 0, err
+		}
 	}
 	if err := p.downErr(); err != nil {
 		return 0, err
@@ -217,8 +223,16 @@ func aligned(b []byte) bool { return uintptr(unsafe.Pointer(unsafe.SliceData(b))
 func apply(b []byte, o *rma) {
 	switch o.kind {
 	case rmaWrite:
+		if len(o.src) == 8 && aligned(b) { // a word: storeTo's case, without its loops
+			storeWord(&b[0], binary.NativeEndian.Uint64(o.src))
+			return
+		}
 		storeTo(b, o.src)
 	case rmaRead:
+		if len(o.dst) == 8 && aligned(b) {
+			binary.NativeEndian.PutUint64(o.dst, loadWord(&b[0]))
+			return
+		}
 		loadFrom(o.dst, b)
 	case rmaCAS, rmaFAdd:
 		w := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))

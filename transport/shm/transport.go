@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/transport"
@@ -60,6 +61,9 @@ type Transport struct {
 	// barrier (offBarrier): its operations take the fast path toward peers
 	// that did too (fast.go). Fixed by Open.
 	fast bool
+	// readers is reader line 0 of this rank's control segment (fast.go):
+	// line i is readerStride bytes further.
+	readers unsafe.Pointer
 
 	closed  atomic.Bool    // set first thing by Close
 	stop    atomic.Bool    // the progress goroutine must return
@@ -176,14 +180,15 @@ func Open(cfg Config) (*Transport, error) {
 	}
 	t.peers = make([]*peer, cfg.Size)
 	t.local = make([]*peer, len(cfg.Ranks))
+	t.readers = unsafe.Pointer(&own.mem[own.reader(0)])
 	for slot, r := range cfg.Ranks {
 		p := newPeer(t, r, slot)
 		if p.self {
 			p.ctl = own
-			if fast {
-				p.fast.Store(own)
-			}
 			t.selfSlot = slot
+			if fast {
+				p.fast.Store(newFastView(own, slot))
+			}
 		} else {
 			p.in = own.ring(slot)
 		}
@@ -256,8 +261,8 @@ func (t *Transport) Caps() transport.Caps {
 // transport, a rank out of range or a rank not served (not in
 // Config.Ranks).
 func (t *Transport) peer(op string, r ftrma.Rank) (*peer, error) {
-	if uint(r) < uint(len(t.peers)) && !t.closed.Load() {
-		if p := t.peers[r]; p != nil && !p.absent.Load() {
+	if uint(r) < uint(len(t.peers)) {
+		if p := t.peers[r]; p != nil && !p.absent.Load() && !t.closed.Load() {
 			return p, nil // inlined: the common case
 		}
 	}
