@@ -406,8 +406,8 @@ func (w *Window) IsRebuilt() bool { return w.rebuilt.Load() }
 
 // IsRevoked reports whether a revocation of the window has arrived (local).
 func (w *Window) IsRevoked() bool {
-	if !w.revoked.Load() && w.c.Noticed(w.revokeID) {
-		w.revoked.Store(true)
+	if !w.revoked.Load() && w.notices.Load() != w.noticesSeen.Load() {
+		w.openSlow() // sets revoked when the notice is there
 	}
 	return w.revoked.Load()
 }
@@ -552,7 +552,6 @@ func init() { unwatched.Store(1) }
 
 // targetSlow is target past its common case.
 func (w *Window) targetSlow(op string, r ftrma.Rank, disp uint64, n int, atomic bool) (ftrma.Rank, transport.Key, uint64, error) {
-	w.openSlow() // notes the notices seen, for direct
 	if err := w.usable(op, r); err != nil {
 		return 0, 0, 0, err
 	}
@@ -584,8 +583,7 @@ func (w *Window) usable(op string, r ftrma.Rank) error {
 	if w.freed.Load() {
 		return &ftrma.OpError{Op: op, Rank: r, Err: w.freedErr()}
 	}
-	if w.revoked.Load() || w.c.Noticed(w.revokeID) {
-		w.revoked.Store(true)
+	if w.IsRevoked() {
 		return &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrRevoked}
 	}
 	return nil
