@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ftrma/ftrma/comm"
@@ -98,6 +99,27 @@ func BenchmarkSHMLockUnlock(b *testing.B) {
 		}
 		return w.Unlock(ctx, 1)
 	})
+}
+
+// BenchmarkLockFloor is the floor of BenchmarkSHMLockUnlock's protocol:
+// its memory accesses alone, in one function, on ordinary memory: the
+// rank's lock state taken (CAS) and released (CAS, store), the gate taken
+// (CAS), the two slots read, the gate given back (CAS). Each shared-memory
+// access through the transport adds the fast path's announcement
+// (transport/shm's BenchmarkFastPathFloor).
+func BenchmarkLockFloor(b *testing.B) {
+	var state atomic.Int32
+	ctl := make([]uint64, 3) // the gate and two slots
+	for b.Loop() {
+		state.CompareAndSwap(0, 2)
+		atomic.CompareAndSwapUint64(&ctl[0], 0, 1<<32)
+		if atomic.LoadUint64(&ctl[1])|atomic.LoadUint64(&ctl[2]) != 0 {
+			b.Fatal("a slot is taken")
+		}
+		state.CompareAndSwap(2, 3)
+		atomic.CompareAndSwapUint64(&ctl[0], 1<<32, 0)
+		state.Store(0)
+	}
 }
 
 func BenchmarkSHMPut1M(b *testing.B) {
