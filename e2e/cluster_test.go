@@ -393,7 +393,8 @@ func TestClusterPartition(t *testing.T) {
 
 // TestRoutesByHost runs four ranks on two hosts, two on each: every rank
 // reaches the ranks of its own host through shared memory and the others
-// through the network, and counters, puts and gets verify over both paths.
+// through the network, and counters, puts and gets verify over both paths;
+// every rank, started by ftrun or an agent, gets ftrun's -x variable.
 // The hosts are the cluster's (network namespaces: TCP between them), or
 // with FTRMA_E2E_HOSTS the verbs suite's two Soft-RoCE guests (verbs between
 // them, and every atomic through the device: transport/multi).
@@ -405,10 +406,10 @@ func TestRoutesByHost(t *testing.T) {
 	network := "tcp"
 	if multiHost() {
 		network = "verbs"
-		out, code = ftrun(t, 5*time.Minute, "-n", "4", "-v", "--tag-output", prog, "routes")
+		out, code = ftrun(t, 5*time.Minute, "-n", "4", "-v", "-x", "ROUTES_TAG=exported", "--tag-output", prog, "routes")
 	} else {
 		dir := needCluster(t)
-		out, code, _ = runCluster(t, dir, 2*time.Minute, filepath.Join(bin, "ftrun"), "--hostfile", hostfile(t, 2, 2), "-v", "--tag-output", prog, "routes")
+		out, code, _ = runCluster(t, dir, 2*time.Minute, filepath.Join(bin, "ftrun"), "--hostfile", hostfile(t, 2, 2), "-v", "-x", "ROUTES_TAG=exported", "--tag-output", prog, "routes")
 	}
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
@@ -442,6 +443,11 @@ func TestRoutesByHost(t *testing.T) {
 			if name != want {
 				t.Errorf("rank %d (on %s) reaches rank %d (on %s) through %q, want %q", r, hostOf[r], q, hostOf[q], name, want)
 			}
+		}
+	}
+	for r := range 4 { // -x reaches the ranks the agents started (over ssh in the cluster)
+		if want := fmt.Sprintf("[%d] env ROUTES_TAG=\"exported\"\n", r); !strings.Contains(out, want) {
+			t.Errorf("rank %d did not get -x ROUTES_TAG: no %q in\n%s", r, want, out)
 		}
 	}
 	if !strings.Contains(out, "[0] routes verified") {

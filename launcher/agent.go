@@ -243,6 +243,11 @@ type agentProc struct {
 	fwd     sync.WaitGroup // the two forwarding goroutines
 	running bool           // guarded by agentJob.mu: started and not reaped
 	reaped  chan struct{}  // closed once it is reaped
+	// stdin takes the rank's part of ftrun's standard input (msgStdin) for
+	// the goroutine that writes it to the rank; nil when the rank reads
+	// /dev/null. Guarded by agentJob.mu, as are stdinEnded and stdinFull.
+	stdin                 chan []byte
+	stdinEnded, stdinFull bool
 }
 
 // serve runs one connection: authentication, the launch, then supervision
@@ -413,6 +418,8 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 	if files != nil {
 		files.size = spec.size
 	}
+	// ftrun's -x comes after the agent's own: it wins (exec keeps the last).
+	env = append(slices.Clip(env), spec.export...)
 	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles(), arb: arb, kill: kill}
 	if arb != nil {
 		sup, err := startSupervisor(spec, arb, logf)
@@ -505,6 +512,21 @@ func checkLaunch(typ byte, p []byte, err error) (*launchSpec, error) {
 			}
 		}
 	}
+	for i, r := range spec.stdin {
+		if !slices.ContainsFunc(spec.ranks, func(l launchRank) bool { return l.rank == r }) || slices.Contains(spec.stdin[:i], r) {
+			return nil, fmt.Errorf("launch: standard input for rank %d, not a rank of the launch or named twice", r)
+		}
+	}
+	for _, kv := range spec.export {
+		name, _, ok := strings.Cut(kv, "=")
+		err := checkExport(name)
+		if err == nil && !ok {
+			err = errors.New("no NAME=VALUE")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("launch: exported entry %q: %v", jobwire.Printable([]byte(kv)), err)
+		}
+	}
 	return spec, nil
 }
 
@@ -534,12 +556,21 @@ func (j *agentJob) start() error {
 	j.ranks = j.spec.rankList()
 	hostIP := addrIP(j.c.LocalAddr())
 	var pids []rankPID
-	for _, r := range j.spec.ranks {
+	cpus := make([]int, len(j.spec.ranks))
+	for i := range cpus {
+		cpus[i] = -1
+	}
+	if j.spec.bind {
+		if cpus, err = bindCPUs(len(j.spec.ranks)); err != nil {
+			return fmt.Errorf("on %s: %w", agentHostName(), err)
+		}
+	}
+	for i, r := range j.spec.ranks {
 		vars := append(append([]string(nil), r.env...), jobwire.EnvHostAddr+"="+hostIP)
 		if j.sup != nil {
 			vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
 		}
-		p, err := j.startRank(path, dir, r.rank, rankEnv(j.env, vars, len(j.spec.ranks)))
+		p, err := j.startRank(path, dir, r.rank, rankEnv(j.env, vars, len(j.spec.ranks)), cpus[i], j.spec.wantsStdin(r.rank))
 		if err != nil {
 			for _, p := range j.procs {
 				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
@@ -551,7 +582,7 @@ func (j *agentJob) start() error {
 			return fmt.Errorf("on %s: start rank %d: %w", j.c.LocalAddr(), r.rank, err)
 		}
 		j.procs = append(j.procs, p)
-		pids = append(pids, rankPID{rank: r.rank, pid: p.cmd.Process.Pid})
+		pids = append(pids, rankPID{rank: r.rank, pid: p.cmd.Process.Pid, cpu: cpus[i]})
 	}
 	// started goes out before any output or exit of the ranks.
 	if err := j.send(msgStarted, appendStarted(nil, pids)); err != nil {
@@ -621,7 +652,7 @@ func (j *agentJob) startSpareProc(r ftrma.Rank, vars []string, started func(*age
 	if j.sup != nil {
 		vars = append(vars, jobwire.EnvSupervisor+"="+j.sup.addr())
 	}
-	p, err := j.startRank(j.path, j.dir, r, rankEnv(j.env, vars, here))
+	p, err := j.startRank(j.path, j.dir, r, rankEnv(j.env, vars, here), -1, false)
 	if err != nil {
 		return nil, err
 	}
@@ -664,7 +695,7 @@ func (j *agentJob) rankList() []ftrma.Rank {
 
 // startRank starts one rank in a session and process group of its own, as ftrun does,
 // with its output files (--output-filename) open.
-func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*agentProc, error) {
+func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string, cpu int, stdin bool) (*agentProc, error) {
 	var files [2]*rankFile
 	if j.files != nil {
 		var err error
@@ -698,7 +729,25 @@ func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*age
 		Stderr:      errW,
 		SysProcAttr: sysProcAttr(),
 	}
-	err = cmd.Start()
+	var in, inW *os.File
+	if stdin {
+		if in, inW, err = os.Pipe(); err != nil {
+			outR.Close()
+			errR.Close()
+			outW.Close()
+			errW.Close()
+			closeFiles(files)
+			return nil, err
+		}
+		cmd.Stdin = in
+	}
+	err = startOn(cmd, cpu)
+	if in != nil {
+		in.Close() // the rank holds its own
+		if err != nil {
+			inW.Close()
+		}
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -708,6 +757,19 @@ func (j *agentJob) startRank(path, dir string, r ftrma.Rank, env []string) (*age
 		return nil, err
 	}
 	p := &agentProc{rank: r, cmd: cmd, pipes: [2]*os.File{outR, errR}, files: files, running: true, reaped: make(chan struct{})}
+	if inW != nil {
+		p.stdin = make(chan []byte, stdinQueue)
+		go func() {
+			broken := false
+			for b := range p.stdin {
+				if !broken {
+					_, werr := inW.Write(b)
+					broken = werr != nil // the rank closed its input or ended
+				}
+			}
+			inW.Close()
+		}()
+	}
 	p.fwd.Add(2)
 	return p, nil
 }
@@ -744,6 +806,10 @@ func (j *agentJob) wait(p *agentProc) {
 	err := p.cmd.Wait()
 	j.mu.Lock()
 	p.running = false
+	if p.stdin != nil && !p.stdinEnded {
+		p.stdinEnded = true // its input goes nowhere now; its writer ends
+		close(p.stdin)
+	}
 	j.mu.Unlock()
 	close(p.reaped)
 	// The process is gone: the ranks of this host learn it from its shared
@@ -825,6 +891,13 @@ func (j *agentJob) supervise() (lost bool) {
 				continue
 			}
 			j.signal(r, sig)
+		case msgStdin:
+			r, data, err := parseStdin(p)
+			if err != nil {
+				j.logf("job %s: %v", jobwire.Printable([]byte(j.spec.job)), err)
+				continue
+			}
+			j.stdinFor(r, data)
 		case msgSpawnRank:
 			m, err := parseSpawnRank(p)
 			if err != nil {
@@ -984,6 +1057,31 @@ func (j *agentJob) signal(r ftrma.Rank, sig syscall.Signal) {
 	for _, p := range j.procs {
 		if p.rank == r && p.running {
 			syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+}
+
+// stdinFor queues a piece of ftrun's standard input for rank r (none: the
+// input ended). It never waits: a rank whose queue is full loses the rest.
+func (j *agentJob) stdinFor(r ftrma.Rank, data []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.procs {
+		if p.rank != r || p.stdin == nil || p.stdinEnded {
+			continue
+		}
+		switch {
+		case len(data) == 0:
+			p.stdinEnded = true
+			close(p.stdin)
+		case p.stdinFull:
+		default:
+			select {
+			case p.stdin <- data:
+			default:
+				p.stdinFull = true
+				j.logf("job %s: rank %d does not read its standard input: the rest of it is dropped", jobwire.Printable([]byte(j.spec.job)), r)
+			}
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
 	"github.com/ftrma/ftrma/transport/verbs"
@@ -153,7 +154,7 @@ func TestChooseTransportMultiHost(t *testing.T) {
 
 func TestAgentWire(t *testing.T) {
 	spec := &launchSpec{job: "ab12", prog: "./prog", dir: "/tmp", args: []string{"-x", ""}, size: 5,
-		ranks: []launchRank{{rank: 3, env: []string{"FTRMA_RANK=3"}}, {rank: 4, env: nil}}}
+		ranks: []launchRank{{rank: 3, env: []string{"FTRMA_RANK=3"}}, {rank: 4, env: nil}}, export: []string{"OMP_NUM_THREADS=2", "E="}, bind: true, stdin: []ftrma.Rank{3}}
 	got, err := parseLaunch(spec.append(nil))
 	spec.ranks[1].env = []string{} // decoded as empty, not nil
 	if err != nil || !reflect.DeepEqual(got, spec) {
@@ -168,7 +169,7 @@ func TestAgentWire(t *testing.T) {
 	if _, err := parseLaunch(append(good, 0)); err == nil {
 		t.Error("parseLaunch accepted a trailing byte")
 	}
-	pids := []rankPID{{1, 100}, {2, 200}}
+	pids := []rankPID{{1, 100, -1}, {2, 200, 3}}
 	if got, err := parseStarted(appendStarted(nil, pids)); err != nil || !reflect.DeepEqual(got, pids) {
 		t.Errorf("started round trip: %v, %v", got, err)
 	}
@@ -283,7 +284,7 @@ func TestMessageTypesDistinct(t *testing.T) {
 
 func FuzzParseAgentFrames(f *testing.F) {
 	f.Add((&launchSpec{job: "j", prog: "p", args: []string{"a"}, size: 2, ranks: []launchRank{{rank: 1, env: []string{"FTRMA_X=1"}}}}).append(nil))
-	f.Add(appendStarted(nil, []rankPID{{0, 1}}))
+	f.Add(appendStarted(nil, []rankPID{{0, 1, -1}}))
 	f.Add(spawnRankMsg{rank: 3, env: []string{"FTRMA_RANK=3"}}.append(nil))
 	f.Add(spawnedRankMsg{rank: 3, pid: 9, text: "x"}.append(nil))
 	f.Add(outputFilesMsg{dir: "/out", tag: true}.append(nil))
@@ -738,6 +739,110 @@ func TestMultiHostExitStatus(t *testing.T) {
 	_, stderr, code = runJob(t, "sleep", append(hosts(ag), "--timeout", "300ms"), "2")
 	if code != ExitTimeout || !strings.Contains(stderr, "ftrun: timeout (300ms) expired: killing the job\n") {
 		t.Errorf("--timeout: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// -x exports a variable to every rank, on ftrun's host and an agent's
+// (started before the variable was set, so its ranks see it through -x
+// alone), with ftrun's value or the given one, over the host's own; a
+// variable not exported reaches the agent's ranks not at all.
+func TestMultiHostExport(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "env")
+	t.Setenv("LAUNCHER_X1", "from ftrun")
+	t.Setenv("LAUNCHER_X2", "old")
+	t.Setenv("LAUNCHER_X3", "not exported")
+	stdout, stderr, code := runJob(t, "env", []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2", "--tag-output",
+		"-x", "LAUNCHER_X1", "-x", "LAUNCHER_X2=new=value"}, "LAUNCHER_X1", "LAUNCHER_X2", "LAUNCHER_X3")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for r := range 4 {
+		x3 := "not exported"
+		if r >= 2 {
+			x3 = "-"
+		}
+		for _, want := range []string{"LAUNCHER_X1=from ftrun", "LAUNCHER_X2=new=value", "LAUNCHER_X3=" + x3} {
+			if line := fmt.Sprintf("[%d] rank %d: %s\n", r, r, want); !strings.Contains(stdout, line) {
+				t.Errorf("stdout lacks %q:\n%s", line, stdout)
+			}
+		}
+	}
+}
+
+// --bind-to core binds the ranks an agent starts too, on its host's CPUs,
+// and --report-bindings says where each runs.
+func TestMultiHostBind(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	mine := allowedCPUs()
+	ag := startAgentDaemon(t, "affinity")
+	stdout, stderr, code := runJob(t, "affinity", []string{"-n", "4", "--hosts", "local:2," + ag.addr + ":2", "--oversubscribe",
+		"--bind-to", "core", "--report-bindings"})
+	if len(mine) < 2 {
+		if code != ExitLaunch || !strings.Contains(stderr, "--bind-to core") {
+			t.Errorf("two ranks bound on one CPU: exit %d, stderr:\n%s", code, stderr)
+		}
+		return
+	}
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for r := range 4 {
+		cpu := mine[r%2]
+		if want := fmt.Sprintf("rank %d cpus [%d]\n", r, cpu); !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+		if want := fmt.Sprintf("ftrun: rank %d on ", r); !strings.Contains(stderr, want) || !strings.Contains(stderr, fmt.Sprintf("bound to cpu %d\n", cpu)) {
+			t.Errorf("stderr lacks rank %d's binding:\n%s", r, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "ftrun: rank 3 on "+ag.addr+": bound to cpu") {
+		t.Errorf("stderr does not name the agent's host for rank 3:\n%s", stderr)
+	}
+}
+
+// --stdin reaches a rank on an agent's host through the link.
+func TestMultiHostStdin(t *testing.T) {
+	t.Setenv(EnvAgentSecret, testAgentSecret)
+	ag := startAgentDaemon(t, "stdin")
+	const text = "to the far rank\n"
+	stdout, stderr, code := runJobIn(t, strings.NewReader(text), "stdin", []string{"-n", "2", "--hosts", "local:1," + ag.addr + ":1", "--stdin", "1"})
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for r, want := range []string{"", text} {
+		if line := fmt.Sprintf("rank %d read %q, <nil>\n", r, want); !strings.Contains(stdout, line) {
+			t.Errorf("stdout lacks %q:\n%s", line, stdout)
+		}
+	}
+}
+
+// -x refuses what it cannot export: an unset variable, an FTRMA_ one, a
+// name that is none.
+func TestExportRefused(t *testing.T) {
+	os.Unsetenv("LAUNCHER_UNSET")
+	for _, c := range []struct{ arg, want string }{
+		{"LAUNCHER_UNSET", "not set in ftrun's environment"},
+		{"FTRMA_RANK=3", "ftrun sets the FTRMA_ variables"},
+		{"1X=2", "not a variable name"},
+		{"A-B", "not a variable name"},
+		{"=x", "not a variable name"},
+	} {
+		var stderr bytes.Buffer
+		if code := Main([]string{"-n", "1", "-x", c.arg, "prog"}, new(bytes.Buffer), &stderr); code != ExitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("-x %s: exit %d, stderr %q; want %d and %q", c.arg, code, stderr.String(), ExitUsage, c.want)
+		}
+	}
+	// An agent refuses a launch that would export one all the same.
+	for _, kv := range []string{"FTRMA_RANK=3", "NOEQUALS", "1X=y"} {
+		spec := &launchSpec{job: "ab12", prog: "p", size: 1, ranks: []launchRank{{rank: 0}}, export: []string{kv}}
+		if _, err := checkLaunch(msgLaunch, spec.append(nil), nil); err == nil || !strings.Contains(err.Error(), "exported entry") {
+			t.Errorf("an agent's launch exporting %q: %v", kv, err)
+		}
+	}
+	o, err := ParseArgs([]string{"-n", "1", "-x", "A=1", "-x", "B=", "prog"})
+	if err != nil || !slices.Equal(o.Export, []string{"A=1", "B="}) {
+		t.Errorf("-x A=1 -x B=: %q, %v", o.Export, err)
 	}
 }
 

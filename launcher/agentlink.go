@@ -312,6 +312,13 @@ func (l *agentLink) signal(r ftrma.Rank, sig syscall.Signal) {
 	l.send(msgSignal, signalPayload(r, sig))
 }
 
+// backlog is the number of frames queued for the agent.
+func (l *agentLink) backlog() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
 // send queues a frame for the agent. It does not block.
 func (l *agentLink) send(typ byte, payload []byte) {
 	l.mu.Lock()

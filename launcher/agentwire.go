@@ -119,6 +119,7 @@ const (
 	msgOutputFiles byte = 34 // L→A: --output-filename
 	msgOutputReady byte = 35 // A→L: the answer to msgOutputFiles
 	// 36..40 are the arbiter's (arbiterwire.go).
+	msgStdin byte = 41 // L→A: a piece of ftrun's standard input for a rank (stdin.go); empty: its end
 )
 
 // Output streams and flags of msgOutput.
@@ -141,6 +142,14 @@ type launchSpec struct {
 	// linkTimeout is the silence after which the agent counts the link
 	// lost (hostTiming); 0 means the default, linkTimeout.
 	linkTimeout time.Duration
+	// export is ftrun's -x: NAME=VALUE entries added to the ranks' base
+	// environment (never FTRMA_ variables: checkExport).
+	export []string
+	// bind is --bind-to core: each rank of the launch on a CPU of its own.
+	bind bool
+	// stdin lists the ranks of the launch that get ftrun's standard input
+	// (--stdin, msgStdin); the others read /dev/null.
+	stdin []ftrma.Rank
 }
 
 // timeout is the link timeout the launch asks for.
@@ -177,7 +186,14 @@ func (l *launchSpec) append(b []byte) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(r.rank))
 		b = appendStrings(b, r.env)
 	}
-	return binary.BigEndian.AppendUint32(b, uint32(l.linkTimeout/time.Millisecond))
+	b = binary.BigEndian.AppendUint32(b, uint32(l.linkTimeout/time.Millisecond))
+	b = appendStrings(b, l.export)
+	b = appendBool(b, l.bind)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(l.stdin)))
+	for _, r := range l.stdin {
+		b = binary.BigEndian.AppendUint32(b, uint32(r))
+	}
+	return b
 }
 
 func parseLaunch(p []byte) (*launchSpec, error) {
@@ -189,6 +205,11 @@ func parseLaunch(p []byte) (*launchSpec, error) {
 		l.ranks = append(l.ranks, launchRank{rank: ftrma.Rank(d.uint32()), env: d.strings()})
 	}
 	l.linkTimeout = time.Duration(d.uint32()) * time.Millisecond
+	l.export = d.strings()
+	l.bind = d.bool()
+	for range d.count(4) {
+		l.stdin = append(l.stdin, ftrma.Rank(d.uint32()))
+	}
 	if err := d.end("launch"); err != nil {
 		return nil, err
 	}
@@ -199,6 +220,7 @@ func parseLaunch(p []byte) (*launchSpec, error) {
 type rankPID struct {
 	rank ftrma.Rank
 	pid  int
+	cpu  int // the CPU it is bound to (--bind-to core), or -1
 }
 
 func appendStarted(b []byte, pids []rankPID) []byte {
@@ -206,16 +228,17 @@ func appendStarted(b []byte, pids []rankPID) []byte {
 	for _, p := range pids {
 		b = binary.BigEndian.AppendUint32(b, uint32(p.rank))
 		b = binary.BigEndian.AppendUint32(b, uint32(p.pid))
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(p.cpu)))
 	}
 	return b
 }
 
 func parseStarted(p []byte) ([]rankPID, error) {
 	d := decoder{p: p}
-	n := d.count(8)
+	n := d.count(12)
 	pids := make([]rankPID, 0, n)
 	for range n {
-		pids = append(pids, rankPID{rank: ftrma.Rank(d.uint32()), pid: int(d.uint32())})
+		pids = append(pids, rankPID{rank: ftrma.Rank(d.uint32()), pid: int(d.uint32()), cpu: int(int32(d.uint32()))})
 	}
 	return pids, d.end("started")
 }
@@ -486,6 +509,24 @@ func (d *decoder) uint32() uint32 {
 	v := binary.BigEndian.Uint32(d.p)
 	d.p = d.p[4:]
 	return v
+}
+
+// bool reads one byte that must be 0 or 1.
+func (d *decoder) bool() bool {
+	if len(d.p) < 1 || d.p[0] > 1 {
+		d.fail("flag")
+		return false
+	}
+	v := d.p[0] == 1
+	d.p = d.p[1:]
+	return v
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 // count reads a count of entries of at least min bytes each, refusing counts

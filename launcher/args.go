@@ -30,7 +30,10 @@ const (
 	ExitUsage   = 2 // bad command line
 	ExitLaunch  = 3 // the launcher could not start the job
 	ExitTimeout = 4 // --timeout expired and the job was killed
-	ExitAborted = 5 // --no-ft: a rank failed and the job was aborted
+
+	// With --no-ft ftrun exits with the status of the rank whose failure
+	// aborted the job, as mpirun does: its exit status, 128 + the signal's
+	// number when a signal killed it, ExitFailed when it was lost.
 
 	exitSignaled = 128 // + the signal's number
 )
@@ -59,6 +62,9 @@ type Options struct {
 	// period and the silence after which a rank is declared failed (0: the
 	// defaults, 20ms and 60ms).
 	HBPeriod, HBTimeout time.Duration
+	// Export (ftrun -x) holds NAME=VALUE entries every rank gets in its
+	// environment, on every host, over what its host's environment says.
+	Export []string
 	// NoFT aborts the whole job at the first rank failure, like classic MPI.
 	// By default a failed rank does not end the job (ULFM's rule).
 	NoFT bool
@@ -97,6 +103,16 @@ type Options struct {
 	// a spare goes there when the host of the rank it replaces cannot take
 	// it (see spareplace.go). Needs Spares.
 	SpareHosts string
+	// Stdin is --stdin: the rank that gets ftrun's standard input ("0",
+	// ftrun's default, as mpirun's), StdinAll, or StdinNone (or "", the
+	// default of a Job started without ParseArgs).
+	Stdin string
+	// BindTo is --bind-to: BindNone (or "") leaves the ranks where the
+	// kernel puts them, BindCore runs each rank started at launch on a CPU
+	// of its own (bind.go). ReportBindings (--report-bindings) says where
+	// each rank runs.
+	BindTo         string
+	ReportBindings bool
 	// Oversubscribe allows more ranks than slots. Without Hostfile,
 	// HostList, Hosts or a Slurm allocation, this host has one slot per CPU
 	// (runtime.NumCPU), as mpirun counts them.
@@ -356,6 +372,45 @@ func parseHostAt(s, want string) (host, rest string, err error) {
 }
 
 // listFlag is a repeatable flag whose values parse into a list.
+// exportFlag is ftrun's -x VAR[=VALUE], repeatable, as mpirun's: VAR alone
+// takes ftrun's own value, which must be set.
+type exportFlag struct{ list *[]string }
+
+func (f exportFlag) String() string {
+	if f.list == nil {
+		return ""
+	}
+	return strings.Join(*f.list, ",")
+}
+
+func (f exportFlag) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if err := checkExport(name); err != nil {
+		return err
+	}
+	if !ok {
+		if value, ok = os.LookupEnv(name); !ok {
+			return fmt.Errorf("%s is not set in ftrun's environment (give -x %s=VALUE)", name, name)
+		}
+	}
+	*f.list = append(*f.list, name+"="+value)
+	return nil
+}
+
+// checkExport checks the name of an exported variable: a shell name, and
+// not one of the FTRMA_ variables, which ftrun sets for each rank itself.
+func checkExport(name string) error {
+	if name == "" || strings.IndexFunc(name, func(c rune) bool {
+		return c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9')
+	}) >= 0 || name[0] >= '0' && name[0] <= '9' {
+		return fmt.Errorf("%q is not a variable name", name)
+	}
+	if strings.HasPrefix(name, "FTRMA_") {
+		return fmt.Errorf("%s: ftrun sets the FTRMA_ variables of the ranks itself (FTRMA_LOG and the like pass through from its environment)", name)
+	}
+	return nil
+}
+
 type listFlag[T fmt.Stringer] struct {
 	list  *[]T
 	parse func(string) (T, error)
@@ -453,7 +508,20 @@ Flags (-flag and --flag are the same; flags stop at prog):
                           relative DIR is relative to ftrun's working
                           directory), and the job's report to DIR/report
                           on ftrun's host at the end (see README)
-  --no-ft                 abort the job when a rank fails (default: carry on)
+  -x VAR[=VALUE]          export VAR to every rank, on every host: ftrun's
+                          own value, or VALUE; may be repeated (FTRMA_
+                          variables are ftrun's own and refused)
+  --bind-to core|none     core: each rank started at launch runs on a CPU of
+                          its own, the i-th rank of a host on the i-th CPU its
+                          launcher may use (more ranks than CPUs is an error);
+                          spares start unbound. Default none
+  --report-bindings       say on stderr where each rank runs
+  --stdin RANK|all|none   forward ftrun's standard input to rank RANK (default
+                          0, as mpirun), to every rank, or to none; the others
+                          read /dev/null. Not read while ftrun is in the
+                          background of its terminal
+  --no-ft                 abort the job when a rank fails (default: carry on),
+                          exiting with that rank's status (128+SIG if killed)
   --hb-period DURATION    failure detector heartbeat period (default 20ms)
   --hb-timeout DURATION   silence after which a rank is declared failed
                           (default 60ms, times the ranks per CPU on a full
@@ -642,7 +710,9 @@ Exit status:
   2                       usage error
   3                       the job could not be started
   4                       --timeout expired; the job was killed
-  5                       --no-ft: a rank failed and the job was aborted
+  N                       --no-ft: the exit status of the rank whose failure
+                          aborted the job (128+SIG when a signal killed it,
+                          1 when it was lost), as mpirun
   128+SIG                 ftrun was interrupted by signal SIG (130 SIGINT,
                           143 SIGTERM) and forwarded it to the ranks
 `
@@ -659,6 +729,9 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.HostList, "host", "", "hosts and slots: host1:4,host2:4")
 	fs.StringVar(&o.MapBy, "map-by", "", "slot (default) or node")
 	fs.BoolVar(&o.Oversubscribe, "oversubscribe", false, "allow more ranks than slots")
+	fs.StringVar(&o.BindTo, "bind-to", "", "core: each rank on a CPU of its own; none (default)")
+	fs.StringVar(&o.Stdin, "stdin", "0", "RANK, all or none: who gets ftrun's standard input")
+	fs.BoolVar(&o.ReportBindings, "report-bindings", false, "say which CPU each rank is bound to")
 	fs.StringVar(&o.LaunchAgent, "launch-agent", "", "the ftrun binary on the other hosts")
 	fs.StringVar(&o.SSH, "ssh", "", "command that starts agents on other hosts")
 	fs.BoolVar(&o.NoSlurm, "no-slurm", false, "ignore the Slurm allocation")
@@ -667,6 +740,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.DataPlain, "data-plain", false, "the ranks' TCP data between hosts in clear")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix output lines with [rank]")
 	fs.StringVar(&o.OutputFilename, "output-filename", "", "also write the ranks' output under DIR")
+	fs.Var(exportFlag{&o.Export}, "x", "VAR[=VALUE]: export VAR (ftrun's value, or VALUE) to every rank")
 	fs.Var(killFlag{&o.Kills}, "kill", "RANK@DURATION: SIGKILL RANK after DURATION")
 	fs.Var(listFlag[PauseSpec]{&o.Pauses, parsePause}, "pause", "RANK@T:D: SIGSTOP RANK at T, SIGCONT D later")
 	fs.Var(listFlag[KillHostSpec]{&o.KillHosts, parseKillHost}, "kill-host", "HOST@T: kill HOST's ranks and agent at T")
@@ -795,6 +869,14 @@ func ParseArgs(args []string) (*Options, error) {
 		if o.N > 0 && int(p.Rank) >= o.N { // else checked once the hosts give N
 			return nil, fmt.Errorf("--pause %v: no rank %d in a job of %d", p, p.Rank, o.N)
 		}
+	}
+	switch o.BindTo {
+	case "", BindNone, BindCore:
+	default:
+		return nil, fmt.Errorf("--bind-to %q: want core or none", o.BindTo)
+	}
+	if err := checkStdin(o.Stdin, o.N); err != nil {
+		return nil, err
 	}
 	o.Prog, o.Args = fs.Arg(0), fs.Args()[1:]
 	return o, nil

@@ -105,6 +105,9 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseArgs(%q): %v", tt.args, err)
 			}
+			if tt.want.Stdin == "" {
+				tt.want.Stdin = "0" // the command line's default, as mpirun's
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("ParseArgs(%q) = %+v, want %+v", tt.args, got, tt.want)
 			}

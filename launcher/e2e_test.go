@@ -25,9 +25,16 @@ import (
 // and exit status.
 func runJob(t *testing.T, mode string, flags []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runJobIn(t, nil, mode, flags, args...)
+}
+
+// runJobIn is runJob with in as ftrun's standard input (nil: /dev/null).
+func runJobIn(t *testing.T, in io.Reader, mode string, flags []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*helperLife)
 	defer cancel()
 	cmd := helperCmd(t, ctx, mode, flags, args...)
+	cmd.Stdin = in
 	var out, errs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	err := cmd.Run()
@@ -159,14 +166,25 @@ func TestProcessKill(t *testing.T) {
 	}
 }
 
-// With --no-ft the first failure aborts the job: the other ranks are killed.
+// With --no-ft the first failure aborts the job: the other ranks are
+// killed, and ftrun exits with the failed rank's status, as mpirun does:
+// 128 + the signal that killed it.
 func TestProcessKillNoFT(t *testing.T) {
 	stdout, stderr, code := runJob(t, "hang", []string{"-n", "3", "--no-ft", "--kill", "1@300ms", "--timeout", "60s"})
-	if code != ExitAborted {
-		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitAborted, stdout, stderr)
+	if want := 128 + int(syscall.SIGKILL); code != want {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, want, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "ftrun: --no-ft: rank 1 failed: aborting the job\n") {
 		t.Fatalf("no abort report in stderr:\n%s", stderr)
+	}
+}
+
+// With --no-ft a rank that exits non-zero aborts the job, and its status
+// is ftrun's.
+func TestProcessExitNoFT(t *testing.T) {
+	_, stderr, code := runJob(t, "exit", []string{"-n", "3", "--no-ft", "--timeout", "60s"}, "2", "7")
+	if code != 7 || !strings.Contains(stderr, "ftrun: --no-ft: rank 2 failed: aborting the job\n") {
+		t.Fatalf("exit %d, want 7 and the abort report; stderr:\n%s", code, stderr)
 	}
 }
 
@@ -383,4 +401,84 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
+
+// --bind-to core runs each rank on a CPU of its own, the i-th rank on the
+// i-th CPU ftrun may use, and --report-bindings says so; without it the
+// ranks may run wherever ftrun may. More ranks than CPUs cannot be bound.
+func TestProcessBindToCore(t *testing.T) {
+	mine := allowedCPUs()
+	if len(mine) < 2 {
+		t.Skip("NOT RUN: binding two ranks needs two CPUs; this process may use ", len(mine))
+	}
+	stdout, stderr, code := runJob(t, "affinity", []string{"-n", "2", "--bind-to", "core", "--report-bindings"})
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for r := range 2 {
+		if want := fmt.Sprintf("rank %d cpus [%d]\n", r, mine[r]); !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+		if want := regexp.MustCompile(fmt.Sprintf(`ftrun: rank %d on \S+: bound to cpu %d\n`, r, mine[r])); !want.MatchString(stderr) {
+			t.Errorf("stderr does not match %v:\n%s", want, stderr)
+		}
+	}
+	stdout, stderr, code = runJob(t, "affinity", []string{"-n", "2", "--report-bindings"})
+	if code != ExitOK || !strings.Contains(stdout, fmt.Sprintf("rank 1 cpus %v\n", mine)) || !strings.Contains(stderr, "rank 1 on ") || !strings.Contains(stderr, ": not bound\n") {
+		t.Errorf("unbound: exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	n := len(mine) + 1
+	_, stderr, code = runJob(t, "affinity", []string{"-n", strconv.Itoa(n), "--oversubscribe", "--bind-to", "core"})
+	if code != ExitLaunch || !strings.Contains(stderr, fmt.Sprintf("--bind-to core: %d ranks on this host", n)) {
+		t.Errorf("%d ranks bound on %d CPUs: exit %d, stderr:\n%s", n, len(mine), code, stderr)
+	}
+	var usage bytes.Buffer
+	if code := Main([]string{"-n", "1", "--bind-to", "socket", "prog"}, new(bytes.Buffer), &usage); code != ExitUsage || !strings.Contains(usage.String(), "want core or none") {
+		t.Errorf("--bind-to socket: exit %d, %q", code, usage.String())
+	}
+}
+
+// --stdin: ftrun's standard input goes to rank 0 by default (mpirun's
+// rule), to one rank, to every rank, or to none; a rank without it reads
+// /dev/null, and a bad value is a usage error.
+func TestProcessStdin(t *testing.T) {
+	const text = "line one\nline two\n"
+	for _, c := range []struct {
+		flags []string
+		get   []bool // by rank
+	}{
+		{nil, []bool{true, false, false}},
+		{[]string{"--stdin", "2"}, []bool{false, false, true}},
+		{[]string{"--stdin", "all"}, []bool{true, true, true}},
+		{[]string{"--stdin", "none"}, []bool{false, false, false}},
+	} {
+		stdout, stderr, code := runJobIn(t, strings.NewReader(text), "stdin", append([]string{"-n", "3"}, c.flags...))
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d, stderr:\n%s", c.flags, code, stderr)
+		}
+		for r, get := range c.get {
+			want := ""
+			if get {
+				want = text
+			}
+			if line := fmt.Sprintf("rank %d read %q, <nil>\n", r, want); !strings.Contains(stdout, line) {
+				t.Errorf("%v: stdout lacks %q:\n%s", c.flags, line, stdout)
+			}
+		}
+	}
+	var usage bytes.Buffer
+	if code := Main([]string{"-n", "2", "--stdin", "2", "prog"}, new(bytes.Buffer), &usage); code != ExitUsage || !strings.Contains(usage.String(), "want none, all or a rank") {
+		t.Errorf("--stdin 2 of 2 ranks: exit %d, %q", code, usage.String())
+	}
+}
+
+// A rank that does not read its standard input does not hold up ftrun: what
+// does not fit in its queue is dropped, with a report, and the job ends when
+// the rank does.
+func TestProcessStdinNotRead(t *testing.T) {
+	in := bytes.NewReader(make([]byte, 3*stdinQueue*stdinChunk))
+	_, stderr, code := runJobIn(t, in, "nostdin", []string{"-n", "1"})
+	if code != ExitOK || !strings.Contains(stderr, "ftrun: rank 0 does not read its standard input: ftrun drops the rest of it for that rank\n") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/startup"
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv names the helper mode when the test binary runs as a rank.
@@ -55,10 +57,27 @@ func helper(mode string, args []string) int {
 			return arg(1)
 		}
 		return 0
-	case "env": // print the job environment
+	case "env": // print the job environment, and the variables named by args ("-" when unset)
 		for _, name := range []string{jobwire.EnvRank, jobwire.EnvSize, jobwire.EnvRendezvous, jobwire.EnvSecret, jobwire.EnvJob, jobwire.EnvLocalSize, jobwire.EnvHostAddr} {
 			fmt.Printf("%s=%s\n", name, os.Getenv(name))
 		}
+		for _, name := range args {
+			v, ok := os.LookupEnv(name)
+			if !ok {
+				v = "-"
+			}
+			fmt.Printf("rank %d: %s=%s\n", rank, name, v)
+		}
+		return 0
+	case "stdin": // print what this rank reads from its standard input, to its end
+		b, err := io.ReadAll(os.Stdin)
+		fmt.Printf("rank %d read %q, %v\n", rank, b, err)
+		return 0
+	case "nostdin": // sleep a second without reading the standard input
+		time.Sleep(time.Second)
+		return 0
+	case "affinity": // print the CPUs this rank may run on
+		fmt.Printf("rank %d cpus %v\n", rank, allowedCPUs())
 		return 0
 	case "sleep": // args: RANK: that rank sleeps (to be killed), the others exit 0
 		if rank == arg(0) {
@@ -227,4 +246,19 @@ func helperCmd(t *testing.T, ctx context.Context, mode string, flags []string, a
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
+}
+
+// allowedCPUs lists the CPUs this process may run on.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		panic(err)
+	}
+	var cpus []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
 }

@@ -77,9 +77,10 @@ type Job struct {
 	interrupts int            // SIGINT/SIGTERM received
 	signal     syscall.Signal // the first of them, 0 if none
 	timedOut   bool
-	finished   bool // every rank exited; timers do nothing
-	quiet      bool // start-up failed: the ranks' exits are not reported
-	aborted    bool // --no-ft: a rank failed and every rank was killed
+	finished   bool       // every rank exited; timers do nothing
+	quiet      bool       // start-up failed: the ranks' exits are not reported
+	aborted    bool       // --no-ft: a rank failed and every rank was killed
+	abortedBy  ftrma.Rank // the rank whose failure did it
 	declared   []bool
 	suspicions map[ftrma.Rank]*suspicion
 	result     *Result
@@ -146,6 +147,8 @@ type Result struct {
 	TimedOut bool           // --timeout expired and the job was killed
 	Signal   syscall.Signal // the SIGINT or SIGTERM ftrun forwarded, or 0
 	Aborted  bool           // --no-ft: a rank failed and the job was aborted
+	// AbortedBy is the rank whose failure aborted the job (Aborted).
+	AbortedBy ftrma.Rank
 }
 
 // ExitCode is ftrun's exit status for r (see the Exit constants): a timeout
@@ -158,7 +161,7 @@ func (r *Result) ExitCode() int {
 	case r.Signal != 0:
 		return exitSignaled + int(r.Signal)
 	case r.Aborted:
-		return ExitAborted
+		return r.abortStatus()
 	}
 	survivors := 0
 	for _, s := range r.Ranks {
@@ -174,6 +177,21 @@ func (r *Result) ExitCode() int {
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// abortStatus is ftrun's exit status after --no-ft aborted the job: that
+// of the rank whose failure did it.
+func (r *Result) abortStatus() int {
+	if r.AbortedBy < 0 || int(r.AbortedBy) >= len(r.Ranks) {
+		return ExitFailed
+	}
+	switch s := r.Ranks[r.AbortedBy]; {
+	case s.Signal != 0:
+		return exitSignaled + int(s.Signal)
+	case s.Code > 0 && s.Code < 256:
+		return s.Code
+	}
+	return ExitFailed
 }
 
 // Start starts the job opts describes: a fresh secret and job id, a
@@ -193,6 +211,9 @@ func Start(opts *Options) (*Job, error) {
 	}
 	if opts.N < 1 {
 		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
+	}
+	if err := checkStdin(opts.Stdin, opts.N); err != nil {
+		return nil, fmt.Errorf("launcher: %w: %w", err, ftrma.ErrInvalid)
 	}
 	if opts.Spares < 0 {
 		opts.Spares = opts.N // --respawn without a count
@@ -359,18 +380,45 @@ func Start(opts *Options) (*Job, error) {
 			j.releaseShm = release
 		}
 	}
-	base := os.Environ()
+	base := append(os.Environ(), j.opts.Export...) // -x wins: exec keeps the last
+	stdinRanks := j.opts.stdinRanks()
+	var stdin []*stdinDest // the ranks that get ftrun's standard input
 	j.base = base
 	cwd, _ := os.Getwd()
 	for _, b := range blocks {
 		if b.link != nil {
-			err = j.launchRemote(b, cwd)
+			err = j.launchRemote(b, cwd, stdinRanks, &stdin)
 		} else {
-			for _, r := range b.ranks {
+			cpus := make([]int, len(b.ranks))
+			for i := range cpus {
+				cpus[i] = -1
+			}
+			if j.opts.BindTo == BindCore {
+				cpus, err = bindCPUs(len(b.ranks))
+			}
+			for i, r := range b.ranks {
+				if err != nil {
+					break
+				}
 				vars := rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(0), 0, j.id, hostAddr, &j.opts)
-				if err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks))); err != nil {
+				var in *os.File
+				if slices.Contains(stdinRanks, r) {
+					var w *os.File
+					if in, w, err = os.Pipe(); err != nil {
+						break
+					}
+					stdin = append(stdin, &stdinDest{rank: r, w: w})
+				}
+				err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks)), cpus[i], in)
+				if in != nil {
+					in.Close() // the rank holds its own
+				}
+				if err != nil {
 					err = fmt.Errorf("start rank %d: %w", r, err)
 					break
+				}
+				if j.opts.ReportBindings {
+					j.out.reportf("rank %d on %s: %s", r, j.hostName, bindingText(cpus[i]))
 				}
 			}
 		}
@@ -382,6 +430,11 @@ func Start(opts *Options) (*Job, error) {
 			}
 			j.mu.Unlock()
 			j.abandon() // the agents kill their ranks; the links report them lost
+			for _, d := range stdin {
+				if d.w != nil {
+					d.w.Close()
+				}
+			}
 			j.wg.Wait()
 			j.rv.close()
 			j.removeShm()
@@ -389,6 +442,14 @@ func Start(opts *Options) (*Job, error) {
 		}
 	}
 
+	switch {
+	case len(stdin) == 0:
+	case stdinReadable():
+		go forwardStdin(os.Stdin, stdin, j.out.reportf)
+	default:
+		j.out.reportf("ftrun runs in the background of its terminal: it forwards no standard input (--stdin)")
+		forwardStdin(eofReader{}, stdin, j.out.reportf)
+	}
 	j.mu.Lock()
 	for _, k := range opts.Kills {
 		j.timers = append(j.timers, time.AfterFunc(k.After, func() { j.kill(k) }))
@@ -468,16 +529,33 @@ func (j *Job) Placement() []string {
 }
 
 // launchRemote has the agent of b start b's ranks, then follows them.
-func (j *Job) launchRemote(b hostBlock, cwd string) error {
+func (j *Job) launchRemote(b hostBlock, cwd string, stdinRanks []ftrma.Rank, stdin *[]*stdinDest) error {
 	size := j.opts.N + j.spares
-	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: size, linkTimeout: j.tm.timeout}
+	spec := &launchSpec{job: j.id, prog: j.opts.Prog, dir: cwd, args: j.opts.Args, size: size, linkTimeout: j.tm.timeout, export: j.opts.Export,
+		bind: j.opts.BindTo == BindCore}
 	for _, r := range b.ranks {
 		// The agent adds FTRMA_HOST_ADDR: only it knows its address.
 		h := j.hostIndex(b.link)
 		spec.ranks = append(spec.ranks, launchRank{rank: r, env: rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(h), h, j.id, "", &j.opts)})
+		if slices.Contains(stdinRanks, r) {
+			spec.stdin = append(spec.stdin, r)
+		}
 	}
-	if _, err := b.link.launch(spec); err != nil {
+	pids, err := b.link.launch(spec)
+	if err != nil {
 		return err
+	}
+	for _, r := range spec.stdin {
+		*stdin = append(*stdin, &stdinDest{rank: r, link: b.link})
+	}
+	if j.opts.ReportBindings {
+		host := b.name
+		if host == "" {
+			host = b.link.addr
+		}
+		for _, p := range pids {
+			j.out.reportf("rank %d on %s: %s", p.rank, host, bindingText(p.cpu))
+		}
 	}
 	j.mu.Lock()
 	for _, r := range b.ranks {
@@ -542,7 +620,7 @@ func (j *Job) Interrupt(sig syscall.Signal) {
 
 // startRank starts rank p on this host and the goroutines that forward its
 // output and wait for it.
-func (j *Job) startRank(path string, p *rankProc, env []string) error {
+func (j *Job) startRank(path string, p *rankProc, env []string, cpu int, stdin *os.File) error {
 	var files [2]*rankFile
 	if j.files != nil {
 		var err error
@@ -573,7 +651,10 @@ func (j *Job) startRank(path string, p *rankProc, env []string) error {
 		Stderr:      errW,
 		SysProcAttr: sysProcAttr(),
 	}
-	err = cmd.Start()
+	if stdin != nil { // else /dev/null (a typed nil would not do)
+		cmd.Stdin = stdin
+	}
+	err = startOn(cmd, cpu)
 	outW.Close() // the rank holds its own copies
 	errW.Close()
 	if err != nil {
@@ -831,7 +912,7 @@ func (j *Job) abort(r ftrma.Rank) {
 	if j.finished || j.aborted {
 		return
 	}
-	j.aborted = true
+	j.aborted, j.abortedBy = true, r
 	j.out.reportf("--no-ft: rank %d failed: aborting the job", r)
 	for _, p := range j.ranks {
 		j.signalLocked(p, syscall.SIGKILL)
@@ -860,7 +941,7 @@ func (j *Job) finish() {
 	for _, t := range j.timers {
 		t.Stop()
 	}
-	res := &Result{TimedOut: j.timedOut, Signal: j.signal, Aborted: j.aborted}
+	res := &Result{TimedOut: j.timedOut, Signal: j.signal, Aborted: j.aborted, AbortedBy: j.abortedBy}
 	var failed []string
 	survivors := 0
 	for _, p := range j.ranks[:j.nextSpare] { // spares never started are no ranks of the result

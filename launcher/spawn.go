@@ -131,7 +131,7 @@ func (j *Job) startSpare(by, near ftrma.Rank, payload []byte) (ftrma.Rank, error
 	}
 	if h.link == nil {
 		vars := append(rankVars(s, size, here, j.rv.addr(), j.hostSecret(host), host, j.id, j.hostAddr, &j.opts), spawn...)
-		err = j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(here)))
+		err = j.startRank(j.path, j.ranks[s], rankEnv(j.base, vars, len(here)), -1, nil)
 	} else {
 		// The agent adds FTRMA_HOST_ADDR, as for the launch's ranks.
 		vars := append(rankVars(s, size, here, j.rv.addr(), j.hostSecret(host), host, j.id, "", &j.opts), spawn...)

@@ -42,7 +42,8 @@
 //	                       exists, prints "saw FILE" and ends
 //	testprog routes        every rank prints "routes host=HOSTNAME R0,R1,.."
 //	                       (the transport reaching each rank, from its
-//	                       transport's Route, or "single"), then counters,
+//	                       transport's Route, or "single") and "env
+//	                       ROUTES_TAG=VALUE", then counters,
 //	                       locks, puts and gets over every path; rank 0
 //	                       prints "routes verified"
 package main
@@ -551,6 +552,7 @@ func routes(ctx context.Context, c *comm.Comm) error {
 		}
 	}
 	fmt.Printf("routes host=%s %s\n", host, strings.Join(names, ","))
+	fmt.Printf("env ROUTES_TAG=%q\n", os.Getenv("ROUTES_TAG"))
 	if _, _, err := rmacheck.Counters(ctx, c, 100); err != nil {
 		return err
 	}
