@@ -827,18 +827,7 @@ func (j *agentJob) wait(p *agentProc) {
 	}
 	j.arb.reportExit(p.rank, m.code)
 	j.send(msgExited, m.append(nil))
-	drained := make(chan struct{})
-	go func() { p.fwd.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(outputGrace):
-		p.pipes[0].Close()
-		p.pipes[1].Close()
-		<-drained
-	}
-	p.pipes[0].Close()
-	p.pipes[1].Close()
-	closeFiles(p.files)
+	drainOutput(&p.fwd, p.pipes, p.files)
 }
 
 // supervise carries out the launcher's signals until the connection closes,

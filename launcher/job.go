@@ -27,6 +27,26 @@ import (
 	"github.com/ftrma/ftrma/transport/shm"
 )
 
+// drainOutput waits until the output of a rank that was reaped is
+// forwarded (fwd, its two forwarding goroutines), for outputGrace at most:
+// children of the rank may hold its pipes open, which are then closed under
+// them to stop forwarding. Then it closes the pipes and the rank's output
+// files. ftrun does it for the ranks of its host, an agent for its own.
+func drainOutput(fwd *sync.WaitGroup, pipes [2]*os.File, files [2]*rankFile) {
+	drained := make(chan struct{})
+	go func() { fwd.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+		pipes[0].Close()
+		pipes[1].Close()
+		<-drained
+	}
+	pipes[0].Close()
+	pipes[1].Close()
+	closeFiles(files)
+}
+
 // outputGrace is how long a rank's output is still forwarded after the rank
 // exited, for children of the rank that hold its stdout or stderr open.
 const outputGrace = 2 * time.Second
@@ -788,19 +808,7 @@ func (j *Job) waitRank(p *rankProc) {
 	if p.link != nil {
 		p.fwd.Wait() // the agent bounds it (outputGrace), or the broken link ends it
 	} else {
-		drained := make(chan struct{})
-		go func() { p.fwd.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(outputGrace):
-			// Children of the rank still hold its output open: stop forwarding.
-			p.pipes[0].Close()
-			p.pipes[1].Close()
-			<-drained
-		}
-		p.pipes[0].Close()
-		p.pipes[1].Close()
-		closeFiles(p.files)
+		drainOutput(&p.fwd, p.pipes, p.files)
 	}
 	j.mu.Lock()
 	p.status = st

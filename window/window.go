@@ -104,8 +104,8 @@ type Window struct {
 	revokeID string      // the notice that revokes this window (and its shrunk successors)
 	revoked  atomic.Bool // a revocation was seen
 	// notices is the Comm's NoticeCounter, or unwatched; noticesSeen its value
-	// when Noticed(revokeID) last said false (open skips Noticed while
-	// they are equal).
+	// when Noticed(revokeID) last said false (direct and IsRevoked skip
+	// Noticed while they are equal).
 	notices     *atomic.Uint64
 	noticesSeen atomic.Uint64
 
@@ -407,7 +407,7 @@ func (w *Window) IsRebuilt() bool { return w.rebuilt.Load() }
 // IsRevoked reports whether a revocation of the window has arrived (local).
 func (w *Window) IsRevoked() bool {
 	if !w.revoked.Load() && w.notices.Load() != w.noticesSeen.Load() {
-		w.openSlow() // sets revoked when the notice is there
+		w.lookForRevocation()
 	}
 	return w.revoked.Load()
 }
@@ -505,28 +505,17 @@ func (w *Window) direct(r ftrma.Rank, disp uint64, n int) *peerInfo {
 	return nil
 }
 
-// open reports whether the window is neither freed nor revoked (usable
-// says why not). While no notice arrived since the last look it asks the
-// Comm nothing.
-func (w *Window) open() bool {
-	if w.freed.Load() || w.revoked.Load() {
-		return false
-	}
-	return w.notices.Load() == w.noticesSeen.Load() || w.openSlow()
-}
-
-// openSlow is open when notices may have arrived: it asks Noticed, and
-// records the generation it asked at when the answer is no.
-func (w *Window) openSlow() bool {
+// lookForRevocation looks whether the window's revocation arrived, once
+// notices may have (the generation moved since it last looked): it asks
+// Noticed, sets revoked when the answer is yes, else records the generation
+// it asked at, so that direct and IsRevoked ask nothing until it moves again.
+func (w *Window) lookForRevocation() {
 	g := w.notices.Load()
 	if w.c.Noticed(w.revokeID) {
 		w.revoked.Store(true)
-		return false
-	}
-	if w.notices != &unwatched {
+	} else if w.notices != &unwatched {
 		w.noticesSeen.Store(g)
 	}
-	return true
 }
 
 // NoticeCounter is implemented by a Comm (comm.Comm) whose notices can be
@@ -538,7 +527,8 @@ type NoticeCounter interface {
 }
 
 // noticeCounter is c's NoticeGeneration, or for a Comm without one
-// unwatched, which never equals noticesSeen: open then always asks.
+// unwatched, which never equals noticesSeen: direct then never takes its
+// common case, and IsRevoked always asks.
 func noticeCounter(c Comm) *atomic.Uint64 {
 	if nc, ok := c.(NoticeCounter); ok {
 		return nc.NoticeGeneration()

@@ -73,7 +73,10 @@
 // toward the peer. Waiting for an atomic waits for it at verbs and
 // flushes shm (whose operations are complete when posted, but may hold a
 // failure to report); waiting for a write or read waits for the last
-// atomic posted toward the peer at verbs, then for the write at shm. Flush
+// atomic posted toward the peer at verbs, then for the write at shm. A
+// message (Send, through shm) waits first for the last atomic posted toward
+// the peer, so that it arrives after it as the transport contract says; a
+// failure of that atomic is kept for the next Wait, Test or Flush. Flush
 // and Push go to both, Fence and PeerDown too (the peer reaches this
 // rank's memory by both paths), and either path's peer-down event is
 // passed on, the first only, except verbs' report of the peer's orderly

@@ -75,6 +75,7 @@ type Transport struct {
 	reachAt    int32
 	split      bool
 	atomPosted []atomic.Uint64
+	kept       []atomic.Pointer[error] // failures Send took, for the next Wait (keepErr)
 
 	recv  atomic.Pointer[receiverBox]
 	peers []peerState // by rank
@@ -273,6 +274,7 @@ func newTransport(subs []Sub, route []int, adm *Admission) (*Transport, error) {
 		m.split = true
 		m.caps &^= transport.CapOrdered
 		m.atomPosted = make([]atomic.Uint64, size)
+		m.kept = make([]atomic.Pointer[error], size)
 	}
 	return m, nil
 }
@@ -572,14 +574,15 @@ func (m *Transport) Wait(ctx context.Context, peer ftrma.Rank, seq transport.Seq
 	if !m.split || i == m.reachAt {
 		return t.Wait(ctx, peer, seq)
 	}
+	kept := m.takeKept(peer)
 	if seq&atomicSeq != 0 {
-		return joinErrs(m.reach.t.Wait(ctx, peer, seq&^atomicSeq), t.Flush(ctx, peer))
+		return joinErrs(kept, joinErrs(m.reach.t.Wait(ctx, peer, seq&^atomicSeq), t.Flush(ctx, peer)))
 	}
 	var errA error
 	if a := m.atomPosted[peer].Load(); a != 0 {
 		errA = m.reach.t.Wait(ctx, peer, transport.Seq(a))
 	}
-	return joinErrs(errA, t.Wait(ctx, peer, seq))
+	return joinErrs(kept, joinErrs(errA, t.Wait(ctx, peer, seq)))
 }
 
 // joinErrs joins the errors of the two paths toward one peer; when both
@@ -605,6 +608,9 @@ func (m *Transport) Test(peer ftrma.Rank, seq transport.Seq) (bool, error) {
 	t := m.subs[i].t
 	if !m.split || i == m.reachAt {
 		return test(t, peer, seq)
+	}
+	if kept := m.takeKept(peer); kept != nil {
+		return true, kept
 	}
 	if seq&atomicSeq != 0 {
 		return test(m.reach.t, peer, seq&^atomicSeq)
@@ -639,7 +645,7 @@ func (m *Transport) Flush(ctx context.Context, peer ftrma.Rank) error {
 		return err
 	}
 	if a := m.also(i); a != nil && m.split {
-		return joinErrs(a.t.Flush(ctx, peer), m.subs[i].t.Flush(ctx, peer))
+		return joinErrs(m.takeKept(peer), joinErrs(a.t.Flush(ctx, peer), m.subs[i].t.Flush(ctx, peer)))
 	}
 	return m.subs[i].t.Flush(ctx, peer)
 }
@@ -658,12 +664,52 @@ func (m *Transport) Push(peer ftrma.Rank) {
 }
 
 // Send sends a control message through the transport that reaches peer.
+//
+// With atomics split, a message toward a peer routed to another sub than
+// the one executing them waits first for the last atomic posted toward it:
+// messages arrive after the operations posted before them, whichever path
+// those took. A failure of that atomic is kept for the next Wait, Test or
+// Flush toward the peer, which report it; the peer's loss fails Send.
 func (m *Transport) Send(peer ftrma.Rank, msg []byte) error {
-	t, err := m.to("send", peer)
+	i, err := m.route("send", peer)
 	if err != nil {
 		return err
 	}
-	return t.Send(peer, msg)
+	if m.split && i != m.reachAt {
+		if a := m.atomPosted[peer].Load(); a != 0 {
+			if err := m.reach.t.Wait(context.Background(), peer, transport.Seq(a)); err != nil {
+				if errors.Is(err, ftrma.ErrProcFailed) {
+					return err
+				}
+				m.keepErr(peer, err)
+			}
+		}
+	}
+	return m.subs[i].t.Send(peer, msg)
+}
+
+// keepErr keeps err, an operation's failure that Send took while waiting,
+// for the next Wait, Test or Flush toward peer.
+func (m *Transport) keepErr(peer ftrma.Rank, err error) {
+	p := &m.kept[peer]
+	for {
+		old := p.Load()
+		e := err
+		if old != nil {
+			e = errors.Join(*old, err)
+		}
+		if p.CompareAndSwap(old, &e) {
+			return
+		}
+	}
+}
+
+// takeKept returns and forgets the failures keepErr kept for peer.
+func (m *Transport) takeKept(peer ftrma.Rank) error {
+	if e := m.kept[peer].Swap(nil); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Fence fences peer on the transport that reaches it, and on the one that

@@ -3,9 +3,11 @@
 package multi_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ftrma/ftrma"
@@ -214,5 +216,52 @@ func TestSplitDepartureKeepsOrder(t *testing.T) {
 	reach.HandlePeerDown(2, transport.ErrPeerDown(2, transport.ErrPeerLeft))
 	if d := w.recs[0].DownsOf(2); len(d) != 1 {
 		t.Fatalf("rank 2's departure through tcp: reported %v, want once", d)
+	}
+}
+
+// A message sent after an atomic toward a rank of this host arrives after
+// the atomic landed, although the atomic went through tcp and the message
+// through shm (messages follow the operations posted before them); and an
+// atomic's failure that Send waited out is reported by the next Wait.
+func TestSplitMessagesFollowAtomics(t *testing.T) {
+	const rounds = 200
+	w := newWorld(t, twoHosts, worldOpts{noReceiver: true, splitAtomics: true})
+	mems, keys := w.regions(t, 8)
+	rec := newRecorder()
+	var bad atomic.Int64
+	rec.Hook = func(_ ftrma.Rank, msg []byte) {
+		if atomic.LoadUint64(word(mems[1], 0)) < binary.NativeEndian.Uint64(msg) {
+			bad.Add(1)
+		}
+	}
+	w.ts[1].SetReceiver(rec)
+	w.ts[0].SetReceiver(newRecorder())
+	ctx := testCtx(t)
+	for i := uint64(1); i <= rounds; i++ {
+		if _, err := w.ts[0].FetchAndAdd64(1, keys[1], 0, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.ts[0].Send(1, binary.NativeEndian.AppendUint64(nil, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.Await(t, ctx, "the messages", func() bool { return rec.Count() >= rounds })
+	if n := bad.Load(); n > 0 {
+		t.Fatalf("%d of %d messages arrived before the fetch-and-add posted before them landed", n, rounds)
+	}
+	// A failing atomic (no such key), then a message: Send waits it out
+	// and the next Wait reports it.
+	if _, err := w.ts[0].FetchAndAdd64(1, keys[1]+999, 0, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ts[0].Send(1, binary.NativeEndian.AppendUint64(nil, rounds+1)); err != nil {
+		t.Fatal(err)
+	}
+	seq, err := w.ts[0].Write(1, keys[1], 0, make([]byte, 0))
+	if err == nil {
+		err = w.ts[0].Wait(ctx, 1, seq)
+	}
+	if !errors.Is(err, ftrma.ErrUnknownRegion) {
+		t.Fatalf("Wait after Send took the failure of an atomic: %v, want ErrUnknownRegion", err)
 	}
 }
