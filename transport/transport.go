@@ -103,11 +103,12 @@ type Receiver interface {
 	HandlePeerDown(peer ftrma.Rank, err error)
 }
 
-// Allocator is implemented by transports whose peers can reach only memory
-// the transport allocated itself, such as shared memory: their Register
-// accepts only buffers returned by Alloc (or sub-slices of them) and fails
-// with ftrma.ErrInvalid for other memory. Layers above allocate what they
-// register through it when the transport has it (window.Alloc does).
+// Allocator is implemented by transports whose peers can reach directly
+// only memory the transport allocated itself, such as shared memory: their
+// Register accepts buffers returned by Alloc (or sub-slices of them), and
+// other memory only if they are ForeignRegistrars. Layers above allocate
+// what they register through it when the transport has it (window.Alloc
+// does).
 type Allocator interface {
 	// Alloc returns size bytes of zeroed, 8-byte aligned memory that peers
 	// can reach once it is registered. It stays valid until Release.
@@ -115,6 +116,15 @@ type Allocator interface {
 	// Release frees memory returned by Alloc; no part of it may still be
 	// registered. Releasing other memory fails with ftrma.ErrInvalid.
 	Release(buf []byte) error
+}
+
+// ForeignRegistrar is implemented by an Allocator whose Register also takes
+// memory it did not allocate (the caller's own): its peers cannot reach
+// that memory themselves, so the rank executes their operations on it
+// (transport/shm's target-executed regions, slower than its own memory).
+// window.Create then registers the caller's buffer itself, not a copy.
+type ForeignRegistrar interface {
+	RegistersForeign() bool
 }
 
 // Tester is implemented by transports that can tell, without blocking,

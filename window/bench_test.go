@@ -41,6 +41,40 @@ func benchOrigin(b *testing.B, op func(ctx context.Context, w *window.Window) er
 	}
 }
 
+// BenchmarkSHMCreatePutFlush8 is BenchmarkSHMPutFlush8 on a window made
+// by Create over a buffer of the caller's: over shared memory the target
+// executes each operation (a request and an answer through the rings).
+func BenchmarkSHMCreatePutFlush8(b *testing.B) {
+	buf := make([]byte, 8)
+	world := commtest.NewSHM(b, 2)
+	defer world.Close()
+	ctx := context.Background()
+	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		w, err := window.Create(ctx, c, make([]byte, 1<<20))
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			for b.Loop() {
+				if err := w.Put(1, 0, buf); err != nil {
+					return err
+				}
+				if err := w.Flush(ctx, 1); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	}) {
+		if err != nil {
+			b.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
 func BenchmarkSHMPutFlush8(b *testing.B) {
 	buf := make([]byte, 8)
 	benchOrigin(b, func(ctx context.Context, w *window.Window) error {

@@ -25,10 +25,9 @@
 // (Rput, Rget, Raccumulate, RgetAccumulate) complete with Wait, Test (never
 // blocks) or WaitAll.
 //
-// Create exposes the caller's buffer where the transport can register any
-// memory (tcp, verbs, memnet); on shared memory the window is a copy made at
-// Create and written back into the buffer at Free, so local access goes
-// through Bytes, which is the window memory everywhere.
+// Create exposes the caller's buffer itself on every transport: over shared
+// memory, whose peers cannot map it, the owner executes their operations on
+// it (a message round trip each; Allocate's memory they reach directly).
 //
 // Locks are lock words at the target changed by remote compare-and-swap, so
 // they need no action from the target (more below). Displacements are in

@@ -197,21 +197,24 @@ func (w *Window) Release(buf []byte) error {
 // work at every displacement that is a multiple of 8; it may be empty or
 // nil, and this rank then exposes no memory (as MPI allows).
 //
-// Where the transport can register any memory (tcp, verbs, memnet), the
-// window memory is buf itself. Where peers reach only memory the transport
-// allocates (shared memory, also inside a multi transport: a
-// transport.Allocator), the window memory is a copy: Create copies buf into
-// memory from the transport, peers read and write the copy, and Free copies
-// it back into buf once every rank has completed its operations. There, use
-// Bytes for local loads and stores between Create and Free, and read buf
-// only after Free. Bytes is the window memory on every transport, so code
-// that uses it is right everywhere.
+// The window memory is buf itself, as MPI_Win_create's: what this rank
+// stores into buf its peers read, and what they put lands in buf. tcp,
+// verbs and memnet register buf as it is; shared memory, whose peers can
+// map only memory it allocated, executes their operations on buf at this
+// rank (transport/shm's target-executed regions: a message round trip per
+// operation, where Allocate's memory takes a few nanoseconds). Only a
+// transport that allocates and cannot do that (a transport.Allocator that is
+// no transport.ForeignRegistrar) gets a copy of buf, copied back at Free;
+// Bytes is the window memory in every case.
 func Create(ctx context.Context, c Comm, buf []byte) (*Window, error) {
 	if len(buf) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%8 != 0 {
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: fmt.Errorf("%w: buffer at %p is not 8-byte aligned", ftrma.ErrMisaligned, unsafe.SliceData(buf))}
 	}
 	t := c.Transport()
 	_, copied := t.(transport.Allocator)
+	if f, ok := t.(transport.ForeignRegistrar); ok && f.RegistersForeign() {
+		copied = false // shm executes its peers' operations on buf itself
+	}
 	if !copied && len(buf) > 0 {
 		return create(ctx, c, created, buf)
 	}

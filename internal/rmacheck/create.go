@@ -17,7 +17,7 @@ import (
 // window starts with the buffer's contents, the neighbour's pattern reads
 // back, rank 0's window holds every rank's update, and after Free every
 // rank's buffer holds its window's last contents. It reports whether the
-// window memory was the buffer itself (else a copy, as on shared memory).
+// window memory was the buffer itself (else a copy).
 func Create(ctx context.Context, c window.Comm) (direct bool, err error) {
 	n, me := c.Size(), int(c.Rank())
 	size := 8*(n+1) + 3

@@ -65,6 +65,17 @@ func (m *Transport) withdraw(key transport.Key, failed int) {
 	}
 }
 
+// RegistersForeign reports whether Register takes memory that Alloc did
+// not return (transport.ForeignRegistrar): when the transport that
+// allocates (shm) does, as every other one registers any memory.
+func (m *Transport) RegistersForeign() bool {
+	if m.alloc == nil {
+		return true
+	}
+	f, ok := m.alloc.(transport.ForeignRegistrar)
+	return ok && f.RegistersForeign()
+}
+
 // Deregister withdraws key from every transport in use, each waiting for
 // the operations executing on the region (shm: its peers' accesses; tcp:
 // the target's progress goroutines), and returns their errors. The

@@ -400,14 +400,32 @@ func TestNewRefusesWhatCannotBeCombined(t *testing.T) {
 }
 
 // Registered memory must suit every transport: with shm in use, Alloc
-// comes from shm and heap memory is refused; one key reaches the region
-// through both paths; Deregister withdraws it from both.
+// comes from shm; heap memory registers too (target-executed over shm,
+// RegistersForeign), and both paths reach it in place; one key reaches the
+// region through both paths; Deregister withdraws it from both.
 func TestRegisterOneKeyBothPaths(t *testing.T) {
 	w := newWorld(t, twoHosts, worldOpts{})
 	ctx := testCtx(t)
 	m := w.ts[1]
-	if _, err := m.Register(make([]byte, 64)); !errors.Is(err, ftrma.ErrInvalid) {
-		t.Errorf("register heap memory with shm in use: %v", err)
+	if !m.RegistersForeign() {
+		t.Error("multi over shm and tcp does not register foreign memory")
+	}
+	heap := make([]uint64, 8)
+	hk := must(m.Register(unsafe.Slice((*byte)(unsafe.Pointer(&heap[0])), 64)))
+	for _, origin := range []ftrma.Rank{0, 2} { // shm (executed by rank 1), then tcp
+		seq, err := w.ts[origin].FetchAndAdd64(1, hk, 8, 1, nil)
+		if err == nil {
+			err = w.ts[origin].Wait(ctx, 1, seq)
+		}
+		if err != nil {
+			t.Fatalf("fetch-and-add on heap memory from rank %d: %v", origin, err)
+		}
+	}
+	if atomic.LoadUint64(&heap[1]) != 2 {
+		t.Errorf("heap memory after a fetch-and-add through each path: %d, want 2", heap[1])
+	}
+	if err := m.Deregister(hk); err != nil {
+		t.Fatal(err)
 	}
 	mem := must(m.Alloc(64))
 	key := must(m.Register(mem))

@@ -90,7 +90,8 @@
 // Alloc makes a data segment of its own (a file of whole pages, reserved with
 // fallocate so that a full file system fails Alloc rather than a later
 // access) and maps it. Register accepts any part of Alloc's memory, and
-// only that; it publishes the region in the key table and returns a key
+// other memory as a target-executed region (below); it publishes the region
+// in the key table and returns a key
 // whose low bits pick the table slot and whose high bits count the slot's
 // uses, so keys are not reused. An origin resolves (rank, key) itself: it
 // reads the target's key table, maps the named segment on first use (and
@@ -110,6 +111,22 @@
 // the file and counts the release; an origin that sees the count change
 // unmaps the segments whose files are gone. An origin announces itself in
 // one of two ways.
+//
+// # Target-executed regions
+//
+// Memory not from Alloc (a caller's own buffer: window.Create's) cannot be
+// mapped by peers. Register still publishes it, marked in its key-table
+// entry as executed by its owner, and an origin that finds the mark sends
+// its operation as a request in its ring to the owner, tagged as the
+// transport's own in the message header, and waits for the answer; the
+// owner's progress goroutine executes it (bounds, alignment, whole words,
+// sync/atomic: transport.Memory) unless it fenced the origin, and answers
+// without ever waiting for room in the origin's ring. So the operation is
+// still complete when its call returns, and operations toward a peer stay in
+// order. Fence waits for a request being executed; Deregister for the
+// requests executing on the region; an operation waiting for an answer fails
+// when the owner goes down or this rank closes. Who writes what is listed in
+// foreign.go.
 //
 // # The fast path
 //
@@ -171,7 +188,9 @@
 // # Control messages
 //
 // A message is copied into the receiver's ring for the sender, behind an
-// 8-byte length, after which the sender publishes the new tail and, if the
+// 8-byte length (whose top bits say that another piece of the message
+// follows, and that the message is the transport's own: a request or
+// answer of a target-executed region, never handed to the receiver), after which the sender publishes the new tail and, if the
 // receiver said it sleeps, rings its bell (writes a byte to its named pipe).
 // A full ring makes Send wait: it spins, then parks until the receiver,
 // which rings the sender's bell when it frees room for a waiting sender,

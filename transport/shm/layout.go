@@ -15,7 +15,7 @@ import (
 // Words written by different processes sit on different 64-byte lines.
 const (
 	magicWord     = 0x6d6873616d727466 // "ftrmashm" in little-endian bytes
-	layoutVersion = 4                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes, ring headers apart from their data; 4: reader lines, offBarrier
+	layoutVersion = 5                  // 2: lines and rings for Config.Ranks only; 3: bells instead of futexes, ring headers apart from their data; 4: reader lines, offBarrier; 5: internal messages (pieceInternal), target-executed regions
 
 	// Header: written once by Open before the file gets its final name,
 	// except for the words from offState on.

@@ -76,8 +76,8 @@ func FuzzParseCtl(f *testing.F) {
 // position (head) is trusted: 8-byte aligned.
 func FuzzRingTake(f *testing.F) {
 	rg := ring{data: alignedCopy(nil, 64)}
-	tail := rg.put(0, []byte("hello"), false)
-	tail = rg.put(tail, []byte("a longer piece of a message"), true)
+	tail := rg.put(0, []byte("hello"), false, false)
+	tail = rg.put(tail, []byte("a longer piece of a message"), true, true)
 	f.Add(append([]byte(nil), rg.data...), uint64(0), tail, uint16(64))
 	f.Add(append([]byte(nil), rg.data...), uint64(56), uint64(72), uint16(8))
 	f.Add([]byte{}, uint64(0), uint64(8), uint16(0))
@@ -93,7 +93,7 @@ func FuzzRingTake(f *testing.F) {
 			if _, ok := rg.room(head, tail); !ok {
 				return
 			}
-			n, _, next, err := rg.take(head, tail, buf)
+			n, _, _, next, err := rg.take(head, tail, buf)
 			if err != nil {
 				return
 			}

@@ -104,6 +104,22 @@ func (t *Transport) Release(buf []byte) error {
 	return nil
 }
 
+// straddles reports whether mem overlaps a segment without lying inside it.
+// The caller holds t.mu.
+func (t *Transport) straddles(mem []byte) bool {
+	if len(mem) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	hi := lo + uintptr(len(mem))
+	for _, s := range t.segs {
+		if lo < s.base()+uintptr(len(s.mem)) && s.base() < hi {
+			return true
+		}
+	}
+	return false
+}
+
 // findSegment returns the segment holding all of mem and mem's offset in it.
 // The caller holds t.mu.
 func (t *Transport) findSegment(mem []byte) (*segment, uint64, bool) {
@@ -127,13 +143,14 @@ func (t *Transport) findSegment(mem []byte) (*segment, uint64, bool) {
 // bits above count the slot's uses, so that keys are not reused.
 func (t *Transport) keyBits() int { return bits.TrailingZeros(uint(t.cfg.Regions)) }
 
-// Register publishes mem, which must lie inside memory from Alloc (any
-// sub-slice of it, even empty), in this rank's key table and returns its
-// key: never 0, at most transport.MaxKey, not reused while the transport is
-// open. Peers resolve the key in the table themselves; they reach mem until
-// Deregister. Other memory fails with ftrma.ErrInvalid; so does a full key
-// table (Config.Regions keys registered at once). After Close it fails with
-// ftrma.ErrClosed.
+// Register publishes mem in this rank's key table and returns its key:
+// never 0, at most transport.MaxKey, not reused while the transport is
+// open; peers reach mem until Deregister. Memory inside memory from Alloc
+// (any sub-slice of it, even empty) peers map and access themselves; other
+// memory (the caller's own) is target-executed: this rank's progress
+// goroutine executes its peers' operations on it (foreign.go). A full key
+// table (Config.Regions keys registered at once) fails with
+// ftrma.ErrInvalid; after Close it fails with ftrma.ErrClosed.
 func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	t.life.RLock()
 	defer t.life.RUnlock()
@@ -142,9 +159,12 @@ func (t *Transport) Register(mem []byte) (transport.Key, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, off, ok := t.findSegment(mem)
+	s, off, ok := t.findSegment(mem) // s nil: memory of the caller's, target-executed (foreign.go)
 	if !ok {
-		return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: fmt.Errorf("%w: shm transport: register memory from Alloc", ftrma.ErrInvalid)}
+		if t.straddles(mem) {
+			return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: fmt.Errorf("%w: shm transport: memory that begins or ends inside memory from Alloc but is not inside it", ftrma.ErrInvalid)}
+		}
+		s, off = nil, 0
 	}
 	kb := t.keyBits()
 	maxGen := uint32(transport.MaxKey >> kb)
@@ -158,11 +178,20 @@ func (t *Transport) Register(mem []byte) (transport.Key, error) {
 		t.slotGen[slot]++
 		key := transport.Key(gen)<<kb | transport.Key(slot)
 		e := t.own.entry(slot)
-		atomic.StoreUint64(t.own.word(e+entrySeg), s.id)
+		state := uint64(key)<<8 | 1
+		if s == nil {
+			if err := t.foreign.register(key, mem); err != nil {
+				t.freeSlots = append(t.freeSlots, slot)
+				return 0, &ftrma.OpError{Op: "register", Rank: -1, Err: err}
+			}
+			state = uint64(key)<<8 | 2 // its peers send requests (foreign.go)
+		} else {
+			atomic.StoreUint64(t.own.word(e+entrySeg), s.id)
+			s.regs++
+		}
 		atomic.StoreUint64(t.own.word(e+entryOffset), off)
 		atomic.StoreUint64(t.own.word(e+entryLength), uint64(len(mem)))
-		atomic.StoreUint64(t.own.word(e+entryState), uint64(key)<<8|1)
-		s.regs++
+		atomic.StoreUint64(t.own.word(e+entryState), state)
 		t.regions[key] = region{slot: slot, seg: s}
 		return key, nil
 	}
@@ -206,7 +235,11 @@ func (t *Transport) Deregister(key transport.Key) error {
 		}
 	}
 	delete(t.regions, key)
-	reg.seg.regs--
+	if reg.seg == nil {
+		t.foreign.deregister(key) // waits for the requests executing on it
+	} else {
+		reg.seg.regs--
+	}
 	t.freeSlots = append(t.freeSlots, reg.slot)
 	return nil
 }

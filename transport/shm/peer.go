@@ -77,6 +77,8 @@ type peer struct {
 	// not been admitted: it is not mapped and its ring is not read. Cleared
 	// by Admit or when the peer goes down.
 	absent atomic.Bool
+
+	foreign foreignState // operations on target-executed regions (foreign.go)
 }
 
 var (
@@ -370,6 +372,7 @@ func (p *peer) freedRoom() {
 // called with p.mu or p.smu held.
 func (t *Transport) down(p *peer, cause error, quiet bool) {
 	p.fail(transport.ErrPeerDown(p.rank, cause))
+	p.failWaiting(errGone) // t.lost turns it into the peer-down error
 	p.rstop.Store(true)
 	p.absent.Store(false) // failed before it was admitted: never admitted now
 	if !p.downed.Swap(true) && !quiet {

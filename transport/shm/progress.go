@@ -74,6 +74,9 @@ func (t *Transport) poll(buf []byte) bool {
 		did = did || len(q) > 0
 	}
 	for _, p := range t.local {
+		if len(p.foreign.outq) > 0 && t.sendAnswers(p) {
+			did = true
+		}
 		// An absent peer's messages wait in its ring until Admit.
 		if !p.self && !p.rstop.Load() && !p.absent.Load() && t.pollRing(p, r, buf) {
 			did = true
@@ -108,7 +111,7 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 		if p.piecing {
 			dst = p.pieces[len(p.pieces):cap(p.pieces)]
 		}
-		n, more, next, err := rg.take(p.rhead, tail, dst)
+		n, more, internal, next, err := rg.take(p.rhead, tail, dst)
 		if err != nil {
 			t.down(p, err, false)
 			return true
@@ -136,6 +139,10 @@ func (t *Transport) pollRing(p *peer, r transport.Receiver, buf []byte) bool {
 		case p.piecing:
 			msg = p.pieces[:len(p.pieces)+n]
 			p.piecing = false
+		}
+		if internal {
+			t.serveInternal(p, msg)
+			continue
 		}
 		r.HandleMessage(p.rank, msg)
 	}

@@ -40,8 +40,13 @@ func (rg *ring) room(head, tail uint64) (uint64, bool) {
 }
 
 // pieceMore, in a message header, says that the message goes on in the
-// next one: a message larger than maxPiece goes in pieces.
-const pieceMore = 1 << 63
+// next one: a message larger than maxPiece goes in pieces. pieceInternal
+// says that the message is the transport's own (foreign.go), not the
+// receiver's.
+const (
+	pieceMore     = 1 << 63
+	pieceInternal = 1 << 62
+)
 
 // maxPiece is the largest piece of a message in the ring: half of it, so
 // that the sender can write a piece while the receiver reads the last.
@@ -49,13 +54,17 @@ func (rg *ring) maxPiece() int { return (len(rg.data)/2 - msgHeader) &^ 7 }
 
 // put writes msg, a piece of at most maxPiece bytes, at position tail and
 // returns the position after it; more says that another piece of the same
-// message follows. The caller has checked the room.
-func (rg *ring) put(tail uint64, msg []byte, more bool) uint64 {
+// message follows, internal that the message is the transport's own. The
+// caller has checked the room.
+func (rg *ring) put(tail uint64, msg []byte, more, internal bool) uint64 {
 	n := uint64(len(rg.data))
 	at := tail % n
 	h := uint64(len(msg))
 	if more {
 		h |= pieceMore
+	}
+	if internal {
+		h |= pieceInternal
 	}
 	binary.LittleEndian.PutUint64(rg.data[at:at+msgHeader], h)
 	at = (at + msgHeader) % n
@@ -65,24 +74,25 @@ func (rg *ring) put(tail uint64, msg []byte, more bool) uint64 {
 }
 
 // take copies the piece at position head into buf and returns its length,
-// whether more pieces of its message follow, and the position after it.
-// tail is the published producer position.
-func (rg *ring) take(head, tail uint64, buf []byte) (int, bool, uint64, error) {
+// whether more pieces of its message follow, whether the message is the
+// transport's own, and the position after it. tail is the published
+// producer position.
+func (rg *ring) take(head, tail uint64, buf []byte) (int, bool, bool, uint64, error) {
 	size := uint64(len(rg.data))
 	avail := tail - head
 	if avail > size || avail%8 != 0 || avail < msgHeader {
-		return 0, false, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
+		return 0, false, false, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
 	}
 	at := head % size
 	h := binary.LittleEndian.Uint64(rg.data[at : at+msgHeader])
-	m, more := h&^pieceMore, h&pieceMore != 0
+	m, more, internal := h&^(pieceMore|pieceInternal), h&pieceMore != 0, h&pieceInternal != 0
 	if m > uint64(len(buf)) || msgHeader+(m+7)&^7 > avail {
-		return 0, false, 0, fmt.Errorf("%w: piece of %d bytes with %d published and room for %d", errCorrupt, m, avail, len(buf))
+		return 0, false, false, 0, fmt.Errorf("%w: piece of %d bytes with %d published and room for %d", errCorrupt, m, avail, len(buf))
 	}
 	at = (at + msgHeader) % size
 	k := copy(buf[:m], rg.data[at:])
 	copy(buf[k:m], rg.data)
-	return int(m), more, head + msgHeader + (m+7)&^7, nil
+	return int(m), more, internal, head + msgHeader + (m+7)&^7, nil
 }
 
 // ringDoorbell wakes the rank whose control segment is c, and whose bell
@@ -136,7 +146,7 @@ func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
 		return err
 	}
 	p.smu.Lock()
-	status := t.sendLocked(p, msg)
+	status := t.sendLocked(p, msg, false)
 	p.smu.Unlock()
 	if status != nil {
 		return t.lost("send", p, status)
@@ -144,8 +154,9 @@ func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
 	return nil
 }
 
-// sendLocked does Send's work under p.smu and returns a status for t.lost.
-func (t *Transport) sendLocked(p *peer, msg []byte) error {
+// sendLocked does Send's work under p.smu and returns a status for t.lost;
+// internal marks a message of the transport's own (foreign.go).
+func (t *Transport) sendLocked(p *peer, msg []byte, internal bool) error {
 	c, err := p.lockCtl()
 	if err != nil {
 		return err
@@ -165,7 +176,7 @@ func (t *Transport) sendLocked(p *peer, msg []byte) error {
 		if err := t.awaitRoom(p, c, &rg, msgHeader+uint64(n+7)&^7); err != nil {
 			return err
 		}
-		atomic.StoreUint64(rg.tail, rg.put(atomic.LoadUint64(rg.tail), msg[:n], more))
+		atomic.StoreUint64(rg.tail, rg.put(atomic.LoadUint64(rg.tail), msg[:n], more, internal))
 		ringDoorbell(c, p.bell)
 		if !more {
 			return nil

@@ -100,6 +100,9 @@ func (t *Transport) post(r ftrma.Rank, key transport.Key, off uint64, o *rma) (t
 	} else {
 		opErr, status = p.executeInPieces(key, off, o)
 	}
+	if opErr == errForeign { // nothing moved: the whole operation goes to the target
+		opErr, status = p.remote(key, off, o)
+	}
 	if status != nil {
 		return 0, t.lost(opNames[o.kind], p, status)
 	}
@@ -278,7 +281,10 @@ func (p *peer) resolve(c *ctl, key transport.Key) ([]byte, error) {
 		return nil, ftrma.ErrUnknownRegion
 	}
 	e := c.entry(int(key) & (c.lay.regions - 1))
-	if atomic.LoadUint64(c.word(e+entryState)) != uint64(key)<<8|1 {
+	if st := atomic.LoadUint64(c.word(e + entryState)); st != uint64(key)<<8|1 {
+		if st == uint64(key)<<8|2 {
+			return nil, errForeign
+		}
 		return nil, ftrma.ErrUnknownRegion
 	}
 	hot := &p.hot[key&(hotKeys-1)]

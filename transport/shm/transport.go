@@ -61,6 +61,8 @@ type Transport struct {
 	// barrier (offBarrier): its operations take the fast path toward peers
 	// that did too (fast.go). Fixed by Open.
 	fast bool
+	// foreign is this rank's target-executed regions (foreign.go).
+	foreign foreignTable
 	// readers is reader line 0 of this rank's control segment (fast.go):
 	// line i is readerStride bytes further.
 	readers unsafe.Pointer
@@ -382,6 +384,10 @@ func (t *Transport) Fence(r ftrma.Rank) error {
 		return &ftrma.OpError{Op: "fence", Rank: r, Err: ftrma.ErrClosed}
 	}
 	atomic.StoreUint64(t.own.word(t.own.active(p.slot)+actFenced), 1)
+	// A request of p's that the progress goroutine executes now found the
+	// flag down; the next ones find it up (foreign.go).
+	p.foreign.serveMu.Lock()
+	p.foreign.serveMu.Unlock()
 	if t.fast {
 		t.barrier()
 	}
@@ -450,6 +456,7 @@ func (t *Transport) Close() error {
 	// is under way, and none starts.
 	for _, p := range t.local {
 		p.fast.Store(nil)
+		p.failWaiting(errGone) // operations waiting for an answer: Close fails them
 	}
 	if t.fast {
 		grace()
