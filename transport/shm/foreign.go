@@ -27,8 +27,9 @@ import (
 //     internal in the frame header (pieceInternal), and waits for the answer
 //     (the operation is complete when posted, as every shm operation is:
 //     Completion stays immediate, and operations toward the peer stay in
-//     order). A write or read larger than foreignChunk goes in several
-//     requests, one after another.
+//     order). A write or read larger than foreignPiece (32 KiB, less with
+//     small rings: an answer must fit in one piece of the ring) goes in
+//     several requests, one after another.
 //   - The owner's progress goroutine executes a request through
 //     transport.Memory (bounds, alignment, whole words, sync/atomic), unless
 //     it fenced the origin: Fence raises its flag and then waits for a
@@ -52,8 +53,16 @@ func (t *Transport) RegistersForeign() bool { return true }
 // errForeign is resolve's verdict on a target-executed region.
 var errForeign = errors.New("shm transport: a target-executed region")
 
-// foreignChunk is the most data one request or answer carries.
+// foreignChunk is the most data one request or answer carries; less where
+// the rings are small (foreignPiece).
 const foreignChunk = 32 << 10
+
+// foreignPiece is the most data a request or answer of this job carries:
+// an answer goes into the origin's ring in one piece, and every rank of a
+// host has rings of one size (Config.RingBytes).
+func (t *Transport) foreignPiece() int {
+	return min(foreignChunk, (t.cfg.RingBytes/2-msgHeader-ansHeader)&^7)
+}
 
 // Request and answer kinds (the first byte of an internal message).
 const (
@@ -268,8 +277,9 @@ func (p *peer) remote(key transport.Key, off uint64, o *rma) (opErr, status erro
 	if o.kind == rmaRead {
 		buf, kind = o.dst, reqRead
 	}
+	piece := p.t.foreignPiece()
 	for done := 0; done < len(buf) || done == 0; {
-		n := min(len(buf)-done, foreignChunk)
+		n := min(len(buf)-done, piece)
 		q := request{kind: kind, key: key, off: off + uint64(done)}
 		if kind == reqWrite {
 			q.data = buf[done : done+n]
@@ -360,6 +370,9 @@ func (t *Transport) serveInternal(p *peer, m []byte) {
 	}
 	status, result, data := t.foreign.execute(q)
 	f.serveMu.Unlock()
+	if len(data) > t.foreignPiece() { // a read larger than this job's origins ask for: refused, not left unanswered
+		status, data = ansInvalid, nil
+	}
 	t.answer(p, appendAnswer(make([]byte, 0, ansHeader+len(data)), q.id, status, result, data))
 }
 

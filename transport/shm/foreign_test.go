@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,13 @@ func wordAt(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[
 // own stores are what peers read, larger operations go in several requests,
 // and the errors are those of mapped regions.
 func TestTargetExecutedRegion(t *testing.T) {
-	ts, _, _ := cluster(t, 2, clusterOpts{})
+	for _, ring := range []int{0, minRingBytes} { // the default, and rings of 4 KiB: answers of 2 KiB
+		t.Run(fmt.Sprintf("ring %d", ring), func(t *testing.T) { testTargetExecutedRegion(t, ring) })
+	}
+}
+
+func testTargetExecutedRegion(t *testing.T, ring int) {
+	ts, _, _ := cluster(t, 2, clusterOpts{cfg: func(c *Config) { c.RingBytes = ring }})
 	ctx := testCtx(t)
 	mem := heapWords(100 << 10)
 	key := must(ts[1].Register(mem))
