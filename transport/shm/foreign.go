@@ -408,21 +408,14 @@ func (t *Transport) trySend(p *peer, msg []byte) bool {
 		return false // an operation of this rank is sending: next poll
 	}
 	defer p.smu.Unlock()
-	c, err := p.lockCtl()
+	c, rg, err := t.ownRing(p)
 	if err != nil {
 		return true
 	}
 	defer p.mu.RUnlock()
-	if !p.ringReady {
-		if err := t.reserveRing(p, c); err != nil {
-			return true
-		}
-		p.ringReady = true
-	}
 	if t.sendable(p, c) != nil {
 		return true
 	}
-	rg := c.ring(t.selfSlot)
 	if len(msg) > rg.maxPiece() {
 		return true // cannot be: answers are at most foreignChunk plus a header
 	}

@@ -157,18 +157,11 @@ func (t *Transport) Send(r ftrma.Rank, msg []byte) error {
 // sendLocked does Send's work under p.smu and returns a status for t.lost;
 // internal marks a message of the transport's own (foreign.go).
 func (t *Transport) sendLocked(p *peer, msg []byte, internal bool) error {
-	c, err := p.lockCtl()
+	c, rg, err := t.ownRing(p)
 	if err != nil {
 		return err
 	}
 	defer p.mu.RUnlock()
-	if !p.ringReady {
-		if err := t.reserveRing(p, c); err != nil {
-			return err
-		}
-		p.ringReady = true
-	}
-	rg := c.ring(t.selfSlot)
 	piece := rg.maxPiece()
 	for {
 		n := min(len(msg), piece)
@@ -183,6 +176,24 @@ func (t *Transport) sendLocked(p *peer, msg []byte, internal bool) error {
 		}
 		msg = msg[n:]
 	}
+}
+
+// ownRing returns p's control segment and this rank's ring in it,
+// reserved, with p.mu held for reading (the caller lets go), or a status
+// for t.lost. The caller holds p.smu.
+func (t *Transport) ownRing(p *peer) (*ctl, ring, error) {
+	c, err := p.lockCtl()
+	if err != nil {
+		return nil, ring{}, err
+	}
+	if !p.ringReady {
+		if err := t.reserveRing(p, c); err != nil {
+			p.mu.RUnlock()
+			return nil, ring{}, err
+		}
+		p.ringReady = true
+	}
+	return c, c.ring(t.selfSlot), nil
 }
 
 // awaitRoom waits until rg, this rank's ring in p's segment c, has need
