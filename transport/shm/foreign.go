@@ -229,7 +229,7 @@ func appendAnswer(b []byte, id uint64, status byte, result uint64, data []byte) 
 // operations and the owner's answers not yet sent.
 type foreignState struct {
 	mu      sync.Mutex
-	waiting map[uint64]chan answer // by request id; nil once the peer is down
+	waiting map[uint64]chan answer // by request id; emptied for good once the peer is down (failed)
 	failed  error                  // why waiting operations fail, once set
 	nextID  atomic.Uint64
 	// serveMu is held while the progress goroutine executes a request of
@@ -255,7 +255,7 @@ func (p *peer) failWaiting(err error) {
 }
 
 // remote runs o toward p's target-executed region key at off, in requests
-// of at most foreignChunk bytes, each waited for. Its results are those of
+// of at most foreignPiece bytes, each waited for. Its results are those of
 // execute: opErr the operation's failure, status the peer's loss.
 func (p *peer) remote(key transport.Key, off uint64, o *rma) (opErr, status error) {
 	if o.kind != rmaWrite && o.kind != rmaRead {
@@ -294,6 +294,9 @@ func (p *peer) remote(key transport.Key, off uint64, o *rma) (opErr, status erro
 			return statusErr(a.status), nil
 		}
 		if kind == reqRead {
+			if len(a.data) != n {
+				return fmt.Errorf("%w: shm transport: rank %d answered a read of %d bytes with %d", ftrma.ErrInvalid, p.rank, n, len(a.data)), nil
+			}
 			copy(buf[done:done+n], a.data)
 		}
 		done += n
