@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -300,6 +301,28 @@ func (j *Job) arbiterAddrs(addrs []string) error {
 
 // stopArbiter stops ftrun's node; at the job's end (final) it logs the
 // summary, with ftrun's own verdicts beside the arbiter's.
+// arbiterCatchUp gives ftrun's arbiter node, at the job's end, a moment
+// (arbiterCatchUpWait at most) to apply an end for every rank that ftrun
+// started, so that its log and summary say how every rank ended: the
+// ranks' exits reach ftrun straight from the agents, sooner than through
+// the arbiter's log, and the links close right after (a CI run under -race
+// summed up "exits 0" for a job whose four ranks had all ended). It waits
+// for nothing on a job without an arbiter, or once the arbiter broke.
+func (j *Job) arbiterCatchUp() {
+	if j.arb == nil {
+		return
+	}
+	j.mu.Lock()
+	n := j.nextSpare
+	j.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), arbiterCatchUpWait)
+	defer cancel()
+	j.arb.waitFor(ctx, func(s *arbStats) bool { return s.ended >= n || s.finished || s.broken != nil })
+}
+
+// arbiterCatchUpWait bounds arbiterCatchUp: a few commits' time.
+const arbiterCatchUpWait = 2 * time.Second
+
 func (j *Job) stopArbiter(final bool) {
 	if j.arb == nil {
 		return

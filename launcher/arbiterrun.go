@@ -99,9 +99,10 @@ type arbDriver struct {
 	spareTo   []func(arbiter.Event)
 	spareWait map[ftrma.Rank][]chan arbiter.Event
 
-	mu      sync.Mutex // guards st and changed
+	mu      sync.Mutex // guards st, ended and changed
 	st      arbStats
-	changed chan struct{} // closed and replaced on every change of st
+	ended   map[ftrma.Rank]bool // ranks with an end applied (st.ended counts them)
+	changed chan struct{}       // closed and replaced on every change of st
 }
 
 // maxArbInputs bounds the reports waiting for the driver.
@@ -121,6 +122,7 @@ type arbStats struct {
 	hosts        []arbVerdict
 	ranks        []arbVerdict // RankFailed, in log order (a host's ranks included)
 	exits        int
+	ended        int // distinct ranks whose end (failed or exited) was applied
 	finished     bool
 	broken       error
 	stepErrors   int
@@ -466,6 +468,7 @@ func (d *arbDriver) event(e arbiter.Event, now time.Time) {
 		d.st.hosts = append(d.st.hosts, v)
 		d.log.Info(fmt.Sprintf("arbiter: host %d failed: %v", e.Host, e.Reason), args...)
 	case arbiter.EventRankFailed:
+		d.endedLocked(e.Rank)
 		d.st.ranks = append(d.st.ranks, arbVerdict{host: -1, rank: e.Rank, reason: e.Reason, at: now})
 		level := slog.LevelInfo
 		if e.Reason == arbiter.ReasonHostFailed {
@@ -473,6 +476,7 @@ func (d *arbDriver) event(e arbiter.Event, now time.Time) {
 		}
 		d.log.Log(context.Background(), level, fmt.Sprintf("arbiter: rank %d failed: %v", e.Rank, e.Reason))
 	case arbiter.EventRankExited:
+		d.endedLocked(e.Rank)
 		d.st.exits++
 		level := slog.LevelInfo
 		if e.Code == 0 {
@@ -490,6 +494,17 @@ func (d *arbDriver) event(e arbiter.Event, now time.Time) {
 	case arbiter.EventFinished:
 		d.st.finished = true
 		d.log.Debug("arbiter: every rank of the job has ended")
+	}
+}
+
+// endedLocked counts rank r's end once. The caller holds d.mu.
+func (d *arbDriver) endedLocked(r ftrma.Rank) {
+	if d.ended == nil {
+		d.ended = make(map[ftrma.Rank]bool)
+	}
+	if !d.ended[r] {
+		d.ended[r] = true
+		d.st.ended++
 	}
 }
 

@@ -932,6 +932,7 @@ func (j *Job) abort(r ftrma.Rank) {
 func (j *Job) finish() {
 	j.wg.Wait()
 	j.removeHoles()
+	j.arbiterCatchUp()
 	// The agents first: a link closed at the job's end stops an agent's
 	// node at once, while ftrun's mesh closing first would look to it like
 	// ftrun's death and start an election (arbiter.Node.LeaderGone).
