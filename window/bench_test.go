@@ -14,11 +14,19 @@ import (
 // (goroutine ranks with real shared mappings), on a 1 MiB window, while
 // rank 1 waits in a barrier: the paths bench/rma times, without processes.
 func benchOrigin(b *testing.B, op func(ctx context.Context, w *window.Window) error) {
-	world := commtest.NewSHM(b, 2)
+	benchOn(b, 2, func(ctx context.Context, c *comm.Comm) (*window.Window, error) {
+		return window.Allocate(ctx, c, 1<<20)
+	}, op)
+}
+
+// benchOn runs op b.N times at rank 0 of an n-rank shared-memory world, on
+// the window mk makes at every rank, while the others wait in a barrier.
+func benchOn(b *testing.B, n int, mk func(ctx context.Context, c *comm.Comm) (*window.Window, error), op func(ctx context.Context, w *window.Window) error) {
+	world := commtest.NewSHM(b, n)
 	defer world.Close()
 	ctx := context.Background()
 	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-		w, err := window.Allocate(ctx, c, 1<<20)
+		w, err := mk(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -46,33 +54,14 @@ func benchOrigin(b *testing.B, op func(ctx context.Context, w *window.Window) er
 // executes each operation (a request and an answer through the rings).
 func BenchmarkSHMCreatePutFlush8(b *testing.B) {
 	buf := make([]byte, 8)
-	world := commtest.NewSHM(b, 2)
-	defer world.Close()
-	ctx := context.Background()
-	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-		w, err := window.Create(ctx, c, make([]byte, 1<<20))
-		if err != nil {
+	benchOn(b, 2, func(ctx context.Context, c *comm.Comm) (*window.Window, error) {
+		return window.Create(ctx, c, make([]byte, 1<<20))
+	}, func(ctx context.Context, w *window.Window) error {
+		if err := w.Put(1, 0, buf); err != nil {
 			return err
 		}
-		if c.Rank() == 0 {
-			for b.Loop() {
-				if err := w.Put(1, 0, buf); err != nil {
-					return err
-				}
-				if err := w.Flush(ctx, 1); err != nil {
-					return err
-				}
-			}
-		}
-		if err := c.Barrier(ctx); err != nil {
-			return err
-		}
-		return w.Free(ctx)
-	}) {
-		if err != nil {
-			b.Fatalf("rank %d: %v", r, err)
-		}
-	}
+		return w.Flush(ctx, 1)
+	})
 }
 
 func BenchmarkSHMPutFlush8(b *testing.B) {

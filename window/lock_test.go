@@ -560,34 +560,14 @@ func TestLockBadInput(t *testing.T) {
 }
 
 func benchLock(b *testing.B, n int, lt window.LockType) {
-	world := commtest.NewSHM(b, n)
-	defer world.Close()
-	ctx := context.Background()
-	for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-		w, err := window.Allocate(ctx, c, 8)
-		if err != nil {
+	benchOn(b, n, func(ctx context.Context, c *comm.Comm) (*window.Window, error) {
+		return window.Allocate(ctx, c, 8)
+	}, func(ctx context.Context, w *window.Window) error {
+		if err := w.Lock(ctx, 1, lt); err != nil {
 			return err
 		}
-		if c.Rank() == 0 {
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := w.Lock(ctx, 1, lt); err != nil {
-					return err
-				}
-				if err := w.Unlock(ctx, 1); err != nil {
-					return err
-				}
-			}
-		}
-		if err := c.Barrier(ctx); err != nil {
-			return err
-		}
-		return w.Free(ctx)
-	}) {
-		if err != nil {
-			b.Fatalf("rank %d: %v", r, err)
-		}
-	}
+		return w.Unlock(ctx, 1)
+	})
 }
 
 // Lock and Unlock without contention, on shared memory: three operations
