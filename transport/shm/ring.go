@@ -66,6 +66,7 @@ func (rg *ring) put(tail uint64, msg []byte, more, internal bool) uint64 {
 	if internal {
 		h |= pieceInternal
 	}
+	raceReleaseRing()
 	binary.LittleEndian.PutUint64(rg.data[at:at+msgHeader], h)
 	at = (at + msgHeader) % n
 	k := copy(rg.data[at:], msg)
@@ -83,6 +84,7 @@ func (rg *ring) take(head, tail uint64, buf []byte) (int, bool, bool, uint64, er
 	if avail > size || avail%8 != 0 || avail < msgHeader {
 		return 0, false, false, 0, fmt.Errorf("%w: ring positions %d and %d", errCorrupt, head, tail)
 	}
+	raceAcquireRing()
 	at := head % size
 	h := binary.LittleEndian.Uint64(rg.data[at : at+msgHeader])
 	m, more, internal := h&^(pieceMore|pieceInternal), h&pieceMore != 0, h&pieceInternal != 0
