@@ -12,6 +12,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
+	"github.com/ftrma/ftrma/transport"
 )
 
 // This file makes new communicators out of old ones: Dup, Split, and the
@@ -414,4 +415,24 @@ func (c *Comm) exchange(ctx context.Context, op string, mine []byte) ([][]byte, 
 		out[r] = got[i]
 	}
 	return out, nil
+}
+
+// SplitShared splits c into one communicator per host: the ranks whose
+// memory each can map (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), the
+// communicator window.AllocateShared needs. Ranks keep their order of c.
+// Over a transport that maps no memory (transport.Sharer) each rank is
+// alone in its communicator. Collective, with Split's failure semantics.
+func (c *Comm) SplitShared(ctx context.Context) (*Comm, error) {
+	color := int(c.rank)
+	if s, ok := c.rt.t.(transport.Sharer); ok {
+		// The host's lowest rank names it: every rank of the host finds
+		// the same one.
+		for r, tr := range c.members {
+			if s.Shares(tr) {
+				color = r
+				break
+			}
+		}
+	}
+	return c.Split(ctx, color, int(c.rank))
 }

@@ -127,6 +127,31 @@ type ForeignRegistrar interface {
 	RegistersForeign() bool
 }
 
+// Sharer is implemented by transports that can map a peer's memory into
+// this process, for the rank to load and store it directly
+// (window.AllocateShared): shared memory, toward the ranks of its host.
+type Sharer interface {
+	// Shares reports whether MapShared can map memory of peer at all (peer
+	// runs on this host and this transport reaches it).
+	Shares(peer ftrma.Rank) bool
+	// MapShared maps region key of peer, registered from memory of the
+	// peer's Alloc, into this process and returns it, with the function
+	// that unmaps it (call it once, after the last access). The mapping is
+	// the caller's: whatever becomes of the peer (it fails, exits or
+	// releases the memory) or of this transport, it stays valid and keeps
+	// the peer's memory until unmap. For this rank it is the registered
+	// memory itself, valid until Release, and unmap does nothing. A peer
+	// Shares refuses, or a region not in memory from the peer's Alloc, fails
+	// with an error wrapping ErrNotShared; an unknown key with
+	// ftrma.ErrUnknownRegion; a peer down with ftrma.ErrProcFailed.
+	MapShared(peer ftrma.Rank, key Key) (mem []byte, unmap func(), err error)
+}
+
+// ErrNotShared is why memory cannot be mapped for direct access (Sharer):
+// it lies on another host, or in memory its owner's transport did not
+// allocate. It wraps ftrma.ErrInvalid.
+var ErrNotShared = fmt.Errorf("%w: not memory this process can map", ftrma.ErrInvalid)
+
 // Tester is implemented by transports that can tell, without blocking,
 // whether an operation is complete (window.Request.Test uses it; without it,
 // it calls Wait with a context that has ended).

@@ -691,6 +691,7 @@ func (w *Window) Free(ctx context.Context) error {
 	w.attached = nil
 	w.mu.Unlock()
 	w.copyOut()
+	w.unmapShared()
 	for _, b := range w.owned {
 		releaseMem(w.t, b)
 	}

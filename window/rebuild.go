@@ -375,6 +375,7 @@ func (w *Window) freeRebuilt() error {
 		return &ftrma.OpError{Op: "free", Rank: -1, Err: ErrRebuilt}
 	}
 	w.deregister(w.peers[w.rank].ctl)
+	w.unmapShared()
 	for _, b := range w.owned {
 		releaseMem(w.t, b)
 	}

@@ -72,6 +72,7 @@ const (
 	allocated kind = iota
 	created
 	dynamic
+	sharedAlloc // AllocateShared's: allocated, and mapped by every rank
 )
 
 // peerInfo is what every rank learns of every other at creation.
@@ -118,6 +119,13 @@ type Window struct {
 	// into: kept from one Lock to the next, so that Lock does not allocate.
 	locks       []atomic.Int32
 	lockScratch [][]uint64
+
+	// sharedMem holds, per window rank, its memory mapped into this process
+	// (AllocateShared), and sharedErr why a rank could not be mapped;
+	// unmaps undoes the mappings at Free (shared with a window Shrink made).
+	sharedMem [][]byte
+	sharedErr []error
+	unmaps    *[]func()
 
 	mu       sync.Mutex                 // guards attached
 	attached map[transport.Key]struct{} // dynamic: regions attached here
@@ -280,12 +288,18 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		w.deregister(info.key)
 		return nil, &ftrma.OpError{Op: "create window", Rank: -1, Err: err}
 	}
-	var mine [24]byte
+	var mine [25]byte
 	binary.BigEndian.PutUint32(mine[0:], uint32(info.key))
 	binary.BigEndian.PutUint64(mine[4:], info.size)
 	binary.BigEndian.PutUint32(mine[12:], uint32(info.ctl))
 	binary.BigEndian.PutUint64(mine[16:], windowIDs.Load())
+	if k == sharedAlloc && sharesAll(c) {
+		mine[24] = 1
+	}
 	all, err := c.Allgather(ctx, mine[:])
+	if err == nil {
+		err = checkDescriptions(k, all, len(mine))
+	}
 	if err != nil {
 		w.deregister(info.key)
 		w.deregister(info.ctl)
@@ -294,9 +308,6 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 	w.setPeers(make([]peerInfo, len(all)))
 	var id uint64
 	for r, b := range all {
-		if len(b) != len(mine) {
-			return nil, &ftrma.OpError{Op: "create window", Rank: ftrma.Rank(r), Err: fmt.Errorf("%w: bad window description", ftrma.ErrInvalid)}
-		}
 		id = max(id, binary.BigEndian.Uint64(b[16:]))
 		w.peers[r] = peerInfo{
 			tr:   c.TransportRank(ftrma.Rank(r)),
@@ -308,7 +319,30 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 	}
 	adoptWindowID(id)
 	w.revokeID = fmt.Sprintf("wrevoke/%d/%d", c.ContextID(), id)
+	if k == sharedAlloc {
+		w.mapShared()
+	}
 	return w, nil
+}
+
+// checkDescriptions checks the window descriptions create gathered: each of
+// n bytes, and for AllocateShared every rank able to map every other's
+// memory. Every rank sees the same descriptions and decides alike.
+func checkDescriptions(k kind, all [][]byte, n int) error {
+	for r, b := range all {
+		if len(b) != n {
+			return fmt.Errorf("%w: bad window description from rank %d", ftrma.ErrInvalid, r)
+		}
+	}
+	if k != sharedAlloc {
+		return nil
+	}
+	for r, b := range all {
+		if b[24] == 0 {
+			return fmt.Errorf("%w: rank %d cannot map the memory of every rank (AllocateShared needs every rank on one host, reached through shared memory)", transport.ErrNotShared, r)
+		}
+	}
+	return nil
 }
 
 // windowIDs is this process's next window id (see create).
@@ -468,9 +502,10 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 		return nil, wrap("shrink", -1, err)
 	}
 	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
-		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true, notices: w.notices}
+		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true, notices: w.notices,
+		unmaps: w.unmaps}
 	var peers []peerInfo
-	for _, p := range w.peers {
+	for r, p := range w.peers {
 		if w.c.ProcFailed(p.cr) {
 			continue
 		}
@@ -478,6 +513,10 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 			n.rank = ftrma.Rank(len(peers))
 		}
 		peers = append(peers, p)
+		if w.sharedMem != nil {
+			n.sharedMem = append(n.sharedMem, w.sharedMem[r])
+			n.sharedErr = append(n.sharedErr, w.sharedErr[r])
+		}
 	}
 	n.setPeers(peers)
 	return n, nil

@@ -148,3 +148,32 @@ func (m *Transport) Release(buf []byte) error {
 // RegionLimit is the smallest RegionLimit of the transports in use (shm's
 // key table), or 0 when none sets a limit.
 func (m *Transport) RegionLimit() int { return m.limit }
+
+// Shares reports whether the transport that reaches peer can map its
+// memory into this process (transport.Sharer): shm, toward the ranks of
+// this host.
+func (m *Transport) Shares(peer ftrma.Rank) bool {
+	t, err := m.to("map shared", peer)
+	if err != nil {
+		return false
+	}
+	s, ok := t.(transport.Sharer)
+	return ok && s.Shares(peer)
+}
+
+// MapShared maps peer's region key through the transport that reaches peer
+// (transport.Sharer); the key is the sharing transport's own, since it is
+// the one that chooses keys. A peer reached otherwise fails with
+// transport.ErrNotShared.
+func (m *Transport) MapShared(peer ftrma.Rank, key transport.Key) ([]byte, func(), error) {
+	const op = "map shared"
+	t, err := m.to(op, peer)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, ok := t.(transport.Sharer)
+	if !ok || !s.Shares(peer) {
+		return nil, nil, &ftrma.OpError{Op: op, Rank: peer, Err: fmt.Errorf("%w: multi transport: rank %d is reached through %s, which cannot map its memory", transport.ErrNotShared, peer, m.Route(peer))}
+	}
+	return s.MapShared(peer, key)
+}

@@ -4,14 +4,19 @@ package multi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/transport"
+	"github.com/ftrma/ftrma/window"
 )
 
 // The window layer's acceptance checks over a multi transport: windows,
@@ -77,4 +82,61 @@ func commsOverMulti(t *testing.T) []*comm.Comm {
 	}
 	w.connect(t, nil)
 	return comms
+}
+
+// AllocateShared over the ranks of two hosts is refused at every rank with
+// transport.ErrNotShared; SplitShared gives each host's ranks their own
+// communicator, over which it works: a rank's store into the other's memory
+// through SharedQuery is what that rank finds in its window memory.
+func TestAllocateSharedByHost(t *testing.T) {
+	comms := commsOverMulti(t)
+	ctx := testCtx(t)
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = sharedByHost(ctx, c) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func sharedByHost(ctx context.Context, c *comm.Comm) error {
+	if w, err := window.AllocateShared(ctx, c, 64); !errors.Is(err, transport.ErrNotShared) {
+		if err == nil {
+			w.Free(ctx)
+		}
+		return fmt.Errorf("AllocateShared over two hosts: %v, want ErrNotShared", err)
+	}
+	hc, err := c.SplitShared(ctx)
+	if err != nil {
+		return err
+	}
+	defer hc.Close()
+	// The hosts are {0, 2} and {1, 3}.
+	if hc.Size() != 2 || hc.TransportRank(0) != c.Rank()%2 || hc.TransportRank(1) != c.Rank()%2+2 {
+		return fmt.Errorf("host communicator of %d ranks, %d and %d", hc.Size(), hc.TransportRank(0), hc.TransportRank(1))
+	}
+	w, err := window.AllocateShared(ctx, hc, 64)
+	if err != nil {
+		return err
+	}
+	other := 1 - hc.Rank()
+	b, err := w.SharedQuery(other)
+	if err != nil {
+		return err
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[8])), uint64(500+c.Rank()))
+	if err := hc.Barrier(ctx); err != nil {
+		return err
+	}
+	want := uint64(500 + hc.TransportRank(other))
+	if got := atomic.LoadUint64((*uint64)(unsafe.Pointer(&w.Bytes()[8]))); got != want {
+		return fmt.Errorf("word 1 of this rank's memory holds %d, want %d (the other rank's store)", got, want)
+	}
+	return w.Free(ctx)
 }
