@@ -185,3 +185,21 @@ done`
 		}
 	}
 }
+
+// window.AllocateShared between processes: three ranks fill their shared
+// memory and read each other's directly; rank 1 SIGKILLs itself; the
+// survivors, once they count it failed, still read what it stored (their
+// mappings of its memory are their own, kept until Free) and write into it,
+// through Shrink too, and the job ends with status 0.
+func TestSharedMemoryOfKilledRank(t *testing.T) {
+	out, code := ftrun(t, 2*time.Minute, "--transport", "shm", "-n", "3", "--tag-output",
+		filepath.Join(bins(t), "testprog"), "sharedkill", "1")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, r := range []string{"0", "2"} {
+		if !strings.Contains(out, "["+r+"] rank "+r+": the killed rank's shared memory was kept") {
+			t.Fatalf("rank %s did not find the killed rank's memory kept:\n%s", r, out)
+		}
+	}
+}

@@ -156,6 +156,8 @@ func run(ctx context.Context, args []string) error {
 		return kvpause(ctx, c, args[1:])
 	case "replacehost":
 		return replacehost(ctx, c, args[1:])
+	case "sharedkill":
+		return sharedkill(ctx, c, args[1:])
 	case "bigmove":
 		if err := bigmove(ctx, c, args[1:]); err != nil {
 			return err
