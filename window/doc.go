@@ -3,11 +3,11 @@
 // their request-based forms, Flush, and shared and exclusive locks.
 //
 // The operations mirror MPI's one for one. A window is created collectively
-// over a communicator (Allocate, Create, CreateDynamic) and is at once in a
-// shared lock-all epoch: every rank may access every other rank's memory
-// without calling Lock first. Operations are posted asynchronously and
-// complete at Flush (or Wait on a Request); PutSync is a blocking Put that
-// returns once the data is visible at the target.
+// over a communicator (Allocate, Create, CreateDynamic, AllocateShared) and
+// is at once in a shared lock-all epoch: every rank may access every other
+// rank's memory without calling Lock first. Operations are posted
+// asynchronously and complete at Flush (or Wait on a Request); PutSync is a
+// blocking Put that returns once the data is visible at the target.
 //
 // Accumulate, GetAccumulate and FetchAndOp take MPI's predefined
 // operations: Sum, Prod, Min, Max, BAnd, BOr, BXor, LAnd, LOr, LXor, Replace
@@ -28,6 +28,12 @@
 // Create exposes the caller's buffer itself on every transport: over shared
 // memory, whose peers cannot map it, the owner executes their operations on
 // it (a message round trip each; Allocate's memory they reach directly).
+//
+// AllocateShared makes a window whose ranks, all on one host, also load and
+// store each other's memory directly: SharedQuery maps a rank's memory into
+// this process (MPI_Win_allocate_shared, MPI_Win_shared_query;
+// comm.SplitShared gives the communicator of a host's ranks). A failed
+// rank's memory stays mapped, holding what it held, until Free.
 //
 // Locks are lock words at the target changed by remote compare-and-swap, so
 // they need no action from the target (more below). Displacements are in
