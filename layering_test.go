@@ -11,8 +11,9 @@ import (
 // allowed lists, for each package of the module, the module packages it may
 // import directly: the layering of DESIGN.md (lower never imports higher, and
 // only a rank's start-up, the launcher, commands, examples and benchmarks
-// name a concrete transport; ranks link startup, never the launcher, and the
-// two meet in internal/jobwire). A package missing from the list may import
+// name a concrete transport; start-up sits above comm, building the world
+// it hands comm; ranks link startup, never the launcher, and the two meet in
+// internal/jobwire). A package missing from the list may import
 // nothing of the module until it is added here.
 var allowed = map[string][]string{
 	"":                        {},
@@ -23,9 +24,9 @@ var allowed = map[string][]string{
 	"transport/memnet":        {"", "transport"},
 	"transport/shm":           {"", "transport"},
 	"transport/verbs":         {"", "transport"},
-	"startup":                 {"", "transport", "transport/shm", "transport/tcp", "transport/verbs", "transport/multi", "internal/seclink", "internal/jobwire", "failure"},
+	"startup":                 {"", "comm", "transport", "transport/shm", "transport/tcp", "transport/verbs", "transport/multi", "internal/seclink", "internal/jobwire", "failure"},
 	"launcher":                {"", "transport/shm", "transport/verbs", "internal/seclink", "internal/members", "internal/jobwire", "internal/arbiter", "failure"},
-	"comm":                    {"", "transport", "startup", "failure", "revoke", "agree", "comm/internal/admission"},
+	"comm":                    {"", "transport", "failure", "revoke", "agree", "comm/internal/admission"},
 	"comm/commtest":           {"", "transport", "transport/memnet", "transport/shm", "transport/verbs", "comm", "comm/internal/admission"},
 	"comm/internal/admission": {"", "transport"},
 	"window":                  {"", "transport"},
@@ -43,14 +44,14 @@ var allowed = map[string][]string{
 	"store":                   {"", "transport", "window"},
 	"internal/rmacheck":       {"", "window"},
 	"cmd/ftrun":               {"launcher"},
-	"cmd/ftkv":                {"comm", "internal/result", "store"},
-	"examples/ckpt":           {"", "comm", "store"},
-	"examples/rmademo":        {"comm", "internal/rmacheck"},
-	"examples/ftdemo":         {"", "comm", "internal/rmacheck", "window"},
+	"cmd/ftkv":                {"comm", "startup", "internal/result", "store"},
+	"examples/ckpt":           {"", "comm", "startup", "store"},
+	"examples/rmademo":        {"startup", "internal/rmacheck"},
+	"examples/ftdemo":         {"", "comm", "startup", "internal/rmacheck", "window"},
 	"bench/rma":               {"internal/result", "bench/internal/host"},
-	"bench/rma/rank":          {"", "comm", "window"},
+	"bench/rma/rank":          {"", "comm", "startup", "window"},
 	"bench/ft":                {"internal/result", "bench/internal/host", "bench/internal/ulfm", "failure"},
-	"bench/ft/rank":           {"", "comm", "store"},
+	"bench/ft/rank":           {"", "comm", "startup", "store"},
 	"bench/store":             {"internal/result", "bench/internal/host"},
 	"bench/results":           {"internal/result"},
 	"bench/verbslat":          {"internal/result"},
@@ -59,7 +60,7 @@ var allowed = map[string][]string{
 	"bench/internal/host":     {},
 	"bench/internal/ulfm":     {},
 	"e2e":                     {},
-	"e2e/testprog":            {"", "comm", "internal/rmacheck", "store", "window"},
+	"e2e/testprog":            {"", "comm", "startup", "internal/rmacheck", "store", "window"},
 	"scripts/testsum":         {},
 }
 

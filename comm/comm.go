@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -39,7 +37,7 @@ const worldContext = 1
 // Agree and Shrink work across failures and revocation.
 //
 // Under ftrun, while this rank's lease is being rescued (it ran out, and
-// one more ask is out: startup.Session.Rescuing), Barrier, Bcast,
+// one more ask is out: Launcher.Rescuing), Barrier, Bcast,
 // Allgather, Agree and Shrink wait before they start, for at most a quarter
 // lease term: a rank that may have been given up starts nothing new.
 type Comm struct {
@@ -48,8 +46,8 @@ type Comm struct {
 	members []ftrma.Rank // world rank of each communicator rank
 	index   []ftrma.Rank // communicator rank of each world rank, -1 if not a member
 	rank    ftrma.Rank
-	session io.Closer // the startup.Session, closed by Close; may be nil
-	world   bool      // the world communicator owns the runtime and transport
+	session Launcher // the launcher of Start, told of the departure and closed by Close; may be nil
+	world   bool     // the world communicator owns the runtime and transport
 	// replaces is, for a spare's communicator made by Replace, the world
 	// rank of the failed process it took over; -1 otherwise.
 	replaces ftrma.Rank
@@ -63,176 +61,11 @@ type Comm struct {
 	closed    bool
 }
 
-// Init joins the job this process was started in by ftrun and returns the
-// world communicator, with the default Config (the detector's period and
-// timeout may be set by ftrun through FTRMA_HB_PERIOD and FTRMA_HB_TIMEOUT).
-//
-// A process not started by ftrun (no job environment: startup.InJob is
-// false) gets a singleton world of size 1, as MPI allows: it is rank 0, its
-// collectives, Agree and Shrink return at once, and windows on it work on
-// its own memory (startup.Singleton). A job environment that is there but
-// broken is an error.
-//
-// In a spare started by a Replace (ftrun --respawn), Init returns the
-// communicator that Replace made, once every member has agreed on it
-// (Replaces says which rank this one took over), or an error wrapping
-// ErrReplace if the Replace was called off or failed (the spare is then a
-// live rank in no communicator, with nothing to do). A spare started
-// otherwise gets a communicator of itself alone.
-func Init(ctx context.Context) (*Comm, error) {
-	return InitConfig(ctx, JobConfig())
-}
-
-// JobConfig is the Config Init uses: the defaults, with the detector's
-// period and timeout as ftrun set them for this rank. Programs that change
-// a field start from it.
-func JobConfig() Config {
-	cfg := Config{}
-	cfg.Detector.Period, cfg.Detector.Timeout = startup.DetectorSettings()
-	return cfg
-}
-
-// InitConfig is Init with an explicit configuration.
-func InitConfig(ctx context.Context, cfg Config) (*Comm, error) {
-	if !startup.InJob() {
-		return initSingleton(cfg)
-	}
-	// ftrun confirms every failure (a suspicion makes it kill the suspect,
-	// or wait out its lease), and all ranks learn of it from ftrun.
-	cfg.Detector.AwaitConfirmation = true
-	var rt *runtime
-	pending := &pendingReceiver{}
-	spare := startup.InSpare()
-	s, err := startup.Join(ctx, pending)
-	if err != nil {
-		if spare && errors.Is(err, transport.ErrFenced) {
-			// The survivors called the Replace off (a member failed
-			// during it) and fenced this spare before it connected.
-			return nil, fmt.Errorf("%w: the replace was called off: the ranks this spare was to join fenced it out: %w", ErrReplace, err)
-		}
-		return nil, err
-	}
-	// A job started with spares (ftrun --respawn): the last Spares world
-	// ranks start absent. A spare started later starts from the ranks
-	// live and failed when it joined.
-	cfg.Spares = s.Spares()
-	payload, spawned := s.Spawned()
-	if spawned {
-		rt, err = newSpareRuntime(s.Transport(), cfg, s.LiveAtJoin(), s.FailedAtJoin())
-	} else {
-		rt, err = newRuntime(s.Transport(), cfg)
-	}
-	if err != nil {
-		s.Transport().Close()
-		s.Close()
-		return nil, err
-	}
-	rt.suspect = s
-	rt.lease = s
-	rt.spawner = s
-	s.OnLeaseLost(rt.cfg.OnLostPrimary)
-	var c *Comm
-	if spawned {
-		c = newWorldOf(rt, []ftrma.Rank{rt.self})
-	} else {
-		c = newWorld(rt)
-	}
-	c.session = s
-	pending.set(rt)
-	// The transport has admitted the spare when this runs (startup), on
-	// the goroutine reading ftrun's channel: hand it to the run goroutine.
-	s.OnAdmit(func(r ftrma.Rank, _ string, payload []byte) { rt.admitWith(r, payload, false) })
-	rt.start()
-	if plan, ok := parseReplace(payload, rt.n); spawned && ok {
-		nc, err := joinReplace(ctx, c, plan)
-		if err != nil {
-			c.Close()
-			if !errors.Is(err, ErrReplace) {
-				// Its last agreement failed: so did the Replace, at
-				// every member.
-				err = fmt.Errorf("%w: %w", ErrReplace, err)
-			}
-			return nil, err
-		}
-		return nc, nil
-	}
-	return c, nil
-}
-
-// initSingleton builds the world of a process not started by ftrun: one
-// rank, on startup.Singleton's transport, without ftrun to confirm
-// failures (there is no other rank to fail).
-func initSingleton(cfg Config) (*Comm, error) {
-	pending := &pendingReceiver{}
-	t, err := startup.Singleton(pending)
-	if err != nil {
-		return nil, err
-	}
-	rt, err := newRuntime(t, cfg)
-	if err != nil {
-		t.Close()
-		return nil, err
-	}
-	c := newWorld(rt)
-	pending.set(rt)
-	rt.start()
-	return c, nil
-}
-
 // New builds the world communicator over a connected transport (tests use
-// memnet endpoints) and installs its runtime as the transport's receiver.
+// memnet endpoints) and installs its runtime as the transport's receiver:
+// NewWorld with the transport alone.
 func New(t transport.Transport, cfg Config) (*Comm, error) {
-	rt, err := newRuntime(t, cfg)
-	if err != nil {
-		return nil, err
-	}
-	c := newWorld(rt)
-	t.SetReceiver(rt)
-	rt.start()
-	return c, nil
-}
-
-// pendingReceiver stands in for the runtime while Join runs (startup.Join
-// installs a receiver before the transport connects) and hands over what
-// arrived meanwhile.
-type pendingReceiver struct {
-	mu    sync.Mutex
-	rt    *runtime
-	early []event
-}
-
-func (p *pendingReceiver) set(rt *runtime) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rt = rt
-	for _, e := range p.early {
-		if e.msg == nil {
-			rt.HandlePeerDown(e.from, e.err)
-		} else {
-			rt.HandleMessage(e.from, e.msg)
-		}
-	}
-	p.early = nil
-}
-
-func (p *pendingReceiver) HandleMessage(from ftrma.Rank, msg []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.rt != nil {
-		p.rt.HandleMessage(from, msg)
-		return
-	}
-	p.early = append(p.early, event{from: from, msg: append([]byte(nil), msg...)})
-}
-
-func (p *pendingReceiver) HandlePeerDown(peer ftrma.Rank, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.rt != nil {
-		p.rt.HandlePeerDown(peer, err)
-		return
-	}
-	p.early = append(p.early, event{from: peer, err: err})
+	return NewWorld(context.Background(), Start{Transport: t}, cfg)
 }
 
 // newWorld returns the world communicator: the ranks that start with the
@@ -455,14 +288,14 @@ func (c *Comm) VerdictBound() time.Duration {
 	if c.rt.lease != nil {
 		ch.Lease = c.rt.lease.LeaseTerm()
 		if a, ok := c.rt.lease.(interface{ HostVerdictBound() time.Duration }); ok {
-			ch.Arbiter = a.HostVerdictBound()
+			ch.Arbiter = a.HostVerdictBound() // a Launcher's lease has one
 		}
 	}
 	return ch.Verdict()
 }
 
 // awaitLease holds a new collective or agreement back while this rank's
-// lease from ftrun is being rescued (startup.Session.Rescuing): a rank that
+// lease from ftrun is being rescued (Launcher.Rescuing): a rank that
 // may have been given up starts nothing new until its lease is renewed, or
 // it stops. The rescue ends within a quarter lease term. It returns ctx's
 // error should ctx end first.
@@ -831,7 +664,7 @@ func (c *Comm) Signal(to ftrma.Rank, payload []byte) error {
 
 // Finalize waits for every rank in a barrier, then closes the communicator
 // (for the world communicator: the runtime, the transport and the
-// startup.Session). If the barrier fails everything is closed all the same and the
+// Launcher). If the barrier fails everything is closed all the same and the
 // error returned.
 func (c *Comm) Finalize(ctx context.Context) error {
 	err := c.Barrier(ctx)
@@ -842,7 +675,7 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // runtime kept for it goes (its revocation, contributions and agreement
 // messages that come late are dropped): close a communicator once it is
 // not needed, the old one after a Shrink. Closing the world communicator
-// stops the runtime and closes the transport and the startup.Session; the
+// stops the runtime and closes the transport and the Launcher; the
 // other ranks count this rank departed (Departed), not failed.
 func (c *Comm) Close() error {
 	c.mu.Lock()
@@ -862,8 +695,8 @@ func (c *Comm) Close() error {
 	if !c.world {
 		return nil
 	}
-	if l, ok := c.session.(interface{ Leave() error }); ok {
-		l.Leave() // a clean departure: not reported to the others as a failure
+	if c.session != nil {
+		c.session.Leave() // a clean departure: not reported to the others as a failure
 	}
 	c.rt.close()
 	err := c.rt.t.Close()

@@ -107,11 +107,3 @@ func TestBadArguments(t *testing.T) {
 		t.Errorf("barrier after close: %v", err)
 	}
 }
-
-func TestInitOutsideFtrun(t *testing.T) {
-	t.Setenv("FTRMA_RANK", "")
-	ctx := testCtx(t, 10*time.Second)
-	if _, err := comm.Init(ctx); err == nil {
-		t.Fatal("Init outside ftrun succeeded")
-	}
-}

@@ -17,10 +17,14 @@
 // Reductions fold in rank order, so float results are the same at every
 // rank.
 //
-// A program started by ftrun gets its world communicator from Init; a
-// program run without ftrun gets a singleton world of one rank from Init,
-// as MPI allows. Tests build an in-process world of N ranks on memnet with
-// comm/commtest. Window and store layers take a *Comm.
+// comm is handed a ready world: NewWorld builds the world communicator on
+// what a rank's start-up made (Start: a connected transport and the
+// launcher). A program started by ftrun gets it from startup.Init, which
+// joins the job and calls NewWorld; a program run without ftrun gets a
+// singleton world of one rank from startup.Init, as MPI allows. comm
+// itself links no concrete transport and no start-up. Tests build an
+// in-process world of N ranks on memnet with comm/commtest (New). Window
+// and store layers take a *Comm.
 //
 // Failures and departures are kept apart. A rank that closes its world
 // communicator (Close, Finalize) has departed: it is listed by Departed, not
@@ -41,7 +45,7 @@
 // it only grows. A rank learned failed is fenced first (nothing it sends lands
 // any more), then made visible (Failed, ProcFailed, errors), then announced
 // (unless ftrun told it: below).
-// Under ftrun (Init) the detector's suspicions and broken connections are
+// Under ftrun (a Start with a Launcher) the detector's suspicions and broken connections are
 // only reported to ftrun, which kills the suspect or waits out its lease: a
 // rank counts another failed on ftrun's exit notice, a notice or an
 // agreement, never on its own, so that the job never has two live worlds.
@@ -62,18 +66,20 @@
 //
 // Replace uses spares: it gives a communicator back its size after
 // failures, each failed rank's number held by a spare the launcher starts
-// for it (a Spawner: ftrun's startup.Session, ftrun --respawn). The
+// for it (a Spawner: the Launcher of Start, ftrun --respawn). The
 // survivors agree on the failed set, the lowest survivor asks for the
 // spares, the survivors agree on how many started, and survivors and
 // spares end with an agreement on the new communicator, so every member
 // returns the same outcome; when spares run out every survivor gets an
-// error wrapping ErrReplace. A spare's Init returns the new communicator,
+// error wrapping ErrReplace. A spare's startup.Init returns the new
+// communicator,
 // and its Replaces names the failed rank it took over.
 //
 // A rank's duties:
 //
-//  1. c, err := comm.Init(ctx) — joins the job (rendezvous, authenticated
-//     connections to every other rank) and starts the runtime.
+//  1. c, err := startup.Init(ctx) — joins the job (rendezvous,
+//     authenticated connections to every other rank) and starts the
+//     runtime (NewWorld).
 //  2. Use c.Rank(), c.Size(), collectives, and build windows on c.
 //  3. On ErrProcFailed or ErrRevoked: Revoke (so that everyone stops),
 //     AckFailed(c.Size()), Agree on how to go on, Shrink to the survivors,
@@ -92,7 +98,7 @@
 //
 // Example:
 //
-//	c, err := comm.Init(ctx)
+//	c, err := startup.Init(ctx)
 //	if err != nil {
 //		log.Fatal(err)
 //	}

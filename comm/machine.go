@@ -11,7 +11,6 @@ import (
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/revoke"
-	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -357,7 +356,7 @@ const (
 //  2. Without a confirmer (a job not run by ftrun: tests, commtest worlds)
 //     every other loss is a failure: downFailed. There is nobody to ask.
 //  3. Under a confirmer, ftrun's own exit notice (the error wraps
-//     startup.ErrExitReported) is downFailed: ftrun reaped the process,
+//     transport.ErrExitReported) is downFailed: ftrun reaped the process,
 //     killed it, or counted it failed only once its lease had surely run
 //     out. So is ftrun's mark on the shared memory of a rank it reaped
 //     (transport.ErrPeerExited, shm.MarkExited), which a rank on the same
@@ -381,7 +380,7 @@ func classifyDown(err error, confirm bool) downKind {
 	switch {
 	case errors.Is(err, transport.ErrPeerLeft):
 		return downLeft
-	case !confirm, errors.Is(err, startup.ErrExitReported), errors.Is(err, transport.ErrPeerExited):
+	case !confirm, errors.Is(err, transport.ErrExitReported), errors.Is(err, transport.ErrPeerExited):
 		return downFailed
 	default:
 		return downSuspect

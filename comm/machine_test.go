@@ -13,7 +13,6 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/revoke"
-	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -22,7 +21,7 @@ import (
 // losses — timeouts, resets, EOF, fencing, anything else — are suspicions.
 // Without ftrun every loss but a goodbye is a failure, as it always was.
 func TestClassifyDown(t *testing.T) {
-	exit := fmt.Errorf("launcher: the process of rank 3 exited (%w): %w", startup.ErrExitReported, ftrma.ErrProcFailed)
+	exit := fmt.Errorf("launcher: the process of rank 3 exited (%w): %w", transport.ErrExitReported, ftrma.ErrProcFailed)
 	tests := []struct {
 		name       string
 		err        error
@@ -88,7 +87,7 @@ func TestMachineTransportLossIsSuspicion(t *testing.T) {
 	if !slices.Contains(rd.Suspected, 2) || m.isFailed(2) {
 		t.Fatalf("4 Timeouts later: suspected %v, isFailed %v; want rank 2 reported again", rd.Suspected, m.isFailed(2))
 	}
-	exit := fmt.Errorf("launcher: the process of rank 2 exited (%w): %w", startup.ErrExitReported, ftrma.ErrProcFailed)
+	exit := fmt.Errorf("launcher: the process of rank 2 exited (%w): %w", transport.ErrExitReported, ftrma.ErrProcFailed)
 	m.peerDown(t0.Add(300*time.Millisecond), 2, exit)
 	rd = m.ready()
 	m.advance()

@@ -41,7 +41,7 @@ import (
 // Spawner starts spare ranks for Replace: it starts k spares, each with
 // payload, admits each at every live rank (the runtime hears of it with
 // the payload) and returns their world ranks, once every live rank has
-// been sent its admission. In a job, the startup.Session is the Spawner
+// been sent its admission. In a job, the Launcher is the Spawner
 // (Session.Spawn); comm/commtest has one over memnet.
 type Spawner interface {
 	Spawn(ctx context.Context, k int, payload []byte) ([]ftrma.Rank, error)
@@ -49,7 +49,7 @@ type Spawner interface {
 
 // nearSpawner is a Spawner that takes a placement hint: spare i replaces
 // world rank near[i], and the launcher starts it on that rank's host if it
-// can (startup.Session.SpawnNear).
+// can (Launcher.SpawnNear).
 type nearSpawner interface {
 	SpawnNear(ctx context.Context, k int, payload []byte, near []ftrma.Rank) ([]ftrma.Rank, error)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -54,8 +53,9 @@ type Config struct {
 }
 
 // ExitLostPrimary is the exit status of a process that lost its lease from
-// ftrun (see Config.OnLostPrimary).
-const ExitLostPrimary = startup.ExitLostPrimary
+// ftrun (see Config.OnLostPrimary): the status ftrun knows for it
+// (startup.ExitLostPrimary, which a test of startup holds equal).
+const ExitLostPrimary = 76
 
 // ExitDeclaredFailed is the exit status of a process that learned the job
 // declared it failed.
@@ -67,7 +67,7 @@ type suspecter interface {
 	Suspect(r ftrma.Rank) error
 }
 
-// leaseKeeper is the rank's lease from ftrun (startup.Session): while it is
+// leaseKeeper is the rank's lease from ftrun (the Launcher): while it is
 // being rescued, Rescuing returns a channel closed when the rescue ends.
 type leaseKeeper interface {
 	Rescuing() <-chan struct{}

@@ -14,7 +14,7 @@ import (
 	"github.com/ftrma/ftrma/agree"
 	"github.com/ftrma/ftrma/failure"
 	"github.com/ftrma/ftrma/internal/overlay"
-	"github.com/ftrma/ftrma/startup"
+	"github.com/ftrma/ftrma/transport"
 )
 
 // This file measures how Shrink's cost grows with the job size, from 4 to
@@ -203,7 +203,7 @@ func (s *shrinkNet) errorf(format string, args ...any) {
 // within shrinkDetect.
 func (s *shrinkNet) tell(r int, all bool) {
 	if all {
-		exit := fmt.Errorf("launcher: the process of rank %d exited (%w): %w", r, startup.ErrExitReported, ftrma.ErrProcFailed)
+		exit := fmt.Errorf("launcher: the process of rank %d exited (%w): %w", r, transport.ErrExitReported, ftrma.ErrProcFailed)
 		for q := range s.o.n {
 			if !s.dead[q] {
 				s.ms[q].peerDown(s.clock(), ftrma.Rank(r), exit)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/startup"
+	"github.com/ftrma/ftrma/transport"
 )
 
 // This file is one seeded discrete-event simulator of a whole job: n runtime
@@ -542,7 +542,7 @@ func (s *sim) rankReceive(e *simEvent) {
 	case supExit:
 		q := int(e.arg)
 		if q != r {
-			rk.m.peerDown(now, ftrma.Rank(q), fmt.Errorf("launcher: the process of rank %d exited (%w): %w", q, startup.ErrExitReported, ftrma.ErrProcFailed))
+			rk.m.peerDown(now, ftrma.Rank(q), fmt.Errorf("launcher: the process of rank %d exited (%w): %w", q, transport.ErrExitReported, ftrma.ErrProcFailed))
 		}
 	}
 	s.apply(r)
@@ -553,7 +553,7 @@ func (s *sim) rankReceive(e *simEvent) {
 // machine counts as proof: the machine as it was before classifyDown.
 func (s *sim) transportDown(from int, cause string) error {
 	if s.o.trustTransport {
-		return fmt.Errorf("%s (%w): %w", cause, startup.ErrExitReported, ftrma.ErrProcFailed)
+		return fmt.Errorf("%s (%w): %w", cause, transport.ErrExitReported, ftrma.ErrProcFailed)
 	}
 	return fmt.Errorf("%s: %w", cause, ftrma.ErrProcFailed)
 }

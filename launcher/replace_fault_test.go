@@ -13,6 +13,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -31,7 +32,7 @@ func replaceRoundsHelper(rank int) int {
 		return 1
 	}
 	const n, rounds = 3, 3
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return fail("init: %v", err)
 	}
@@ -137,7 +138,7 @@ func replaceFaultHelper(rank int, args []string) int {
 		return 1
 	}
 	retry := len(args) > 0 && args[0] == "retry"
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if errors.Is(err, comm.ErrReplace) {
 		fmt.Printf("rank %d: its replace was called off: %v\n", rank, err)
 		return 0

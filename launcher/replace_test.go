@@ -10,11 +10,12 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
 // replaceHelper is the rank program of TestProcessReplace: a job of 3
-// ranks and 1 spare. Every rank joins with comm.Init and passes a
+// ranks and 1 spare. Every rank joins with startup.Init and passes a
 // barrier; rank 1 then exits with status 3. The others find the next
 // barrier failed and call Replace; ftrun starts the spare, whose Init
 // returns the communicator Replace made. All three then pass a barrier
@@ -67,14 +68,14 @@ func replaceHelper(rank int, args []string) int {
 }
 
 // replaceAfterExit is how the Replace helpers start: every rank joins
-// with comm.Init and passes a barrier; rank die then exits with status 3;
+// with startup.Init and passes a barrier; rank die then exits with status 3;
 // the others find the next barrier failed and call Replace (with
 // retryAfterErrReplace, a first Replace must fail with ErrReplace, and
 // they call it again). A spare's Init returns the communicator Replace
 // made. It returns the communicator to go on with and, at a survivor, the
 // old one (to close after it).
 func replaceAfterExit(ctx context.Context, rank, die int, retryAfterErrReplace bool) (nc, old *comm.Comm, err error) {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("init: %w", err)
 	}

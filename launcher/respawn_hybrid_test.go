@@ -35,7 +35,7 @@ func init() {
 type router interface{ Route(ftrma.Rank) string }
 
 // hybridReplaceHelper is the rank program of TestProcessReplaceHybrid:
-// every rank joins with comm.Init and passes a barrier; rank die then exits
+// every rank joins with startup.Init and passes a barrier; rank die then exits
 // with status 3. The others find the next barrier failed and call Replace;
 // ftrun starts a spare, whose Init returns the communicator Replace made.
 // On it every rank passes a barrier and a window round with every other

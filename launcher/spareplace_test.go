@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/startup"
 )
 
 // The host of a spare: the replaced rank's host when it is alive with a
@@ -273,7 +273,7 @@ func TestAgentSpawnsSpare(t *testing.T) {
 }
 
 // hostReplaceHelper is the rank program of TestProcessSpareOnHost: a job
-// of 3 ranks and 1 spare. Every rank joins with comm.Init, passes a
+// of 3 ranks and 1 spare. Every rank joins with startup.Init, passes a
 // barrier and says it is ready; rank 2 then exits with status 3 (how
 // "exit"; how "exit once there is PATH": once that file exists) or waits
 // to be lost with its host (how "lost"). The others
@@ -294,7 +294,7 @@ func hostReplaceHelper(rank int, how string) int {
 		<-ctx.Done()
 		return 0
 	}
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return fail("init: %v", err)
 	}

@@ -1,8 +1,10 @@
 // Package startup makes a process a rank of an ftrun job: it reads the
 // environment ftrun gave the rank, meets the other ranks through the
 // launcher's rendezvous, chooses and connects the rank's transport, and hands
-// back a Session. Package comm builds the world communicator on it
-// (comm.Init); programs rarely call startup themselves.
+// back a Session. Init (MPI_Init) then builds the world communicator on it,
+// handing comm a ready world (comm.NewWorld with the Session as the
+// Launcher): start-up sits above comm, which links no transport of its own.
+// Programs call Init; few call Join themselves.
 //
 // It is the rank side only: ftrun's side (starting ranks, the rendezvous
 // server, agents, placement) is package launcher, which ranks do not link,
@@ -57,7 +59,7 @@
 //
 // A process not started by ftrun (InJob is false) can still run as a job of
 // one rank: Singleton gives it a transport whose only peer is itself
-// (comm.Init does this, MPI's singleton init).
+// (startup.Init does this, MPI's singleton init).
 //
 // DetectorSettings gives the failure detector's period and timeout for this
 // rank, from ftrun's flags and the host's CPUs.

@@ -9,15 +9,9 @@ import (
 	"github.com/ftrma/ftrma/transport"
 )
 
-// ErrExitReported is wrapped by the error of every peer-down event that
-// ftrun reported (its exit notice, MsgExit), and by no other: ftrun saw the
-// peer's process end (waitpid, or its host's agent did), killed it, or
-// counted it failed 1.5 lease terms after it stopped renewing the peer's
-// lease, by which time the peer has stopped acting. It is the only cause of
-// a peer-down that proves the peer can no longer act; a transport's own
-// peer-down (a connection reset, closed or timed out, a queue pair in
-// error) proves only that the connection is gone. Test with errors.Is.
-var ErrExitReported = errors.New("reported by ftrun")
+// ErrExitReported is transport.ErrExitReported, the cause Join's
+// receiver gives a peer-down event that ftrun reported.
+var ErrExitReported = transport.ErrExitReported
 
 // exitError is the error of ftrun's exit notice of rank r.
 func exitError(r ftrma.Rank) error {

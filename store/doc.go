@@ -131,7 +131,7 @@
 //  2. Put, Get, Delete, the conditional writes, Scan, Begin/Commit from any
 //     goroutine, any rank.
 //  3. After nc, err := c.Replace(ctx) on the store's communicator c: the
-//     survivors call s.Grow(ctx, nc), the new ranks (whose comm.Init
+//     survivors call s.Grow(ctx, nc), the new ranks (whose startup.Init
 //     returned nc, c.Replaces() true) s, err := store.Join(ctx, nc, opt).
 //     Both return once the store is grown; the other calls may go on
 //     meanwhile. When a rank of nc fails during them, both fail at every

@@ -264,7 +264,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 	return nil
 }
 
-// Join is a new rank's side of Grow: the rank is a spare whose comm.Init
+// Join is a new rank's side of Grow: the rank is a spare whose startup.Init
 // returned nc (c.Replaces() true), or a later communicator of a Replace
 // over it (c.Spawned() true: a rank failed during an earlier Join, and the
 // members replaced it too). Of opt only what is the rank's own
@@ -277,7 +277,7 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	fail := func(err error) error { return &ftrma.OpError{Op: "store join", Rank: -1, Err: err} }
 	rp, ok := nc.(replacer)
 	if nc == nil || !ok {
-		return nil, fail(fmt.Errorf("%w: Join needs the communicator comm.Init gave a replacement", ftrma.ErrInvalid))
+		return nil, fail(fmt.Errorf("%w: Join needs the communicator startup.Init gave a replacement", ftrma.ErrInvalid))
 	}
 	if _, ok := rp.Replaces(); !ok && !rp.Spawned() {
 		return nil, fail(fmt.Errorf("%w: rank %d is not a replacement (a process started with the job): survivors call Grow", ftrma.ErrInvalid, nc.Rank()))

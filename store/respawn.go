@@ -86,7 +86,7 @@ func Respawn[C Respawnable[C]](ctx context.Context, s *Store, c C) (C, []ftrma.R
 }
 
 // JoinRespawned is a spare's side of Respawn: Join on c, the communicator
-// its comm.Init returned. When a rank of c fails during it, the survivors
+// its startup.Init returned. When a rank of c fails during it, the survivors
 // replace that one too and grow again: so does this rank, as a member of
 // c, and it joins the result. It returns the store and the communicator it
 // joined; the communicators it made belong to the store as Respawn's do

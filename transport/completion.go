@@ -281,6 +281,18 @@ var ErrPeerLeft = errors.New("peer closed its transport")
 // is as sure as the launcher's exit notice, and earlier.
 var ErrPeerExited = errors.New("the launcher reaped the peer's process")
 
+// ErrExitReported is wrapped by the error of every peer-down event that the
+// job's launcher reported through its own channel (ftrun's exit notice,
+// passed on by startup's receiver), and by no other: ftrun saw the peer's
+// process end (waitpid, or its host's agent did), killed it, or counted it
+// failed 1.5 lease terms after it stopped renewing the peer's lease, by
+// which time the peer has stopped acting. With ErrPeerExited it is the only
+// cause of a peer-down that proves the peer can no longer act; a
+// transport's own peer-down (a connection reset, closed or timed out, a
+// queue pair in error) proves only that the connection is gone. Test with
+// errors.Is.
+var ErrExitReported = errors.New("reported by ftrun")
+
 // ErrFenced is wrapped by the error of a connection that the peer refused
 // because it counts this rank failed and has fenced it out: this rank is
 // not (or no longer) in the peer's world, and trying again cannot change

@@ -13,8 +13,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/result"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -109,7 +109,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 }
 
 func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return err
 	}

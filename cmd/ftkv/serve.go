@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -121,7 +122,7 @@ func socketPath(base string, r int) string {
 // serve runs one rank of a serving job until a stop request reaches any rank
 // or ctx ends (a signal).
 func serve(ctx context.Context, o serveOptions, stdout io.Writer) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: testprog intruder | fail-rank R")
 	}
-	cfg := comm.JobConfig()
+	cfg := startup.JobConfig()
 	if args[0] == "watchfail" && len(args) > 2 {
 		// A rank that loses its lease leaves the time in DIR (which the
 		// test reads even when this host is cut off), then exits as
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string) error {
 			os.Exit(comm.ExitLostPrimary)
 		}
 	}
-	c, err := comm.InitConfig(ctx, cfg)
+	c, err := startup.InitConfig(ctx, cfg)
 	if errors.Is(err, comm.ErrReplace) {
 		// A spare whose Replace was called off: a live rank in no
 		// communicator, with nothing to do.

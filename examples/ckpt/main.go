@@ -51,6 +51,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -137,7 +138,7 @@ func (cfg config) validate() error {
 }
 
 func run(ctx context.Context, cfg config) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if errors.Is(err, comm.ErrReplace) {
 		// A spare whose Replace was called off (a failure during it, or
 		// spares ran out): a live rank in no communicator. The others go

@@ -19,6 +19,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -36,7 +37,7 @@ func main() {
 }
 
 func run(ctx context.Context, traffic time.Duration, iters int) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return err
 	}

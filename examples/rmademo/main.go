@@ -13,8 +13,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/startup"
 )
 
 func main() {
@@ -32,7 +32,7 @@ func main() {
 }
 
 func run(ctx context.Context, iters, rounds, maxSize int) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return err
 	}

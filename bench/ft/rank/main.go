@@ -23,7 +23,7 @@
 // world communicator, first the operation -first names and then the other
 // one (Replace and Shrink), and prints "op <name> <rank> <start> <end>"
 // (unixnano) after each. The spare that Replace starts in the victim's
-// place prints "op spareinit <rank> <start> <end>" when its comm.Init
+// place prints "op spareinit <rank> <start> <end>" when its startup.Init
 // returns (start: when its main began), <rank> being the victim's rank that
 // it took over. Then the members of the replaced communicator (survivors
 // and spare) leave after a closing Agree on it. The driver alternates
@@ -73,6 +73,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/store"
 )
 
@@ -133,7 +134,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.overallTimeout)
 	defer cancel()
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rank: init:", err)
 		os.Exit(1)

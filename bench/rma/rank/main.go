@@ -44,6 +44,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
+	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
 )
 
@@ -175,7 +176,7 @@ func main() {
 }
 
 func run(ctx context.Context, p plan) error {
-	c, err := comm.Init(ctx)
+	c, err := startup.Init(ctx)
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
