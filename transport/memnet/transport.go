@@ -423,3 +423,6 @@ func (t *Transport) shutdown(cause error, bye bool) bool {
 	}
 	return true
 }
+
+// What a memnet endpoint implements, checked when it is compiled.
+var _ transport.Transport = (*Transport)(nil)

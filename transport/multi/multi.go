@@ -804,3 +804,11 @@ func HostRoute(size int, local []ftrma.Rank) []int {
 	}
 	return route
 }
+
+// What the multi transport implements, checked when it is compiled.
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Allocator = (*Transport)(nil)
+	_ transport.Sharer    = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+)

@@ -514,3 +514,11 @@ func (t *Transport) Close() error {
 	}
 	return nil
 }
+
+// What the shm transport implements, checked when it is compiled.
+var (
+	_ transport.Transport        = (*Transport)(nil)
+	_ transport.Allocator        = (*Transport)(nil)
+	_ transport.ForeignRegistrar = (*Transport)(nil)
+	_ transport.Admitter         = (*Transport)(nil)
+)

@@ -810,3 +810,9 @@ func (t *Transport) Close() error {
 	t.wg.Wait()
 	return nil
 }
+
+// What the tcp transport implements, checked when it is compiled.
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+)

@@ -1137,3 +1137,10 @@ func (p *peer) region(key transport.Key) (region, error) {
 // The peer's key table, from its address (set by Connect).
 func (p *peer) tableAddr() uint64 { return p.t.tables[p.rank].addr }
 func (p *peer) tableKey() uint32  { return p.t.tables[p.rank].rkey }
+
+// What the verbs transport implements, checked when it is compiled.
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admitter  = (*Transport)(nil)
+	_ transport.Tester    = (*Transport)(nil)
+)
