@@ -11,13 +11,18 @@
 //	                    and memnet/ implement it, multi/ combines them per peer
 //	failure/, revoke/,  the pure state machines: the heartbeat failure detector,
 //	agree/              the reliable broadcast, the fault-tolerant agreement
-//	startup/            a rank's start-up: environment, rendezvous client, transport choice
-//	comm/               communicator: ranks, collectives, ULFM, the per-process runtime
+//	comm/               communicator: ranks, collectives, ULFM, the per-process runtime,
+//	                    built on a world it is handed (comm.NewWorld)
+//	startup/            a rank's start-up, above comm: environment, rendezvous client,
+//	                    transport choice, Init (the world it hands comm)
 //	window/             RMA windows: put/get/atomics, flush, locks
 //	store/              the replicated key-value store for checkpoints
 //	launcher/           ftrun's side: starting ranks, rendezvous server, supervision,
 //	                    agents, the arbiter (cmd/ftrun is its front end); ranks do not
 //	                    link it
+//	internal/           what several of the above share and no user should import:
+//	                    the launcher's and start-up's wire contract (jobwire), the
+//	                    links' TLS (seclink), the broadcast overlay, test checkers
 //
 // The root package also holds the runtime's log (Logger, SetLogger): log/slog,
 // with its level and format from the environment (EnvLog, EnvLogFormat), and

@@ -2,7 +2,7 @@ package agree
 
 import (
 	"fmt"
-	"github.com/ftrma/ftrma/internal/scaletest"
+	"github.com/ftrma/ftrma/internal/check/scaletest"
 	"math/bits"
 	"math/rand"
 	"slices"

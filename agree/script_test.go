@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ftrma/ftrma/internal/script"
+	"github.com/ftrma/ftrma/internal/check/script"
 )
 
 // TestScripts runs the scenario scripts in testdata/*.txt: hand-picked

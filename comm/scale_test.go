@@ -2,7 +2,7 @@ package comm
 
 import (
 	"fmt"
-	"github.com/ftrma/ftrma/internal/scaletest"
+	"github.com/ftrma/ftrma/internal/check/scaletest"
 	"math/rand"
 	goruntime "runtime"
 	"slices"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/ftrma/ftrma/internal/kvcheck"
+	"github.com/ftrma/ftrma/internal/check/kvcheck"
 )
 
 // The primary side's writes resume soon after a cut. Two hosts of one CPU

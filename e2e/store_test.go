@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/ftrma/ftrma/internal/kvcheck"
+	"github.com/ftrma/ftrma/internal/check/kvcheck"
 )
 
 // readHistory reads the hist.* files kvlin wrote: a call without a return,

@@ -25,7 +25,7 @@ import "time"
 //	notice     the verdict reaches every survivor               Notice      (Lease/4)
 //
 // Under ftrun --arbiter over several hosts the host path is the replicated
-// arbiter's (internal/arbiter): its leader declares a silent host once the
+// arbiter's (launcher/internal/arbiter): its leader declares a silent host once the
 // host's lease from it has surely run out, within its VerdictBound (1.64 s
 // at a 1 s term while the leader stays, 4.67 s when the leader's own host
 // is the one cut off and the others elect another first). Arbiter carries

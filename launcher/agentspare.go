@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
-// Spares while ftrun is gone (internal/arbiter/WIRING.md has the protocol).
+// Spares while ftrun is gone (launcher/internal/arbiter/WIRING.md has the protocol).
 // Two roles, both an agent's:
 //
 //   - The asking rank's agent serves its spawn request (MsgSpawn on the

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
 // testArbiterMsg is the arbiter config of node 2 of a job of 3 hosts.

@@ -13,16 +13,16 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
-// The job's replicated arbiter (internal/arbiter; the default over several
+// The job's replicated arbiter (launcher/internal/arbiter; the default over several
 // hosts, ftrun --no-arbiter turns it off) runs among ftrun (node 1) and the
 // agents (node h+1 on the job's host h, in the order of the hosts): it
 // elects its leader, grants host leases, which bound every rank's lease,
 // and reaches the verdicts on ranks and hosts that the supervisors pass to
-// the ranks (internal/arbiter/WIRING.md), and every node logs them. At the
+// the ranks (launcher/internal/arbiter/WIRING.md), and every node logs them. At the
 // end ftrun logs one summary line (arbDriver.summary) that sets the
 // arbiter's verdicts beside ftrun's.
 //

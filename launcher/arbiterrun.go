@@ -14,12 +14,12 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
 // The arbiter's driver: the one goroutine that owns a node of the job's
-// arbiter (internal/arbiter, a pure machine) and runs it on real time and
+// arbiter (launcher/internal/arbiter, a pure machine) and runs it on real time and
 // real links. A ticker calls Tick every Config.Tick; messages from the mesh
 // go to Step; reports from the host (rank exits, ftrun's suspicions, spares
 // admitted) go in through a queue; after each input the driver carries out

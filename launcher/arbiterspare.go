@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
-// The driver's part in spares (internal/arbiter/WIRING.md, spares while
+// The driver's part in spares (launcher/internal/arbiter/WIRING.md, spares while
 // ftrun is gone): proposing claims, joins and the address book, and
 // handing the spare events of the applied log to whoever waits for them.
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
 // The arbiter's messages on the agent link (ftrun --arbiter; see

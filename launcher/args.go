@@ -129,7 +129,7 @@ type Options struct {
 	// NoArbiter (ftrun --no-arbiter) keeps ftrun the job's single
 	// authority over several hosts, as before the replicated arbiter: by
 	// default ftrun and the agents of a job over several hosts run it
-	// (internal/arbiter, arbiterjob.go), and the job and its data survive
+	// (launcher/internal/arbiter, arbiterjob.go), and the job and its data survive
 	// the loss of ftrun or of its host.
 	NoArbiter bool
 	// DataPlain (ftrun --data-plain) leaves the ranks' TCP connections

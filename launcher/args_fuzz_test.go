@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ftrma/ftrma/internal/members"
+	"github.com/ftrma/ftrma/launcher/internal/members"
 )
 
 // FuzzParseMembersMsg: the members message comes over the agent link.

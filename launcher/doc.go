@@ -65,13 +65,13 @@
 // The replicated arbiter (the default over several hosts; --no-arbiter,
 // Options.NoArbiter, turns it off; arbiterjob.go): ftrun (node 1) and its
 // agents (node h+1 on the job's host h) run the job's authority
-// (internal/arbiter): a mesh of mutual-TLS links, one per pair of nodes
+// (launcher/internal/arbiter): a mesh of mutual-TLS links, one per pair of nodes
 // keyed by a pair key derived from the job's root secret (arbiterlink.go),
 // a driver per node that runs it on real time (arbiterrun.go), the hosts'
 // rank exits and the ranks' suspicions as its inputs; its host leases bound
 // the ranks' leases (supervisor.go), and its verdicts and exits reach the
 // ranks through every host's supervisor, so the job goes on without ftrun
-// (internal/arbiter/WIRING.md). Its decisions are logged (leaders, host and
+// (launcher/internal/arbiter/WIRING.md). Its decisions are logged (leaders, host and
 // rank verdicts; with --output-filename also to DIR/1/arbiter.N on each
 // host). At the end ftrun logs one summary line beside its own verdicts.
 // The set-up rides the agent links before the launch (arbiterwire.go).

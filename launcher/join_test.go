@@ -16,9 +16,9 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/members"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
+	"github.com/ftrma/ftrma/launcher/internal/members"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/transport/verbs"
 )

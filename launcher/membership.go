@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/internal/jobwire"
-	"github.com/ftrma/ftrma/internal/members"
+	"github.com/ftrma/ftrma/launcher/internal/members"
 )
 
 // Host membership. ftrun and the agents of a multi-host job form one
-// memberlist group (internal/members: SWIM with Lifeguard, gossip sealed
+// memberlist group (launcher/internal/members: SWIM with Lifeguard, gossip sealed
 // with a key derived from the job's root secret, LAN timing that declares a
 // vanished host dead in about 1.5 s). When the group declares an agent's
 // host dead and the agent's link has been silent for two pings too (a

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
 // spareJoinTimeout bounds how long a spare may take from its start to its

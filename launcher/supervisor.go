@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
-	"github.com/ftrma/ftrma/internal/arbiter"
 	"github.com/ftrma/ftrma/internal/jobwire"
 	"github.com/ftrma/ftrma/internal/seclink"
+	"github.com/ftrma/ftrma/launcher/internal/arbiter"
 )
 
 // The host supervisor (ftrun --arbiter, on an agent's host): the agent,

@@ -2,7 +2,7 @@ package revoke
 
 import (
 	"fmt"
-	"github.com/ftrma/ftrma/internal/scaletest"
+	"github.com/ftrma/ftrma/internal/check/scaletest"
 	"math/rand/v2"
 	"strings"
 	"testing"

@@ -21,7 +21,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm/commtest"
-	"github.com/ftrma/ftrma/internal/kvcheck"
+	"github.com/ftrma/ftrma/internal/check/kvcheck"
 )
 
 // The interleaving explorer.

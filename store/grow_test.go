@@ -19,7 +19,7 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
-	"github.com/ftrma/ftrma/internal/kvcheck"
+	"github.com/ftrma/ftrma/internal/check/kvcheck"
 )
 
 // openSpares opens a store on the n ranks of a memnet world with spares.

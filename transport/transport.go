@@ -8,6 +8,13 @@
 // the launcher, commands and tests name one; comm/ and window/ see this
 // interface alone.
 //
+// Beyond the interface, a transport says what else it can do by the optional
+// interfaces it implements: Allocator (peers reach only memory it
+// allocated: shared memory), ForeignRegistrar (it also registers the
+// caller's own memory, executing peers' operations on it), Sharer (it maps
+// a peer's memory into this process), Tester, RegionLimiter and Admitter
+// (it takes in spares while it runs).
+//
 // A caller's duties, in order:
 //
 //  1. Set the receiver with SetReceiver before peers may send to this rank.

@@ -15,9 +15,9 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
-	"github.com/ftrma/ftrma/internal/rmacheck"
 	"github.com/ftrma/ftrma/transport/tcp"
 	"github.com/ftrma/ftrma/window"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 // tcpWorld builds n communicators over connected TCP transports on the

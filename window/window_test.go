@@ -13,8 +13,8 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
-	"github.com/ftrma/ftrma/internal/rmacheck"
 	"github.com/ftrma/ftrma/window"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 func testCtx(t *testing.T, d time.Duration) context.Context {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
-	"github.com/ftrma/ftrma/internal/rmacheck"
 	"github.com/ftrma/ftrma/startup"
 	"github.com/ftrma/ftrma/window"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/ftrma/ftrma/internal/rmacheck"
 	"github.com/ftrma/ftrma/startup"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 func main() {

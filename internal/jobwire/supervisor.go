@@ -38,7 +38,7 @@ import (
 // arbiter the rank does not answer: a rank is never declared while it
 // may act.
 //
-// Spares, for when ftrun is gone (internal/arbiter/WIRING.md). A rank whose
+// Spares, for when ftrun is gone (launcher/internal/arbiter/WIRING.md). A rank whose
 // channel to ftrun broke sends its spawn request here (MsgSpawn,
 // SpawnRequest); the agent answers MsgSpawned (SpawnAnswer) after the
 // admissions of the spares it names. The agent sends MsgAdmit (Admission)

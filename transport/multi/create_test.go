@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ftrma/ftrma/internal/rmacheck"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 // window.Create over a multi transport (shared memory within a host, tcp

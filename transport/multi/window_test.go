@@ -14,9 +14,9 @@ import (
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
-	"github.com/ftrma/ftrma/internal/rmacheck"
 	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/window"
+	"github.com/ftrma/ftrma/window/rmacheck"
 )
 
 // The window layer's acceptance checks over a multi transport: windows,
