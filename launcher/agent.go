@@ -323,90 +323,19 @@ func (a *Agent) keyFor(c net.Conn) ([]byte, error) {
 // linkTimeout, when it kills them (under --arbiter, when their host lease
 // ends: agentJob.outlive), or kill is closed.
 func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-chan struct{}) {
+	st := &agentSetup{c: c, logf: logf, leaveGroup: func() {}}
+	lost := false // the link to ftrun was lost: the arbiter node waits for its verdict before it stops
+	defer func() { st.arb.finish(lost) }()
+	defer func() { st.leaveGroup() }()
 	typ, p, err := jobwire.ReadFrame(c, maxLaunch)
-	joined := false
-	var files *outputFiles
-	// --arbiter: the job's arbiter node of this host (arbiterjob.go), and
-	// whether the link to ftrun was lost (its node then waits for the
-	// arbiter's verdict before it stops).
-	var arbLn net.Listener
-	var arb *agentArbiter
-	arbAsked, lost, cuts := false, false, false
-	defer func() { arb.finish(lost) }()
-	for err == nil && (typ == msgMembers && !joined || typ == msgOutputFiles && files == nil ||
-		typ == msgCut && len(p) == 0 && !cuts ||
-		typ == msgArbiterListen && !arbAsked || typ == msgArbiterConfig && arbAsked && arb == nil) {
-		switch typ {
-		case msgCut:
-			// The job has --cut: can this agent add blackhole routes?
-			if nerr := checkNetAdmin(); nerr != nil {
-				why := fmt.Sprintf("host %s cannot add the blackhole routes of --cut: %v", agentHostName(), nerr)
-				jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(why))
-				logf("launcher %s: %s", c.RemoteAddr(), why)
-				return
-			}
-			if err := jobwire.WriteFrame(c, msgCut, nil); err != nil {
-				logf("launcher %s: %v", c.RemoteAddr(), err)
-				return
-			}
-			cuts = true
-		case msgMembers:
-			// Join the job's host group first; without it the link's
-			// pings still watch ftrun.
-			joined = true
-			g, jerr := agentJoin(p, c.LocalAddr(), logf)
-			if jerr != nil {
-				logf("host membership: %v", jerr)
-			} else {
-				defer func() {
-					g.Leave(leaveTimeout)
-					g.Shutdown()
-				}()
-			}
-		case msgOutputFiles:
-			// --output-filename: this host's files, ready before any
-			// rank of the job starts anywhere.
-			m, ferr := parseOutputFiles(p)
-			if ferr == nil {
-				files = &outputFiles{dir: m.dir, tag: m.tag}
-				ferr = files.prepare(hostName())
-			}
-			var text string
-			if ferr != nil {
-				text = ferr.Error()
-			}
-			werr := jobwire.WriteFrame(c, msgOutputReady, jobwire.ErrorText(text))
-			if ferr != nil || werr != nil {
-				logf("launcher %s: %v", c.RemoteAddr(), cmp.Or(ferr, werr))
-				return
-			}
-		case msgArbiterListen:
-			arbAsked = true
-			var m arbiterAddrMsg
-			arbLn, m = agentArbiterListen(c.LocalAddr())
-			if err := jobwire.WriteFrame(c, msgArbiterAddr, m.append(nil)); err != nil {
-				if arbLn != nil {
-					arbLn.Close()
-				}
-				logf("launcher %s: %v", c.RemoteAddr(), err)
-				return
-			}
-		case msgArbiterConfig:
-			var aerr error
-			if arbLn == nil {
-				aerr = errors.New("a config, but no listener")
-			} else {
-				arb, aerr = startAgentArbiter(p, arbLn, logf)
-				arbLn = nil // the node's, or closed
-			}
-			if aerr != nil {
-				logf("arbiter: %v; the job goes on without this host's node", aerr)
-			}
+	for err == nil && st.wants(typ, p) {
+		if !st.handle(typ, p) {
+			return
 		}
 		typ, p, err = jobwire.ReadFrame(c, maxLaunch)
 	}
-	if arbLn != nil {
-		arbLn.Close() // no config came
+	if st.arbLn != nil {
+		st.arbLn.Close() // no config came
 	}
 	spec, err := checkLaunch(typ, p, err)
 	if err != nil {
@@ -415,35 +344,19 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 		return
 	}
 	c.SetDeadline(time.Time{})
-	if files != nil {
-		files.size = spec.size
+	if st.files != nil {
+		st.files.size = spec.size
 	}
 	// ftrun's -x comes after the agent's own: it wins (exec keeps the last).
 	env = append(slices.Clip(env), spec.export...)
-	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: files, host: hostName(), cuts: cuts, holes: newHoles(), arb: arb, kill: kill}
-	if arb != nil {
-		sup, err := startSupervisor(spec, arb, logf)
-		if err != nil {
-			logf("job %s: the ranks' lease endpoint: %v; their lease comes from ftrun", jobwire.Printable([]byte(spec.job)), err)
-		} else {
-			j.sup = sup
-			defer sup.close()
-			arb.d.setProbe(j.probeRank)
-			defer arb.d.setProbe(nil)
-			if len(arb.spareEnv) > 0 {
-				sp, err := startAgentSpares(j, arb, sup)
-				if err != nil {
-					logf("job %s: spares without ftrun: %v", jobwire.Printable([]byte(spec.job)), err)
-				}
-				j.spares = sp
-				defer sp.close()
-			}
-		}
-	}
-	arb.launched(spec.job, spec.size)
-	logf("job %s from %s: starting ranks %v of %d", jobwire.Printable([]byte(spec.job)), c.RemoteAddr(), spec.rankList(), spec.size)
-	if files != nil {
-		logf("job %s: the ranks' output goes to files under %s too", jobwire.Printable([]byte(spec.job)), files.jobDir())
+	j := &agentJob{env: env, logf: logf, c: c, spec: spec, files: st.files, host: hostName(), cuts: st.cuts, holes: newHoles(), arb: st.arb, kill: kill}
+	stopLeases := j.startLeases()
+	defer stopLeases()
+	st.arb.launched(spec.job, spec.size)
+	job := jobwire.Printable([]byte(spec.job))
+	logf("job %s from %s: starting ranks %v of %d", job, c.RemoteAddr(), spec.rankList(), spec.size)
+	if st.files != nil {
+		logf("job %s: the ranks' output goes to files under %s too", job, st.files.jobDir())
 	}
 	// An agent killed by SIGKILL leaves its ranks' shared memory (shm+tcp):
 	// its owner file lets the next ftrun on this host sweep it.
@@ -451,7 +364,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 	if spec.sharesMemory() {
 		r, err := claimShm(spec.job)
 		if err != nil {
-			logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
+			logf("job %s: %v", job, err)
 		} else {
 			release = r
 		}
@@ -459,7 +372,7 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 	defer func() { release() }()
 	if err := j.start(); err != nil {
 		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(err.Error()))
-		logf("job %s: %v", jobwire.Printable([]byte(spec.job)), err)
+		logf("job %s: %v", job, err)
 		return
 	}
 	lost = j.supervise()
@@ -471,11 +384,153 @@ func runAgentJob(c net.Conn, env []string, logf func(string, ...any), kill <-cha
 	// accesses fail (ftrma.ErrUnknownRegion). ftrun removes what is left
 	// when the job ends.
 	if err := shm.RemoveRanks("", spec.job, j.rankList()); err != nil {
-		logf("job %s: removing its shared memory: %v", jobwire.Printable([]byte(spec.job)), err)
+		logf("job %s: removing its shared memory: %v", job, err)
 	}
 	release()
 	release = func() {}
-	logf("job %s: ended", jobwire.Printable([]byte(spec.job)))
+	logf("job %s: ended", job)
+}
+
+// agentSetup is what an agent sets up from the messages ftrun sends before
+// the launch: the host group, --output-filename's files, --cut's routes
+// and, under --arbiter, the job's arbiter node of this host
+// (arbiterjob.go).
+type agentSetup struct {
+	c    net.Conn
+	logf func(string, ...any)
+
+	joined     bool
+	leaveGroup func() // leaves the host group; set once joined
+	files      *outputFiles
+	cuts       bool
+	arbAsked   bool
+	arbLn      net.Listener // the arbiter node's listener, until its config comes
+	arb        *agentArbiter
+}
+
+// wants reports whether a message of type typ is one of the setup's, not
+// yet seen (anything else should be the launch).
+func (st *agentSetup) wants(typ byte, p []byte) bool {
+	switch typ {
+	case msgMembers:
+		return !st.joined
+	case msgOutputFiles:
+		return st.files == nil
+	case msgCut:
+		return len(p) == 0 && !st.cuts
+	case msgArbiterListen:
+		return !st.arbAsked
+	case msgArbiterConfig:
+		return st.arbAsked && st.arb == nil
+	}
+	return false
+}
+
+// handle carries out one setup message; false means the connection is
+// done with (the reason logged, and told ftrun where it can be).
+func (st *agentSetup) handle(typ byte, p []byte) bool {
+	c, logf := st.c, st.logf
+	switch typ {
+	case msgCut:
+		// The job has --cut: can this agent add blackhole routes?
+		if nerr := checkNetAdmin(); nerr != nil {
+			why := fmt.Sprintf("host %s cannot add the blackhole routes of --cut: %v", agentHostName(), nerr)
+			jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(why))
+			logf("launcher %s: %s", c.RemoteAddr(), why)
+			return false
+		}
+		if err := jobwire.WriteFrame(c, msgCut, nil); err != nil {
+			logf("launcher %s: %v", c.RemoteAddr(), err)
+			return false
+		}
+		st.cuts = true
+	case msgMembers:
+		// Join the job's host group first; without it the link's pings
+		// still watch ftrun.
+		st.joined = true
+		g, jerr := agentJoin(p, c.LocalAddr(), logf)
+		if jerr != nil {
+			logf("host membership: %v", jerr)
+		} else {
+			st.leaveGroup = func() {
+				g.Leave(leaveTimeout)
+				g.Shutdown()
+			}
+		}
+	case msgOutputFiles:
+		// --output-filename: this host's files, ready before any rank of
+		// the job starts anywhere.
+		m, ferr := parseOutputFiles(p)
+		if ferr == nil {
+			st.files = &outputFiles{dir: m.dir, tag: m.tag}
+			ferr = st.files.prepare(hostName())
+		}
+		var text string
+		if ferr != nil {
+			text = ferr.Error()
+		}
+		werr := jobwire.WriteFrame(c, msgOutputReady, jobwire.ErrorText(text))
+		if ferr != nil || werr != nil {
+			logf("launcher %s: %v", c.RemoteAddr(), cmp.Or(ferr, werr))
+			return false
+		}
+	case msgArbiterListen:
+		st.arbAsked = true
+		var m arbiterAddrMsg
+		st.arbLn, m = agentArbiterListen(c.LocalAddr())
+		if err := jobwire.WriteFrame(c, msgArbiterAddr, m.append(nil)); err != nil {
+			if st.arbLn != nil {
+				st.arbLn.Close()
+			}
+			logf("launcher %s: %v", c.RemoteAddr(), err)
+			return false
+		}
+	case msgArbiterConfig:
+		var aerr error
+		if st.arbLn == nil {
+			aerr = errors.New("a config, but no listener")
+		} else {
+			st.arb, aerr = startAgentArbiter(p, st.arbLn, logf)
+			st.arbLn = nil // the node's, or closed
+		}
+		if aerr != nil {
+			logf("arbiter: %v; the job goes on without this host's node", aerr)
+		}
+	}
+	return true
+}
+
+// startLeases, under --arbiter, starts the ranks' lease endpoint on this
+// host (their lease then comes from the arbiter, not ftrun) and the spares
+// started without ftrun; it returns what stops them.
+func (j *agentJob) startLeases() (stop func()) {
+	arb, job := j.arb, jobwire.Printable([]byte(j.spec.job))
+	if arb == nil {
+		return func() {}
+	}
+	sup, err := startSupervisor(j.spec, arb, j.logf)
+	if err != nil {
+		j.logf("job %s: the ranks' lease endpoint: %v; their lease comes from ftrun", job, err)
+		return func() {}
+	}
+	j.sup = sup
+	arb.d.setProbe(j.probeRank)
+	stop = func() {
+		arb.d.setProbe(nil)
+		sup.close()
+	}
+	if len(arb.spareEnv) == 0 {
+		return stop
+	}
+	sp, err := startAgentSpares(j, arb, sup)
+	if err != nil {
+		j.logf("job %s: spares without ftrun: %v", job, err)
+	}
+	j.spares = sp
+	return func() {
+		sp.close()
+		stop()
+	}
 }
 
 // readLaunch reads and checks the launch message.

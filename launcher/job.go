@@ -225,86 +225,29 @@ func (r *Result) abortStatus() int {
 func Start(opts *Options) (*Job, error) {
 	o := *opts
 	opts = &o
-	blocks, err := planHosts(opts)
+	plan, err := planJob(opts)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	if opts.N < 1 {
-		return nil, fmt.Errorf("launcher: job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
-	}
-	if err := checkStdin(opts.Stdin, opts.N); err != nil {
-		return nil, fmt.Errorf("launcher: %w: %w", err, ftrma.ErrInvalid)
-	}
-	if opts.Spares < 0 {
-		opts.Spares = opts.N // --respawn without a count
-	}
-	size := opts.N + opts.Spares // every world rank, the spares included
-	for _, k := range opts.Kills {
-		if k.Rank < 0 || int(k.Rank) >= opts.N {
-			return nil, fmt.Errorf("launcher: --kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
-		}
-	}
-	kills, cuts, err := planInjections(opts, blocks)
-	if err != nil {
-		return nil, fmt.Errorf("launcher: %w", err)
-	}
-	multi := multiHost(blocks)
-	var local []ftrma.Rank // the ranks ftrun runs itself, on this host
-	for _, b := range blocks {
-		if !b.remote() {
-			local = append(local, b.ranks...)
-		}
-	}
-	opts.cpuStretch = failure.RanksPerCPU(len(local), runtime.NumCPU())
-	opts.arbitrated = !opts.NoArbiter && multi
-	if opts.arbitrated {
-		hosts := 1 // ftrun's, with its own ranks or none
-		for _, b := range blocks {
-			if b.remote() {
-				hosts++
-			}
-		}
-		opts.hostVerdict = arbiter.VerdictBound(arbiterConfig(hosts, timingFor(opts).lease))
-	}
-	var path string
-	for _, b := range blocks {
-		if !b.remote() {
-			var err error
-			if path, err = exec.LookPath(opts.Prog); err != nil {
-				return nil, fmt.Errorf("launcher: %w", err)
-			}
-		}
-	}
-	tr, why, err := chooseTransport(opts.Transport, size, opts.Spares, multi, opts.VerbsDevice, opts.VerbsGID)
-	if err != nil {
-		return nil, fmt.Errorf("launcher: %w", err)
-	}
-	j := &Job{opts: *opts, done: make(chan struct{}), ending: make(chan struct{}), transportWhy: why, tm: timingFor(opts), local: local,
-		spares: opts.Spares, nextSpare: opts.N, path: path, localCap: len(local), hostName: hostName()}
+	blocks, size := plan.blocks, opts.N+opts.Spares
+	j := &Job{opts: *opts, done: make(chan struct{}), ending: make(chan struct{}), transportWhy: plan.why, tm: timingFor(opts), local: plan.local,
+		spares: opts.Spares, nextSpare: opts.N, path: plan.path, localCap: len(plan.local), hostName: hostName()}
 	if opts.OutputFilename != "" {
 		// DIR on this host first (ftrun writes the report here, whether
 		// or not it runs ranks), then on the agents' hosts below.
-		if err := checkOutputFilename(opts.OutputFilename); err != nil {
-			return nil, fmt.Errorf("launcher: %w", err)
-		}
-		dir, err := filepath.Abs(opts.OutputFilename)
-		if err != nil {
-			return nil, fmt.Errorf("launcher: --output-filename: %w", err)
-		}
-		j.files = &outputFiles{dir: dir, size: size, tag: opts.TagOutput}
-		if err := j.files.prepare(j.hostName); err != nil {
+		if err := j.prepareOutput(size); err != nil {
 			return nil, fmt.Errorf("launcher: %w", err)
 		}
 	}
-	if opts.Hostfile == "" && opts.HostList == "" && len(opts.Hosts) == 0 && !multi {
-		j.localCap = max(len(local), localSlots()) // the job of this host alone: a slot per CPU
+	if opts.Hostfile == "" && opts.HostList == "" && len(opts.Hosts) == 0 && !plan.multi {
+		j.localCap = max(len(plan.local), localSlots()) // the job of this host alone: a slot per CPU
 	}
 	for _, b := range blocks {
 		if !b.remote() {
 			j.localCap = max(j.localCap, b.slots) // the hostfile's slots of this host
 		}
 	}
-	j.opts.Transport = tr
+	j.opts.Transport = plan.transport
 	j.out = &sink{stdout: opts.Stdout, stderr: opts.Stderr}
 	if j.out.stdout == nil {
 		j.out.stdout = os.Stdout
@@ -316,34 +259,169 @@ func Start(opts *Options) (*Job, error) {
 	// from it, each host's agent link another.
 	root := make([]byte, secretSize)
 	rand.Read(root)
-	secret := seclink.DeriveKey(root, "ftrma job ranks")
-	j.secret = secret
+	j.secret = seclink.DeriveKey(root, "ftrma job ranks")
 	id := make([]byte, 6)
 	rand.Read(id)
 	j.id = hex.EncodeToString(id)
 
 	// The agents first: the connection to the first one says which of this
 	// host's addresses the other hosts reach it at.
-	listen, hostAddr := "127.0.0.1:0", ""
-	if multi {
-		if err := j.connectAgents(blocks, root); err != nil {
+	listen := "127.0.0.1:0"
+	if plan.multi {
+		if err := j.connectHosts(blocks, root, plan.cuts); err != nil {
 			return nil, fmt.Errorf("launcher: %w", err)
 		}
-		hostAddr = j.links[0].localIP()
-		listen = net.JoinHostPort(hostAddr, "0")
-		if j.files != nil {
-			if err := j.prepareAgentFiles(); err != nil {
-				j.abandon()
-				return nil, fmt.Errorf("launcher: %w", err)
-			}
+		listen = net.JoinHostPort(j.hostAddr, "0")
+	}
+	j.placeRanks(blocks, size)
+	if err := j.listenRendezvous(blocks, size, listen); err != nil {
+		j.abandon()
+		return nil, err
+	}
+	if seal, _ := sealOf(opts, os.Getenv); seal == jobwire.SealNone {
+		how := "--data-plain"
+		if !opts.DataPlain {
+			how = jobwire.EnvSeal + "=" + seal
 		}
-		if err := j.prepareCuts(cuts, blocks); err != nil {
-			j.abandon()
-			return nil, fmt.Errorf("launcher: %w", err)
+		j.out.reportf("%s: the ranks' TCP data between hosts crosses the network in clear, authenticated only when each connection is made", how)
+	}
+	switch {
+	case opts.arbitrated:
+		j.startArbiter(root, blocks)
+	case opts.Arbiter:
+		j.out.reportf("--arbiter: the job runs on this host alone, where ftrun alone decides: no arbiter runs")
+	}
+	if jobwire.SharesMemory(plan.transport) && len(plan.local) > 0 {
+		// Before any rank makes a segment: an ftrun killed by SIGKILL
+		// leaves them, and the next ftrun sweeps them (shmsweep.go).
+		if release, err := claimShm(j.id); err != nil {
+			j.out.reportf("%v (a SIGKILL of ftrun would leave the job's shared memory)", err)
+		} else {
+			j.releaseShm = release
 		}
 	}
-	j.hostAddr = hostAddr
+	j.base = append(os.Environ(), j.opts.Export...) // -x wins: exec keeps the last
+	stdin, err := j.launch(blocks, size)
+	if err != nil {
+		j.failStart(stdin)
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
+	switch {
+	case len(stdin) == 0:
+	case stdinReadable():
+		go forwardStdin(os.Stdin, stdin, j.out.reportf)
+	default:
+		j.out.reportf("ftrun runs in the background of its terminal: it forwards no standard input (--stdin)")
+		forwardStdin(eofReader{}, stdin, j.out.reportf)
+	}
+	j.mu.Lock()
+	for _, k := range opts.Kills {
+		j.timers = append(j.timers, time.AfterFunc(k.After, func() { j.kill(k) }))
+	}
+	j.armInjectionsLocked(plan.kills)
+	if opts.Timeout > 0 {
+		j.timers = append(j.timers, time.AfterFunc(opts.Timeout, j.timeout))
+	}
+	j.mu.Unlock()
+	go j.finish()
+	return j, nil
+}
 
+// jobPlan is what Start decides from the options before it starts anything.
+type jobPlan struct {
+	blocks    []hostBlock
+	multi     bool         // the ranks run on more than this host
+	local     []ftrma.Rank // the ranks ftrun runs itself, on this host
+	path      string       // the program, looked up on this host when it runs ranks
+	transport string
+	why       string // why that transport (-v)
+	kills     []hostInject
+	cuts      []hostInject
+}
+
+// planJob checks the options and plans the job: the hosts' blocks of
+// ranks, the injected failures, the transport. It fills in opts.Spares
+// (--respawn without a count), cpuStretch, arbitrated and hostVerdict.
+func planJob(opts *Options) (jobPlan, error) {
+	var p jobPlan
+	blocks, err := planHosts(opts)
+	if err != nil {
+		return p, err
+	}
+	if opts.N < 1 {
+		return p, fmt.Errorf("job of %d ranks: %w", opts.N, ftrma.ErrInvalid)
+	}
+	if err := checkStdin(opts.Stdin, opts.N); err != nil {
+		return p, fmt.Errorf("%w: %w", err, ftrma.ErrInvalid)
+	}
+	if opts.Spares < 0 {
+		opts.Spares = opts.N // --respawn without a count
+	}
+	for _, k := range opts.Kills {
+		if k.Rank < 0 || int(k.Rank) >= opts.N {
+			return p, fmt.Errorf("--kill %v: no rank %d in a job of %d: %w", k, k.Rank, opts.N, ftrma.ErrInvalid)
+		}
+	}
+	if p.kills, p.cuts, err = planInjections(opts, blocks); err != nil {
+		return p, err
+	}
+	p.blocks, p.multi = blocks, multiHost(blocks)
+	hosts := 1 // ftrun's, with its own ranks or none
+	for _, b := range blocks {
+		if b.remote() {
+			hosts++
+			continue
+		}
+		p.local = append(p.local, b.ranks...)
+		if p.path, err = exec.LookPath(opts.Prog); err != nil {
+			return p, err
+		}
+	}
+	opts.cpuStretch = failure.RanksPerCPU(len(p.local), runtime.NumCPU())
+	opts.arbitrated = !opts.NoArbiter && p.multi
+	if opts.arbitrated {
+		opts.hostVerdict = arbiter.VerdictBound(arbiterConfig(hosts, timingFor(opts).lease))
+	}
+	p.transport, p.why, err = chooseTransport(opts.Transport, opts.N+opts.Spares, opts.Spares, p.multi, opts.VerbsDevice, opts.VerbsGID)
+	return p, err
+}
+
+// prepareOutput makes --output-filename's directory on this host.
+func (j *Job) prepareOutput(size int) error {
+	if err := checkOutputFilename(j.opts.OutputFilename); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(j.opts.OutputFilename)
+	if err != nil {
+		return fmt.Errorf("--output-filename: %w", err)
+	}
+	j.files = &outputFiles{dir: dir, size: size, tag: j.opts.TagOutput}
+	return j.files.prepare(j.hostName)
+}
+
+// connectHosts starts the agents of the other hosts and links to them,
+// learning the address of this host they reach (j.hostAddr), and prepares
+// their output directories and the injected cuts.
+func (j *Job) connectHosts(blocks []hostBlock, root []byte, cuts []hostInject) error {
+	if err := j.connectAgents(blocks, root); err != nil {
+		return err
+	}
+	j.hostAddr = j.links[0].localIP()
+	if j.files != nil {
+		if err := j.prepareAgentFiles(); err != nil {
+			j.abandon()
+			return err
+		}
+	}
+	if err := j.prepareCuts(cuts, blocks); err != nil {
+		j.abandon()
+		return err
+	}
+	return nil
+}
+
+// placeRanks makes the job's table of ranks and hosts.
+func (j *Job) placeRanks(blocks []hostBlock, size int) {
 	j.declared = make([]bool, size)
 	j.suspicions = make(map[ftrma.Rank]*suspicion)
 	j.ranks = make([]*rankProc, size)
@@ -364,7 +442,12 @@ func Start(opts *Options) (*Job, error) {
 	for _, b := range blocks {
 		j.hosts = append(j.hosts, &jobHost{link: b.link, label: b.label(), slots: b.capacity(), spare: b.spare, ranks: b.ranks})
 	}
-	rc := rvConfig{Size: size, Initial: opts.N, Secret: secret, HostOf: make([]int, opts.N), ListenAddr: listen, Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
+}
+
+// listenRendezvous starts the rendezvous server the ranks join at listen.
+func (j *Job) listenRendezvous(blocks []hostBlock, size int, listen string) error {
+	rc := rvConfig{Size: size, Initial: j.opts.N, Secret: j.secret, HostOf: make([]int, j.opts.N), ListenAddr: listen,
+		Logger: logfLogger(j.out.reportf, "", slog.LevelInfo), Suspect: j.suspect}
 	for _, b := range blocks {
 		for _, r := range b.ranks {
 			rc.HostOf[r] = j.hostIndex(b.link)
@@ -373,114 +456,88 @@ func Start(opts *Options) (*Job, error) {
 	if j.spares > 0 {
 		rc.Spawn, rc.Complete = j.spawn, j.publishBook
 	}
+	var err error
 	j.rv, err = listenRendezvous(rc)
-	if err != nil {
-		j.abandon()
-		return nil, err
-	}
-	if seal, _ := sealOf(opts, os.Getenv); seal == jobwire.SealNone {
-		how := "--data-plain"
-		if !opts.DataPlain {
-			how = jobwire.EnvSeal + "=" + seal
-		}
-		j.out.reportf("%s: the ranks' TCP data between hosts crosses the network in clear, authenticated only when each connection is made", how)
-	}
-	switch {
-	case opts.arbitrated:
-		j.startArbiter(root, blocks)
-	case opts.Arbiter:
-		j.out.reportf("--arbiter: the job runs on this host alone, where ftrun alone decides: no arbiter runs")
-	}
-	if jobwire.SharesMemory(tr) && len(local) > 0 {
-		// Before any rank makes a segment: an ftrun killed by SIGKILL
-		// leaves them, and the next ftrun sweeps them (shmsweep.go).
-		if release, err := claimShm(j.id); err != nil {
-			j.out.reportf("%v (a SIGKILL of ftrun would leave the job's shared memory)", err)
-		} else {
-			j.releaseShm = release
-		}
-	}
-	base := append(os.Environ(), j.opts.Export...) // -x wins: exec keeps the last
+	return err
+}
+
+// launch starts the ranks of every block: this host's itself, the others'
+// through their agents. It returns the ranks that get ftrun's standard
+// input, also those started before an error.
+func (j *Job) launch(blocks []hostBlock, size int) ([]*stdinDest, error) {
 	stdinRanks := j.opts.stdinRanks()
-	var stdin []*stdinDest // the ranks that get ftrun's standard input
-	j.base = base
+	var stdin []*stdinDest
 	cwd, _ := os.Getwd()
 	for _, b := range blocks {
+		var err error
 		if b.link != nil {
 			err = j.launchRemote(b, cwd, stdinRanks, &stdin)
 		} else {
-			cpus := make([]int, len(b.ranks))
-			for i := range cpus {
-				cpus[i] = -1
-			}
-			if j.opts.BindTo == BindCore {
-				cpus, err = bindCPUs(len(b.ranks))
-			}
-			for i, r := range b.ranks {
-				if err != nil {
-					break
-				}
-				vars := rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(0), 0, j.id, hostAddr, &j.opts)
-				var in *os.File
-				if slices.Contains(stdinRanks, r) {
-					var w *os.File
-					if in, w, err = os.Pipe(); err != nil {
-						break
-					}
-					stdin = append(stdin, &stdinDest{rank: r, w: w})
-				}
-				err = j.startRank(path, j.ranks[r], rankEnv(base, vars, len(b.ranks)), cpus[i], in)
-				if in != nil {
-					in.Close() // the rank holds its own
-				}
-				if err != nil {
-					err = fmt.Errorf("start rank %d: %w", r, err)
-					break
-				}
-				if j.opts.ReportBindings {
-					j.out.reportf("rank %d on %s: %s", r, j.hostName, bindingText(cpus[i]))
-				}
-			}
+			err = j.launchLocal(b, size, stdinRanks, &stdin)
 		}
 		if err != nil {
-			j.mu.Lock()
-			j.quiet = true
-			for _, p := range j.ranks {
-				j.signalLocked(p, syscall.SIGKILL)
-			}
-			j.mu.Unlock()
-			j.abandon() // the agents kill their ranks; the links report them lost
-			for _, d := range stdin {
-				if d.w != nil {
-					d.w.Close()
-				}
-			}
-			j.wg.Wait()
-			j.rv.close()
-			j.removeShm()
-			return nil, fmt.Errorf("launcher: %w", err)
+			return stdin, err
 		}
 	}
+	return stdin, nil
+}
 
-	switch {
-	case len(stdin) == 0:
-	case stdinReadable():
-		go forwardStdin(os.Stdin, stdin, j.out.reportf)
-	default:
-		j.out.reportf("ftrun runs in the background of its terminal: it forwards no standard input (--stdin)")
-		forwardStdin(eofReader{}, stdin, j.out.reportf)
+// launchLocal starts block b's ranks on this host, each bound to a CPU of
+// its own with --bind-to core.
+func (j *Job) launchLocal(b hostBlock, size int, stdinRanks []ftrma.Rank, stdin *[]*stdinDest) error {
+	cpus := make([]int, len(b.ranks))
+	for i := range cpus {
+		cpus[i] = -1
 	}
+	if j.opts.BindTo == BindCore {
+		var err error
+		if cpus, err = bindCPUs(len(b.ranks)); err != nil {
+			return err
+		}
+	}
+	for i, r := range b.ranks {
+		vars := rankVars(r, size, b.ranks, j.rv.addr(), j.hostSecret(0), 0, j.id, j.hostAddr, &j.opts)
+		var in *os.File
+		if slices.Contains(stdinRanks, r) {
+			var w *os.File
+			var err error
+			if in, w, err = os.Pipe(); err != nil {
+				return err
+			}
+			*stdin = append(*stdin, &stdinDest{rank: r, w: w})
+		}
+		err := j.startRank(j.path, j.ranks[r], rankEnv(j.base, vars, len(b.ranks)), cpus[i], in)
+		if in != nil {
+			in.Close() // the rank holds its own
+		}
+		if err != nil {
+			return fmt.Errorf("start rank %d: %w", r, err)
+		}
+		if j.opts.ReportBindings {
+			j.out.reportf("rank %d on %s: %s", r, j.hostName, bindingText(cpus[i]))
+		}
+	}
+	return nil
+}
+
+// failStart undoes a start-up that failed while starting ranks: every rank
+// started is killed, the agents end theirs, the rendezvous closes.
+func (j *Job) failStart(stdin []*stdinDest) {
 	j.mu.Lock()
-	for _, k := range opts.Kills {
-		j.timers = append(j.timers, time.AfterFunc(k.After, func() { j.kill(k) }))
-	}
-	j.armInjectionsLocked(kills)
-	if opts.Timeout > 0 {
-		j.timers = append(j.timers, time.AfterFunc(opts.Timeout, j.timeout))
+	j.quiet = true
+	for _, p := range j.ranks {
+		j.signalLocked(p, syscall.SIGKILL)
 	}
 	j.mu.Unlock()
-	go j.finish()
-	return j, nil
+	j.abandon() // the agents kill their ranks; the links report them lost
+	for _, d := range stdin {
+		if d.w != nil {
+			d.w.Close()
+		}
+	}
+	j.wg.Wait()
+	j.rv.close()
+	j.removeShm()
 }
 
 // abandon closes the agents' links, ends the agents ftrun started and

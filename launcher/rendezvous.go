@@ -446,7 +446,8 @@ func (s *rvServer) acceptLoop() {
 }
 
 // serve runs one rank's conversation and then holds the connection until the
-// rank closes it or the server closes.
+// rank closes it or the server closes: the handshake, the address list,
+// then the connection as the rank's supervision channel.
 func (s *rvServer) serve(raw net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -455,111 +456,21 @@ func (s *rvServer) serve(raw net.Conn) {
 		s.mu.Unlock()
 		raw.Close()
 	}()
-
-	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
-	// A slot of the gate for the whole handshake: when all are taken, the
-	// oldest handshake under way is cut off (see seclink.Gate).
-	release := s.gate.Admit(raw)
-	c, host, secret, err := jobwire.AcceptRendezvous(raw, func(h int) ([]byte, error) {
-		if h < 0 || h > maxHostIndex {
-			return nil, fmt.Errorf("no host %d in this job", h)
-		}
-		return jobwire.HostSecret(s.cfg.Secret, h), nil
-	}, deadline)
-	if err != nil {
-		release()
-		select {
-		case <-s.quit:
-		default:
-			s.refused(raw.RemoteAddr(), err.Error())
-		}
+	c, rank, ok := s.admitRank(raw)
+	if !ok {
 		return
 	}
-	c.SetDeadline(deadline)
-	rank, err := s.handshake(c, secret, host)
-	release()
-	if err != nil {
-		select {
-		case <-s.quit: // closing: not worth a report
-		default:
-			s.refused(c.RemoteAddr(), err.Error())
-		}
-		return
-	}
-	c.SetDeadline(time.Time{})
-
 	select {
 	case <-s.ready:
 	case <-s.quit:
 		return
 	}
-	s.mu.Lock()
-	commons, n, failure := s.commons, s.listLen, s.failure
-	var column, spareList, roster []byte
-	switch {
-	case failure != "":
-	case int(rank) >= s.cfg.Initial:
-		// A spare: its own list, made when it published, and its
-		// roster.
-		spareList, roster = s.spareList[rank], s.roster[rank]
-		s.spareList[rank] = nil
-		if s.spareErr[rank] != "" {
-			failure = s.spareErr[rank]
-		}
-	default:
-		column = s.columns[rank]
-		s.columns[rank] = nil // it goes out once (a rank joins once)
-	}
-	s.mu.Unlock()
 	c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	if failure != "" {
-		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(failure))
-		return
-	}
-	// The list: the half every rank gets, encoded once, and this rank's
-	// column. The ranks get theirs in parallel: nothing else is written on
-	// this connection before it is a supervision channel (super, below).
-	if spareList != nil {
-		err = jobwire.WriteFrame(c, jobwire.MsgAddrs, spareList)
-		if err == nil {
-			err = jobwire.WriteFrame(c, jobwire.MsgRoster, roster)
-		}
-	} else {
-		_, err = c.Write(jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, n))
-		if err == nil {
-			_, err = c.Write(commons)
-		}
-		if err == nil {
-			_, err = c.Write(column)
-		}
-	}
-	// The connection becomes rank's supervision channel, and the exits
-	// that happened before go out, under wmu, so that no exit notice is
-	// missed or written alongside them.
-	if err == nil {
-		s.wmu.Lock()
-		s.mu.Lock()
-		s.super[rank] = c
-		var early []byte
-		for q, gone := range s.gone {
-			if gone && s.present[q] && ftrma.Rank(q) != rank {
-				early = jobwire.AppendFrame(early, jobwire.MsgExit, jobwire.RankPayload(ftrma.Rank(q)))
-			}
-		}
-		// The admissions its address list did not cover.
-		for _, a := range s.admits[s.seen[rank]:] {
-			if a != rank {
-				early = jobwire.AppendFrame(early, jobwire.MsgAdmit, s.admission(a, rank))
-			}
-		}
-		s.mu.Unlock()
-		if len(early) > 0 {
-			_, err = c.Write(early)
-		}
-		s.wmu.Unlock()
-	}
-	if err != nil {
+	if err := s.sendList(c, rank); err != nil {
 		return // the rank is gone; its exit is reported by whoever watches it
+	}
+	if err := s.superviseFrom(c, rank); err != nil {
+		return
 	}
 	c.SetWriteDeadline(time.Time{})
 	defer func() {
@@ -567,7 +478,6 @@ func (s *rvServer) serve(raw net.Conn) {
 		s.super[rank] = nil
 		s.mu.Unlock()
 	}()
-
 	// The connection is now rank's supervision channel: the launcher sends
 	// exit notices, the rank sends its detector's suspicions.
 	for {
@@ -578,67 +488,184 @@ func (s *rvServer) serve(raw net.Conn) {
 			}
 			return
 		}
-		switch typ {
-		case jobwire.MsgLeaving:
-			s.mu.Lock()
-			s.leaving[rank] = true
-			s.mu.Unlock()
-		case jobwire.MsgConnected:
-			s.mu.Lock()
-			s.connected[rank] = true
-			late := s.started // a spare, connected after the start
-			s.mu.Unlock()
-			if late {
-				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgStart, nil))
-			}
-			s.maybeStart()
-		case jobwire.MsgSpawn:
-			q, err := jobwire.ParseSpawn(p, s.cfg.Size)
-			if err != nil {
-				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
-				return
-			}
-			q.Payload = append([]byte(nil), q.Payload...)
-			s.wg.Add(1)
-			go s.serveSpawn(c, rank, q)
-		case jobwire.MsgProbeReply:
-			s.mu.Lock()
-			if ch := s.probes[rank]; ch != nil {
-				close(ch)
-				s.probes[rank] = nil
-			}
-			s.mu.Unlock()
-		case jobwire.MsgLeaseAsk:
-			seq, err := jobwire.ParseLease(p)
-			if err != nil {
-				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
-				return
-			}
-			s.mu.Lock()
-			grant := !s.revoked[rank] && !s.gone[rank]
-			s.mu.Unlock()
-			payload := jobwire.LeasePayload(seq)
-			if b := s.bound.Load(); grant && b != nil {
-				acting, end := b.lease()
-				var g time.Duration
-				g, grant = supervisorGrant(acting, end, time.Now(), b.term)
-				payload = jobwire.GrantPayload(seq, g)
-			}
-			if grant {
-				s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgLeaseGrant, payload))
-			}
-		case jobwire.MsgSuspect:
-			r, err := jobwire.ParseRank(p, s.cfg.Size)
-			if err != nil {
-				s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
-				return
-			}
-			if s.cfg.Suspect != nil {
-				s.cfg.Suspect(r, rank)
-			}
-		default:
-			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ), ftrma.LogRank, rank)
+		if err := s.superFrame(c, rank, typ, p); err != nil {
+			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d: %v", rank, err), ftrma.LogRank, rank)
+			return
 		}
+	}
+}
+
+// admitRank runs the handshake of a new connection within
+// HandshakeTimeout: the host's proof (jobwire.AcceptRendezvous) and the
+// rank's (handshake). It reports a refusal, unless the server is closing.
+func (s *rvServer) admitRank(raw net.Conn) (net.Conn, ftrma.Rank, bool) {
+	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
+	// A slot of the gate for the whole handshake: when all are taken, the
+	// oldest handshake under way is cut off (see seclink.Gate).
+	release := s.gate.Admit(raw)
+	defer release()
+	refuse := func(addr net.Addr, err error) {
+		select {
+		case <-s.quit: // closing: not worth a report
+		default:
+			s.refused(addr, err.Error())
+		}
+	}
+	c, host, secret, err := jobwire.AcceptRendezvous(raw, func(h int) ([]byte, error) {
+		if h < 0 || h > maxHostIndex {
+			return nil, fmt.Errorf("no host %d in this job", h)
+		}
+		return jobwire.HostSecret(s.cfg.Secret, h), nil
+	}, deadline)
+	if err != nil {
+		refuse(raw.RemoteAddr(), err)
+		return nil, 0, false
+	}
+	c.SetDeadline(deadline)
+	rank, err := s.handshake(c, secret, host)
+	if err != nil {
+		refuse(c.RemoteAddr(), err)
+		return nil, 0, false
+	}
+	c.SetDeadline(time.Time{})
+	return c, rank, true
+}
+
+// sendList sends rank its address list (or the job's failure): the half
+// every rank gets, encoded once, and its column; a spare its own list and
+// its roster. The ranks get theirs in parallel: nothing else is written on
+// the connection before it is a supervision channel (superviseFrom).
+func (s *rvServer) sendList(c net.Conn, rank ftrma.Rank) error {
+	s.mu.Lock()
+	commons, n, failure := s.commons, s.listLen, s.failure
+	var column, spareList, roster []byte
+	switch {
+	case failure != "":
+	case int(rank) >= s.cfg.Initial:
+		spareList, roster = s.spareList[rank], s.roster[rank]
+		s.spareList[rank] = nil
+		if s.spareErr[rank] != "" {
+			failure = s.spareErr[rank]
+		}
+	default:
+		column = s.columns[rank]
+		s.columns[rank] = nil // it goes out once (a rank joins once)
+	}
+	s.mu.Unlock()
+	if failure != "" {
+		jobwire.WriteFrame(c, jobwire.MsgError, jobwire.ErrorText(failure))
+		return errors.New(failure)
+	}
+	if spareList != nil {
+		if err := jobwire.WriteFrame(c, jobwire.MsgAddrs, spareList); err != nil {
+			return err
+		}
+		return jobwire.WriteFrame(c, jobwire.MsgRoster, roster)
+	}
+	for _, b := range [][]byte{jobwire.AppendFrameHeader(nil, jobwire.MsgAddrs, n), commons, column} {
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// superviseFrom makes c rank's supervision channel and sends it the exits
+// and admissions that happened before, under wmu, so that no exit notice
+// is missed or written alongside them.
+func (s *rvServer) superviseFrom(c net.Conn, rank ftrma.Rank) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	s.super[rank] = c
+	var early []byte
+	for q, gone := range s.gone {
+		if gone && s.present[q] && ftrma.Rank(q) != rank {
+			early = jobwire.AppendFrame(early, jobwire.MsgExit, jobwire.RankPayload(ftrma.Rank(q)))
+		}
+	}
+	// The admissions its address list did not cover.
+	for _, a := range s.admits[s.seen[rank]:] {
+		if a != rank {
+			early = jobwire.AppendFrame(early, jobwire.MsgAdmit, s.admission(a, rank))
+		}
+	}
+	s.mu.Unlock()
+	if len(early) > 0 {
+		_, err := c.Write(early)
+		return err
+	}
+	return nil
+}
+
+// superFrame handles one frame rank sent on its supervision channel c. An
+// error (a malformed frame) ends the channel.
+func (s *rvServer) superFrame(c net.Conn, rank ftrma.Rank, typ byte, p []byte) error {
+	switch typ {
+	case jobwire.MsgLeaving:
+		s.mu.Lock()
+		s.leaving[rank] = true
+		s.mu.Unlock()
+	case jobwire.MsgConnected:
+		s.mu.Lock()
+		s.connected[rank] = true
+		late := s.started // a spare, connected after the start
+		s.mu.Unlock()
+		if late {
+			s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgStart, nil))
+		}
+		s.maybeStart()
+	case jobwire.MsgSpawn:
+		q, err := jobwire.ParseSpawn(p, s.cfg.Size)
+		if err != nil {
+			return err
+		}
+		q.Payload = append([]byte(nil), q.Payload...)
+		s.wg.Add(1)
+		go s.serveSpawn(c, rank, q)
+	case jobwire.MsgProbeReply:
+		s.mu.Lock()
+		if ch := s.probes[rank]; ch != nil {
+			close(ch)
+			s.probes[rank] = nil
+		}
+		s.mu.Unlock()
+	case jobwire.MsgLeaseAsk:
+		seq, err := jobwire.ParseLease(p)
+		if err != nil {
+			return err
+		}
+		s.grantLease(c, rank, seq)
+	case jobwire.MsgSuspect:
+		r, err := jobwire.ParseRank(p, s.cfg.Size)
+		if err != nil {
+			return err
+		}
+		if s.cfg.Suspect != nil {
+			s.cfg.Suspect(r, rank)
+		}
+	default:
+		s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: rank %d sent unexpected message type %d; ignored", rank, typ), ftrma.LogRank, rank)
+	}
+	return nil
+}
+
+// grantLease answers rank's lease ask seq on c, unless the rank's lease is
+// revoked or it is gone; with a supervisor bound (the arbiter), the grant
+// is what the acting supervisor's own lease allows.
+func (s *rvServer) grantLease(c net.Conn, rank ftrma.Rank, seq uint64) {
+	s.mu.Lock()
+	grant := !s.revoked[rank] && !s.gone[rank]
+	s.mu.Unlock()
+	payload := jobwire.LeasePayload(seq)
+	if b := s.bound.Load(); grant && b != nil {
+		acting, end := b.lease()
+		var g time.Duration
+		g, grant = supervisorGrant(acting, end, time.Now(), b.term)
+		payload = jobwire.GrantPayload(seq, g)
+	}
+	if grant {
+		s.notify([]net.Conn{c}, jobwire.AppendFrame(nil, jobwire.MsgLeaseGrant, payload))
 	}
 }
 

@@ -35,31 +35,11 @@ import (
 // clients until the others' end (rank 0 puts it in the store at the
 // start). Clients are numbered by world rank, histories named by it.
 func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
-	if len(args) < 4 {
-		return errors.New("kvlin DIR DURATION COPIES KEYS [PACE [respawn]]")
-	}
-	respawn := len(args) > 5 && args[5] == "respawn"
-	var pace time.Duration
-	if len(args) > 4 {
-		var err error
-		if pace, err = time.ParseDuration(args[4]); err != nil {
-			return err
-		}
-	}
-	dir := args[0]
-	dur, err := time.ParseDuration(args[1])
+	a, err := parseKvlin(args)
 	if err != nil {
 		return err
 	}
-	copies, err := strconv.Atoi(args[2])
-	if err != nil {
-		return err
-	}
-	nkeys, err := strconv.Atoi(args[3])
-	if err != nil {
-		return err
-	}
-	opt := store.Options{Copies: copies}
+	opt := store.Options{Copies: a.copies}
 	var s *store.Store
 	_, replacement := c.Replaces()
 	if replacement {
@@ -70,128 +50,37 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	if err != nil {
 		return err
 	}
-	world := c.TransportRank(c.Rank())
-	end := time.Now().Add(dur)
-	endKey := []byte("kvlin/end")
-	switch {
-	case replacement:
-		b, err := s.Get(ctx, endKey)
-		if err != nil {
-			return fmt.Errorf("the run's end: %w", err)
-		}
-		at, _ := strconv.ParseInt(string(b), 10, 64)
-		end = time.Unix(0, at)
-	case respawn && c.Rank() == 0:
-		if err := s.Put(ctx, endKey, strconv.AppendInt(nil, end.UnixNano(), 10)); err != nil {
-			return err
-		}
+	end, err := kvlinEnd(ctx, c, s, a, replacement)
+	if err != nil {
+		return err
 	}
 	cur := c // the latest communicator (respawn), guarded by curMu
 	var curMu sync.Mutex
 	stopWatch := func() {}
-	if respawn {
+	if a.respawn {
 		stopWatch = watchReplace(ctx, c, s, func(nc *comm.Comm) {
 			curMu.Lock()
 			cur = nc
 			curMu.Unlock()
 		})
 	}
-	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("hist.%d", world)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	world := c.TransportRank(c.Rank())
+	h, err := newLinHistory(ctx, s, filepath.Join(a.dir, fmt.Sprintf("hist.%d", world)))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var mu sync.Mutex
-	opid := 0
-	record := func(format string, a ...any) {
-		mu.Lock()
-		f.WriteString(fmt.Sprintf(format, a...) + "\n")
-		mu.Unlock()
-	}
-	key := func(i int) []byte { return fmt.Appendf(nil, "lin/%d", i) }
-	var seen []string // values gets returned lately, for compare-and-swaps (guarded by mu)
-	// one runs one recorded operation of client cl.
-	one := func(cl int, kind string, k int, val string) {
-		mu.Lock()
-		opid++
-		id := opid
-		mu.Unlock()
-		record("C %d %d %s %d %s %d", cl, id, kind, k, val, time.Now().UnixNano())
-		var res, out string
-		var err error
-		switch kind {
-		case "put":
-			err = s.Put(ctx, key(k), []byte(val))
-		case "del":
-			err = s.Delete(ctx, key(k))
-		case "get":
-			var v []byte
-			v, err = s.Get(ctx, key(k))
-			out = string(v)
-		case "cas": // val is OLD>NEW, OLD "-" for absent
-			var old []byte
-			o, n, _ := strings.Cut(val, ">")
-			if o != "-" {
-				old = []byte(o)
-			}
-			var ok bool
-			ok, err = s.CompareAndSwap(ctx, key(k), old, []byte(n))
-			out = strconv.FormatBool(ok)
-		}
-		switch {
-		case err == nil:
-			res = "ok"
-		case errors.Is(err, store.ErrNotFound):
-			res, err = "notfound", nil
-		default:
-			res = "err"
-		}
-		if out == "" {
-			out = "-"
-		}
-		record("R %d %d %s %s %d", cl, id, res, out, time.Now().UnixNano())
-		if kind == "get" && res == "ok" {
-			mu.Lock()
-			seen = append(seen[max(0, len(seen)-15):], out)
-			mu.Unlock()
-		}
-	}
+	defer h.f.Close()
 	var wg sync.WaitGroup
 	for g := range 2 {
-		cl := int(world)*2 + g
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(cl), uint64(time.Now().UnixNano())))
-			for seq := 0; time.Now().Before(end); seq++ {
-				if pace > 0 {
-					time.Sleep(time.Duration(rng.Int64N(int64(pace))))
-				}
-				k := rng.IntN(nkeys)
-				switch x := rng.IntN(10); {
-				case x < 4:
-					one(cl, "put", k, fmt.Sprintf("c%d.%d", cl, seq))
-				case x < 5:
-					one(cl, "del", k, "-")
-				case x < 6:
-					// From a value some client wrote lately (or absent):
-					// both outcomes happen.
-					old := "-"
-					mu.Lock()
-					if o := rng.IntN(2*len(seen) + 1); o < len(seen) {
-						old = seen[o]
-					}
-					mu.Unlock()
-					one(cl, "cas", k, fmt.Sprintf("%s>c%d.%d", old, cl, seq))
-				default:
-					one(cl, "get", k, "-")
-				}
-			}
+			h.client(int(world)*2+g, a, end)
 		}()
 	}
 	wg.Wait()
-	for k := range nkeys {
-		one(int(world)*2, "get", k, "-")
+	for k := range a.keys {
+		h.one(int(world)*2, "get", k, "-")
 	}
 	fmt.Printf("clients done\n")
 	stopWatch()
@@ -206,18 +95,184 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 			return nil
 		}
 	}
-	// Recovery can give a key no more replicas than there are live ranks.
+	return checkWhole(ctx, c, s, a)
+}
+
+// kvlinArgs are kvlin's arguments.
+type kvlinArgs struct {
+	dir     string
+	dur     time.Duration
+	copies  int
+	keys    int
+	pace    time.Duration
+	respawn bool
+}
+
+func parseKvlin(args []string) (kvlinArgs, error) {
+	var a kvlinArgs
+	if len(args) < 4 {
+		return a, errors.New("kvlin DIR DURATION COPIES KEYS [PACE [respawn]]")
+	}
+	a.dir = args[0]
+	a.respawn = len(args) > 5 && args[5] == "respawn"
+	var err error
+	if len(args) > 4 {
+		if a.pace, err = time.ParseDuration(args[4]); err != nil {
+			return a, err
+		}
+	}
+	if a.dur, err = time.ParseDuration(args[1]); err != nil {
+		return a, err
+	}
+	if a.copies, err = strconv.Atoi(args[2]); err != nil {
+		return a, err
+	}
+	a.keys, err = strconv.Atoi(args[3])
+	return a, err
+}
+
+// kvlinEnd is when the clients stop: DURATION from now, or, in a
+// replacement, the end rank 0 put in the store at the start (respawn).
+func kvlinEnd(ctx context.Context, c *comm.Comm, s *store.Store, a kvlinArgs, replacement bool) (time.Time, error) {
+	end := time.Now().Add(a.dur)
+	endKey := []byte("kvlin/end")
+	switch {
+	case replacement:
+		b, err := s.Get(ctx, endKey)
+		if err != nil {
+			return end, fmt.Errorf("the run's end: %w", err)
+		}
+		at, _ := strconv.ParseInt(string(b), 10, 64)
+		return time.Unix(0, at), nil
+	case a.respawn && c.Rank() == 0:
+		return end, s.Put(ctx, endKey, strconv.AppendInt(nil, end.UnixNano(), 10))
+	}
+	return end, nil
+}
+
+// linHistory runs a rank's recorded operations on the store and writes
+// their calls and returns to its history file.
+type linHistory struct {
+	ctx context.Context
+	s   *store.Store
+	f   *os.File
+
+	mu   sync.Mutex // guards the fields below, and writes to f
+	opid int
+	seen []string // values gets returned lately, for compare-and-swaps
+}
+
+func newLinHistory(ctx context.Context, s *store.Store, path string) (*linHistory, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &linHistory{ctx: ctx, s: s, f: f}, nil
+}
+
+func (h *linHistory) record(format string, a ...any) {
+	h.mu.Lock()
+	h.f.WriteString(fmt.Sprintf(format, a...) + "\n")
+	h.mu.Unlock()
+}
+
+func linKey(i int) []byte { return fmt.Appendf(nil, "lin/%d", i) }
+
+// one runs one recorded operation of client cl: kind on key k with val
+// (for "cas", OLD>NEW, OLD "-" for absent).
+func (h *linHistory) one(cl int, kind string, k int, val string) {
+	h.mu.Lock()
+	h.opid++
+	id := h.opid
+	h.mu.Unlock()
+	h.record("C %d %d %s %d %s %d", cl, id, kind, k, val, time.Now().UnixNano())
+	out, err := h.apply(kind, linKey(k), val)
+	res := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrNotFound):
+		res = "notfound"
+	default:
+		res = "err"
+	}
+	if out == "" {
+		out = "-"
+	}
+	h.record("R %d %d %s %s %d", cl, id, res, out, time.Now().UnixNano())
+	if kind == "get" && res == "ok" {
+		h.mu.Lock()
+		h.seen = append(h.seen[max(0, len(h.seen)-15):], out)
+		h.mu.Unlock()
+	}
+}
+
+// apply runs one operation on the store and returns what it read (get,
+// cas), "" for nothing.
+func (h *linHistory) apply(kind string, key []byte, val string) (string, error) {
+	switch kind {
+	case "put":
+		return "", h.s.Put(h.ctx, key, []byte(val))
+	case "del":
+		return "", h.s.Delete(h.ctx, key)
+	case "get":
+		v, err := h.s.Get(h.ctx, key)
+		return string(v), err
+	case "cas":
+		var old []byte
+		o, n, _ := strings.Cut(val, ">")
+		if o != "-" {
+			old = []byte(o)
+		}
+		ok, err := h.s.CompareAndSwap(h.ctx, key, old, []byte(n))
+		return strconv.FormatBool(ok), err
+	}
+	return "", fmt.Errorf("unknown operation %q", kind)
+}
+
+// client runs client cl's random operations until end.
+func (h *linHistory) client(cl int, a kvlinArgs, end time.Time) {
+	rng := rand.New(rand.NewPCG(uint64(cl), uint64(time.Now().UnixNano())))
+	for seq := 0; time.Now().Before(end); seq++ {
+		if a.pace > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(a.pace))))
+		}
+		k := rng.IntN(a.keys)
+		switch x := rng.IntN(10); {
+		case x < 4:
+			h.one(cl, "put", k, fmt.Sprintf("c%d.%d", cl, seq))
+		case x < 5:
+			h.one(cl, "del", k, "-")
+		case x < 6:
+			// From a value some client wrote lately (or absent): both
+			// outcomes happen.
+			old := "-"
+			h.mu.Lock()
+			if o := rng.IntN(2*len(h.seen) + 1); o < len(h.seen) {
+				old = h.seen[o]
+			}
+			h.mu.Unlock()
+			h.one(cl, "cas", k, fmt.Sprintf("%s>c%d.%d", old, cl, seq))
+		default:
+			h.one(cl, "get", k, "-")
+		}
+	}
+}
+
+// checkWhole waits until every key has COPIES whole replicas on live ranks
+// (at most one per live rank: recovery can give no more), up to 10 s a
+// key, and prints "whole KEY n" for each.
+func checkWhole(ctx context.Context, c *comm.Comm, s *store.Store, a kvlinArgs) error {
 	live := 0
 	for r := range c.Size() {
 		if !c.ProcFailed(ftrma.Rank(r)) {
 			live++
 		}
 	}
-	want := min(copies, live)
-	for k := range nkeys {
+	want := min(a.copies, live)
+	for k := range a.keys {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			reps, err := s.Locate(ctx, key(k))
+			reps, err := s.Locate(ctx, linKey(k))
 			if err != nil {
 				return err
 			}
