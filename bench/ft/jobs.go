@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/ftrma/ftrma/bench/internal/host"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -455,66 +452,29 @@ func runJob(ctx context.Context, argv []string, mpirun bool, timeout time.Durati
 	limit := timeout + 15*time.Second
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.WaitDelay = 5 * time.Second
 	launcher := "ftrun"
 	if mpirun {
 		launcher = "mpirun"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	}
-	stdout, err := cmd.StdoutPipe()
+	job, err := host.StartJob(ctx, argv, mpirun, 5*time.Second)
 	if err != nil {
 		return err
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	if mpirun {
-		defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what is left of the group
-	}
-
-	type line struct {
-		text     string
-		isStderr bool
-	}
-	lines := make(chan line)
-	scanErr := make(chan error, 2)
-	var wg sync.WaitGroup
-	for _, src := range []struct {
-		r        io.Reader
-		isStderr bool
-	}{{stdout, false}, {stderr, true}} {
-		wg.Go(func() {
-			sc := bufio.NewScanner(src.r)
-			sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-			for sc.Scan() {
-				lines <- line{sc.Text(), src.isStderr}
-			}
-			if err := sc.Err(); err != nil {
-				scanErr <- err
-				io.Copy(io.Discard, src.r) // keep the launcher from blocking on a full pipe
-			}
-		})
-	}
-	go func() { wg.Wait(); close(lines) }()
+	defer job.KillGroup() // what is left of mpirun's group
+	cmd := job.Cmd
 
 	var first error
 	var errLines []string // the launcher's stderr and stray stdout, for the error
 	var enough atomic.Bool
-	for l := range lines {
+	for l := range job.Lines {
 		var ev event
 		var ok bool
 		var err error
-		if l.isStderr {
-			errLines = append(errLines, l.text)
-			ev, ok = parseFtrunReport(l.text)
-		} else if ev, ok, err = parseEvent(l.text); !ok && err == nil {
-			errLines = append(errLines, l.text)
+		if l.Stderr {
+			errLines = append(errLines, l.Text)
+			ev, ok = parseFtrunReport(l.Text)
+		} else if ev, ok, err = parseEvent(l.Text); !ok && err == nil {
+			errLines = append(errLines, l.Text)
 		}
 		if ok && err == nil && ev.kind == kError {
 			err = fmt.Errorf("the program failed: %s", ev.text)
@@ -535,12 +495,8 @@ func runJob(ctx context.Context, argv []string, mpirun bool, timeout time.Durati
 		}
 	}
 	waitErr := cmd.Wait()
-	select {
-	case err := <-scanErr:
-		if first == nil {
-			first = fmt.Errorf("reading %s's output: %w", launcher, err)
-		}
-	default:
+	if err := job.ScanErr(); err != nil && first == nil {
+		first = fmt.Errorf("reading %s's output: %w", launcher, err)
 	}
 	detail := lastLines([]byte(strings.Join(informative(errLines), "\n")), 12)
 	switch {

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ftrma/ftrma/bench/internal/host"
@@ -40,45 +35,23 @@ type outcome struct {
 func runJob(ctx context.Context, argv []string, n int, settle, timeout time.Duration) outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	stdout, err := cmd.StdoutPipe()
+	job, err := host.StartJob(ctx, argv, true, 2*time.Second)
 	if err != nil {
 		return outcome{err: err}
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return outcome{err: err}
-	}
-	if err := cmd.Start(); err != nil {
-		return outcome{err: err}
-	}
-	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // leftovers of the group, if any
-
-	var mu sync.Mutex
-	var out strings.Builder
-	lines := make(chan string, 256)
-	var wg sync.WaitGroup
-	read := func(r io.Reader, tag string) {
-		defer wg.Done()
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			mu.Lock()
-			out.WriteString(tag + sc.Text() + "\n")
-			mu.Unlock()
-			if tag == "" {
-				lines <- sc.Text()
+	defer job.KillGroup() // leftovers of the group, if any
+	cmd := job.Cmd
+	var stdout <-chan host.Line = job.Lines
+	output := job.Output
+	lines := make(chan string, 256) // the launcher's standard output
+	go func() {
+		for l := range stdout {
+			if !l.Stderr {
+				lines <- l.Text
 			}
 		}
-	}
-	wg.Add(2)
-	go read(stdout, "")
-	go read(stderr, "stderr: ")
-	go func() { wg.Wait(); close(lines) }()
-	output := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+		close(lines)
+	}()
 
 	var evs []event
 	var pid int
