@@ -19,7 +19,9 @@
 //     FTRMA_LOCAL_SIZE, FTRMA_TRANSPORT, FTRMA_HOST_ADDR, ...) and removes
 //     FTRMA_SECRET from the process environment; builds the transport ftrun
 //     chose (TCP, shared memory, shared memory to the ranks on this host and
-//     TCP to the others, or RDMA verbs) and installs the receiver; connects
+//     TCP or verbs to the others: each peer through the first transport,
+//     in priority order, that says it reaches the peer, multi.AskRoute) and
+//     installs the receiver; connects
 //     to the rendezvous, proves it knows its host's secret and checks that the
 //     launcher knows it too; publishes the transport's address; waits for
 //     every rank's address; and connects the transport to every peer.

@@ -9,7 +9,9 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/internal/jobwire"
+	"github.com/ftrma/ftrma/transport"
 	"github.com/ftrma/ftrma/transport/multi"
+	"github.com/ftrma/ftrma/transport/shm"
 )
 
 // hybridEnv is rank r of a shm+tcp job of size ranks with spares, local
@@ -24,29 +26,54 @@ func hybridEnv(r ftrma.Rank, size, spares int, local ...ftrma.Rank) jobEnv {
 func TestHybridPlan(t *testing.T) {
 	A := multi.Absent
 	for _, c := range []struct {
-		name string
-		env  jobEnv
-		want hybridPlan
+		name  string
+		env   jobEnv
+		want  hybridPlan
+		route []int
 	}{
 		{"a first rank", hybridEnv(1, 6, 2, 0, 1),
-			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{4, 5}, []int{0, 0, 1, 1, A, A}}},
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{4, 5}}, []int{0, 0, 1, 1, A, A}},
 		{"a first rank on the other host", hybridEnv(2, 6, 2, 2, 3),
-			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3, 4, 5}, []ftrma.Rank{4, 5}, []int{1, 1, 0, 0, A, A}}},
+			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3, 4, 5}, []ftrma.Rank{4, 5}}, []int{1, 1, 0, 0, A, A}},
 		{"the first spare", hybridEnv(4, 6, 2, 0, 1, 4),
-			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{5}, []int{0, 0, 1, 1, 0, A}}},
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, []ftrma.Rank{5}}, []int{0, 0, 1, 1, 0, A}},
 		{"the second spare", hybridEnv(5, 6, 2, 0, 1, 4, 5),
-			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, nil, []int{0, 0, 1, 1, 0, 0}}},
+			hybridPlan{"host-of-rank-0", []ftrma.Rank{0, 1, 4, 5}, nil}, []int{0, 0, 1, 1, 0, 0}},
 		{"a spare on a host of spares only", hybridEnv(5, 6, 2, 5),
-			hybridPlan{"host-of-rank-5", []ftrma.Rank{4, 5}, []ftrma.Rank{4}, []int{1, 1, 1, 1, 1, 0}}},
+			hybridPlan{"host-of-rank-5", []ftrma.Rank{4, 5}, []ftrma.Rank{4}}, []int{1, 1, 1, 1, 1, 0}},
 		{"no spares", hybridEnv(3, 4, 0, 2, 3),
-			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3}, nil, multi.HostRoute(4, []ftrma.Rank{2, 3})}},
+			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3}, nil}, multi.HostRoute(4, []ftrma.Rank{2, 3})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := c.env.hybridPlan(); !reflect.DeepEqual(got, c.want) {
+			got := c.env.hybridPlan()
+			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("plan %+v, want %+v", got, c.want)
+			}
+			if route := askedRoute(t, c.env, got); !reflect.DeepEqual(route, c.route) {
+				t.Errorf("route %v, want %v", route, c.route)
 			}
 		})
 	}
+}
+
+// reachesAll stands for tcp in a route: it reaches every rank (it is no
+// transport.Reacher).
+type reachesAll struct{ transport.Transport }
+
+// askedRoute is the route joinHybrid asks its transports for: a shm
+// transport opened as plan says (in a directory of the test's), then tcp.
+func askedRoute(t *testing.T, env jobEnv, plan hybridPlan) []int {
+	t.Helper()
+	st, err := shm.Open(shm.Config{Rank: env.rank, Size: env.size, Job: "plan", Dir: t.TempDir(), Ranks: plan.shmRanks, Absent: plan.shmAbsent, Spin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	route, err := multi.AskRoute(env.size, env.absent(), st, reachesAll{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return route
 }
 
 // Over any placement, two started ranks agree on the path between them,
@@ -68,6 +95,7 @@ func TestHybridPlanAgrees(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			size := n + spares
 			plans := make([]hybridPlan, size)
+			routes := make([][]int, size)
 			for r := range size {
 				var local []ftrma.Rank
 				for q := range size {
@@ -75,7 +103,9 @@ func TestHybridPlanAgrees(t *testing.T) {
 						local = append(local, ftrma.Rank(q))
 					}
 				}
-				plans[r] = hybridEnv(ftrma.Rank(r), size, spares, local...).hybridPlan()
+				env := hybridEnv(ftrma.Rank(r), size, spares, local...)
+				plans[r] = env.hybridPlan()
+				routes[r] = askedRoute(t, env, plans[r])
 				if !slices.Contains(plans[r].shmRanks, ftrma.Rank(r)) {
 					t.Errorf("rank %d: shm ranks %v lack it", r, plans[r].shmRanks)
 				}
@@ -90,19 +120,19 @@ func TestHybridPlanAgrees(t *testing.T) {
 						continue // b is absent at a: Admit routes it by host name
 					}
 					// b started before a, or is a first rank: a's route for it.
-					if got, want := plans[a].route[b], map[bool]int{true: 0, false: 1}[sameHost]; got != want {
+					if got, want := routes[a][b], map[bool]int{true: 0, false: 1}[sameHost]; got != want {
 						t.Errorf("rank %d routes rank %d to %d, want %d", a, b, got, want)
 					}
-					if plans[a].route[b] == 0 && (!slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) || slices.Contains(plans[a].shmAbsent, ftrma.Rank(b))) {
+					if routes[a][b] == 0 && (!slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) || slices.Contains(plans[a].shmAbsent, ftrma.Rank(b))) {
 						t.Errorf("rank %d routes rank %d to shm, which does not serve it as started: ranks %v, absent %v", a, b, plans[a].shmRanks, plans[a].shmAbsent)
 					}
-					if plans[a].route[b] == 1 && slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) && !slices.Contains(plans[a].shmAbsent, ftrma.Rank(b)) {
+					if routes[a][b] == 1 && slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) && !slices.Contains(plans[a].shmAbsent, ftrma.Rank(b)) {
 						t.Errorf("rank %d routes rank %d to tcp, but shm waits for it: ranks %v, absent %v", a, b, plans[a].shmRanks, plans[a].shmAbsent)
 					}
 				}
 				for b := n; b < size; b++ {
-					if b > a && plans[a].route[b] != multi.Absent {
-						t.Errorf("rank %d routes spare %d, not started yet, to %d", a, b, plans[a].route[b])
+					if b > a && routes[a][b] != multi.Absent {
+						t.Errorf("rank %d routes spare %d, not started yet, to %d", a, b, routes[a][b])
 					}
 					if !slices.Contains(plans[a].shmRanks, ftrma.Rank(b)) {
 						t.Errorf("rank %d: shm does not serve spare %d: %v", a, b, plans[a].shmRanks)

@@ -697,12 +697,18 @@ func joinHybrid(ctx context.Context, env jobEnv, recv *exitReceiver, sess *Sessi
 		st.Close()
 		return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 	}
+	// Each peer through the first transport that reaches it: shm those
+	// of this host it serves (Config.Ranks, less Config.Absent), tcp the
+	// others.
+	route, err := multi.AskRoute(env.size, env.absent(), st, tt)
 	subs := []multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}
 	var t *multi.Transport
-	if env.spares > 0 {
-		t, err = multi.NewAdmitting(subs, plan.route, multi.Admission{Host: plan.host, Local: 0, Remote: 1})
-	} else {
-		t, err = multi.New(subs, plan.route)
+	switch {
+	case err != nil:
+	case env.spares > 0:
+		t, err = multi.NewAdmitting(subs, route, multi.Admission{Host: plan.host, Local: 0, Remote: 1})
+	default:
+		t, err = multi.New(subs, route)
 	}
 	if err != nil {
 		st.Close()
@@ -732,7 +738,6 @@ type hybridPlan struct {
 	host      string       // this rank's host for admissions (multi.Admission.Host)
 	shmRanks  []ftrma.Rank // shm's Config.Ranks
 	shmAbsent []ftrma.Rank // shm's Config.Absent
-	route     []int        // the multi route: 0 shm, 1 tcp, or multi.Absent
 }
 
 // hybridPlan plans this rank's transports from FTRMA_LOCAL_RANKS (the
@@ -776,17 +781,6 @@ func (env jobEnv) hybridPlan() hybridPlan {
 			p.shmAbsent = append(p.shmAbsent, r)
 		}
 	}
-	p.route = make([]int, env.size)
-	for r := range p.route {
-		switch {
-		case ftrma.Rank(r) == env.rank || slices.Contains(env.localRanks, ftrma.Rank(r)):
-			p.route[r] = 0
-		case slices.Contains(absent, ftrma.Rank(r)):
-			p.route[r] = multi.Absent
-		default:
-			p.route[r] = 1
-		}
-	}
 	if env.spares == 0 {
 		p.shmRanks, p.shmAbsent = env.localRanks, nil
 	}
@@ -826,7 +820,11 @@ func joinVerbs(ctx context.Context, env jobEnv, recv *exitReceiver, logger *slog
 			vt.Close()
 			return nil, nil, fmt.Errorf("launcher: rank %d: %w", env.rank, err)
 		}
-		mt, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "verbs", T: vt, Reach: true}}, multi.HostRoute(env.size, env.localRanks))
+		route, err := multi.AskRoute(env.size, nil, st, vt) // shm to the host's ranks, verbs to the others
+		var mt *multi.Transport
+		if err == nil {
+			mt, err = multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "verbs", T: vt, Reach: true}}, route)
+		}
 		if err != nil {
 			st.Close()
 			vt.Close()

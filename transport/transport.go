@@ -12,8 +12,8 @@
 // interfaces it implements: Allocator (peers reach only memory it
 // allocated: shared memory), ForeignRegistrar (it also registers the
 // caller's own memory, executing peers' operations on it), Sharer (it maps
-// a peer's memory into this process), Tester, RegionLimiter and Admitter
-// (it takes in spares while it runs).
+// a peer's memory into this process), Reacher (it reaches only some ranks),
+// Tester, RegionLimiter and Admitter (it takes in spares while it runs).
 //
 // A caller's duties, in order:
 //
@@ -152,6 +152,16 @@ type Sharer interface {
 	// with an error wrapping ErrNotShared; an unknown key with
 	// ftrma.ErrUnknownRegion; a peer down with ftrma.ErrProcFailed.
 	MapShared(peer ftrma.Rank, key Key) (mem []byte, unmap func(), err error)
+}
+
+// Reacher is implemented by transports that reach only some ranks of the
+// job (shm: the ranks of its host). A rank's start-up asks its transports,
+// in priority order, which reaches each peer (multi.AskRoute). A transport
+// that is no Reacher reaches every rank.
+type Reacher interface {
+	// Reaches reports whether this transport reaches rank r: it serves r
+	// and r is not absent from it (a spare that started on another host).
+	Reaches(r ftrma.Rank) bool
 }
 
 // ErrNotShared is why memory cannot be mapped for direct access (Sharer):

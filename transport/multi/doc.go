@@ -122,7 +122,8 @@
 //
 //  1. Open each transport for the ranks it serves: shm with Config.Ranks set
 //     to the ranks of this host, tcp with Listen.
-//  2. New([]Sub{{"shm", shmT}, {"tcp", tcpT}}, HostRoute(size, local)).
+//  2. New([]Sub{{"shm", shmT}, {"tcp", tcpT}}, route), route from AskRoute
+//     (shm first: it reaches the ranks of this host, tcp the others).
 //  3. SetReceiver, before peers may send.
 //  4. Publish tcp's address (Addr) through the rendezvous; Connect(ctx,
 //     addrs) with every rank's address.
@@ -141,7 +142,11 @@
 //		st.Close()
 //		return err
 //	}
-//	t, err := multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}, multi.HostRoute(n, local))
+//	route, err := multi.AskRoute(n, nil, st, tt) // shm where it reaches, else tcp
+//	var t *multi.Transport
+//	if err == nil {
+//		t, err = multi.New([]multi.Sub{{Name: "shm", T: st}, {Name: "tcp", T: tt}}, route)
+//	}
 //	if err != nil {
 //		st.Close()
 //		tt.Close()

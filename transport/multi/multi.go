@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -788,10 +789,37 @@ func (m *Transport) Close() error {
 
 var errFencedAbsent = errors.New("fenced before it was admitted")
 
+// AskRoute builds the route New takes by asking the transports, in
+// priority order, which reaches each rank of a job of size ranks: a rank
+// goes to the first that reaches it (a transport.Reacher that says so, or
+// a transport that is no Reacher: it reaches every rank), a rank of absent
+// (not started: a spare) is Absent. A rank that none reaches fails with
+// ftrma.ErrInvalid.
+func AskRoute(size int, absent []ftrma.Rank, subs ...transport.Transport) ([]int, error) {
+	route := make([]int, size)
+	for r := range route {
+		route[r] = Absent
+		if slices.Contains(absent, ftrma.Rank(r)) {
+			continue
+		}
+		for i, t := range subs {
+			if rt, ok := t.(transport.Reacher); !ok || rt.Reaches(ftrma.Rank(r)) {
+				route[r] = i
+				break
+			}
+		}
+		if route[r] == Absent {
+			return nil, fmt.Errorf("multi transport: none of the %d transports reaches rank %d: %w", len(subs), r, ftrma.ErrInvalid)
+		}
+	}
+	return route, nil
+}
+
 // HostRoute is the usual route: transport 0 (shared memory) to the ranks
 // of this host, local (this rank among them), and transport 1 (tcp, verbs)
 // to every other rank of a job of size ranks. Ranks of local out of range
-// are ignored.
+// are ignored. It is what AskRoute gives when transport 0 serves exactly
+// local; tests use it to route without opening transports.
 func HostRoute(size int, local []ftrma.Rank) []int {
 	route := make([]int, size)
 	for r := range route {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -522,4 +523,25 @@ func TestHeldUntilReceiver(t *testing.T) {
 		rec.Await(t, ctx, fmt.Sprintf("early message from %d", r), func() bool { return len(rec.From(r)) == 1 })
 	}
 	rec.Await(t, ctx, "held peer-down event", func() bool { return len(rec.DownsOf(3)) == 1 })
+}
+
+// reachOnly is a transport that reaches the ranks of its set alone.
+type reachOnly struct {
+	transport.Transport
+	ranks []ftrma.Rank
+}
+
+func (r reachOnly) Reaches(q ftrma.Rank) bool { return slices.Contains(r.ranks, q) }
+
+// AskRoute gives each rank the first transport that reaches it, absent
+// ranks Absent, and fails for a rank no transport reaches.
+func TestAskRoute(t *testing.T) {
+	local := reachOnly{ranks: []ftrma.Rank{1, 3}}
+	route, err := multi.AskRoute(5, []ftrma.Rank{4}, local, reachOnly{ranks: []ftrma.Rank{0, 1, 2, 3}})
+	if err != nil || !slices.Equal(route, []int{1, 0, 1, 0, multi.Absent}) {
+		t.Fatalf("route %v, %v", route, err)
+	}
+	if _, err := multi.AskRoute(3, nil, local); !errors.Is(err, ftrma.ErrInvalid) {
+		t.Fatalf("a rank nobody reaches: %v, want ErrInvalid", err)
+	}
 }

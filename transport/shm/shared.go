@@ -17,6 +17,13 @@ func (t *Transport) Shares(peer ftrma.Rank) bool {
 	return peer >= 0 && int(peer) < len(t.peers) && t.peers[peer] != nil
 }
 
+// Reaches reports whether this transport reaches rank r
+// (transport.Reacher): r is one of Config.Ranks and not absent (a spare
+// that has not started, or started on another host, until Admit).
+func (t *Transport) Reaches(r ftrma.Rank) bool {
+	return t.Shares(r) && !t.peers[r].absent.Load()
+}
+
 // MapShared maps peer's region key into this process (transport.Sharer):
 // a mapping of the peer's segment file of the caller's own, apart from the
 // mappings the transport's operations use, so that neither the peer going
