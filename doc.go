@@ -29,5 +29,10 @@
 // the field names its lines use (LogRank, LogPeer, LogJob). Library code
 // never writes to standard error itself.
 //
+// Every configurable piece takes a Config whose zero fields mean their
+// defaults (comm.Config, store.Config, each transport's, ftrun's
+// launcher.Config); its withDefaults (or exported WithDefaults) checks it
+// and fills the defaults in.
+//
 // Lower packages never import higher ones.
 package ftrma

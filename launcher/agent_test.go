@@ -486,7 +486,7 @@ func TestAgentSecretRefused(t *testing.T) {
 
 	// A passphrase is no agent secret, on either side.
 	t.Setenv(EnvAgentSecret, "correct horse battery staple")
-	if _, err := Start(&Options{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), "--gen-secret") {
+	if _, err := Start(&Config{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), "--gen-secret") {
 		t.Errorf("launcher with a passphrase: %v", err)
 	}
 	var out, errs bytes.Buffer
@@ -501,7 +501,7 @@ func TestAgentSecretRefused(t *testing.T) {
 	if code := RunAgent([]string{"--listen", "127.0.0.1:0"}, &out, &errs); code != ExitUsage || !strings.Contains(errs.String(), EnvAgentSecret) {
 		t.Errorf("agent without secret: exit %d, stderr %q", code, errs.String())
 	}
-	if _, err := Start(&Options{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), EnvAgentSecret) {
+	if _, err := Start(&Config{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: "127.0.0.1:1", N: 1}}, Prog: selfPath(t)}); err == nil || !strings.Contains(err.Error(), EnvAgentSecret) {
 		t.Errorf("launcher without secret: %v", err)
 	}
 }
@@ -621,7 +621,7 @@ func TestMultiHostKill(t *testing.T) {
 	a, _ := startAgent(t, "notice", true)
 	out := make(lineChan, 100)
 	var errs logBuffer
-	j, err := Start(&Options{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 2}}, AgentSecret: testAgentSecret,
+	j, err := Start(&Config{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 2}}, AgentSecret: testAgentSecret,
 		TagOutput: true, Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{"3"}, Stdout: out, Stderr: &errs})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ type hostTiming struct {
 	lease         time.Duration // the ranks' lease term (jobwire.LeaseTerm scaled)
 }
 
-func timingFor(o *Options) hostTiming {
+func timingFor(o *Config) hostTiming {
 	// The detector timeout asked for (three periods where only --hb-period
 	// is given), over the default one.
 	asked := o.detector().WithDefaults().Timeout

@@ -38,7 +38,7 @@ func TestAgentOnceIdleConnection(t *testing.T) {
 	defer idle.Close()
 
 	var out, errs logBuffer
-	j, err := Start(&Options{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: a.Addr().String(), N: 1}}, AgentSecret: testAgentSecret,
+	j, err := Start(&Config{N: 2, Hosts: []HostSpec{{N: 1}, {Addr: a.Addr().String(), N: 1}}, AgentSecret: testAgentSecret,
 		Timeout: 2 * helperLife, Prog: selfPath(t), Stdout: &out, Stderr: &errs})
 	if err != nil {
 		t.Fatalf("job behind an idle connection: %v\nagent log:\n%s", err, logs)

@@ -78,7 +78,7 @@ func rankMargin(term time.Duration) time.Duration { return term * 3 / 8 }
 // hosts (ftrun's included) whose ranks' lease term is lease, without its
 // membership (RankHost), defaults filled: the timing every node of the job
 // runs with, from which the ranks' chain of bounds takes the arbiter's
-// verdict bound (Options.hostVerdict).
+// verdict bound (Config.hostVerdict).
 func arbiterConfig(hosts int, lease time.Duration) arbiter.Config {
 	return arbiter.Config{ID: 1, Hosts: hosts, Voters: arbiter.DefaultVoters(hosts),
 		LeaseTerm: lease, Margin: rankMargin(lease)}.WithDefaults()

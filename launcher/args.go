@@ -38,8 +38,8 @@ const (
 	exitSignaled = 128 // + the signal's number
 )
 
-// Options describes a job, as ftrun's command line does.
-type Options struct {
+// Config describes a job, as ftrun's command line does.
+type Config struct {
 	// N is the number of ranks, >= 1.
 	N int
 	// TagOutput prefixes every line a rank writes with "[rank] ".
@@ -184,7 +184,7 @@ type Options struct {
 
 // detector is the failure detector setting the job asks for (--hb-period,
 // --hb-timeout), zeros meaning the defaults (failure.Config).
-func (o *Options) detector() failure.Config {
+func (o *Config) detector() failure.Config {
 	return failure.Config{Period: o.HBPeriod, Timeout: o.HBTimeout}
 }
 
@@ -718,7 +718,7 @@ Exit status:
 `
 
 // newFlagSet defines ftrun's flags over o.
-func newFlagSet(o *Options) *flag.FlagSet {
+func newFlagSet(o *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("ftrun", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -785,8 +785,8 @@ func newFlagSet(o *Options) *flag.FlagSet {
 // ParseArgs parses ftrun's command line, without the command name. Parsing
 // stops at the first argument that is not a flag (the program) or after "--".
 // An error describes a usage mistake.
-func ParseArgs(args []string) (*Options, error) {
-	o := new(Options)
+func ParseArgs(args []string) (*Config, error) {
+	o := new(Config)
 	fs := newFlagSet(o)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -882,7 +882,7 @@ func ParseArgs(args []string) (*Options, error) {
 	return o, nil
 }
 
-// Transports ftrun can give its ranks (Options.Transport, Job.Transport):
+// Transports ftrun can give its ranks (Config.Transport, Job.Transport):
 // the names of internal/jobwire, which the ranks read.
 const (
 	TransportTCP   = jobwire.TransportTCP

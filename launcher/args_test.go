@@ -16,42 +16,42 @@ func TestParseArgs(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		want *Options // nil: want an error
-		err  string   // substring of the error
+		want *Config // nil: want an error
+		err  string  // substring of the error
 	}{
 		{name: "minimal", args: []string{"-n", "4", "prog"},
-			want: &Options{N: 4, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 4, Prog: "prog", Args: []string{}}},
 		{name: "too many ranks", args: []string{"-n", "2000000000", "prog"}, err: "at most 1048576 ranks"},
 		{name: "too many spares", args: []string{"-n", "2", "--respawn=2000000000", "prog"}, err: "at most 1048576 ranks"},
 		{name: "too many ranks on one host", args: []string{"-n", "4", "--hosts", "local:2,h2:7770:2000000000", "prog"}, err: "rank count"},
 		{name: "double dash and equals", args: []string{"--n=2", "--tag-output", "prog", "a", "b"},
-			want: &Options{N: 2, TagOutput: true, Prog: "prog", Args: []string{"a", "b"}}},
+			want: &Config{N: 2, TagOutput: true, Prog: "prog", Args: []string{"a", "b"}}},
 		{name: "flags after the program are the program's", args: []string{"-n", "2", "prog", "-n", "3", "--kill", "x"},
-			want: &Options{N: 2, Prog: "prog", Args: []string{"-n", "3", "--kill", "x"}}},
+			want: &Config{N: 2, Prog: "prog", Args: []string{"-n", "3", "--kill", "x"}}},
 		{name: "double dash ends flags", args: []string{"-n", "1", "--", "-prog"},
-			want: &Options{N: 1, Prog: "-prog", Args: []string{}}},
+			want: &Config{N: 1, Prog: "-prog", Args: []string{}}},
 		{name: "kills and timeout", args: []string{"-n", "4", "--kill", "3@1s", "--kill=0@250ms", "--timeout", "1m", "prog"},
-			want: &Options{N: 4, Kills: []KillSpec{{3, time.Second}, {0, 250 * time.Millisecond}}, Timeout: time.Minute, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 4, Kills: []KillSpec{{3, time.Second}, {0, 250 * time.Millisecond}}, Timeout: time.Minute, Prog: "prog", Args: []string{}}},
 		{name: "kill at zero", args: []string{"-n", "1", "--kill", "0@0s", "prog"},
-			want: &Options{N: 1, Kills: []KillSpec{{0, 0}}, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 1, Kills: []KillSpec{{0, 0}}, Prog: "prog", Args: []string{}}},
 		{name: "spin", args: []string{"-n", "2", "--spin", "20us", "prog"},
-			want: &Options{N: 2, Spin: 20 * time.Microsecond, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 2, Spin: 20 * time.Microsecond, Prog: "prog", Args: []string{}}},
 		{name: "detector settings", args: []string{"-n", "2", "--hb-period", "100ms", "--hb-timeout", "300ms", "--no-ft", "prog"},
-			want: &Options{N: 2, HBPeriod: 100 * time.Millisecond, HBTimeout: 300 * time.Millisecond, NoFT: true, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 2, HBPeriod: 100 * time.Millisecond, HBTimeout: 300 * time.Millisecond, NoFT: true, Prog: "prog", Args: []string{}}},
 		{name: "no spin", args: []string{"-n", "2", "--spin=-1ns", "prog"},
-			want: &Options{N: 2, Spin: -1, Prog: "prog", Args: []string{}}},
+			want: &Config{N: 2, Spin: -1, Prog: "prog", Args: []string{}}},
 		{name: "injections", args: []string{"-n", "4", "--pause", "2@500ms:3s", "--pause=0@0s:20ms", "--kill-host", "h2@1s",
 			"--cut", "h3@1s", "--cut", "node4:7770@0s:2s", "prog"},
-			want: &Options{N: 4, Pauses: []PauseSpec{{2, 500 * time.Millisecond, 3 * time.Second}, {0, 0, 20 * time.Millisecond}},
+			want: &Config{N: 4, Pauses: []PauseSpec{{2, 500 * time.Millisecond, 3 * time.Second}, {0, 0, 20 * time.Millisecond}},
 				KillHosts: []KillHostSpec{{"h2", time.Second}}, Cuts: []CutSpec{{"h3", time.Second, 0}, {"node4:7770", 0, 2 * time.Second}},
 				Prog: "prog", Args: []string{}}},
 		{name: "injections with --no-ft", args: []string{"--no-ft", "-H", "a:1,b:1", "--kill-host", "b@0s", "prog"},
-			want: &Options{NoFT: true, HostList: "a:1,b:1", KillHosts: []KillHostSpec{{"b", 0}}, Prog: "prog", Args: []string{}}},
+			want: &Config{NoFT: true, HostList: "a:1,b:1", KillHosts: []KillHostSpec{{"b", 0}}, Prog: "prog", Args: []string{}}},
 		{name: "no arbiter", args: []string{"-n", "2", "--no-arbiter", "prog"},
-			want: &Options{N: 2, NoArbiter: true, Prog: "prog", Args: []string{}}},
-		{name: "help", args: []string{"--help"}, want: &Options{Help: true}},
-		{name: "short help", args: []string{"-h"}, want: &Options{Help: true}},
-		{name: "version", args: []string{"--version"}, want: &Options{Version: true}},
+			want: &Config{N: 2, NoArbiter: true, Prog: "prog", Args: []string{}}},
+		{name: "help", args: []string{"--help"}, want: &Config{Help: true}},
+		{name: "short help", args: []string{"-h"}, want: &Config{Help: true}},
+		{name: "version", args: []string{"--version"}, want: &Config{Version: true}},
 
 		{name: "missing -n", args: []string{"prog"}, err: "-n N is required"},
 		{name: "nothing", args: nil, err: "-n N is required"},
@@ -150,7 +150,7 @@ func TestInjectSpecString(t *testing.T) {
 
 // The help text documents every flag and every exit status.
 func TestUsageDocumentsEverything(t *testing.T) {
-	newFlagSet(new(Options)).VisitAll(func(f *flag.Flag) {
+	newFlagSet(new(Config)).VisitAll(func(f *flag.Flag) {
 		dash := "--"
 		if len(f.Name) == 1 {
 			dash = "-"

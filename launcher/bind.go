@@ -14,7 +14,7 @@ import (
 // alone. Spares start unbound: they take the place of a failed rank, whose
 // CPU they would have to learn.
 
-// Binding policies (Options.BindTo).
+// Binding policies (Config.BindTo).
 const (
 	BindNone = "none"
 	BindCore = "core"

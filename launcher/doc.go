@@ -15,7 +15,7 @@
 // A job can span hosts. On every other host an agent starts that host's
 // ranks: "ftrun agent --boot", which ftrun starts itself by ssh or srun
 // for the hosts of a hostfile, -H list or Slurm allocation (boot.go), or a
-// long-running "ftrun agent --listen HOST[:PORT]" named by Options.Hosts
+// long-running "ftrun agent --listen HOST[:PORT]" named by Config.Hosts
 // (ftrun --hosts; port DefaultAgentPort by default). Every link runs mutual
 // TLS 1.3 keyed from a secret (per-host keys derived from the job's root
 // secret, or the running agents' secret); over it the launcher sends the
@@ -33,28 +33,28 @@
 // host (shm+tcp). The agent protocol is in agentwire.go.
 //
 // Placement decides where the ranks go: a hostfile or host list with slots
-// (Options.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm
+// (Config.Hostfile, HostList; ParseHostfile, ParseHostList) or a Slurm
 // allocation (SlurmHosts), filled by slot or by node (MapRanks); ftrun then
 // starts an agent on each host that gets ranks, by ssh or srun. Without
 // them this host has one slot per CPU. More ranks than slots is refused
-// unless Options.Oversubscribe (--oversubscribe), as mpirun does.
+// unless Config.Oversubscribe (--oversubscribe), as mpirun does.
 //
 // Timing comes from package failure, the one home of the detector's
 // settings: the ranks' lease and the agent links stretch with the detector
 // timeout asked for and with failure.RanksPerCPU of ftrun's host.
 //
-// Spares (--respawn=S, Options.Spares; spawn.go): the job has N+S world
+// Spares (--respawn=S, Config.Spares; spawn.go): the job has N+S world
 // ranks, of which the last S start absent. A rank asks for spares on its
 // supervision channel (startup.Session.Spawn, SpawnNear with the rank each
 // spare replaces); ftrun starts them one at a time, waits until each has
 // joined the rendezvous, tells every live rank (an admission), and answers.
 // A spare starts on the replaced rank's host if that host is alive with a
-// free slot, else on a host of --spare-hosts (Options.SpareHosts) or one
+// free slot, else on a host of --spare-hosts (Config.SpareHosts) or one
 // with slots beyond -n, else on ftrun's own host (spareplace.go); on a
 // remote host its agent starts it (agentwire.go: spawn) and supervises it
 // as its other ranks. The protocol is in internal/jobwire/spawn.go.
 //
-// Output files (--output-filename DIR, Options.OutputFilename;
+// Output files (--output-filename DIR, Config.OutputFilename;
 // outfiles.go): each rank's output also goes to DIR/1/rank.N/stdout and
 // stderr, Open MPI's layout, written on the rank's host (by ftrun for its
 // own ranks, by the agent for the others, each line before it is
@@ -63,7 +63,7 @@
 // (report.go: WriteReport, from a plain JobReport).
 //
 // The replicated arbiter (the default over several hosts; --no-arbiter,
-// Options.NoArbiter, turns it off; arbiterjob.go): ftrun (node 1) and its
+// Config.NoArbiter, turns it off; arbiterjob.go): ftrun (node 1) and its
 // agents (node h+1 on the job's host h) run the job's authority
 // (launcher/internal/arbiter): a mesh of mutual-TLS links, one per pair of nodes
 // keyed by a pair key derived from the job's root secret (arbiterlink.go),

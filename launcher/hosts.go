@@ -35,10 +35,10 @@ func inSlurm(getenv func(string) string) bool {
 }
 
 // planHosts resolves where o's ranks go, setting o.N when the hosts give it,
-// and the hosts for spares only (Options.SpareHosts; with --respawn, the
+// and the hosts for spares only (Config.SpareHosts; with --respawn, the
 // hosts of a hostfile or allocation that get no rank, as many as the
 // spares need).
-func planHosts(o *Options) ([]hostBlock, error) {
+func planHosts(o *Config) ([]hostBlock, error) {
 	var spares []hostBlock
 	if o.SpareHosts != "" {
 		var err error
@@ -112,7 +112,7 @@ func spareHostList(s string, start string) ([]hostBlock, error) {
 
 // planRankHosts resolves where o's ranks go (planHosts without
 // --spare-hosts, whose hosts have spareSlots slots).
-func planRankHosts(o *Options, spareSlots int) ([]hostBlock, error) {
+func planRankHosts(o *Config, spareSlots int) ([]hostBlock, error) {
 	if len(o.Hosts) > 0 {
 		return assignRanks(o.Hosts, o.N)
 	}

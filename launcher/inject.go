@@ -64,7 +64,7 @@ type hostInject struct {
 // anything starts: ranks in range, hosts the job has (not ftrun's own for
 // --kill-host), and for --cut a job on several hosts and a ftrun that may
 // add routes.
-func planInjections(o *Options, blocks []hostBlock) (kills, cuts []hostInject, err error) {
+func planInjections(o *Config, blocks []hostBlock) (kills, cuts []hostInject, err error) {
 	for _, p := range o.Pauses {
 		if p.Rank < 0 || int(p.Rank) >= o.N {
 			return nil, nil, usageError{fmt.Errorf("--pause %v: no rank %d in a job of %d", p, p.Rank, o.N)}

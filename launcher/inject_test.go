@@ -59,33 +59,33 @@ func TestPlanInjections(t *testing.T) {
 		}
 	}
 
-	o := &Options{N: 9, KillHosts: []KillHostSpec{{"h3", time.Second}}, Cuts: []CutSpec{{"h2", time.Second, 0}, {"local", 0, time.Second}},
+	o := &Config{N: 9, KillHosts: []KillHostSpec{{"h3", time.Second}}, Cuts: []CutSpec{{"h2", time.Second, 0}, {"local", 0, time.Second}},
 		Pauses: []PauseSpec{{Rank: 8, For: time.Second}}}
 	kills, cuts, err := planInjections(o, blocks)
 	if err != nil || len(kills) != 1 || kills[0].block != 2 || len(cuts) != 2 || cuts[0].block != 1 || cuts[1].block != -1 {
 		t.Errorf("planInjections: %+v, %+v, %v", kills, cuts, err)
 	}
 	for _, tt := range []struct {
-		o      Options
+		o      Config
 		blocks []hostBlock
 		err    string
 	}{
-		{Options{N: 9, KillHosts: []KillHostSpec{{"local", time.Second}}}, blocks, "local is ftrun's own host, and the job depends on ftrun running there"},
-		{Options{N: 9, KillHosts: []KillHostSpec{{self, time.Second}}}, blocks, "is ftrun's own host"},
-		{Options{N: 9, KillHosts: []KillHostSpec{{"h9", time.Second}}}, blocks, "--kill-host h9@1s: no host h9"},
-		{Options{N: 9, Cuts: []CutSpec{{"h9", time.Second, 0}}}, blocks, "--cut h9@1s: no host h9"},
-		{Options{N: 2, Cuts: []CutSpec{{"local", time.Second, 0}}}, blocks[:1], "the job runs on one host"},
-		{Options{N: 9, Pauses: []PauseSpec{{9, 0, time.Second}}}, blocks, "--pause 9@0s:1s: no rank 9 in a job of 9"},
+		{Config{N: 9, KillHosts: []KillHostSpec{{"local", time.Second}}}, blocks, "local is ftrun's own host, and the job depends on ftrun running there"},
+		{Config{N: 9, KillHosts: []KillHostSpec{{self, time.Second}}}, blocks, "is ftrun's own host"},
+		{Config{N: 9, KillHosts: []KillHostSpec{{"h9", time.Second}}}, blocks, "--kill-host h9@1s: no host h9"},
+		{Config{N: 9, Cuts: []CutSpec{{"h9", time.Second, 0}}}, blocks, "--cut h9@1s: no host h9"},
+		{Config{N: 2, Cuts: []CutSpec{{"local", time.Second, 0}}}, blocks[:1], "the job runs on one host"},
+		{Config{N: 9, Pauses: []PauseSpec{{9, 0, time.Second}}}, blocks, "--pause 9@0s:1s: no rank 9 in a job of 9"},
 	} {
 		if _, _, err := planInjections(&tt.o, tt.blocks); err == nil || !strings.Contains(err.Error(), tt.err) || !errors.As(err, new(usageError)) {
 			t.Errorf("planInjections(%+v): %v; want a usage error with %q", tt.o, err, tt.err)
 		}
 	}
 	checkNetAdmin = func() error { return errors.New("no CAP_NET_ADMIN") }
-	if _, _, err := planInjections(&Options{N: 9, Cuts: []CutSpec{{"h2", time.Second, 0}}}, blocks); err == nil || !strings.Contains(err.Error(), "ftrun cannot add blackhole routes on its host: no CAP_NET_ADMIN") {
+	if _, _, err := planInjections(&Config{N: 9, Cuts: []CutSpec{{"h2", time.Second, 0}}}, blocks); err == nil || !strings.Contains(err.Error(), "ftrun cannot add blackhole routes on its host: no CAP_NET_ADMIN") {
 		t.Errorf("cut without CAP_NET_ADMIN: %v", err)
 	}
-	if _, _, err := planInjections(&Options{N: 9, KillHosts: []KillHostSpec{{"h2", time.Second}}}, blocks); err != nil {
+	if _, _, err := planInjections(&Config{N: 9, KillHosts: []KillHostSpec{{"h2", time.Second}}}, blocks); err != nil {
 		t.Errorf("kill-host needs no CAP_NET_ADMIN: %v", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestProcessPause(t *testing.T) {
 	const pause = 700 * time.Millisecond
 	out := make(lineChan, 1000)
 	var errs logBuffer
-	j, err := Start(&Options{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: ag.addr, N: 2}}, Oversubscribe: true,
+	j, err := Start(&Config{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: ag.addr, N: 2}}, Oversubscribe: true,
 		Timeout: helperLife, Prog: selfPath(t), Args: []string{"100"}, Stdout: out, Stderr: &errs})
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +315,7 @@ func TestProcessKillHost(t *testing.T) {
 	ag := startAgentDaemon(t, "notice")
 	out := make(lineChan, 100)
 	var errs logBuffer
-	j, err := Start(&Options{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: ag.addr, N: 2}}, Oversubscribe: true,
+	j, err := Start(&Config{N: 4, Hosts: []HostSpec{{N: 2}, {Addr: ag.addr, N: 2}}, Oversubscribe: true,
 		TagOutput: true, Timeout: helperLife, Prog: selfPath(t), Args: []string{"3"}, Stdout: out, Stderr: &errs})
 	if err != nil {
 		t.Fatal(err)

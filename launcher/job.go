@@ -55,8 +55,8 @@ const outputGrace = 2 * time.Second
 // hosts whose agents start them, the rendezvous server that connects them, and
 // the timers of --kill and --timeout.
 type Job struct {
-	opts         Options // Transport resolved
-	transportWhy string  // why that transport
+	opts         Config // Transport resolved
+	transportWhy string // why that transport
 	id           string
 	out          *sink
 	rv           *rvServer
@@ -76,7 +76,7 @@ type Job struct {
 	done         chan struct{}  // closed when every rank exited; result is then set
 
 	// Spares (--respawn): world ranks opts.N..opts.N+spares-1.
-	spares   int          // Options.Spares resolved
+	spares   int          // Config.Spares resolved
 	secret   []byte       // the ranks' secret, from which each host's is derived (hostSecret); never given to a rank
 	hostAddr string       // FTRMA_HOST_ADDR of this host's ranks, "" on one host
 	path     string       // the program, resolved on this host; "" when this host runs no rank
@@ -222,7 +222,7 @@ func (r *Result) abortStatus() int {
 // first agent. The --kill and --timeout timers start when every rank has
 // started. If a rank cannot be started, the ranks already started are killed
 // and Start returns an error.
-func Start(opts *Options) (*Job, error) {
+func Start(opts *Config) (*Job, error) {
 	o := *opts
 	opts = &o
 	plan, err := planJob(opts)
@@ -342,7 +342,7 @@ type jobPlan struct {
 // planJob checks the options and plans the job: the hosts' blocks of
 // ranks, the injected failures, the transport. It fills in opts.Spares
 // (--respawn without a count), cpuStretch, arbitrated and hostVerdict.
-func planJob(opts *Options) (jobPlan, error) {
+func planJob(opts *Config) (jobPlan, error) {
 	var p jobPlan
 	blocks, err := planHosts(opts)
 	if err != nil {

@@ -54,7 +54,7 @@ func TestResolveTransport(t *testing.T) {
 func TestRankEnv(t *testing.T) {
 	// A job of N ranks: at least as many as CPUs gets GOMAXPROCS=1.
 	n := runtime.NumCPU()
-	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, 0, "j", "", &Options{})
+	vars := rankVars(1, n, rankRange(0, n), "127.0.0.1:5", []byte{0xab, 0xcd}, 0, "j", "", &Config{})
 	env := rankEnv([]string{"PATH=/bin", "FTRMA_RANK=9", "FTRMA_OTHER=x", "HOME=/h"}, vars, n)
 	want := []string{"PATH=/bin", "HOME=/h", "GOMAXPROCS=1", "FTRMA_LEASE=1s", "FTRMA_TRANSPORT=shm", "FTRMA_RANK=1", "FTRMA_SIZE=" + strconv.Itoa(n), "FTRMA_RENDEZVOUS=127.0.0.1:5",
 		"FTRMA_SECRET=abcd", "FTRMA_HOST_INDEX=0", "FTRMA_JOB=j", "FTRMA_LOCAL_SIZE=" + strconv.Itoa(n)}
@@ -69,7 +69,7 @@ func TestRankEnv(t *testing.T) {
 		if c.size < 1 {
 			continue
 		}
-		env := rankEnv(c.base, rankVars(0, c.size, rankRange(0, c.size), "x", nil, 0, "j", "", &Options{}), c.size)
+		env := rankEnv(c.base, rankVars(0, c.size, rankRange(0, c.size), "x", nil, 0, "j", "", &Config{}), c.size)
 		if slices.Contains(env, "GOMAXPROCS=1") {
 			t.Errorf("rankEnv(%q, size %d) sets GOMAXPROCS=1", c.base, c.size)
 		}
@@ -397,16 +397,16 @@ func TestSpinFlag(t *testing.T) {
 func TestHostTimingScales(t *testing.T) {
 	// A full host stretches the lease by its ranks per CPU, unless
 	// --hb-timeout stretches it more.
-	if tm := timingFor(&Options{cpuStretch: 128}); tm.lease != 128*jobwire.LeaseTerm {
+	if tm := timingFor(&Config{cpuStretch: 128}); tm.lease != 128*jobwire.LeaseTerm {
 		t.Errorf("lease on a host with 128 ranks per CPU: %v, want %v", tm.lease, 128*jobwire.LeaseTerm)
 	}
-	if tm := timingFor(&Options{cpuStretch: 2, HBTimeout: 600 * time.Millisecond}); tm.lease != 10*jobwire.LeaseTerm {
+	if tm := timingFor(&Config{cpuStretch: 2, HBTimeout: 600 * time.Millisecond}); tm.lease != 10*jobwire.LeaseTerm {
 		t.Errorf("lease with --hb-timeout 600ms on a host with 2 ranks per CPU: %v, want %v", tm.lease, 10*jobwire.LeaseTerm)
 	}
-	if tm := timingFor(&Options{}); tm.scale != 1 || tm.timeout != linkTimeout || tm.lease != jobwire.LeaseTerm {
+	if tm := timingFor(&Config{}); tm.scale != 1 || tm.timeout != linkTimeout || tm.lease != jobwire.LeaseTerm {
 		t.Errorf("default timing %+v", tm)
 	}
-	tm := timingFor(&Options{HBTimeout: 600 * time.Millisecond})
+	tm := timingFor(&Config{HBTimeout: 600 * time.Millisecond})
 	if tm.scale != 10 || tm.timeout != 10*linkTimeout || tm.ping != 10*linkPing || tm.lease != 10*jobwire.LeaseTerm || tm.leaseWait() != 15*jobwire.LeaseTerm {
 		t.Errorf("timing for --hb-timeout 600ms: %+v", tm)
 	}
@@ -414,13 +414,13 @@ func TestHostTimingScales(t *testing.T) {
 	if ch := (failure.Chain{Lease: tm.lease}); tm.timeout != ch.HostSilent() || tm.leaseWait() != ch.LeaseWait() {
 		t.Errorf("timing %+v is not the chain's for a lease of %v (host silent %v, lease wait %v)", tm, tm.lease, ch.HostSilent(), ch.LeaseWait())
 	}
-	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, 0, "j", "", &Options{HBTimeout: 600 * time.Millisecond})
+	vars := rankVars(0, 2, rankRange(0, 2), "x", nil, 0, "j", "", &Config{HBTimeout: 600 * time.Millisecond})
 	if !slices.Contains(vars, jobwire.EnvLease+"=10s") {
 		t.Errorf("rank variables %q do not pass the lease term", vars)
 	}
 	// Under the arbiter the lease does not stretch with the crowding (the
 	// links do), and the ranks get the arbiter's verdict bound.
-	arb := &Options{cpuStretch: 4, arbitrated: true, hostVerdict: arbiter.VerdictBound(arbiterConfig(3, jobwire.LeaseTerm))}
+	arb := &Config{cpuStretch: 4, arbitrated: true, hostVerdict: arbiter.VerdictBound(arbiterConfig(3, jobwire.LeaseTerm))}
 	if tm := timingFor(arb); tm.lease != jobwire.LeaseTerm || tm.timeout != 4*linkTimeout {
 		t.Errorf("timing under the arbiter at 4 ranks per CPU: %+v, want an unstretched lease and stretched links", tm)
 	}

@@ -25,14 +25,14 @@ func TestLogVars(t *testing.T) {
 		{false, map[string]string{ftrma.EnvLog: "error", ftrma.EnvLogFormat: "json"}, []string{"FTRMA_LOG=error", "FTRMA_LOG_FORMAT=json"}},
 		{false, map[string]string{"FTRMA_SHM_SLOWPATH": "1"}, []string{"FTRMA_SHM_SLOWPATH=1"}},
 	} {
-		if got := logVars(&Options{Verbose: c.verbose}, env(c.env)); !slices.Equal(got, c.want) {
+		if got := logVars(&Config{Verbose: c.verbose}, env(c.env)); !slices.Equal(got, c.want) {
 			t.Errorf("-v %v, env %v: %q, want %q", c.verbose, c.env, got, c.want)
 		}
 	}
 	// ftrun's own environment (os.Getenv) sets no level here.
 	t.Setenv(ftrma.EnvLog, "")
 	t.Setenv(ftrma.EnvLogFormat, "")
-	vars := rankVars(0, 1, rankRange(0, 1), "x", nil, 0, "j", "", &Options{Verbose: true})
+	vars := rankVars(0, 1, rankRange(0, 1), "x", nil, 0, "j", "", &Config{Verbose: true})
 	got := rankEnv([]string{"FTRMA_LOG=info", "HOME=/"}, vars, 1)
 	if slices.Contains(got, "FTRMA_LOG=info") || !slices.Contains(got, "FTRMA_LOG=debug") {
 		t.Errorf("rank environment with -v: %q", got)

@@ -14,7 +14,7 @@ import (
 	"github.com/ftrma/ftrma/internal/jobwire"
 )
 
-// --output-filename DIR (Options.OutputFilename): every rank's output also
+// --output-filename DIR (Config.OutputFilename): every rank's output also
 // goes to files on the rank's own host, in Open MPI's layout (mpirun
 // --output-filename, Open MPI 4.x; orte_iof_base_setup_output_files):
 //

@@ -38,7 +38,7 @@ const secretSize = 32
 // rankVars returns the FTRMA_ variables of rank r of a job of size ranks
 // (spares included, o.Spares of them), of which local run on r's host. hostAddr, if not empty, is the IP r's
 // transport listens on.
-func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, host int, job, hostAddr string, o *Options) []string {
+func rankVars(r ftrma.Rank, size int, local []ftrma.Rank, rendezvous string, secret []byte, host int, job, hostAddr string, o *Config) []string {
 	env := []string{jobwire.EnvLease + "=" + timingFor(o).lease.String()}
 	if o.hostVerdict > 0 {
 		env = append(env, jobwire.EnvHostVerdict+"="+o.hostVerdict.String())
@@ -110,7 +110,7 @@ func (j *Job) spareEnv(host int) []string {
 // sealOf is the ranks' FTRMA_SEAL: none with --data-plain, else what
 // ftrun's own environment says (read through getenv), "" for the default
 // (remote).
-func sealOf(o *Options, getenv func(string) string) (string, error) {
+func sealOf(o *Config, getenv func(string) string) (string, error) {
 	v := getenv(jobwire.EnvSeal)
 	if o.DataPlain {
 		v = jobwire.SealNone
@@ -128,7 +128,7 @@ func sealOf(o *Options, getenv func(string) string) (string, error) {
 // ranks' base environment has no FTRMA_ variable), and with -v (Verbose)
 // debug level when ftrun's environment sets none; and shm.EnvSlowPath, a
 // switch for measurement, passed on the same way.
-func logVars(o *Options, getenv func(string) string) []string {
+func logVars(o *Config, getenv func(string) string) []string {
 	var env []string
 	if v := getenv(shm.EnvSlowPath); v != "" {
 		env = append(env, shm.EnvSlowPath+"="+v)

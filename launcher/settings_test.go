@@ -20,7 +20,7 @@ import (
 func TestHostTimingFollowsDetectorPresets(t *testing.T) {
 	cpus := runtime.NumCPU()
 	for _, local := range []int{1, cpus, cpus + 1, 2*cpus + 1, 128 * cpus} {
-		o := &Options{cpuStretch: failure.RanksPerCPU(local, cpus)}
+		o := &Config{cpuStretch: failure.RanksPerCPU(local, cpus)}
 		stretch := failure.DefaultLocalConfig(local, cpus).Timeout / failure.DefaultTimeout
 		if tm := timingFor(o); tm.lease != time.Duration(stretch)*jobwire.LeaseTerm {
 			t.Errorf("%d ranks on %d CPUs: lease %v, want %v (the detector's stretch %d)", local, cpus, tm.lease, time.Duration(stretch)*jobwire.LeaseTerm, stretch)
@@ -31,7 +31,7 @@ func TestHostTimingFollowsDetectorPresets(t *testing.T) {
 	}
 	// A period given alone stretches the detector timeout to three
 	// periods, and the host layer with it.
-	o := &Options{HBPeriod: 100 * time.Millisecond}
+	o := &Config{HBPeriod: 100 * time.Millisecond}
 	want := o.detector().ForHost(1, cpus).Timeout // 300ms
 	if tm := timingFor(o); tm.scale != float64(want)/float64(failure.DefaultTimeout) || want != 300*time.Millisecond {
 		t.Errorf("--hb-period 100ms: host timing scale %v, detector timeout %v", tm.scale, want)
@@ -59,7 +59,7 @@ func TestLocalSlots(t *testing.T) {
 		{256, true, ""},
 		{maxPlacedRanks + 1, true, "want 1 to"},
 	} {
-		o := &Options{N: c.n, Oversubscribe: c.over}
+		o := &Config{N: c.n, Oversubscribe: c.over}
 		blocks, err := planHosts(o)
 		switch {
 		case c.error == "" && err != nil:

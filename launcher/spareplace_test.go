@@ -134,7 +134,7 @@ func TestPlanSpareHosts(t *testing.T) {
 		Slots int
 		Spare bool
 	}
-	plan := func(o *Options) ([]block, error) {
+	plan := func(o *Config) ([]block, error) {
 		bs, err := planHosts(o)
 		var out []block
 		for _, b := range bs {
@@ -145,24 +145,24 @@ func TestPlanSpareHosts(t *testing.T) {
 	r := func(rs ...ftrma.Rank) []ftrma.Rank { return rs }
 	for _, c := range []struct {
 		name string
-		o    Options
+		o    Config
 		want []block
 		err  string
 	}{
-		{"no spares: hosts without ranks dropped", Options{N: 2, Hostfile: hf},
+		{"no spares: hosts without ranks dropped", Config{N: 2, Hostfile: hf},
 			[]block{{"h1", r(0), 1, false}, {"h2", r(1), 1, false}}, ""},
-		{"one spare: one host beyond -n", Options{N: 2, Hostfile: hf, Spares: 1},
+		{"one spare: one host beyond -n", Config{N: 2, Hostfile: hf, Spares: 1},
 			[]block{{"h1", r(0), 1, false}, {"h2", r(1), 1, false}, {"h3", nil, 1, false}}, ""},
-		{"--respawn: as many as ranks", Options{N: 2, Hostfile: hf, Spares: -1},
+		{"--respawn: as many as ranks", Config{N: 2, Hostfile: hf, Spares: -1},
 			[]block{{"h1", r(0), 1, false}, {"h2", r(1), 1, false}, {"h3", nil, 1, false}, {"h4", nil, 1, false}}, ""},
-		{"--spare-hosts", Options{N: 3, Hostfile: hf, Spares: 1, SpareHosts: "h9:2"},
+		{"--spare-hosts", Config{N: 3, Hostfile: hf, Spares: 1, SpareHosts: "h9:2"},
 			[]block{{"h1", r(0), 1, false}, {"h2", r(1), 1, false}, {"h3", r(2), 1, false}, {"h9", nil, 2, true}}, ""},
-		{"--spare-hosts too small: a host beyond -n too", Options{N: 2, Hostfile: hf, Spares: 2, SpareHosts: "h9"},
+		{"--spare-hosts too small: a host beyond -n too", Config{N: 2, Hostfile: hf, Spares: 2, SpareHosts: "h9"},
 			[]block{{"h1", r(0), 1, false}, {"h2", r(1), 1, false}, {"h3", nil, 1, false}, {"h9", nil, 1, true}}, ""},
-		{"--spare-hosts names a job host", Options{N: 3, Hostfile: hf, Spares: 1, SpareHosts: "h2"}, nil, "host h2 is named twice"},
-		{"--spare-hosts with running agents", Options{N: 2, Hosts: []HostSpec{{Addr: "a:7770"}}, Spares: 1, SpareHosts: "b:7770:2"},
+		{"--spare-hosts names a job host", Config{N: 3, Hostfile: hf, Spares: 1, SpareHosts: "h2"}, nil, "host h2 is named twice"},
+		{"--spare-hosts with running agents", Config{N: 2, Hosts: []HostSpec{{Addr: "a:7770"}}, Spares: 1, SpareHosts: "b:7770:2"},
 			[]block{{"a:7770", r(0, 1), 2, false}, {"b:7770", nil, 2, true}}, ""},
-		{"--spare-hosts local", Options{N: 2, Hosts: []HostSpec{{Addr: "a:7770"}}, Spares: 1, SpareHosts: "local"}, nil, "this host is no spare host"},
+		{"--spare-hosts local", Config{N: 2, Hosts: []HostSpec{{Addr: "a:7770"}}, Spares: 1, SpareHosts: "local"}, nil, "this host is no spare host"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := plan(&c.o)
@@ -359,7 +359,7 @@ func TestProcessSpareOnHost(t *testing.T) {
 			b, blogs := startAgent(t, "hostreplace", false)
 			out := make(lineChan, 100)
 			var errs logBuffer
-			j, err := Start(&Options{N: 3, Spares: 1, Transport: TransportTCP,
+			j, err := Start(&Config{N: 3, Spares: 1, Transport: TransportTCP,
 				Hosts:      []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 1}},
 				SpareHosts: b.Addr().String(), AgentSecret: testAgentSecret,
 				Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{how}, Stdout: out, Stderr: &errs})
@@ -425,7 +425,7 @@ func TestProcessSpareHostLostBeforeJoin(t *testing.T) {
 	b, blogs := startAgent(t, "hostreplace", false)
 	out := make(lineChan, 100)
 	var errs logBuffer
-	j, err := Start(&Options{N: 3, Spares: 2, Transport: TransportTCP,
+	j, err := Start(&Config{N: 3, Spares: 2, Transport: TransportTCP,
 		Hosts:      []HostSpec{{N: 2}, {Addr: a.Addr().String(), N: 1}},
 		SpareHosts: b.Addr().String(), AgentSecret: testAgentSecret,
 		Timeout: 2 * helperLife, Prog: selfPath(t), Args: []string{"exit, then host lost"}, Stdout: out, Stderr: &errs})

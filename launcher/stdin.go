@@ -51,7 +51,7 @@ func checkStdin(v string, n int) error {
 }
 
 // stdinRanks returns the ranks that get ftrun's standard input.
-func (o *Options) stdinRanks() []ftrma.Rank {
+func (o *Config) stdinRanks() []ftrma.Rank {
 	switch o.Stdin {
 	case "", StdinNone:
 		return nil

@@ -21,7 +21,7 @@ func benchStore(b *testing.B, op func(ctx context.Context, s *Store, i int) erro
 			defer world.Close()
 			ctx := context.Background()
 			for r, err := range world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-				s, err := Open(ctx, c, Options{Copies: 3, Slots: 4096, ChunkSize: 1 << 20, MaxValueSize: 1 << 20})
+				s, err := Open(ctx, c, Config{Copies: 3, Slots: 4096, ChunkSize: 1 << 20, MaxValueSize: 1 << 20})
 				if err != nil {
 					return err
 				}

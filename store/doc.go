@@ -127,7 +127,7 @@
 //
 // # A rank's duties
 //
-//  1. s, err := store.Open(ctx, c, store.Options{Copies: 3}) on every rank.
+//  1. s, err := store.Open(ctx, c, store.Config{Copies: 3}) on every rank.
 //  2. Put, Get, Delete, the conditional writes, Scan, Begin/Commit from any
 //     goroutine, any rank.
 //  3. After nc, err := c.Replace(ctx) on the store's communicator c: the

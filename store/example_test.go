@@ -21,7 +21,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	world.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-		s, err := store.Open(ctx, c, store.Options{Copies: 2, Slots: 64, ChunkSize: 4096})
+		s, err := store.Open(ctx, c, store.Config{Copies: 2, Slots: 64, ChunkSize: 4096})
 		if err != nil {
 			return err
 		}

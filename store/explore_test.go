@@ -624,7 +624,7 @@ func explore(t *testing.T, es exploreSeed) {
 							continue
 						}
 						respawnWG.Go(func() {
-							s, _, err := JoinRespawned(ctx, j.Comm, Options{})
+							s, _, err := JoinRespawned(ctx, j.Comm, Config{})
 							e.log("spare %d joined as rank %d: %v", j.Rank, j.Comm.Rank(), err)
 							if err == nil {
 								joined <- s

@@ -197,7 +197,7 @@ func respawnInBackground(ctx context.Context, t *testing.T, w *commtest.World, s
 				t.Errorf("spare: %v", j.Err)
 				return
 			}
-			s, _, err := JoinRespawned(ctx, j.Comm, Options{})
+			s, _, err := JoinRespawned(ctx, j.Comm, Config{})
 			if err != nil {
 				t.Errorf("spare: join: %v", err)
 				return

@@ -272,7 +272,7 @@ func (s *Store) Grow(ctx context.Context, nc window.Comm) error {
 // from the survivors. It returns the rank's handle once the store is grown.
 // If ctx ends after the ranks started the Grow, the rank's memory stays in
 // the store (its housekeeping goes on) though Join returns an error.
-func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
+func Join(ctx context.Context, nc window.Comm, opt Config) (*Store, error) {
 	start := time.Now()
 	fail := func(err error) error { return &ftrma.OpError{Op: "store join", Rank: -1, Err: err} }
 	rp, ok := nc.(replacer)
@@ -298,7 +298,7 @@ func Join(ctx context.Context, nc window.Comm, opt Options) (*Store, error) {
 	}
 	var s *Store
 	second := func(first [][]byte) ([]byte, error) {
-		shared, err := sharedOptions(first)
+		shared, err := sharedConfig(first)
 		if err != nil {
 			return []byte{'J'}, err
 		}
@@ -431,7 +431,7 @@ func barrier(ctx context.Context, c window.Comm) error {
 
 // grown is what the exchange of Grow and Join tells every rank.
 type grown struct {
-	opt      Options
+	opt      Config
 	sip      sipKey
 	oldHosts []string // the hosts of the old placement
 	replaced []bool
@@ -461,21 +461,21 @@ func (s *Store) survivorInfo(v *view, world []ftrma.Rank) []byte {
 	return b
 }
 
-// sharedOptions reads the options the ranks share from the first
+// sharedConfig reads the options the ranks share from the first
 // survivor's part of the exchange's first round.
-func sharedOptions(first [][]byte) (Options, error) {
+func sharedConfig(first [][]byte) (Config, error) {
 	for _, b := range first {
 		if len(b) > 0 && b[0] == 'S' {
 			in, err := parseSurvivor(b, len(first))
 			return in.opt, err
 		}
 	}
-	return Options{}, fmt.Errorf("%w: no survivor of the store took part in the Grow", ftrma.ErrInvalid)
+	return Config{}, fmt.Errorf("%w: no survivor of the store took part in the Grow", ftrma.ErrInvalid)
 }
 
 // survivorPart is what a survivor's part of the first round says.
 type survivorPart struct {
-	opt      Options
+	opt      Config
 	sip      sipKey
 	table    uint64
 	world    []ftrma.Rank
@@ -489,7 +489,7 @@ func parseSurvivor(b []byte, n int) (p survivorPart, err error) {
 	}
 	b = b[1+len(growMagic):]
 	u := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
-	p.opt = Options{Copies: int(u()), MaxValueSize: int(u()), MaxKeySize: int(u()), Slots: int(u()), ChunkSize: int(u()), Chunks: int(u()), Reserve: int(u())}
+	p.opt = Config{Copies: int(u()), MaxValueSize: int(u()), MaxKeySize: int(u()), Slots: int(u()), ChunkSize: int(u()), Chunks: int(u()), Reserve: int(u())}
 	p.sip.k0, p.sip.k1, p.table = u(), u(), u()
 	for range n {
 		if len(b) < 8 {

@@ -23,7 +23,7 @@ import (
 )
 
 // openSpares opens a store on the n ranks of a memnet world with spares.
-func openSpares(t *testing.T, n, spares int, opt Options) (*commtest.World, []*Store) {
+func openSpares(t *testing.T, n, spares int, opt Config) (*commtest.World, []*Store) {
 	t.Helper()
 	w := commtest.NewSpares(t, n, spares)
 	ctx := testCtx(t, time.Minute)
@@ -191,7 +191,7 @@ func replaceAndGrow(ctx context.Context, t *testing.T, w *commtest.World, st []*
 			t.Fatalf("spare %d: %v", j.Rank, j.Err)
 		}
 		wg.Go(func() {
-			s, err := Join(ctx, j.Comm, Options{})
+			s, err := Join(ctx, j.Comm, Config{})
 			mu.Lock()
 			out[j.Comm.Rank()], errs[j.Comm.Rank()] = s, err
 			mu.Unlock()
@@ -330,7 +330,7 @@ func TestGrowBothCopiesNew(t *testing.T) {
 func TestGrowBadInput(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	w, st := openSpares(t, 4, 1, smallOptions(2))
-	if _, err := Join(ctx, w.Comms[0], Options{}); !errors.Is(err, ftrma.ErrInvalid) {
+	if _, err := Join(ctx, w.Comms[0], Config{}); !errors.Is(err, ftrma.ErrInvalid) {
 		t.Errorf("Join on an original rank: %v, want ErrInvalid", err)
 	}
 	if err := st[0].Grow(ctx, w.Comms[0]); !errors.Is(err, ftrma.ErrInvalid) {
@@ -557,7 +557,7 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 	if first.Err != nil {
 		t.Fatalf("spare %d: %v", first.Rank, first.Err)
 	}
-	if _, err := Join(ctx, first.Comm, Options{}); !errors.Is(err, ftrma.ErrProcFailed) {
+	if _, err := Join(ctx, first.Comm, Config{}); !errors.Is(err, ftrma.ErrProcFailed) {
 		t.Errorf("first Join: %v, want ErrProcFailed", err)
 	}
 	wg.Wait()
@@ -588,7 +588,7 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 		nc, err := first.Comm.Replace(ctx)
 		var s *Store
 		if err == nil {
-			s, err = Join(ctx, nc, Options{})
+			s, err = Join(ctx, nc, Config{})
 		}
 		mu.Lock()
 		nst[4], errs[4] = s, err
@@ -603,7 +603,7 @@ func TestGrowRetriedAfterFailedExchange(t *testing.T) {
 	if second.Err != nil {
 		t.Fatalf("spare %d: %v", second.Rank, second.Err)
 	}
-	s, err := Join(ctx, second.Comm, Options{})
+	s, err := Join(ctx, second.Comm, Config{})
 	wg.Wait()
 	nst[1], errs[1] = s, err
 	t.Cleanup(func() { stopAll(nst) })

@@ -254,7 +254,7 @@ func (o *op) claimChunk(ctx context.Context, r ftrma.Rank, lo, hi uint64, wait b
 		case !wait:
 			return nil, full("no free chunk at hand")
 		case !empty:
-			return nil, full("all %d chunks attached (Options.Chunks)", o.opt.Chunks)
+			return nil, full("all %d chunks attached (Config.Chunks)", o.opt.Chunks)
 		case asked && want == 0 && noRoom != 0:
 			return nil, full("could not attach %d more bytes of heap (out of memory, or its transport's region table is full)", noRoom)
 		case time.Since(start) > attachBound:

@@ -26,7 +26,7 @@ import (
 
 // The store's operations on a few shared keys stay linearizable when a whole
 // host fails: kvlin's workload (e2e/testprog/kv.go) on 8 ranks in 4 hosts of
-// 2 (Options.Host), Copies 3 (so replicas go to distinct hosts), both ranks
+// 2 (Config.Host), Copies 3 (so replicas go to distinct hosts), both ranks
 // of one host failing at once in the middle, the history checked with
 // porcupine, and every rank's slot table watched for a key with two slots.
 //
@@ -36,7 +36,7 @@ import (
 // when FTRMA_LIN_RUNS is set (the number of runs of each mode);
 // FTRMA_LIN_SEED sets the first seed, FTRMA_LIN_KEYS, FTRMA_LIN_CLIENTS
 // (per rank) and FTRMA_LIN_PACE (pause of up to, between operations) the
-// workload (default 4, 2, 6ms), FTRMA_LIN_DEFAULTS=1 the default Options
+// workload (default 4, 2, 6ms), FTRMA_LIN_DEFAULTS=1 the default Config
 // instead of small ones. The modes:
 //   - crash: memnet crashes both ranks; the others learn of it at once;
 //   - cut: the host is isolated first (operations toward it hang), its
@@ -74,7 +74,7 @@ func TestLinearizableAcrossHostFailure(t *testing.T) {
 
 // openHosts opens a store on every rank of an n-rank world newWorld builds,
 // rank r on host r/perHost.
-func openHosts(t *testing.T, newWorld worldFunc, n, perHost int, opt Options) (*commtest.World, []*Store) {
+func openHosts(t *testing.T, newWorld worldFunc, n, perHost int, opt Config) (*commtest.World, []*Store) {
 	t.Helper()
 	w := newWorld(t, n)
 	ctx := testCtx(t, time.Minute)
@@ -140,7 +140,7 @@ func testLinHostFailure(t *testing.T, seed uint64, mode string) {
 	}
 	opt := smallOptions(3)
 	if os.Getenv("FTRMA_LIN_DEFAULTS") != "" {
-		opt = Options{Copies: 3}
+		opt = Config{Copies: 3}
 	}
 	world, st := openHosts(t, newWorld, ranks, perHost, opt)
 	key := func(k int) []byte { return fmt.Appendf(nil, "lin/%d", k) }

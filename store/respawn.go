@@ -91,7 +91,7 @@ func Respawn[C Respawnable[C]](ctx context.Context, s *Store, c C) (C, []ftrma.R
 // c, and it joins the result. It returns the store and the communicator it
 // joined; the communicators it made belong to the store as Respawn's do
 // (close c after the store).
-func JoinRespawned[C Respawnable[C]](ctx context.Context, c C, opt Options) (*Store, C, error) {
+func JoinRespawned[C Respawnable[C]](ctx context.Context, c C, opt Config) (*Store, C, error) {
 	var made []C
 	first := c
 	for {

@@ -70,7 +70,7 @@ func TestRespawnThroughAFailure(t *testing.T) {
 		}
 		joined = append(joined, j.Comm)
 		wg.Go(func() {
-			s, c, err := JoinRespawned(ctx, j.Comm, Options{})
+			s, c, err := JoinRespawned(ctx, j.Comm, Config{})
 			mu.Lock()
 			defer mu.Unlock()
 			if s != nil {

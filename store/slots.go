@@ -69,7 +69,7 @@ func (o *op) findSlot(ctx context.Context, r ftrma.Rank, id ident, claim bool) (
 		return sl, err
 	}
 	if free.idx < 0 {
-		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Options.Slots)", ErrFull, o.opt.Slots, r)}
+		return noSlot, &ftrma.OpError{Op: "store put", Rank: r, Err: fmt.Errorf("%w: all %d key slots of rank %d are taken (Config.Slots)", ErrFull, o.opt.Slots, r)}
 	}
 	blockLen := keyBlockLen(len(id.key))
 	block, err := o.allocKey(ctx, r, blockLen)

@@ -38,9 +38,9 @@ var (
 	ErrFull = errors.New("store full")
 )
 
-// Options configure a store. The zero value of a field means its default.
+// Config configures a store. The zero value of a field means its default.
 // Every rank must pass the same options to Open.
-type Options struct {
+type Config struct {
 	// Copies is the number of replicas of each key, on distinct ranks
 	// (default 3, at most the communicator's size).
 	Copies int
@@ -69,7 +69,9 @@ type Options struct {
 	Host string
 }
 
-func (o *Options) fill(size int) error {
+// withDefaults fills in the defaults of the fields left zero and checks
+// the configuration for a store over size ranks.
+func (o *Config) withDefaults(size int) error {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -106,7 +108,7 @@ const regionHeadroom = 64
 // can register (limit regions, 0: no limit of its own), and refuses a Chunks
 // beyond it: every chunk a rank attaches is one registered region, and a
 // chunk the owner cannot attach would leave writers nowhere to write.
-func (o *Options) fitChunks(limit int) error {
+func (o *Config) fitChunks(limit int) error {
 	room := 4096
 	if limit > 0 {
 		room = limit - regionHeadroom
@@ -114,7 +116,7 @@ func (o *Options) fitChunks(limit int) error {
 			return fmt.Errorf("%w: the transport registers only %d regions a rank, too few for a store", ftrma.ErrInvalid, limit)
 		}
 		if o.Chunks > room {
-			return fmt.Errorf("%w: Options.Chunks %d, but the transport registers at most %d regions a rank (%d for chunks)", ftrma.ErrInvalid, o.Chunks, limit, room)
+			return fmt.Errorf("%w: Config.Chunks %d, but the transport registers at most %d regions a rank (%d for chunks)", ftrma.ErrInvalid, o.Chunks, limit, room)
 		}
 	}
 	if o.Chunks == 0 {
@@ -146,7 +148,7 @@ type Store struct {
 	cur    atomic.Pointer[view] // the window, communicator and placement operations use (see grow.go)
 	me     ftrma.Rank
 	n      int
-	opt    Options
+	opt    Config
 	chunk0 uint64 // offset of the chunk table in a table region
 	seen0  uint64 // offset of the failures-seen bitmap (see fastread.go)
 	// verdict is how long an operation keeps waiting for a replica that
@@ -271,8 +273,8 @@ func (s *Store) hash(key []byte) uint64 {
 // Open creates a store over c. Collective: every rank of c calls it with the
 // same options. The store uses the ranks of c as they are numbered now, for
 // its whole life; failed ranks are left out of placement, no Shrink needed.
-func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
-	if err := opt.fill(c.Size()); err != nil {
+func Open(ctx context.Context, c window.Comm, opt Config) (*Store, error) {
+	if err := opt.withDefaults(c.Size()); err != nil {
 		return nil, &ftrma.OpError{Op: "store open", Rank: -1, Err: err}
 	}
 	w, err := window.CreateDynamic(ctx, c)
@@ -333,7 +335,7 @@ func Open(ctx context.Context, c window.Comm, opt Options) (*Store, error) {
 }
 
 // newStore returns a store handle of this rank of c, without memory or view.
-func newStore(c window.Comm, opt Options) *Store {
+func newStore(c window.Comm, opt Config) *Store {
 	s := &Store{me: c.Rank(), n: c.Size(), opt: opt, verdict: verdictBound(c), stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan chan int)}
 	s.keys.m = map[ident]*keyLock{}
 	s.cache.slot = map[keyAt]slotID{}
@@ -448,7 +450,7 @@ func (s *Store) check(op string, key []byte, value []byte) error {
 	case len(key) > s.opt.MaxKeySize:
 		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: key of %d bytes, limit %d", ftrma.ErrInvalid, len(key), s.opt.MaxKeySize)}
 	case len(value) > s.opt.MaxValueSize:
-		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: value of %d bytes, limit %d (Options.MaxValueSize)", ftrma.ErrInvalid, len(value), s.opt.MaxValueSize)}
+		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: value of %d bytes, limit %d (Config.MaxValueSize)", ftrma.ErrInvalid, len(value), s.opt.MaxValueSize)}
 	case len(key) >= len(reservedPrefix) && string(key[:len(reservedPrefix)]) == reservedPrefix:
 		return &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: keys starting with %q are the store's own", ftrma.ErrInvalid, reservedPrefix)}
 	}

@@ -21,8 +21,8 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func smallOptions(copies int) Options {
-	return Options{Copies: copies, Slots: 512, ChunkSize: 64 << 10, Chunks: 256, Reserve: 1, MaxValueSize: 1 << 20}
+func smallOptions(copies int) Config {
+	return Config{Copies: copies, Slots: 512, ChunkSize: 64 << 10, Chunks: 256, Reserve: 1, MaxValueSize: 1 << 20}
 }
 
 // worldFunc builds an n-rank world: commtest.New (memnet) or NewSHM.
@@ -36,13 +36,13 @@ func bothWorlds(t *testing.T, f func(t *testing.T, newWorld worldFunc)) {
 }
 
 // openAll opens a store on every rank of a new n-rank memnet world.
-func openAll(t *testing.T, n int, opt Options) (*commtest.World, []*Store) {
+func openAll(t *testing.T, n int, opt Config) (*commtest.World, []*Store) {
 	t.Helper()
 	return openAllOn(t, commtest.New, n, opt)
 }
 
 // openAllOn is openAll on a world newWorld builds.
-func openAllOn(t *testing.T, newWorld worldFunc, n int, opt Options) (*commtest.World, []*Store) {
+func openAllOn(t *testing.T, newWorld worldFunc, n int, opt Config) (*commtest.World, []*Store) {
 	t.Helper()
 	w := newWorld(t, n)
 	ctx := testCtx(t, time.Minute)
@@ -211,9 +211,9 @@ func TestBadInput(t *testing.T) {
 	s.closed.Store(false)
 }
 
-func TestOptionsChecked(t *testing.T) {
-	for _, o := range []Options{{Copies: 4}, {Copies: -1}, {ChunkSize: 100}, {Slots: 3}} {
-		if err := o.fill(3); !errors.Is(err, ftrma.ErrInvalid) {
+func TestConfigChecked(t *testing.T) {
+	for _, o := range []Config{{Copies: 4}, {Copies: -1}, {ChunkSize: 100}, {Slots: 3}} {
+		if err := o.withDefaults(3); !errors.Is(err, ftrma.ErrInvalid) {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}

@@ -118,7 +118,7 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, c, store.Options{Copies: copies, MaxValueSize: max(o.size, 64<<20)})
+	s, err := store.Open(ctx, c, store.Config{Copies: copies, MaxValueSize: max(o.size, 64<<20)})
 	if err != nil {
 		return err
 	}

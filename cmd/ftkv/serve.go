@@ -67,7 +67,7 @@ func (o *serveOptions) validate(args []string) error {
 // maxValueLimit bounds --max-value: a request is read whole into memory.
 const maxValueLimit = 1 << 30
 
-// maxKey is the store's default key limit (store.Options.MaxKeySize).
+// maxKey is the store's default key limit (store.Config.MaxKeySize).
 const maxKey = 1 << 10
 
 // Bounds of an ls reply: one page of at most listPageKeys keys and
@@ -154,7 +154,7 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	} else if all == 0 {
 		return errors.New("another rank could not listen on its socket")
 	}
-	s, err := store.Open(ctx, c, store.Options{Copies: copies, MaxValueSize: o.maxValue})
+	s, err := store.Open(ctx, c, store.Config{Copies: copies, MaxValueSize: o.maxValue})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

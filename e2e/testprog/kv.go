@@ -39,7 +39,7 @@ func kvlin(ctx context.Context, c *comm.Comm, args []string) error {
 	if err != nil {
 		return err
 	}
-	opt := store.Options{Copies: a.copies}
+	opt := store.Config{Copies: a.copies}
 	var s *store.Store
 	_, replacement := c.Replaces()
 	if replacement {
@@ -312,7 +312,7 @@ func kvpause(ctx context.Context, c *comm.Comm, args []string) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, c, store.Options{Copies: 2})
+	s, err := store.Open(ctx, c, store.Config{Copies: 2})
 	if err != nil {
 		return err
 	}

@@ -149,7 +149,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	opt := store.Options{Copies: min(cfg.copies, c.Size())}
+	opt := store.Config{Copies: min(cfg.copies, c.Size())}
 	var s *store.Store
 	replaces, isReplacement := c.Replaces()
 	world := c

@@ -50,7 +50,7 @@ type Config struct {
 	Late bool
 }
 
-func (c *Config) check() error {
+func (c *Config) validate() error {
 	if c.Size < 1 || c.Rank < 0 || int(c.Rank) >= c.Size {
 		return fmt.Errorf("verbs: rank %d of %d: %w", c.Rank, c.Size, ftrma.ErrInvalid)
 	}

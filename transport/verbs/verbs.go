@@ -322,7 +322,7 @@ func (r *stageRing) alloc(n int) (addr unsafe.Pointer, end uint64, ok bool) {
 // rank itself), and posts the receive buffers. Publish Addr through the
 // rendezvous, then call Connect with every rank's address.
 func Open(cfg Config) (*Transport, error) {
-	if err := cfg.check(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if err := Load(); err != nil {

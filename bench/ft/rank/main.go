@@ -320,7 +320,7 @@ func growValue(i, value int) []byte {
 
 // grow is a survivor's side of grow mode; the victim never returns nil.
 func grow(ctx context.Context, c *comm.Comm, o options) error {
-	s, err := store.Open(ctx, c, store.Options{Copies: o.copies})
+	s, err := store.Open(ctx, c, store.Config{Copies: o.copies})
 	if err != nil {
 		return fmt.Errorf("store open: %w", err)
 	}
@@ -362,7 +362,7 @@ func grow(ctx context.Context, c *comm.Comm, o options) error {
 // replaced communicator c.
 func growJoin(ctx context.Context, c *comm.Comm, o options) error {
 	t0 := time.Now().UnixNano()
-	s, jc, err := store.JoinRespawned(ctx, c, store.Options{})
+	s, jc, err := store.JoinRespawned(ctx, c, store.Config{})
 	if err != nil {
 		return fmt.Errorf("store join: %w", err)
 	}

@@ -272,9 +272,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// validate checks c and returns a copy with defaults applied and the byte
-// slices copied.
-func (c Config) validate() (Config, error) {
+// withDefaults checks c and returns a copy with defaults applied and the
+// byte slices copied.
+func (c Config) withDefaults() (Config, error) {
 	if c.Name == "" {
 		return c, fmt.Errorf("members: empty Name: %w", ftrma.ErrInvalid)
 	}
@@ -363,7 +363,7 @@ type event struct {
 // BindAddr:BindPort but contacts no one: call Join next (or let others
 // join this member). Errors wrap ftrma.ErrInvalid for a bad Config.
 func Start(cfg Config) (*Group, error) {
-	cfg, err := cfg.validate()
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
