@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/check/kvcheck":   {},
 	"internal/check/scaletest": {},
 	"internal/check/script":    {},
+	"internal/check/simq":      {},
 	"internal/result":          {},
 	// Programs, benchmarks and end-to-end tests.
 	"cmd/ftrun":           {"launcher"},

@@ -1,7 +1,6 @@
 package agree
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/bits"
@@ -9,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/ftrma/ftrma/internal/check/simq"
 )
 
 // This file is a deterministic discrete-event simulator of n ranks running
@@ -42,25 +43,10 @@ type simOpts struct {
 }
 
 type envelope struct {
-	due, seq int
+	due      int
 	from, to int
 	msg      Message
 	depth    int // causal depth: the longest chain of messages ending with this one
-}
-
-type envHeap []envelope
-
-func (h envHeap) Len() int { return len(h) }
-func (h envHeap) Less(i, j int) bool {
-	return h[i].due < h[j].due || h[i].due == h[j].due && h[i].seq < h[j].seq
-}
-func (h envHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *envHeap) Push(x any)   { *h = append(*h, x.(envelope)) }
-func (h *envHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 const (
@@ -71,26 +57,11 @@ const (
 )
 
 type event struct {
-	at, seq    int
+	at         int
 	kind       int
 	rank, arg  int
 	burst      bool
 	suspicious bool
-}
-
-type eventHeap []event
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 type sim struct {
@@ -104,9 +75,8 @@ type sim struct {
 	slowRank []bool
 	lastDue  []int // per (from, to) pair, from*n+to: due time of the last message sent
 	cut      []int // per pair: messages due after this were lost in the sender's crash
-	net      envHeap
-	events   eventHeap
-	seq      int
+	net      simq.Queue[int, envelope]
+	events   simq.Queue[int, event]
 	now      int
 	messages int // delivered
 
@@ -160,9 +130,8 @@ func newSim(o simOpts) *sim {
 }
 
 func (s *sim) at(t int, e event) {
-	e.at, e.seq = t, s.seq
-	s.seq++
-	heap.Push(&s.events, e)
+	e.at = t
+	s.events.Push(t, e)
 }
 
 // planCrashes picks the victims and their times: first the successive
@@ -204,18 +173,20 @@ func (s *sim) planCrashes() {
 // run simulates until nothing is pending or the budget is spent, then checks
 // the properties. It returns the failures found.
 func (s *sim) run() []string {
-	for len(s.net)+len(s.events) > 0 {
-		if len(s.events) > 0 && (len(s.net) == 0 || s.events[0].at <= s.net[0].due) {
-			e := heap.Pop(&s.events).(event)
+	for s.net.Len()+s.events.Len() > 0 {
+		eat, ev := s.events.Next()
+		due, msg := s.net.Next()
+		if ev && (!msg || eat <= due) {
+			_, e := s.events.Pop()
 			s.now = max(s.now, e.at)
 			s.fire(e)
 			continue
 		}
-		env := heap.Pop(&s.net).(envelope)
+		_, env := s.net.Pop()
 		s.now = max(s.now, env.due)
 		s.deliver(env)
 		if s.messages > s.o.budget {
-			s.errorf("termination: not quiescent after %d messages (%d in flight)", s.messages, len(s.net))
+			s.errorf("termination: not quiescent after %d messages (%d in flight)", s.messages, s.net.Len())
 			break
 		}
 	}
@@ -320,8 +291,7 @@ func (s *sim) send(from, to int, m Message, depth int) {
 	p := from*s.o.n + to
 	due := max(s.now+s.delay(from), s.lastDue[p]) // FIFO per pair
 	s.lastDue[p] = due
-	heap.Push(&s.net, envelope{due: due, seq: s.seq, from: from, to: to, msg: m, depth: depth})
-	s.seq++
+	s.net.Push(due, envelope{due: due, from: from, to: to, msg: m, depth: depth})
 }
 
 func (s *sim) deliver(env envelope) {

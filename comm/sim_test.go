@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/internal/check/simq"
 	"github.com/ftrma/ftrma/transport"
 )
 
@@ -151,7 +151,6 @@ const (
 
 type simEvent struct {
 	at       time.Duration
-	seq      uint64
 	kind     uint8
 	sup      uint8
 	from, to int
@@ -159,21 +158,6 @@ type simEvent struct {
 	arg      uint64
 	msg      []byte
 	f        func()
-}
-
-type simQueue []*simEvent
-
-func (q simQueue) Len() int { return len(q) }
-func (q simQueue) Less(i, j int) bool {
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
-}
-func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)   { *q = append(*q, x.(*simEvent)) }
-func (q *simQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
 }
 
 // simRank is one rank: its process, its runtime's driver and its lease.
@@ -243,8 +227,7 @@ type sim struct {
 	rng  *rand.Rand
 	base time.Time
 	now  time.Duration
-	q    simQueue
-	seq  uint64
+	q    simq.Queue[time.Duration, *simEvent]
 
 	ranks []*simRank
 	ft    simFtrun
@@ -357,9 +340,7 @@ func newSim(o simOpts) *sim {
 }
 
 func (s *sim) push(e *simEvent) {
-	s.seq++
-	e.seq = s.seq
-	heap.Push(&s.q, e)
+	s.q.Push(e.at, e)
 }
 
 func (s *sim) at(d time.Duration, f func()) { s.push(&simEvent{at: d, kind: evFunc, f: f}) }
@@ -411,7 +392,7 @@ func (s *sim) stopAt(r int) time.Duration {
 func (s *sim) run() {
 	end := s.lastHeal + s.o.settle
 	for s.q.Len() > 0 {
-		e := heap.Pop(&s.q).(*simEvent)
+		_, e := s.q.Pop()
 		if e.at > end {
 			break
 		}

@@ -230,12 +230,8 @@ func createIsTheBuffer(ctx context.Context, c *comm.Comm) error {
 			return err
 		}
 	case 0:
-		deadline := time.Now().Add(20 * time.Second)
-		for atomic.LoadUint64(&words[40]) != 1 {
-			if time.Now().After(deadline) {
-				return errors.New("the flag rank 1 put into this rank's buffer never showed")
-			}
-			time.Sleep(time.Millisecond)
+		if err := awaitFlag(ctx, &words[40], "the flag rank 1 put into this rank's buffer"); err != nil {
+			return err
 		}
 	}
 	if err := c.Barrier(ctx); err != nil {
@@ -246,6 +242,19 @@ func createIsTheBuffer(ctx context.Context, c *comm.Comm) error {
 	}
 	if atomic.LoadUint64(&words[0]) != uint64(100+me) || atomic.LoadUint64(&words[8+n-1]) != uint64(1000+n-1) {
 		return errors.New("Free changed the buffer")
+	}
+	return nil
+}
+
+// awaitFlag polls the word at p, which another rank sets to 1 (a put, a
+// store through shared memory), until it is 1 or ctx ends.
+func awaitFlag(ctx context.Context, p *uint64, what string) error {
+	for atomic.LoadUint64(p) != 1 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never showed: %w", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	return nil
 }

@@ -34,20 +34,7 @@ import (
 // its ranks' memory (SharedQuery fails); the old window's mappings last
 // until its Free.
 func AllocateShared(ctx context.Context, c Comm, size int) (*Window, error) {
-	if size < 0 {
-		return nil, &ftrma.OpError{Op: "allocate shared", Rank: -1, Err: fmt.Errorf("%w: negative size %d", ftrma.ErrInvalid, size)}
-	}
-	mem, err := allocMem(c.Transport(), size)
-	if err != nil {
-		return nil, &ftrma.OpError{Op: "allocate shared", Rank: -1, Err: err}
-	}
-	w, err := create(ctx, c, sharedAlloc, mem)
-	if err != nil {
-		releaseMem(c.Transport(), mem)
-		return nil, err
-	}
-	w.owned = append(w.owned, mem)
-	return w, nil
+	return allocate(ctx, "allocate shared", c, sharedAlloc, size)
 }
 
 // sharesAll reports whether this rank can map the memory of every rank of

@@ -110,12 +110,8 @@ func allocateShared(ctx context.Context, c *comm.Comm) error {
 		}
 		atomic.StoreUint64(&zero[7], 1)
 	case 0:
-		deadline := time.Now().Add(20 * time.Second)
-		for atomic.LoadUint64(&mine[7]) != 1 {
-			if time.Now().After(deadline) {
-				return errors.New("the flag rank 1 stored into this rank's memory never showed")
-			}
-			time.Sleep(time.Millisecond)
+		if err := awaitFlag(ctx, &mine[7], "the flag rank 1 stored into this rank's memory"); err != nil {
+			return err
 		}
 	}
 	if err := w.Free(ctx); err != nil {

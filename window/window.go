@@ -141,14 +141,20 @@ func (w *Window) setPeers(peers []peerInfo) {
 // Allocate creates a window of size bytes of fresh zeroed, 8-byte aligned
 // memory at every rank (sizes may differ between ranks). Collective.
 func Allocate(ctx context.Context, c Comm, size int) (*Window, error) {
+	return allocate(ctx, "allocate", c, allocated, size)
+}
+
+// allocate creates a window of kind k over fresh memory of size bytes at
+// every rank (Allocate, AllocateShared).
+func allocate(ctx context.Context, op string, c Comm, k kind, size int) (*Window, error) {
 	if size < 0 {
-		return nil, &ftrma.OpError{Op: "allocate", Rank: -1, Err: fmt.Errorf("%w: negative size %d", ftrma.ErrInvalid, size)}
+		return nil, &ftrma.OpError{Op: op, Rank: -1, Err: fmt.Errorf("%w: negative size %d", ftrma.ErrInvalid, size)}
 	}
 	mem, err := allocMem(c.Transport(), size)
 	if err != nil {
-		return nil, &ftrma.OpError{Op: "allocate", Rank: -1, Err: err}
+		return nil, &ftrma.OpError{Op: op, Rank: -1, Err: err}
 	}
-	w, err := create(ctx, c, allocated, mem)
+	w, err := create(ctx, c, k, mem)
 	if err != nil {
 		releaseMem(c.Transport(), mem)
 		return nil, err

@@ -1,7 +1,6 @@
 package arbiter
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma"
+	"github.com/ftrma/ftrma/internal/check/simq"
 )
 
 // This file is a seeded discrete-event simulator of a job's authority: one
@@ -147,27 +147,11 @@ type envelope struct {
 
 type event struct {
 	at   time.Duration
-	seq  int
 	kind int
 	node int
 	env  envelope
 	do   func()
 	what string
-}
-
-type eventHeap []event
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 type rankLife uint8
@@ -199,9 +183,8 @@ type sim struct {
 	cut       [][]int
 	holdCut   [][]int
 	held      []envelope
-	events    eventHeap
+	events    simq.Queue[time.Duration, event]
 	now       time.Duration
-	seq       int
 	lastHeal  time.Duration
 
 	rankHost []int
@@ -274,9 +257,8 @@ func (s *sim) clock(i int) time.Time {
 }
 
 func (s *sim) at(t time.Duration, e event) {
-	e.at, e.seq = t, s.seq
-	s.seq++
-	heap.Push(&s.events, e)
+	e.at = t
+	s.events.Push(t, e)
 }
 
 func (s *sim) later(d time.Duration, what string, f func()) {
@@ -306,8 +288,11 @@ func (s *sim) rankActs(r ftrma.Rank) bool {
 
 // run simulates until end (true time) and checks the properties.
 func (s *sim) run(end time.Duration) {
-	for len(s.events) > 0 && s.events[0].at <= end && len(s.errs) == 0 {
-		e := heap.Pop(&s.events).(event)
+	for len(s.errs) == 0 {
+		if at, ok := s.events.Next(); !ok || at > end {
+			break
+		}
+		_, e := s.events.Pop()
 		s.now = max(s.now, e.at)
 		s.fire(e)
 		s.checkStep()
