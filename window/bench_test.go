@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
@@ -61,6 +62,26 @@ func BenchmarkSHMCreatePutFlush8(b *testing.B) {
 			return err
 		}
 		return w.Flush(ctx, 1)
+	})
+}
+
+// An 8-byte store into rank 1's memory through SharedQuery
+// (AllocateShared), made visible with a fence, against BenchmarkSHMPutFlush8:
+// the load/store path AllocateShared opens beside Put.
+func BenchmarkSHMSharedStore8(b *testing.B) {
+	var words []uint64
+	benchOn(b, 2, func(ctx context.Context, c *comm.Comm) (*window.Window, error) {
+		w, err := window.AllocateShared(ctx, c, 1<<20)
+		if err == nil && c.Rank() == 0 {
+			var mem []byte
+			if mem, err = w.SharedQuery(1); err == nil {
+				words = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), len(mem)/8)
+			}
+		}
+		return w, err
+	}, func(ctx context.Context, w *window.Window) error {
+		atomic.AddUint64(&words[0], 1) // a store that is also a full fence
+		return nil
 	})
 }
 
