@@ -69,6 +69,9 @@ func TestMapShared(t *testing.T) {
 	}
 	ts[1].Close()
 	ts[0].PeerDown(1, errors.New("test"))
+	if _, _, err := ts[0].MapShared(1, key); !errors.Is(err, ftrma.ErrProcFailed) {
+		t.Errorf("MapShared of a rank down: %v, want ErrProcFailed", err)
+	}
 	if !bytes.HasPrefix(got, []byte("after ")) {
 		t.Fatalf("the mapping after the owner left: %q", got[:6])
 	}
