@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ftrma/ftrma/failure"
+	"github.com/ftrma/ftrma/internal/check/simq"
 	"github.com/ftrma/ftrma/internal/overlay"
 )
 
@@ -43,13 +44,8 @@ func detectAndSpread(t *testing.T, n int, seed uint64) {
 	name := fmt.Sprintf("n=%d, seed %d", n, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xfa11))
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var buckets [][]ev
-	at := func(t int, e ev) {
-		for len(buckets) <= t {
-			buckets = append(buckets, nil)
-		}
-		buckets[t] = append(buckets[t], e)
-	}
+	var q simq.Queue[int, ev]
+	at := func(t int, e ev) { q.Push(t, e) }
 	ds := make([]*failure.Detector, n)
 	bs := make([]*Broadcast, n)
 	alive := make([]bool, n)
@@ -141,11 +137,15 @@ func detectAndSpread(t *testing.T, n int, seed uint64) {
 		drain(e.to)
 	}
 	runTo := func(end int) {
-		for ; now < end; now++ {
-			for i := 0; now < len(buckets) && i < len(buckets[now]); i++ {
-				handle(buckets[now][i])
+		for {
+			if t, ok := q.Next(); !ok || t >= end {
+				break
 			}
+			var e ev
+			now, e = q.Pop()
+			handle(e)
 		}
+		now = end
 	}
 	runTo(600) // every crash has happened
 	for !settled() {

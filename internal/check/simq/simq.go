@@ -1,8 +1,9 @@
 // Package simq is the event core of the protocols' seeded simulators
-// (comm's, agree's, the arbiter's): a queue of pending events, each due at
-// a simulated time, that gives back the earliest first and, among events
-// due at once, the one pushed first. A run is then a function of its seed
-// alone, and an explorer seed that found a defect finds it again.
+// (comm's, agree's, the arbiter's, revoke's detector test): a queue of
+// pending events, each due at a simulated time, that gives back the
+// earliest first and, among events due at once, the one pushed first. A
+// run is then a function of its seed alone, and an explorer seed that
+// found a defect finds it again.
 package simq
 
 import (
