@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -602,7 +601,7 @@ func (m *machine) unseen(msg []byte) bool {
 // notice of a failure ("fail/r").
 func failureNotice(msg []byte) bool {
 	bm, err := revoke.ParseMessage(msg[1:])
-	return err == nil && strings.HasPrefix(bm.ID, "fail/")
+	return err == nil && parseNotice(bm.ID).kind == failNotice
 }
 
 // holds records that rank from has sent this rank a flood copy of
@@ -623,10 +622,9 @@ func (m *machine) send(to ftrma.Rank, msg []byte) {
 
 // deliver applies a reliable-broadcast notice.
 func (m *machine) deliver(now time.Time, bm revoke.Message) {
-	var r int
-	if scan(bm.ID, "fail/%d", &r) {
-		if r >= 0 && r < m.n {
-			m.markFailed(now, ftrma.Rank(r), string(bm.Payload))
+	if n := parseNotice(bm.ID); n.kind == failNotice {
+		if int(n.rank) < m.n {
+			m.markFailed(now, n.rank, string(bm.Payload))
 		}
 		return
 	}
@@ -654,7 +652,7 @@ func (m *machine) notice(id string) {
 // markFailed records that world rank r failed and announces it to the job.
 func (m *machine) markFailed(now time.Time, r ftrma.Rank, why string) {
 	if m.markGone(now, r, why, false) {
-		m.bc.Originate(revoke.Message{ID: fmt.Sprintf("fail/%d", r), Payload: []byte(why)})
+		m.bc.Originate(revoke.Message{ID: notice{kind: failNotice, rank: r}.id(), Payload: []byte(why)})
 	}
 }
 
@@ -687,9 +685,4 @@ func (m *machine) markGone(now time.Time, r ftrma.Rank, why string, left bool) b
 		}
 	}
 	return true
-}
-
-func scan(s, format string, v any) bool {
-	_, err := fmt.Sscanf(s, format, v)
-	return err == nil
 }

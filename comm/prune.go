@@ -1,9 +1,6 @@
 package comm
 
-import (
-	"strconv"
-	"strings"
-)
+import ()
 
 // Pruning. A long-running job makes and closes communicators without end
 // (every recovery is a Revoke and a Shrink), so what the runtime keeps per
@@ -84,18 +81,11 @@ func (r *closedRing) remove(ctx uint32) {
 	}
 }
 
-// revokeNoticeID is the notice that revokes communicator ctx.
-func revokeNoticeID(ctx uint32) string { return "revoke/" + strconv.FormatUint(uint64(ctx), 10) }
-
 // revokedCtx returns the communicator a revocation notice id names, and
 // false for any other notice.
 func revokedCtx(id string) (uint32, bool) {
-	rest, ok := strings.CutPrefix(id, "revoke/")
-	if !ok {
-		return 0, false
-	}
-	ctx, err := strconv.ParseUint(rest, 10, 32)
-	return uint32(ctx), err == nil && revokeNoticeID(uint32(ctx)) == id
+	n := parseNotice(id)
+	return n.ctx, n.kind == revokeNotice
 }
 
 // closedRevocation reports whether notice id revokes a communicator closed

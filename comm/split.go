@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/agree"
@@ -89,28 +87,15 @@ func (rt *runtime) idTakenLocked(id uint32, noticed map[uint32]bool) bool {
 }
 
 // noticedIDsLocked returns the context ids named by the revocation notices
-// that arrived here: "revoke/<id>" (Comm.revokeID) and "wrevoke/<id>/<n>"
-// (window's revocations).
+// that arrived here, of communicators and of windows.
 func (rt *runtime) noticedIDsLocked() map[uint32]bool {
 	if len(rt.notices) == 0 {
 		return nil
 	}
 	ids := make(map[uint32]bool)
-	for n := range rt.notices {
-		var rest string
-		switch {
-		case strings.HasPrefix(n, "revoke/"):
-			rest = n[len("revoke/"):]
-		case strings.HasPrefix(n, "wrevoke/"):
-			rest = n[len("wrevoke/"):]
-			if i := strings.IndexByte(rest, '/'); i >= 0 {
-				rest = rest[:i]
-			}
-		default:
-			continue
-		}
-		if id, err := strconv.ParseUint(rest, 10, 32); err == nil {
-			ids[uint32(id)] = true
+	for id := range rt.notices {
+		if n := parseNotice(id); n.kind == revokeNotice || n.kind == windowRevokeNotice {
+			ids[n.ctx] = true
 		}
 	}
 	return ids

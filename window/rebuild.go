@@ -252,7 +252,8 @@ func (r *rebuild) run(ctx context.Context, init func([]byte)) (*Window, error) {
 	}
 	w.setPeers(peers)
 	adoptWindowID(plan.id)
-	w.revokeID = fmt.Sprintf("wrevoke/%d/%d", r.nc.ContextID(), plan.id)
+	w.windowID = plan.id
+	w.revokeID = r.nc.WindowRevokeNotice(plan.id, 0)
 	return w, nil
 }
 

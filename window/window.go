@@ -39,6 +39,10 @@ type Failures interface {
 	// whether notice id has arrived here.
 	Notify(id string)
 	Noticed(id string) bool
+	// WindowRevokeNotice names the notice that revokes window id (the id
+	// the ranks agreed on at creation), or the window shrinks Shrinks made
+	// from it.
+	WindowRevokeNotice(id uint64, shrinks int) string
 	// FailuresChanged returns a channel closed when this process next
 	// learns of a failure or a departure (ProcFailed may have changed), so
 	// that a waiter reacts at once instead of polling; ask again after it
@@ -102,7 +106,9 @@ type Window struct {
 	ctlReleased atomic.Bool // Free of a rebuilt window released its control words
 	shared      bool        // made by Shrink: shares its memory and control words
 
-	revokeID string      // the notice that revokes this window (and its shrunk successors)
+	revokeID string      // the notice that revokes this window: WindowRevokeNotice(windowID, shrinks)
+	windowID uint64      // the window's id, agreed at creation
+	shrinks  int         // the Shrinks that made this window from the one created
 	revoked  atomic.Bool // a revocation was seen
 	// notices is the Comm's NoticeCounter, or unwatched; noticesSeen its value
 	// when Noticed(revokeID) last said false (direct and IsRevoked skip
@@ -324,7 +330,8 @@ func create(ctx context.Context, c Comm, k kind, mem []byte) (_ *Window, err err
 		}
 	}
 	adoptWindowID(id)
-	w.revokeID = fmt.Sprintf("wrevoke/%d/%d", c.ContextID(), id)
+	w.windowID = id
+	w.revokeID = c.WindowRevokeNotice(id, 0)
 	if k == sharedAlloc {
 		w.mapShared()
 	}
@@ -508,7 +515,7 @@ func (w *Window) Shrink(ctx context.Context) (*Window, error) {
 		return nil, wrap("shrink", -1, err)
 	}
 	n := &Window{c: w.c, t: w.t, kind: w.kind, mem: w.mem, ctl: w.ctl, owned: w.owned, user: w.user, rank: -1,
-		revokeID: w.revokeID + "/shrunk", ordered: w.ordered, attached: w.attached, shared: true, notices: w.notices,
+		windowID: w.windowID, shrinks: w.shrinks + 1, revokeID: w.c.WindowRevokeNotice(w.windowID, w.shrinks+1), ordered: w.ordered, attached: w.attached, shared: true, notices: w.notices,
 		unmaps: w.unmaps}
 	var peers []peerInfo
 	for r, p := range w.peers {
