@@ -1,7 +1,5 @@
 package comm
 
-import ()
-
 // Pruning. A long-running job makes and closes communicators without end
 // (every recovery is a Revoke and a Shrink), so what the runtime keeps per
 // communicator must go when the communicator is closed here:

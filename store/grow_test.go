@@ -434,9 +434,31 @@ func TestGrowLinearizable(t *testing.T) {
 		}
 	}
 	wg.Go(func() { client(2*3, func() *Store { return joined.Load() }, 3) })
-	time.Sleep(50 * time.Millisecond)
+	// awaitOps waits until client id (-1: any) has done k more operations:
+	// the phases of the run each hold some of the history.
+	awaitOps := func(id, k int) {
+		count := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, op := range ops {
+				if id < 0 || op.ClientId == id {
+					n++
+				}
+			}
+			return n
+		}
+		for want := count() + k; count() < want; {
+			if ctx.Err() != nil {
+				t.Errorf("client %d did not do %d more operations: %v", id, k, ctx.Err())
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	awaitOps(-1, 40)
 	crashAndWait(ctx, t, w, st, 3)
-	time.Sleep(50 * time.Millisecond)
+	awaitOps(-1, 40)
 	nst, errs := replaceAndGrow(ctx, t, w, st, []ftrma.Rank{3})
 	joined.Store(nst[3])
 	for r, err := range errs {
@@ -444,7 +466,7 @@ func TestGrowLinearizable(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	awaitOps(2*3, 20) // the replacement's client too
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("%d operations", len(ops))
