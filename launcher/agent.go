@@ -503,7 +503,7 @@ func (st *agentSetup) handle(typ byte, p []byte) bool {
 // startLeases, under --arbiter, starts the ranks' lease endpoint on this
 // host (their lease then comes from the arbiter, not ftrun) and the spares
 // started without ftrun; it returns what stops them.
-func (j *agentJob) startLeases() (stop func()) {
+func (j *agentJob) startLeases() func() {
 	arb, job := j.arb, jobwire.Printable([]byte(j.spec.job))
 	if arb == nil {
 		return func() {}
@@ -515,12 +515,12 @@ func (j *agentJob) startLeases() (stop func()) {
 	}
 	j.sup = sup
 	arb.d.setProbe(j.probeRank)
-	stop = func() {
+	stopSup := func() {
 		arb.d.setProbe(nil)
 		sup.close()
 	}
 	if len(arb.spareEnv) == 0 {
-		return stop
+		return stopSup
 	}
 	sp, err := startAgentSpares(j, arb, sup)
 	if err != nil {
@@ -529,7 +529,7 @@ func (j *agentJob) startLeases() (stop func()) {
 	j.spares = sp
 	return func() {
 		sp.close()
-		stop()
+		stopSup()
 	}
 }
 
