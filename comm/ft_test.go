@@ -231,12 +231,8 @@ func TestSignalAndAck(t *testing.T) {
 	}
 	w.Net.Crash(1)
 	c := w.Comms[0]
-	for !c.ProcFailed(1) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("crash never noticed")
-		case <-time.After(time.Millisecond):
-		}
+	if err := commtest.AwaitGone(ctx, c, 1); err != nil {
+		t.Fatal(err)
 	}
 	if got := c.FailureGetAcked(); len(got) != 0 {
 		t.Fatalf("acked %v before FailureAck", got)

@@ -23,12 +23,8 @@ func TestBcastReachesRanksAfterADeadOne(t *testing.T) {
 	w.Net.Crash(1)
 	errs := w.RunRanks(ctx, []ftrma.Rank{0, 2, 3}, func(ctx context.Context, c *comm.Comm) error {
 		if c.Rank() == 0 {
-			for !c.ProcFailed(1) {
-				select {
-				case <-c.FailuresChanged():
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+			if err := commtest.AwaitGone(ctx, c, 1); err != nil {
+				return err
 			}
 		}
 		got, err := c.Bcast(ctx, 0, []byte("data"))

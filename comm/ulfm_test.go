@@ -14,26 +14,6 @@ import (
 	"github.com/ftrma/ftrma/transport"
 )
 
-// waitGone waits until c knows every rank of ranks failed or departed.
-func waitGone(ctx context.Context, c *comm.Comm, ranks ...ftrma.Rank) error {
-	for {
-		ch := c.FailuresChanged()
-		known := append(c.Failed(), c.Departed()...)
-		all := true
-		for _, r := range ranks {
-			all = all && slices.Contains(known, r)
-		}
-		if all {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("rank %d: failed %v, departed %v; waiting for %v: %w", c.Rank(), c.Failed(), c.Departed(), ranks, ctx.Err())
-		}
-	}
-}
-
 // A rank that closes cleanly is a departure, not a failure: with rank 3
 // closed and rank 5 crashed, Failed and GetFailed list rank 5 only and
 // Departed rank 3; ProcFailed(3) is true (gone) as for a failure; a collective that needs rank 3
@@ -49,7 +29,7 @@ func TestDepartureIsNoFailure(t *testing.T) {
 		if c.Rank() == 3 {
 			return c.Close()
 		}
-		if err := waitGone(ctx, c, 3, 5); err != nil {
+		if err := commtest.AwaitGone(ctx, c, 3, 5); err != nil {
 			return err
 		}
 		if f := c.Failed(); !slices.Equal(f, []ftrma.Rank{5}) {
@@ -252,7 +232,7 @@ func TestAckFailedSeveral(t *testing.T) {
 	w.Net.Crash(4)
 	w.Net.Crash(5)
 	errs := w.RunRanks(ctx, []ftrma.Rank{0, 1, 2, 3}, func(ctx context.Context, c *comm.Comm) error {
-		if err := waitGone(ctx, c, 4, 5); err != nil {
+		if err := commtest.AwaitGone(ctx, c, 4, 5); err != nil {
 			return err
 		}
 		failed := c.GetFailed()

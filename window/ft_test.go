@@ -154,8 +154,8 @@ func TestWindowShrinkKeepsMemory(t *testing.T) {
 	}
 	world.Net.Crash(1)
 	errs = world.RunRanks(ctx, []ftrma.Rank{0, 2, 3}, func(ctx context.Context, c *comm.Comm) error {
-		for !c.ProcFailed(1) {
-			time.Sleep(time.Millisecond)
+		if err := commtest.AwaitGone(ctx, c, 1); err != nil {
+			return err
 		}
 		w := wins[c.Rank()]
 		if f := w.Failed(); len(f) != 1 || f[0] != 1 {

@@ -49,11 +49,8 @@ func mustTimeOut(t *testing.T, ctx context.Context, w *window.Window, target ftr
 
 func waitFailed(t *testing.T, ctx context.Context, c *comm.Comm, r ftrma.Rank) {
 	t.Helper()
-	for !c.ProcFailed(r) {
-		if ctx.Err() != nil {
-			t.Fatalf("rank %d never learned that rank %d failed", c.Rank(), r)
-		}
-		time.Sleep(time.Millisecond)
+	if err := commtest.AwaitGone(ctx, c, r); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -479,3 +479,24 @@ func (w *World) Close() {
 		w.Net.Close()
 	}
 }
+
+// AwaitGone waits until c counts every communicator rank of ranks failed or
+// departed (ProcFailed), woken by c.FailuresChanged rather than polling; it
+// fails, saying what c knows, when ctx ends first.
+func AwaitGone(ctx context.Context, c *comm.Comm, ranks ...ftrma.Rank) error {
+	for {
+		changed := c.FailuresChanged()
+		gone := true
+		for _, r := range ranks {
+			gone = gone && c.ProcFailed(r)
+		}
+		if gone {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("rank %d: failed %v, departed %v; waiting for %v: %w", c.Rank(), c.Failed(), c.Departed(), ranks, ctx.Err())
+		}
+	}
+}
