@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 	"github.com/ftrma/ftrma/internal/result"
 )
 
@@ -73,20 +74,14 @@ func parseEvent(line string) (ev event, ok bool, err error) {
 	if r, isRes, err := result.ParseLine(line); isRes || err != nil {
 		return event{kind: kResult, res: r}, err == nil, err
 	}
-	f := strings.Fields(line)
-	if len(f) > 0 && strings.HasPrefix(f[0], "[") && strings.HasSuffix(f[0], "]") {
-		f = f[1:] // --tag-output's "[rank]"
-	}
+	f := ulfm.Fields(line)
 	if len(f) == 0 {
 		return event{}, false, nil
 	}
 	bad := func(why string) (event, bool, error) {
 		return event{}, false, fmt.Errorf("rank output %q: %s", line, why)
 	}
-	nat := func(s string) (int64, bool) {
-		v, err := strconv.ParseInt(s, 10, 64)
-		return v, err == nil && v >= 0
-	}
+	nat := ulfm.Nat
 	switch f[0] {
 	case "pid", "ready", "knew", "alsofailed":
 		want := map[string]int{"pid": 3, "ready": 2, "knew": 3, "alsofailed": 3}[f[0]]
@@ -150,13 +145,9 @@ func parseEvent(line string) (ev event, ok bool, err error) {
 		if len(f) != 7 {
 			return bad("want grow RANK START END KEYS BYTES HELD")
 		}
-		var v [6]int64
-		for i := range v {
-			x, ok := nat(f[1+i])
-			if !ok {
-				return bad("bad number")
-			}
-			v[i] = x
+		v, ok := ulfm.Nats(f[1:7])
+		if !ok {
+			return bad("bad number")
 		}
 		if v[1] == 0 || v[2] < v[1] {
 			return bad("bad times")

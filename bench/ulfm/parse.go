@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ftrma/ftrma/bench/internal/ulfm"
 )
 
 // kind is the type of one line printed by ulfm_replace.c.
@@ -44,20 +46,14 @@ type event struct {
 // lines that are not the program's (mpirun's messages); err is set for a line
 // that starts with a keyword but is malformed.
 func parseEvent(line string) (ev event, ok bool, err error) {
-	f := strings.Fields(line)
-	if len(f) > 0 && strings.HasPrefix(f[0], "[") && strings.HasSuffix(f[0], "]") {
-		f = f[1:]
-	}
+	f := ulfm.Fields(line)
 	if len(f) == 0 || !slices.Contains(keywords, f[0]) {
 		return event{}, false, nil
 	}
 	bad := func(why string) (event, bool, error) {
 		return event{}, false, fmt.Errorf("ulfm_replace output %q: %s", line, why)
 	}
-	nat := func(s string) (int64, bool) {
-		v, err := strconv.ParseInt(s, 10, 64)
-		return v, err == nil && v >= 0
-	}
+	nat := ulfm.Nat
 	role := func(s string) (bool, bool) {
 		return s == "new", s == "old" || s == "new"
 	}
@@ -110,13 +106,9 @@ func parseEvent(line string) (ev event, ok bool, err error) {
 		if !ok {
 			return bad("want old or new")
 		}
-		var v [4]int64
-		for i := range v {
-			x, ok := nat(f[2+i])
-			if !ok {
-				return bad("bad number")
-			}
-			v[i] = x
+		v, ok := ulfm.Nats(f[2:6])
+		if !ok {
+			return bad("bad number")
 		}
 		return event{kind: kCheck, isNew: isNew, rank: int(v[0]), newRank: int(v[1]), size: int(v[2]), sum: int(v[3])}, true, nil
 	case "error":
