@@ -112,26 +112,11 @@ func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
 // to end before it returns.
 func (a *Agent) Serve() error {
 	defer a.wg.Wait()
-	var backoff time.Duration
-	for {
-		c, err := a.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			a.cfg.Logger.Warn(fmt.Sprintf("accept: %v; retrying in %v", err, backoff))
-			select {
-			case <-a.quit:
-				return nil
-			case <-time.After(backoff):
-			}
-			continue
-		}
-		backoff = 0
+	warn := func(format string, args ...any) { a.cfg.Logger.Warn(fmt.Sprintf(format, args...)) }
+	acceptEach(a.ln, a.quit, "agent", warn, func(c net.Conn) bool {
 		if !a.track(c) {
 			c.Close()
-			return nil
+			return false
 		}
 		// Each connection on its own goroutine, with Once too: a handshake
 		// waits up to HandshakeTimeout for a silent client.
@@ -139,7 +124,9 @@ func (a *Agent) Serve() error {
 			defer a.wg.Done()
 			a.serve(c)
 		}()
-	}
+		return true
+	})
+	return nil
 }
 
 // take gives the job of a --once agent to connection c, the first to

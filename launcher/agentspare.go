@@ -191,11 +191,7 @@ func (sp *agentSpares) start(r ftrma.Rank, payload []byte) {
 
 func (sp *agentSpares) accept() {
 	defer sp.wg.Done()
-	for {
-		c, err := sp.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptEach(sp.ln, nil, "spares' rendezvous", sp.j.logf, func(c net.Conn) bool {
 		sp.wg.Add(1)
 		go func() {
 			defer sp.wg.Done()
@@ -203,7 +199,8 @@ func (sp *agentSpares) accept() {
 				c.Close()
 			}
 		}()
-	}
+		return true
+	})
 }
 
 // rendezvous serves one spare's rendezvous on c (the rank's side is

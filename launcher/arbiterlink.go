@@ -272,22 +272,11 @@ func (m *arbMesh) send(msg arbiter.Message) {
 
 func (m *arbMesh) acceptLoop() {
 	defer m.wg.Done()
-	for {
-		c, err := m.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			select {
-			case <-m.quit:
-				return
-			case <-time.After(m.tm.backoffMin):
-			}
-			continue
-		}
+	warn := func(format string, args ...any) { m.log.Warn(fmt.Sprintf(format, args...)) }
+	acceptEach(m.ln, m.quit, "arbiter mesh", warn, func(c net.Conn) bool {
 		if !m.register(c) {
 			c.Close()
-			continue
+			return true
 		}
 		m.wg.Add(1)
 		go func() {
@@ -295,7 +284,8 @@ func (m *arbMesh) acceptLoop() {
 			defer m.unregister(c)
 			m.accept(c)
 		}()
-	}
+		return true
+	})
 }
 
 // accept authenticates a connection from a lower node and serves it.

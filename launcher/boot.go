@@ -220,11 +220,7 @@ func (d *dialBack) close() {
 }
 
 func (d *dialBack) acceptLoop() {
-	for {
-		c, err := d.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptEach(d.ln, nil, "agents' dial-back", d.out.reportf, func(c net.Conn) bool {
 		go func() {
 			l, err := d.admit(c)
 			if err != nil {
@@ -234,7 +230,8 @@ func (d *dialBack) acceptLoop() {
 			}
 			d.links <- l
 		}()
-	}
+		return true
+	})
 }
 
 // admit authenticates an agent that dialled back and reads its hello.

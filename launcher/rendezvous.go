@@ -413,36 +413,20 @@ func (s *rvServer) close() error {
 
 func (s *rvServer) acceptLoop() {
 	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Temporary trouble, such as running out of file descriptors:
-			// back off and retry.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Logger.Warn(fmt.Sprintf("rendezvous: accept: %v; retrying in %v", err, backoff))
-			select {
-			case <-s.quit:
-				return
-			case <-time.After(backoff):
-			}
-			continue
-		}
-		backoff = 0
+	warn := func(format string, a ...any) { s.cfg.Logger.Warn(fmt.Sprintf(format, a...)) }
+	acceptEach(s.ln, s.quit, "rendezvous", warn, func(c net.Conn) bool {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
-			return
+			return false
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serve(c)
-	}
+		return true
+	})
 }
 
 // serve runs one rank's conversation and then holds the connection until the

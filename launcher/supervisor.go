@@ -297,24 +297,21 @@ func (s *hostSupervisor) close() {
 
 func (s *hostSupervisor) accept() {
 	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptEach(s.ln, s.quit, "lease endpoint", s.logf, func(c net.Conn) bool {
 		s.mu.Lock()
 		select {
 		case <-s.quit:
 			s.mu.Unlock()
 			c.Close()
-			return
+			return false
 		default:
 		}
 		s.conns[c] = true
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go s.serve(c)
-	}
+		return true
+	})
 }
 
 // serve answers one rank's asks: a reader keeps the latest ask, and the
