@@ -48,6 +48,14 @@ func (t *Transport) MapShared(r ftrma.Rank, key transport.Key) ([]byte, func(), 
 	if err != nil {
 		return nil, nil, t.lost(op, p, err)
 	}
+	if !p.self {
+		// A peer that closed or exited is down, as for an operation
+		// (access), even before its departure is reported.
+		if st := atomic.LoadUint64(c.word(offState)); st != stateOpen {
+			p.mu.RUnlock()
+			return nil, nil, t.lost(op, p, stateStatus(st))
+		}
+	}
 	defer p.mu.RUnlock()
 	if key == 0 || key > transport.MaxKey {
 		return nil, nil, &ftrma.OpError{Op: op, Rank: r, Err: ftrma.ErrUnknownRegion}
