@@ -42,7 +42,7 @@ func TestHybridPlan(t *testing.T) {
 		{"a spare on a host of spares only", hybridEnv(5, 6, 2, 5),
 			hybridPlan{"host-of-rank-5", []ftrma.Rank{4, 5}, []ftrma.Rank{4}}, []int{1, 1, 1, 1, 1, 0}},
 		{"no spares", hybridEnv(3, 4, 0, 2, 3),
-			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3}, nil}, multi.HostRoute(4, []ftrma.Rank{2, 3})},
+			hybridPlan{"host-of-rank-2", []ftrma.Rank{2, 3}, nil}, []int{1, 1, 0, 0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.env.hybridPlan()

@@ -121,7 +121,11 @@ func newWorld(tb testing.TB, hosts [][]ftrma.Rank, o worldOpts) *world {
 				w.hcas[r] = h
 				subs[1] = multi.Sub{Name: "tcp", T: h, Reach: true}
 			}
-			m, err := multi.New(subs, multi.HostRoute(n, ranks))
+			route, err := multi.AskRoute(n, nil, subs[0].T, subs[1].T)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			m, err := multi.New(subs, route)
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -815,24 +815,6 @@ func AskRoute(size int, absent []ftrma.Rank, subs ...transport.Transport) ([]int
 	return route, nil
 }
 
-// HostRoute is the usual route: transport 0 (shared memory) to the ranks
-// of this host, local (this rank among them), and transport 1 (tcp, verbs)
-// to every other rank of a job of size ranks. Ranks of local out of range
-// are ignored. It is what AskRoute gives when transport 0 serves exactly
-// local; tests use it to route without opening transports.
-func HostRoute(size int, local []ftrma.Rank) []int {
-	route := make([]int, size)
-	for r := range route {
-		route[r] = 1
-	}
-	for _, r := range local {
-		if r >= 0 && int(r) < size {
-			route[r] = 0
-		}
-	}
-	return route
-}
-
 // What the multi transport implements, checked when it is compiled.
 var (
 	_ transport.Transport = (*Transport)(nil)
