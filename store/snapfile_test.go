@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 )
@@ -29,7 +30,7 @@ func TestSnapFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.length != uint64(b.Len()) || e.records != 3 || e.crc != leU32(b.Bytes()[b.Len()-4:]) {
+	if e.length != uint64(b.Len()) || e.records != 3 || e.crc != binary.LittleEndian.Uint32(b.Bytes()[b.Len()-4:]) {
 		t.Fatalf("entry %+v for a file of %d bytes", e, b.Len())
 	}
 	got, err := readSnapData(bytes.NewReader(b.Bytes()), 1024, 1<<20)
@@ -58,8 +59,6 @@ func TestSnapFileRoundTrip(t *testing.T) {
 		t.Fatalf("manifest %+v, want %+v", gm, m)
 	}
 }
-
-func leU32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
 
 // A file cut short anywhere, with a byte changed anywhere, or with bytes
 // after its end is refused as corrupt; so are records over the limits and
