@@ -27,6 +27,7 @@ func (s *Store) GetVersion(ctx context.Context, key []byte) ([]byte, uint64, err
 	if err := s.check("store get", key, nil); err != nil {
 		return nil, 0, err
 	}
+	defer s.enter()()
 	v, ver, err := s.get(ctx, s.ident(key))
 	if err != nil {
 		return nil, 0, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
@@ -89,6 +90,7 @@ func (s *Store) writeIf(ctx context.Context, name string, key, value []byte, del
 	if err := s.check(name, key, value); err != nil {
 		return false, err
 	}
+	defer s.enter()()
 	id := s.ident(key)
 	done := false
 	var wrote prior // what writeIfOnce published

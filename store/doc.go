@@ -142,6 +142,26 @@
 //     retries included, in one call each (respawn.go).
 //  4. s.Close(ctx) on every live rank.
 //
+// # Snapshots
+//
+// Copies in memory survive the loss of up to Copies−1 ranks; a snapshot
+// survives the loss of the whole job. s.Snapshot(ctx, dir), collective,
+// writes a consistent cut of the store under dir: every key with the value
+// it had at one moment of the whole job — each write acknowledged before
+// Snapshot began is in it, none that began after it returned, a write under
+// way whole or not at all, and two writes of one client in their order (a
+// later one in it means the earlier one is too). Writers are held back only
+// while the cut is taken (each rank's operations under way finish, two
+// collectives, a copy of the rank's keys: milliseconds), not while the files
+// are written. A snapshot is one directory: a file per rank and a manifest
+// written last, each checksummed (DESIGN.md §8 has the format); until the
+// manifest is there the snapshot does not exist. store.Restore(ctx, c, dir,
+// cfg), collective, opens a store over c — any number of ranks — from the
+// newest complete snapshot under dir, skipping newer ones that are torn or
+// damaged and saying why, and fails with ErrNoSnapshot when none is
+// complete. Restored keys carry new versions. A rank failing during
+// Snapshot makes it fail (take another once the failure is known).
+//
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
 // ErrConflict (a transaction's read changed before it committed),
 // ErrFull (a replica's slots or chunks are used up, or it cannot attach

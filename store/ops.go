@@ -334,6 +334,7 @@ func (s *Store) Put(ctx context.Context, key, value []byte) error {
 	if err := s.check("store put", key, value); err != nil {
 		return err
 	}
+	defer s.enter()()
 	t := traceOf(ctx)
 	t.begin("put")
 	defer t.end()
@@ -350,6 +351,7 @@ func (s *Store) Delete(ctx context.Context, key []byte) error {
 	if err := s.check("store delete", key, nil); err != nil {
 		return err
 	}
+	defer s.enter()()
 	t := traceOf(ctx)
 	t.begin("delete")
 	defer t.end()
@@ -840,6 +842,7 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := s.check("store get", key, nil); err != nil {
 		return nil, err
 	}
+	defer s.enter()()
 	t := traceOf(ctx)
 	t.begin("get")
 	defer t.end()
@@ -1142,6 +1145,7 @@ func (s *Store) Locate(ctx context.Context, key []byte) ([]Replica, error) {
 	if err := s.check("store locate", key, nil); err != nil {
 		return nil, err
 	}
+	defer s.enter()()
 	id := s.ident(key)
 	var reps []*replica
 	err := s.inView(func(o *op) (err error) {

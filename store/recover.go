@@ -44,9 +44,11 @@ func (s *Store) housekeeping() {
 		for old := range work {
 			// A recovery that a new view cut short starts again in it.
 			for done := false; !done && ctx.Err() == nil; {
+				leave := s.enter()
 				o := s.begin()
 				done = o.recover(ctx, old)
 				o.end()
+				leave()
 			}
 		}
 	}()
@@ -71,12 +73,18 @@ func (s *Store) housekeeping() {
 			last = v
 		}
 		failCh := v.c.FailuresChanged() // before reading the knowledge it announces
+		// Compaction, which moves records, holds the gate, and is left for
+		// the next tick while a snapshot has it closed. The rest must go on
+		// during a snapshot: other ranks' puts, which their snapshots wait
+		// for, may be waiting for this rank to attach heap (grow) or to end
+		// a lease (DESIGN.md §8.2).
 		busy := o.grow()
 		o.markSeen()
 		s.expireLeases()
 		asked = o.answerAsks(ctx, asked)
-		if time.Since(compacted) >= compactEvery {
+		if time.Since(compacted) >= compactEvery && s.gate.TryRLock() {
 			busy = o.compact(ctx) > 0 || busy
+			s.gate.RUnlock()
 			compacted = time.Now()
 		}
 		var fresh bool
@@ -107,9 +115,14 @@ func (s *Store) housekeeping() {
 			return
 		case reply := <-s.kick:
 			t.Stop()
-			o := s.begin()
-			reply <- o.compact(ctx)
-			o.end()
+			moved := 0
+			if s.gate.TryRLock() { // else a snapshot is being taken: nothing moved now
+				o := s.begin()
+				moved = o.compact(ctx)
+				o.end()
+				s.gate.RUnlock()
+			}
+			reply <- moved
 			compacted = time.Now()
 		case <-failCh:
 			t.Stop() // a failure: recovery starts now, not at the next tick

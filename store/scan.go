@@ -69,6 +69,7 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 // listKeys returns the distinct user keys with prefix that a live rank holds
 // a value of, unordered.
 func (s *Store) listKeys(ctx context.Context, prefix string) ([]string, error) {
+	defer s.enter()()
 	var out []string
 	err := s.inView(func(o *op) error {
 		seen := map[string]bool{}

@@ -201,6 +201,12 @@ type Store struct {
 
 	growing atomic.Bool // a Grow is under way
 
+	// gate is what Snapshot closes to take its cut: the public operations,
+	// once each, and each unit of background work that writes hold its
+	// read side; the passes that end leases do not (DESIGN.md §8.2).
+	gate    sync.RWMutex
+	lastCut atomic.Uint64 // the last snapshot cut this rank took or restored
+
 	closed atomic.Bool
 	// owned are the communicators Respawn and JoinRespawned made: Close
 	// closes them after its windows.

@@ -49,7 +49,9 @@ func (t *Tx) Get(ctx context.Context, key []byte) ([]byte, error) {
 		}
 		return cloneYielding(op.value), nil
 	}
+	leave := t.s.enter()
 	v, ver, err := t.s.get(ctx, t.s.ident(key))
+	leave()
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, &ftrma.OpError{Op: "tx get", Rank: -1, Err: err}
 	}
@@ -128,6 +130,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if len(t.ops) == 0 && len(t.reads) == 0 {
 		return nil
 	}
+	defer s.enter()()
 	keys := make([]*txKeyState, 0, len(t.ops)+len(t.reads))
 	for k, op := range t.ops {
 		ver, read := t.reads[k]
