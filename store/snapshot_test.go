@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
 )
@@ -210,5 +211,40 @@ func TestRestoreRefusesIncomplete(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// A rank that has failed makes Snapshot fail at the survivors with an error
+// wrapping ftrma.ErrProcFailed, within their context, leaving no manifest;
+// their gates open again: the store goes on taking writes and reads.
+func TestSnapshotWithAFailedRank(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	w, st := openAll(t, 4, smallOptions(2))
+	if err := st[0].Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	w.Crash(3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Go(func() { _, errs[r] = st[r].Snapshot(ctx, dir) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, ftrma.ErrProcFailed) {
+			t.Errorf("rank %d: snapshot with rank 3 failed: %v, want ErrProcFailed", r, err)
+		}
+	}
+	if _, _, err := newestSnapshot(dir, 64, 64); !errors.Is(err, errNoSnapshot) {
+		t.Errorf("a complete snapshot after the failed one: %v", err)
+	}
+	for r := range 3 {
+		if err := st[r].Put(ctx, fmt.Appendf(nil, "after/%d", r), []byte("x")); err != nil {
+			t.Errorf("rank %d: put after the failed snapshot: %v", r, err)
+		}
+	}
+	if v, err := st[1].Get(ctx, []byte("k")); err != nil || string(v) != "v" {
+		t.Errorf("get after the failed snapshot: %q, %v", v, err)
 	}
 }
