@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,4 +86,57 @@ func testCkptSameResultUnderKills(t *testing.T) {
 	} else {
 		t.Logf("with kills: %s", strings.Join(regexp.MustCompile(`(?m)^\[\d\] rank \d adopts .*$`).FindAllString(out, -1), "; "))
 	}
+}
+
+// The whole job lost, and started again: the checkpointing example with
+// -snapshot takes snapshots of its store while it runs; every rank is
+// SIGKILLed at about half of the failure-free run (nothing of the job's
+// memory survives); the same command started again restores the store from
+// the newest complete snapshot, each rank resumes its list where its
+// checkpoint in the snapshot says, and the result is the failure-free one.
+func TestCkptRestartsFromSnapshot(t *testing.T) {
+	prog := filepath.Join(bins(t), "ckpt")
+	dir := t.TempDir()
+	args := []string{"--oversubscribe", "-n", "4", "--tag-output"}
+	job := []string{prog, "-tasks", "8192", "-snapshot", dir, "-snapshot-every", "100ms"}
+	start := time.Now()
+	out, code := ftrun(t, 2*time.Minute, append(args, prog, "-tasks", "8192")...)
+	d := time.Since(start)
+	if code != 0 {
+		t.Fatalf("failure-free run: exit %d:\n%s", code, out)
+	}
+	want, _, _ := ckptResult(t, out)
+
+	half := (d / 2).Round(time.Millisecond)
+	kill := []string{}
+	for r := range 4 {
+		kill = append(kill, "--kill", fmt.Sprintf("%d@%v", r, half))
+	}
+	out, _ = ftrun(t, 2*time.Minute, slices.Concat(args, kill, job)...)
+	if ckptResultRE.MatchString(out) {
+		t.Fatalf("the killed job printed a result (killed at %v of a %v run):\n%s", half, d, out)
+	}
+	out, code = ftrun(t, 2*time.Minute, slices.Concat(args, job)...)
+	if code != 0 {
+		t.Fatalf("restarted run: exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "restored the store from ") {
+		t.Fatalf("the restarted job did not restore a snapshot:\n%s", out)
+	}
+	resumed := regexp.MustCompile(`(?m)^\[\d\] rank \d restarts from the snapshot: resuming its list at task \d+ of 8192 \((\d+) of its 2048 tasks checkpointed\)$`).FindAllStringSubmatch(out, -1)
+	if len(resumed) != 4 {
+		t.Fatalf("%d ranks resumed from the snapshot, want 4:\n%s", len(resumed), out)
+	}
+	progress := 0
+	for _, m := range resumed {
+		n, _ := strconv.Atoi(m[1])
+		progress += n
+	}
+	if progress == 0 {
+		t.Fatalf("the snapshot held no progress at all (killed at %v of %v):\n%s", half, d, out)
+	}
+	if got, _, _ := ckptResult(t, out); got != want {
+		t.Errorf("result after the restart %s nodes, failure-free %s", got, want)
+	}
+	t.Logf("failure-free %v; killed at %v; the snapshot held %d of 8192 tasks", d.Round(time.Millisecond), half, progress)
 }

@@ -42,6 +42,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -64,6 +65,10 @@ type config struct {
 	poll      time.Duration // how often an idle rank reads the checkpoints
 	lostGrace time.Duration // how long a lost checkpoint may stay lost before a waiting rank recomputes its list
 	respawn   bool          // replace failed ranks (-respawn) rather than adopt their lists
+	// snapshot is the directory of the store's snapshots (-snapshot), ""
+	// for none; snapEvery their interval.
+	snapshot  string
+	snapEvery time.Duration
 	// crash maps a rank to the fraction of its own list after which it
 	// SIGKILLs itself (-crash).
 	crash map[ftrma.Rank]float64
@@ -98,6 +103,8 @@ func main() {
 	flag.DurationVar(&cfg.lostGrace, "lost-wait", time.Second, "how long a lost checkpoint of a list another rank runs may stay lost before this rank recomputes the list")
 	cfg.crash = map[ftrma.Rank]float64{}
 	flag.Var(crashFlag(cfg.crash), "crash", "`RANK@FRACTION`: RANK SIGKILLs itself before the task at FRACTION (0 to 1) of its own list; may be repeated")
+	flag.StringVar(&cfg.snapshot, "snapshot", "", "`DIR` of snapshots of the store, taken every -snapshot-every; a job started again with the same -snapshot (and -n) after the whole job was lost resumes from the newest complete one")
+	flag.DurationVar(&cfg.snapEvery, "snapshot-every", 200*time.Millisecond, "interval of the snapshots (-snapshot)")
 	flag.BoolVar(&cfg.respawn, "respawn", false, "replace failed ranks by spares (the job must have them: ftrun --respawn) instead of adopting their lists; adopt when no spare is left")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
@@ -133,6 +140,10 @@ func (cfg config) validate() error {
 		return fmt.Errorf("-poll must be positive (got %v)", cfg.poll)
 	case cfg.lostGrace < 0:
 		return fmt.Errorf("-lost-wait must not be negative (got %v)", cfg.lostGrace)
+	case cfg.snapshot != "" && cfg.respawn:
+		return errors.New("-snapshot and -respawn do not go together yet")
+	case cfg.snapshot != "" && cfg.snapEvery <= 0:
+		return fmt.Errorf("-snapshot-every must be positive (got %v)", cfg.snapEvery)
 	}
 	return nil
 }
@@ -153,9 +164,18 @@ func run(ctx context.Context, cfg config) error {
 	var s *store.Store
 	replaces, isReplacement := c.Replaces()
 	world := c
-	if isReplacement {
+	restored := false
+	var sc *comm.Comm // the store's own communicator with -snapshot
+	switch {
+	case isReplacement:
 		s, c, err = store.JoinRespawned(ctx, c, opt)
-	} else {
+	case cfg.snapshot != "":
+		// The store on a communicator of its own: its snapshots are
+		// collectives of a goroutine of their own (snapshots).
+		if sc, err = c.Dup(ctx); err == nil {
+			s, restored, err = openOrRestore(ctx, sc, cfg.snapshot, opt)
+		}
+	default:
 		s, err = store.Open(ctx, c, opt)
 	}
 	if err != nil {
@@ -187,11 +207,22 @@ func run(ctx context.Context, cfg config) error {
 		w.replace = rs.replace
 	}
 	if isReplacement {
-		if err := w.resume(ctx, replaces); err != nil {
+		if err := w.resume(ctx, fmt.Sprintf("replaces world rank %d", replaces)); err != nil {
 			return err
 		}
 	}
-	if err := w.run(ctx); err != nil {
+	if restored {
+		if err := w.resume(ctx, "restarts from the snapshot"); err != nil {
+			return err
+		}
+	}
+	stopSnapshots := func() {}
+	if cfg.snapshot != "" {
+		stopSnapshots = snapshots(ctx, sc, s, cfg, os.Stderr)
+	}
+	err = w.run(ctx)
+	stopSnapshots()
+	if err != nil {
 		return err
 	}
 	fmt.Printf("rank %d ran %s in %.2f s\n", w.me, w.summary(), w.idle.Sub(start).Seconds())
@@ -280,4 +311,71 @@ func lowestLive(n int, failed []ftrma.Rank) ftrma.Rank {
 		}
 	}
 	return -1
+}
+
+// openOrRestore opens the store over c from the newest complete snapshot
+// under dir, or empty when there is none yet (restored false).
+func openOrRestore(ctx context.Context, c *comm.Comm, dir string, opt store.Config) (*store.Store, bool, error) {
+	s, info, err := store.Restore(ctx, c, dir, opt)
+	switch {
+	case err == nil:
+		if c.Rank() == 0 {
+			fmt.Printf("restored the store from %s (%d incomplete snapshots after it skipped)\n", info.Dir, len(info.Skipped))
+		}
+		return s, true, nil
+	case errors.Is(err, store.ErrNoSnapshot):
+		s, err = store.Open(ctx, c, opt)
+		return s, false, err
+	}
+	return nil, false, err
+}
+
+// snapshots snapshots the store every cfg.snapEvery until the returned
+// function is called. Every rank runs it; rank 0's clock decides each round
+// and broadcasts it, so that the ranks call Snapshot equally often, and
+// rank 0's stop ends the rounds everywhere (it broadcasts the end). The
+// other ranks' stop waits for that end, for a bounded time (a failure may
+// have ended the rounds at rank 0 alone); a Snapshot that fails (a rank
+// failed) ends the rounds at its rank.
+func snapshots(ctx context.Context, sc *comm.Comm, s *store.Store, cfg config, log io.Writer) (stop func()) {
+	loop, cancel := context.WithCancel(ctx)
+	done, stopping := make(chan struct{}), make(chan struct{})
+	ctrl, err := sc.Dup(ctx)
+	if err != nil {
+		fmt.Fprintf(log, "ckpt: no snapshots: %v\n", err)
+		cancel()
+		return func() {}
+	}
+	go func() {
+		defer close(done)
+		defer ctrl.Close()
+		for {
+			var round [1]byte
+			if ctrl.Rank() == 0 {
+				select {
+				case <-time.After(cfg.snapEvery):
+					round[0] = 1
+				case <-stopping:
+				}
+			}
+			b, err := ctrl.Bcast(loop, 0, round[:])
+			if err != nil || len(b) != 1 || b[0] == 0 {
+				return
+			}
+			if _, err := s.Snapshot(ctx, cfg.snapshot); err != nil {
+				fmt.Fprintf(log, "ckpt: rank %d: snapshot: %v; no more snapshots\n", ctrl.Rank(), err)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stopping)
+		select {
+		case <-done:
+		case <-time.After(cfg.snapEvery + 10*time.Second):
+			cancel()
+			<-done
+		}
+		cancel()
+	}
 }

@@ -72,7 +72,7 @@ func (fr *fakeRespawn) start(ctx context.Context, r ftrma.Rank, replacement bool
 	fr.wg.Go(func() {
 		var err error
 		if replacement {
-			err = w.resume(ctx, r)
+			err = w.resume(ctx, fmt.Sprintf("replaces world rank %d", r))
 		}
 		if err == nil {
 			err = w.run(ctx)

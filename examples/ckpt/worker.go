@@ -151,21 +151,22 @@ func (w *worker) run(ctx context.Context) error {
 	}
 }
 
-// resume makes this rank, a replacement of the failed process of world
-// rank replaces, take over its own list where that process last
-// checkpointed it (from the start, with sum 0, if the checkpoint is lost).
-// A replacement does not crash again (-crash is for the first process).
-func (w *worker) resume(ctx context.Context, replaces ftrma.Rank) error {
+// resume makes this rank take over its own list where the last process of
+// its rank checkpointed it (from the start, with sum 0, if the checkpoint
+// is lost): a replacement of a failed process, or a rank of a job started
+// again from a snapshot; who says which, in its output line. A rank that
+// resumes does not crash again (-crash is for the first process).
+func (w *worker) resume(ctx context.Context, who string) error {
 	w.crashAt = -1
 	ck, lost, err := w.load(ctx, w.me)
 	if err != nil {
 		return err
 	}
 	if lost {
-		fmt.Fprintf(w.log, "rank %d replaces world rank %d: its checkpoint is lost (every copy may be gone): recomputing its list from the start\n", w.me, replaces)
+		fmt.Fprintf(w.log, "rank %d %s: its checkpoint is lost (every copy may be gone): recomputing its list from the start\n", w.me, who)
 	} else {
-		fmt.Fprintf(w.out, "rank %d replaces world rank %d: resuming its list at task %d of %d (%d of its %d tasks checkpointed)\n",
-			w.me, replaces, int(w.me)+ck.next*w.n, w.cfg.tasks, ck.next, w.length(w.me))
+		fmt.Fprintf(w.out, "rank %d %s: resuming its list at task %d of %d (%d of its %d tasks checkpointed)\n",
+			w.me, who, int(w.me)+ck.next*w.n, w.cfg.tasks, ck.next, w.length(w.me))
 	}
 	w.start = ck
 	return nil
