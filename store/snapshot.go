@@ -91,13 +91,21 @@ func (s *Store) Snapshot(ctx context.Context, dir string) (SnapshotInfo, error) 
 		keys += int(f.records)
 		m.files = append(m.files, f)
 	}
+	written := []byte{1}
 	if s.me == 0 {
-		err = writeSnapManifestFile(sdir, m)
+		if err = writeSnapManifestFile(sdir, m); err != nil {
+			written[0] = 0
+		}
 	}
-	// The others return once the manifest is there: Snapshot returning
-	// means the snapshot is complete.
-	if berr := c.Barrier(ctx); err == nil {
-		err = berr
+	// Every rank returns once rank 0 says the manifest is there: Snapshot
+	// returning nil means the snapshot is complete.
+	said, gerr := c.Allgather(ctx, written)
+	switch {
+	case err != nil:
+	case gerr != nil:
+		err = gerr
+	case len(said[0]) != 1 || said[0][0] != 1:
+		err = errors.New("rank 0 could not write the manifest")
 	}
 	if err != nil {
 		return fail(err)
