@@ -152,8 +152,9 @@
 // way whole or not at all, and two writes of one client in their order (a
 // later one in it means the earlier one is too). Writers are held back only
 // while the cut is taken (each rank's operations under way finish, two
-// collectives, a copy of the rank's keys: milliseconds), not while the files
-// are written. A snapshot is one directory: a file per rank and a manifest
+// collectives, and each rank reads the keys it is first replica of: about
+// 0.3 s for 100,000 keys of 1 KiB over 8 ranks on a 2-core machine,
+// milliseconds for small stores), not while the files are written. A snapshot is one directory: a file per rank and a manifest
 // written last, each checksummed (DESIGN.md §8 has the format); until the
 // manifest is there the snapshot does not exist. store.Restore(ctx, c, dir,
 // cfg), collective, opens a store over c — any number of ranks — from the
