@@ -191,7 +191,7 @@ func (s *Store) copyFirst(ctx context.Context) ([]snapRecord, error) {
 // complete snapshot under dir (any number of ranks may have written it):
 // each rank puts the keys of a share of the snapshot's files. Snapshots
 // newer than the one read that are incomplete or damaged are skipped;
-// SkippedSnapshots on the result's info says which and why. It fails with
+// RestoreInfo.Skipped says which and why. It fails with
 // an error wrapping ErrNoSnapshot when dir holds no complete snapshot.
 // Collective. Restored keys get new versions.
 func Restore(ctx context.Context, c window.Comm, dir string, cfg Config) (*Store, RestoreInfo, error) {

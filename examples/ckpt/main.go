@@ -373,9 +373,8 @@ func snapshots(ctx context.Context, sc *comm.Comm, s *store.Store, cfg config, l
 		select {
 		case <-done:
 		case <-time.After(cfg.snapEvery + 10*time.Second):
-			cancel()
-			<-done
 		}
 		cancel()
+		<-done
 	}
 }
