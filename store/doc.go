@@ -154,14 +154,17 @@
 // while the cut is taken (each rank's operations under way finish, two
 // collectives, and each rank reads the keys it is first replica of: about
 // 0.3 s for 100,000 keys of 1 KiB over 8 ranks on a 2-core machine,
-// milliseconds for small stores), not while the files are written. A snapshot is one directory: a file per rank and a manifest
-// written last, each checksummed (DESIGN.md §8 has the format); until the
+// milliseconds for small stores), not while the files are written. A
+// snapshot is one directory: a file per rank and a manifest written last, each checksummed (DESIGN.md §8 has the format); until the
 // manifest is there the snapshot does not exist. store.Restore(ctx, c, dir,
 // cfg), collective, opens a store over c — any number of ranks — from the
 // newest complete snapshot under dir, skipping newer ones that are torn or
 // damaged and saying why, and fails with ErrNoSnapshot when none is
-// complete. Restored keys carry new versions. A rank failing during
-// Snapshot makes it fail (take another once the failure is known).
+// complete. Restored keys carry new versions. Ranks that failed before a
+// snapshot are left out of it, their keys read from live replicas; a rank
+// that fails during one makes the survivors take the cut again without it,
+// so the snapshot completes with every key that has a live copy, and every
+// live rank returns the same result.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
 // ErrConflict (a transaction's read changed before it committed),

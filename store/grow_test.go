@@ -45,14 +45,14 @@ func openSpares(t *testing.T, n, spares int, opt Config) (*commtest.World, []*St
 	return w, st
 }
 
-// putKeys puts n keys k0.. with values "value 0".. from ranks 0 to 5 in
-// turn and returns them.
+// putKeys puts n keys k0.. with values "value 0".. from ranks 0 to 5 (or
+// to the last of st) in turn and returns them.
 func putKeys(ctx context.Context, t *testing.T, st []*Store, n int) map[string]string {
 	t.Helper()
 	want := map[string]string{}
 	for i := range n {
 		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+		if err := st[i%min(6, len(st))].Put(ctx, []byte(k), []byte(v)); err != nil {
 			t.Fatal(err)
 		}
 		want[k] = v
@@ -242,7 +242,7 @@ func TestGrowAfterReplace(t *testing.T) {
 	var keys []string
 	for i := range 500 {
 		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("value %d", i)
-		if err := st[i%6].Put(ctx, []byte(k), []byte(v)); err != nil {
+		if err := st[i%min(6, len(st))].Put(ctx, []byte(k), []byte(v)); err != nil {
 			t.Fatal(err)
 		}
 		want[k] = v

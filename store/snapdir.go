@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,4 +157,40 @@ func newestSnapshot(root string, maxKey, maxValue int) (*loadedSnapshot, []error
 		skipped = append(skipped, fmt.Errorf("%s: %w", dir, err))
 	}
 	return nil, skipped, fmt.Errorf("%w under %s (%d incomplete or damaged: %w)", errNoSnapshot, root, len(skipped), errors.Join(skipped...))
+}
+
+// statSnapDataFile returns the manifest's entry for the data file name in
+// dir from its header, its trailing checksum and its length, and checks
+// that it belongs to the snapshot with cut cut. Data files appear under
+// their names only whole (writeFileSynced), so a file that is there is
+// complete; loadSnapshot verifies every byte when the snapshot is read.
+func statSnapDataFile(dir, name string, cut uint64) (snapFileEntry, error) {
+	e := snapFileEntry{name: name}
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return e, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return e, err
+	}
+	s := newSnapReader(io.LimitReader(f, snapDataHeaderLen))
+	s.header(snapDataMagic)
+	s.u32() // the rank
+	fileCut, records := s.u64(), s.u64()
+	var sum [4]byte
+	switch {
+	case s.err != nil:
+		return e, fmt.Errorf("%s: %w", name, s.err)
+	case fileCut != cut:
+		return e, fmt.Errorf("%w: %s: cut %d, not %d", errSnapCorrupt, name, fileCut, cut)
+	case fi.Size() < snapDataHeaderLen+4:
+		return e, fmt.Errorf("%w: %s: %d bytes", errSnapCorrupt, name, fi.Size())
+	}
+	if _, err := f.ReadAt(sum[:], fi.Size()-4); err != nil {
+		return e, err
+	}
+	e.length, e.crc, e.records = uint64(fi.Size()), binary.LittleEndian.Uint32(sum[:]), records
+	return e, nil
 }

@@ -22,6 +22,9 @@ const (
 	snapDataMagic     = "FTSNAPD\x00" // a rank's data file
 	snapManifestMagic = "FTSNAPM\x00" // the manifest
 	snapVersion       = 1
+	// snapDataHeaderLen is a data file's bytes before its first record:
+	// magic, version, flags, rank, cut and record count.
+	snapDataHeaderLen = 8 + 2 + 2 + 4 + 8 + 8
 	// snapMaxFiles bounds a manifest's file count: a store has at most
 	// ownerMask ranks.
 	snapMaxFiles = ownerMask

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,20 +35,28 @@ type SnapshotInfo struct {
 // every key with the value it had at one moment of the whole job, each put
 // or delete acknowledged before Snapshot began in it, none that began after
 // Snapshot returned, and a write under way either whole in it or not at
-// all. Collective: every rank calls it with the same dir, which all of them
-// must reach (one file system, or one host).
+// all. Collective: every live rank calls it with the same dir, which all of
+// them must reach (one file system, or one host); a rank's calls are taken
+// one at a time, so ranks that call it from several goroutines must call it
+// with one dir.
 //
 // Writers are held only for the cut itself: each rank waits for its own
 // operations under way, holds back new ones (reads too), the ranks agree
 // that all have, each copies from the store the keys it is the first live
 // replica of, they agree again, and the operations go on while each rank
-// writes its file. A rank then writes the manifest, last: until it is there
-// the snapshot is incomplete, and Restore never reads it.
+// writes its file. Every rank then checks the files of the others and
+// writes the manifest, last: until it is there the snapshot is incomplete,
+// and Restore never reads it.
 //
-// It fails with an error wrapping ftrma.ErrProcFailed when a rank fails
-// during it (take another once the failure is known), and with the file
-// system's error when a file cannot be written. Not yet done: completing
-// over the survivors when a rank fails midway.
+// Ranks that failed before it are left out: the live replicas hold their
+// keys. A rank that fails during it makes the survivors take the cut again
+// without it (its keys from their next live replica), so that the snapshot
+// completes over the survivors with every key that has a live copy — or,
+// when the failure leaves a key no live copy, with the others, Get telling
+// ErrDataLost for that key. Every live rank returns the same result: nil
+// once the snapshot is complete on disk. It fails with the file system's
+// error when a file cannot be written, with ctx's, or with ErrInvalid when
+// the ranks name different directories.
 func (s *Store) Snapshot(ctx context.Context, dir string) (SnapshotInfo, error) {
 	const op = "store snapshot"
 	fail := func(err error) (SnapshotInfo, error) {
@@ -58,102 +68,142 @@ func (s *Store) Snapshot(ctx context.Context, dir string) (SnapshotInfo, error) 
 	if s.growing.Load() {
 		return fail(fmt.Errorf("%w: a Grow is under way", ftrma.ErrInvalid))
 	}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
 	c := s.current().c
-	recs, cut, err := s.takeCut(ctx, c)
-	if err != nil {
-		return fail(err)
-	}
-	sdir := filepath.Join(dir, snapDirName(cut))
-	if err := os.MkdirAll(sdir, 0o755); err != nil {
-		return fail(err)
-	}
-	e, err := writeSnapDataFile(sdir, &snapData{cut: cut, rank: uint32(s.me), records: recs})
-	var mine []byte
-	if err == nil {
-		mine = binary.LittleEndian.AppendUint64(mine, e.length)
-		mine = binary.LittleEndian.AppendUint32(mine, e.crc)
-		mine = binary.LittleEndian.AppendUint64(mine, e.records)
-	}
-	all, gerr := c.Allgather(ctx, mine)
-	if err == nil {
-		err = gerr
-	}
-	if err != nil {
-		return fail(err)
-	}
-	m := &snapManifest{cut: cut, unixNano: time.Now().UnixNano(), ranks: uint32(len(all)), copies: uint32(s.opt.Copies)}
-	keys := 0
-	for r, b := range all {
-		if len(b) != 20 {
-			return fail(fmt.Errorf("rank %d could not write its file", r))
-		}
-		f := snapFileEntry{name: snapDataName(uint32(r)), length: binary.LittleEndian.Uint64(b), crc: binary.LittleEndian.Uint32(b[8:]), records: binary.LittleEndian.Uint64(b[12:])}
-		keys += int(f.records)
-		m.files = append(m.files, f)
-	}
-	written := []byte{1}
-	if s.me == 0 {
-		if err = writeSnapManifestFile(sdir, m); err != nil {
-			written[0] = 0
-		}
-	}
-	// Every rank returns once rank 0 says the manifest is there: Snapshot
-	// returning nil means the snapshot is complete.
-	said, gerr := c.Allgather(ctx, written)
+	dir = filepath.Clean(dir)
+	_, same, err := agreeVote(ctx, c, 1, crc32.Checksum([]byte(dir), snapCRC))
 	switch {
 	case err != nil:
-	case gerr != nil:
-		err = gerr
-	case len(said[0]) != 1 || said[0][0] != 1:
-		err = errors.New("rank 0 could not write the manifest")
-	}
-	if err != nil {
 		return fail(err)
+	case !same:
+		return fail(fmt.Errorf("%w: the ranks named different directories", ftrma.ErrInvalid))
+	}
+	// Each attempt that is taken again follows a failure during the one
+	// before: there are at most Size of them.
+	for attempt := 0; ; attempt++ {
+		info, err := s.snapshotOnce(ctx, c, dir)
+		if errors.Is(err, errSnapAgain) && attempt < c.Size() {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return info, nil
+	}
+}
+
+// testHookSnapshot is called at four points of a snapshot's attempt: "cut"
+// once the cut is agreed, "copied" once this rank has copied its keys,
+// "file" once its data file is written, "manifest" once the manifest is.
+var testHookSnapshot testHook[func(s *Store, at string)]
+
+// errSnapAgain: a rank failed during a snapshot's attempt; the survivors
+// take the cut again.
+var errSnapAgain = errors.New("a rank failed during the snapshot")
+
+// snapshotOnce is one attempt of Snapshot: the cut, every live rank's file,
+// the manifest. Every step ends in an agreement of the survivors, so every
+// live rank takes the same way out of it.
+func (s *Store) snapshotOnce(ctx context.Context, c window.Comm, dir string) (SnapshotInfo, error) {
+	cut, recs, live, err := s.takeCut(ctx, c)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	sdir := filepath.Join(dir, snapDirName(cut))
+	werr := os.MkdirAll(sdir, 0o755)
+	if werr == nil {
+		_, werr = writeSnapDataFile(sdir, &snapData{cut: cut, rank: uint32(s.me), records: recs})
+	}
+	if hook := testHookSnapshot.get(); hook != nil {
+		hook(s, "file")
+	}
+	// Once every live rank has said, its file is there or it failed.
+	if ok, _, err := agreeVote(ctx, c, okBit(werr), 0); err != nil || ok == 0 {
+		return SnapshotInfo{}, cmp.Or(err, werr, errors.New("a rank could not write its file"))
+	}
+	m := &snapManifest{cut: cut, unixNano: int64(cut), ranks: uint32(c.Size()), copies: uint32(s.opt.Copies)}
+	keys := 0
+	var missing, merr error
+	for _, r := range live {
+		e, err := statSnapDataFile(sdir, snapDataName(uint32(r)), cut)
+		if err != nil {
+			missing = err
+			break
+		}
+		keys += int(e.records)
+		m.files = append(m.files, e)
+	}
+	if missing == nil {
+		merr = writeSnapManifestFile(sdir, m)
+	}
+	if hook := testHookSnapshot.get(); hook != nil {
+		hook(s, "manifest")
+	}
+	// Bit 0: the manifest written; bit 1: no live rank's file missing.
+	said, _, err := agreeVote(ctx, c, okBit(merr)|okBit(missing)<<1, 0)
+	switch {
+	case err != nil:
+		return SnapshotInfo{}, err
+	case said&2 == 0:
+		os.RemoveAll(sdir) // a rank failed before writing its file: never complete
+		return SnapshotInfo{}, fmt.Errorf("%w: %w", errSnapAgain, cmp.Or(missing, errors.New("another rank found a file missing")))
+	case said&1 == 0:
+		return SnapshotInfo{}, cmp.Or(merr, errors.New("a rank could not write the manifest"))
 	}
 	return SnapshotInfo{Dir: sdir, Cut: cut, Keys: keys}, nil
 }
 
-// takeCut closes this rank's gate, agrees with the others that all are
-// closed, copies the keys this rank is the first live replica of, agrees
-// again and opens the gate. It returns the records and the cut's identity.
-func (s *Store) takeCut(ctx context.Context, c window.Comm) ([]snapRecord, uint64, error) {
+// takeCut closes this rank's gate, agrees with the others on the cut's
+// identity (which says all are closed), copies the keys this rank is the
+// first live replica of, agrees again and opens the gate. It returns the
+// cut, the records and the ranks that wrote them: those not known failed
+// at the copy, the same set at every live rank, or errSnapAgain.
+func (s *Store) takeCut(ctx context.Context, c window.Comm) (uint64, []snapRecord, []ftrma.Rank, error) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
-	// The cut's identity: larger than any this rank saw, agreed by taking
-	// the largest proposal (a collective that also says every rank is here).
-	prop := max(uint64(time.Now().UnixNano()), s.lastCut.Load()+1)
-	all, err := c.Allgather(ctx, binary.LittleEndian.AppendUint64(nil, prop))
+	// The cut's identity: larger than any a live rank took or restored
+	// (the bitwise OR of the proposals is at least their largest).
+	cut, err := agreeOr(ctx, c, max(uint64(time.Now().UnixNano()), s.lastCut.Load()+1))
 	if err != nil {
-		return nil, 0, err
-	}
-	var cut uint64
-	for _, b := range all {
-		if len(b) == 8 {
-			cut = max(cut, binary.LittleEndian.Uint64(b))
-		}
+		return 0, nil, nil, err
 	}
 	s.lastCut.Store(cut)
-	// Every rank's writes are held now: what each copies is the cut.
-	recs, err := s.copyFirst(ctx)
-	flag := uint64(1)
-	if err != nil {
-		flag = 0
+	if hook := testHookSnapshot.get(); hook != nil {
+		hook(s, "cut")
 	}
-	v, aerr := c.Agree(ctx, flag)
+	// Every live rank's writes are held now: what each copies is the cut.
+	// The failed ranks are fixed for the copy, and the ranks check that
+	// they fixed the same ones: then each key has one copier.
+	var live []ftrma.Rank
+	var failed []byte
+	for r := range ftrma.Rank(c.Size()) {
+		if c.ProcFailed(r) {
+			failed = binary.LittleEndian.AppendUint32(failed, uint32(r))
+		} else {
+			live = append(live, r)
+		}
+	}
+	recs, err := s.copyFirst(ctx, func(r ftrma.Rank) bool { return !slices.Contains(live, r) })
+	if hook := testHookSnapshot.get(); hook != nil {
+		hook(s, "copied")
+	}
+	ok, same, aerr := agreeVote(ctx, c, okBit(err), crc32.Checksum(failed, snapCRC))
 	switch {
-	case err != nil:
-		return nil, 0, err
 	case aerr != nil:
-		return nil, 0, aerr
-	case v != 1:
-		return nil, 0, errors.New("a rank could not copy its keys")
+		return 0, nil, nil, aerr
+	case !same:
+		return 0, nil, nil, errSnapAgain // a failure became known during the copy
+	case ok == 0:
+		return 0, nil, nil, cmp.Or(err, errors.New("a rank could not copy its keys"))
 	}
-	return recs, cut, nil
+	return cut, recs, live, nil
 }
 
 // copyFirst reads the keys held at this rank for which it is the first
-// live replica, with their values and versions, in key order.
-func (s *Store) copyFirst(ctx context.Context) ([]snapRecord, error) {
+// replica not failed (by the caller's fixed view), with their values and
+// versions, in key order.
+func (s *Store) copyFirst(ctx context.Context, failed func(ftrma.Rank) bool) ([]snapRecord, error) {
 	var names []string
 	err := s.inView(func(o *op) error {
 		all, err := o.keysAt(ctx, s.me)
@@ -162,7 +212,7 @@ func (s *Store) copyFirst(ctx context.Context) ([]snapRecord, error) {
 		}
 		names = names[:0]
 		for _, k := range all {
-			reps := o.v().place.replicas(s.hash([]byte(k)), o.failed)
+			reps := o.v().place.replicas(s.hash([]byte(k)), failed)
 			if len(reps) > 0 && reps[0] == s.me {
 				names = append(names, k)
 			}
@@ -185,6 +235,39 @@ func (s *Store) copyFirst(ctx context.Context) ([]snapRecord, error) {
 		recs = append(recs, snapRecord{key: []byte(k), value: v, version: ver})
 	}
 	return recs, nil
+}
+
+// agreeOr returns the bitwise OR of the live ranks' v, the same at each:
+// the agreement's AND of the complements. Failed ranks are no error here:
+// the survivors' value stands.
+func agreeOr(ctx context.Context, c window.Comm, v uint64) (uint64, error) {
+	a, err := c.Agree(ctx, ^v)
+	if errors.Is(err, ftrma.ErrProcFailed) {
+		err = nil
+	}
+	return ^a, err
+}
+
+// agreeVote is one step's agreement among the live ranks: the AND of their
+// two bits, and whether every one gave the same 30-bit digest (the AND of
+// the digests equals that of their complements, complemented). Failed ranks
+// are no error: the survivors' value stands.
+func agreeVote(ctx context.Context, c window.Comm, bits uint64, digest uint32) (uint64, bool, error) {
+	const m = 1<<30 - 1
+	d := uint64(digest) & m
+	a, err := c.Agree(ctx, bits<<60|d<<30|^d&m)
+	if errors.Is(err, ftrma.ErrProcFailed) {
+		err = nil
+	}
+	return a >> 60 & 3, a>>30&m == ^a&m, err
+}
+
+// okBit is 1 when err is nil.
+func okBit(err error) uint64 {
+	if err != nil {
+		return 0
+	}
+	return 1
 }
 
 // Restore opens a store over c, as Open, and fills it from the newest

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/comm/commtest"
+	"github.com/ftrma/ftrma/internal/check/kvcheck"
 )
 
 // snapshotAll runs Snapshot at every rank of st (world w) into dir.
@@ -214,37 +218,261 @@ func TestRestoreRefusesIncomplete(t *testing.T) {
 	}
 }
 
-// A rank that has failed makes Snapshot fail at the survivors with an error
-// wrapping ftrma.ErrProcFailed, within their context, leaving no manifest;
-// their gates open again: the store goes on taking writes and reads.
+// A rank that failed before the snapshot is left out of it: the
+// survivors' snapshot completes with every key (the live replicas hold the
+// failed rank's), and a job of another size restores it.
 func TestSnapshotWithAFailedRank(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	dir := t.TempDir()
 	w, st := openAll(t, 4, smallOptions(2))
-	if err := st[0].Put(ctx, []byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	want := putKeys(ctx, t, st, 40)
 	w.Crash(3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		wg.Go(func() { _, errs[r] = st[r].Snapshot(ctx, dir) })
+	info := snapshotAll(t, ctx, st[:3], dir)
+	if info.Keys != len(want) {
+		t.Errorf("snapshot over the survivors has %d keys, want %d", info.Keys, len(want))
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if !errors.Is(err, ftrma.ErrProcFailed) {
-			t.Errorf("rank %d: snapshot with rank 3 failed: %v, want ErrProcFailed", r, err)
-		}
-	}
-	if _, _, err := newestSnapshot(dir, 64, 64); !errors.Is(err, errNoSnapshot) {
-		t.Errorf("a complete snapshot after the failed one: %v", err)
-	}
+	checkRestored(t, ctx, dir, 2, info.Cut, want)
 	for r := range 3 {
 		if err := st[r].Put(ctx, fmt.Appendf(nil, "after/%d", r), []byte("x")); err != nil {
-			t.Errorf("rank %d: put after the failed snapshot: %v", r, err)
+			t.Errorf("rank %d: put after the snapshot: %v", r, err)
 		}
 	}
-	if v, err := st[1].Get(ctx, []byte("k")); err != nil || string(v) != "v" {
-		t.Errorf("get after the failed snapshot: %q, %v", v, err)
+}
+
+// A rank that fails during the snapshot — right after the cut, after
+// copying its keys, after writing its file, after writing the manifest —
+// leaves the survivors with
+// a complete snapshot holding every key, all of them returning the same
+// cut, the rank's keys from their other replica.
+func TestSnapshotRankFailsDuring(t *testing.T) {
+	for _, at := range []string{"cut", "copied", "file", "manifest"} {
+		t.Run(at, func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			dir := t.TempDir()
+			w, st := openAll(t, 4, smallOptions(2))
+			want := putKeys(ctx, t, st, 40)
+			const victim = 1
+			var once sync.Once
+			testHookSnapshot.set(t, func(s *Store, point string) {
+				if s == st[victim] && point == at {
+					once.Do(func() { w.Crash(victim) })
+				}
+			})
+			vctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				st[victim].Snapshot(vctx, dir) // crashed midway: its result is nobody's
+			}()
+			live := []*Store{st[0], st[2], st[3]}
+			info := snapshotAll(t, ctx, live, dir)
+			cancel()
+			<-done
+			if info.Keys != len(want) {
+				t.Errorf("snapshot has %d keys, want %d", info.Keys, len(want))
+			}
+			checkRestored(t, ctx, dir, 3, info.Cut, want)
+		})
+	}
+}
+
+// checkRestored restores the snapshot under dir in a new world of n ranks
+// and checks that it is the one with cut cut and holds exactly want.
+func checkRestored(t *testing.T, ctx context.Context, dir string, n int, cut uint64, want map[string]string) {
+	t.Helper()
+	ls, _, err := newestSnapshot(dir, 1024, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range ls.data {
+		for _, r := range d.records {
+			if _, dup := got[string(r.key)]; dup {
+				t.Errorf("%s is in two files", r.key)
+			}
+			got[string(r.key)] = string(r.value)
+		}
+	}
+	if ls.manifest.cut != cut || !maps.Equal(got, want) {
+		t.Fatalf("newest snapshot: cut %d with %d keys (%v), want cut %d with %d keys", ls.manifest.cut, len(got), got, cut, len(want))
+	}
+	w := commtest.New(t, n)
+	for r, err := range w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
+		s, info, err := Restore(ctx, c, dir, smallOptions(2))
+		if err != nil {
+			return err
+		}
+		defer s.Close(ctx)
+		if info.Cut != cut {
+			return fmt.Errorf("restored cut %d, want %d", info.Cut, cut)
+		}
+		for k, v := range want {
+			if got, err := s.Get(ctx, []byte(k)); err != nil || string(got) != v {
+				return fmt.Errorf("%s restored as %q, %v; want %q", k, got, err, v)
+			}
+		}
+		return c.Barrier(ctx)
+	}) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// Snapshots under concurrent writers, checked against the history: each
+// key's value in a snapshot is read as if by a get that began when the
+// first rank called Snapshot and ended when the last returned, and the
+// history with those reads is linearizable (porcupine, kvcheck's model).
+// TestSnapshotIsACut checks the other half: that every key's read is of one
+// moment.
+func TestSnapshotLinearizable(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	const keys = 6
+	_, st := openAll(t, 4, smallOptions(2))
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	var mu sync.Mutex
+	var ops []porcupine.Operation
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for r, s := range st {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 28))
+			for i := 0; !stop.Load(); i++ {
+				k := rng.IntN(keys)
+				in := kvcheck.Input{Kind: "put", Key: k, Value: fmt.Sprintf("%d.%d", r, i)}
+				switch rng.IntN(4) {
+				case 0:
+					in = kvcheck.Input{Kind: "del", Key: k}
+				case 1:
+					in = kvcheck.Input{Kind: "get", Key: k}
+				}
+				op := porcupine.Operation{ClientId: r, Input: in, Call: now()}
+				out, err := callKV(ctx, s, fmt.Appendf(nil, "lin/%d", k), in)
+				op.Return, op.Output = now(), out
+				if err != nil {
+					t.Errorf("rank %d: %s: %v", r, in.Kind, err) // nothing fails here
+					return
+				}
+				mu.Lock()
+				ops = append(ops, op)
+				mu.Unlock()
+			}
+		})
+	}
+	for n := range 4 {
+		time.Sleep(3 * time.Millisecond)
+		call := now()
+		info := snapshotAll(t, ctx, st, dir)
+		ret := now()
+		ls, err := loadSnapshot(info.Dir, 1024, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, d := range ls.data {
+			for _, r := range d.records {
+				got[string(r.key)] = string(r.value)
+			}
+		}
+		mu.Lock()
+		for k := range keys {
+			ops = append(ops, porcupine.Operation{ClientId: len(st) + n, Call: call, Return: ret,
+				Input: kvcheck.Input{Kind: "get", Key: k}, Output: kvcheck.Output{Value: got[fmt.Sprintf("lin/%d", k)]}})
+		}
+		mu.Unlock()
+	}
+	stop.Store(true)
+	wg.Wait()
+	if len(ops) < 100 {
+		t.Fatalf("%d operations recorded: too few to check anything", len(ops))
+	}
+	checkLin(t, ops, 0)
+}
+
+// Two snapshots racing: every rank calls Snapshot from two goroutines at
+// once while a writer puts. Both complete, with two cuts, and the newer is
+// the one restored. Ranks that name different directories get ErrInvalid,
+// all of them, and no snapshot.
+func TestSnapshotsRacing(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	_, st := openAll(t, 4, smallOptions(2))
+	want := putKeys(ctx, t, st, 20)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			if err := st[0].Put(ctx, []byte("moving"), strconv.AppendInt(nil, int64(i), 10)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	infos := make([]SnapshotInfo, 2*len(st))
+	errs := make([]error, 2*len(st))
+	var snaps sync.WaitGroup
+	for i := range infos {
+		snaps.Go(func() { infos[i], errs[i] = st[i/2].Snapshot(ctx, dir) })
+	}
+	snaps.Wait()
+	stop.Store(true)
+	wg.Wait()
+	cuts := map[uint64]int{}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d, call %d: %v", i/2, i%2, err)
+		}
+		cuts[infos[i].Cut]++
+	}
+	if len(cuts) != 2 {
+		t.Fatalf("cuts %v: want two, each returned at every rank", cuts)
+	}
+	for cut, n := range cuts {
+		if n != len(st) {
+			t.Errorf("cut %d returned at %d ranks, want %d", cut, n, len(st))
+		}
+		if _, err := loadSnapshot(filepath.Join(dir, snapDirName(cut)), 1024, 1<<20); err != nil {
+			t.Errorf("cut %d: %v", cut, err)
+		}
+	}
+	ls, _, err := newestSnapshot(dir, 1024, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.manifest.cut != max(infos[0].Cut, infos[1].Cut) {
+		t.Errorf("newest snapshot %d, want the larger of %v", ls.manifest.cut, cuts)
+	}
+	for _, d := range ls.data {
+		for _, r := range d.records {
+			if v, ok := want[string(r.key)]; ok && v != string(r.value) {
+				t.Errorf("%s = %q in the snapshot, want %q", r.key, r.value, v)
+			}
+		}
+	}
+
+	other := t.TempDir()
+	for r := range st {
+		errs[r] = nil
+	}
+	for r, s := range st {
+		snaps.Go(func() {
+			d := dir
+			if r == 2 {
+				d = other
+			}
+			_, errs[r] = s.Snapshot(ctx, d)
+		})
+	}
+	snaps.Wait()
+	for r, err := range errs[:len(st)] {
+		if !errors.Is(err, ftrma.ErrInvalid) {
+			t.Errorf("rank %d: snapshot with rank 2 naming another directory: %v, want ErrInvalid", r, err)
+		}
+	}
+	if n, _ := os.ReadDir(other); len(n) != 0 {
+		t.Errorf("%d entries written under the other directory", len(n))
 	}
 }

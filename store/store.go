@@ -206,6 +206,7 @@ type Store struct {
 	// read side; the passes that end leases do not (DESIGN.md §8.2).
 	gate    sync.RWMutex
 	lastCut atomic.Uint64 // the last snapshot cut this rank took or restored
+	snapMu  sync.Mutex    // one Snapshot at a time
 
 	closed atomic.Bool
 	// owned are the communicators Respawn and JoinRespawned made: Close
