@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ func testFtkvServe(t *testing.T) {
 	sock := filepath.Join(dir, "s")
 	path := func(r int) string { return ftkvPath(sock, r) }
 	start := time.Now()
-	j, pids := startFtkv(t, kv, sock)
+	j, pids := startFtkv(t, kv, sock, 4)
 	t.Logf("ready after %v", time.Since(start).Round(time.Millisecond))
 	for r := range 4 {
 		fi, err := os.Lstat(path(r))
@@ -174,20 +175,22 @@ func ftkvPath(sock string, r int) string {
 	return fmt.Sprintf("%s.%d", sock, r)
 }
 
-// startFtkv starts "ftrun -n 4 ftkv serve --socket sock" and returns the job,
-// once every rank serves, and the ranks' pids.
-func startFtkv(t *testing.T, kv, sock string) (*job, map[int]int) {
+// startFtkv starts "ftrun -n n ftkv serve --socket sock" with the serve
+// flags extra and returns the job, once every rank serves, and the ranks'
+// pids.
+func startFtkv(t *testing.T, kv, sock string, n int, extra ...string) (*job, map[int]int) {
 	t.Helper()
-	j := startJob(t, "-n", "4", "--tag-output", kv, "serve", "--socket", sock)
+	args := []string{"-n", strconv.Itoa(n), "--tag-output"}
+	j := startJob(t, slices.Concat(args, []string{kv, "serve", "--socket", sock}, extra)...)
 	pids := map[int]int{}
 	ready := false
-	lineRE := regexp.MustCompile(`^\[(\d)\] (?:rank \d \(pid (\d+)\) serving at (\S+)|ftkv serve: ready, 4 ranks, (\d) copies;)`)
-	for len(pids) < 4 || !ready {
+	lineRE := regexp.MustCompile(`^\[(\d)\] (?:rank \d \(pid (\d+)\) serving at (\S+)|ftkv serve: ready, (\d+) ranks, (\d) copies;)`)
+	for len(pids) < n || !ready {
 		m := j.waitLine(t, lineRE)
 		if m[4] != "" {
 			ready = true
-			if m[4] != "3" {
-				t.Errorf("serving with %s copies, want 3", m[4])
+			if m[4] != strconv.Itoa(n) || m[5] != strconv.Itoa(min(3, n)) {
+				t.Errorf("serving with %s ranks and %s copies, want %d and %d", m[4], m[5], n, min(3, n))
 			}
 			continue
 		}
@@ -198,6 +201,79 @@ func startFtkv(t *testing.T, kv, sock string) (*job, map[int]int) {
 		}
 	}
 	return j, pids
+}
+
+// The whole job lost and started again from its snapshot, with another
+// number of ranks: "ftrun -n 3 ftkv serve --snapshot-dir D"; keys put,
+// "ftkv snapshot", more keys put, then ftrun and every rank SIGKILLed.
+// "ftrun -n 2 ftkv serve --restore D" serves exactly the keys of the
+// snapshot (those put after it are gone with the job); a key put there,
+// a rank SIGKILLed, then "ftkv stop": the last snapshot, over the
+// survivor, holds it. "ftrun -n 4 ... --restore D" serves it.
+func TestFtkvSnapshotRestart(t *testing.T) {
+	if multiHost() {
+		t.Skip("the sockets of ranks on other hosts are not reachable here")
+	}
+	kv := ftkvBin(t)
+	dir := t.TempDir()
+	sock, snaps := filepath.Join(dir, "s"), filepath.Join(dir, "snaps")
+	mustOK := func(j *job, args ...string) string {
+		t.Helper()
+		o, e, code := ftkvClient(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("ftkv %v: exit %d: %s\njob output:\n%s", args, code, e, j.output())
+		}
+		return o
+	}
+	j, pids := startFtkv(t, kv, sock, 3, "--snapshot-dir", snaps)
+	for i := range 30 {
+		mustOK(j, "put", "--socket", ftkvPath(sock, i%3), fmt.Sprintf("key/%d", i), fmt.Sprintf("v%d", i))
+	}
+	if out := mustOK(j, "snapshot", "--socket", ftkvPath(sock, 1)); !strings.Contains(out, ": cut ") || !strings.HasSuffix(out, ", 30 keys\n") {
+		t.Fatalf("ftkv snapshot: %q, want a snapshot of 30 keys", out)
+	}
+	mustOK(j, "put", "--socket", sock, "key/0", "after the snapshot")
+	mustOK(j, "put", "--socket", sock, "lost", "after the snapshot")
+	j.cmd.Process.Kill() // the whole job: ftrun, then every rank
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	j.wait(t)
+
+	j, pids = startFtkv(t, kv, sock, 2, "--restore", snaps)
+	if !strings.Contains(j.output(), "ftkv serve: restored from "+snaps) {
+		t.Errorf("the restarted job did not say what it restored:\n%s", j.output())
+	}
+	if got := mustOK(j, "get", "--socket", ftkvPath(sock, 1), "key/0"); got != "v0" {
+		t.Errorf("key/0 after the restart: %q, want the snapshot's v0", got)
+	}
+	if _, _, code := ftkvClient(t, nil, "get", "--socket", sock, "lost"); code != 1 {
+		t.Errorf("a key put after the snapshot: exit %d, want 1 (not found)", code)
+	}
+	if got := mustOK(j, "len", "--socket", sock); got != "30\n" {
+		t.Errorf("len after the restart: %q, want 30", got)
+	}
+	mustOK(j, "put", "--socket", sock, "second", "job")
+	syscall.Kill(pids[1], syscall.SIGKILL)
+	j.waitLine(t, regexp.MustCompile(`^ftrun: rank 1 failed at `))
+	mustOK(j, "stop", "--socket", sock)
+	if code := j.wait(t); code != 0 {
+		t.Fatalf("ftrun exit %d after stop:\n%s", code, j.output())
+	}
+
+	j, _ = startFtkv(t, kv, sock, 4, "--restore", snaps)
+	for k, v := range map[string]string{"second": "job", "key/0": "v0", "key/29": "v29"} {
+		if got := mustOK(j, "get", "--socket", ftkvPath(sock, 3), k); got != v {
+			t.Errorf("%s in the third job: %q, want %q", k, got, v)
+		}
+	}
+	if got := mustOK(j, "len", "--socket", sock); got != "31\n" {
+		t.Errorf("len in the third job: %q, want 31", got)
+	}
+	mustOK(j, "stop", "--socket", sock)
+	if code := j.wait(t); code != 0 {
+		t.Fatalf("ftrun exit %d after stop:\n%s", code, j.output())
+	}
 }
 
 // ls, len and the conditional writes through the CLI, against "ftrun -n 4
@@ -216,7 +292,7 @@ func testFtkvListAndConditional(t *testing.T) {
 	kv := ftkvBin(t)
 	sock := filepath.Join(t.TempDir(), "s")
 	start := time.Now()
-	j, _ := startFtkv(t, kv, sock)
+	j, _ := startFtkv(t, kv, sock, 4)
 	// kv runs a client command through rank r's socket and checks its exit
 	// status.
 	kvAt := func(r, wantCode int, args ...string) (stdout, stderr string) {

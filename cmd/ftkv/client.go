@@ -106,6 +106,13 @@ listed. A PREFIX that starts with - goes after --.
 
 Prints the number of keys that have a value (a count, not a snapshot: keys
 put or deleted meanwhile may or may not be counted).`,
+	"snapshot": `usage: ftkv snapshot --socket PATH
+
+Writes a snapshot of the whole store under the serving job's snapshot
+directory (ftkv serve --snapshot-dir or --restore), through any rank's
+socket: every write acknowledged before the request is in it. Prints its
+directory, its cut and its number of keys. A job started with
+"ftkv serve --restore DIR" starts from the newest complete one.`,
 	"stop": `usage: ftkv stop --socket PATH
 
 Stops every rank of the serving job (through any rank's socket), and waits
@@ -114,7 +121,7 @@ until PATH is removed.`,
 
 // clientArgs names the arguments of each client command, for messages.
 var clientArgs = map[string]string{
-	"put": "KEY VALUE", "get": "KEY", "del": "KEY", "stop": "no arguments",
+	"put": "KEY VALUE", "get": "KEY", "del": "KEY", "stop": "no arguments", "snapshot": "no arguments",
 	"len": "no arguments", "ls": "at most a PREFIX", "cas": "KEY OLD NEW (with --delete: KEY OLD)",
 }
 
@@ -146,7 +153,7 @@ func (o *clientOptions) validate(op string, args []string) error {
 	case o.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive (got %v)", o.timeout)
 	}
-	want := map[string]int{"put": 2, "get": 1, "del": 1, "stop": 0, "len": 0, "cas": 3}[op]
+	want := map[string]int{"put": 2, "get": 1, "del": 1, "stop": 0, "len": 0, "cas": 3, "snapshot": 0}[op]
 	switch {
 	case op == "cas" && o.delete:
 		want = 2
@@ -178,7 +185,8 @@ func (o *clientOptions) validate(op string, args []string) error {
 	return nil
 }
 
-// runClient runs client command op (put, get, del, cas, ls, len, stop).
+// runClient runs client command op (put, get, del, cas, ls, len, snapshot,
+// stop).
 func runClient(op string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var o clientOptions
 	rest, code, done := parseFlags(clientFlags(op, &o), args, clientSynopsis[op], stdout, stderr)
@@ -243,6 +251,8 @@ func runClient(op string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		_, werr = fmt.Fprintln(stdout, binary.BigEndian.Uint64(rep.fields[0]))
 	case "cas":
 		_, werr = fmt.Fprintln(stdout, "swapped")
+	case "snapshot":
+		_, werr = fmt.Fprintf(stdout, "snapshot %s: cut %d, %d keys\n", rep.fields[0], binary.BigEndian.Uint64(rep.fields[1]), binary.BigEndian.Uint64(rep.fields[2]))
 	case "stop":
 		if err := waitGone(ctx, o.socket); err != nil {
 			fmt.Fprintf(stderr, "ftkv stop: the server accepted the stop, but %v\n", err)
@@ -262,6 +272,8 @@ func clientRequest(op string, o clientOptions, args []string, stdin io.Reader) (
 	switch op {
 	case "stop":
 		return message{code: reqStop}, nil
+	case "snapshot":
+		return message{code: reqSnapshot}, nil
 	case "len":
 		return message{code: reqLen}, nil
 	}

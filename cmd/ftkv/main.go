@@ -2,13 +2,14 @@
 // and a server run as ftrun jobs, and client commands that talk to a server.
 //
 //	ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json]
-//	ftrun -n N ftkv serve --socket PATH [--copies K]
+//	ftrun -n N ftkv serve --socket PATH [--copies K] [--snapshot-dir DIR [--snapshot-every D]] [--restore DIR]
 //	ftkv put --socket PATH [--if-absent | --if-version N] KEY VALUE   (VALUE - reads it from stdin)
 //	ftkv get --socket PATH [--version] KEY       (the value, raw, on stdout; --version: "VERSION\t" first)
 //	ftkv del --socket PATH [--if-version N] KEY
 //	ftkv cas --socket PATH KEY OLD NEW|--delete  (OLD -: no value; prints swapped or not swapped)
 //	ftkv ls --socket PATH [--limit N] [--after KEY] [PREFIX]
 //	ftkv len --socket PATH
+//	ftkv snapshot --socket PATH
 //	ftkv stop --socket PATH
 //
 // serve: every rank of the job opens the store and serves requests on its
@@ -22,6 +23,13 @@
 // reliable broadcast that tolerates failures), every rank stops serving,
 // the survivors agree (fault-tolerantly) that they are done, close the store
 // and exit 0.
+//
+// Snapshots (store.Snapshot): with --snapshot-dir DIR the job writes a
+// consistent snapshot of the store under DIR when a client asks (ftkv
+// snapshot, through any rank), every --snapshot-every, and once more at
+// stop, after every rank has answered its last request. --restore DIR
+// starts a job of any size from the newest complete snapshot under DIR
+// (snapshot.go says how the ranks take their snapshots together).
 //
 // The client commands exit 0 on success; 1 when the key is not found (get),
 // when a conditional write's condition does not hold (cas, put --if-absent,
@@ -49,8 +57,11 @@ ftkv runs ftrma's replicated key-value store under ftrun, and talks to it.
 Commands run as ftrun jobs:
   ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json]
         measure put and get latency and put throughput
-  ftrun -n N ftkv serve --socket PATH [--copies K]
-        serve the store on Unix sockets: rank 0 on PATH, rank r on PATH.r
+  ftrun -n N ftkv serve --socket PATH [--copies K] [--snapshot-dir DIR]
+        [--snapshot-every D] [--restore DIR]
+        serve the store on Unix sockets: rank 0 on PATH, rank r on PATH.r;
+        snapshots under DIR on request, every D and at stop; --restore: start
+        from the newest complete snapshot under DIR
 
 Client commands, against a serving job:
   ftkv put --socket PATH [--if-absent | --if-version N] KEY VALUE
@@ -68,6 +79,7 @@ Client commands, against a serving job:
         plain text are Go-quoted); --limit N: at most N, then a line on stderr
         that says how to continue (--after KEY)
   ftkv len --socket PATH              print the number of keys
+  ftkv snapshot --socket PATH         write a snapshot under the job's --snapshot-dir
   ftkv stop --socket PATH             stop every rank of the serving job
 
   ftkv help [COMMAND]                 this text, or a command's flags
@@ -88,7 +100,7 @@ var commands = func() map[string]func(args []string, stdin io.Reader, stdout, st
 		"bench": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runBench(args, stdout, stderr) },
 		"serve": func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return runServe(args, stdout, stderr) },
 	}
-	for _, name := range []string{"put", "get", "del", "cas", "ls", "len", "stop"} {
+	for _, name := range []string{"put", "get", "del", "cas", "ls", "len", "snapshot", "stop"} {
 		m[name] = func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return runClient(name, args, stdin, stdout, stderr)
 		}

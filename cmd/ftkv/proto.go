@@ -52,6 +52,10 @@ const (
 	// fields: key, version:uint64, at least 1 (store.DeleteIfVersion).
 	// Reply: statusOK when deleted, statusFailed when the version differs.
 	reqDelIfVersion byte = 10
+	// no fields: a snapshot of the whole store (ftkv serve --snapshot-dir),
+	// taken after the request arrived. Reply: statusOK dir, cut:uint64,
+	// keys:uint64 (store.SnapshotInfo).
+	reqSnapshot byte = 11
 
 	statusOK       byte = 0 // fields: the request's results
 	statusNotFound byte = 1 // no fields
@@ -88,6 +92,7 @@ var requestFields = map[byte][]fieldKind{
 	reqCAS:          {fKey, fFlag, fBytes, fBytes},
 	reqPutIfVersion: {fKey, fU64, fBytes},
 	reqDelIfVersion: {fKey, fU64},
+	reqSnapshot:     {},
 }
 
 // okFields are the fields of a statusOK reply to each request type; a
@@ -97,13 +102,14 @@ var okFields = map[byte][]fieldKind{
 	reqList:       {fFlag},
 	reqLen:        {fU64},
 	reqGetVersion: {fU64, fBytes},
+	reqSnapshot:   {fBytes, fU64, fU64},
 }
 
 // reqName names request codes in messages.
 var reqName = map[byte]string{
 	reqGet: "get", reqPut: "put", reqDel: "del", reqStop: "stop",
 	reqList: "ls", reqLen: "len", reqGetVersion: "get-version", reqCAS: "cas",
-	reqPutIfVersion: "put-if-version", reqDelIfVersion: "del-if-version",
+	reqPutIfVersion: "put-if-version", reqDelIfVersion: "del-if-version", reqSnapshot: "snapshot",
 }
 
 // maxRequest is the largest request message (not counting its length

@@ -28,16 +28,28 @@ type serveOptions struct {
 	maxValue   int
 	reqTimeout time.Duration
 	listPage   int // keys in an ls reply at most; 0 means listPageKeys (tests set it)
+
+	snapshotDir   string        // where snapshots go ("": none)
+	snapshotEvery time.Duration // a snapshot at least this often (0: only on request and at stop)
+	restore       string        // start from the newest complete snapshot under this directory
 }
 
 const serveSynopsis = `usage: ftrun -n N ftkv serve --socket PATH [--copies K] [flags]
 
 Every rank opens the store and serves the client commands (put, get, del,
-ls, len, cas, stop) on its own Unix domain socket: rank 0 on PATH, rank r > 0 on PATH.r.
-The sockets are mode 0600 and removed when their rank exits; a rank refuses a
-path that is a live socket. Rank 0 prints a line when the job is ready. A
-rank's death does not stop the others; "ftkv stop --socket PATH" (or
-PATH.r) stops them all, and each exits 0.`
+ls, len, cas, snapshot, stop) on its own Unix domain socket: rank 0 on PATH,
+rank r > 0 on PATH.r. The sockets are mode 0600 and removed when their rank
+exits; a rank refuses a path that is a live socket. Rank 0 prints a line
+when the job is ready. A rank's death does not stop the others; "ftkv stop
+--socket PATH" (or PATH.r) stops them all, and each exits 0.
+
+Snapshots: with --snapshot-dir DIR (a directory every rank reaches), "ftkv
+snapshot" writes a consistent snapshot of the store under DIR, so does
+every --snapshot-every period, and stop writes a last one once every rank
+has answered its last request (and before rank 0's socket goes: "ftkv stop"
+returns after it). --restore DIR starts the job from the newest complete
+snapshot under DIR, written by a job of any size, and snapshots there too
+unless --snapshot-dir names another directory.`
 
 func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -45,6 +57,9 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	o.copies.define(fs)
 	fs.IntVar(&o.maxValue, "max-value", 64<<20, "largest value in bytes")
 	fs.DurationVar(&o.reqTimeout, "request-timeout", 10*time.Second, "deadline of each request (reading it, running it, answering it)")
+	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "write snapshots under `DIR` (on request, periodically, at stop)")
+	fs.DurationVar(&o.snapshotEvery, "snapshot-every", 0, "take a snapshot this often (0: on request and at stop only)")
+	fs.StringVar(&o.restore, "restore", "", "start from the newest complete snapshot under `DIR`")
 	return fs
 }
 
@@ -60,6 +75,13 @@ func (o *serveOptions) validate(args []string) error {
 		return fmt.Errorf("--max-value must be 1 to %d bytes (got %d)", maxValueLimit, o.maxValue)
 	case o.reqTimeout <= 0:
 		return fmt.Errorf("--request-timeout must be positive (got %v)", o.reqTimeout)
+	case o.snapshotEvery < 0:
+		return fmt.Errorf("--snapshot-every must not be negative (got %v)", o.snapshotEvery)
+	case o.snapshotEvery > 0 && o.snapshotDir == "" && o.restore == "":
+		return errors.New("--snapshot-every needs --snapshot-dir DIR (or --restore DIR)")
+	}
+	if o.snapshotDir == "" {
+		o.snapshotDir = o.restore
 	}
 	return nil
 }
@@ -101,7 +123,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// as a stop request would.
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	if err := serve(ctx, o, stdout); err != nil {
+	if err := serve(ctx, o, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "ftkv serve:", err)
 		if errors.Is(err, errUsage) {
 			return 2
@@ -121,17 +143,18 @@ func socketPath(base string, r int) string {
 
 // serve runs one rank of a serving job until a stop request reaches any rank
 // or ctx ends (a signal).
-func serve(ctx context.Context, o serveOptions, stdout io.Writer) error {
+func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error {
 	c, err := startup.Init(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return serveOn(ctx, c, o, stdout)
+	return serveOn(ctx, c, o, stdout, stderr)
 }
 
-// serveOn is serve on communicator c: every rank of c calls it.
-func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer) error {
+// serveOn is serve on communicator c: every rank of c calls it; failed
+// snapshots are reported on stderr.
+func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout, stderr io.Writer) error {
 	me := int(c.Rank())
 	copies, err := o.copies.resolve(c.Size())
 	if err != nil {
@@ -154,11 +177,12 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	} else if all == 0 {
 		return errors.New("another rank could not listen on its socket")
 	}
-	s, err := store.Open(ctx, c, store.Config{Copies: copies, MaxValueSize: o.maxValue})
+	s, err := openStore(ctx, c, o, copies, stdout)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
-	sv := &server{c: c, s: s, opt: o, conns: map[net.Conn]bool{}}
+	snap := newSnapshotter(c, s, o.snapshotDir, o.snapshotEvery, stderr)
+	sv := &server{c: c, s: s, opt: o, snap: snap, conns: map[net.Conn]bool{}}
 	fmt.Fprintf(stdout, "rank %d (pid %d) serving at %s\n", me, os.Getpid(), path)
 	if me == 0 {
 		fmt.Fprintf(stdout, "ftkv serve: ready, %d ranks, %d copies; rank 0 at %s, rank r at %s.r; stop with: ftkv stop --socket %s\n",
@@ -166,6 +190,8 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	}
 	serving := make(chan struct{})
 	go func() { sv.acceptLoop(ln.l); close(serving) }()
+	rounds := make(chan struct{})
+	go func() { snap.run(func() bool { return c.Noticed(stopNotice) }); close(rounds) }()
 
 	// Wait for the stop notice (from any rank) or a signal.
 	tick := time.NewTicker(stopPoll)
@@ -179,11 +205,16 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	if ctx.Err() != nil {
 		c.Notify(stopNotice) // a signal: the others stop too (ftrun signals them all anyway)
 	}
-	// Stop serving: no new connections, the socket gone, requests under way
-	// finish (each within its deadline), idle connections end.
-	ln.close()
+	// Stop serving: no new connections, requests under way finish (each
+	// within its deadline), idle connections end. Then the last snapshot
+	// round, and the socket goes: a client's stop, which waits for rank 0's
+	// socket to go, returns after the last snapshot.
+	ln.stopAccepting()
 	sv.drain()
 	<-serving
+	snap.stopped.Store(true)
+	<-rounds
+	ln.close()
 
 	// The survivors agree that they are done, so that no rank leaves the
 	// store while another still serves a request that needs it. Agree
@@ -211,6 +242,30 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout io.Writer
 	return nil
 }
 
+// openStore opens the store over c, or restores it from the newest
+// snapshot under o.restore; rank 0 says which.
+func openStore(ctx context.Context, c *comm.Comm, o serveOptions, copies int, stdout io.Writer) (*store.Store, error) {
+	cfg := store.Config{Copies: copies, MaxValueSize: o.maxValue}
+	if o.restore == "" {
+		s, err := store.Open(ctx, c, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return s, nil
+	}
+	s, info, err := store.Restore(ctx, c, o.restore, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if c.Rank() == 0 {
+		fmt.Fprintf(stdout, "ftkv serve: restored from %s (cut %d)\n", info.Dir, info.Cut)
+		for _, e := range info.Skipped {
+			fmt.Fprintf(stdout, "ftkv serve: skipped %v\n", e)
+		}
+	}
+	return s, nil
+}
+
 // lowestLive returns the lowest of n ranks not in failed (-1 if none).
 func lowestLive[R ~int32 | ~int](n int, failed []R) int {
 	dead := map[int]bool{}
@@ -227,9 +282,10 @@ func lowestLive[R ~int32 | ~int](n int, failed []R) int {
 
 // server serves one rank's socket.
 type server struct {
-	c   *comm.Comm
-	s   *store.Store
-	opt serveOptions
+	c    *comm.Comm
+	s    *store.Store
+	opt  serveOptions
+	snap *snapshotter
 
 	mu       sync.Mutex // guards the fields below
 	conns    map[net.Conn]bool
@@ -407,6 +463,12 @@ func (sv *server) do(req message) message {
 		return condReply(sv.s.DeleteIfVersion(ctx, req.fields[0], binary.BigEndian.Uint64(req.fields[1])))
 	case reqStop:
 		sv.c.Notify(stopNotice) // noticed here at once, by the others soon
+	case reqSnapshot:
+		info, err := sv.snap.request(ctx)
+		if err != nil {
+			return errorReply(err)
+		}
+		return message{code: statusOK, fields: [][]byte{[]byte(info.Dir), u64(info.Cut), u64(uint64(info.Keys))}}
 	}
 	return message{code: statusOK}
 }
@@ -511,6 +573,9 @@ func listenUnix(path string) (*unixListener, error) {
 	}
 	return &unixListener{l: l, path: path, fi: fi}, nil
 }
+
+// stopAccepting stops listening; the socket stays until close.
+func (u *unixListener) stopAccepting() { u.l.Close() }
 
 // close stops listening and removes the socket, if path is still it.
 func (u *unixListener) close() {

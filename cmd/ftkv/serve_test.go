@@ -35,7 +35,7 @@ func TestServeInProcess(t *testing.T) {
 	done := make(chan []error, 1)
 	go func() {
 		done <- w.Run(ctx, func(ctx context.Context, c *comm.Comm) error {
-			return serveOn(ctx, c, o, &outs[c.Rank()])
+			return serveOn(ctx, c, o, &outs[c.Rank()], &outs[c.Rank()])
 		})
 	}()
 	call := func(r int, m message) message {
@@ -139,6 +139,9 @@ func TestServeInProcess(t *testing.T) {
 	ftkv(0, "put", "--if-version", "0", "key/1", "back")
 	if out, _ := ftkv(0, "len"); out != "12\n" { // key/1 back, fresh
 		t.Errorf("len at the end: %q", out)
+	}
+	if _, errOut := ftkv(1, "snapshot"); !strings.Contains(errOut, "takes no snapshots") {
+		t.Errorf("snapshot without a snapshot directory: %q", errOut)
 	}
 
 	// One connection: a malformed message, an unknown request, then a good one.
