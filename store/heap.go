@@ -301,6 +301,7 @@ func (o *op) attachChunk(size int) bool {
 		}
 		o.heap.Lock()
 		o.heap.mem = append(o.heap.mem, mem)
+		o.heap.addrs = append(o.heap.addrs, addr)
 		o.heap.attached += uint64(size)
 		o.heap.entries.Store(int64(max(int(o.heap.entries.Load()), e+1)))
 		o.heap.Unlock()

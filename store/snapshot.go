@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -202,29 +204,39 @@ func (s *Store) takeCut(ctx context.Context, c window.Comm) (uint64, []snapRecor
 
 // copyFirst reads the keys held at this rank for which it is the first
 // replica not failed (by the caller's fixed view), with their values and
-// versions, in key order.
+// versions, in key order. The store's own keys (transaction decisions) are
+// left out: a restored store starts with none open.
+//
+// Nothing writes during the cut, so a key whose slot here shows its current
+// version done (every live replica held it when it was written: the fast
+// read's rule, fastread.go) and no write pending is copied from this rank's
+// own memory (copyOwn); the others (a write left pending by a failed
+// writer, a version not yet marked done, a transaction's record) go through
+// the store's read, which settles them.
 func (s *Store) copyFirst(ctx context.Context, failed func(ftrma.Rank) bool) ([]snapRecord, error) {
-	var names []string
+	var recs []snapRecord
+	var slow []string
 	err := s.inView(func(o *op) error {
-		all, err := o.keysAt(ctx, s.me)
-		if err != nil {
+		var err error
+		recs, slow, err = o.copyOwn(ctx, failed)
+		if errors.Is(err, errNotOwn) {
+			// A key block outside this rank's chunks: read every key the
+			// long way.
+			recs, slow, err = nil, nil, nil
+			all, err := o.keysAt(ctx, s.me)
+			for _, k := range all {
+				if reps := o.v().place.replicas(s.hash([]byte(k)), failed); len(reps) > 0 && reps[0] == s.me && !strings.HasPrefix(k, reservedPrefix) {
+					slow = append(slow, k)
+				}
+			}
 			return err
 		}
-		names = names[:0]
-		for _, k := range all {
-			reps := o.v().place.replicas(s.hash([]byte(k)), failed)
-			if len(reps) > 0 && reps[0] == s.me {
-				names = append(names, k)
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(names)
-	recs := make([]snapRecord, 0, len(names))
-	for _, k := range names {
+	for _, k := range slow {
 		v, ver, err := s.get(ctx, s.ident([]byte(k)))
 		if errors.Is(err, ErrNotFound) {
 			continue // a slot left by a deletion
@@ -234,7 +246,107 @@ func (s *Store) copyFirst(ctx context.Context, failed func(ftrma.Rank) bool) ([]
 		}
 		recs = append(recs, snapRecord{key: []byte(k), value: v, version: ver})
 	}
+	slices.SortFunc(recs, func(a, b snapRecord) int { return bytes.Compare(a.key, b.key) })
 	return recs, nil
+}
+
+// errNotOwn: an address in this rank's table is not in its own chunks.
+var errNotOwn = errors.New("store: an address outside this rank's heap")
+
+// copyOwn reads this rank's slot table and, from its own heap memory, the
+// keys it is the first replica of (not failed by failed) and the records
+// of those whose slot shows the current version done and nothing pending;
+// it returns those records, and the keys to read the long way.
+func (o *op) copyOwn(ctx context.Context, failed func(ftrma.Rank) bool) ([]snapRecord, []string, error) {
+	me := o.Store.me
+	tbl := make([]byte, o.opt.Slots*slotBytes)
+	if err := o.v().w.Get(me, o.slotAddr(me, 0), tbl); err != nil {
+		return nil, nil, err
+	}
+	if err := o.v().w.Flush(ctx, me); err != nil {
+		return nil, nil, err
+	}
+	heap := o.ownHeap()
+	var recs []snapRecord
+	var slow []string
+	limit := o.recordLimit()
+	for i := range o.opt.Slots {
+		w := func(f int) uint64 { return word(tbl, i*slotWords+f) }
+		k, h := w(slotKey), w(slotHash)
+		if k == 0 || k == slotTomb || h == 0 || w(slotCurAddr) == 0 {
+			continue
+		}
+		hdr := heap.bytes(k, keyHeader)
+		if hdr == nil {
+			return nil, nil, errNotOwn
+		}
+		n := word(hdr, 1)
+		if word(hdr, 0) != h || n == 0 || n > uint64(o.keyLimit()) {
+			continue // a block freed or reused: no key here
+		}
+		block := heap.bytes(k, uint64(keyBlockLen(int(n))))
+		if block == nil {
+			return nil, nil, errNotOwn
+		}
+		key := string(block[keyHeader : keyHeader+n])
+		if o.hash([]byte(key)) != h || strings.HasPrefix(key, reservedPrefix) {
+			continue
+		}
+		if reps := o.v().place.replicas(h, failed); len(reps) == 0 || reps[0] != me {
+			continue
+		}
+		a, l, v := w(slotCurAddr), w(slotCurLen), w(slotCurVer)
+		var rec record
+		good := l <= limit && w(slotPAddr) == 0 && v == w(slotDone)
+		if good {
+			b := heap.bytes(a, l)
+			rec, good = decodeRecord(b)
+			good = good && b != nil && rec.hash == h && string(rec.key) == key && rec.version == v && rec.tx == 0 && !rec.deleted
+		}
+		if !good {
+			slow = append(slow, key)
+			continue
+		}
+		recs = append(recs, snapRecord{key: []byte(key), value: bytes.Clone(rec.value), version: v})
+	}
+	return recs, slow, nil
+}
+
+// ownHeap is this rank's heap chunks by window address.
+type ownHeap struct {
+	addrs []uint64
+	mem   [][]byte
+}
+
+// ownHeap returns this rank's chunks, sorted by address.
+func (o *op) ownHeap() ownHeap {
+	o.heap.Lock()
+	hp := ownHeap{addrs: slices.Clone(o.heap.addrs), mem: slices.Clone(o.heap.mem)}
+	o.heap.Unlock()
+	idx := make([]int, len(hp.addrs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(hp.addrs[a], hp.addrs[b]) })
+	sorted := ownHeap{addrs: make([]uint64, len(idx)), mem: make([][]byte, len(idx))}
+	for i, j := range idx {
+		sorted.addrs[i], sorted.mem[i] = hp.addrs[j], hp.mem[j]
+	}
+	return sorted
+}
+
+// bytes returns the n bytes at window address a, in this rank's own
+// memory, or nil when they are not all in one of its chunks.
+func (hp ownHeap) bytes(a, n uint64) []byte {
+	i, _ := slices.BinarySearch(hp.addrs, a+1)
+	if i == 0 {
+		return nil
+	}
+	base, mem := hp.addrs[i-1], hp.mem[i-1]
+	if off := a - base; off+n <= uint64(len(mem)) && off+n >= off {
+		return mem[off : off+n]
+	}
+	return nil
 }
 
 // agreeOr returns the bitwise OR of the live ranks' v, the same at each:

@@ -476,3 +476,34 @@ func TestSnapshotsRacing(t *testing.T) {
 		t.Errorf("%d entries written under the other directory", len(n))
 	}
 }
+
+// A snapshot after transactions: the keys a transaction wrote (records that
+// name it, read the long way) are in it with their values, the key it
+// deleted is not, and the store's own keys (the transaction decisions) are
+// left out: a restore into 2 ranks serves exactly the user's keys.
+func TestSnapshotAfterTransactions(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	_, st := openAll(t, 4, smallOptions(2))
+	want := putKeys(ctx, t, st, 12)
+	for i, s := range st[:2] {
+		tx := s.Begin()
+		k := fmt.Sprintf("tx/%d", i)
+		if err := tx.Put([]byte(k), []byte("by a transaction")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Delete(fmt.Appendf(nil, "k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = "by a transaction"
+		delete(want, fmt.Sprintf("k%d", i))
+	}
+	info := snapshotAll(t, ctx, st, dir)
+	if info.Keys != len(want) {
+		t.Errorf("snapshot of %d keys, want %d", info.Keys, len(want))
+	}
+	checkRestored(t, ctx, dir, 2, info.Cut, want)
+}

@@ -169,6 +169,7 @@ type Store struct {
 	heap     struct {
 		sync.Mutex
 		mem      [][]byte // attached chunks
+		addrs    []uint64 // their window addresses, in the same order
 		attached uint64
 		entries  atomic.Int64 // chunk table entries in use: the first ones
 	}
@@ -408,7 +409,7 @@ func (s *Store) Close(ctx context.Context) error {
 	for _, m := range s.heap.mem {
 		s.current().w.Release(m)
 	}
-	s.heap.mem = nil
+	s.heap.mem, s.heap.addrs = nil, nil
 	s.heap.Unlock()
 	s.current().w.Release(s.tableMem)
 	s.table, s.tableMem = nil, nil

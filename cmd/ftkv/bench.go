@@ -24,6 +24,7 @@ type benchOptions struct {
 	size, ops, warmup, gets, keys, writers int
 	json, verbose                          bool
 	timeout                                time.Duration
+	snapshotDir                            string
 }
 
 const benchSynopsis = `usage: ftrun -n N ftkv bench [--copies K] [--size S] [--ops M] [-json] [-v] [flags]
@@ -41,7 +42,16 @@ for gets, the mean per call of each phase of the store's code: its time,
 its round trips (waits for remote completion, a batch toward several ranks
 counting once), its flushes (ranks waited for) and the flushes that had to
 wait for their answers (with -json: records "put.PHASE" in us and
-"put.PHASE.rtt" in round trips, and the same for get).`
+"put.PHASE.rtt" in round trips, and the same for get).
+
+With --snapshot-dir DIR, a last phase: every writer puts without pause
+while, after snapPause, the ranks take one snapshot under DIR
+(store.Snapshot), and for snapPause after it. Rank 0 reports the snapshot's
+time (snap_ms) and its files' bytes per second (snap_MBps), and of the
+puts of that phase the p99 of those that ended before the snapshot began
+(snap_put_p99_base), and the p99 and the longest of those under way while
+it ran (snap_put_p99, snap_put_max), in microseconds. For the store's whole
+contents in the snapshot, give --warmup at least --keys.`
 
 func benchFlags(o *benchOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -55,6 +65,7 @@ func benchFlags(o *benchOptions) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", false, "print the results as one line of JSON")
 	fs.BoolVar(&o.verbose, "v", false, "trace the timed calls and print where their time goes: each phase's mean time and round trips")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "end with a snapshot under `DIR` taken while the writers put, and report its time and the writers' pause")
 	return fs
 }
 
@@ -118,15 +129,17 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, c, store.Config{Copies: copies, MaxValueSize: max(o.size, 64<<20)})
-	if err != nil {
-		return err
-	}
-	me := int(c.Rank())
 	writers := o.writers
 	if writers == 0 {
 		writers = c.Size()
 	}
+	// Each rank holds about copies/size of the keys: slots for twice that.
+	slots := max(16384, 2*o.keys*writers*copies/c.Size())
+	s, err := store.Open(ctx, c, store.Config{Copies: copies, MaxValueSize: max(o.size, 64<<20), Slots: slots})
+	if err != nil {
+		return err
+	}
+	me := int(c.Rank())
 	var mine []*writer
 	for w := me; w < writers; w += c.Size() {
 		wr := newWriter(w, o)
@@ -182,6 +195,12 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	if err := phase(func(w *writer) error { return w.getAll(ctx, s, o.gets) }); err != nil {
 		return err
 	}
+	var snap *snapshotRun
+	if o.snapshotDir != "" {
+		if snap, err = snapshotPhase(ctx, c, s, mine, o.warmup+o.ops, o.snapshotDir); err != nil {
+			return err
+		}
+	}
 	var putLat, getLat []float64
 	var puts, gets breakdown
 	for _, w := range mine {
@@ -191,6 +210,9 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 	}
 	// Pool the samples at rank 0, through the store itself.
 	samples := encodeSamples(elapsed, putLat, getLat)
+	if snap != nil {
+		samples = snap.append(samples)
+	}
 	if o.verbose {
 		samples = gets.append(puts.append(samples))
 	}
@@ -204,12 +226,16 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 		var puts, gets []float64
 		var putTrace, getTrace breakdown
 		var slowest time.Duration
+		var allSnap snapshotRun
 		for r := range c.Size() {
 			b, err := s.Get(ctx, fmt.Appendf(nil, "bench/samples/%d", r))
 			if err != nil {
 				return err
 			}
 			ph, p, g, rest, err := decodeSamples(b)
+			if err == nil && snap != nil {
+				rest, err = allSnap.decode(rest)
+			}
 			if err != nil {
 				return fmt.Errorf("samples of rank %d: %w", r, err)
 			}
@@ -228,7 +254,12 @@ func bench(ctx context.Context, o benchOptions, stdout io.Writer) error {
 				getTrace.merge(gt)
 			}
 		}
-		report(stdout, o, s.Copies(), c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds(), &putTrace, &getTrace)
+		var extra []result.Result
+		if snap != nil {
+			allSnap.took, allSnap.bytes = snap.took, snap.bytes
+			extra = allSnap.results()
+		}
+		report(stdout, o, s.Copies(), c.Size(), writers, puts, gets, float64(len(puts))/slowest.Seconds(), &putTrace, &getTrace, extra)
 		if !o.json {
 			fmt.Fprintf(stdout, "  rank 0's store: %+v\n", s.Stats())
 		}
@@ -352,7 +383,7 @@ func decodeSamples(b []byte) (phase time.Duration, puts, gets []float64, rest []
 
 // report prints the results; copies is what the store uses; with -v, the
 // breakdowns of the puts and gets too.
-func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets []float64, rate float64, putTrace, getTrace *breakdown) {
+func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets []float64, rate float64, putTrace, getTrace *breakdown, extra []result.Result) {
 	var rs []result.Result
 	add := func(bench string, v float64, unit string) {
 		rs = append(rs, result.Result{Bench: bench, Size: o.size, Copies: copies, System: system(), Value: math.Round(v*100) / 100, Unit: unit})
@@ -372,6 +403,9 @@ func report(w io.Writer, o benchOptions, copies, ranks, writers int, puts, gets 
 		}
 	}
 	add("put_rate", rate, "ops/s")
+	for _, r := range extra {
+		add(r.Bench, r.Value, r.Unit)
+	}
 	if o.verbose && o.json {
 		for i, b := range []*breakdown{putTrace, getTrace} {
 			names, values, units := b.results([]string{"put", "get"}[i])
