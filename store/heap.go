@@ -342,8 +342,8 @@ func (o *op) casOwn(w localWord, addr uint64, old, new uint64) bool {
 	return o.v().w.Flush(ctx, o.me) == nil && uint64(got) == old
 }
 
-// grow reclaims empty chunks, keeps Reserve free chunks attached and
-// answers a writer's want.
+// grow reclaims empty chunks (none while a snapshot's copy pins the heap:
+// cutCopy), keeps Reserve free chunks attached and answers a writer's want.
 func (o *op) grow() (busy bool) {
 	free := 0
 	for e := range int(o.heap.entries.Load()) {
@@ -351,7 +351,7 @@ func (o *op) grow() (busy bool) {
 		if owner == chunkNotReady {
 			continue
 		}
-		if o.reclaimable(owner, o.entry(e, chunkLive).Load()) {
+		if o.heapPins.Load() == 0 && o.reclaimable(owner, o.entry(e, chunkLive).Load()) {
 			if o.casOwn(o.entry(e, chunkOwner), o.entryAddr(o.me, e, chunkOwner), owner, 0) {
 				owner = 0
 			}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ftrma/ftrma"
@@ -44,9 +45,9 @@ type SnapshotInfo struct {
 //
 // Writers are held only for the cut itself: each rank waits for its own
 // operations under way, holds back new ones (reads too), the ranks agree
-// that all have, each copies from the store the keys it is the first live
-// replica of, they agree again, and the operations go on while each rank
-// writes its file. Every rank then checks the files of the others and
+// that all have, each scans its slot table and pins its heap (cutCopy),
+// they agree again, and the operations go on while each rank reads the
+// records of the keys it is the first live replica of and writes its file. Every rank then checks the files of the others and
 // writes the manifest, last: until it is there the snapshot is incomplete,
 // and Restore never reads it.
 //
@@ -95,9 +96,10 @@ func (s *Store) Snapshot(ctx context.Context, dir string) (SnapshotInfo, error) 
 	}
 }
 
-// testHookSnapshot is called at four points of a snapshot's attempt: "cut"
-// once the cut is agreed, "copied" once this rank has copied its keys,
-// "file" once its data file is written, "manifest" once the manifest is.
+// testHookSnapshot is called at five points of a snapshot's attempt: "cut"
+// once the cut is agreed, "copied" once this rank has taken its copy,
+// "read" after its gate opened and before it reads its records, "file"
+// once its data file is written, "manifest" once the manifest is.
 var testHookSnapshot testHook[func(s *Store, at string)]
 
 // errSnapAgain: a rank failed during a snapshot's attempt; the survivors
@@ -108,12 +110,18 @@ var errSnapAgain = errors.New("a rank failed during the snapshot")
 // the manifest. Every step ends in an agreement of the survivors, so every
 // live rank takes the same way out of it.
 func (s *Store) snapshotOnce(ctx context.Context, c window.Comm, dir string) (SnapshotInfo, error) {
-	cut, recs, live, err := s.takeCut(ctx, c)
+	cut, cp, live, err := s.takeCut(ctx, c)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if hook := testHookSnapshot.get(); hook != nil {
+		hook(s, "read")
+	}
+	recs, werr := s.readOwn(cp, live)
 	sdir := filepath.Join(dir, snapDirName(cut))
-	werr := os.MkdirAll(sdir, 0o755)
+	if werr == nil {
+		werr = os.MkdirAll(sdir, 0o755)
+	}
 	if werr == nil {
 		_, werr = writeSnapDataFile(sdir, &snapData{cut: cut, rank: uint32(s.me), records: recs})
 	}
@@ -157,11 +165,11 @@ func (s *Store) snapshotOnce(ctx context.Context, c window.Comm, dir string) (Sn
 }
 
 // takeCut closes this rank's gate, agrees with the others on the cut's
-// identity (which says all are closed), copies the keys this rank is the
-// first live replica of, agrees again and opens the gate. It returns the
-// cut, the records and the ranks that wrote them: those not known failed
-// at the copy, the same set at every live rank, or errSnapAgain.
-func (s *Store) takeCut(ctx context.Context, c window.Comm) (uint64, []snapRecord, []ftrma.Rank, error) {
+// identity (which says all are closed), takes what it needs of its own
+// memory (copyAtCut), agrees again and opens the gate. It returns the cut,
+// the copy (readOwn finishes it) and the ranks that copy: those not known
+// failed at the copy, the same set at every live rank, or errSnapAgain.
+func (s *Store) takeCut(ctx context.Context, c window.Comm) (uint64, *cutCopy, []ftrma.Rank, error) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	// The cut's identity: larger than any a live rank took or restored
@@ -186,130 +194,151 @@ func (s *Store) takeCut(ctx context.Context, c window.Comm) (uint64, []snapRecor
 			live = append(live, r)
 		}
 	}
-	recs, err := s.copyFirst(ctx, func(r ftrma.Rank) bool { return !slices.Contains(live, r) })
+	cp, err := s.copyAtCut(ctx, notIn(live))
 	if hook := testHookSnapshot.get(); hook != nil {
 		hook(s, "copied")
 	}
 	ok, same, aerr := agreeVote(ctx, c, okBit(err), crc32.Checksum(failed, snapCRC))
+	if aerr == nil && same && ok != 0 {
+		return cut, cp, live, nil
+	}
+	cp.release()
 	switch {
 	case aerr != nil:
 		return 0, nil, nil, aerr
 	case !same:
 		return 0, nil, nil, errSnapAgain // a failure became known during the copy
-	case ok == 0:
-		return 0, nil, nil, cmp.Or(err, errors.New("a rank could not copy its keys"))
 	}
-	return cut, recs, live, nil
+	return 0, nil, nil, cmp.Or(err, errors.New("a rank could not copy its keys"))
 }
 
-// copyFirst reads the keys held at this rank for which it is the first
-// replica not failed (by the caller's fixed view), with their values and
-// versions, in key order. The store's own keys (transaction decisions) are
-// left out: a restored store starts with none open.
-//
-// Nothing writes during the cut, so a key whose slot here shows its current
-// version done (every live replica held it when it was written: the fast
-// read's rule, fastread.go) and no write pending is copied from this rank's
-// own memory (copyOwn); the others (a write left pending by a failed
-// writer, a version not yet marked done, a transaction's record) go through
-// the store's read, which settles them.
-func (s *Store) copyFirst(ctx context.Context, failed func(ftrma.Rank) bool) ([]snapRecord, error) {
-	var recs []snapRecord
+// notIn is the failed-rank test of a copy: r is not among live.
+func notIn(live []ftrma.Rank) func(ftrma.Rank) bool {
+	return func(r ftrma.Rank) bool { return !slices.Contains(live, r) }
+}
+
+// cutCopy is what a rank took of its own memory at the cut. Records are
+// written once into heap blocks and never in place: a put writes a new
+// block and frees the old one, which stays as it was until its chunk is
+// handed back to writers (grow's reclaim). So at the cut a rank copies
+// only its slot table, and pins its heap (no chunk is reclaimed while a
+// copy holds it); the records the table points to are read after the gate
+// opens, while writers go on writing elsewhere (readOwn).
+type cutCopy struct {
+	s     *Store
+	heap  ownHeap
+	slots []cutSlot    // records to read from this rank's heap
+	recs  []snapRecord // the keys read through the store at the cut
+}
+
+// cutSlot is a slot whose current record is read after the cut: its
+// address, length, version and the key's hash.
+type cutSlot struct{ addr, len, ver, hash uint64 }
+
+// release unpins the heap; nil-safe.
+func (cp *cutCopy) release() {
+	if cp != nil && cp.s != nil {
+		cp.s.heapPins.Add(-1)
+		cp.s = nil
+	}
+}
+
+// copyAtCut reads this rank's slot table, under the gate, and lists the
+// slots whose current version is done (every live replica held it when it
+// was written: the fast read's rule, fastread.go), with nothing pending
+// and a record of no transaction: those records are the cut's, read after
+// the gate opens. The keys of the other slots that this rank is the first
+// replica of (not failed by failed) — a write left pending by a failed
+// writer, a version not yet marked done, a transaction's record — it reads
+// now through the store's read, which settles them. The store's own keys
+// (transaction decisions) are left out: a restored store starts with none.
+func (s *Store) copyAtCut(ctx context.Context, failed func(ftrma.Rank) bool) (*cutCopy, error) {
+	s.heapPins.Add(1)
+	cp := &cutCopy{s: s}
 	var slow []string
 	err := s.inView(func(o *op) error {
-		var err error
-		recs, slow, err = o.copyOwn(ctx, failed)
-		if errors.Is(err, errNotOwn) {
-			// A key block outside this rank's chunks: read every key the
-			// long way.
-			recs, slow, err = nil, nil, nil
-			all, err := o.keysAt(ctx, s.me)
-			for _, k := range all {
-				if reps := o.v().place.replicas(s.hash([]byte(k)), failed); len(reps) > 0 && reps[0] == s.me && !strings.HasPrefix(k, reservedPrefix) {
-					slow = append(slow, k)
-				}
+		cp.slots, slow = cp.slots[:0], slow[:0]
+		cp.heap = o.ownHeap()
+		limit := o.recordLimit()
+		for i := range o.opt.Slots {
+			// This rank's own table: nothing writes its values now.
+			base := hdrWords + i*slotWords
+			w := func(f int) uint64 { return atomic.LoadUint64(&o.table[base+f]) }
+			k, a := w(slotKey), w(slotCurAddr)
+			if k == 0 || k == slotTomb || a == 0 {
+				continue
 			}
-			return err
+			h, n, v := w(slotHash), w(slotCurLen), w(slotCurVer)
+			if h == 0 {
+				continue
+			}
+			if hdr := cp.heap.bytes(a, recHeader); n >= recHeader && n <= limit && w(slotPAddr) == 0 && v == w(slotDone) &&
+				hdr != nil && word(hdr, 0) == h && word(hdr, 1) == v && word(hdr, 2) == 0 && binary.LittleEndian.Uint32(hdr[36:])&recDeleted == 0 {
+				cp.slots = append(cp.slots, cutSlot{addr: a, len: n, ver: v, hash: h})
+				continue
+			}
+			id, err := o.ownKey(ctx, h, k)
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(id.key, reservedPrefix) {
+				continue
+			}
+			if reps := o.v().place.replicas(h, failed); len(reps) > 0 && reps[0] == s.me {
+				slow = append(slow, id.key)
+			}
 		}
-		return err
+		return nil
 	})
+	for _, k := range slow {
+		if err != nil {
+			break
+		}
+		v, ver, gerr := s.get(ctx, s.ident([]byte(k)))
+		switch {
+		case errors.Is(gerr, ErrNotFound): // a slot left by a deletion
+		case gerr != nil:
+			err = gerr
+		default:
+			cp.recs = append(cp.recs, snapRecord{key: []byte(k), value: v, version: ver})
+		}
+	}
 	if err != nil {
+		cp.release()
 		return nil, err
 	}
-	for _, k := range slow {
-		v, ver, err := s.get(ctx, s.ident([]byte(k)))
-		if errors.Is(err, ErrNotFound) {
-			continue // a slot left by a deletion
+	return cp, nil
+}
+
+// readOwn finishes the copy after the gate opened: it reads the listed
+// records from this rank's heap, keeps those of keys this rank is the first
+// replica of among live (not the store's own keys), unpins the heap, and
+// returns every record of the copy in key order.
+func (s *Store) readOwn(cp *cutCopy, live []ftrma.Rank) ([]snapRecord, error) {
+	defer cp.release()
+	s.memMu.RLock() // Close releases the heap's memory under the write side
+	defer s.memMu.RUnlock()
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	recs := cp.recs
+	failed := notIn(live)
+	v := s.current()
+	for _, sl := range cp.slots {
+		if reps := v.place.replicas(sl.hash, failed); len(reps) == 0 || reps[0] != s.me {
+			continue
 		}
-		if err != nil {
-			return nil, err
+		rec, ok := decodeRecord(cp.heap.bytes(sl.addr, sl.len))
+		if !ok || rec.hash != sl.hash || rec.version != sl.ver || rec.tx != 0 {
+			return nil, fmt.Errorf("store: the record of version %d at %#x changed after the cut", sl.ver, sl.addr)
 		}
-		recs = append(recs, snapRecord{key: []byte(k), value: v, version: ver})
+		if strings.HasPrefix(string(rec.key), reservedPrefix) {
+			continue
+		}
+		recs = append(recs, snapRecord{key: bytes.Clone(rec.key), value: bytes.Clone(rec.value), version: sl.ver})
 	}
 	slices.SortFunc(recs, func(a, b snapRecord) int { return bytes.Compare(a.key, b.key) })
 	return recs, nil
-}
-
-// errNotOwn: an address in this rank's table is not in its own chunks.
-var errNotOwn = errors.New("store: an address outside this rank's heap")
-
-// copyOwn reads this rank's slot table and, from its own heap memory, the
-// keys it is the first replica of (not failed by failed) and the records
-// of those whose slot shows the current version done and nothing pending;
-// it returns those records, and the keys to read the long way.
-func (o *op) copyOwn(ctx context.Context, failed func(ftrma.Rank) bool) ([]snapRecord, []string, error) {
-	me := o.Store.me
-	tbl := make([]byte, o.opt.Slots*slotBytes)
-	if err := o.v().w.Get(me, o.slotAddr(me, 0), tbl); err != nil {
-		return nil, nil, err
-	}
-	if err := o.v().w.Flush(ctx, me); err != nil {
-		return nil, nil, err
-	}
-	heap := o.ownHeap()
-	var recs []snapRecord
-	var slow []string
-	limit := o.recordLimit()
-	for i := range o.opt.Slots {
-		w := func(f int) uint64 { return word(tbl, i*slotWords+f) }
-		k, h := w(slotKey), w(slotHash)
-		if k == 0 || k == slotTomb || h == 0 || w(slotCurAddr) == 0 {
-			continue
-		}
-		hdr := heap.bytes(k, keyHeader)
-		if hdr == nil {
-			return nil, nil, errNotOwn
-		}
-		n := word(hdr, 1)
-		if word(hdr, 0) != h || n == 0 || n > uint64(o.keyLimit()) {
-			continue // a block freed or reused: no key here
-		}
-		block := heap.bytes(k, uint64(keyBlockLen(int(n))))
-		if block == nil {
-			return nil, nil, errNotOwn
-		}
-		key := string(block[keyHeader : keyHeader+n])
-		if o.hash([]byte(key)) != h || strings.HasPrefix(key, reservedPrefix) {
-			continue
-		}
-		if reps := o.v().place.replicas(h, failed); len(reps) == 0 || reps[0] != me {
-			continue
-		}
-		a, l, v := w(slotCurAddr), w(slotCurLen), w(slotCurVer)
-		var rec record
-		good := l <= limit && w(slotPAddr) == 0 && v == w(slotDone)
-		if good {
-			b := heap.bytes(a, l)
-			rec, good = decodeRecord(b)
-			good = good && b != nil && rec.hash == h && string(rec.key) == key && rec.version == v && rec.tx == 0 && !rec.deleted
-		}
-		if !good {
-			slow = append(slow, key)
-			continue
-		}
-		recs = append(recs, snapRecord{key: []byte(key), value: bytes.Clone(rec.value), version: v})
-	}
-	return recs, slow, nil
 }
 
 // ownHeap is this rank's heap chunks by window address.

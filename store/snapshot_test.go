@@ -507,3 +507,49 @@ func TestSnapshotAfterTransactions(t *testing.T) {
 	}
 	checkRestored(t, ctx, dir, 2, info.Cut, want)
 }
+
+// The records of the cut are read after the gates open, while writers go
+// on: a writer that overwrites every key many times before a rank reads
+// them (so that the chunks holding the cut's records empty out, which
+// would hand them back to writers) changes nothing in the snapshot, which
+// holds the values of the cut. It fails when the heap is not pinned.
+func TestSnapshotReadsAfterTheCut(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	_, st := openAll(t, 4, smallOptions(2))
+	want := map[string]string{}
+	old := make([]byte, 1000)
+	for i := range 40 {
+		k := fmt.Sprintf("key/%d", i)
+		copy(old, fmt.Sprintf("old %d", i))
+		if err := st[i%4].Put(ctx, []byte(k), old); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = string(old)
+	}
+	var once sync.Once
+	var churnErr error
+	testHookSnapshot.set(t, func(s *Store, at string) {
+		if s != st[0] || at != "read" {
+			return
+		}
+		once.Do(func() {
+			v := make([]byte, 1000)
+			for round := range 30 {
+				for i := range 40 {
+					copy(v, fmt.Sprintf("round %d of %d", round, i))
+					if err := st[0].Put(ctx, fmt.Appendf(nil, "key/%d", i), v); err != nil {
+						churnErr = err
+						return
+					}
+				}
+				time.Sleep(time.Millisecond) // the housekeeping's turn
+			}
+		})
+	})
+	info := snapshotAll(t, ctx, st, dir)
+	if churnErr != nil {
+		t.Fatal(churnErr)
+	}
+	checkRestored(t, ctx, dir, 2, info.Cut, want)
+}

@@ -208,6 +208,9 @@ type Store struct {
 	gate    sync.RWMutex
 	lastCut atomic.Uint64 // the last snapshot cut this rank took or restored
 	snapMu  sync.Mutex    // one Snapshot at a time
+	// heapPins counts the snapshot copies that read this rank's heap after
+	// their cut: while any does, no chunk is reclaimed (cutCopy).
+	heapPins atomic.Int32
 
 	closed atomic.Bool
 	// owned are the communicators Respawn and JoinRespawned made: Close

@@ -55,6 +55,13 @@ each the median over rounds; systems are interleaved round by round.
   ftrma-tcp  ftrun -n N ftkv bench --copies K --size S --ops M -json --writers W ...
              (N ranks, default 8; the W writers spread over them)
 
+With -snapshot it compares snapshots instead: a store of -snapshot-keys keys
+of -snapshot-size bytes written to files while the writers put, ftrma's
+store.Snapshot (ftkv bench --snapshot-dir, shared memory, --copies 1)
+against Redis's BGSAVE (one server), to tmpfs and to disk: snap_ms,
+snap_MBps and the writers' put p99 before and during, and their longest put
+during (snapshot.go).
+
 Missing servers are installed: redis-server, etcd-server, a Java runtime and
 Maven with apt-get (as root), the Hazelcast jar from Maven Central with mvn.
 
@@ -83,6 +90,9 @@ type options struct {
 	ftkvArgs      string
 	verbose       bool
 	keepTemporary bool
+	snapshot      bool // the snapshot comparison instead (snapshot.go)
+	snapKeys      int
+	snapSize      int
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
@@ -109,6 +119,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.ftrunArgs, "ftrun-args", "", "extra space-separated `ARGS` for ftrun, placed before -n")
 	fs.StringVar(&o.ftkvArgs, "ftkv-args", "", "extra space-separated `ARGS` for ftkv bench, placed after -json")
 	fs.BoolVar(&o.verbose, "v", false, "print every run's values")
+	fs.BoolVar(&o.snapshot, "snapshot", false, "compare snapshots instead: ftrma's store.Snapshot against Redis's BGSAVE of the same data\nunder writers, to tmpfs and to disk (snapshot.go)")
+	fs.IntVar(&o.snapKeys, "snapshot-keys", 100000, "keys in the store for -snapshot")
+	fs.IntVar(&o.snapSize, "snapshot-size", 1024, "value size in bytes for -snapshot")
 	fs.BoolVar(&o.keepTemporary, "keep", false, "keep the temporary directory (configurations, server logs) and print its path")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -164,6 +177,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if o.ftkvRanks < 1 {
 		return o, errors.New("-ftkv-n must be positive")
 	}
+	if o.snapshot && (o.snapKeys < 1 || o.snapSize < 1 || o.ftkv == "") {
+		return o, errors.New("-snapshot needs -snapshot-keys and -snapshot-size positive, and -ftkv")
+	}
 	if o.svgPath == "" && o.jsonPath != "" {
 		o.svgPath = strings.TrimSuffix(o.jsonPath, filepath.Ext(o.jsonPath)) + ".svg"
 	}
@@ -207,6 +223,9 @@ func run() int {
 	defer func() {
 		procs.stopAll(3 * time.Second)
 	}()
+	if o.snapshot {
+		return runSnapshots(ctx, o, dir)
+	}
 
 	systems, missing := setup(ctx, o, dir)
 	if len(systems) == 0 {
