@@ -111,6 +111,14 @@ var sources = []source{
 		missing: "No run recorded yet: bench/store needs Hazelcast, Redis and etcd installed, and about 3 minutes with -quick.",
 	},
 	{
+		file:    "results/store-snapshot.json",
+		title:   "Snapshots: ftrma's store.Snapshot against Redis's BGSAVE of the same data",
+		about:   "Recorded during issue 28 (`bench/store -snapshot`, 5 interleaved rounds, 2 CPUs): 100,000 keys of 1 KiB of random bytes, one copy each (ftrma --copies 1 over 8 ranks on shared memory, the 8 writers in the ranks; Redis one server, the 8 writers in the driver), written to files under /dev/shm (tmpfs) and under the temporary directory (disk) while every writer puts without pause. snap_ms is Snapshot's time, or BGSAVE's from its reply to the end of the child's save; snap_MBps the values' bytes per second of it; snap_put_p99_base the writers' put p99 before the snapshot, snap_put_p99 and snap_put_max those under way while it ran. Redis forks and its child writes the copy-on-write image, so its writers stop only for the fork (snap_put_max, a few ms); ftrma holds its writers for the cut — two agreements and each rank's scan of its slot table — and then writes while they go on: on this machine 8 ranks share 2 CPUs, and the cut's agreements are most of the 110-130 ms. ftrma's puts stay faster throughout (snap_put_p99 0.06-0.08x Redis's); its whole snapshot takes 1.8-2x Redis's BGSAVE here, its ranks' writers competing for the two CPUs with the file writing. Ratio ftrma-shm/redis: below 1, ftrma faster or pausing less; for snap_MBps above 1 is faster.",
+		refresh: "go run ./bench/store -snapshot -quick -json bench/results/store-snapshot.json",
+		sizeCol: "size (B)",
+		ratios:  [][2]string{{"ftrma-shm", "redis"}},
+	},
+	{
 		file:    "results/store-floor-w1.json",
 		title:   "Store at its round-trip floor against Redis: one writer",
 		about:   "Recorded at the close of issue 25 (8 ranks on 2 CPUs; medians over 5 interleaved rounds; the ratio is ftrma-tcp/Redis, below 1: ftrma faster). A leased put and a get are one round trip each (`ftkv bench -v`); what a round trip costs depends on where the two processes sleep. This VM's idle CPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0, as the driver prints), so every wake-up of a process on an idle CPU exits to the hypervisor: a Go client and redis-server answer in 16 us on one CPU and in 54 us on two. Redis's two processes are often kept on one CPU by the scheduler; ftrma's eight ranks cannot all be, and the run-to-run spread is wide: in this run the 1-copy put and get were 3.4x Redis, in another of the same session 1.16x and 1.11x. With halt polling on (guest_halt_poll_ns 200000, the haltpoll driver's own default, set by hand for one run) the same rows were 1.11x (put, 18.9 against 17.0 us) and 0.96x (get), the 3-copy put 0.76x. With one rank per CPU (`-ftkv-n 2`, polling) ftrma's put and get are 0.5-0.7x Redis's.",

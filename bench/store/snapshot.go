@@ -114,7 +114,7 @@ func runSnapshots(ctx context.Context, o options, dir string) int {
 	}
 	medians := set.Medians()
 	sortResults(medians)
-	fmt.Printf("\nmedian over rounds (ratio column ftrma-shm/redis: below 1 means ftrma is faster, or pauses less):\n")
+	fmt.Printf("\nmedian over rounds (ratio column ftrma-shm/redis: below 1 means ftrma is faster or pauses less; for snap_MBps above 1 is faster):\n")
 	if err := result.WriteTableRatios(os.Stdout, medians, []string{sysFtrmaSHM, sysRedis}, sysFtrmaSHM); err != nil {
 		fmt.Fprintln(os.Stderr, "store:", err)
 		return 1
