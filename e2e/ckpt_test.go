@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -137,6 +138,10 @@ func TestCkptRestartsFromSnapshot(t *testing.T) {
 	}
 	if got, _, _ := ckptResult(t, out); got != want {
 		t.Errorf("result after the restart %s nodes, failure-free %s", got, want)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) == 0 || len(entries) > 4 {
+		// -snapshot-keep 3: three complete ones, and one the kill cut short
+		t.Errorf("%d snapshot directories left (%v), want 1 to 4", len(entries), err)
 	}
 	t.Logf("failure-free %v; killed at %v; the snapshot held %d of 8192 tasks", d.Round(time.Millisecond), half, progress)
 }

@@ -30,7 +30,7 @@ func (s *Store) GetVersion(ctx context.Context, key []byte) ([]byte, uint64, err
 	defer s.enter()()
 	v, ver, err := s.get(ctx, s.ident(key))
 	if err != nil {
-		return nil, 0, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
+		return nil, 0, &ftrma.OpError{Op: "store get", Rank: -1, Err: s.lost(key, err)}
 	}
 	s.st.gets.Add(1)
 	return v, ver, nil

@@ -165,7 +165,10 @@
 // snapshot are left out of it, their keys read from live replicas; a rank
 // that fails during one makes the survivors take the cut again without it,
 // so the snapshot completes with every key that has a live copy, and every
-// live rank returns the same result.
+// live rank returns the same result. A key whose every copy is lost fails
+// Get and GetVersion with a *DataLostError (wrapping ErrDataLost) naming the
+// last snapshot this rank took or restored and whether it holds the key.
+// PruneSnapshots keeps the newest complete snapshots of a directory.
 //
 // Errors: ErrNotFound, ErrDataLost (every copy may be gone), ErrClosed,
 // ErrConflict (a transaction's read changed before it committed),

@@ -848,7 +848,7 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	defer t.end()
 	v, _, err := s.get(ctx, s.ident(key))
 	if err != nil {
-		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: err}
+		return nil, &ftrma.OpError{Op: "store get", Rank: -1, Err: s.lost(key, err)}
 	}
 	s.st.gets.Add(1)
 	return v, nil

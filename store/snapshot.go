@@ -161,6 +161,7 @@ func (s *Store) snapshotOnce(ctx context.Context, c window.Comm, dir string) (Sn
 	case said&1 == 0:
 		return SnapshotInfo{}, cmp.Or(merr, errors.New("a rank could not write the manifest"))
 	}
+	s.noteSnapshot(sdir, cut)
 	return SnapshotInfo{Dir: sdir, Cut: cut, Keys: keys}, nil
 }
 
@@ -439,6 +440,7 @@ func Restore(ctx context.Context, c window.Comm, dir string, cfg Config) (*Store
 			}
 		}
 		s.lastCut.Store(ls.manifest.cut)
+		s.noteSnapshot(ls.dir, ls.manifest.cut)
 		flag := uint64(1)
 		if err != nil {
 			flag = 0

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -552,4 +553,101 @@ func TestSnapshotReadsAfterTheCut(t *testing.T) {
 		t.Fatal(churnErr)
 	}
 	checkRestored(t, ctx, dir, 2, info.Cut, want)
+}
+
+// A key whose every copy is gone names the last snapshot: Get's error wraps
+// ErrDataLost and is a DataLostError saying whether that snapshot holds the
+// key — a key put before it does, one put after it does not.
+func TestDataLostNamesSnapshot(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	world, st := openAll(t, 4, smallOptions(2))
+	// Two keys whose copies are both on ranks 2 and 3.
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
+		k := fmt.Sprintf("key/%d", i)
+		if err := st[0].Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		reps, err := st[0].Locate(ctx, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reps) == 2 && reps[0].Rank >= 2 && reps[1].Rank >= 2 {
+			keys = append(keys, k)
+			if len(keys) == 1 {
+				snapshotAll(t, ctx, st, dir) // holds the first, not the second
+			}
+		}
+	}
+	info, _ := loadSnapshot(mustNewest(t, dir), 1024, 1<<20)
+	world.Crash(2)
+	world.Crash(3)
+	for _, r := range []ftrma.Rank{2, 3} {
+		for !st[0].current().c.ProcFailed(r) {
+			if ctx.Err() != nil {
+				t.Fatalf("rank 0 never learned of rank %d's crash", r)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i, k := range keys {
+		_, err := st[0].Get(ctx, []byte(k))
+		var dl *DataLostError
+		if !errors.Is(err, ErrDataLost) || !errors.As(err, &dl) {
+			t.Fatalf("get of %s with both copies gone: %v, want a DataLostError", k, err)
+		}
+		if dl.Snapshot != info.dir || dl.Cut != info.manifest.cut || dl.InSnapshot != (i == 0) || string(dl.Key) != k {
+			t.Errorf("get of %s: %+v; want snapshot %s, in it: %v", k, dl, info.dir, i == 0)
+		}
+		t.Log(err)
+	}
+}
+
+// mustNewest is the directory of the newest complete snapshot under dir.
+func mustNewest(t *testing.T, dir string) string {
+	t.Helper()
+	ls, _, err := newestSnapshot(dir, 1024, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls.dir
+}
+
+// PruneSnapshots keeps the newest complete snapshots and removes what is
+// older (incomplete ones too), never a newer incomplete one (a snapshot
+// under way), and nothing when fewer than keep are complete.
+func TestPruneSnapshots(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	_, st := openAll(t, 2, smallOptions(2))
+	var cuts []uint64
+	for range 4 {
+		cuts = append(cuts, snapshotAll(t, ctx, st, dir).Cut)
+	}
+	os.Remove(filepath.Join(dir, snapDirName(cuts[1]), snapManifestName)) // incomplete, old
+	underWay := filepath.Join(dir, snapDirName(cuts[3]+1))
+	os.Mkdir(underWay, 0o755)
+	if removed, err := PruneSnapshots(ctx, dir, 5); err != nil || len(removed) != 0 {
+		t.Errorf("keep 5 of 3 complete: removed %v, %v", removed, err)
+	}
+	removed, err := PruneSnapshots(ctx, dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, snapDirName(cuts[0])), filepath.Join(dir, snapDirName(cuts[1]))}
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	left, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{snapDirName(cuts[2]), snapDirName(cuts[3]), filepath.Base(underWay)}) {
+		t.Errorf("left %v", names)
+	}
+	if _, err := PruneSnapshots(ctx, dir, 0); err == nil {
+		t.Error("keep 0 accepted")
+	}
 }

@@ -211,6 +211,7 @@ type Store struct {
 	// heapPins counts the snapshot copies that read this rank's heap after
 	// their cut: while any does, no chunk is reclaimed (cutCopy).
 	heapPins atomic.Int32
+	lastSnap atomic.Pointer[knownSnapshot] // the last snapshot taken or restored here
 
 	closed atomic.Bool
 	// owned are the communicators Respawn and JoinRespawned made: Close

@@ -31,6 +31,7 @@ type serveOptions struct {
 
 	snapshotDir   string        // where snapshots go ("": none)
 	snapshotEvery time.Duration // a snapshot at least this often (0: only on request and at stop)
+	snapshotKeep  int           // complete snapshots kept (0: all)
 	restore       string        // start from the newest complete snapshot under this directory
 }
 
@@ -49,7 +50,8 @@ every --snapshot-every period, and stop writes a last one once every rank
 has answered its last request (and before rank 0's socket goes: "ftkv stop"
 returns after it). --restore DIR starts the job from the newest complete
 snapshot under DIR, written by a job of any size, and snapshots there too
-unless --snapshot-dir names another directory.`
+unless --snapshot-dir names another directory. The newest --snapshot-keep
+complete snapshots stay; older ones are removed.`
 
 func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -60,6 +62,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "write snapshots under `DIR` (on request, periodically, at stop)")
 	fs.DurationVar(&o.snapshotEvery, "snapshot-every", 0, "take a snapshot this often (0: on request and at stop only)")
 	fs.StringVar(&o.restore, "restore", "", "start from the newest complete snapshot under `DIR`")
+	fs.IntVar(&o.snapshotKeep, "snapshot-keep", 5, "keep the newest `K` complete snapshots, remove older ones (0: keep all)")
 	return fs
 }
 
@@ -75,6 +78,8 @@ func (o *serveOptions) validate(args []string) error {
 		return fmt.Errorf("--max-value must be 1 to %d bytes (got %d)", maxValueLimit, o.maxValue)
 	case o.reqTimeout <= 0:
 		return fmt.Errorf("--request-timeout must be positive (got %v)", o.reqTimeout)
+	case o.snapshotKeep < 0:
+		return fmt.Errorf("--snapshot-keep must not be negative (got %d)", o.snapshotKeep)
 	case o.snapshotEvery < 0:
 		return fmt.Errorf("--snapshot-every must not be negative (got %v)", o.snapshotEvery)
 	case o.snapshotEvery > 0 && o.snapshotDir == "" && o.restore == "":
@@ -181,7 +186,7 @@ func serveOn(ctx context.Context, c *comm.Comm, o serveOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	snap := newSnapshotter(c, s, o.snapshotDir, o.snapshotEvery, stderr)
+	snap := newSnapshotter(c, s, o.snapshotDir, o.snapshotEvery, o.snapshotKeep, stderr)
 	sv := &server{c: c, s: s, opt: o, snap: snap, conns: map[net.Conn]bool{}}
 	fmt.Fprintf(stdout, "rank %d (pid %d) serving at %s\n", me, os.Getpid(), path)
 	if me == 0 {

@@ -60,6 +60,7 @@ type snapshotter struct {
 	s      *store.Store
 	dir    string        // where snapshots go ("": none)
 	every  time.Duration // a snapshot at least this often (0: only on request)
+	keep   int           // complete snapshots kept (0: all)
 	stderr io.Writer
 
 	stopped atomic.Bool // this rank serves no more requests
@@ -76,8 +77,8 @@ type roundOutcome struct {
 	err  error
 }
 
-func newSnapshotter(c *comm.Comm, s *store.Store, dir string, every time.Duration, stderr io.Writer) *snapshotter {
-	return &snapshotter{c: c, s: s, dir: dir, every: every, stderr: stderr, next: 1, want: map[uint64]*roundOutcome{}}
+func newSnapshotter(c *comm.Comm, s *store.Store, dir string, every time.Duration, keep int, stderr io.Writer) *snapshotter {
+	return &snapshotter{c: c, s: s, dir: dir, every: every, keep: keep, stderr: stderr, next: 1, want: map[uint64]*roundOutcome{}}
 }
 
 // request asks for a snapshot taken after it was made and waits for it, or
@@ -154,6 +155,10 @@ func (sn *snapshotter) run(stop func() bool) {
 			info, err = sn.s.Snapshot(context.Background(), sn.dir)
 			if err != nil {
 				fmt.Fprintf(sn.stderr, "ftkv serve: snapshot round %d: %v\n", i, err)
+			} else if sn.keep > 0 && lowestLive(sn.c.Size(), sn.c.Failed()) == int(sn.c.Rank()) {
+				if _, perr := store.PruneSnapshots(context.Background(), sn.dir, sn.keep); perr != nil {
+					fmt.Fprintf(sn.stderr, "ftkv serve: removing old snapshots: %v\n", perr)
+				}
 			}
 		} else if out != nil {
 			err = errors.New("the round took no snapshot") // a request always wants one: not reached

@@ -154,33 +154,40 @@ func TestServeSnapshots(t *testing.T) {
 }
 
 // With --snapshot-every the job snapshots on its own: snapshots appear
-// while no client asks, each of them complete.
+// while no client asks, each of them complete, and with --snapshot-keep 2
+// no more than two complete ones stay.
 func TestServeSnapshotsPeriodic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	snaps := filepath.Join(dir, "snaps")
 	o := serveOptions{socket: filepath.Join(dir, "kv"), maxValue: 1 << 20, reqTimeout: 10 * time.Second,
-		snapshotDir: snaps, snapshotEvery: 30 * time.Millisecond}
+		snapshotDir: snaps, snapshotEvery: 30 * time.Millisecond, snapshotKeep: 2}
 	o.copies.n = 2
 	o.copies.set = true
 	sv := startServing(t, ctx, 3, o)
 	sv.ftkv(t, 0, 0, "put", "k", "v")
-	for {
+	seen := map[string]bool{}
+	for len(seen) < 4 {
 		entries, _ := os.ReadDir(snaps)
-		n := 0
+		complete := 0
 		for _, e := range entries {
 			if _, err := os.Stat(filepath.Join(snaps, e.Name(), "MANIFEST")); err == nil {
-				n++
+				seen[e.Name()] = true
+				complete++
 			}
 		}
-		if n >= 3 {
-			break
+		if complete > 3 { // the two kept and a new one, until the old one is removed
+			t.Fatalf("%d complete snapshots with --snapshot-keep 2: %v", complete, entries)
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("%d complete snapshots after a minute, want 3", n)
+			t.Fatalf("%d snapshots seen in a minute, want 4", len(seen))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	sv.stop(t, 0)
+	entries, _ := os.ReadDir(snaps)
+	if len(entries) != 2 {
+		t.Errorf("after stop (the last snapshot, then removal): %v, want two", entries)
+	}
 }

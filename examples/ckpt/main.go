@@ -69,6 +69,7 @@ type config struct {
 	// for none; snapEvery their interval.
 	snapshot  string
 	snapEvery time.Duration
+	snapKeep  int // complete snapshots kept (-snapshot-keep)
 	// crash maps a rank to the fraction of its own list after which it
 	// SIGKILLs itself (-crash).
 	crash map[ftrma.Rank]float64
@@ -105,6 +106,7 @@ func main() {
 	flag.Var(crashFlag(cfg.crash), "crash", "`RANK@FRACTION`: RANK SIGKILLs itself before the task at FRACTION (0 to 1) of its own list; may be repeated")
 	flag.StringVar(&cfg.snapshot, "snapshot", "", "`DIR` of snapshots of the store, taken every -snapshot-every; a job started again with the same -snapshot (and -n) after the whole job was lost resumes from the newest complete one")
 	flag.DurationVar(&cfg.snapEvery, "snapshot-every", 200*time.Millisecond, "interval of the snapshots (-snapshot)")
+	flag.IntVar(&cfg.snapKeep, "snapshot-keep", 3, "complete snapshots kept under -snapshot; older ones are removed")
 	flag.BoolVar(&cfg.respawn, "respawn", false, "replace failed ranks by spares (the job must have them: ftrun --respawn) instead of adopting their lists; adopt when no spare is left")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
@@ -144,6 +146,8 @@ func (cfg config) validate() error {
 		return errors.New("-snapshot and -respawn do not go together yet")
 	case cfg.snapshot != "" && cfg.snapEvery <= 0:
 		return fmt.Errorf("-snapshot-every must be positive (got %v)", cfg.snapEvery)
+	case cfg.snapshot != "" && cfg.snapKeep < 1:
+		return fmt.Errorf("-snapshot-keep must be at least 1 (got %d)", cfg.snapKeep)
 	}
 	return nil
 }
@@ -335,8 +339,10 @@ func openOrRestore(ctx context.Context, c *comm.Comm, dir string, opt store.Conf
 // and broadcasts it, so that the ranks call Snapshot equally often, and
 // rank 0's stop ends the rounds everywhere (it broadcasts the end). The
 // other ranks' stop waits for that end, for a bounded time (a failure may
-// have ended the rounds at rank 0 alone); a Snapshot that fails (a rank
-// failed) ends the rounds at its rank.
+// have ended the rounds at rank 0 alone); a Snapshot that fails (the file
+// system; a failed rank does not fail it) ends the rounds at its rank, and
+// rank 0's failure ends them everywhere. Rank 0 keeps the newest
+// -snapshot-keep complete snapshots.
 func snapshots(ctx context.Context, sc *comm.Comm, s *store.Store, cfg config, log io.Writer) (stop func()) {
 	loop, cancel := context.WithCancel(ctx)
 	done, stopping := make(chan struct{}), make(chan struct{})
@@ -365,6 +371,11 @@ func snapshots(ctx context.Context, sc *comm.Comm, s *store.Store, cfg config, l
 			if _, err := s.Snapshot(ctx, cfg.snapshot); err != nil {
 				fmt.Fprintf(log, "ckpt: rank %d: snapshot: %v; no more snapshots\n", ctrl.Rank(), err)
 				return
+			}
+			if ctrl.Rank() == 0 {
+				if _, err := store.PruneSnapshots(ctx, cfg.snapshot, cfg.snapKeep); err != nil {
+					fmt.Fprintf(log, "ckpt: pruning snapshots: %v\n", err)
+				}
 			}
 		}
 	}()
