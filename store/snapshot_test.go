@@ -651,3 +651,19 @@ func TestPruneSnapshots(t *testing.T) {
 		t.Error("keep 0 accepted")
 	}
 }
+
+// Snapshot while a Grow is under way at this rank is
+// refused at once, before any communication (the other ranks call nothing
+// here: a Snapshot that went on would wait for them until ctx ends).
+func TestSnapshotRefused(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	_, st := openAll(t, 2, smallOptions(2))
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st[0].growing.Store(true)
+	_, err := st[0].Snapshot(short, t.TempDir())
+	st[0].growing.Store(false)
+	if !errors.Is(err, ftrma.ErrInvalid) || short.Err() != nil {
+		t.Errorf("snapshot during a Grow: %v, want ErrInvalid at once", err)
+	}
+}
