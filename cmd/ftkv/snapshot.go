@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ftrma/ftrma"
 	"github.com/ftrma/ftrma/comm"
 	"github.com/ftrma/ftrma/store"
 )
@@ -144,13 +143,12 @@ func (sn *snapshotter) run(stop func() bool) {
 		if sn.stopped.Load() {
 			vote |= voteStopped
 		}
-		all, err := sn.c.Agree(context.Background(), vote)
-		if err != nil && !errors.Is(err, ftrma.ErrProcFailed) {
-			// Only ctx ends an agreement otherwise, and it has none.
-			fmt.Fprintf(sn.stderr, "ftkv serve: snapshot round %d: %v\n", i, err)
-		}
+		// The agreement's only error without a deadline reports failed
+		// ranks: the survivors' value stands.
+		all, _ := sn.c.Agree(context.Background(), vote)
 		last := all&voteStopped != 0
 		var info store.SnapshotInfo
+		var err error
 		if sn.dir != "" && (all&voteNoWant == 0 || last) {
 			info, err = sn.s.Snapshot(context.Background(), sn.dir)
 			if err != nil {
