@@ -124,17 +124,12 @@ func loadSnapshot(dir string, maxKey, maxValue int) (*loadedSnapshot, error) {
 	return ls, nil
 }
 
-// errNoSnapshot is wrapped by newestSnapshot's error when root holds no
-// complete snapshot.
-var errNoSnapshot = errors.New("store: no complete snapshot")
-
-// newestSnapshot returns the newest complete snapshot under root (the
-// largest cut whose directory verifies), and why each newer one was
-// skipped.
-func newestSnapshot(root string, maxKey, maxValue int) (*loadedSnapshot, []error, error) {
+// snapCuts lists the cuts of the snapshot directories under root, in
+// increasing order.
+func snapCuts(root string) ([]uint64, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var cuts []uint64
 	for _, e := range entries {
@@ -147,6 +142,21 @@ func newestSnapshot(root string, maxKey, maxValue int) (*loadedSnapshot, []error
 		}
 	}
 	slices.Sort(cuts)
+	return cuts, nil
+}
+
+// errNoSnapshot is wrapped by newestSnapshot's error when root holds no
+// complete snapshot.
+var errNoSnapshot = errors.New("store: no complete snapshot")
+
+// newestSnapshot returns the newest complete snapshot under root (the
+// largest cut whose directory verifies), and why each newer one was
+// skipped.
+func newestSnapshot(root string, maxKey, maxValue int) (*loadedSnapshot, []error, error) {
+	cuts, err := snapCuts(root)
+	if err != nil {
+		return nil, nil, err
+	}
 	var skipped []error
 	for i := len(cuts) - 1; i >= 0; i-- {
 		dir := filepath.Join(root, snapDirName(cuts[i]))

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -87,21 +85,10 @@ func PruneSnapshots(ctx context.Context, dir string, keep int) ([]string, error)
 	if keep < 1 {
 		return nil, fmt.Errorf("store: PruneSnapshots keeps %d snapshots: at least 1", keep)
 	}
-	entries, err := os.ReadDir(dir)
+	cuts, err := snapCuts(dir)
 	if err != nil {
 		return nil, err
 	}
-	var cuts []uint64
-	for _, e := range entries {
-		name, ok := strings.CutPrefix(e.Name(), "snap-")
-		if !e.IsDir() || !ok {
-			continue
-		}
-		if cut, err := strconv.ParseUint(name, 10, 64); err == nil && snapDirName(cut) == e.Name() {
-			cuts = append(cuts, cut)
-		}
-	}
-	slices.Sort(cuts)
 	kept, oldest := 0, -1
 	for i := len(cuts) - 1; i >= 0 && kept < keep; i-- {
 		if ctx.Err() != nil {

@@ -216,9 +216,8 @@ func redisSnapshotRun(ctx context.Context, rd *redisPeer, target string, p snapP
 			}
 		}
 	}
-	type span struct{ start, end time.Time }
 	var stop atomic.Bool
-	spans := make([][]span, p.writers)
+	spans := make([][]result.Span, p.writers)
 	errs := make([]error, p.writers)
 	var wg sync.WaitGroup
 	for w := range p.writers {
@@ -238,7 +237,7 @@ func redisSnapshotRun(ctx context.Context, rd *redisPeer, target string, p snapP
 					errs[w] = err
 					return
 				}
-				spans[w] = append(spans[w], span{t, time.Now()})
+				spans[w] = append(spans[w], result.Span{Start: t, End: time.Now()})
 			}
 		})
 	}
@@ -256,29 +255,15 @@ func redisSnapshotRun(ctx context.Context, rd *redisPeer, target string, p snapP
 	if fi, err := os.Stat(filepath.Join(target, fmt.Sprintf("dump-%d.rdb", port))); err != nil || fi.Size() < int64(p.keys*p.size) {
 		return nil, fmt.Errorf("the RDB file is not the store's %d bytes of values: %v, %v", p.keys*p.size, fi, err)
 	}
-	var base, during []float64
-	for _, ss := range spans {
-		for _, s := range ss {
-			d := float64(s.end.Sub(s.start).Nanoseconds()) / 1e3
-			switch {
-			case s.end.Before(t0):
-				base = append(base, d)
-			case s.start.Before(t1):
-				during = append(during, d)
-			}
-		}
-	}
+	base, during := result.SplitAround(slices.Concat(spans...), t0, t1)
 	if len(during) == 0 {
 		return nil, errors.New("no put was under way during the BGSAVE")
 	}
 	took := t1.Sub(t0)
-	return []result.Result{
+	return append([]result.Result{
 		{Bench: "snap_ms", Value: float64(took.Microseconds()) / 1e3, Unit: "ms"},
 		{Bench: "snap_MBps", Value: float64(p.keys*p.size) / 1e6 / took.Seconds(), Unit: "MB/s"},
-		{Bench: "snap_put_p99_base", Value: result.Percentile(base, 99), Unit: "us"},
-		{Bench: "snap_put_p99", Value: result.Percentile(during, 99), Unit: "us"},
-		{Bench: "snap_put_max", Value: slices.Max(during), Unit: "us"},
-	}, nil
+	}, result.PauseResults("snap_put", base, during)...), nil
 }
 
 // bgsave starts a BGSAVE and returns when INFO persistence says it ended,

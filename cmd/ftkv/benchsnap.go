@@ -30,9 +30,8 @@ type snapshotRun struct {
 // snapshotPhase runs this rank's writers without pause from their i-th put
 // on, and one snapshot under dir while they do.
 func snapshotPhase(ctx context.Context, c *comm.Comm, s *store.Store, mine []*writer, from int, dir string) (*snapshotRun, error) {
-	type span struct{ start, end time.Time }
 	var stop atomic.Bool
-	spans := make([][]span, len(mine))
+	spans := make([][]result.Span, len(mine))
 	errs := make(chan error, len(mine))
 	for i, w := range mine {
 		go func() {
@@ -42,7 +41,7 @@ func snapshotPhase(ctx context.Context, c *comm.Comm, s *store.Store, mine []*wr
 					errs <- err
 					return
 				}
-				spans[i] = append(spans[i], span{t, time.Now()})
+				spans[i] = append(spans[i], result.Span{Start: t, End: time.Now()})
 			}
 			errs <- nil
 		}()
@@ -72,16 +71,7 @@ func snapshotPhase(ctx context.Context, c *comm.Comm, s *store.Store, mine []*wr
 			}
 		}
 	}
-	for _, ss := range spans {
-		for _, p := range ss {
-			switch {
-			case p.end.Before(t0):
-				run.base = append(run.base, us(p.end.Sub(p.start)))
-			case p.start.Before(t1):
-				run.during = append(run.during, us(p.end.Sub(p.start)))
-			}
-		}
-	}
+	run.base, run.during = result.SplitAround(slices.Concat(spans...), t0, t1)
 	return run, c.Barrier(ctx)
 }
 
@@ -100,14 +90,8 @@ func (r *snapshotRun) decode(b []byte) ([]byte, error) {
 
 // results are the phase's records.
 func (r *snapshotRun) results() []result.Result {
-	rs := []result.Result{
+	return append([]result.Result{
 		{Bench: "snap_ms", Value: float64(r.took.Microseconds()) / 1e3, Unit: "ms"},
 		{Bench: "snap_MBps", Value: float64(r.bytes) / 1e6 / r.took.Seconds(), Unit: "MB/s"},
-		{Bench: "snap_put_p99_base", Value: result.Percentile(r.base, 99), Unit: "us"},
-	}
-	if len(r.during) > 0 {
-		rs = append(rs, result.Result{Bench: "snap_put_p99", Value: result.Percentile(r.during, 99), Unit: "us"},
-			result.Result{Bench: "snap_put_max", Value: slices.Max(r.during), Unit: "us"})
-	}
-	return rs
+	}, result.PauseResults("snap_put", r.base, r.during)...)
 }
