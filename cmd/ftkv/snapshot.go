@@ -22,9 +22,12 @@ import (
 // together whether it snapshots and whether it is the last:
 //
 //   - Round i starts at a rank when it notices roundNotice+i (comm.Notify: a
-//     reliable broadcast that tolerates failures), which whoever starts it
-//     first broadcasts: a rank that has a request for it, whose timer
-//     (--snapshot-every) fired, or that has stopped serving after a stop.
+//     reliable broadcast that tolerates failures), which a rank that has a
+//     request for round i broadcasts; when its timer (--snapshot-every)
+//     fires — every rank sets it when a round ends, so the ranks' timers
+//     fire together, within the skew of the round's end; or once it has
+//     stopped serving after a stop. Only requests broadcast: a notice stays
+//     in every process for the job's life, so periodic rounds send none.
 //   - In the round the live ranks agree (comm.Agree, which completes over
 //     failures) on two bits: bit 0, set by a rank that has stopped serving
 //     (every request it took is answered), and bit 1, cleared by a rank that
@@ -129,7 +132,6 @@ func (sn *snapshotter) run(stop func() bool) {
 				fired = true
 			}
 		}
-		sn.c.Notify(id) // the others start it too (a no-op when noticed)
 		sn.mu.Lock()
 		sn.next = i + 1
 		out := sn.want[i]
@@ -168,11 +170,8 @@ func (sn *snapshotter) run(stop func() bool) {
 		if last {
 			return
 		}
-		if fired {
-			timer.Reset(sn.every)
-		}
-		if stop() && sn.stopped.Load() {
-			time.Sleep(stopPoll) // others still answer requests: the next round after a pause
+		if timer != nil {
+			timer.Reset(sn.every) // the others end the round about now: the timers fire together
 		}
 	}
 }
