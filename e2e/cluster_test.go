@@ -457,3 +457,81 @@ func TestRoutesByHost(t *testing.T) {
 		t.Errorf("ftrun does not say %q:\n%s", want, out)
 	}
 }
+
+// Snapshots while a host is cut off: six ranks on h1..h3 (two each, Copies
+// 2 with the replicas on distinct hosts) snapshot their store over and
+// over; h2's link is cut while they do. The snapshot under way waits for
+// h2's ranks to be declared failed (they stop on losing their lease), then
+// completes over the four survivors, and the later ones too — each holding
+// all 240 keys, h2's from their replicas elsewhere; no rank reports an
+// error. A job of two ranks on one host restores the newest and reads
+// every key back.
+func TestClusterSnapshotHostCut(t *testing.T) {
+	dir := needCluster(t)
+	bin := bins(t)
+	hf := hostfile(t, 3, 2)
+	snaps := t.TempDir()
+	os.Chmod(snaps, 0o777)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := clusterCmd(ctx, t, dir, filepath.Join(bin, "ftrun"), "--hostfile", hf, "--tag-output",
+		filepath.Join(bin, "testprog"), "snapcut", snaps, "14s")
+	job := startLive(t, cmd)
+	job.waitReady(t, 6)
+	snapRE := regexp.MustCompile(`^\[0\] snapshot (\d+) (\d+)$`)
+	for !snapRE.MatchString(job.sc.Text()) {
+		if !job.sc.Scan() {
+			t.Fatalf("the job ended before a snapshot:\n%s\n%s", job.out.String(), job.errs.String())
+		}
+		job.out.WriteString(job.sc.Text() + "\n")
+	}
+	cutAt := time.Now().UnixNano()
+	if o, err := exec.Command(clusterScript(), "cut", dir, "h2").CombinedOutput(); err != nil {
+		t.Fatalf("cut: %v\n%s", err, o)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			exec.Command(clusterScript(), "heal", dir, "h2").Run()
+		}
+	}
+	defer heal()
+	outText, errText := job.finish()
+	if ctx.Err() != nil {
+		t.Fatalf("ftrun did not end:\n%s\n%s", outText, errText)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d, want 0:\n%s\n%s", code, outText, errText)
+	}
+	after := 0
+	for _, l := range strings.Split(outText, "\n") {
+		if strings.Contains(l, "snapshot error") {
+			t.Errorf("a snapshot failed: %s", l)
+		}
+		m := regexp.MustCompile(`^\[(\d+)\] snapshot (\d+) (\d+)$`).FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		if m[3] != "240" {
+			t.Errorf("a snapshot without every key: %s", l)
+		}
+		if cut, _ := strconv.ParseInt(m[2], 10, 64); cut > cutAt && m[1] == "0" {
+			after++
+		}
+	}
+	for _, r := range []string{"0", "1", "4", "5"} {
+		if !strings.Contains(outText, "["+r+"] done") {
+			t.Errorf("survivor %s did not finish:\n%s", r, outText)
+		}
+	}
+	if after == 0 {
+		t.Fatalf("no snapshot completed after the cut:\n%s\n%s", outText, errText)
+	}
+	heal()
+	out, code := ftrun(t, time.Minute, "-n", "2", filepath.Join(bin, "testprog"), "snaprestore", snaps, "6")
+	if code != 0 || !strings.Contains(out, "restored 240 keys from ") {
+		t.Fatalf("restore: exit %d:\n%s", code, out)
+	}
+	t.Logf("%d snapshots by rank 0 after the cut; %s", after, strings.TrimSpace(out))
+}

@@ -46,6 +46,10 @@
 //	                       ROUTES_TAG=VALUE", then counters,
 //	                       locks, puts and gets over every path; rank 0
 //	                       prints "routes verified"
+//	testprog snapcut DIR D  a store snapshotted under DIR over and over for
+//	                       duration D while a test cuts a host off; testprog
+//	                       snaprestore DIR N restores it and checks every key
+//	                       (see snap.go)
 package main
 
 import (
@@ -159,6 +163,10 @@ func run(ctx context.Context, args []string) error {
 		return replacehost(ctx, c, args[1:])
 	case "sharedkill":
 		return sharedkill(ctx, c, args[1:])
+	case "snapcut":
+		return snapcut(ctx, c, args[1:])
+	case "snaprestore":
+		return snaprestore(ctx, c, args[1:])
 	case "bigmove":
 		if err := bigmove(ctx, c, args[1:]); err != nil {
 			return err
