@@ -112,7 +112,9 @@ Writes a snapshot of the whole store under the serving job's snapshot
 directory (ftkv serve --snapshot-dir or --restore), through any rank's
 socket: every write acknowledged before the request is in it. Prints its
 directory, its cut and its number of keys. A job started with
-"ftkv serve --restore DIR" starts from the newest complete one.`,
+"ftkv serve --restore DIR" starts from the newest complete one. A snapshot
+that takes longer than the server's --request-timeout is reported as not
+finished in time, and completes all the same.`,
 	"stop": `usage: ftkv stop --socket PATH
 
 Stops every rank of the serving job (through any rank's socket), and waits
