@@ -100,6 +100,17 @@ func clusterDown() {
 	}
 }
 
+// cutHost cuts host's link (scripts/cluster.sh cut) and returns what heals
+// it, once, however often it is called.
+func cutHost(t *testing.T, dir, host string) (heal func()) {
+	t.Helper()
+	if o, err := exec.Command(clusterScript(), "cut", dir, host).CombinedOutput(); err != nil {
+		t.Fatalf("cut %s: %v\n%s", host, err, o)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { exec.Command(clusterScript(), "heal", dir, host).Run() }) }
+}
+
 // hostfile writes a hostfile of the cluster's first hosts hosts with slots
 // each.
 func hostfile(t *testing.T, hosts, slots int) string {
@@ -319,16 +330,7 @@ func TestClusterPartition(t *testing.T) {
 	job.waitReady(t, 12)
 	time.Sleep(500 * time.Millisecond)
 	cut := time.Now()
-	if o, err := exec.Command(clusterScript(), "cut", dir, "h2").CombinedOutput(); err != nil {
-		t.Fatalf("cut: %v\n%s", err, o)
-	}
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			exec.Command(clusterScript(), "heal", dir, "h2").Run()
-		}
-	}
+	heal := cutHost(t, dir, "h2")
 	defer heal()
 	outText, errText := job.finish()
 	if ctx.Err() != nil {
@@ -486,16 +488,7 @@ func TestClusterSnapshotHostCut(t *testing.T) {
 		job.out.WriteString(job.sc.Text() + "\n")
 	}
 	cutAt := time.Now().UnixNano()
-	if o, err := exec.Command(clusterScript(), "cut", dir, "h2").CombinedOutput(); err != nil {
-		t.Fatalf("cut: %v\n%s", err, o)
-	}
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			exec.Command(clusterScript(), "heal", dir, "h2").Run()
-		}
-	}
+	heal := cutHost(t, dir, "h2")
 	defer heal()
 	outText, errText := job.finish()
 	if ctx.Err() != nil {

@@ -122,7 +122,18 @@ func (s *ftrmaSystem) Close()                                                {}
 func (s *ftrmaSystem) Run(ctx context.Context, copies, size int, p plan) ([]result.Result, error) {
 	wl := p.workload(size)
 	argv := s.argv(copies, size, wl.Puts, wl, p.runTimeout)
-	ctx, cancel := context.WithTimeout(ctx, p.runTimeout+15*time.Second)
+	out, err := runJob(ctx, p.runTimeout+15*time.Second, argv)
+	if err != nil {
+		return nil, err
+	}
+	return parseFtkvOutput(out, s.name, size, copies)
+}
+
+// runJob runs an ftrun job within timeout, its process group killed when
+// it runs out, and returns its standard output; its error says the command
+// and the last lines it printed.
+func runJob(ctx context.Context, timeout time.Duration, argv []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer
@@ -134,7 +145,7 @@ func (s *ftrmaSystem) Run(ctx context.Context, copies, size int, p plan) ([]resu
 		return nil, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err,
 			tailString(append(stderr.Bytes(), stdout.Bytes()...), 10))
 	}
-	return parseFtkvOutput(stdout.Bytes(), s.name, size, copies)
+	return stdout.Bytes(), nil
 }
 
 // parseFtkvOutput reads the results of one ftkv bench job from its standard

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -139,18 +137,11 @@ func ftrmaSnapshotRun(ctx context.Context, s *ftrmaSystem, target string, p snap
 		s.ftkv, "bench", "--copies", "1", "--size", strconv.Itoa(p.size), "--writers", strconv.Itoa(p.writers),
 		"--keys", strconv.Itoa(per), "--warmup", strconv.Itoa(per), "--ops", "100", "--gets", "0", "-json",
 		"--snapshot-dir", target}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	setProcAttr(cmd)
-	cmd.Cancel = func() error { signalGroup(cmd, true); return nil }
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, tailString(append(stderr.Bytes(), stdout.Bytes()...), 10))
+	stdout, err := runJob(ctx, 5*time.Minute, argv)
+	if err != nil {
+		return nil, err
 	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
+	for _, line := range strings.Split(string(stdout), "\n") {
 		i := strings.Index(line, "[{")
 		if i < 0 {
 			continue
@@ -174,7 +165,7 @@ func ftrmaSnapshotRun(ctx context.Context, s *ftrmaSystem, target string, p snap
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("no results from ftkv bench:\n%s", tailString(stdout.Bytes(), 10))
+	return nil, fmt.Errorf("no results from ftkv bench:\n%s", tailString(stdout, 10))
 }
 
 // redisSnapshotRun starts a Redis server saving into target, loads it,
