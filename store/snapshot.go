@@ -47,9 +47,10 @@ type SnapshotInfo struct {
 // operations under way, holds back new ones (reads too), the ranks agree
 // that all have, each scans its slot table and pins its heap (cutCopy),
 // they agree again, and the operations go on while each rank reads the
-// records of the keys it is the first live replica of and writes its file. Every rank then checks the files of the others and
-// writes the manifest, last: until it is there the snapshot is incomplete,
-// and Restore never reads it.
+// records of the keys it is the first live replica of and writes its
+// file. Every rank then checks the files of the others and writes the
+// manifest, last: until it is there the snapshot is incomplete, and
+// Restore never reads it.
 //
 // Ranks that failed before it are left out: the live replicas hold their
 // keys. A rank that fails during it makes the survivors take the cut again
